@@ -1,0 +1,200 @@
+"""The run store: every measurement is data on disk before it is a plot.
+
+    store = RunStore.open(root="runs", host="local", run_id=None)   # new run id
+    store.append("decode", {"engine": "transformers", "tok_s": 41.2})
+    store.table("decode")            # -> pandas.DataFrame, one row per measurement
+    store.done("decode", attn="sdpa") # resume: was this measurement already recorded?
+
+Layout: ``<root>/<host>/<run-id>/manifest.json`` plus one ``<table>.jsonl`` per table.
+Rows are appended and flushed one at a time, so a run killed midway keeps every
+finished measurement, and opening the same run id again resumes it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import ResultsError
+from .secrets import mask_value
+
+__all__ = ["RunStore", "new_run_id", "find_runs"]
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _safe(name: str) -> str:
+    name = _SAFE.sub("-", str(name)).strip("-.")
+    return name or "unnamed"
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    """A sortable run id: UTC time to the second."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and value != value:  # NaN -> null keeps JSON strict
+        return None
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        try:
+            return value.item()
+        except Exception:  # noqa: BLE001
+            return str(value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+class RunStore:
+    """One run's directory: a manifest and tidy tables (JSON lines)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    # -- opening ---------------------------------------------------------------
+    @classmethod
+    def open(cls, root: str | os.PathLike = "runs", host: str = "local", run_id: str | None = None) -> "RunStore":
+        """Open (and create) ``root/host/run_id``; ``run_id=None`` starts a new run."""
+        host_dir = "local-" + _safe(socket.gethostname()) if host in ("", "local") else _safe(host)
+        path = Path(root) / host_dir / _safe(run_id or new_run_id())
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ResultsError(f"cannot create the run directory {path}: {exc.strerror}; pass another --out/run_dir") from exc
+        store = cls(path)
+        if not store.manifest_path.exists():
+            store.write_manifest({"run_id": path.name, "host": host or "local", "created": _now()})
+        return store
+
+    @classmethod
+    def at(cls, run_dir: str | os.PathLike) -> "RunStore":
+        """The run at an existing or new directory path (what notebooks receive as ``run_dir``)."""
+        path = Path(run_dir)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ResultsError(f"cannot create the run directory {path}: {exc.strerror}") from exc
+        store = cls(path)
+        if not store.manifest_path.exists():
+            store.write_manifest({"run_id": path.name, "created": _now()})
+        return store
+
+    # -- manifest --------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def manifest(self) -> dict:
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{self.manifest_path} is not valid JSON ({exc}); it was damaged, restore or delete it") from exc
+
+    def write_manifest(self, fields: dict) -> dict:
+        """Merge ``fields`` into the manifest (atomically: write then rename)."""
+        data = self.manifest
+        data.update(_jsonable(mask_value(fields)))
+        tmp = self.manifest_path.with_suffix(".json.tmp")
+        self._write(tmp, json.dumps(data, indent=2, sort_keys=True) + "\n", mode="w")
+        os.replace(tmp, self.manifest_path)
+        return data
+
+    # -- tables ----------------------------------------------------------------
+    def table_path(self, table: str) -> Path:
+        return self.path / f"{_safe(table)}.jsonl"
+
+    def append(self, table: str, row: dict) -> dict:
+        """Append one measurement row (flushed and fsynced) and return it as stored."""
+        row = _jsonable(mask_value(dict(row)))
+        row.setdefault("recorded_at", _now())
+        self._write(self.table_path(table), json.dumps(row, sort_keys=True) + "\n", mode="a")
+        return row
+
+    def rows(self, table: str) -> list[dict]:
+        """All rows of a table; a torn last line (a run killed mid-write) is skipped."""
+        path = self.table_path(table)
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def table(self, table: str):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows(table))
+
+    def tables(self) -> list[str]:
+        return sorted(p.stem for p in self.path.glob("*.jsonl"))
+
+    def done(self, table: str, **key: Any) -> bool:
+        """True when a row of ``table`` matches every ``key=value`` (resume support)."""
+        key = _jsonable(key)
+        return any(all(r.get(k) == v for k, v in key.items()) for r in self.rows(table))
+
+    def find(self, table: str, **key: Any) -> list[dict]:
+        key = _jsonable(key)
+        return [r for r in self.rows(table) if all(r.get(k) == v for k, v in key.items())]
+
+    def record_failure(self, step: str, error: BaseException | str, **context: Any) -> dict:
+        """A failed measurement is a finding: store what failed and why."""
+        message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        return self.append("failures", {"step": step, "error": message, **context})
+
+    def write_text(self, name: str, text: str) -> Path:
+        """A log or report file inside the run (secrets masked)."""
+        path = self.path / _safe(name)
+        self._write(path, mask_value(text), mode="w")
+        return path
+
+    # -- internals -------------------------------------------------------------
+    def _write(self, path: Path, text: str, mode: str) -> None:
+        try:
+            with open(path, mode, encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise ResultsError(
+                    f"the disk holding {self.path} is full: {path.name} could not be written; "
+                    "results written before are intact; free space or pass another run directory"
+                ) from exc
+            raise ResultsError(f"cannot write {path}: {exc.strerror}") from exc
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.path)!r})"
+
+
+def find_runs(root: str | os.PathLike = "runs") -> Iterable[RunStore]:
+    """Every run under ``root`` (``root/<host>/<run-id>/manifest.json``), oldest first."""
+    for manifest in sorted(Path(root).glob("*/*/manifest.json")):
+        yield RunStore(manifest.parent)
