@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import ModelError
+from .paths import cache_dir
 
 __all__ = ["EMBEDDED_CONFIG", "build_embedded_model", "embedded_model_dir", "default_cache_dir"]
 
@@ -68,8 +69,7 @@ _BUILDER_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("SERVEBOOK_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "servebook")
-    return Path(root) / "models"
+    return cache_dir() / "models"
 
 
 def _corpus_files() -> list[Path]:

@@ -1,0 +1,51 @@
+# servebook: `make book` runs the whole book on this machine, `make test` runs the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+OUT ?= build/book
+RUNS ?= runs
+HOST ?= local
+ENGINE ?= transformers
+MODEL ?= embedded
+ARGS ?=
+TORCH_WHEELS ?= /opt/wheels
+
+.PHONY: book html test env model clean help
+
+help:
+	@echo "make book   - create the environment if missing, build the embedded model, run every chapter, render $(OUT)"
+	@echo "make test   - the full test suite"
+	@echo "make html   - re-render the newest run as the book"
+	@echo "make env    - create/refresh the environment ($(VENV))"
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing servebook and its dependencies into $(VENV) (first time: a few minutes) ..."
+	$(PY) -m pip install -q --upgrade pip
+	@# torch first: where the machine carries a CPU wheel of torch (CI), take it instead of a multi-GB CUDA build
+	@tag=$$($(PY) -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'); \
+	 wheel=$$(ls $(TORCH_WHEELS)/torch-*-$$tag-$$tag-*.whl 2>/dev/null | sort | tail -1); \
+	 if $(PY) -c 'import torch' 2>/dev/null; then echo "torch already installed"; \
+	 elif [ -n "$$wheel" ]; then echo "torch from $$wheel"; $(PY) -m pip install -q "$$wheel"; \
+	 else $(PY) -m pip install -q torch; fi
+	$(PY) -m pip install -q -e ".[test,lab]"
+	@touch $@
+
+env: $(VENV)/.installed
+
+model: env
+	$(PY) -c "from servebook.embedded import build_embedded_model; build_embedded_model()"
+
+book: env
+	$(VENV)/bin/servebook book --host $(HOST) --engine $(ENGINE) --model $(MODEL) --out $(OUT) --runs $(RUNS) $(ARGS)
+
+html: env
+	@run=$$(ls -d $(RUNS)/*/*/ 2>/dev/null | sort | tail -1); test -n "$$run" || { echo "no run under $(RUNS)/: run make book first"; exit 1; }; \
+	$(VENV)/bin/servebook html $$run --out $(OUT)
+
+test: env
+	$(PY) -m pytest -q -ra $(ARGS)
+
+clean:
+	rm -rf build

@@ -1,0 +1,172 @@
+"""Chapter 03: force each attention backend, check it really ran, compare.
+
+    rows = force_each_backend(get_engine("transformers"), model_dir, ["sdpa", "eager"], store)
+
+For each backend: start the server with it forced, read the engine's own report of what
+it loaded, run greedy completions of a fixed prompt set and compare their tokens with the
+engine's default, take a short single-stream measurement, stop the server, and check the
+port is free again. Each outcome (ok, rejected, failed to start, crashed, wrong output)
+is a row in the run's ``backends`` table; a failure never stops the sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+from .engines import EngineAdapter
+from .errors import ServebookError, ServerError
+from .results import RunStore
+from .servers import Server, port_is_free
+
+__all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens"]
+
+# A fixed, seeded prompt set: the same for every backend and engine.
+PROBE_PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Attention backends differ in",
+    "In 1969, the first",
+]
+
+
+def _post(url: str, body: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:400]
+        raise ServebookError(f"{url} answered HTTP {exc.code}: {detail}") from exc
+
+
+def greedy_completions(base_url: str, model: str, prompts: list[str], max_tokens: int, timeout: float = 120) -> list[str]:
+    """Greedy (temperature 0) completions, one request per prompt."""
+    out = []
+    for prompt in prompts:
+        data = _post(f"{base_url}/v1/completions",
+                     {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": False},
+                     timeout)
+        out.append(data["choices"][0]["text"])
+    return out
+
+
+def compare_tokens(tokenizer, reference: list[str], candidate: list[str]) -> dict:
+    """Token agreement between two sets of completions and the first divergence."""
+    total = same = 0
+    first = None
+    for i, (a, b) in enumerate(zip(reference, candidate)):
+        ta, tb = tokenizer.encode(a, add_special_tokens=False), tokenizer.encode(b, add_special_tokens=False)
+        n = max(len(ta), len(tb))
+        total += n
+        for j in range(n):
+            if j < len(ta) and j < len(tb) and ta[j] == tb[j]:
+                same += 1
+            elif first is None:
+                first = {"prompt": i, "token": j}
+    return {"agreement": round(same / total, 4) if total else None, "first_divergence": first}
+
+
+def _decode_rate(base_url: str, model: str, max_tokens: int, runs: int, tokenizer) -> dict:
+    """Single-stream decode rate from real streamed tokens (chapter 05's client)."""
+    from . import bench
+
+    return bench.quick_decode(base_url, model, max_tokens=max_tokens, runs=runs, tokenizer=tokenizer)
+
+
+def force_each_backend(
+    engine: EngineAdapter,
+    model_dir: Path,
+    backends: list[str | None],
+    store: RunStore,
+    *,
+    max_tokens: int = 32,
+    runs: int = 3,
+    ready_timeout: float = 300,
+    progress: Callable[[str], None] | None = print,
+) -> list[dict]:
+    """Run the sweep; ``None`` in ``backends`` means the engine's default (auto)."""
+    from transformers import AutoTokenizer
+
+    say = progress or (lambda _m: None)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    version = engine.version()
+    reference: list[str] | None = None
+    for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
+        reference = prior.get("completions")
+    rows = []
+    for backend in backends:
+        label = backend or "auto"
+        if store.done("backends", engine=engine.name, attention=label):
+            say(f"{engine.name} {label}: already measured in this run, skipped")
+            rows.extend(store.find("backends", engine=engine.name, attention=label))
+            continue
+        row = {"engine": engine.name, "engine_version": version, "attention": label}
+        launch = engine.launch(str(model_dir), attention=backend)
+        row["launch"] = launch.shell()
+        log_path = store.path / "logs" / f"{engine.name}-{label}.log"
+        t0 = time.monotonic()
+        try:
+            with Server.start(launch, log_path, ready_timeout=ready_timeout, registry=store.path / "servers.jsonl",
+                              progress=say) as srv:
+                row["ready_s"] = srv.ready_s
+                row["reported"] = _reported_backend(engine, srv)
+                try:
+                    completions = greedy_completions(srv.base_url, engine.served_model_name(str(model_dir)), PROBE_PROMPTS, max_tokens)
+                except ServebookError as exc:
+                    row.update(outcome="rejected" if srv.alive() else "crashed", error=str(exc), log_tail=srv.log_tail(15))
+                    raise _Recorded() from exc
+                row["completions"] = completions
+                if backend is None:
+                    reference = completions
+                if reference is not None:
+                    row.update(compare_tokens(tokenizer, reference, completions))
+                rate = _decode_rate(srv.base_url, engine.served_model_name(str(model_dir)), max_tokens * 2, runs, tokenizer)
+                row.update(rate)
+                if not srv.alive():
+                    row.update(outcome="crashed", error="the server exited during the run", log_tail=srv.log_tail(15))
+                elif row["reported"] and backend and row["reported"] != backend:
+                    row.update(outcome="overridden", error=f"asked for {backend}, the engine reports {row['reported']}")
+                elif row.get("agreement") is not None and row["agreement"] < 0.5:
+                    row.update(outcome="wrong output", error=f"only {row['agreement']:.0%} of tokens agree with the default backend")
+                else:
+                    row["outcome"] = "ok"
+        except _Recorded:
+            pass
+        except ServerError as exc:
+            rejected = backend is not None and _rejection(exc.log_tail, backend)
+            row.update(outcome="rejected" if rejected else "failed to start", error=rejected or str(exc),
+                       log_tail=exc.log_tail[-2000:])
+        except ServebookError as exc:
+            row.update(outcome="failed", error=str(exc))
+        row["port_free_after"] = port_is_free(launch.port)
+        row["seconds"] = round(time.monotonic() - t0, 1)
+        store.append("backends", row)
+        rows.append(row)
+        say(f"{engine.name} {label}: {row.get('outcome')}" + (f" ({row.get('error')})" if row.get("error") else ""))
+    return rows
+
+
+def _rejection(log_tail: str, backend: str) -> str | None:
+    """The engine's own error line when it refused ``backend`` at start, else None."""
+    for line in reversed(log_tail.splitlines()):
+        if "Error" in line and backend in line:
+            return line.strip()[:400]
+    return None
+
+
+class _Recorded(Exception):
+    """The row already says what went wrong."""
+
+
+def _reported_backend(engine: EngineAdapter, srv: Server) -> str | None:
+    """What the engine itself says it loaded (from its log)."""
+    text = srv.log_path.read_text(errors="replace") if srv.log_path.exists() else ""
+    if engine.name == "transformers":
+        loaded = engine.loaded_from_log(text)
+        return loaded[-1]["attn"] if loaded else None
+    return None

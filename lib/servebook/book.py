@@ -1,0 +1,356 @@
+"""Run the whole book: every chapter executed with papermill, rendered to HTML.
+
+    result = run_book({"engine": "transformers", "smoke": True}, out="build/book")
+    result.index        # build/book/index.html
+    result.run_dir      # runs/<host>/<run-id>/ with manifest.json and the tidy tables
+
+A chapter that fails does not stop the book: its executed notebook (with papermill's
+failure banner) is rendered, the failure is recorded in the run, and the next chapter
+runs. Re-running with the same ``run_id`` resumes: measurements already recorded in the
+run directory are not taken again.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__
+from .errors import ParameterError, ServebookError
+from .params import PARAMS, coerce, validate
+from .paths import book_root, notebooks_dir
+from .results import RunStore
+
+__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "host_fingerprint", "software_versions"]
+
+_CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
+
+
+@dataclass
+class Chapter:
+    number: str
+    slug: str
+    source: Path
+
+    @property
+    def title(self) -> str:
+        return f"{self.number}. " + self.slug.replace("_", " ").capitalize()
+
+    @property
+    def stem(self) -> str:
+        return f"{self.number}_{self.slug}"
+
+
+@dataclass
+class BookResult:
+    run_dir: Path
+    out: Path
+    index: Path
+    chapters: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c["status"] == "ok" for c in self.chapters)
+
+
+def chapters(directory: Path | None = None) -> list[Chapter]:
+    """The notebooks in reading order (``NN_verb_object.py``)."""
+    directory = directory or notebooks_dir()
+    out = []
+    for path in sorted(directory.glob("*.py")):
+        m = _CHAPTER.match(path.name)
+        if m:
+            out.append(Chapter(m.group(1), m.group(2), path))
+    return out
+
+
+def _read_notebook(path: Path):
+    import jupytext
+
+    nb = jupytext.read(path)
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
+    return nb
+
+
+def notebook_parameters(path: Path) -> dict[str, dict]:
+    """The parameters a notebook declares (papermill's own inspection)."""
+    import papermill
+
+    import tempfile
+
+    import nbformat
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ipynb = Path(tmp) / (path.stem + ".ipynb")
+        nbformat.write(_read_notebook(path), ipynb)
+        return papermill.inspect_notebook(str(ipynb))
+
+
+def _git_revision() -> str | None:
+    try:
+        res = subprocess.run(["git", "-C", str(book_root()), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if res.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(book_root()), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return res.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _nvidia_smi_facts() -> dict:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return {"driver": None, "gpus": []}
+    try:
+        res = subprocess.run([exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"driver": None, "gpus": [], "error": str(exc)}
+    rows = [[c.strip() for c in line.split(",")] for line in res.stdout.strip().splitlines() if line.strip()]
+    return {"driver": rows[0][1] if rows else None, "gpus": [r[0] for r in rows]}
+
+
+def software_versions() -> dict:
+    """Versions of servebook, the engines, torch, CUDA, NCCL and the driver, as this interpreter sees them."""
+    import importlib.metadata as md
+
+    out: dict[str, Any] = {"servebook": __version__, "python": platform.python_version()}
+    for dist in ("torch", "transformers", "sglang", "vllm", "flashinfer-python", "sgl-kernel", "flash-attn", "triton", "papermill"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    try:
+        import torch
+
+        out["torch_cuda"] = torch.version.cuda
+        nccl = None
+        if torch.cuda.is_available():
+            try:
+                v = torch.cuda.nccl.version()
+                nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            except Exception:  # noqa: BLE001
+                nccl = None
+        out["nccl"] = nccl
+    except ImportError:
+        out["torch_cuda"] = out["nccl"] = None
+    out["driver"] = _nvidia_smi_facts().get("driver")
+    return out
+
+
+def host_fingerprint() -> dict:
+    """What identifies this host's hardware for comparing runs."""
+    import psutil
+
+    smi = _nvidia_smi_facts()
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "gpus": smi.get("gpus", []),
+    }
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_book(
+    params: dict[str, Any] | None = None,
+    out: str | os.PathLike = "build/book",
+    runs_root: str | os.PathLike = "runs",
+    run_id: str | None = None,
+    only: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
+    cell_timeout: int | None = None,
+    progress: Callable[[str], None] | None = print,
+) -> BookResult:
+    """Execute the chapters (``only``: numbers or slugs) and render the book under ``out``."""
+    say = progress or (lambda _m: None)
+    values = validate(params or {})
+    extra = dict(extra or {})
+    all_chapters = chapters()
+    if only:
+        wanted = {str(o).strip() for o in only}
+        known = {c.number for c in all_chapters} | {c.slug for c in all_chapters} | {c.stem for c in all_chapters}
+        bad = sorted(wanted - known)
+        if bad:
+            raise ParameterError("only", bad[0], f"valid chapters: {', '.join(c.stem for c in all_chapters)}")
+        selected = [c for c in all_chapters if {c.number, c.slug, c.stem} & wanted]
+    else:
+        selected = all_chapters
+    # Check chapter-specific parameters before anything runs.
+    declared = {c.stem: notebook_parameters(c.source) for c in selected}
+    known_extra = {name: spec for d in declared.values() for name, spec in d.items()}
+    for name, value in list(extra.items()):
+        if name in PARAMS:
+            raise ParameterError(name, value, f"pass --{name.replace('_', '-')} instead of -p {name}=...")
+        if name not in known_extra:
+            raise ParameterError(name, value, f"no chapter declares it; chapter parameters: {', '.join(sorted(set(known_extra) - set(PARAMS) - {'run_dir'}))}")
+        extra[name] = _coerce_declared(name, value, known_extra[name])
+
+    store = RunStore.open(runs_root, host=values["host"], run_id=run_id)
+    resumed = "started" in store.manifest
+    store.write_manifest({
+        "parameters": {**values, **extra},
+        "servebook_version": __version__,
+        "git_revision": _git_revision(),
+        "versions": software_versions(),
+        "host_fingerprint": host_fingerprint(),
+        "started": store.manifest.get("started") or _now(),
+        "resumed_at": _now() if resumed else None,
+        "finished": None,
+    })
+    say(f"run directory: {store.path}" + (" (resuming)" if resumed else ""))
+    if values["model"] == "embedded":
+        from .embedded import build_embedded_model
+
+        build_embedded_model(progress=say)
+
+    out = Path(out)
+    executed_dir = store.path / "notebooks"
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, chapter in enumerate(selected, 1):
+        t0 = time.monotonic()
+        say(f"[{i}/{len(selected)}] chapter {chapter.title} ...")
+        status, error = _execute(chapter, declared[chapter.stem], values, extra, store, executed_dir, cell_timeout)
+        seconds = round(time.monotonic() - t0, 1)
+        results.append({"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error, "seconds": seconds})
+        store.append("chapters", results[-1])
+        say(f"      {status} in {seconds}s" + (f": {error}" if error else ""))
+    store.write_manifest({"finished": _now(), "chapters": results})
+    index = render_book(store.path, out)
+    say(f"book: {index.resolve()}")
+    return BookResult(run_dir=store.path, out=out, index=index, chapters=results)
+
+
+def _coerce_declared(name: str, value: Any, spec: dict) -> Any:
+    hint = (spec.get("inferred_type_name") or "").lower()
+    typ = {"int": int, "float": float, "bool": bool, "str": str}.get(hint.split()[0] if hint else "", str)
+    return coerce(name, value, typ)
+
+
+def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store: RunStore, executed_dir: Path,
+             cell_timeout: int | None) -> tuple[str, str | None]:
+    import nbformat
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    source = executed_dir / f"{chapter.stem}.source.ipynb"
+    target = executed_dir / f"{chapter.stem}.ipynb"
+    nbformat.write(_read_notebook(chapter.source), source)
+    given = {"run_dir": str(store.path.resolve()), **values, **extra}
+    parameters = {k: v for k, v in given.items() if k in declared}
+    try:
+        papermill.execute_notebook(
+            str(source), str(target), parameters=parameters, kernel_name="python3",
+            cwd=str(book_root()), progress_bar=False, execution_timeout=cell_timeout,
+            report_mode=False,
+        )
+        status, error = "ok", None
+    except PapermillExecutionError as exc:
+        status, error = "failed", f"{exc.ename}: {exc.evalue}"[:500]
+        store.record_failure(f"chapter {chapter.stem}", error, cell=exc.cell_index)
+    except Exception as exc:  # noqa: BLE001 - a dead kernel or a timeout: record and go on
+        status, error = "failed", f"{type(exc).__name__}: {exc}"[:500]
+        store.record_failure(f"chapter {chapter.stem}", error)
+    finally:
+        source.unlink(missing_ok=True)
+    return status, error
+
+
+# -- rendering -----------------------------------------------------------------
+
+_NAV_CSS = """
+<style>
+.sb-nav{font-family:system-ui,sans-serif;background:#f4f6f8;border-bottom:1px solid #d0d7de;padding:.6em 1.2em;display:flex;gap:1.5em;align-items:center;position:sticky;top:0;z-index:10}
+.sb-nav a{color:#0969da;text-decoration:none}.sb-nav .sb-here{font-weight:600}
+.sb-failed{background:#ffebe9;border:1px solid #ff8182;padding:.6em 1em;margin:1em;font-family:system-ui,sans-serif}
+</style>
+"""
+
+
+def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, title: str) -> str:
+    parts = ['<div class="sb-nav"><a href="index.html">servebook</a>']
+    parts.append(f'<a href="{prev[0]}">&larr; {html.escape(prev[1])}</a>' if prev else "<span></span>")
+    parts.append(f'<span class="sb-here">{html.escape(title)}</span>')
+    parts.append(f'<a href="{nxt[0]}">{html.escape(nxt[1])} &rarr;</a>' if nxt else "<span></span>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Render a run's executed notebooks to ``out``: one page per chapter and an index."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    run_dir, out = Path(run_dir), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    store = RunStore(run_dir)
+    manifest = store.manifest
+    status = {r["chapter"]: r for r in manifest.get("chapters", [])}
+    pages = []
+    for chapter in chapters():
+        executed = run_dir / "notebooks" / f"{chapter.stem}.ipynb"
+        if executed.exists():
+            pages.append((chapter, executed))
+    exporter = HTMLExporter(template_name="lab")
+    for i, (chapter, executed) in enumerate(pages):
+        nb = nbformat.read(executed, as_version=4)
+        body, _ = exporter.from_notebook_node(nb)
+        prev = (f"{pages[i - 1][0].stem}.html", pages[i - 1][0].title) if i > 0 else None
+        nxt = (f"{pages[i + 1][0].stem}.html", pages[i + 1][0].title) if i + 1 < len(pages) else None
+        banner = ""
+        info = status.get(chapter.stem, {})
+        if info.get("status") == "failed":
+            banner = f'<div class="sb-failed">This chapter failed in this run: {html.escape(str(info.get("error")))}. The cells below show where.</div>'
+        nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner
+        body = body.replace("<body", "<body", 1)
+        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
+        (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
+    (out / "index.html").write_text(_index_html(manifest, pages, status), encoding="utf-8")
+    (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir.resolve()), "manifest": manifest}, indent=2, default=str))
+    return out / "index.html"
+
+
+def _index_html(manifest: dict, pages, status: dict) -> str:
+    params = manifest.get("parameters", {})
+    versions = manifest.get("versions", {})
+    fp = manifest.get("host_fingerprint", {})
+    gpus = ", ".join(fp.get("gpus") or []) or "no GPU"
+    engines = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("transformers", "sglang", "vllm") and v)
+    rows = []
+    for chapter, _ in pages:
+        info = status.get(chapter.stem, {})
+        state = info.get("status", "?")
+        mark = "&#10003;" if state == "ok" else "&#10007; failed"
+        rows.append(f'<li><a href="{chapter.stem}.html">{html.escape(chapter.title)}</a> <small>{mark} {info.get("seconds", "")}s</small></li>')
+    card = (
+        f"<table><tr><th>host</th><td>{html.escape(str(fp.get('hostname', '?')))} ({html.escape(gpus)})</td></tr>"
+        f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
+        f"<tr><th>installed engines</th><td>{html.escape(engines or 'none')}</td></tr>"
+        f"<tr><th>run</th><td>{html.escape(str(manifest.get('run_id')))} &middot; started {html.escape(str(manifest.get('started')))}"
+        f" &middot; finished {html.escape(str(manifest.get('finished')))}</td></tr>"
+        f"<tr><th>servebook</th><td>{html.escape(str(manifest.get('servebook_version')))} ({html.escape(str(manifest.get('git_revision')))})</td></tr></table>"
+    )
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5}}th{{text-align:left;padding-right:1em}}li{{margin:.3em 0}}</style>
+</head><body><h1>servebook</h1><p>Why is this engine slow on this hardware, and what fixes it? An investigation in six steps.</p>
+<h2>This run</h2>{card}<h2>Chapters</h2><ol style="list-style:none;padding-left:0">{''.join(rows)}</ol></body></html>
+"""

@@ -1,0 +1,111 @@
+"""The ``servebook`` command.
+
+    servebook book [--host local] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
+    servebook html RUN_DIR [--out build/book]
+    servebook probe [--profile NAME] [--json]          (chapter 01)
+    servebook whatif --engine sglang==0.5.9 --gpu rtx-pro-6000 --model kimi-k2.5   (chapter 02)
+
+Errors a user can cause print one line naming the problem and the fix, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import ServebookError
+from .params import PARAMS
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_book(sub) -> None:
+    p = sub.add_parser("book", help="run every chapter against this host and render the book",
+                       description="Execute the notebooks with papermill and render HTML into --out.")
+    for name, spec in PARAMS.items():
+        flag = "--" + name.replace("_", "-")
+        if spec.type is bool:
+            p.add_argument(flag, action="store_true", default=spec.default, help=spec.help)
+        else:
+            p.add_argument(flag, default=spec.default, help=f"{spec.help} (default: {spec.default!r})")
+    p.add_argument("--out", default="build/book", help="where the rendered book goes (default: build/book)")
+    p.add_argument("--runs", default="runs", help="root of the run directories (default: runs)")
+    p.add_argument("--run-id", default=None, help="resume or name a run (default: a new id from the time)")
+    p.add_argument("--only", default=None, help="comma-separated chapters to run, e.g. 01,05")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a chapter parameter, e.g. -p max_tokens=64 (repeatable)")
+    p.add_argument("--cell-timeout", type=int, default=None, help="seconds one notebook cell may run")
+    p.set_defaults(func=_cmd_book)
+
+    h = sub.add_parser("html", help="render an existing run directory as the book")
+    h.add_argument("run_dir")
+    h.add_argument("--out", default="build/book")
+    h.set_defaults(func=_cmd_html)
+
+
+def _cmd_book(args) -> int:
+    from .book import run_book
+    from .errors import ParameterError
+    from .params import validate
+
+    params = validate({name: getattr(args, name) for name in PARAMS})
+    extra = {}
+    for item in args.param:
+        if "=" not in item:
+            raise ParameterError("param", item, "expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        extra[k.strip()] = v
+    if args.run_id is not None:
+        from .params import _check_run_id
+
+        _check_run_id(args.run_id)
+    only = [o for o in (args.only or "").split(",") if o.strip()] or None
+    result = run_book(params, out=args.out, runs_root=args.runs, run_id=args.run_id, only=only, extra=extra,
+                      cell_timeout=args.cell_timeout)
+    failed = [c["chapter"] for c in result.chapters if c["status"] != "ok"]
+    if failed:
+        print(f"servebook: {len(failed)} chapter(s) failed: {', '.join(failed)}; their pages show where", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_html(args) -> int:
+    from .book import render_book
+
+    print(render_book(args.run_dir, args.out).resolve())
+    return 0
+
+
+# Chapters add their own subcommands through a ``register(subparsers)`` function.
+_PLUGINS = ["servebook.probe_cli", "servebook.selection.cli"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="servebook", description="An investigation book for LLM-serving performance.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_book(sub)
+    for name in _PLUGINS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ServebookError as exc:
+        print(f"servebook: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("servebook: interrupted; servers started by this run were stopped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

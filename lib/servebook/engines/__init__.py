@@ -1,0 +1,34 @@
+"""Engine adapters: one interface, three engines.
+
+    eng = get_engine("transformers")           # or "sglang", "vllm", "vllm==0.11.0"
+    eng.version()                              # installed version in this interpreter, or None
+    launch = eng.launch(model_dir, attention="sdpa")   # a servers.Launch on 127.0.0.1:<free port>
+    eng.attention_choices()                    # the engine's own list of valid backends
+
+``python=`` names another interpreter where the engine is installed (how GPU hosts are
+usually laid out); by default it is the interpreter running servebook.
+"""
+
+from __future__ import annotations
+
+from ..errors import ParameterError
+from ._base import EngineAdapter, EngineSpec, parse_engine_spec
+from .sglang import SGLangEngine
+from .transformers import TransformersEngine
+from .vllm import VLLMEngine
+
+__all__ = ["EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec"]
+
+ENGINES: dict[str, type[EngineAdapter]] = {
+    "transformers": TransformersEngine,
+    "sglang": SGLangEngine,
+    "vllm": VLLMEngine,
+}
+
+
+def get_engine(spec: str, python: str | None = None) -> EngineAdapter:
+    """The adapter for ``spec`` ("name" or "name==VERSION")."""
+    parsed = parse_engine_spec(spec)
+    if parsed.name not in ENGINES:
+        raise ParameterError("engine", spec, f"valid engines: {', '.join(ENGINES)}")
+    return ENGINES[parsed.name](python=python, wanted_version=parsed.version)

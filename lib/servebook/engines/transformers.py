@@ -1,0 +1,63 @@
+"""`transformers serve`: the engine that runs anywhere (CPU included)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from ._base import EngineAdapter
+
+_LOADED = re.compile(r"\[servebook\] loaded model=(?P<model>\S+) attn_implementation=(?P<attn>\S+) dtype=(?P<dtype>\S+) device=(?P<device>\S+)")
+
+
+class TransformersEngine(EngineAdapter):
+    name = "transformers"
+    package = "transformers"
+    module = "transformers"
+    attention_flag = "--attn-implementation"
+    ready_path = "/health"
+
+    def __init__(self, python=None, wanted_version=None, device: str = "auto"):
+        super().__init__(python, wanted_version)
+        self.device = device
+
+    def _command(self, model, *, port, host, attention, tp):
+        script = str(Path(__file__).parent / "launchers" / "transformers_serve.py")
+        cmd = [self.python, script, str(model), "--host", host, "--port", str(port), "--device", self.device, "--log-level", "info"]
+        if attention:
+            cmd += [self.attention_flag, attention]
+        return cmd, {"TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+    def attention_choices(self) -> list[str]:
+        """Read the server's own list of valid implementations from its source.
+
+        ``transformers serve`` validates ``--attn-implementation`` against a set literal in
+        its model manager (5.x); older layouts fall back to the attention registry.
+        """
+        code = r"""
+import ast, json, importlib.util
+names = []
+spec = importlib.util.find_spec("transformers.cli.serving.model_manager")
+if spec and spec.origin:
+    tree = ast.parse(open(spec.origin).read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "VALID_ATTN_IMPLEMENTATIONS" for t in node.targets):
+            names = sorted(ast.literal_eval(node.value))
+if not names:
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    names = sorted(set(["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]))
+print(json.dumps(names))
+"""
+        res = self._py(code, timeout=120)
+        if res.returncode != 0:
+            from ..errors import EngineError
+
+            raise EngineError(f"could not read transformers' attention implementations: {res.stderr.strip()[-300:]}")
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    @staticmethod
+    def loaded_from_log(log_text: str) -> list[dict]:
+        """What the server reported for each loaded model (see ``launchers/transformers_serve.py``)."""
+        return [m.groupdict() for m in _LOADED.finditer(log_text)]

@@ -1,0 +1,148 @@
+"""The book's parameters: one definition for the CLI and the notebooks.
+
+    values = validate({"engine": "sglang", "smoke": True})   # defaults filled in, checked
+    validate({"engine": "tgi"})   # ParameterError: parameter 'engine': invalid value 'tgi'; valid engines: ...
+
+Every notebook declares the common parameters in its ``parameters`` cell with the
+defaults below (a test checks they agree); chapter-specific parameters live in the
+notebook that uses them and are passed through ``servebook book -p NAME=VALUE``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import ParameterError
+
+__all__ = ["Param", "PARAMS", "validate", "coerce", "resolve_model"]
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: type
+    default: Any
+    help: str
+    check: Callable[[Any], None] | None = None
+
+
+def _check_host(value: str) -> None:
+    if value in ("", "local"):
+        return
+    if value.startswith(("ssh://", "replay:")):
+        raise ParameterError("host", value, "remote (ssh://) and replay hosts are not available yet in this version; use 'local'")
+    raise ParameterError("host", value, "valid hosts: 'local' (ssh://user@host[:port] and replay:DIR come later)")
+
+
+def _check_engine(value: str) -> None:
+    from .engines import ENGINES, parse_engine_spec
+
+    spec = parse_engine_spec(value)
+    if spec.name not in ENGINES:
+        raise ParameterError("engine", value, f"valid engines: {', '.join(ENGINES)} (optionally NAME==VERSION)")
+
+
+def _check_model(value: str) -> None:
+    resolve_model(value, build=False)
+
+
+def _check_profile(value: str) -> None:
+    if not value:
+        return
+    try:
+        from .profiles import list_profiles
+    except ImportError:  # profiles arrive with chapter 01
+        return
+    known = list_profiles()
+    if value not in known:
+        raise ParameterError("profile", value, f"known profiles: {', '.join(known)}")
+
+
+def _check_run_id(value: str) -> None:
+    if value and not re.fullmatch(r"[A-Za-z0-9._-]{1,80}", value):
+        raise ParameterError("run_id", value, "use letters, digits, '.', '_' or '-' (at most 80)")
+
+
+PARAMS: dict[str, Param] = {
+    p.name: p
+    for p in [
+        Param("host", str, "local", "where the engines run: 'local'", _check_host),
+        Param("engine", str, "transformers", "transformers | sglang | vllm, optionally ==VERSION", _check_engine),
+        Param("model", str, "embedded", "'embedded', a model card in data/models, or a model directory", _check_model),
+        Param("profile", str, "", "a hardware profile in data/hardware for what-if; '' = this host", _check_profile),
+        Param("smoke", bool, False, "small workloads (tests, CI)"),
+    ]
+}
+
+
+def coerce(name: str, value: Any, typ: type) -> Any:
+    """Turn a CLI string into ``typ``; a one-line error when it cannot."""
+    if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
+        return value
+    if typ is bool:
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ParameterError(name, value, "expected true or false")
+    if typ in (int, float):
+        try:
+            return typ(str(value).strip())
+        except ValueError:
+            raise ParameterError(name, value, f"expected {'an integer' if typ is int else 'a number'}") from None
+    if typ is str:
+        if not isinstance(value, (str, int, float)):
+            raise ParameterError(name, value, "expected a string")
+        return str(value)
+    return value
+
+
+def validate(values: dict[str, Any]) -> dict[str, Any]:
+    """Defaults filled in, types coerced, every value checked; unknown names rejected."""
+    unknown = sorted(set(values) - set(PARAMS))
+    if unknown:
+        raise ParameterError(unknown[0], values[unknown[0]], f"unknown parameter; valid parameters: {', '.join(PARAMS)}")
+    out = {}
+    for name, p in PARAMS.items():
+        value = coerce(name, values.get(name, p.default), p.type)
+        if p.check is not None:
+            p.check(value)
+        out[name] = value
+    return out
+
+
+def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict:
+    """'embedded' -> the built model dir; a card name -> the card (dict); a directory -> itself.
+
+    With ``build=False`` nothing is built (validation only).
+    """
+    from .paths import data_dir
+
+    if not isinstance(model, str) or not model.strip():
+        raise ParameterError("model", model, "give 'embedded', a model card name, or a model directory")
+    if model == "embedded":
+        if not build:
+            return Path("embedded")
+        from .embedded import build_embedded_model
+
+        return build_embedded_model(progress=progress)
+    cards = data_dir() / "models"
+    card = cards / f"{model}.json"
+    if card.exists():
+        import json
+
+        return json.loads(card.read_text())
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ParameterError("model", model, "the directory has no config.json; point at a Hugging Face model directory")
+        return path.resolve()
+    known = sorted(p.stem for p in cards.glob("*.json")) if cards.exists() else []
+    raise ParameterError(
+        "model", model,
+        "not 'embedded', not a model card" + (f" (cards: {', '.join(known)})" if known else "") + ", and no such directory",
+    )

@@ -1,0 +1,33 @@
+"""Where things are: the book's data, notebooks and caches.
+
+    data_dir() / "hardware"   # hardware profiles
+    data_dir() / "models"     # model cards
+
+servebook runs from a checkout of the book (``pip install -e .``): data and notebooks are
+found beside ``lib/``. ``SERVEBOOK_HOME`` points elsewhere when needed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["book_root", "data_dir", "notebooks_dir", "cache_dir"]
+
+
+def book_root() -> Path:
+    env = os.environ.get("SERVEBOOK_HOME")
+    return Path(env) if env else Path(__file__).resolve().parents[2]
+
+
+def data_dir() -> Path:
+    return book_root() / "data"
+
+
+def notebooks_dir() -> Path:
+    return book_root() / "notebooks"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SERVEBOOK_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "servebook")
+    return Path(root)

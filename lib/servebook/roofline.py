@@ -1,0 +1,282 @@
+"""How fast single-stream decode could be: the memory-bandwidth roofline (chapter 05).
+
+    bw = measure_memory_bandwidth()                    # this host (CPU): {'read_gbs': ..., 'method': ...}
+    w = weight_bytes(model_dir)                        # from the safetensors headers: total and per-token bytes
+    r = decode_roofline(w["bytes_per_token"], bandwidth_tbs=bw["read_gbs"] / 1000)
+    r["tok_s"]                                         # the bandwidth-bound limit, tokens/s
+    card = load_model_card("kimi-k2.5")                # data/models/<name>.json
+    r = decode_roofline(card_bytes_per_token(card), 1.792, tp=8, allreduce_us=24.0,
+                        allreduces_per_token=allreduces_per_token(card))
+
+At batch 1 every generated token reads every active weight once (plus the KV cache of
+the context), so ``time per token >= bytes per token / memory bandwidth``. With tensor
+parallelism each GPU reads its share in parallel, but each layer ends in all-reduces
+whose latency adds up serially: ``time per token >= bytes / (tp * bw) + n_allreduce * latency``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import time
+from pathlib import Path
+
+from .errors import ModelError, ParameterError
+from .paths import data_dir
+
+__all__ = [
+    "measure_memory_bandwidth",
+    "weight_bytes",
+    "kv_bytes_per_token",
+    "allreduces_per_token",
+    "load_model_card",
+    "list_model_cards",
+    "card_bytes_per_token",
+    "decode_roofline",
+    "time_breakdown",
+]
+
+_DTYPE_BYTES = {
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "U16": 2, "U32": 4,
+    "U64": 8, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75,
+}
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+
+
+# -- this host's memory bandwidth ------------------------------------------------
+def measure_memory_bandwidth(size_mib: int = 512, repeats: int = 5) -> dict:
+    """Measure the host's memory bandwidth with torch on a buffer far larger than any CPU cache.
+
+    Read bandwidth: ``x.sum()`` over a float32 tensor of ``size_mib`` MiB (bytes read / time);
+    copy bandwidth: ``y.copy_(x)`` counted as read + write. Best of ``repeats`` after one
+    untimed pass, using torch's default intra-op threads (all cores). Decode streams
+    weights, so the roofline uses the read figure.
+    """
+    import torch
+
+    if size_mib < 64:
+        raise ParameterError("size_mib", size_mib, "use at least 64 MiB so the buffer does not fit in a CPU cache")
+    n = size_mib * 1024 * 1024 // 4
+    x = torch.ones(n, dtype=torch.float32)
+    y = torch.empty_like(x)
+    nbytes = x.numel() * 4
+    x.sum()
+    y.copy_(x)
+    read, copy = [], []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        x.sum()
+        read.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        y.copy_(x)
+        copy.append(time.perf_counter() - t0)
+    del x, y
+    return {
+        "read_gbs": nbytes / min(read) / 1e9,
+        "copy_gbs": 2 * nbytes / min(copy) / 1e9,
+        "size_mib": size_mib,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "method": (f"torch float32 tensor of {size_mib} MiB: read = x.sum(), copy = y.copy_(x) counted as read+write; "
+                   f"best of {repeats} after a warm-up pass, {torch.get_num_threads()} threads"),
+    }
+
+
+# -- a model directory's real bytes ---------------------------------------------------
+def _safetensors_header(path: Path) -> dict:
+    with open(path, "rb") as fh:
+        raw = fh.read(8)
+        if len(raw) != 8:
+            raise ModelError(f"{path} is not a safetensors file (too short); rebuild or re-download the model")
+        (n,) = struct.unpack("<Q", raw)
+        if n > 100 * 1024 * 1024:
+            raise ModelError(f"{path} has an implausible safetensors header ({n} bytes); the file is damaged")
+        return json.loads(fh.read(n))
+
+
+def weight_bytes(model_dir: str | os.PathLike) -> dict:
+    """Count a model directory's parameters and bytes from its safetensors headers (no weights loaded).
+
+    ``bytes_per_token`` is what one decode step at batch 1 reads: every weight except the
+    routed experts and the input embedding, plus ``num_experts_per_tok / n_routed_experts``
+    of the routed-expert bytes, plus one embedding row.
+    """
+    d = Path(model_dir)
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"no *.safetensors files in {d}; pass a model directory with safetensors weights")
+    try:
+        config = json.loads((d / "config.json").read_text())
+    except FileNotFoundError:
+        config = {}
+    total = params = expert = embed = 0
+    embed_row = 0.0
+    for f in files:
+        for name, meta in _safetensors_header(f).items():
+            if name == "__metadata__":
+                continue
+            start, end = meta["data_offsets"]
+            nbytes = end - start
+            count = 1
+            for s in meta["shape"]:
+                count *= s
+            total += nbytes
+            params += count
+            if _EXPERT.search(name) and ".shared_experts." not in name:
+                expert += nbytes
+            elif "embed_tokens" in name or name.endswith("wte.weight"):
+                embed += nbytes
+                rows = meta["shape"][0] if meta["shape"] else 1
+                embed_row += nbytes / max(rows, 1)
+    n_routed = config.get("n_routed_experts") or config.get("num_experts") or config.get("num_local_experts")
+    k = config.get("num_experts_per_tok")
+    active_fraction = (k / n_routed) if (n_routed and k and expert) else 1.0
+    dense = total - expert - embed
+    per_token = dense + expert * active_fraction + embed_row
+    return {
+        "model_dir": str(d),
+        "files": len(files),
+        "total_bytes": total,
+        "total_params": params,
+        "bytes_per_param": total / params if params else None,
+        "routed_expert_bytes": expert,
+        "embedding_bytes": embed,
+        "expert_active_fraction": active_fraction,
+        "bytes_per_token": per_token,
+        "method": "safetensors headers: bytes = data_offsets span per tensor; routed experts scaled by num_experts_per_tok/n_routed_experts; embedding counted as one row",
+    }
+
+
+def kv_bytes_per_token(config: dict, bytes_per_element: float = 2.0) -> float:
+    """KV-cache bytes one token of context occupies (and every later decode step reads).
+
+    MLA (``kv_lora_rank`` present): one latent of ``kv_lora_rank + qk_rope_head_dim`` per layer;
+    otherwise keys and values of ``num_key_value_heads * head_dim`` per layer.
+    """
+    cfg = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+    layers = cfg.get("num_hidden_layers")
+    if not layers:
+        raise ModelError("the model config has no num_hidden_layers; cannot size the KV cache")
+    if cfg.get("kv_lora_rank"):
+        per_layer = cfg["kv_lora_rank"] + (cfg.get("qk_rope_head_dim") or 0)
+    else:
+        heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
+        head_dim = cfg.get("head_dim") or (cfg["hidden_size"] // cfg["num_attention_heads"])
+        per_layer = 2 * heads * head_dim
+    return float(layers * per_layer * bytes_per_element)
+
+
+def allreduces_per_token(config: dict) -> int:
+    """All-reduces per decode step under tensor parallelism: two per layer (after attention, after the MLP)."""
+    cfg = config.get("config", config) if isinstance(config.get("config"), dict) else config
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    layers = cfg.get("num_hidden_layers")
+    if not layers:
+        raise ModelError("the model card/config has no num_hidden_layers; pass allreduces_per_token explicitly")
+    return 2 * int(layers)
+
+
+# -- model cards (data/models/<name>.json) -----------------------------------------------
+def list_model_cards() -> list[str]:
+    return sorted(p.stem for p in (data_dir() / "models").glob("*.json"))
+
+
+def load_model_card(name: str) -> dict:
+    """The card ``data/models/<name>.json`` as a dict."""
+    path = data_dir() / "models" / f"{name}.json"
+    if not path.exists():
+        raise ModelError(f"no model card {path}; known cards: {', '.join(list_model_cards()) or '(none yet)'}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"model card {path} is not valid JSON ({exc}); fix or restore it") from exc
+
+
+def _find(card: dict, *names: str):
+    """The first of ``names`` found at the top level or one level down (cards nest facts in groups)."""
+    for n in names:
+        if card.get(n) is not None:
+            return card[n]
+    for v in card.values():
+        if isinstance(v, dict):
+            for n in names:
+                if v.get(n) is not None:
+                    return v[n]
+    return None
+
+
+def card_bytes_per_token(card: dict) -> dict:
+    """Bytes one batch-1 decode step reads for a model card: active parameters x bytes per parameter."""
+    active = _find(card, "active_parameters", "active_params", "parameters_active", "active")
+    total = _find(card, "total_parameters", "total_params", "parameters_total", "total")
+    bpp = _find(card, "bytes_per_parameter", "bytes_per_param", "weight_bytes_per_param")
+    if active is None or bpp is None:
+        raise ModelError(
+            f"model card {card.get('name', '?')!r} lacks active parameters or bytes per parameter "
+            f"(keys found: {', '.join(sorted(card))}); add them to the card with their source"
+        )
+    return {"active_params": float(active), "total_params": float(total) if total is not None else None,
+            "bytes_per_param": float(bpp), "bytes_per_token": float(active) * float(bpp),
+            "method": "model card: active parameters x bytes per parameter"}
+
+
+# -- the roofline ----------------------------------------------------------------------
+def decode_roofline(
+    bytes_per_token: float,
+    bandwidth_tbs: float,
+    *,
+    tp: int = 1,
+    allreduce_us: float | None = None,
+    allreduces_per_token: int | None = None,
+    context_tokens: int = 0,
+    kv_bytes_per_token: float = 0.0,
+) -> dict:
+    """The single-stream decode limit.
+
+    ``bytes_per_token``: weight bytes one step reads; ``bandwidth_tbs``: one device's memory
+    bandwidth (TB/s); ``tp``: devices splitting every layer. With ``tp > 1`` and an
+    all-reduce latency, the communication floor ``allreduces_per_token * allreduce_us`` is
+    added to the bandwidth time (at batch 1 the two cannot overlap: each layer waits for its
+    all-reduce).
+    """
+    if bandwidth_tbs is None or bandwidth_tbs <= 0:
+        raise ParameterError("bandwidth_tbs", bandwidth_tbs, "a positive memory bandwidth in TB/s")
+    if tp < 1:
+        raise ParameterError("tp", tp, "1 or more devices")
+    read = float(bytes_per_token) + float(context_tokens) * float(kv_bytes_per_token)
+    t_mem = read / (tp * bandwidth_tbs * 1e12)
+    t_comm = 0.0
+    if tp > 1:
+        if allreduce_us is None or allreduces_per_token is None:
+            raise ParameterError("allreduce_us", allreduce_us,
+                                 "with tp > 1 give the per-all-reduce latency (chapter 04 measures it) and allreduces_per_token")
+        t_comm = allreduces_per_token * allreduce_us * 1e-6
+    return {
+        "bytes_per_token": read,
+        "bandwidth_tbs": bandwidth_tbs,
+        "tp": tp,
+        "t_mem_ms": t_mem * 1e3,
+        "t_comm_ms": t_comm * 1e3,
+        "tok_s_bandwidth": 1.0 / t_mem,
+        "tok_s": 1.0 / (t_mem + t_comm),
+        "allreduce_us": allreduce_us,
+        "allreduces_per_token": allreduces_per_token if tp > 1 else 0,
+    }
+
+
+def time_breakdown(measured_tok_s: float, roofline: dict, **measured_ms: float) -> list[dict]:
+    """Where one token's time goes: the bandwidth floor, the communication floor, named measured parts, the rest.
+
+    ``measured_ms`` are further per-token times that were measured (e.g. ``client=0.01``,
+    ``serving=1.2``); whatever is left is reported as "unexplained".
+    """
+    if not measured_tok_s or measured_tok_s <= 0:
+        raise ParameterError("measured_tok_s", measured_tok_s, "a positive measured decode rate")
+    total = 1e3 / measured_tok_s
+    parts = [("memory bandwidth floor", roofline["t_mem_ms"]), ("communication floor", roofline["t_comm_ms"])]
+    parts += [(k.replace("_", " "), float(v)) for k, v in measured_ms.items()]
+    rest = total - sum(v for _, v in parts)
+    parts.append(("unexplained (compute, kernel launches, framework overhead)", rest))
+    return [{"part": k, "ms_per_token": v, "share": v / total} for k, v in parts]

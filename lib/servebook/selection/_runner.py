@@ -1,0 +1,284 @@
+"""Runs inside an engine's own interpreter: fake the GPU, run the engine's own resolution.
+
+    python _runner.py < request.json      # prints one line: SERVEBOOK_RESULT {json}
+
+Standalone on purpose (the engine's environment does not have servebook installed).
+It never edits engine files; it patches, in memory, only what reports the hardware
+(torch.cuda queries, torch.version.cuda, pynvml) and, for kernel libraries the request
+says are installed but that this machine lacks (GPU-only wheels), it provides empty
+import stubs so that ``importlib.util.find_spec`` finds them as it would on a GPU host.
+"""
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import io
+import json
+import logging
+import os
+import sys
+import traceback
+import types
+
+MARK = "SERVEBOOK_RESULT "
+
+
+# -- import stubs -------------------------------------------------------------------------
+class _Anything(types.ModuleType):
+    """A module (and attribute) that is anything: callable, indexable, iterable, falsy."""
+
+    __path__ = []  # a package, so submodules import too
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = _Dummy(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _Dummy:
+    def __init__(self, name):
+        self._name = name
+
+    def __call__(self, *a, **k):
+        if len(a) == 1 and callable(a[0]) and not k:  # used as a decorator
+            return a[0]
+        return _Dummy(self._name + "()")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Dummy(f"{self._name}.{name}")
+
+    def __getitem__(self, key):
+        return _Dummy(f"{self._name}[]")
+
+    def __iter__(self):
+        return iter(())
+
+    def __bool__(self):
+        return False
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+    def __repr__(self):
+        return f"<stub {self._name}>"
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, names):
+        self.names = set(names)
+        self.used = set()
+
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.split(".")[0]
+        if top in self.names:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        self.used.add(spec.name.split(".")[0])
+        mod = _Anything(spec.name)
+        mod.__version__ = "0.0.0+servebook-stub"
+        return mod
+
+    def exec_module(self, module):
+        pass
+
+
+def _install_stubs(present, absent):
+    """present: modules the host is assumed to have; absent: modules to hide."""
+    stub = [m for m in present if importlib.util.find_spec(m) is None] if present else []
+    finder = _StubFinder(stub)
+    sys.meta_path.insert(0, finder)
+
+    class _Hide(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname.split(".")[0] in absent:
+                raise ModuleNotFoundError(f"No module named '{fullname}' (hidden by servebook what-if)")
+            return None
+
+    if absent:
+        sys.meta_path.insert(0, _Hide())
+    return finder
+
+
+# -- the fake GPU ---------------------------------------------------------------------------
+def _fake_gpu(gpu):
+    import torch
+
+    if not gpu:
+        return []
+    major, minor = (int(x) for x in str(gpu["capability"]).split("."))
+    total = int(float(gpu.get("memory_gib", 80)) * (1 << 30))
+    count = int(gpu.get("count", 1))
+    name = gpu.get("gpu_name", "NVIDIA GPU")
+    sms = int(gpu.get("sm_count") or 132)
+    cuda = str(gpu.get("cuda_version", "12.8"))
+    props = types.SimpleNamespace(
+        name=name, major=major, minor=minor, total_memory=total, multi_processor_count=sms,
+        is_integrated=False, is_multi_gpu_board=False, uuid="GPU-servebook-whatif",
+        L2_cache_size=50 << 20, gcnArchName="", warp_size=32,
+    )
+    patched = []
+
+    def setp(obj, attr, value):
+        setattr(obj, attr, value)
+        patched.append(f"{getattr(obj, '__name__', type(obj).__name__)}.{attr}")
+
+    c = torch.cuda
+    setp(c, "is_available", lambda: True)
+    setp(c, "device_count", lambda: count)
+    setp(c, "current_device", lambda: 0)
+    setp(c, "set_device", lambda *a, **k: None)
+    setp(c, "get_device_capability", lambda device=None: (major, minor))
+    setp(c, "get_device_name", lambda device=None: name)
+    setp(c, "get_device_properties", lambda device=None: props)
+    setp(c, "mem_get_info", lambda device=None: (total - (1 << 30), total))
+    setp(c, "is_bf16_supported", lambda *a, **k: True)
+    setp(c, "get_arch_list", lambda: [f"sm_{major}{minor}"])
+    setp(torch.version, "cuda", cuda)
+    torch.version.hip = None
+    try:  # pynvml, when the engine asks NVML directly (memory, topology)
+        import pynvml
+
+        def _mem(_h):
+            return types.SimpleNamespace(total=total, free=total - (1 << 30), used=1 << 30)
+
+        fakes = {
+            "nvmlInit": lambda: None, "nvmlShutdown": lambda: None,
+            "nvmlDeviceGetCount": lambda: count,
+            "nvmlDeviceGetHandleByIndex": lambda i: i,
+            "nvmlDeviceGetName": lambda h: name,
+            "nvmlDeviceGetMemoryInfo": _mem,
+            "nvmlDeviceGetCudaComputeCapability": lambda h: (major, minor),
+            "nvmlSystemGetDriverVersion": lambda: "999.0",
+            "nvmlSystemGetCudaDriverVersion": lambda: int(cuda.split(".")[0]) * 1000 + int(cuda.split(".")[1]) * 10,
+            "nvmlDeviceGetP2PStatus": lambda a, b, c: 0,
+        }
+        for k, v in fakes.items():
+            setp(pynvml, k, v)
+    except Exception:
+        pass
+    return patched
+
+
+# -- line tracing of the statically found sites --------------------------------------------
+def _tracer(sites):
+    by_file = {}
+    for f, line in sites:
+        by_file.setdefault(os.path.realpath(f), set()).add(int(line))
+    fired = []
+    seen = set()
+
+    def local(frame, event, arg):
+        if event == "line":
+            key = (frame.f_code.co_filename, frame.f_lineno)
+            lines = by_file.get(os.path.realpath(frame.f_code.co_filename))
+            if lines and frame.f_lineno in lines and key not in seen:
+                seen.add(key)
+                fired.append([os.path.realpath(frame.f_code.co_filename), frame.f_lineno])
+        return local
+
+    def glob(frame, event, arg):
+        if os.path.realpath(frame.f_code.co_filename) in by_file:
+            return local
+        return None
+
+    return glob, fired
+
+
+# -- engines ----------------------------------------------------------------------------------
+_SG_FIELDS = ["attention_backend", "prefill_attention_backend", "decode_attention_backend",
+              "moe_runner_backend", "sampling_backend", "quantization", "kv_cache_dtype", "page_size",
+              "dtype", "mm_attention_backend"]
+
+
+def _run_sglang(req):
+    from sglang.srt.server_args import ServerArgs
+
+    kwargs = dict(model_path=req["model_dir"], tp_size=int(req.get("tp_size") or 1), skip_server_warmup=True)
+    kwargs.update(req.get("server_args") or {})
+    sa = ServerArgs(**kwargs)
+    return {k: getattr(sa, k, None) for k in _SG_FIELDS if hasattr(sa, k)}
+
+
+def _run_transformers(req):
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(req["model_dir"])
+    kw = {}
+    if req.get("attn_implementation"):
+        kw["attn_implementation"] = req["attn_implementation"]
+    if req.get("trace_only_resolution"):
+        pass
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, **kw)
+    out = {"attention_backend": model.config._attn_implementation, "transformers": transformers.__version__,
+           "model_class": type(model).__name__}
+    exp = getattr(model.config, "_experts_implementation", None)
+    if exp is not None:
+        out["moe_runner_backend"] = exp
+    return out
+
+
+def _run_vllm(req):
+    import torch
+    from vllm.platforms import current_platform
+
+    from vllm.attention.selector import get_attn_backend  # noqa: F401  (older)
+
+    raise NotImplementedError
+
+
+def main():
+    req = json.loads(sys.stdin.read())
+    logs = []
+
+    class _H(logging.Handler):
+        def emit(self, record):
+            try:
+                msg = record.getMessage()
+            except Exception:
+                msg = str(record.msg)
+            logs.append({"logger": record.name, "level": record.levelname, "message": msg[:500],
+                         "file": record.pathname, "line": record.lineno})
+
+    root = logging.getLogger()
+    root.addHandler(_H())
+    root.setLevel(logging.INFO)
+    for k, v in (req.get("env") or {}).items():
+        os.environ[k] = str(v)
+    finder = _install_stubs(req.get("present_modules") or [], set(req.get("absent_modules") or []))
+    result = {"ok": False}
+    trace, fired = _tracer(req.get("sites") or [])
+    buf_err = io.StringIO()
+    try:
+        patched = _fake_gpu(req.get("gpu"))
+        result["patched"] = patched
+        engine = req["engine"]
+        fn = {"sglang": _run_sglang, "transformers": _run_transformers, "vllm": _run_vllm}[engine]
+        sys.settrace(trace)
+        try:
+            result["resolved"] = fn(req)
+        finally:
+            sys.settrace(None)
+        result["ok"] = True
+    except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
+        sys.settrace(None)
+        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:600] if str(exc) else type(exc).__name__
+        result["traceback"] = traceback.format_exc()[-4000:]
+    result["fired"] = fired
+    result["logs"] = logs
+    result["stubbed_modules"] = sorted(finder.used)
+    sys.stdout.write("\n" + MARK + json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

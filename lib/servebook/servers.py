@@ -1,0 +1,323 @@
+"""Start an inference server, wait until it answers, and always stop it.
+
+    with Server.start(launch, log_path=store.path / "server.log", ready_timeout=300) as srv:
+        srv.base_url          # "http://127.0.0.1:41234"
+        ...                   # stopped on success, exception, KeyboardInterrupt
+
+The server runs in its own process group, so stopping it stops every worker it forked.
+A small reaper process watches the Python process that started the server: if that
+process dies without cleaning up (a kernel killed on a cell timeout, kill -9), the reaper
+stops the server's process group. Every start and stop is logged to ``servers.jsonl``
+in the run directory when one is given, so leftovers can be found by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import ServerError
+from .secrets import mask_value
+
+__all__ = ["Launch", "Server", "free_port", "port_is_free", "stop_process_group", "leftover_servers", "run_bounded"]
+
+
+@dataclass
+class Launch:
+    """How to start one server: the command, extra environment, and where it answers."""
+
+    cmd: list[str]
+    port: int
+    host: str = "127.0.0.1"
+    env: dict[str, str] = field(default_factory=dict)
+    ready_path: str = "/health"
+    engine: str = ""
+    description: str = ""
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def shell(self) -> str:
+        """The launch as a copy-pasteable shell line (secrets masked)."""
+        import shlex
+
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(mask_value(self.env).items()))
+        return (env + " " if env else "") + " ".join(shlex.quote(c) for c in self.cmd)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_process_group(pgid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _group_alive(pgid):
+                return
+            time.sleep(0.1)
+
+
+_REAPER = r"""
+import os, signal, sys, time
+parent, pgid = int(sys.argv[1]), int(sys.argv[2])
+def alive(pid):
+    try:
+        os.kill(pid, 0); return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+def group_alive():
+    try:
+        os.killpg(pgid, 0); return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+while alive(parent) and group_alive():
+    time.sleep(0.5)
+if group_alive():
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        end = time.time() + wait
+        while time.time() < end and group_alive():
+            time.sleep(0.1)
+"""
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+class Server:
+    """A running server; use :meth:`start` as a context manager."""
+
+    def __init__(self, launch: Launch, proc: subprocess.Popen, log_path: Path, registry: Path | None):
+        self.launch = launch
+        self.proc = proc
+        self.pgid = proc.pid
+        self.log_path = log_path
+        self._registry = registry
+        self.started_at = time.time()
+        self.ready_s: float | None = None
+        self._reaper: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.launch.base_url
+
+    @classmethod
+    def start(
+        cls,
+        launch: Launch,
+        log_path: str | os.PathLike,
+        ready_timeout: float = 300.0,
+        registry: str | os.PathLike | None = None,
+        progress: Callable[[str], None] | None = print,
+        ready_check: Callable[["Server"], bool] | None = None,
+    ) -> "Server":
+        """Start ``launch`` and wait until its ready path answers 200.
+
+        Raises :class:`ServerError` (with the log tail) when the port is taken, the
+        command is missing, the process dies during start, or it is not ready in time;
+        the process group is stopped before raising.
+        """
+        say = progress or (lambda _m: None)
+        if not port_is_free(launch.port, "127.0.0.1" if launch.host in ("0.0.0.0", "") else launch.host):
+            raise ServerError(
+                f"port {launch.port} on {launch.host} is already in use by another program; "
+                "stop it or let servebook pick a free port (port=0)"
+            )
+        log_path = Path(log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(launch.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        log = open(log_path, "ab")
+        log.write(f"$ {launch.shell()}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                launch.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True,
+            )
+        except FileNotFoundError as exc:
+            raise ServerError(f"cannot start {launch.engine or 'the server'}: {launch.cmd[0]!r} was not found; is the engine installed in this environment?") from exc
+        finally:
+            log.close()
+        srv = cls(launch, proc, log_path, Path(registry) if registry else None)
+        srv._reaper = subprocess.Popen(
+            [sys.executable, "-c", _REAPER, str(os.getpid()), str(srv.pgid)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        srv._record("started")
+        try:
+            srv._wait_ready(ready_timeout, say, ready_check)
+        except BaseException:
+            srv.stop()
+            raise
+        return srv
+
+    def _wait_ready(self, timeout: float, say: Callable[[str], None], ready_check) -> None:
+        t0 = time.monotonic()
+        url = self.base_url + self.launch.ready_path
+        next_note = 10.0
+        say(f"starting {self.launch.engine or 'server'} on {self.base_url} (log: {self.log_path}) ...")
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerError(
+                    f"{self.launch.engine or 'the server'} exited with code {code} during start; "
+                    f"see its log {self.log_path} (tail below)",
+                    log_tail=_tail(self.log_path),
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200 and (ready_check is None or ready_check(self)):
+                        self.ready_s = round(time.monotonic() - t0, 2)
+                        say(f"ready after {self.ready_s}s")
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError, TimeoutError):
+                pass
+            elapsed = time.monotonic() - t0
+            if elapsed > timeout:
+                raise ServerError(
+                    f"{self.launch.engine or 'the server'} did not answer {url} within {timeout:.0f}s; "
+                    f"it was stopped. Raise the start timeout or read its log {self.log_path}",
+                    log_tail=_tail(self.log_path),
+                )
+            if elapsed > next_note:
+                say(f"  still starting ({elapsed:.0f}s) ...")
+                next_note += 10.0
+            time.sleep(0.25)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, n: int = 40) -> str:
+        return _tail(self.log_path, n)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the whole process group and wait until the port is free."""
+        stop_process_group(self.pgid, grace_s)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._reaper is not None:
+            try:
+                self._reaper.kill()
+                self._reaper.wait(timeout=5)
+            except Exception:  # noqa: BLE001
+                pass
+        deadline = time.monotonic() + 15
+        host = "127.0.0.1" if self.launch.host in ("0.0.0.0", "") else self.launch.host
+        while not port_is_free(self.launch.port, host) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self._record("stopped")
+
+    def _record(self, event: str) -> None:
+        if self._registry is None:
+            return
+        row = {"event": event, "pid": self.proc.pid, "pgid": self.pgid, "port": self.launch.port,
+               "engine": self.launch.engine, "cmd": self.launch.shell(), "time": time.time()}
+        try:
+            with open(self._registry, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def leftover_servers(registry: str | os.PathLike) -> list[dict]:
+    """Servers a run's registry says were started and never stopped, still alive."""
+    path = Path(registry)
+    if not path.exists():
+        return []
+    state: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("event") == "started":
+            state[row["pgid"]] = row
+        elif row.get("event") == "stopped":
+            state.pop(row.get("pgid"), None)
+    return [r for pgid, r in state.items() if _group_alive(pgid)]
+
+
+def run_bounded(cmd: Sequence[str], timeout: float, env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run a command in its own process group; on timeout kill the whole group.
+
+    Returns the CompletedProcess; ``returncode`` is 124 on timeout (stdout/stderr hold
+    what was printed before).
+    """
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full_env, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        stop_process_group(proc.pid, grace_s=3)
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(proc.args, 124, out, (err or "") + f"\n[servebook] killed after {timeout:.0f}s timeout")
+    except BaseException:
+        stop_process_group(proc.pid, grace_s=3)
+        raise

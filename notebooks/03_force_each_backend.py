@@ -1,0 +1,153 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03. Force each attention backend
+#
+# Chapter 02 showed which backend the engine *picks*. Picking is not running: a forced flag
+# can be silently overridden, a kernel can refuse this GPU, and a fast backend can give wrong
+# tokens. In the seed case the fix was `--attention-backend flashinfer` instead of the triton
+# fallback, and it had to be checked three ways before it counted: the engine must *report*
+# the backend it loaded, its greedy output must agree with the default's, and it must be faster.
+#
+# Here every candidate is started in turn, on 127.0.0.1, and stopped (with its whole process
+# group) before the next one starts.
+
+# %% tags=["parameters"]
+run_dir = ""            # str: this run's directory (set by `servebook book`); "" = a new run under runs/
+host = "local"          # str: "local"
+engine = "transformers" # str: transformers | sglang | vllm, optionally ==VERSION
+model = "embedded"      # str: "embedded", a card in data/models (e.g. "kimi-k2.5"), or a model directory
+profile = ""            # str: a hardware profile in data/hardware for what-if; "" = this host
+smoke = False           # bool: small workloads (tests, CI)
+backends = ""           # str: comma-separated backends to force; "" = the engine's own list, filtered to what runs here
+max_tokens = 32         # int: greedy tokens per probe prompt
+runs = 3                # int: single-stream measurements per backend (after one warm-up)
+ready_timeout = 300     # int: seconds a server may take to become ready
+
+# %%
+import pandas as pd
+
+from servebook.backends import PROBE_PROMPTS, force_each_backend
+from servebook.engines import get_engine
+from servebook.params import resolve_model
+from servebook.results import RunStore
+
+store = RunStore.at(run_dir) if run_dir else RunStore.open()
+eng = get_engine(engine)
+print(f"engine: {eng.name} {eng.version()} in {eng.python}")
+
+# %% [markdown]
+# ## The candidates
+# The engine's own list of valid values for its attention flag (read from its code, not typed in here).
+
+# %%
+choices = eng.attention_choices()
+print(f"{eng.name} accepts {eng.attention_flag} =", ", ".join(choices))
+
+# %% [markdown]
+# Not every valid value can run on every host: the flash-attention kernels need a CUDA GPU of
+# the right generation and their package installed. Unless `backends` names them, those are kept
+# out here and the reason is recorded, so they show as "not run here", not as silently missing.
+
+# %%
+import importlib.util
+
+import torch
+
+def runnable_here(name: str) -> tuple[bool, str]:
+    if name.startswith("flash_attention"):
+        if not torch.cuda.is_available():
+            return False, "needs a CUDA GPU"
+        pkg = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface", "flash_attention_4": "flash_attn.cute"}.get(name, "flash_attn")
+        if importlib.util.find_spec(pkg.split(".")[0]) is None:
+            return False, f"needs the {pkg.split('.')[0]} package"
+    if name == "flex_attention" and smoke:
+        return False, "skipped in smoke mode (compiles kernels on first use)"
+    return True, ""
+
+if backends:
+    candidates = [b.strip() for b in backends.split(",") if b.strip()]
+    skipped = []
+else:
+    candidates, skipped = [], []
+    for name in choices:
+        ok, why = runnable_here(name)
+        (candidates.append(name) if ok else skipped.append({"attention": name, "reason": why}))
+if smoke:
+    candidates = [c for c in candidates if c in ("sdpa", "eager")][:2] or candidates[:2]
+for s in skipped:
+    if not store.done("backends_not_run", engine=eng.name, attention=s["attention"]):
+        store.append("backends_not_run", {"engine": eng.name, **s})
+print("will force:", ["auto (engine default)", *candidates])
+pd.DataFrame(skipped)
+
+# %% [markdown]
+# ## The sweep
+# `auto` first: it is the reference the others' tokens are compared with.
+
+# %%
+model_dir = resolve_model(model)
+if isinstance(model_dir, dict):
+    raise SystemExit(f"model '{model}' is a model card (facts only, no weights): chapter 03 needs a real model directory on this host")
+rows = force_each_backend(eng, model_dir, [None, *candidates], store, max_tokens=max_tokens,
+                          runs=max(1, runs if not smoke else 2), ready_timeout=ready_timeout)
+
+# %%
+table = store.table("backends")
+table = table[table["engine"] == eng.name]
+cols = [c for c in ["attention", "outcome", "reported", "agreement", "first_divergence", "decode_tok_s", "decode_tok_s_ci95",
+                    "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
+table[cols]
+
+# %% [markdown]
+# Each row is one server start. `reported` is what the engine itself said it loaded; `agreement`
+# is the share of greedy tokens equal to the default backend's.
+
+# %%
+import matplotlib.pyplot as plt
+import seaborn as sns
+
+plot = table.copy()
+plot["decode_tok_s"] = pd.to_numeric(plot.get("decode_tok_s"), errors="coerce").fillna(0)
+plot["label"] = plot["attention"] + "\n" + plot["outcome"].fillna("?")
+fig, ax = plt.subplots(figsize=(7, 3))
+sns.barplot(data=plot, x="label", y="decode_tok_s", hue="outcome", dodge=False, ax=ax)
+ax.set_xlabel("")
+ax.set_ylabel("decode tok/s (single stream)")
+ax.set_title(f"{eng.name}: each attention backend forced (failures shown at 0)")
+plt.tight_layout()
+
+# %% [markdown]
+# ## What we found
+
+# %%
+from IPython.display import Markdown
+
+ok = table[table["outcome"] == "ok"]
+lines = []
+if len(ok):
+    best = ok.sort_values("decode_tok_s", ascending=False).iloc[0]
+    lines.append(f"- {len(ok)} of {len(table)} backend runs of {eng.name} served correct output; the fastest was "
+                 f"**{best['attention']}** at {best['decode_tok_s']:.1f} tok/s single stream.")
+    auto = ok[ok["attention"] == "auto"]
+    if len(auto) and auto.iloc[0].get("reported"):
+        lines.append(f"- Left alone, the engine reported loading **{auto.iloc[0]['reported']}**.")
+    spread = ok["decode_tok_s"].max() / max(ok["decode_tok_s"].min(), 1e-9)
+    lines.append(f"- The spread between backends was {spread:.2f}x." + (" On this host the attention kernel is not what limits decode." if spread < 1.15 else ""))
+bad = table[table["outcome"] != "ok"]
+for _, r in bad.iterrows():
+    lines.append(f"- **{r['attention']}**: {r['outcome']} — {r.get('error')}")
+if skipped:
+    lines.append("- Not run here: " + ", ".join(f"{s['attention']} ({s['reason']})" for s in skipped) + ".")
+Markdown("\n".join(lines) or "No backend ran.")
+
+# %% [markdown]
+# Next: [04. Tune NCCL](04_tune_nccl.html) — on a multi-GPU host, decode also waits for all-reduces.

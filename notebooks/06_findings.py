@@ -1,0 +1,126 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06. Findings
+#
+# This chapter measures nothing. It reads what chapters 01 to 05 recorded in this run's
+# directory and states what to change. Every statement below is computed from those tables;
+# where a chapter recorded nothing or failed, it says so instead of guessing.
+
+# %% tags=["parameters"]
+run_dir = ""            # str: this run's directory (set by `servebook book`); "" = the newest run under runs/
+host = "local"          # str: "local"
+engine = "transformers" # str: transformers | sglang | vllm, optionally ==VERSION
+model = "embedded"      # str: "embedded", a card in data/models (e.g. "kimi-k2.5"), or a model directory
+profile = ""            # str: a hardware profile in data/hardware for what-if; "" = this host
+smoke = False           # bool: small workloads (tests, CI)
+
+# %%
+import pandas as pd
+from IPython.display import Markdown
+
+from servebook.results import RunStore, find_runs
+
+if run_dir:
+    store = RunStore.at(run_dir)
+else:
+    runs = list(find_runs("runs"))
+    if not runs:
+        raise SystemExit("no run found under runs/: run the book first (make book)")
+    store = runs[-1]
+manifest = store.manifest
+print(f"run {store.path}")
+print("tables recorded:", ", ".join(store.tables()) or "none")
+
+# %% [markdown]
+# ## This run
+
+# %%
+params = manifest.get("parameters", {})
+versions = manifest.get("versions", {})
+fp = manifest.get("host_fingerprint", {})
+pd.DataFrame([
+    {"what": "host", "value": f"{fp.get('hostname')} — {fp.get('cpu_count')} CPUs, {fp.get('memory_gib')} GiB, GPUs: {', '.join(fp.get('gpus') or []) or 'none'}"},
+    {"what": "engine under study", "value": params.get("engine")},
+    {"what": "model", "value": params.get("model")},
+    {"what": "versions", "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v)},
+    {"what": "git revision", "value": manifest.get("git_revision")},
+])
+
+# %% [markdown]
+# ## Chapter by chapter
+
+# %%
+def table(name: str) -> pd.DataFrame:
+    return store.table(name)
+
+findings = []
+
+backends_t = table("backends")
+if len(backends_t):
+    ok = backends_t[backends_t["outcome"] == "ok"]
+    if len(ok):
+        best = ok.sort_values("decode_tok_s", ascending=False).iloc[0]
+        auto = ok[ok["attention"] == "auto"]
+        auto_rate = float(auto.iloc[0]["decode_tok_s"]) if len(auto) else None
+        gain = f" ({best['decode_tok_s'] / auto_rate - 1:+.0%} vs the engine's default)" if auto_rate else ""
+        findings.append({"chapter": "03", "finding": f"fastest correct attention backend for {best['engine']}: {best['attention']} "
+                         f"at {best['decode_tok_s']:.1f} tok/s{gain}", "launch": best.get("launch")})
+    for _, r in backends_t[backends_t["outcome"] != "ok"].iterrows():
+        findings.append({"chapter": "03", "finding": f"{r['engine']} {r['attention']}: {r['outcome']} ({r.get('error')})", "launch": None})
+else:
+    findings.append({"chapter": "03", "finding": "no backend sweep recorded in this run", "launch": None})
+
+ar = table("allreduce")
+if len(ar):
+    one = ar.sort_values("bytes").iloc[0]
+    findings.append({"chapter": "04", "finding": f"smallest decode all-reduce ({int(one['bytes'])} B): {one['us_median']:.1f} us "
+                     f"({one['backend']}, {one['mode']}, env {one['env']})", "launch": None})
+else:
+    findings.append({"chapter": "04", "finding": "no all-reduce measurement recorded in this run", "launch": None})
+
+summary = table("bench_summary")
+if len(summary):
+    for _, r in summary.iterrows():
+        rate = r.get("decode_tok_s_mean", r.get("decode_tok_s"))
+        findings.append({"chapter": "05", "finding": f"{r.get('engine')} single stream ({r.get('attention', 'auto')}): "
+                         f"{rate} tok/s at concurrency {r.get('concurrency', 1)}", "launch": None})
+else:
+    findings.append({"chapter": "05", "finding": "no benchmark summary recorded in this run", "launch": None})
+
+failures = table("failures")
+for _, r in failures.iterrows():
+    findings.append({"chapter": "-", "finding": f"failed step: {r['step']}: {r['error']}", "launch": None})
+findings_df = pd.DataFrame(findings)
+findings_df
+
+# %% [markdown]
+# ## What to change
+
+# %%
+launch_lines = [f for f in findings if f.get("launch")]
+if launch_lines:
+    best = launch_lines[0]
+    text = f"Start the engine with the fastest correct backend found in chapter 03:\n\n```\n{best['launch']}\n```"
+else:
+    text = "No launch change is supported by this run's data."
+Markdown(text)
+
+# %% [markdown]
+# ## What we found
+
+# %%
+chapters_t = table("chapters")
+failed_chapters = chapters_t[chapters_t["status"] != "ok"].to_dict("records") if len(chapters_t) else []
+lines = [f"- {len(findings)} findings from {len(store.tables())} recorded tables."]
+if failed_chapters:
+    lines.append("- Chapters that failed in this run: " + ", ".join(c["chapter"] for c in failed_chapters) + ".")
+Markdown("\n".join(lines))

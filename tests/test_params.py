@@ -1,0 +1,52 @@
+import string
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from servebook.cli import main
+from servebook.errors import ParameterError
+from servebook.params import PARAMS, validate
+
+
+def test_defaults_are_valid():
+    values = validate({})
+    assert values == {name: p.default for name, p in PARAMS.items()}
+
+
+@pytest.mark.parametrize("name,value,needle", [
+    ("engine", "tgi", "valid engines: transformers, sglang, vllm"),
+    ("engine", "sglang==", "NAME==VERSION"),
+    ("host", "gpu-box", "valid hosts"),
+    ("model", "/no/such/dir", "no such directory"),
+    ("smoke", "maybe", "true or false"),
+    ("colour", "red", "unknown parameter"),
+])
+def test_invalid_values_name_the_parameter(name, value, needle):
+    with pytest.raises(ParameterError) as info:
+        validate({name: value})
+    message = str(info.value)
+    assert message.startswith(f"parameter '{name}'") and needle in message
+    assert "\n" not in message
+
+
+def test_model_dir_without_config(tmp_path):
+    with pytest.raises(ParameterError, match="no config.json"):
+        validate({"model": str(tmp_path)})
+
+
+def test_cli_rejects_bad_engine_in_one_line(capsys):
+    assert main(["book", "--engine", "tgi", "--out", "/tmp/unused"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "parameter 'engine'" in err and "valid engines" in err
+
+
+_text = st.text(alphabet=string.ascii_letters + string.digits + "=/:._-@ ", max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(engine=_text, host=_text, model=_text)
+def test_any_input_is_accepted_or_a_one_line_parameter_error(engine, host, model):
+    try:
+        validate({"engine": engine, "host": host, "model": model})
+    except ParameterError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("parameter '")
