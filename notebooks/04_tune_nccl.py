@@ -20,14 +20,14 @@
 # This chapter measures exactly those message sizes, the way engines issue them.
 
 # %% tags=["parameters"]
-run_dir = ""            # str: this run's directory (set by `servebook book`); "" = a new run under runs/
-host = "local"          # str: "local"
-engine = "transformers" # str: transformers | sglang | vllm, optionally ==VERSION
-model = "embedded"      # str: "embedded", a card in data/models (e.g. "kimi-k2.5"), or a model directory
-profile = ""            # str: a hardware profile in data/hardware for what-if; "" = this host
-smoke = False           # bool: small workloads (tests, CI)
-max_batch = 64          # int: largest decode batch whose message size is measured
-timeout_s = 180         # int: seconds one torchrun launch may take before it is killed
+run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
+host: str = "local"  # where the engines run: local
+engine: str = "transformers"  # transformers, sglang or vllm (a version may be pinned, see README)
+model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
+profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
+smoke: bool = False  # small workloads for tests and CI
+max_batch: int = 64  # largest decode batch whose message size is measured
+timeout_s: int = 180  # seconds one torchrun launch may take before it is killed
 
 # %%
 import json

@@ -12,7 +12,7 @@ import pytest
 
 from servebook.engines import get_engine
 from servebook.errors import ServerError
-from servebook.servers import Launch, Server, free_port, port_is_free
+from servebook.servers import Launch, Server, free_port, port_listening
 
 
 def _alive(pid):
@@ -31,7 +31,7 @@ def test_start_serve_stop(embedded_model, tmp_path, no_leftover_servers):
         pid = srv.proc.pid
         assert eng.loaded_from_log(srv.log_path.read_text())[0]["attn"] == "eager"
     assert not _alive(pid)
-    assert port_is_free(launch.port)
+    assert not port_listening(launch.port)
 
 
 def test_wrong_model_path_is_a_clear_error(tmp_path, no_leftover_servers):
@@ -40,7 +40,7 @@ def test_wrong_model_path_is_a_clear_error(tmp_path, no_leftover_servers):
     with pytest.raises(ServerError) as info:
         Server.start(launch, tmp_path / "log", ready_timeout=120, progress=None)
     assert "exited with code" in str(info.value) and info.value.log_tail
-    assert port_is_free(launch.port)
+    assert not port_listening(launch.port)
 
 
 def test_port_taken(tmp_path):
@@ -82,13 +82,13 @@ def test_killed_parent_takes_the_server_down(tmp_path):
     """)
     proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
     pgid = int(proc.stdout.readline())
-    assert not port_is_free(port)
+    assert port_listening(port)
     proc.kill()
     proc.wait()
     deadline = time.time() + 20
-    while time.time() < deadline and not port_is_free(port):
+    while time.time() < deadline and port_listening(port):
         time.sleep(0.2)
-    assert port_is_free(port)
+    assert not port_listening(port)
     assert not _alive(pgid)  # the server was the group leader; a zombie awaiting its reaper counts as gone
 
 
@@ -100,4 +100,4 @@ def test_keyboard_interrupt_stops_the_server(tmp_path):
         with Server.start(launch, tmp_path / "log", progress=None) as srv:
             pid = srv.proc.pid
             raise KeyboardInterrupt
-    assert not _alive(pid) and port_is_free(port)
+    assert not _alive(pid) and not port_listening(port)

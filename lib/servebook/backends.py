@@ -21,7 +21,7 @@ from typing import Callable
 from .engines import EngineAdapter
 from .errors import ServebookError, ServerError
 from .results import RunStore
-from .servers import Server, port_is_free
+from .servers import Server, port_listening
 
 __all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens"]
 
@@ -71,11 +71,20 @@ def compare_tokens(tokenizer, reference: list[str], candidate: list[str]) -> dic
     return {"agreement": round(same / total, 4) if total else None, "first_divergence": first}
 
 
-def _decode_rate(base_url: str, model: str, max_tokens: int, runs: int, tokenizer) -> dict:
-    """Single-stream decode rate from real streamed tokens (chapter 05's client)."""
+def _decode_rate(base_url: str, model: str, engine: str, attention: str, max_tokens: int, runs: int, tokenizer) -> dict:
+    """A short single-stream measurement with chapter 05's client (real streamed tokens)."""
     from . import bench
 
-    return bench.quick_decode(base_url, model, max_tokens=max_tokens, runs=runs, tokenizer=tokenizer)
+    prompts = bench.build_prompts(tokenizer, input_len=32, n=max(2, runs + 1), seed=0)
+    s = bench.single_stream(base_url, model, prompts, store=None, tokenizer=tokenizer, engine=engine, attention=attention,
+                            max_tokens=max_tokens, runs=runs, warmup=1, progress=False)
+    return {
+        "decode_tok_s": s["decode_tok_s_mean"],
+        "decode_tok_s_ci95": s["decode_tok_s_ci95"],
+        "ttft_ms": s["ttft_s_mean"] * 1000 if s["ttft_s_mean"] is not None else None,
+        "bench_failed": s["failed"],
+        "bench_method": s["method"],
+    }
 
 
 def force_each_backend(
@@ -125,7 +134,7 @@ def force_each_backend(
                     reference = completions
                 if reference is not None:
                     row.update(compare_tokens(tokenizer, reference, completions))
-                rate = _decode_rate(srv.base_url, engine.served_model_name(str(model_dir)), max_tokens * 2, runs, tokenizer)
+                rate = _decode_rate(srv.base_url, engine.served_model_name(str(model_dir)), engine.name, label, max_tokens * 2, runs, tokenizer)
                 row.update(rate)
                 if not srv.alive():
                     row.update(outcome="crashed", error="the server exited during the run", log_tail=srv.log_tail(15))
@@ -143,7 +152,7 @@ def force_each_backend(
                        log_tail=exc.log_tail[-2000:])
         except ServebookError as exc:
             row.update(outcome="failed", error=str(exc))
-        row["port_free_after"] = port_is_free(launch.port)
+        row["port_free_after"] = not port_listening(launch.port)
         row["seconds"] = round(time.monotonic() - t0, 1)
         store.append("backends", row)
         rows.append(row)

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from .errors import ServerError
 from .secrets import mask_value
 
-__all__ = ["Launch", "Server", "free_port", "port_is_free", "stop_process_group", "leftover_servers", "run_bounded"]
+__all__ = ["Launch", "Server", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded"]
 
 
 @dataclass
@@ -74,14 +74,32 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
+def port_listening(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts connections on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        return s.connect_ex((host, port)) == 0
+
+
 def _group_alive(pgid: int) -> bool:
+    """True while a process of the group runs (zombies awaiting their reaper do not count)."""
     try:
         os.killpg(pgid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    try:
+        import psutil
+    except ImportError:
+        return True
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                return True
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return False
 
 
 def stop_process_group(pgid: int, grace_s: float = 10.0) -> None:
@@ -261,7 +279,7 @@ class Server:
                 pass
         deadline = time.monotonic() + 15
         host = "127.0.0.1" if self.launch.host in ("0.0.0.0", "") else self.launch.host
-        while not port_is_free(self.launch.port, host) and time.monotonic() < deadline:
+        while port_listening(self.launch.port, host) and time.monotonic() < deadline:
             time.sleep(0.2)
         self._record("stopped")
 

@@ -1,0 +1,200 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Detect capabilities, and what the engines conclude about them
+#
+# The investigation this book follows turned on one number. Eight RTX PRO 6000 Blackwell GPUs
+# reported **compute capability 12.0**, and SGLang's fast attention paths were guarded by a check for
+# **major == 10** (datacenter Blackwell, B200/GB200). Both are "Blackwell", so nobody suspected the
+# check; the GPUs fell through to a slower backend and single-stream decode trailed vLLM by a quarter.
+#
+# So before measuring anything we write down two things side by side:
+#
+# 1. **what the hardware is**: GPU model, capability, SM family, memory, links between GPUs, and the
+#    driver, CUDA, torch and NCCL actually in use (NVML first, `nvidia-smi` as fallback);
+# 2. **what each engine concludes about it**: its own helpers (`is_sm100_supported()`, vLLM's
+#    `current_platform.has_device_capability(...)`, transformers' `is_torch_bf16_gpu_available()` ...),
+#    called in the engine's own interpreter, each judged against the hardware.
+#
+# With `profile` set, the same report is made for a GPU you do not have (datasheet facts from
+# `data/hardware/`), and the engines are asked with torch's capability faked to that GPU's.
+
+# %% tags=["parameters"]
+run_dir = ""            # str: this run's directory (set by `servebook book`); "" = a new run under runs/
+host = "local"          # str: "local"
+engine = "transformers" # str: transformers | sglang | vllm, optionally ==VERSION
+model = "embedded"      # str: "embedded", a card in data/models (e.g. "kimi-k2.5"), or a model directory
+profile = ""            # str: a hardware profile in data/hardware for what-if; "" = this host
+smoke = False           # bool: small workloads (tests, CI)
+engine_python = ""      # str: interpreter where the engines are installed; empty means this kernel
+
+# %%
+import json
+import platform
+import sys
+
+import pandas as pd
+from IPython.display import Markdown, display
+
+import servebook
+from servebook import probe as sbp
+from servebook.profiles import list_profiles
+from servebook.results import RunStore
+
+store = RunStore.at(run_dir) if run_dir else RunStore.open()
+print(f"servebook {servebook.__version__}, Python {platform.python_version()}, run: {store.path}")
+
+# %% [markdown]
+# ## Probe
+# One call gathers everything; it is stored in the run (`probe.json` plus tidy tables) **before**
+# anything below reads it. In smoke mode the P2P copy uses 16 MiB instead of 256 MiB.
+
+# %%
+report = None
+try:
+    report = sbp.probe(profile or None, host=host, python=engine_python or None,
+                       p2p_bytes=(16 if smoke else 256) * 2**20)
+    sbp.record(store, report)
+except servebook.ServebookError as exc:
+    store.record_failure("probe", exc)
+    print(f"probe failed: {exc}")
+    print(f"known hardware profiles: {', '.join(list_profiles())}")
+except Exception as exc:  # a failed measurement is a finding, not the end of the book
+    store.record_failure("probe", exc)
+    print(f"probe failed: {type(exc).__name__}: {exc}")
+
+# Everything below reads the stored run, not the variable.
+report = json.loads((store.path / "probe.json").read_text()) if (store.path / "probe.json").exists() else None
+print("stored tables:", ", ".join(store.tables()))
+if report:
+    print(f"source: {report['source']}" + (f" (profile {report['profile']}: datasheet facts, nothing measured)" if report["profile"] else "")
+          + f"; probe took {report['elapsed_s']} s")
+
+# %% [markdown]
+# ## The GPUs
+# Name as `nvidia-smi` prints it, compute capability, and the SM family with its common names:
+# the family is what engines branch on.
+
+# %%
+gpus = store.table("gpus")
+if gpus.empty:
+    display(Markdown("**No GPU on this host.** NVML, `nvidia-smi` and torch see none; the table stays empty and "
+                     "the engines' GPU paths cannot run here. The chapters that need a GPU say so and continue."))
+else:
+    display(gpus[["index", "name", "capability", "family", "sm_count", "memory_gib", "sm_mhz", "max_sm_mhz",
+                  "power_limit_w", "mig_mode", "ecc_mode", "busy"]])
+
+# %% [markdown]
+# ## Software actually in use
+# `cuda` is the CUDA version the driver supports; `torch_cuda` the one torch was built with; `nccl`
+# the NCCL version torch was built with and `nccl_loaded` the library this process really mapped.
+
+# %%
+versions = store.table("versions")
+if not versions.empty:
+    row = versions.iloc[0].to_dict()
+    core = ["driver", "cuda", "cuda_runtime", "cuda_toolkit", "torch", "torch_cuda", "nccl", "nccl_loaded", "python"]
+    display(pd.DataFrame({"component": core, "version": [row.get(k) for k in core]}))
+    pkgs = {k[4:]: v for k, v in row.items() if k.startswith("pkg_") and isinstance(v, str)}
+    display(pd.DataFrame({"package": list(pkgs), "version": list(pkgs.values())}))
+
+# %% [markdown]
+# ## How the GPUs are linked
+# `nvidia-smi topo -m`: NV# is NVLink (# bonded links); PIX/PXB are PCIe switches; PHB, NODE and SYS go
+# through the CPU, the last across sockets. Best to worst: NV# > PIX > PXB > PHB > NODE > SYS.
+
+# %%
+topo_rows = store.table("topology")
+if report and len(report.get("gpus", [])) >= 2 and not topo_rows.empty:
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    codes = topo_rows.pivot(index="src", columns="dst", values="link")
+    ranks = topo_rows.pivot(index="src", columns="dst", values="rank").astype(float)
+    size = max(3.0, 0.6 * len(codes) + 1.5)
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    sns.heatmap(ranks, annot=codes.fillna("X"), fmt="", cmap="viridis", vmin=0, vmax=6, cbar_kws={"label": "link (SYS=0 ... NV#>=5)"}, ax=ax)
+    ax.set_title(("assumed (profile): " if report["source"] == "profile" else "") + "GPU-to-GPU links")
+    plt.show()
+    affinity = (report.get("topology") or {}).get("affinity") or {}
+    if affinity:
+        display(pd.DataFrame(affinity).T)
+else:
+    why = "no GPU" if not report or not report.get("gpus") else "one GPU: there is no GPU-to-GPU link to draw"
+    if report and len(report.get("gpus", [])) >= 2:
+        why = "nvidia-smi topo -m gave no matrix on this host"
+    display(Markdown(f"No topology heatmap: {why}."))
+
+# %% [markdown]
+# ## Peer-to-peer: access and measured copies
+# Access comes from `torch.cuda.can_device_access_peer`; bandwidth and latency from real copies, the
+# method stated below. NVLink shows hundreds of GB/s; PCIe through a switch tens; across sockets less.
+
+# %%
+p2p_rows = store.table("p2p")
+if not p2p_rows.empty:
+    cols = [c for c in ["src", "dst", "peer_access", "bandwidth_gbs", "latency_us", "bytes", "iters", "error"] if c in p2p_rows]
+    display(p2p_rows[cols])
+    print("method:", p2p_rows["method"].dropna().iloc[0] if p2p_rows["method"].notna().any() else "-")
+else:
+    print("P2P:", ((report or {}).get("p2p") or {}).get("note") or "not measured")
+
+# %% [markdown]
+# ## Environment that steers NCCL, CUDA, torch and the engines
+# Anything that looks like a secret is shown as `***`.
+
+# %%
+env = (report or {}).get("env") or {}
+display(pd.DataFrame({"variable": list(env), "value": list(env.values())}) if env else
+        Markdown("No `NCCL_*`, `CUDA_*`, `TORCH_*`, `SGLANG_*`, `VLLM_*` or `HF_*` variable is set."))
+
+# %% [markdown]
+# ## What the engines conclude
+# Each engine's own helpers, in its own interpreter, beside what the hardware says. A **mismatch**
+# contradicts the hardware; a **gap** is the seed case: consistent, but a Blackwell GPU of one line
+# (sm_12x) is kept out of paths written for the other (sm_10x), or the reverse.
+
+# %%
+engines_t = store.table("engines")
+if not engines_t.empty:
+    display(engines_t[[c for c in ["engine", "version", "status", "helpers", "mismatches", "gaps", "error"] if c in engines_t]])
+helpers = store.table("engine_helpers")
+if not helpers.empty:
+    display(helpers[["engine", "helper", "answer", "expected", "verdict"]])
+
+# %% [markdown]
+# ## What this host is
+
+# %%
+if report:
+    display(Markdown(sbp.describe_host(report)))
+
+# %% [markdown]
+# ## What we found
+# Generated from the stored answers: the engine conclusions that disagree with the hardware or leave
+# this GPU out, and the warnings the probe raised.
+
+# %%
+if report:
+    found = sbp.findings(report)
+    lines = [f"- {f}" for f in found] or ["- Every engine helper that could be judged agrees with the hardware."]
+    warn = [w for w in report.get("warnings", []) if not any(w.endswith(f.split(': ', 1)[-1]) for f in found)]
+    lines += [f"- {w}" for w in warn]
+    display(Markdown("\n".join(lines)))
+failures = store.table("failures")
+if not failures.empty:
+    display(failures)
+
+# %% [markdown]
+# ## Summary and next step
+# We now know the capability each engine will branch on, and whether its own helpers agree. Chapter 02
+# (`02_read_backend_selection`) reads each engine's backend-selection code and shows which attention
+# and MoE backends it picks for this GPU (or for a profile) and which condition decided it.

@@ -1,0 +1,337 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05. Benchmark single stream and concurrency, against the roofline
+#
+# The seed case began with one number: a single user streaming from Kimi-K2.5 on 8x RTX PRO 6000
+# got 82.5 tok/s from vLLM and 63.6 tok/s from SGLang. Single-stream decode speed is what one
+# user feels, and it is the number this book keeps coming back to. This chapter measures it
+# properly (warm-up, repeated runs, a confidence interval), then loads the server with 1, 2, 4, ...
+# concurrent users to see what throughput costs each user, and finally asks how far the single-stream
+# number is from what the memory bandwidth allows.
+#
+# One client drives every engine, so engines are compared with the same clock and the same prompts.
+
+# %% tags=["parameters"]
+run_dir = ""            # str: this run's directory (set by `servebook book`); "" = a new run under runs/
+host = "local"          # str: "local"
+engine = "transformers" # str: transformers | sglang | vllm, optionally ==VERSION
+model = "embedded"      # str: "embedded", a card in data/models (e.g. "kimi-k2.5"), or a model directory
+profile = ""            # str: a hardware profile in data/hardware for what-if; "" = this host
+smoke = False           # bool: small workloads (tests, CI)
+compare_engines = ""    # str: more engine specs, comma-separated, benchmarked side by side with the same client and prompts
+attention = ""          # str: attention backend to force (engine's own name); "" = the engine's default
+engine_args = ""        # str: extra server flags, e.g. "--compile" for transformers serve
+api = "completions"     # str: completions | chat
+max_tokens = 128        # int: output tokens per request (fixed length where the engine allows)
+input_len = 128         # int: prompt length in the model's tokens
+runs = 5                # int: single-stream runs after warm-up (mean and 95% CI over runs)
+warmup = 2              # int: single-stream warm-up requests (not counted)
+requests_per_run = 1    # int: requests per single-stream run
+max_concurrency = 128   # int: the sweep doubles concurrency 1, 2, 4, ... up to this
+requests_per_level = 5  # int: requests per sweep level = this x concurrency
+level_time_budget_s = 120  # int: a sweep level starts no new request after this many seconds
+seed = 0                # int: seed of the prompt set
+seed_model = "kimi-k2.5"         # str: model card of the seed case, for its roofline
+seed_profile = "rtx-pro-6000"    # str: hardware profile of the seed case
+seed_tp = 8                      # int: tensor-parallel size of the seed case
+seed_allreduce_us = 24.0         # float: per-all-reduce latency for the seed case's communication floor (chapter 04 measures your own; 24 us is the published 8x RTX PRO 6000 PCIe NCCL figure in shared/anchors.md)
+seed_reported_tok_s = "vllm=82.5,sglang=63.6"  # str: single-stream tok/s the seed case reported (not measured here)
+
+# %%
+import json
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Markdown
+
+from servebook import bench, roofline
+from servebook.engines import get_engine
+from servebook.errors import ServebookError
+from servebook.params import resolve_model
+from servebook.results import RunStore
+from servebook.servers import Server
+
+store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
+t_chapter = time.monotonic()
+resolved = resolve_model(model)
+model_dir = resolved if isinstance(resolved, Path) else None
+engines = [e.strip() for e in [engine, *compare_engines.split(",")] if e.strip()]
+if smoke:  # small and fast, still real streamed tokens
+    max_tokens, input_len, runs, warmup, requests_per_run = min(max_tokens, 32), min(input_len, 32), min(runs, 3), min(warmup, 1), 1
+    max_concurrency, requests_per_level, level_time_budget_s = min(max_concurrency, 2), 1, 20
+print(f"run {store.path}\nmodel: {model_dir or model}\nengines: {', '.join(engines)}; api {api}; {input_len} in / {max_tokens} out tokens")
+
+# %% [markdown]
+# ## The client, and its own ceiling
+# Method: each request is an HTTP/1.1 streaming POST; while it streams, the client only
+# timestamps each network read. SSE events are parsed and tokenized after the batch, so parsing
+# never delays another stream. Per request we keep TTFT (with and without the wait for a
+# concurrency slot), per-token inter-token latency and raw inter-chunk gaps apart (a chunk may
+# carry several tokens), TPOT, end-to-end latency and the output tokens.
+#
+# Before trusting it with a server, we measure how fast the client itself can go: a local fake SSE
+# server (not an engine) streams tokens as fast as it can, pinned to another core.
+
+# %%
+tokenizer = bench.load_tokenizer(model_dir) if model_dir else None
+ceiling = bench.client_ceiling(store=store, tokenizer=tokenizer,
+                               concurrencies=(1, 16) if smoke else (1, 64),
+                               tokens_per_request=512 if smoke else 2048,
+                               requests_per_level=1 if smoke else 2)
+ceiling_df = store.table("client_ceiling")
+ceiling_df[["concurrency", "events_per_write", "tokens", "stream_tok_s", "client_cpu_us_per_token", "parse_us_per_token", "ttft_server_p50_s"]]
+
+# %%
+ceiling_tok_s = float(ceiling_df["stream_tok_s"].max())
+per_read_us = float(ceiling_df[ceiling_df["events_per_write"] == ceiling_df["events_per_write"].min()]["client_cpu_us_per_token"].max())
+print(f"client ceiling: {ceiling_tok_s:,.0f} streamed tokens/s; {per_read_us:.1f} us of client CPU per token when every token is its own network read")
+
+# %% [markdown]
+# The client streams far more tokens per second than any engine below produces, so its own cost is not what we measure.
+
+# %% [markdown]
+# ## Prompts
+# Seeded windows of local text (CPython's language reference) cut to exactly `input_len` tokens of
+# the model's own tokenizer. Nothing is downloaded.
+
+# %%
+prompts = []
+if tokenizer is not None:
+    n_prompts = max(8, warmup + runs * requests_per_run, requests_per_level * max_concurrency)
+    prompts = bench.build_prompts(tokenizer, input_len, min(n_prompts, 256), seed=seed)
+    print(f"{len(prompts)} prompts, token lengths {sorted({p.tokens for p in prompts})}; first: {prompts[0].text[:80]!r}")
+else:
+    print(f"model {model!r} is a card, not a local model: nothing to serve here; the roofline below still applies")
+
+# %% [markdown]
+# ## Single stream, and the concurrency sweep, engine by engine
+# Each engine is started with servebook's launcher (its process group is stopped on every path),
+# warmed up, then measured. A failure (engine missing, server refusing) is recorded as a finding and
+# the next engine runs.
+
+# %%
+def bench_engine(spec: str) -> None:
+    eng = get_engine(spec)
+    label = f"{eng.name}/{attention or 'default'}" + (f" {engine_args}" if engine_args else "")
+    try:
+        eng.require()
+        launch = eng.launch(str(model_dir), attention=attention or None, extra=engine_args.split())
+        with Server.start(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
+                          ready_timeout=600) as srv:
+            name = eng.served_model_name(str(model_dir))
+            bench.check_server(srv.base_url)
+            common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=attention, label=label, api=api,
+                          max_tokens=max_tokens)
+            single = bench.single_stream(srv.base_url, name, prompts, runs=runs, warmup=warmup,
+                                         requests_per_run=requests_per_run, **common)
+            print(f"{label}: {single['decode_tok_s_mean']:.1f} ± {single['decode_tok_s_ci95'] or 0:.1f} tok/s single stream")
+            bench.concurrency_sweep(srv.base_url, name, prompts, max_concurrency=max_concurrency,
+                                    requests_per_level=requests_per_level, level_time_budget_s=level_time_budget_s, **common)
+            loaded = getattr(eng, "loaded_from_log", lambda _t: [])(srv.log_path.read_text(errors="replace"))
+            store.append("bench_servers", {"label": label, "engine": eng.name, "version": eng.version(), "launch": launch.shell(),
+                                           "ready_s": srv.ready_s, "loaded": loaded})
+    except ServebookError as exc:
+        store.record_failure(f"bench {label}", exc)
+        print(f"{label}: not measured: {exc}")
+
+
+if model_dir is not None:
+    for spec in engines:
+        bench_engine(spec)
+summary = store.table("bench_summary")
+single_df = summary[summary["phase"] == "single"] if len(summary) else summary
+single_df[["label", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_mean", "tpot_s_mean", "itl_ms_p50", "chunk_gap_ms_p50", "tokens_per_chunk", "failed"]] if len(single_df) else "no single-stream result"
+
+# %% [markdown]
+# The single-stream rate is the mean over runs of (output tokens - 1) / (end - first token), with a 95% t-interval over runs.
+
+# %%
+req = store.table("bench_requests")
+if len(req):
+    single_req = req[(req["phase"] == "single") & req["ok"]]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for label, g in single_req.groupby("label"):
+        ax.plot(g["run"], g["decode_tok_s"], "o-", label=label)
+    ax.set_xlabel("run")
+    ax.set_ylabel("decode tok/s")
+    ax.set_title("single stream, run by run")
+    ax.legend(fontsize=8)
+    plt.tight_layout()
+
+# %% [markdown]
+# Run-to-run spread is what the confidence interval above summarizes.
+
+# %% [markdown]
+# ### Concurrency: throughput against what each user gets
+# Every level sends `requests_per_level x C` requests with at most C in flight, all arriving at
+# once. `ttft_s` includes the wait for a slot (what a queued user sees); `ttft_server_s` starts when
+# the request is sent.
+
+# %%
+sweep_df = summary[summary["phase"] == "sweep"] if len(summary) else summary
+if len(sweep_df):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    bench.plot_pareto(sweep_df, ax=axes[0])
+    bench.plot_latency(sweep_df, "ttft_server_s", ax=axes[1])
+    plt.tight_layout()
+    display(sweep_df[["label", "concurrency", "ok", "failed", "throughput_tok_s", "per_user_tok_s", "ttft_s_p50", "ttft_server_s_p50",
+                      "ttft_server_s_p99", "tpot_s_p50", "tpot_s_p99", "itl_ms_p99", "truncated"]])
+
+# %% [markdown]
+# Up and to the right is better: a server that batches trades a little per-user speed for much more total throughput; one that serializes requests stays flat.
+
+# %%
+if len(sweep_df) and sweep_df["throughput_tok_s"].notna().any():
+    peak = float(sweep_df["throughput_tok_s"].max())
+    share = peak / ceiling_tok_s
+    warn = "WARNING: close to the client's own ceiling; these numbers may be the client's" if share > 0.5 else "well below the client's ceiling"
+    print(f"peak measured throughput {peak:,.1f} tok/s = {share:.2%} of the client ceiling: {warn}")
+
+# %% [markdown]
+# The client check: a measurement that approaches the client's ceiling would be flagged here.
+
+# %% [markdown]
+# ## Against the roofline
+# At batch 1 every new token reads every active weight once, so
+# `time per token >= bytes per token / memory bandwidth`. Bytes come from the model's safetensors
+# headers (routed experts scaled by how many are active per token, one embedding row); bandwidth is
+# the GPU's datasheet figure on a GPU host, or measured on the CPU here.
+
+# %%
+roof_rows = []
+if model_dir is not None:
+    weights = roofline.weight_bytes(model_dir)
+    bw = roofline.host_memory_bandwidth(size_mib=256 if smoke else 1024, repeats=3 if smoke else 5)
+    print(f"weights: {weights['total_bytes'] / 1e6:.1f} MB in {weights['total_params'] / 1e6:.1f}M parameters; "
+          f"{weights['bytes_per_token'] / 1e6:.1f} MB read per decode token")
+    print(f"bandwidth: {bw['bandwidth_tbs'] * 1e3 if bw['bandwidth_tbs'] else float('nan'):.1f} GB/s ({bw['method']})")
+    if bw["bandwidth_tbs"]:
+        roof = roofline.decode_roofline(weights["bytes_per_token"], bw["bandwidth_tbs"],
+                                        context_tokens=input_len + max_tokens // 2,
+                                        kv_bytes_per_token=roofline.kv_bytes_per_token(json.loads((model_dir / "config.json").read_text()), 4.0))
+        for _, r in single_df.iterrows():
+            row = {"case": f"{r['label']} on {bw['device']}", "measured_tok_s": r["decode_tok_s_mean"], "roofline_tok_s": roof["tok_s"],
+                   "pct_of_roofline": 100 * r["decode_tok_s_mean"] / roof["tok_s"], "bytes_per_token": roof["bytes_per_token"],
+                   "bandwidth_tbs": bw["bandwidth_tbs"], "bandwidth_source": bw["method"], "tp": 1, "source": "measured here"}
+            store.append("bench_roofline", row)
+            roof_rows.append(row)
+
+# %% [markdown]
+# What each decode step would cost if it only had to stream its bytes, against what it took.
+
+# %% [markdown]
+# ### Where the time goes
+# Method: the same model decoding in this process with `model.generate` (no server, no HTTP),
+# timed as (N-1)/(t(N)-t(1)). The gap to the served rate is the serving path; the gap from the
+# bandwidth floor to in-process decode is compute and framework overhead.
+
+# %%
+breakdown = pd.DataFrame()
+if roof_rows and len(single_df):
+    direct = bench.inprocess_decode_rate(model_dir, prompts[0].text, max_tokens=max_tokens, attention=attention or None,
+                                         repeats=1 if smoke else 3)
+    store.append("bench_inprocess", direct)
+    first = single_df.iloc[0]
+    served_ms, direct_ms = 1e3 / first["decode_tok_s_mean"], 1e3 / direct["tok_s"]
+    parts = roofline.time_breakdown(first["decode_tok_s_mean"], roof,
+                                    compute_and_framework=direct_ms - roof["t_mem_ms"] - roof["t_comm_ms"],
+                                    serving_path=served_ms - direct_ms)
+    for p in parts:
+        store.append("bench_breakdown", {"label": first["label"], **p})
+    breakdown = store.table("bench_breakdown")
+    print(f"in-process decode: {direct['tok_s']:.1f} tok/s ({direct['method']})")
+breakdown
+
+# %% [markdown]
+# Shares of one served token's time; a negative "unexplained" share means the parts overlap (e.g. the server computes while streaming).
+
+# %% [markdown]
+# ### The seed case on paper
+# Kimi-K2.5 (INT4) with TP=8 on RTX PRO 6000: the bandwidth bound alone, and with the
+# communication floor (two all-reduces per layer, at the latency given as a parameter).
+
+# %%
+try:
+    card = roofline.load_model_card(seed_model)
+    cb = roofline.card_bytes_per_token(card)
+    from servebook.profiles import load_profile
+
+    prof = load_profile(seed_profile)
+    seed_roof = roofline.decode_roofline(cb["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp,
+                                         allreduce_us=seed_allreduce_us, allreduces_per_token=roofline.allreduces_per_token(card))
+    reported = dict(kv.split("=") for kv in seed_reported_tok_s.split(",") if "=" in kv)
+    for eng_name, tok_s in reported.items():
+        row = {"case": f"{seed_model} on {seed_tp}x {seed_profile} ({eng_name}, reported by the seed)", "measured_tok_s": float(tok_s),
+               "roofline_tok_s": seed_roof["tok_s"], "roofline_bandwidth_only_tok_s": seed_roof["tok_s_bandwidth"],
+               "pct_of_roofline": 100 * float(tok_s) / seed_roof["tok_s"], "bytes_per_token": seed_roof["bytes_per_token"],
+               "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": seed_roof["t_mem_ms"], "t_comm_ms": seed_roof["t_comm_ms"],
+               "tp": seed_tp, "source": "reported by the seed case; roofline from the card and the profile"}
+        store.append("bench_roofline", row)
+    print(f"{cb['active_params'] / 1e9:.0f}B active x {cb['bytes_per_param']} B = {cb['bytes_per_token'] / 1e9:.1f} GB/token; "
+          f"memory {seed_roof['t_mem_ms']:.2f} ms + {seed_roof['allreduces_per_token']} all-reduces x {seed_allreduce_us} us = "
+          f"{seed_roof['t_comm_ms']:.2f} ms per token -> limit {seed_roof['tok_s']:.0f} tok/s "
+          f"(bandwidth alone {seed_roof['tok_s_bandwidth']:.0f})")
+except ServebookError as exc:
+    store.record_failure("seed roofline", exc)
+    print(f"seed roofline not computed: {exc}")
+
+# %%
+if profile and model_dir is not None and roof_rows:
+    from servebook.profiles import load_profile
+
+    p = load_profile(profile)
+    what_if = roofline.decode_roofline(weights["bytes_per_token"], p["memory_bandwidth_tbs"])
+    print(f"what-if: this model on one {p['name']} would be bounded at {what_if['tok_s']:,.0f} tok/s by bandwidth alone")
+roofs = store.table("bench_roofline")
+roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]] if len(roofs) else "no roofline computed"
+
+# %% [markdown]
+# On the seed's hardware the communication floor is larger than the memory time: at batch 1 the all-reduces, not the bandwidth, set the limit.
+
+# %% [markdown]
+# ## What we found
+
+# %%
+lines = []
+for _, r in single_df.iterrows():
+    ci = f" ± {r['decode_tok_s_ci95']:.1f}" if pd.notna(r.get("decode_tok_s_ci95")) else ""
+    lines.append(f"- **{r['label']}** single stream: {r['decode_tok_s_mean']:.1f}{ci} tok/s (95% CI over {r['runs']} runs), "
+                 f"TTFT {r['ttft_s_mean'] * 1e3:.0f} ms, TPOT {r['tpot_s_mean'] * 1e3:.1f} ms, {r['tokens_per_chunk']:.2f} tokens per streamed chunk.")
+for label, g in (sweep_df.groupby("label") if len(sweep_df) else []):
+    best = g.sort_values("throughput_tok_s", ascending=False).iloc[0]
+    one = g.sort_values("concurrency").iloc[0]
+    lines.append(f"- {label}: throughput {one['throughput_tok_s']:.1f} tok/s at C={int(one['concurrency'])} and "
+                 f"{best['throughput_tok_s']:.1f} tok/s at C={int(best['concurrency'])} "
+                 f"({best['throughput_tok_s'] / one['throughput_tok_s']:.2f}x); per-user speed then {best['per_user_tok_s']:.1f} tok/s.")
+for _, r in (roofs.iterrows() if len(roofs) else []):
+    lines.append(f"- {r['case']}: {r['measured_tok_s']:.1f} tok/s is {r['pct_of_roofline']:.1f}% of its roofline ({r['roofline_tok_s']:,.0f} tok/s).")
+if len(breakdown):
+    top = breakdown.sort_values("ms_per_token", ascending=False).iloc[0]
+    lines.append(f"- The largest part of a served token's time here: {top['part']} ({top['share']:.0%}).")
+lines.append(f"- The client sustained {ceiling_tok_s:,.0f} tokens/s against a fake server: it is not the bottleneck of these measurements.")
+fails = store.table("failures")
+if len(fails):
+    lines.append(f"- {len(fails)} recorded failures in this run (table `failures`), e.g. {fails.iloc[-1]['step']}: {str(fails.iloc[-1]['error'])[:160]}")
+print(f"chapter time {time.monotonic() - t_chapter:.0f} s")
+Markdown("\n".join(lines))
+
+# %% [markdown]
+# ## Check yourself
+# 1. Why is `decode tok/s` computed from the first token on, and not as output tokens / end-to-end time?
+# 2. A server streams 4 tokens per chunk every 40 ms. What is the inter-chunk gap, and what is the per-token inter-token latency?
+# 3. At C=4 with all requests arriving at once, why is `ttft_s` larger than `ttft_server_s` for some requests, and which one would a user report?
+# 4. The seed case's roofline is set more by all-reduce latency than by memory bandwidth. What does that predict for custom all-reduce kernels versus faster memory?
+# 5. When would a benchmark number be the client's, not the server's? How does this chapter check it?
+#
+# Next: [06. Findings](06_findings.html) — what to change, from everything this run recorded.

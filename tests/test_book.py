@@ -1,0 +1,81 @@
+"""The whole book, executed with papermill in smoke mode against the real embedded engine.
+
+Runs once per test session (a few minutes on 2 cores); the tests assert on what the run
+recorded, not merely that nothing raised.
+"""
+
+import json
+
+import pytest
+
+from servebook.book import run_book
+from servebook.results import RunStore
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory, embedded_model):
+    root = tmp_path_factory.mktemp("book")
+    result = run_book({"smoke": True}, out=root / "site", runs_root=root / "runs", progress=print)
+    return result
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_chapter_ran(book):
+    failed = [(c["chapter"], c["error"]) for c in book.chapters if c["status"] != "ok"]
+    assert not failed
+    assert [c["chapter"][:2] for c in book.chapters] == ["01", "02", "03", "04", "05", "06"]
+
+
+def test_manifest(book):
+    m = RunStore(book.run_dir).manifest
+    for key in ("parameters", "versions", "git_revision", "started", "finished", "host_fingerprint", "servebook_version"):
+        assert key in m, key
+    for key in ("servebook", "torch", "transformers", "nccl", "driver"):
+        assert key in m["versions"], key
+    assert m["parameters"]["smoke"] is True and m["parameters"]["engine"] == "transformers"
+    assert m["host_fingerprint"]["cpu_count"] >= 1
+
+
+def test_two_attention_implementations_really_served(book):
+    rows = RunStore(book.run_dir).rows("backends")
+    ok = [r for r in rows if r["outcome"] == "ok"]
+    reported = {r["reported"] for r in ok}
+    assert len(reported) >= 2, rows  # the engine itself reported two different implementations
+    for r in ok:
+        assert r["port_free_after"] is True
+        assert r["agreement"] is not None and r["decode_tok_s"] > 0
+
+
+def test_decode_measured_from_streamed_tokens(book):
+    store = RunStore(book.run_dir)
+    summary = [r for r in store.rows("bench_summary") if r.get("phase") == "single"]
+    assert summary and summary[0]["decode_tok_s_mean"] > 1
+    requests = [r for r in store.rows("bench_requests") if r.get("phase") == "single" and r.get("ok", True)]
+    assert requests
+    for r in requests:
+        assert r["output_tokens"] >= 2 and r["ttft_s"] < r["e2e_s"]
+        assert r["decode_tok_s"] == pytest.approx((r["output_tokens"] - 1) / (r["e2e_s"] - r["ttft_s"]), rel=1e-6)
+
+
+def test_rendered_site(book):
+    index = book.index.read_text()
+    pages = sorted(p.name for p in book.out.glob("0*.html"))
+    assert len(pages) == 6
+    for p in pages:
+        assert p in index
+    third = (book.out / "03_force_each_backend.html").read_text()
+    assert "02_read_backend_selection.html" in third and "04_tune_nccl.html" in third
+
+
+def test_resume_does_not_remeasure(book, tmp_path):
+    """Re-running a chapter with the same run id keeps the rows and adds none."""
+    store = RunStore(book.run_dir)
+    before = len(store.rows("backends"))
+    run_id = book.run_dir.name
+    result = run_book({"smoke": True}, out=tmp_path / "site", runs_root=book.run_dir.parent.parent, run_id=run_id,
+                      only=["03"], progress=None)
+    assert result.run_dir == book.run_dir
+    assert result.chapters[0]["status"] == "ok"
+    assert len(RunStore(book.run_dir).rows("backends")) == before

@@ -1,0 +1,46 @@
+"""The notebooks' structure: numbered, one parameters cell, common parameters as the CLI defines them."""
+
+import ast
+
+import pytest
+
+from servebook.book import chapters, notebook_parameters
+from servebook.params import PARAMS
+
+EXPECTED = ["01_detect_capabilities", "02_read_backend_selection", "03_force_each_backend",
+            "04_tune_nccl", "05_benchmark_single_stream", "06_findings"]
+
+
+def test_six_chapters_in_reading_order():
+    assert [c.stem for c in chapters()] == EXPECTED
+
+
+@pytest.mark.parametrize("stem", EXPECTED)
+def test_parameters_cell(stem):
+    import jupytext
+
+    chapter = next(c for c in chapters() if c.stem == stem)
+    nb = jupytext.read(chapter.source)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one parameters cell"
+    # nothing derived: every statement is a plain assignment of a literal
+    for node in ast.parse(tagged[0].source).body:
+        assert isinstance(node, (ast.Assign, ast.AnnAssign)), ast.dump(node)
+        ast.literal_eval(node.value)
+    declared = notebook_parameters(chapter.source)
+    assert "run_dir" in declared
+    for name, p in PARAMS.items():
+        assert name in declared, f"{stem} does not declare {name}"
+        assert ast.literal_eval(declared[name]["default"]) == p.default, name
+        assert declared[name]["inferred_type_name"] == p.type.__name__, name
+        assert declared[name]["help"], f"{stem}: parameter {name} has no comment"
+    for name, spec in declared.items():
+        assert spec["inferred_type_name"] in ("str", "int", "float", "bool"), f"{stem}: {name} needs a type annotation"
+
+
+@pytest.mark.parametrize("stem", EXPECTED)
+def test_story_shape(stem):
+    text = next(c for c in chapters() if c.stem == stem).source.read_text()
+    assert "What we found" in text
+    if stem != "06_findings":
+        assert "Next:" in text or "next chapter" in text.lower()
