@@ -28,13 +28,13 @@
 # `data/hardware/`), and the engines are asked with torch's capability faked to that GPU's.
 
 # %% tags=["parameters"]
-run_dir = ""            # str: this run's directory (set by `servebook book`); "" = a new run under runs/
-host = "local"          # str: "local"
-engine = "transformers" # str: transformers | sglang | vllm, optionally ==VERSION
-model = "embedded"      # str: "embedded", a card in data/models (e.g. "kimi-k2.5"), or a model directory
-profile = ""            # str: a hardware profile in data/hardware for what-if; "" = this host
-smoke = False           # bool: small workloads (tests, CI)
-engine_python = ""      # str: interpreter where the engines are installed; empty means this kernel
+run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
+host: str = "local"  # where the engines run: local
+engine: str = "transformers"  # transformers, sglang or vllm (a version may be pinned, see README)
+model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
+profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
+smoke: bool = False  # small workloads for tests and CI
+engine_python: str = ""  # interpreter where the engines are installed; empty means this kernel
 
 # %%
 import json

@@ -54,6 +54,7 @@ __all__ = [
     "format_report",
     "describe_host",
     "findings",
+    "record",
 ]
 
 SCHEMA = "servebook.probe/1"
@@ -120,7 +121,8 @@ def parse_query_csv(text: str, fields: list[str]) -> list[dict]:
 def _table_lines(text: str) -> tuple[list[str], list[list[str]], list[str]]:
     """Split an nvidia-smi topo table into (header cells, rows of cells, lines after the table)."""
     lines = [_ANSI.sub("", ln.rstrip("\n")) for ln in text.splitlines()]
-    header_i = next((i for i, ln in enumerate(lines) if re.search(r"\bGPU0\b", ln) and not ln.strip().startswith("GPU0")), None)
+    # the header's first tab-separated cell is blank; each row's first cell is its label (GPU0, NIC0, ...)
+    header_i = next((i for i, ln in enumerate(lines) if re.search(r"\bGPU0\b", ln) and ln.split("\t")[0].strip() == ""), None)
     if header_i is None:
         return [], [], lines
     header = [c.strip() for c in lines[header_i].split("\t") if c.strip()]
@@ -718,18 +720,20 @@ if fake:
         torch.cuda.is_available = lambda: True
         torch.cuda.device_count = lambda: int(fake["count"])
         torch.cuda.current_device = lambda: 0
+        torch.cuda.is_initialized = lambda: True  # so helpers ask torch, not NVML (which would report the real GPU)
         torch.cuda.get_device_capability = lambda device=None: (maj, mi)
         torch.cuda.get_device_name = lambda device=None: fake["name"]
         torch.cuda.get_device_properties = lambda device=None: props
         torch.version.cuda = fake["cuda"]
         out["patched"] = ["torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.current_device",
-                          "torch.cuda.get_device_capability", "torch.cuda.get_device_name",
+                          "torch.cuda.is_initialized", "torch.cuda.get_device_capability", "torch.cuda.get_device_name",
                           "torch.cuda.get_device_properties", "torch.version.cuda=" + str(fake["cuda"])]
     except Exception as exc:
         out["status"] = "error"; out["error"] = "cannot fake the capability: %s: %s" % (type(exc).__name__, exc); emit(); sys.exit(0)
 try:
     import torch
     out["torch"] = torch.__version__
+    out["torch_cuda"] = torch.version.cuda
     out["capability_seen"] = list(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
 except Exception as exc:
     out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
@@ -768,8 +772,12 @@ if engine == "transformers":
         r"is_flash_attn_[234]_available|is_kernels_available|is_triton_available|is_torch_greater_or_equal_than_2_\d)$")
     if err: failures.append(err)
 elif engine == "sglang":
-    pat = r"^(is_sm\d+\w*|is_blackwell\w*|is_hopper\w*|get_device_sm|get_device_capability|is_cuda|is_cuda_alike|is_flashinfer_available)$"
-    errs = [module_helpers(m, pat) for m in ("sglang.srt.utils.common", "sglang.srt.utils")]
+    pat = r"^(is_sm\d+\w*|is_blackwell\w*|is_hopper\w*|is_ampere\w*|get_device_sm|get_device_capability|is_cuda|is_flashinfer_available)$"
+    errs = []
+    for m in ("sglang.srt.utils.common", "sglang.srt.utils"):  # newer releases keep them in utils/common.py
+        errs.append(module_helpers(m, pat))
+        if errs[-1] is None:
+            break
     if all(errs): failures.append(errs[0])
     for modname in ("sglang.srt.platforms", "sglang.srt.platforms.interface"):
         try:
@@ -785,7 +793,7 @@ elif engine == "sglang":
         if plat is None:
             continue
         for n in sorted(dir(plat)):
-            if re.match(r"^(is_sm\d+\w*|is_blackwell\w*|is_hopper\w*|is_cuda|get_device_capability|get_device_sm)$", n):
+            if re.match(r"^(is_sm\d+\w*|is_blackwell\w*|is_hopper\w*|is_cuda|get_device_capability|get_device_sm|device_name)$", n):
                 a = getattr(plat, n)
                 if callable(a):
                     if zero_arg(a):
@@ -796,8 +804,8 @@ elif engine == "sglang":
 elif engine == "vllm":
     try:
         from vllm.platforms import current_platform as plat
-        if fake and not plat.is_cuda():
-            # vLLM finds CUDA through NVML, which no patch of torch reaches; ask its torch-based CUDA platform instead
+        if fake:
+            # vLLM's CUDA platform answers from NVML (the real GPU, or none); ask its torch-based CUDA platform instead
             from vllm.platforms import cuda as _c
             plat = getattr(_c, "NonNvmlCudaPlatform", None) or getattr(_c, "CudaPlatform")
             out["patched"].append("platform: vllm.platforms.cuda.%s (no NVML device here)" % plat.__name__)
@@ -855,7 +863,7 @@ def _helper_kind(name: str) -> tuple[str, Any]:
     return fn, arg
 
 
-def judge_helper(helper: dict, gpu: dict | None, gpu_count: int) -> dict:
+def judge_helper(helper: dict, gpu: dict | None, gpu_count: int, cuda: str | None = None) -> dict:
     """Add ``expected``, ``verdict`` ('agrees' | 'mismatch' | 'gap' | 'unknown' | 'error') and ``meaning`` to one helper answer.
 
     'mismatch': the answer contradicts the hardware. 'gap': consistent, but a Blackwell GPU is kept out of
@@ -874,26 +882,25 @@ def judge_helper(helper: dict, gpu: dict | None, gpu_count: int) -> dict:
     arch = (gpu or {}).get("arch") or "no GPU"
     who = f"this GPU is {arch}, capability {cap}" if cap else "this host has no usable GPU"
     expected = None
-    m = re.fullmatch(r"is_sm(\d+)(\w*)", fn)
-    if m:
-        n = int(m.group(1))
-        fam_major, fam_minor = divmod(n, 10)
+    nums = [int(x) for x in re.findall(r"sm(\d+)", fn)] if fn.startswith("is_sm") else []
+    m = bool(nums)
+    need_cuda = re.search(r"with_cuda_(\d+)_(\d+)", fn)
+    if nums:
+        # SGLang's convention: is_smNNN_supported() matches the major (sm100 covers 10.x), is_smNNN() the exact capability
+        exact = not fn.endswith("_supported")
         if major is None:
             expected = False
-        elif fam_minor == 0:
-            expected = major == fam_major
         else:
-            expected = (major, minor) == (fam_major, fam_minor)
-        if m.group(2) and m.group(2) != "_supported":
-            expected = None if expected else False  # extra conditions (e.g. a CUDA version) we do not judge
-    elif re.fullmatch(r"is_blackwell\w*", fn):
+            expected = any(((major, minor) == divmod(n, 10)) if (exact or n % 10) else major == n // 10 for n in nums)
+    elif fn.startswith("is_blackwell"):
         expected = major in (10, 11, 12) if major is not None else False
-        if fn not in ("is_blackwell", "is_blackwell_supported"):
-            expected = None if expected else False
-    elif re.fullmatch(r"is_hopper\w*", fn):
+    elif fn.startswith("is_hopper"):
         expected = (major == 9) if major is not None else False
-        if fn != "is_hopper":
-            expected = None if expected else False
+    elif fn.startswith("is_ampere"):
+        expected = (major == 8) if major is not None else False
+    if expected and need_cuda:
+        want = (int(need_cuda.group(1)), int(need_cuda.group(2)))
+        expected = _vtuple(cuda)[:2] >= want if cuda else None
     elif fn in ("get_device_sm",):
         expected = major * 10 + minor if major is not None else None
     elif fn == "get_device_capability":
@@ -916,14 +923,16 @@ def judge_helper(helper: dict, gpu: dict | None, gpu_count: int) -> dict:
         h["meaning"] = "depends on more than the GPU (installed packages, versions); not judged"
         return h
     label = h["name"]
+    fams = ", ".join(f"sm_{n}" for n in nums)
     if ans == expected:
         h["verdict"] = "agrees"
-        if ans is False and m and major in (10, 11, 12) and fam_major in (10, 11, 12):
+        other_line = (lambda n: (n // 10 in (10, 11)) if major == 12 else (n // 10 == 12))
+        if ans is False and m and major in (10, 11, 12) and any(other_line(n) for n in nums):
             h["verdict"] = "gap"
             h["meaning"] = (f"{who}, but {label} answers False: code paths guarded by it will not run here "
-                            f"(sm_{int(m.group(1))} is a different Blackwell family from {gpu.get('sm')})")
+                            f"({fams} is not {gpu.get('sm')}, although both are Blackwell)")
         elif ans is False and m:
-            h["meaning"] = f"code guarded by {fn} (sm_{int(m.group(1))} paths) will not run here"
+            h["meaning"] = f"code guarded by {fn} ({fams} paths) will not run here"
         elif ans is True and m:
             h["meaning"] = f"code guarded by {fn} runs here"
         return h
@@ -931,30 +940,44 @@ def judge_helper(helper: dict, gpu: dict | None, gpu_count: int) -> dict:
     if isinstance(ans, bool):
         h["meaning"] = (f"{who}, but {label} answers {ans}: code paths guarded by it will "
                         f"{'not run' if ans is False else 'run'} here")
+        if ans is False and (m or fn.startswith(("is_blackwell", "is_hopper", "is_ampere"))) and cuda is not None:
+            h["meaning"] += f" (such helpers often also require a minimum CUDA; torch here reports CUDA {cuda})"
     else:
         h["meaning"] = f"{who}, but {label} answers {ans!r} (the hardware says {expected!r})"
     return h
 
 
-def engine_helpers(gpus: list[dict], engines=ENGINE_NAMES, python: str | dict | None = None,
-                   fake: dict | None = None, timeout: float = 180.0) -> list[dict]:
-    """Each engine's own capability helpers, called in its interpreter, each judged against the hardware truth."""
-    def interp(name):
-        if isinstance(python, dict):
-            return python.get(name) or sys.executable
-        return python or sys.executable
+def _interp(python, name: str) -> str:
+    if isinstance(python, dict):
+        return python.get(name) or sys.executable
+    return python or sys.executable
 
-    with ThreadPoolExecutor(max_workers=max(1, len(engines))) as pool:
-        results = list(pool.map(lambda n: _engine_subprocess(n, interp(n), fake, timeout), engines))
+
+def _ask_engines(engines, python, fake, timeout):
+    """Start one subprocess per engine (in threads); returns a function that waits for the raw answers."""
+    pool = ThreadPoolExecutor(max_workers=max(1, len(engines)))
+    futs = [pool.submit(_engine_subprocess, n, _interp(python, n), fake, timeout) for n in engines]
+    pool.shutdown(wait=False)
+    return lambda: [f.result() for f in futs]
+
+
+def _judge_engines(results: list[dict], gpus: list[dict], fake: dict | None) -> list[dict]:
     gpu0 = gpus[0] if gpus else None
     for r in results:
-        r["helpers"] = [judge_helper(h, gpu0, len(gpus)) for h in r.get("helpers", [])]
+        cuda = (fake or {}).get("cuda") or r.get("torch_cuda")
+        r["helpers"] = [judge_helper(h, gpu0, len(gpus), cuda) for h in r.get("helpers", [])]
         r["mismatches"] = [h["meaning"] for h in r["helpers"] if h["verdict"] == "mismatch"]
         r["gaps"] = [h["meaning"] for h in r["helpers"] if h["verdict"] == "gap"]
         seen = r.get("capability_seen")
         if gpu0 and seen and list(seen[:2]) != [gpu0["major"], gpu0["minor"]]:
             r["mismatches"].insert(0, f"{r['engine']}'s torch sees capability {seen[0]}.{seen[1]}, the hardware is {gpu0['capability']}")
     return results
+
+
+def engine_helpers(gpus: list[dict], engines=ENGINE_NAMES, python: str | dict | None = None,
+                   fake: dict | None = None, timeout: float = 180.0) -> list[dict]:
+    """Each engine's own capability helpers, called in its interpreter, each judged against the hardware truth."""
+    return _judge_engines(_ask_engines(engines, python, fake, timeout)(), gpus, fake)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1029,13 +1052,15 @@ def probe(profile: str | None = None, *, host: str = "local", python: str | dict
                       p2p={"access": [[None if a == b else True for b in range(count)] for a in range(count)] if
                            (prof.get("interconnect") or {}).get("kind") == "NVLink" else [],
                            "pairs": [], "measured": False, "method": None,
-                           "note": "profile: nothing measured; P2P over NVLink assumed, PCIe P2P depends on the host" },
+                           "note": "profile: nothing measured; " + ("P2P over NVLink assumed" if (prof.get("interconnect") or {}).get(
+                               "kind") == "NVLink" else "PCIe-only GPUs: whether P2P works depends on the host's PCIe topology and IOMMU/ACS settings")},
                       env=collect_env(), tools={"method": "profile"}, fake=fake)
         warnings.insert(0, f"what-if from the profile '{prof['profile']}' (data/hardware/{prof['profile']}.json): datasheet "
                            f"facts, nothing measured; engine helpers were asked with torch faked to capability "
                            f"{prof['capability']} and CUDA {wanted}")
         report["engines"] = engine_helpers(gpus, engines, python, fake=fake, timeout=timeout)
     else:
+        asked = _ask_engines(engines, python, None, timeout)  # engines import while the hardware is probed
         gpus, info = detect_gpus(warnings)
         report.update(gpu_count=len(gpus), gpus=gpus, tools={"method": info.get("method"), "errors": info.get("errors", []),
                                                             "nvidia_smi": shutil.which("nvidia-smi")})
@@ -1043,7 +1068,7 @@ def probe(profile: str | None = None, *, host: str = "local", python: str | dict
         report["topology"] = detect_topology(gpus, warnings)
         report["p2p"] = detect_p2p(gpus, measure=measure_p2p, nbytes=p2p_bytes, warnings=warnings)
         report["env"] = collect_env()
-        report["engines"] = engine_helpers(gpus, engines, python, timeout=timeout)
+        report["engines"] = _judge_engines(asked(), gpus, None)
         if len({g.get("capability") for g in gpus}) > 1:
             warnings.append("GPUs of different capabilities on one host: engines decide from GPU 0 (" + gpus[0]["capability"] + ")")
     for e in report["engines"]:
@@ -1112,11 +1137,12 @@ def describe_host(report: dict) -> str:
         parts.append(f"A measured GPU-to-GPU copy moved {min(bw):.0f}-{max(bw):.0f} GB/s one way"
                      + (f", with {min(lat):.1f}-{max(lat):.1f} us per small copy" if lat else "") + ".")
     sw = [f"driver {v['driver']}" if v.get("driver") else None, f"CUDA {v['cuda']} (driver)" if v.get("cuda") else None,
-          f"torch {v['torch']} (CUDA {v.get('torch_cuda')})" if v.get("torch") else None,
+          (f"torch {v['torch']} (CUDA {v['torch_cuda']})" if v.get("torch_cuda") else f"torch {v['torch']} (CPU-only build)") if v.get("torch") else None,
           f"NCCL {((v.get('nccl_loaded') or {}).get('version') or v.get('nccl'))}" if (v.get("nccl") or (v.get("nccl_loaded") or {}).get("version")) else None]
     sw = [s for s in sw if s]
     if sw:
-        parts.append("Software: " + ", ".join(sw) + ".")
+        parts.append(("Software of the machine that ran this what-if: " if report.get("source") == "profile" else "Software: ")
+                     + ", ".join(sw) + ".")
     return " ".join(parts)
 
 
@@ -1209,3 +1235,50 @@ def format_report(report: dict) -> str:
     out.append("")
     out.append("What this host is: " + describe_host(report))
     return "\n".join(out)
+
+
+def record(store, report: dict) -> dict:
+    """Store a report in a run (``results.RunStore``): probe.json plus tidy tables, before anything is displayed.
+
+    Tables: gpus, versions, topology (one row per GPU pair), p2p (one row per measured pair), engines,
+    engine_helpers (one row per helper answer), warnings. Returns the manifest fields written.
+    """
+    store.write_text("probe.json", json.dumps(report, indent=2, default=str) + "\n")
+    src, prof = report.get("source"), report.get("profile")
+    base = {"source": src, "profile": prof}
+    for g in report.get("gpus", []):
+        store.append("gpus", {**base, **{k: g.get(k) for k in (
+            "index", "host_index", "name", "capability", "sm", "arch", "family", "sm_count", "memory_gib", "power_limit_w",
+            "mig_mode", "ecc_mode", "busy", "utilization_pct")}, "sm_mhz": (g.get("clocks") or {}).get("sm_mhz"),
+            "max_sm_mhz": (g.get("clocks") or {}).get("max_sm_mhz")})
+    v = report.get("versions") or {}
+    store.append("versions", {**base, **{k: v.get(k) for k in ("driver", "cuda", "cuda_runtime", "cuda_toolkit", "torch", "torch_cuda", "nccl", "python")},
+                              "nccl_loaded": (v.get("nccl_loaded") or {}).get("version"),
+                              "nccl_loaded_path": (v.get("nccl_loaded") or {}).get("path"),
+                              **{f"pkg_{k}": val for k, val in (v.get("packages") or {}).items()}})
+    topo = report.get("topology") or {}
+    labels, rows = topo.get("labels") or [], topo.get("row_labels") or topo.get("labels") or []
+    for r, row in enumerate(topo.get("matrix") or []):
+        for c, code in enumerate(row):
+            if r < len(rows) and c < len(labels) and rows[r].startswith("GPU") and labels[c].startswith("GPU") and rows[r] != labels[c]:
+                store.append("topology", {**base, "src": rows[r], "dst": labels[c], "link": code, "rank": link_rank(code),
+                                          "meaning": describe_link(code), "from": topo.get("source")})
+    for pair in (report.get("p2p") or {}).get("pairs", []):
+        store.append("p2p", {**base, **pair, "method": (report.get("p2p") or {}).get("method")})
+    for e in report.get("engines", []):
+        store.append("engines", {**base, **{k: e.get(k) for k in ("engine", "version", "status", "error", "python", "torch", "capability_seen")},
+                                 "helpers": len(e.get("helpers", [])), "mismatches": len(e.get("mismatches", [])), "gaps": len(e.get("gaps", []))})
+        for h in e.get("helpers", []):
+            store.append("engine_helpers", {**base, "engine": e["engine"], "version": e.get("version"), "helper": h["name"],
+                                            "answer": h.get("answer"), "error": h.get("error"), "expected": h.get("expected"),
+                                            "verdict": h.get("verdict"), "meaning": h.get("meaning"),
+                                            "faked": bool(e.get("patched"))})
+    for w in report.get("warnings", []):
+        store.append("warnings", {**base, "warning": w})
+    g0 = (report.get("gpus") or [{}])[0]
+    fields = {"probe": {"schema": report.get("schema"), "source": src, "profile": prof, "gpu_count": report.get("gpu_count"),
+                        "gpu": g0.get("name"), "capability": g0.get("capability"), "family": g0.get("family"),
+                        "created": report.get("created"), "hostname": report.get("hostname"),
+                        "findings": len(findings(report)), "warnings": len(report.get("warnings", []))}}
+    store.write_manifest(fields)
+    return fields
