@@ -21,30 +21,30 @@
 # One client drives every engine, so engines are compared with the same clock and the same prompts.
 
 # %% tags=["parameters"]
-run_dir = ""            # str: this run's directory (set by `servebook book`); "" = a new run under runs/
-host = "local"          # str: "local"
-engine = "transformers" # str: transformers | sglang | vllm, optionally ==VERSION
-model = "embedded"      # str: "embedded", a card in data/models (e.g. "kimi-k2.5"), or a model directory
-profile = ""            # str: a hardware profile in data/hardware for what-if; "" = this host
-smoke = False           # bool: small workloads (tests, CI)
-compare_engines = ""    # str: more engine specs, comma-separated, benchmarked side by side with the same client and prompts
-attention = ""          # str: attention backend to force (engine's own name); "" = the engine's default
-engine_args = ""        # str: extra server flags, e.g. "--compile" for transformers serve
-api = "completions"     # str: completions | chat
-max_tokens = 128        # int: output tokens per request (fixed length where the engine allows)
-input_len = 128         # int: prompt length in the model's tokens
-runs = 5                # int: single-stream runs after warm-up (mean and 95% CI over runs)
-warmup = 2              # int: single-stream warm-up requests (not counted)
-requests_per_run = 1    # int: requests per single-stream run
-max_concurrency = 128   # int: the sweep doubles concurrency 1, 2, 4, ... up to this
-requests_per_level = 5  # int: requests per sweep level = this x concurrency
-level_time_budget_s = 120  # int: a sweep level starts no new request after this many seconds
-seed = 0                # int: seed of the prompt set
-seed_model = "kimi-k2.5"         # str: model card of the seed case, for its roofline
-seed_profile = "rtx-pro-6000"    # str: hardware profile of the seed case
-seed_tp = 8                      # int: tensor-parallel size of the seed case
-seed_allreduce_us = 24.0         # float: per-all-reduce latency for the seed case's communication floor (chapter 04 measures your own; 24 us is the published 8x RTX PRO 6000 PCIe NCCL figure in shared/anchors.md)
-seed_reported_tok_s = "vllm=82.5,sglang=63.6"  # str: single-stream tok/s the seed case reported (not measured here)
+run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
+host: str = "local"  # where the engines run: local
+engine: str = "transformers"  # transformers, sglang or vllm (a version may be pinned, see README)
+model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
+profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
+smoke: bool = False  # small workloads for tests and CI
+compare_engines: str = ""  # more engine specs, comma-separated, benchmarked side by side with the same client and prompts
+attention: str = ""  # attention backend to force, by the engines own name; empty for the engines default
+engine_args: str = ""  # extra server flags, e.g. --compile for transformers serve
+api: str = "completions"  # completions | chat
+max_tokens: int = 128  # output tokens per request (fixed length where the engine allows)
+input_len: int = 128  # prompt length in the models tokens
+runs: int = 5  # single-stream runs after warm-up (mean and 95% CI over runs)
+warmup: int = 2  # single-stream warm-up requests (not counted)
+requests_per_run: int = 1  # requests per single-stream run
+max_concurrency: int = 128  # the sweep doubles concurrency 1, 2, 4, ... up to this
+requests_per_level: int = 5  # requests per sweep level, times the concurrency
+level_time_budget_s: int = 120  # a sweep level starts no new request after this many seconds
+seed: int = 0  # seed of the prompt set
+seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
+seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
+seed_tp: int = 8  # tensor-parallel size of the seed case
+seed_allreduce_us: float = 24.0  # per-all-reduce latency (us) for the seed cases communication floor; published 8x RTX PRO 6000 PCIe NCCL figure, chapter 04 measures yours
+seed_reported_tok_s: str = "vllm:82.5,sglang:63.6"  # single-stream tok/s the seed case reported, engine:value pairs; not measured here
 
 # %%
 import json
@@ -86,8 +86,8 @@ print(f"run {store.path}\nmodel: {model_dir or model}\nengines: {', '.join(engin
 # %%
 tokenizer = bench.load_tokenizer(model_dir) if model_dir else None
 ceiling = bench.client_ceiling(store=store, tokenizer=tokenizer,
-                               concurrencies=(1, 16) if smoke else (1, 64),
-                               tokens_per_request=512 if smoke else 2048,
+                               concurrencies=(1, 8) if smoke else (1, 64),
+                               tokens_per_request=256 if smoke else 2048,
                                requests_per_level=1 if smoke else 2)
 ceiling_df = store.table("client_ceiling")
 ceiling_df[["concurrency", "events_per_write", "tokens", "stream_tok_s", "client_cpu_us_per_token", "parse_us_per_token", "ttft_server_p50_s"]]
@@ -112,6 +112,8 @@ if tokenizer is not None:
     prompts = bench.build_prompts(tokenizer, input_len, min(n_prompts, 256), seed=seed)
     print(f"{len(prompts)} prompts, token lengths {sorted({p.tokens for p in prompts})}; first: {prompts[0].text[:80]!r}")
 else:
+    store.record_failure("bench", f"model {model!r} is a model card, not a local model directory: nothing to serve on this host; "
+                                  "pass 'embedded' or a model directory to measure; the roofline below still applies")
     print(f"model {model!r} is a card, not a local model: nothing to serve here; the roofline below still applies")
 
 # %% [markdown]
@@ -233,16 +235,24 @@ if model_dir is not None:
 # %% [markdown]
 # ### Where the time goes
 # Method: the same model decoding in this process with `model.generate` (no server, no HTTP),
-# timed as (N-1)/(t(N)-t(1)). The gap to the served rate is the serving path; the gap from the
-# bandwidth floor to in-process decode is compute and framework overhead.
+# timed as (N-1)/(t(N)-t(1)), with torch's default threads and with one; the faster is the model's
+# own time. The gap to the served rate is the serving path; the gap from the bandwidth floor to
+# in-process decode is compute and framework overhead.
 
 # %%
 breakdown = pd.DataFrame()
 if roof_rows and len(single_df):
-    direct = bench.inprocess_decode_rate(model_dir, prompts[0].text, max_tokens=max_tokens, attention=attention or None,
-                                         repeats=1 if smoke else 3)
-    store.append("bench_inprocess", direct)
+    for threads in ((1,) if smoke else (None, 1)):  # torch's default threads, and one: small CPU models are often faster on one
+        store.append("bench_inprocess", bench.inprocess_decode_rate(model_dir, prompts[0].text, max_tokens=max_tokens,
+                                                                    attention=attention or None, repeats=1 if smoke else 3,
+                                                                    threads=threads))
+    inproc = store.table("bench_inprocess")
+    display(inproc[["tok_s", "threads", "device", "dtype", "attention"]])
+    direct = inproc.sort_values("tok_s").iloc[-1]
     first = single_df.iloc[0]
+    if direct["tok_s"] < first["decode_tok_s_mean"]:
+        print("note: in-process decode measured slower than served (the host was busier, or the server runs the model "
+              "differently); the split below is then not meaningful")
     served_ms, direct_ms = 1e3 / first["decode_tok_s_mean"], 1e3 / direct["tok_s"]
     parts = roofline.time_breakdown(first["decode_tok_s_mean"], roof,
                                     compute_and_framework=direct_ms - roof["t_mem_ms"] - roof["t_comm_ms"],
@@ -264,24 +274,31 @@ breakdown
 # %%
 try:
     card = roofline.load_model_card(seed_model)
-    cb = roofline.card_bytes_per_token(card)
+    arch = roofline.config_bytes_per_token(card)   # layer by layer from the card's config
+    avg = roofline.card_bytes_per_token(card)      # cross-check: active parameters x the checkpoint's average bytes/param
     from servebook.profiles import load_profile
 
     prof = load_profile(seed_profile)
-    seed_roof = roofline.decode_roofline(cb["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp,
+    seed_roof = roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp,
                                          allreduce_us=seed_allreduce_us, allreduces_per_token=roofline.allreduces_per_token(card))
-    reported = dict(kv.split("=") for kv in seed_reported_tok_s.split(",") if "=" in kv)
+    reported = dict(kv.split(":") for kv in seed_reported_tok_s.split(",") if ":" in kv)
     for eng_name, tok_s in reported.items():
         row = {"case": f"{seed_model} on {seed_tp}x {seed_profile} ({eng_name}, reported by the seed)", "measured_tok_s": float(tok_s),
                "roofline_tok_s": seed_roof["tok_s"], "roofline_bandwidth_only_tok_s": seed_roof["tok_s_bandwidth"],
                "pct_of_roofline": 100 * float(tok_s) / seed_roof["tok_s"], "bytes_per_token": seed_roof["bytes_per_token"],
                "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": seed_roof["t_mem_ms"], "t_comm_ms": seed_roof["t_comm_ms"],
-               "tp": seed_tp, "source": "reported by the seed case; roofline from the card and the profile"}
+               "tp": seed_tp, "allreduce_us": seed_allreduce_us, "bytes_method": arch["method"],
+               "source": "reported by the seed case; roofline from the card and the profile"}
         store.append("bench_roofline", row)
-    print(f"{cb['active_params'] / 1e9:.0f}B active x {cb['bytes_per_param']} B = {cb['bytes_per_token'] / 1e9:.1f} GB/token; "
-          f"memory {seed_roof['t_mem_ms']:.2f} ms + {seed_roof['allreduces_per_token']} all-reduces x {seed_allreduce_us} us = "
-          f"{seed_roof['t_comm_ms']:.2f} ms per token -> limit {seed_roof['tok_s']:.0f} tok/s "
-          f"(bandwidth alone {seed_roof['tok_s_bandwidth']:.0f})")
+        for part in roofline.time_breakdown(float(tok_s), seed_roof):
+            store.append("bench_breakdown", {"label": row["case"], **part})
+    print(f"{seed_model}: {arch['active_params'] / 1e9:.1f}B active parameters, {arch['bytes_per_token'] / 1e9:.1f} GB read per token "
+          f"(card average {avg['bytes_per_param']} B/param would say {avg['bytes_per_token'] / 1e9:.1f} GB: it undercounts the BF16 attention and shared experts)")
+    print(f"per token: memory {seed_roof['t_mem_ms']:.2f} ms on {seed_tp} GPUs + {seed_roof['allreduces_per_token']} all-reduces x "
+          f"{seed_allreduce_us} us = {seed_roof['t_comm_ms']:.2f} ms -> limit {seed_roof['tok_s']:.0f} tok/s (bandwidth alone {seed_roof['tok_s_bandwidth']:.0f})")
+    larger = "communication" if seed_roof["t_comm_ms"] > seed_roof["t_mem_ms"] else "memory"
+    print(f"at batch 1 the {larger} floor is the larger of the two "
+          f"({seed_roof['t_comm_ms'] / (seed_roof['t_mem_ms'] + seed_roof['t_comm_ms']):.0%} of the limit's time is all-reduce latency)")
 except ServebookError as exc:
     store.record_failure("seed roofline", exc)
     print(f"seed roofline not computed: {exc}")
@@ -297,7 +314,7 @@ roofs = store.table("bench_roofline")
 roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]] if len(roofs) else "no roofline computed"
 
 # %% [markdown]
-# On the seed's hardware the communication floor is larger than the memory time: at batch 1 the all-reduces, not the bandwidth, set the limit.
+# Measured (or reported) rates next to their limits; the seed rows' time split is in the table `bench_breakdown`.
 
 # %% [markdown]
 # ## What we found
@@ -306,19 +323,22 @@ roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]]
 lines = []
 for _, r in single_df.iterrows():
     ci = f" ± {r['decode_tok_s_ci95']:.1f}" if pd.notna(r.get("decode_tok_s_ci95")) else ""
-    lines.append(f"- **{r['label']}** single stream: {r['decode_tok_s_mean']:.1f}{ci} tok/s (95% CI over {r['runs']} runs), "
+    lines.append(f"- **{r['label']}** single stream: {r['decode_tok_s_mean']:.1f}{ci} tok/s (95% CI over {int(r['runs'])} runs), "
                  f"TTFT {r['ttft_s_mean'] * 1e3:.0f} ms, TPOT {r['tpot_s_mean'] * 1e3:.1f} ms, {r['tokens_per_chunk']:.2f} tokens per streamed chunk.")
 for label, g in (sweep_df.groupby("label") if len(sweep_df) else []):
     best = g.sort_values("throughput_tok_s", ascending=False).iloc[0]
     one = g.sort_values("concurrency").iloc[0]
-    lines.append(f"- {label}: throughput {one['throughput_tok_s']:.1f} tok/s at C={int(one['concurrency'])} and "
-                 f"{best['throughput_tok_s']:.1f} tok/s at C={int(best['concurrency'])} "
-                 f"({best['throughput_tok_s'] / one['throughput_tok_s']:.2f}x); per-user speed then {best['per_user_tok_s']:.1f} tok/s.")
+    lines.append(f"- {label}: {one['throughput_tok_s']:.1f} tok/s at C=1; peak {best['throughput_tok_s']:.1f} tok/s at "
+                 f"C={int(best['concurrency'])} ({best['throughput_tok_s'] / one['throughput_tok_s']:.2f}x C=1), each user then getting "
+                 f"{best['per_user_tok_s']:.1f} tok/s" + (" (some levels hit their time budget)" if g["truncated"].any() else "") + ".")
 for _, r in (roofs.iterrows() if len(roofs) else []):
     lines.append(f"- {r['case']}: {r['measured_tok_s']:.1f} tok/s is {r['pct_of_roofline']:.1f}% of its roofline ({r['roofline_tok_s']:,.0f} tok/s).")
-if len(breakdown):
-    top = breakdown.sort_values("ms_per_token", ascending=False).iloc[0]
-    lines.append(f"- The largest part of a served token's time here: {top['part']} ({top['share']:.0%}).")
+breakdown = store.table("bench_breakdown")
+for label, g in (breakdown.groupby("label", sort=False) if len(breakdown) else []):
+    top = g.sort_values("ms_per_token", ascending=False).iloc[0]
+    total = g["ms_per_token"].sum()
+    lines.append(f"- {label}: {total:.2f} ms per token, of which the largest part is {top['part']} ({top['share']:.0%}); "
+                 + ", ".join(f"{r['part'].split(' (')[0]} {r['ms_per_token']:.2f} ms" for _, r in g.iterrows() if r["ms_per_token"]) + ".")
 lines.append(f"- The client sustained {ceiling_tok_s:,.0f} tokens/s against a fake server: it is not the bottleneck of these measurements.")
 fails = store.table("failures")
 if len(fails):

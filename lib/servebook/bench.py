@@ -7,8 +7,12 @@
     levels = concurrency_sweep(url, model, prompts, store=store, tokenizer=tok, max_concurrency=128)
     ceiling = client_ceiling(store=store, tokenizer=tok)
 
-Method. The client is one asyncio event loop with httpx streaming POSTs to the
-OpenAI-compatible ``/v1/completions`` or ``/v1/chat/completions``. While a stream runs the
+Method. The client is one asyncio event loop sending HTTP/1.1 streaming POSTs to the
+OpenAI-compatible ``/v1/completions`` or ``/v1/chat/completions`` through a minimal
+``asyncio.Protocol`` (keep-alive pool, chunked decoding after the fact). httpx was measured
+here first and spent ~2 ms of CPU per request and 10-140 us per network read inside
+httpcore/h11, which capped it near 60k tokens/s; the raw protocol spends one
+``perf_counter`` call and one list append per read (``client_ceiling`` measures it). While a stream runs the
 client only timestamps each network read (``time.perf_counter``) and keeps its bytes;
 SSE events are split, parsed and tokenized after the whole batch has finished, so parsing
 never delays another stream's timestamps. An event is timestamped by the read that
@@ -43,7 +47,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from .errors import ParameterError, ServerError
 
@@ -61,10 +65,12 @@ __all__ = [
     "summarize_level",
     "mean_ci",
     "t_quantile",
+    "inprocess_decode_rate",
     "FakeSSEServer",
     "client_ceiling",
     "plot_pareto",
     "plot_latency",
+    "register",
     "main",
 ]
 
@@ -274,7 +280,7 @@ class RequestResult:
     output_tokens: int = 0
     output_tokens_usage: int | None = None
     output_tokens_tokenizer: int | None = None
-    token_count_source: str = ""
+    count_source: str = ""
     finish_reason: str | None = None
     n_chunks: int = 0
     n_reads: int = 0
@@ -314,56 +320,214 @@ class _Raw:
     stamps: list[float] = field(default_factory=list)
     reads: list[bytes] = field(default_factory=list)
     error: str | None = None
+    header_bytes: int = 0
+    chunked: bool = False
+
+    def body(self) -> tuple[bytes, list[tuple[int, int, int]], list[int]]:
+        """``(data, segments, read_ends)``: the body with headers removed and chunked framing decoded;
+        segments ``(decoded_start, length, raw_start)`` map decoded bytes back to raw body offsets;
+        ``read_ends[i]`` is the raw body offset where read ``i`` ends."""
+        raw = b"".join(self.reads)[self.header_bytes:]
+        ends, total = [], -self.header_bytes
+        for r in self.reads:
+            total += len(r)
+            ends.append(total)  # raw body offset where each read ends
+        if not self.chunked:
+            return raw, [(0, len(raw), 0)], ends
+        parts, segs, pos, out_pos = [], [], 0, 0
+        while pos < len(raw):
+            i = raw.find(b"\r\n", pos)
+            if i < 0:
+                break
+            try:
+                size = int(raw[pos:i].split(b";")[0].strip() or b"0", 16)
+            except ValueError:
+                break
+            if size == 0:
+                break
+            start = i + 2
+            chunk = raw[start:start + size]
+            parts.append(chunk)
+            segs.append((out_pos, len(chunk), start))
+            out_pos += len(chunk)
+            pos = start + size + 2
+        return b"".join(parts), segs, ends
 
 
-async def _one(client, url: str, body: dict, raw: _Raw, sem: asyncio.Semaphore, deadline: float | None) -> None:
+class _StreamProtocol(asyncio.Protocol):
+    """A minimal HTTP/1.1 response reader whose hot path is one timestamp and one list append per read."""
+
+    def __init__(self) -> None:
+        self.transport = None
+        self.raw: _Raw | None = None
+        self.fut: asyncio.Future | None = None
+        self.closed = False
+        self.keep_alive = True
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def begin(self, raw: "_Raw", fut: asyncio.Future) -> None:
+        self.raw, self.fut = raw, fut
+        self.in_body, self.hbuf, self.mode, self.remaining, self.tail = False, b"", "", 0, b""
+
+    def data_received(self, data: bytes) -> None:
+        raw = self.raw
+        if raw is None:
+            return
+        raw.stamps.append(time.perf_counter())
+        raw.reads.append(data)
+        if not self.in_body:
+            self.hbuf += data
+            i = self.hbuf.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            head = self.hbuf[:i].decode("latin-1").split("\r\n")
+            data = self.hbuf[i + 4:]
+            raw.header_bytes = len(self.hbuf) - len(data)
+            try:
+                raw.status = int(head[0].split(" ", 2)[1])
+            except (IndexError, ValueError):
+                raw.error = f"not an HTTP response: {head[0][:80]!r}"
+                self._finish()
+                return
+            hdr = {}
+            for line in head[1:]:
+                k, _, v = line.partition(":")
+                hdr[k.strip().lower()] = v.strip()
+            raw.content_type = hdr.get("content-type", "")
+            self.keep_alive = hdr.get("connection", "").lower() != "close" and head[0].startswith("HTTP/1.1")
+            if "chunked" in hdr.get("transfer-encoding", "").lower():
+                self.mode, self.tail = "chunked", b"\r\n"
+                raw.chunked = True
+            elif "content-length" in hdr:
+                self.mode, self.remaining = "length", int(hdr["content-length"])
+            else:
+                self.mode, self.keep_alive = "close", False
+            self.in_body, self.hbuf = True, b""
+        if self.mode == "chunked":
+            t = self.tail + data
+            if t.endswith(b"\r\n0\r\n\r\n"):
+                self._finish()
+            else:
+                self.tail = t[-7:]
+        elif self.mode == "length":
+            self.remaining -= len(data)
+            if self.remaining <= 0:
+                self._finish()
+
+    def _finish(self) -> None:
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_result(None)
+        self.raw = None
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        if self.raw is not None:
+            if self.mode != "close":
+                self.raw.error = f"the connection closed before the response ended ({exc or 'EOF'})"
+            self._finish()
+
+
+class _Pool:
+    """Keep-alive connections to one server, at most as many as the concurrency."""
+
+    def __init__(self, url: str):
+        from urllib.parse import urlsplit
+
+        u = urlsplit(url if "://" in url else "http://" + url)
+        if u.scheme not in ("http", "https"):
+            raise ParameterError("url", url, "an http:// or https:// URL")
+        self.host, self.ssl = u.hostname or "127.0.0.1", u.scheme == "https"
+        self.port = u.port or (443 if self.ssl else 80)
+        self.prefix = u.path.rstrip("/")
+        self.idle: list[_StreamProtocol] = []
+
+    async def acquire(self, timeout: float, fresh: bool = False) -> tuple[_StreamProtocol, bool]:
+        """A connection and whether it was reused (an idle keep-alive connection may have been closed by the server)."""
+        while self.idle and not fresh:
+            p = self.idle.pop()
+            if not p.closed and not p.transport.is_closing():
+                return p, True
+        loop = asyncio.get_running_loop()
+        _t, p = await asyncio.wait_for(loop.create_connection(_StreamProtocol, self.host, self.port, ssl=self.ssl or None), timeout)
+        return p, False
+
+    def release(self, p: _StreamProtocol, reuse: bool) -> None:
+        if reuse and p.keep_alive and not p.closed:
+            self.idle.append(p)
+        else:
+            p.transport.close()
+
+    def close(self) -> None:
+        for p in self.idle:
+            p.transport.close()
+        self.idle.clear()
+
+
+async def _one(pool: _Pool, path: str, payload: bytes, raw: _Raw, sem: asyncio.Semaphore, deadline: float | None,
+               timeout: float, url: str) -> None:
     async with sem:
         raw.t_slot = time.perf_counter()
         if deadline is not None and raw.t_slot > deadline:
             raw.error = "skipped: the time budget of this batch ran out before it got a slot"
             raw.t_end = raw.t_slot
             return
-        stamps, reads = raw.stamps, raw.reads
-        perf = time.perf_counter
-        try:
-            async with client.stream("POST", url, json=body) as resp:
-                raw.status = resp.status_code
-                raw.content_type = resp.headers.get("content-type", "")
-                async for chunk in resp.aiter_raw():
-                    stamps.append(perf())
-                    reads.append(chunk)
-        except Exception as exc:  # noqa: BLE001  every failure is a recorded finding
-            raw.error = _describe(exc, url)
-        raw.t_end = perf()
-
-
-def _describe(exc: BaseException, url: str) -> str:
-    import httpx
-
-    if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect to {url}: {exc or 'connection refused'}; is the server running and is the URL right?"
-    if isinstance(exc, httpx.ReadTimeout):
-        return f"no data from {url} within the read timeout; the server is stuck or overloaded (raise request_timeout)"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-        return f"the stream from {url} was cut: {type(exc).__name__}: {exc}"
-    return f"{type(exc).__name__}: {exc}"
+        head = (f"POST {pool.prefix}{path} HTTP/1.1\r\nHost: {pool.host}:{pool.port}\r\nUser-Agent: servebook-bench\r\n"
+                f"Content-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
+        for attempt in (0, 1):
+            try:
+                proto, reused = await pool.acquire(10.0, fresh=attempt > 0)
+            except (OSError, asyncio.TimeoutError) as exc:
+                raw.error = f"cannot connect to {url}: {exc or type(exc).__name__}; is the server running and is the URL right?"
+                raw.t_end = time.perf_counter()
+                return
+            fut = asyncio.get_running_loop().create_future()
+            proto.begin(raw, fut)
+            proto.transport.write(head + payload)
+            ok = False
+            try:
+                await asyncio.wait_for(fut, timeout)
+                ok = raw.error is None
+            except asyncio.TimeoutError:
+                raw.error = f"no complete answer from {url} within {timeout:.0f}s; the server is stuck or overloaded (raise request_timeout)"
+            except asyncio.CancelledError:
+                proto.raw = None
+                pool.release(proto, reuse=False)
+                raise
+            proto.raw = None
+            pool.release(proto, reuse=ok)
+            if reused and not raw.reads and raw.error and raw.error.startswith("the connection closed"):
+                raw.error = None  # the server had closed the idle keep-alive connection: send again on a new one
+                continue
+            break
+        raw.t_end = raw.stamps[-1] if raw.stamps else time.perf_counter()
 
 
 def _split_events(raw: _Raw) -> list[tuple[float, bytes]]:
-    """SSE events with the timestamp of the read that completed each one."""
-    events: list[tuple[float, bytes]] = []
-    buf = b""
-    for t, chunk in zip(raw.stamps, raw.reads):
-        buf += chunk
-        if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
+    """SSE events, each with the timestamp of the read that completed it (linear in the body size)."""
+    data, segs, ends = raw.body()
+    if not data:
+        return []
+    sep = b"\r\n\r\n" if b"\r\n\r\n" in data else b"\n\n"  # some servers frame events with CRLF
+    events = []
+    seg_i, read_i, pos = 0, 0, 0
+    n_segs, n_reads = len(segs), len(ends)
+    k = len(sep)
+    for ev in data.split(sep):
+        end = pos + len(ev) + k if pos + len(ev) < len(data) else len(data)
+        pos += len(ev) + k
+        if not ev.strip():
             continue
-        buf = buf.replace(b"\r\n", b"\n")
-        *complete, buf = buf.split(b"\n\n")
-        for ev in complete:
-            if ev.strip():
-                events.append((t, ev))
-    if buf.strip():
-        events.append((raw.stamps[-1] if raw.stamps else raw.t_end, buf))
+        # decoded offset of the event's last byte -> raw body offset -> the read holding it
+        off = end - 1
+        while seg_i + 1 < n_segs and segs[seg_i + 1][0] <= off:
+            seg_i += 1
+        d0, _ln, r0 = segs[seg_i]
+        raw_off = r0 + (off - d0)
+        while read_i + 1 < n_reads and ends[read_i] <= raw_off:
+            read_i += 1
+        events.append((raw.stamps[read_i], ev))
     return events
 
 
@@ -378,6 +542,18 @@ def _text_of(obj: dict, api: str) -> str:
     return c.get("text") or ""
 
 
+def _count_tokens(tokenizer, texts: list[str]) -> list[int]:
+    """Tokens in each text, by the model's tokenizer (its Rust backend directly when it has one)."""
+    uniq = list(dict.fromkeys(texts))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        enc = getattr(backend, "encode_batch_fast", backend.encode_batch)(uniq, add_special_tokens=False)
+        n = {t: len(e.ids) for t, e in zip(uniq, enc)}
+    else:
+        n = {t: len(ids) for t, ids in zip(uniq, tokenizer(uniq, add_special_tokens=False)["input_ids"])}
+    return [n[t] for t in texts]
+
+
 def _finish(raw: _Raw, api: str, tokenizer, expect_tokens: int | None) -> RequestResult:
     """Parse one finished stream into a RequestResult (runs after the batch, off the hot path)."""
     r = RequestResult(index=raw.index, status=raw.status, n_reads=len(raw.reads))
@@ -386,7 +562,7 @@ def _finish(raw: _Raw, api: str, tokenizer, expect_tokens: int | None) -> Reques
         r.error = raw.error
         return r
     if raw.status is not None and raw.status != 200:
-        detail = b"".join(raw.reads).decode("utf-8", "replace").strip()
+        detail = raw.body()[0].decode("utf-8", "replace").strip()
         try:
             j = json.loads(detail)
             detail = j.get("detail") or j.get("message") or (j.get("error") or {}).get("message") or detail
@@ -403,6 +579,7 @@ def _finish(raw: _Raw, api: str, tokenizer, expect_tokens: int | None) -> Reques
     done = False
     usage = None
     errors = []
+    stamps, payloads = [], []
     for t, ev in _split_events(raw):
         for line in ev.split(b"\n"):
             if not line.startswith(b"data:"):
@@ -411,24 +588,34 @@ def _finish(raw: _Raw, api: str, tokenizer, expect_tokens: int | None) -> Reques
             if payload == b"[DONE]":
                 done = True
                 continue
+            stamps.append(t)
+            payloads.append(payload)
+    try:  # one C-level parse for the whole stream; per event only when something is malformed
+        objs = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
+    except json.JSONDecodeError:
+        objs = []
+        for payload in payloads:
             try:
-                obj = json.loads(payload)
+                objs.append(json.loads(payload))
             except json.JSONDecodeError:
-                errors.append(f"unparsable event {payload[:80]!r}")
-                continue
-            if obj.get("error"):
-                err = obj["error"]
-                errors.append(err.get("message", str(err)) if isinstance(err, dict) else str(err))
-                continue
-            if obj.get("usage"):
-                usage = obj["usage"]
-            choices = obj.get("choices") or []
-            if choices and choices[0].get("finish_reason"):
-                r.finish_reason = choices[0]["finish_reason"]
-            text = _text_of(obj, api)
-            if text:
-                texts.append(text)
-                times.append(t)
+                objs.append({"error": f"unparsable event {payload[:80]!r}"})
+    for t, obj in zip(stamps, objs):
+        if not isinstance(obj, dict):
+            errors.append(f"unexpected event {str(obj)[:80]!r}")
+            continue
+        if obj.get("error"):
+            err = obj["error"]
+            errors.append(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+            continue
+        if obj.get("usage"):
+            usage = obj["usage"]
+        choices = obj.get("choices") or []
+        if choices and choices[0].get("finish_reason"):
+            r.finish_reason = choices[0]["finish_reason"]
+        text = _text_of(obj, api)
+        if text:
+            texts.append(text)
+            times.append(t)
     r.text = "".join(texts)
     r.n_chunks = len(texts)
     if usage:
@@ -436,18 +623,17 @@ def _finish(raw: _Raw, api: str, tokenizer, expect_tokens: int | None) -> Reques
         r.output_tokens_usage = usage.get("completion_tokens")
     counts = None
     if tokenizer is not None and texts:
-        enc = tokenizer(texts, add_special_tokens=False)["input_ids"]
-        counts = [len(x) for x in enc]
-        r.output_tokens_tokenizer = len(tokenizer(r.text, add_special_tokens=False)["input_ids"])
+        counts = _count_tokens(tokenizer, texts)
+        r.output_tokens_tokenizer = _count_tokens(tokenizer, [r.text])[0]
     if r.output_tokens_usage is not None:
-        r.output_tokens, r.token_count_source = int(r.output_tokens_usage), "usage"
+        r.output_tokens, r.count_source = int(r.output_tokens_usage), "usage"
     elif r.output_tokens_tokenizer is not None:
-        r.output_tokens, r.token_count_source = r.output_tokens_tokenizer, "tokenizer"
+        r.output_tokens, r.count_source = r.output_tokens_tokenizer, "tokenizer"
     else:
-        r.output_tokens, r.token_count_source = len(texts), "chunks"
+        r.output_tokens, r.count_source = len(texts), "chunks"
     if counts is None:  # no tokenizer: one token per chunk is assumed for the per-token ITL
         counts = [1] * len(texts)
-        r.token_count_source += " (ITL assumes one token per chunk: no tokenizer)"
+        r.count_source += " (ITL assumes one token per chunk: no tokenizer)"
     if times:
         r.ttft_s = times[0] - raw.t_arrive
         r.ttft_server_s = times[0] - raw.t_slot
@@ -485,34 +671,33 @@ async def _run_batch(
     url: str, bodies: list[dict], concurrency: int, api: str, arrivals: list[float] | None,
     request_timeout: float, time_budget_s: float | None, progress: bool, desc: str,
 ) -> list[_Raw]:
-    import httpx
-
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    timeout = httpx.Timeout(connect=10.0, read=request_timeout, write=30.0, pool=None)
-    headers = {"Accept-Encoding": "identity", "Accept": "text/event-stream"}
+    pool = _Pool(url)
+    path = _endpoint(api)
+    payloads = [json.dumps(b).encode() for b in bodies]
     sem = asyncio.Semaphore(concurrency)
     raws = [_Raw(index=i) for i in range(len(bodies))]
-    endpoint = url.rstrip("/") + _endpoint(api)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(bodies), desc=desc, leave=False)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers, http2=False) as client:
-        t0 = time.perf_counter()
-        deadline = t0 + time_budget_s if time_budget_s else None
+    t0 = time.perf_counter()
+    deadline = t0 + time_budget_s if time_budget_s else None
 
-        async def task(i: int) -> None:
-            if arrivals is not None and arrivals[i] > 0:
-                await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.perf_counter()))
-            raws[i].t_arrive = t0 + (arrivals[i] if arrivals is not None else 0.0)
-            await _one(client, endpoint, bodies[i], raws[i], sem, deadline)
-            if bar is not None:
-                bar.update(1)
+    async def task(i: int) -> None:
+        if arrivals is not None and arrivals[i] > 0:
+            await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.perf_counter()))
+        raws[i].t_arrive = t0 + (arrivals[i] if arrivals is not None else 0.0)
+        await _one(pool, path, payloads[i], raws[i], sem, deadline, request_timeout, url)
+        if bar is not None:
+            bar.update(1)
 
+    try:
         await asyncio.gather(*(task(i) for i in range(len(bodies))))
-    if bar is not None:
-        bar.close()
+    finally:
+        pool.close()
+        if bar is not None:
+            bar.close()
     return raws
 
 
@@ -783,6 +968,7 @@ def concurrency_sweep(
         if store is not None:
             _store_requests(store, res, {**key, "run": 0}, ptoks)
         s = {**key, **summarize_level(res, wall_s=max((r.e2e_s or 0.0) for r in res) if res else wall)}
+        s["decode_tok_s_mean"] = s["per_user_tok_s"]
         s["truncated"] = any((r.error or "").startswith("skipped:") for r in res)
         s["request_rate"] = request_rate
         s["method"] = (f"{n} requests, at most {c} in flight, all arriving at t=0" if not request_rate else
@@ -792,6 +978,58 @@ def concurrency_sweep(
             store.append("bench_summary", s)
         out.append(s)
     return out
+
+
+def inprocess_decode_rate(model_dir: str | os.PathLike, prompt: str, max_tokens: int = 64, attention: str | None = None,
+                          repeats: int = 3, device: str | None = None, threads: int | None = None) -> dict:
+    """Decode tok/s of the model itself, in this process, without any server (``model.generate``).
+
+    Method: greedy ``generate`` of exactly 1 and of ``max_tokens`` new tokens (``min_new_tokens``
+    set), best of ``repeats`` each after one warm-up; rate = (max_tokens - 1) / (t_N - t_1), so
+    prefill cancels. Compared with the served rate it separates the model from the serving path.
+    ``threads`` sets torch's intra-op threads for the measurement (restored afterwards); on a
+    small CPU model one thread can beat several.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if max_tokens < 2:
+        raise ParameterError("max_tokens", max_tokens, "at least 2")
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    kwargs = {"attn_implementation": attention} if attention else {}
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, **kwargs).to(dev).eval()
+    ids = tok(prompt, return_tensors="pt").to(dev)
+
+    def timed(n: int) -> float:
+        best = float("inf")
+        for i in range(repeats + 1):
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                model.generate(**ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=tok.pad_token_id)
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            if i:  # the first call is the warm-up
+                best = min(best, time.perf_counter() - t0)
+        return best
+
+    before = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        used = torch.get_num_threads()
+        t1, tn = timed(1), timed(max_tokens)
+    finally:
+        torch.set_num_threads(before)
+    impl = getattr(model.config, "_attn_implementation", None)
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    del model
+    return {"tok_s": (max_tokens - 1) / (tn - t1), "t_first_s": t1, "t_all_s": tn, "max_tokens": max_tokens,
+            "device": dev, "attention": impl, "dtype": dtype, "threads": used,
+            "method": (f"model.generate in-process on {dev} ({used} torch threads), greedy, best of {repeats}: "
+                       f"(N-1)/(t(N)-t(1)) with N={max_tokens}")}
 
 
 # ---------------------------------------------------------------------------------------
@@ -840,8 +1078,9 @@ async def handle(reader, writer):
                 if delay_s > 0:
                     await writer.drain()
                     await asyncio.sleep(delay_s)
-                elif sent % (events_per_write * 16) == 0:
+                else:
                     await writer.drain()
+                    await asyncio.sleep(0)  # take turns with the other streams
             fin = {"choices": [{"index": 0, "finish_reason": "length", "text": ""}], "usage": {"prompt_tokens": 1, "completion_tokens": n_events * tokens_per_event}}
             tail = ev(fin) + b"data: [DONE]\n\n"
             writer.write(b"%x\r\n" % len(tail) + tail + b"\r\n0\r\n\r\n")
@@ -1035,9 +1274,10 @@ def _engine_from_server(url: str) -> str:
     return "transformers" if owner == "local" else ""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``servebook bench``: benchmark any OpenAI-compatible server."""
-    p = argparse.ArgumentParser(prog="servebook bench", description="Single-stream and concurrency benchmark of any OpenAI-compatible server.")
+_CLI_HELP = "single-stream and concurrency benchmark of any OpenAI-compatible server (chapter 05)"
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", default="", help="model name the server expects (default: the first of /v1/models)")
     p.add_argument("--tokenizer", default="", help="local tokenizer directory (default: --model when it is a directory)")
@@ -1051,7 +1291,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--requests-per-level", type=int, default=5)
     p.add_argument("--out", default="", help="run directory (default: a new run under runs/)")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
-    a = p.parse_args(argv)
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``bench`` to the ``servebook`` command (servebook.cli calls this for each plugin module)."""
+    p = subparsers.add_parser("bench", help=_CLI_HELP, description=_CLI_HELP)
+    _add_arguments(p)
+    p.set_defaults(func=_run_cli)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``servebook bench``: benchmark any OpenAI-compatible server."""
+    p = argparse.ArgumentParser(prog="servebook bench", description=_CLI_HELP)
+    _add_arguments(p)
+    return _run_cli(p.parse_args(argv))
+
+
+def _run_cli(a: argparse.Namespace) -> int:
     from .errors import ServebookError
     from .results import RunStore
 

@@ -78,7 +78,7 @@ def _cmd_html(args) -> int:
 
 
 # Chapters add their own subcommands through a ``register(subparsers)`` function.
-_PLUGINS = ["servebook.probe_cli", "servebook.selection.cli"]
+_PLUGINS = ["servebook.probe_cli", "servebook.selection.cli", "servebook.bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,12 +28,14 @@ from .paths import data_dir
 
 __all__ = [
     "measure_memory_bandwidth",
+    "host_memory_bandwidth",
     "weight_bytes",
     "kv_bytes_per_token",
     "allreduces_per_token",
     "load_model_card",
     "list_model_cards",
     "card_bytes_per_token",
+    "config_bytes_per_token",
     "decode_roofline",
     "time_breakdown",
 ]
@@ -82,6 +84,38 @@ def measure_memory_bandwidth(size_mib: int = 512, repeats: int = 5) -> dict:
         "method": (f"torch float32 tensor of {size_mib} MiB: read = x.sum(), copy = y.copy_(x) counted as read+write; "
                    f"best of {repeats} after a warm-up pass, {torch.get_num_threads()} threads"),
     }
+
+
+def host_memory_bandwidth(size_mib: int = 512, repeats: int = 5) -> dict:
+    """This host's memory bandwidth for the roofline: the datasheet of its GPU, else measured on the CPU.
+
+    On a CUDA host the GPU's name is matched to a profile in data/hardware (``source`` says which);
+    without a GPU the CPU's read bandwidth is measured (:func:`measure_memory_bandwidth`).
+    Returns ``{'bandwidth_tbs', 'device', 'count', 'source', 'method', ...}``.
+    """
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        has_gpu = False
+    if has_gpu:
+        from .profiles import list_profiles, load_profile
+
+        name = torch.cuda.get_device_name(0)
+        for p in list_profiles():
+            prof = load_profile(p)
+            if (prof.get("gpu_name") or "").lower() == name.lower() and prof.get("memory_bandwidth_tbs"):
+                return {"bandwidth_tbs": float(prof["memory_bandwidth_tbs"]), "device": name, "count": torch.cuda.device_count(),
+                        "source": f"profile {p}", "method": f"datasheet bandwidth of {name} (data/hardware/{p}.json)"}
+        return {"bandwidth_tbs": None, "device": name, "count": torch.cuda.device_count(), "source": None,
+                "method": f"no profile in data/hardware has gpu_name {name!r}; add one to get a roofline"}
+    m = measure_memory_bandwidth(size_mib, repeats)
+    import os as _os
+
+    return {"bandwidth_tbs": m["read_gbs"] / 1000.0, "device": "CPU", "count": 1, "source": "measured",
+            "read_gbs": m["read_gbs"], "copy_gbs": m["copy_gbs"], "method": m["method"],
+            "cpus": len(_os.sched_getaffinity(0)) if hasattr(_os, "sched_getaffinity") else _os.cpu_count()}
 
 
 # -- a model directory's real bytes ---------------------------------------------------
@@ -220,6 +254,76 @@ def card_bytes_per_token(card: dict) -> dict:
     return {"active_params": float(active), "total_params": float(total) if total is not None else None,
             "bytes_per_param": float(bpp), "bytes_per_token": float(active) * float(bpp),
             "method": "model card: active parameters x bytes per parameter"}
+
+
+def _text_config(config: dict) -> dict:
+    cfg = config.get("config", config) if isinstance(config.get("config"), dict) else config
+    return cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+
+
+def _quant_bytes(cfg: dict) -> float | None:
+    """Bytes per quantized weight from a compressed-tensors/GPTQ-style quantization_config (bits/8 + one 2-byte scale per group)."""
+    q = cfg.get("quantization_config") or {}
+    groups = q.get("config_groups") or {}
+    for g in groups.values():
+        w = (g or {}).get("weights") or {}
+        if w.get("num_bits"):
+            gs = w.get("group_size") or 0
+            return w["num_bits"] / 8 + (2.0 / gs if gs else 0.0)
+    if str(q.get("quant_method", "")).lower() == "fp8":
+        block = q.get("weight_block_size") or []
+        return 1.0 + (4.0 / (block[0] * block[1]) if len(block) == 2 else 0.0)
+    if q.get("bits"):
+        gs = q.get("group_size") or 0
+        return q["bits"] / 8 + (2.0 / gs if gs and gs > 0 else 0.0)
+    return None
+
+
+def config_bytes_per_token(config: dict, dense_bytes: float = 2.0, expert_bytes: float | None = None) -> dict:
+    """Parameters and batch-1 decode bytes counted layer by layer from a model config (card or config.json).
+
+    Attention (MLA when ``kv_lora_rank`` is set, else q/k/v/o projections), dense MLPs for the first
+    ``first_k_dense_replace`` layers, then MoE layers: router, shared experts and
+    ``num_experts_per_tok`` of ``n_routed_experts`` routed experts (3 matrices each); the LM head in
+    full and one embedding row. ``dense_bytes`` per weight for everything but routed experts;
+    ``expert_bytes`` for routed experts (default: from ``quantization_config``, else ``dense_bytes``).
+    Norms and biases are ignored (well under 1%).
+    """
+    c = _text_config(config)
+    h, layers = c["hidden_size"], c["num_hidden_layers"]
+    heads = c["num_attention_heads"]
+    if c.get("kv_lora_rank"):
+        qk = c.get("qk_nope_head_dim", 0) + c.get("qk_rope_head_dim", 0)
+        q = (h * c["q_lora_rank"] + c["q_lora_rank"] * heads * qk) if c.get("q_lora_rank") else h * heads * qk
+        attn = (q + h * (c["kv_lora_rank"] + c.get("qk_rope_head_dim", 0))
+                + c["kv_lora_rank"] * heads * (c.get("qk_nope_head_dim", 0) + c["v_head_dim"]) + heads * c["v_head_dim"] * h)
+    else:
+        hd = c.get("head_dim") or h // heads
+        kv = c.get("num_key_value_heads") or heads
+        attn = h * heads * hd * 2 + h * kv * hd * 2
+    n_routed = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts") or 0
+    k = c.get("num_experts_per_tok") or 0
+    moe_inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
+    dense_layers = min(layers, c.get("first_k_dense_replace", 0 if n_routed else layers))
+    moe_layers = layers - dense_layers if n_routed else 0
+    dense_layers = layers - moe_layers
+    shared = (c.get("n_shared_experts") or 0) * 3 * h * moe_inter + 3 * h * (c.get("shared_expert_intermediate_size") or 0)
+    expert = 3 * h * moe_inter
+    dense_mlp = 3 * h * c["intermediate_size"]
+    vocab = c["vocab_size"]
+    eb = expert_bytes if expert_bytes is not None else (_quant_bytes(c) or dense_bytes)
+    dense_params = layers * attn + dense_layers * dense_mlp + moe_layers * (shared + n_routed * h) + vocab * h  # + lm head
+    routed_total = moe_layers * n_routed * expert
+    routed_active = moe_layers * k * expert
+    embed = 0 if c.get("tie_word_embeddings") else vocab * h
+    total = dense_params + routed_total + embed
+    per_token = (dense_params + h) * dense_bytes + routed_active * eb  # one embedding row
+    return {"total_params": total, "active_params": dense_params + routed_active + h, "routed_expert_params": routed_total,
+            "dense_bytes_per_param": dense_bytes, "expert_bytes_per_param": eb,
+            "total_bytes": (dense_params + embed) * dense_bytes + routed_total * eb, "bytes_per_token": per_token,
+            "method": (f"counted from the config layer by layer: attention, {dense_layers} dense MLP layers, {moe_layers} MoE layers "
+                       f"({k} of {n_routed} routed experts active), LM head, one embedding row; {dense_bytes} B per dense weight, "
+                       f"{eb:.4g} B per routed-expert weight")}
 
 
 # -- the roofline ----------------------------------------------------------------------

@@ -13,7 +13,13 @@ from typing import Any
 __all__ = ["is_secret_name", "mask_env", "mask_value", "MASK"]
 
 MASK = "***"
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|(?<=_)PWD$|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH(?!OR)|COOKIE)", re.I)
+# A name is secret when one of its _/- separated parts says so (HF_TOKEN, NCCL_IB_PASSWORD,
+# OPENAI_API_KEY), so that measurement columns such as output_tokens stay readable.
+_SECRET_NAME = re.compile(
+    r"(?:^|[_-])(TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|PASSPHRASE|APIKEY|CREDENTIALS?|AUTH|COOKIE)(?:$|[_-])"
+    r"|(API|ACCESS|PRIVATE|SECRET)[_-]?KEY",
+    re.I,
+)
 # Values that look like credentials even under an innocent name.
 _SECRET_VALUE = [
     re.compile(r"\bhf_[A-Za-z0-9]{8,}"),

@@ -69,13 +69,21 @@ class _Dummy:
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, names):
+    def __init__(self, names, visible=()):
         self.names = set(names)
+        self.visible = set(visible)  # also answer availability probes (importlib.util.find_spec)
         self.used = set()
 
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.split(".")[0]
         if top in self.names:
+            caller = sys._getframe(1)
+            while caller is not None and caller.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+                caller = caller.f_back
+            fn = caller.f_code.co_filename if caller is not None else ""
+            probe = fn == "<frozen importlib.util>" or fn.endswith(os.path.join("importlib", "util.py"))
+            if probe and top not in self.visible:
+                return None  # "is X installed?" -> no; only an actual import gets the stub
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -89,20 +97,28 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def _install_stubs(present, absent):
-    """present: modules the host is assumed to have; absent: modules to hide."""
-    stub = [m for m in present if importlib.util.find_spec(m) is None] if present else []
-    finder = _StubFinder(stub)
+def _install_stubs(present, absent, visible=()):
+    """present: modules imports may get as stubs; visible: kernel libraries the host is assumed to
+    have (availability checks see them); absent: modules to hide."""
+    stub = [m for m in set(present) | set(visible) if importlib.util.find_spec(m) is None]
+    finder = _StubFinder(stub, visible)
     sys.meta_path.insert(0, finder)
 
-    class _Hide(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path=None, target=None):
-            if fullname.split(".")[0] in absent:
-                raise ModuleNotFoundError(f"No module named '{fullname}' (hidden by servebook what-if)")
-            return None
+    try:  # ops of a stubbed kernel library do not exist: registering their fake kernels becomes a no-op
+        import torch.library as tl
 
-    if absent:
-        sys.meta_path.insert(0, _Hide())
+        real = tl.register_fake
+
+        def register_fake(op, *a, **k):
+            if isinstance(op, str) and op.split("::")[0] in set(stub):
+                return (lambda fn: fn) if not a else a[0]
+            return real(op, *a, **k)
+
+        tl.register_fake = register_fake
+    except Exception:
+        pass
+    for name in absent:  # None in sys.modules: import fails, importlib.util.find_spec returns None
+        sys.modules[name] = None
     return finder
 
 
@@ -128,6 +144,32 @@ def _fake_gpu(gpu):
     def setp(obj, attr, value):
         setattr(obj, attr, value)
         patched.append(f"{getattr(obj, '__name__', type(obj).__name__)}.{attr}")
+
+    # nvidia-smi, when the engine asks it (SGLang reads total memory that way): a stand-in on PATH
+    import tempfile
+
+    fake_bin = tempfile.mkdtemp(prefix="servebook-nvsmi-")
+    values = {"memory.total": str(total >> 20), "memory.used": "1024", "memory.free": str((total >> 20) - 1024),
+              "name": name, "compute_cap": f"{major}.{minor}", "driver_version": "999.0", "count": str(count),
+              "index": "{i}", "pci.bus_id": "00000000:{i:02d}:00.0", "uuid": "GPU-servebook-{i}"}
+    script = (
+        "#!" + sys.executable + "\n"
+        "import sys\n"
+        f"V = {values!r}\nN = {count}\n"
+        "q = [a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--query-gpu=')]\n"
+        "if q:\n"
+        "    for i in range(N):\n"
+        "        print(', '.join(V.get(f.strip(), 'N/A').format(i=i) for f in q[0].split(',')))\n"
+        "else:\n"
+        "    for i in range(N):\n"
+        "        print(f'GPU {i}: ' + V['name'] + f' (UUID: GPU-servebook-{i})')\n"
+    )
+    path = os.path.join(fake_bin, "nvidia-smi")
+    with open(path, "w") as fh:
+        fh.write(script)
+    os.chmod(path, 0o755)
+    os.environ["PATH"] = fake_bin + os.pathsep + os.environ.get("PATH", "")
+    patched.append("PATH: nvidia-smi stand-in")
 
     c = torch.cuda
     setp(c, "is_available", lambda: True)
@@ -173,20 +215,23 @@ def _tracer(sites):
         by_file.setdefault(os.path.realpath(f), set()).add(int(line))
     fired = []
     seen = set()
+    real = {}  # co_filename -> the site lines of that file (or None)
+
+    def lines_of(filename):
+        if filename not in real:
+            real[filename] = by_file.get(os.path.realpath(filename))
+        return real[filename]
 
     def local(frame, event, arg):
         if event == "line":
             key = (frame.f_code.co_filename, frame.f_lineno)
-            lines = by_file.get(os.path.realpath(frame.f_code.co_filename))
-            if lines and frame.f_lineno in lines and key not in seen:
+            if frame.f_lineno in lines_of(frame.f_code.co_filename) and key not in seen:
                 seen.add(key)
                 fired.append([os.path.realpath(frame.f_code.co_filename), frame.f_lineno])
         return local
 
     def glob(frame, event, arg):
-        if os.path.realpath(frame.f_code.co_filename) in by_file:
-            return local
-        return None
+        return local if lines_of(frame.f_code.co_filename) else None
 
     return glob, fired
 
@@ -197,6 +242,10 @@ _SG_FIELDS = ["attention_backend", "prefill_attention_backend", "decode_attentio
               "dtype", "mm_attention_backend"]
 
 
+def _prepare_sglang(req):
+    from sglang.srt.server_args import ServerArgs  # noqa: F401  (imported before tracing starts)
+
+
 def _run_sglang(req):
     from sglang.srt.server_args import ServerArgs
 
@@ -204,6 +253,10 @@ def _run_sglang(req):
     kwargs.update(req.get("server_args") or {})
     sa = ServerArgs(**kwargs)
     return {k: getattr(sa, k, None) for k in _SG_FIELDS if hasattr(sa, k)}
+
+
+def _prepare_transformers(req):
+    import transformers.modeling_utils  # noqa: F401
 
 
 def _run_transformers(req):
@@ -254,7 +307,8 @@ def main():
     root.setLevel(logging.INFO)
     for k, v in (req.get("env") or {}).items():
         os.environ[k] = str(v)
-    finder = _install_stubs(req.get("present_modules") or [], set(req.get("absent_modules") or []))
+    finder = _install_stubs(req.get("present_modules") or [], set(req.get("absent_modules") or []),
+                            req.get("visible_modules") or [])
     result = {"ok": False}
     trace, fired = _tracer(req.get("sites") or [])
     buf_err = io.StringIO()
@@ -262,20 +316,36 @@ def main():
         patched = _fake_gpu(req.get("gpu"))
         result["patched"] = patched
         engine = req["engine"]
-        fn = {"sglang": _run_sglang, "transformers": _run_transformers, "vllm": _run_vllm}[engine]
+        g = globals()
+        g[f"_prepare_{engine}"](req)
+        if req.get("mode") == "import":
+            result["ok"] = True
+            raise SystemExit(0)
+        fn = g[f"_run_{engine}"]
         sys.settrace(trace)
         try:
             result["resolved"] = fn(req)
         finally:
             sys.settrace(None)
         result["ok"] = True
+    except SystemExit:
+        pass
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
         sys.settrace(None)
         result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:600] if str(exc) else type(exc).__name__
         result["traceback"] = traceback.format_exc()[-4000:]
+        if isinstance(exc, ModuleNotFoundError):
+            result["missing_module"] = exc.name
     result["fired"] = fired
     result["logs"] = logs
     result["stubbed_modules"] = sorted(finder.used)
+    seen = {}
+    for m in ("flashinfer", "sgl_kernel", "triton", "flash_attn", "kernels", "deep_gemm"):
+        try:
+            seen[m] = importlib.util.find_spec(m) is not None
+        except (ValueError, ImportError):
+            seen[m] = False
+    result["kernel_libs_seen"] = seen
     sys.stdout.write("\n" + MARK + json.dumps(result, default=str) + "\n")
     sys.stdout.flush()
 

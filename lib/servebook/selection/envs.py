@@ -1,0 +1,358 @@
+"""Engine environments: an interpreter where an engine version is installed, enough to read and what-if.
+
+    env = add_engine("sglang==0.5.9")            # cached venv, no GPU-only dependencies
+    env = resolve_engine("sglang==0.5.9")        # the cached one (EngineError if not prepared)
+    env = resolve_engine("sglang", engine_python="/opt/sglang/bin/python")   # a real host's layout
+    env.python, env.version, env.package_dir     # where the engine's own code lies
+    list_engines()                                # [{'engine': 'sglang', 'version': '0.5.9', ...}, ...]
+
+``add_engine`` installs the engine with ``pip install --no-deps`` and then, by trying to
+import the engine's configuration module (SGLang's ``server_args``, vLLM's platform), only
+the dependencies that import actually needs, at the versions the engine pins (its own
+``Requires-Dist``). torch is the local CPU wheel. GPU-only libraries (flashinfer, sgl-kernel,
+triton, CUDA bindings ...) are never installed: the what-if stands in for them with empty
+import stubs, and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..errors import EngineError
+from ..paths import cache_dir
+
+__all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
+           "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions"]
+
+SUPPORTED_ENGINES = ("transformers", "sglang", "vllm")
+# The module whose import brings in the engine's selection logic.
+_PROBE_MODULE = {"sglang": "sglang.srt.server_args", "vllm": "vllm.platforms.cuda", "transformers": "transformers.modeling_utils"}
+# Import names of GPU-only kernel libraries: never installed here; stubbed for import when the engine needs them.
+GPU_ONLY = (
+    "flashinfer", "sgl_kernel", "torchvision", "torchaudio", "torchao", "flash_attn", "deep_gemm",
+    "cuda", "cutlass", "quack", "tvm_ffi", "torch_memory_saver", "decord", "decord2", "torchcodec", "xformers",
+    "vllm_flash_attn", "cupy", "mooncake", "nixl", "deep_ep", "sgl_fa4", "flash_mla", "tilelang", "pplx_kernels",
+    "cuda_bindings", "nvidia", "kernels", "flashinfer_cubin",
+)
+# What a GPU host has by default: the kernel libraries each engine pins (and so installs) there.
+DEFAULT_KERNEL_LIBS = {
+    "sglang": {"flashinfer": True, "sgl_kernel": True, "flash_attn": False},
+    "vllm": {"flashinfer": True, "flash_attn": False},
+    "transformers": {},  # this host as it is
+}
+# Kernel libraries whose presence the engines test when they choose (stubbed only when assumed present).
+_SELECTION_LIBS = {"flashinfer", "flash_attn", "sgl_kernel", "kernels", "deep_gemm"}
+# Import name -> distribution name, where they differ.
+_DIST_OF = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "sklearn": "scikit-learn", "google": "protobuf",
+            "cv2": "opencv-python-headless", "pynvml": "nvidia-ml-py", "jwt": "pyjwt", "dateutil": "python-dateutil",
+            "sentencepiece": "sentencepiece", "multipart": "python-multipart", "msgspec": "msgspec", "cpuinfo": "py-cpuinfo",
+            "blake3": "blake3", "cbor2": "cbor2", "attr": "attrs", "dotenv": "python-dotenv", "pydantic_core": "pydantic-core",
+            "typing_extensions": "typing-extensions", "importlib_metadata": "importlib-metadata"}
+_TORCH_PIN = "torch==2.13.0"  # the CPU wheel this machine's pip finds locally; never a CUDA download
+_RUNNER = Path(__file__).with_name("_runner.py")
+
+
+@dataclasses.dataclass
+class EngineEnv:
+    engine: str
+    version: str
+    python: str
+    package_dir: str
+    source: str  # "cached" | "engine-python" | "this-python"
+    stubs: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def engines_root() -> Path:
+    return cache_dir() / "engines"
+
+
+def parse_engine_spec(spec: str) -> tuple[str, str | None]:
+    """``"sglang==0.5.9"`` -> ``("sglang", "0.5.9")``; ``"vllm"`` -> ``("vllm", None)``."""
+    spec = (spec or "").strip()
+    name, _, version = spec.partition("==")
+    name = name.strip().lower()
+    if name not in SUPPORTED_ENGINES:
+        raise EngineError(f"unknown engine {name!r}; engines: {', '.join(SUPPORTED_ENGINES)} (optionally ==VERSION)")
+    return name, (version.strip() or None)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _env_dir(engine: str, version: str) -> Path:
+    return engines_root() / f"{engine}-{version}-py{sys.version_info.major}{sys.version_info.minor}"
+
+
+def _meta_path(d: Path) -> Path:
+    return d / "servebook_env.json"
+
+
+def list_engines() -> list[dict]:
+    """Prepared (cached) engine environments."""
+    out = []
+    for meta in sorted(engines_root().glob("*/servebook_env.json")):
+        try:
+            out.append(json.loads(meta.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def available_versions(engine: str) -> list[str]:
+    """Versions the package index offers (``pip index versions``)."""
+    p = subprocess.run([sys.executable, "-m", "pip", "index", "versions", engine], capture_output=True, text=True, timeout=120)
+    m = re.search(r"Available versions:\s*(.+)", p.stdout)
+    return [v.strip() for v in m.group(1).split(",")] if m else []
+
+
+def _package_dir(python: str, engine: str) -> tuple[str, str]:
+    code = (f"import importlib.util, importlib.metadata as m, os; s = importlib.util.find_spec({engine!r}); "
+            f"print(m.version({engine!r})); print(os.path.dirname(s.origin) if s and s.origin else '')")
+    try:
+        p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except OSError as exc:
+        raise EngineError(f"cannot run {python}: {exc.strerror}; pass --engine-python the interpreter where {engine} is installed") from exc
+    lines = p.stdout.strip().splitlines()
+    if p.returncode or len(lines) < 2 or not lines[1]:
+        raise EngineError(f"{engine} is not installed for {python}; pass --engine-python an interpreter that has it, "
+                          f"or prepare one: servebook engines add {engine}==VERSION")
+    return lines[0], lines[1]
+
+
+def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) -> EngineEnv:
+    """Find the interpreter for ``spec`` (``engine[==version]``)."""
+    engine, version = parse_engine_spec(spec)
+    if engine_python:
+        py = str(engine_python)
+        if not (os.path.isfile(py) and os.access(py, os.X_OK)):
+            raise EngineError(f"--engine-python {py}: no such interpreter; pass the python of the environment where {engine} is installed")
+        found, pkg = _package_dir(py, engine)
+        if version and found != version:
+            raise EngineError(f"{py} has {engine} {found}, not {version}; drop ==VERSION or pass another --engine-python")
+        return EngineEnv(engine, found, py, pkg, "engine-python")
+    if version is None:
+        try:  # installed beside servebook?
+            found, pkg = _package_dir(sys.executable, engine)
+            return EngineEnv(engine, found, sys.executable, pkg, "this-python")
+        except EngineError:
+            cached = [e for e in list_engines() if e["engine"] == engine]
+            if not cached:
+                raise EngineError(f"{engine} is not installed here and no environment is prepared; "
+                                  f"run: servebook engines add {engine}==VERSION (or pass --engine-python)") from None
+            version = sorted(cached, key=lambda e: _vkey(e["version"]))[-1]["version"]
+    if engine == "transformers":
+        found, pkg = _package_dir(sys.executable, engine)
+        if found == version:
+            return EngineEnv(engine, found, sys.executable, pkg, "this-python")
+    d = _env_dir(engine, version)
+    meta = _meta_path(d)
+    if not meta.is_file():
+        have = [f"{e['engine']}=={e['version']}" for e in list_engines()]
+        raise EngineError(f"{engine}=={version} is not prepared (prepared: {', '.join(have) or 'none'}); "
+                          f"run: servebook engines add {engine}=={version}")
+    m = json.loads(meta.read_text())
+    return EngineEnv(engine, m["version"], m["python"], m["package_dir"], "cached", tuple(m.get("stubs", ())))
+
+
+def _vkey(v: str):
+    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]|post", v))
+
+
+def _pip(python: str, *args: str, say: Callable[[str], None]) -> subprocess.CompletedProcess:
+    cmd = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        err = [l for l in p.stderr.splitlines() if l.strip() and not l.startswith("WARNING: Location")]
+        say(f"  pip {' '.join(args)} failed: {(err or ['?'])[-1][:200]}")
+    return p
+
+
+def _requires(python: str, dist: str) -> dict[str, str]:
+    code = f"import importlib.metadata as m; print('\\n'.join(m.requires({dist!r}) or []))"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.splitlines()
+    reqs = {}
+    for r in out:
+        if "extra ==" in r:
+            continue
+        name = re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]
+        reqs[_norm(name)] = r.split(";")[0].strip()
+    return reqs
+
+
+def probe_import(python: str, engine: str) -> dict:
+    """Import the engine's selection module under the what-if's default stubs; the runner's report."""
+    visible = [m for m, v in DEFAULT_KERNEL_LIBS.get(engine, {}).items() if v]
+    req = {"engine": engine, "mode": "import", "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
+           "visible_modules": visible, "gpu": None}
+    p = subprocess.run([python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=600)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("SERVEBOOK_RESULT "):
+            return json.loads(line[len("SERVEBOOK_RESULT "):])
+    return {"ok": False, "error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+
+
+def _probe_resolve(python: str, engine: str) -> dict:
+    """One full what-if (DeepSeek-V3 card, capability 9.0) under the default assumptions."""
+    from .cards import materialize
+
+    visible = [m for m, v in DEFAULT_KERNEL_LIBS.get(engine, {}).items() if v]
+    req = {"engine": engine, "model_dir": str(materialize("deepseek-v3")), "sites": [],
+           "gpu": {"capability": "9.0", "gpu_name": "NVIDIA H200", "memory_gib": 141, "count": 1, "cuda_version": "12.8"},
+           "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS], "visible_modules": visible}
+    p = subprocess.run([python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=600)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("SERVEBOOK_RESULT "):
+            return json.loads(line[len("SERVEBOOK_RESULT "):])
+    return {"ok": False, "error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+
+
+# Requirements an engine environment never installs, decided by reading the engines' own
+# Requires-Dist (sglang 0.5.4/0.5.9/0.5.23, vllm 0.1x) and what each wheel carries:
+_DROP_EXACT = {
+    # torch family: torch is the local CPU wheel (_TORCH_PIN); the engine's pin (torch==2.9.1, 2.14.1 ...)
+    # would download a CUDA build of several GB. torchvision/torchaudio/torchcodec are built against
+    # one exact torch (a mismatch fails to load); torchao is quantization kernels, imported lazily.
+    "torch", "torchvision", "torchaudio", "torchcodec", "torchao",
+    # LD_PRELOAD allocator hooks compiled against CUDA (the sdist build needs nvcc)
+    "torch-memory-saver",
+    # GPU kernel libraries: CUDA binaries / cubins, import needs libcuda. Whether the engine *sees* them is
+    # an assumption of the what-if (DEFAULT_KERNEL_LIBS), stood in for by import stubs, never installed.
+    "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel", "sglang-kernel", "flash-attn",
+    "flash-attn-4", "sgl-flash-mla", "sgl-deep-gemm", "sgl-deep-ep", "deep-gemm", "deep-ep", "humming-kernels",
+    "quack-kernels", "tilelang", "xformers", "vllm-flash-attn", "flash-mla", "mooncake-transfer-engine", "nixl",
+    "triton-kernels", "pplx-kernels", "cutlass",
+    # CUDA toolkit bindings and DSLs (hundreds of MB, need a driver at import)
+    "cuda-python", "cuda-bindings", "nvshmem4py-cu12", "nvshmem4py-cu13", "apache-tvm-ffi",
+    # video / vision decoding (native codecs; timm pulls torchvision): multimodal preprocessing only
+    "decord", "decord2", "timm", "av", "opencv-python", "opencv-python-headless",
+    # another engine: vLLM is not SGLang's dependency for choosing a backend
+    "vllm",
+}
+_DROP_PREFIX = ("nvidia-", "cuda-", "cupy", "flashinfer")
+_KEEP = {"nvidia-ml-py"}  # pure-Python NVML bindings; the what-if fakes NVML through them
+
+
+def _dropped(name: str) -> bool:
+    n = _norm(name)
+    return n not in _KEEP and (n in _DROP_EXACT or n.startswith(_DROP_PREFIX))
+
+
+def install_plan(requires: list[str]) -> tuple[list[str], list[str]]:
+    """(install, dropped): an engine's Requires-Dist split into what an environment installs (with the
+    engine's own pins, markers kept for pip to evaluate) and the GPU-only / heavy requirements it drops."""
+    keep, drop = [], []
+    for r in requires:
+        if "extra ==" in r.replace('"', "'").replace("extra=='", "extra == '"):
+            continue
+        name = re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]
+        (drop if _dropped(name) else keep).append(r.strip())
+    return keep, drop
+
+
+def _wheel_requires(python: str, dist: str) -> list[str]:
+    code = f"import importlib.metadata as m; print('\\n'.join(m.requires({dist!r}) or []))"
+    p = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return [l for l in p.stdout.splitlines() if l.strip()]
+
+
+def add_engine(spec: str, progress: Callable[[str], None] | None = print, force: bool = False, max_rounds: int = 4) -> EngineEnv:
+    """Prepare (once) a cached environment for ``engine==version`` without GPU-only dependencies.
+
+    Deterministic: the engine's own Requires-Dist, less :data:`_DROP_EXACT` (GPU-only and heavy, see the
+    comments there), go to ONE pip install with the engine's pins, under a constraint that holds torch
+    to the local CPU wheel. A few rounds (``max_rounds``) then install modules the engine imports without
+    declaring them; the metadata records each step and its time.
+    """
+    say = progress or (lambda _m: None)
+    engine, version = parse_engine_spec(spec)
+    if engine == "transformers":
+        raise EngineError("transformers is servebook's own dependency; it needs no environment (use --engine transformers)")
+    if not version:
+        raise EngineError(f"say which version: servebook engines add {engine}==VERSION")
+    d = _env_dir(engine, version)
+    if _meta_path(d).is_file() and not force:
+        return resolve_engine(f"{engine}=={version}")
+    t0 = time.monotonic()
+    steps = {}
+
+    def lap(name, t):
+        steps[name] = round(time.monotonic() - t, 1)
+
+    if d.exists():
+        shutil.rmtree(d)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    say(f"[{engine} {version}] creating {d}")
+    t = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(d)], check=True, capture_output=True)
+    py = str(d / "bin" / "python")
+    pin = d / "servebook-constraints.txt"
+    # torch held to the local CPU wheel for every package that asks for torch (never a CUDA download)
+    pin.write_text(_TORCH_PIN + "\n")
+    lap("venv", t)
+    t = time.monotonic()
+    p = _pip(py, "--no-deps", f"{engine}=={version}", say=say)
+    if p.returncode:
+        versions = available_versions(engine)
+        shutil.rmtree(d, ignore_errors=True)
+        raise EngineError(f"{engine}=={version} could not be installed; versions on the index: "
+                          f"{', '.join(versions[:40]) or 'none found (is the index reachable?)'}")
+    lap("engine_no_deps", t)
+    requires = _wheel_requires(py, engine)
+    keep, drop = install_plan(requires)
+    say(f"[{engine} {version}] {len(keep)} requirements from its METADATA; dropped (GPU-only/heavy): {', '.join(drop)}")
+    t = time.monotonic()
+    # triton: not declared by the engines (the CUDA torch wheel brings it on a GPU host), but imported by
+    # their kernels modules at import time; it installs and imports without a GPU.
+    extra = ["triton"] if engine in ("sglang", "vllm") else []
+    p = _pip(py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, *extra, *keep, say=say)
+    if p.returncode:
+        # one requirement without a wheel for this machine must not sink the rest: install one by one
+        say(f"[{engine} {version}] one-shot install failed; installing requirement by requirement")
+        _pip(py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, say=say)
+        failed = [r for r in keep if _pip(py, "--prefer-binary", "-c", str(pin), r, say=lambda _m: None).returncode]
+        steps["failed_requirements"] = failed
+    lap("requirements", t)
+    installed = []
+    import_error = None
+    t = time.monotonic()
+    r = {}
+    for _ in range(max_rounds + 1):
+        r = probe_import(py, engine)
+        if r.get("ok"):
+            r = _probe_resolve(py, engine)
+            if r.get("ok") or not r.get("missing_module"):
+                break
+        missing = r.get("missing_module")
+        top = (missing or "").split(".")[0]
+        if not missing or top == engine or top in installed or len(installed) >= max_rounds:
+            import_error = r.get("error")
+            say(f"[{engine} {version}] does not resolve without a GPU here ({import_error}); kept for static reading")
+            break
+        dist = _DIST_OF.get(top, top)
+        say(f"[{engine} {version}] imports undeclared {top!r}: pip install {dist}")
+        _pip(py, "--prefer-binary", "-c", str(pin), dist, say=say)
+        installed.append(top)
+    lap("probe", t)
+    found, pkg = _package_dir(py, engine)
+    used_stubs = r.get("stubbed_modules", [])
+    meta = {"engine": engine, "version": found, "python": py, "package_dir": pkg, "requires_installed": keep,
+            "requires_dropped": drop, "installed_for_import": installed, "stubs": used_stubs, "torch": _TORCH_PIN,
+            "importable": import_error is None, "import_error": import_error, "built_seconds": round(time.monotonic() - t0, 1),
+            "build_steps_seconds": steps, "built": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    _meta_path(d).write_text(json.dumps(meta, indent=2) + "\n")
+    say(f"[{engine} {version}] ready in {meta['built_seconds']}s {steps}; stubbed GPU-only modules: {', '.join(used_stubs) or 'none'}")
+    return EngineEnv(engine, found, py, pkg, "cached", tuple(used_stubs))

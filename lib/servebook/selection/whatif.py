@@ -1,0 +1,215 @@
+"""What-if: which attention backend would this engine pick for this model on that GPU, and which rule decides.
+
+    r = whatif("sglang==0.5.9", "kimi-k2.5", gpu="rtx-pro-6000")
+    r["attention_backend"]      # 'triton'  (what the engine's own ServerArgs resolved)
+    r["decided_by"]             # {'where': 'sglang/srt/server_args.py:1833', 'function': 'ServerArgs._handle_...', ...}
+    r["conditions"]             # the if/elif chain that led there, tagged hardware/model/...
+    r["logs"], r["method"]      # the engine's own log lines; 'dynamic' or 'static'
+    whatif("transformers", "embedded")                  # this host, servebook's own transformers
+    whatif("sglang==0.5.9", "deepseek-v3", capability="12.0", kernel_libs={"flashinfer": False})
+    decision_matrix("sglang==0.5.9", ["h200", "b200", "rtx-pro-6000"], ["kimi-k2.5", "llama-3.1-8b"])
+    matrix_diff(matrix_a, matrix_b)
+
+The engine's resolution runs in a subprocess under the engine's own interpreter (see
+``_runner.py``): the GPU is faked from the hardware profile, the model is a directory holding
+only its config.json, and the lines reached are traced against the sites that the static
+reading found. If the engine cannot be imported there, the answer falls back to the static
+reading, says why, and is marked ``method="static"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import EngineError, ModelError, ParameterError, ServebookError
+from .cards import architecture_of, materialize, model_config, uses_mla
+from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, EngineEnv, resolve_engine
+from .static import Site, read_selection, render_tree
+
+__all__ = ["SelectionError", "whatif", "decision_matrix", "matrix_diff", "gpu_from", "DEFAULT_KERNEL_LIBS", "static_reading"]
+
+_RUNNER = Path(__file__).with_name("_runner.py")
+_ATTN_TARGETS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "applicable_attention",
+                 "applicable_attn_implementation", "attn_implementation", "selected_backend", "backend_priorities")
+
+
+class SelectionError(ServebookError):
+    """The backend selection could not be read or resolved."""
+
+
+def gpu_from(gpu: str | dict | None = None, capability: str | None = None) -> dict | None:
+    """A hardware profile (name or dict), or a bare capability "X.Y"; None = this host as it is."""
+    if isinstance(gpu, dict):
+        return gpu
+    if gpu:
+        from ..profiles import load_profile
+
+        return load_profile(gpu)
+    if capability:
+        if not re.fullmatch(r"\d{1,2}\.\d", str(capability)):
+            raise ParameterError("capability", capability, "expected X.Y, e.g. 9.0 (H100/H200), 10.0 (B200), 12.0 (RTX PRO 6000)")
+        major = int(str(capability).split(".")[0])
+        return {"name": f"sm_{str(capability).replace('.', '')}", "gpu_name": f"NVIDIA GPU (capability {capability})",
+                "capability": str(capability), "memory_gib": 80, "count": 1, "sm_count": 132,
+                "cuda_version": "12.8" if major >= 10 else "12.4"}
+    return None
+
+
+_READINGS: dict[tuple[str, str], object] = {}
+
+
+def static_reading(env: EngineEnv):
+    key = (env.engine, env.package_dir)
+    if key not in _READINGS:
+        _READINGS[key] = read_selection(env.package_dir, env.engine, env.version)
+    return _READINGS[key]
+
+
+def _run(env: EngineEnv, request: dict, timeout: int) -> dict:
+    try:
+        p = subprocess.run([env.python, str(_RUNNER)], input=json.dumps(request), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"the engine's resolution did not finish in {timeout}s"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("SERVEBOOK_RESULT "):
+            return json.loads(line[len("SERVEBOOK_RESULT "):])
+    tail = [l for l in p.stderr.strip().splitlines() if l.strip()]
+    return {"ok": False, "error": tail[-1] if tail else f"runner exited {p.returncode} without a result"}
+
+
+def _unknown_arch(error: str) -> bool:
+    return bool(re.search(r"Unrecognized model|does not recognize this architecture|model type .* not|Unrecognized configuration class|"
+                          r"not supported for now|KeyError: '\w+'$|Model architectures .* (are|is) not supported|"
+                          r"checkpoint you are trying to load has model type", error))
+
+
+def _decide(sites: list[Site], fired: list[list], resolved: dict) -> tuple[Site | None, list[Site]]:
+    by_key = {}
+    for s in sites:
+        by_key.setdefault((s.path, s.line), []).append(s)
+    hits: list[Site] = []
+    for path, line in fired:
+        for s in by_key.get((os.path.realpath(path), int(line)), []) + by_key.get((path, int(line)), []):
+            if s not in hits:
+                hits.append(s)
+    backend = resolved.get("attention_backend")
+    attn = [s for s in hits if s.target in _ATTN_TARGETS or s.target.startswith("return of")]
+    literal = [s for s in attn if backend and s.value.strip("\"'") == str(backend)]
+    chosen = (literal or attn or [None])[-1]
+    return chosen, hits
+
+
+def whatif(engine: str = "transformers", model: str | os.PathLike = "embedded", gpu: str | dict | None = None,
+           capability: str | None = None, engine_python: str | None = None, kernel_libs: dict | None = None,
+           server_args: dict | None = None, tp_size: int = 1, timeout: int = 300) -> dict:
+    """Resolve the attention backend with the engine's own code; see the module docstring."""
+    env = resolve_engine(engine, engine_python)
+    hw = gpu_from(gpu, capability)
+    cfg = model_config(model)
+    model_dir = materialize(model)
+    # A cached environment has no GPU libraries: assume what a GPU host installs (the engine's pins).
+    # A real interpreter (--engine-python) is taken as it is, unless the caller says otherwise.
+    libs = dict(DEFAULT_KERNEL_LIBS.get(env.engine, {})) if env.source == "cached" else {}
+    libs.update(kernel_libs or {})
+    reading = static_reading(env)
+    present = [m for m in GPU_ONLY if m not in _SELECTION_LIBS]
+    visible = [m for m, v in libs.items() if v]
+    absent = [m for m, v in libs.items() if not v]
+    request = {"engine": env.engine, "model_dir": str(model_dir), "gpu": hw, "present_modules": present, "visible_modules": visible,
+               "absent_modules": absent, "sites": [[s.path, s.line] for s in reading.sites],
+               "server_args": server_args or {}, "tp_size": tp_size}
+    t0 = time.monotonic()
+    r = _run(env, request, timeout)
+    out = {
+        "engine": env.engine, "version": env.version, "python": env.python, "env_source": env.source,
+        "model": str(model), "architecture": architecture_of(cfg), "mla": uses_mla(cfg),
+        "gpu": (hw or {}).get("profile") or (hw or {}).get("name") or ("this host" if hw is None else "?"),
+        "capability": (hw or {}).get("capability"), "gpu_name": (hw or {}).get("gpu_name"),
+        "assumptions": {"kernel_libs": libs, "cuda_version": (hw or {}).get("cuda_version"),
+                        "stubbed_modules": r.get("stubbed_modules", []),
+                        "kernel_libs_seen": r.get("kernel_libs_seen", {}), "patched": r.get("patched", []),
+                        "tp_size": tp_size, "server_args": server_args or {}},
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+    if r.get("ok"):
+        resolved = r.get("resolved", {})
+        site, hits = _decide(reading.sites, r.get("fired", []), resolved)
+        out.update(method="dynamic", resolved=resolved, attention_backend=resolved.get("attention_backend"),
+                   prefill_attention_backend=resolved.get("prefill_attention_backend"),
+                   decode_attention_backend=resolved.get("decode_attention_backend"),
+                   moe_runner_backend=resolved.get("moe_runner_backend"),
+                   decided_by=({"where": site.where, "function": site.function, "value": site.value, "target": site.target}
+                               if site else None),
+                   conditions=[{"text": str(c), "kinds": c.kinds, "line": c.line} for c in (site.conditions if site else [])],
+                   fired=[s.where + f" {s.target} = {s.value}" for s in hits],
+                   logs=_engine_logs(r.get("logs", []), env.engine))
+        return out
+    err = r.get("error", "?")
+    if _unknown_arch(err):
+        raise ModelError(f"{env.engine} {env.version} does not know architecture {architecture_of(cfg)!r} "
+                         f"(model_type {cfg.get('model_type')!r}): {err[:200]}")
+    # fall back: the static reading, marked as such
+    cands = [s for s in reading.sites if s.target in _ATTN_TARGETS or s.target.startswith("return of")]
+    out.update(method="static", attention_backend=None, decided_by=None, conditions=[],
+               reason=f"dynamic resolution failed: {err}", traceback=r.get("traceback", "")[-1500:],
+               candidates=[{"where": s.where, "function": s.function, "value": s.value,
+                            "conditions": [str(c) for c in s.conditions]} for s in cands],
+               logs=_engine_logs(r.get("logs", []), env.engine))
+    return out
+
+
+def _engine_logs(logs: list[dict], engine: str) -> list[str]:
+    keep = []
+    for l in logs:
+        if not l.get("logger", "").startswith(engine) and engine not in l.get("file", ""):
+            continue
+        msg = l.get("message", "")
+        if re.search(r"backend|attention|attn|sm\d+|MLA|moe|quantiz", msg, re.I):
+            keep.append(f"{l.get('level', '')}: {msg}")
+    return keep
+
+
+def decision_matrix(engine: str, gpus: list[str], models: list[str], engine_python: str | None = None,
+                    kernel_libs: dict | None = None, on_error=None) -> list[dict]:
+    """One row per (gpu, model): the engine's resolved backend (errors recorded as rows, never raised)."""
+    rows = []
+    for g in gpus:
+        for m in models:
+            try:
+                r = whatif(engine, m, gpu=g, engine_python=engine_python, kernel_libs=kernel_libs)
+                rows.append({"engine": engine, "version": r["version"], "gpu": g, "capability": r["capability"], "model": m,
+                             "architecture": r["architecture"], "mla": r["mla"], "attention_backend": r["attention_backend"],
+                             "prefill_attention_backend": r.get("prefill_attention_backend"),
+                             "decode_attention_backend": r.get("decode_attention_backend"),
+                             "moe_runner_backend": r.get("moe_runner_backend"), "method": r["method"],
+                             "decided_by": (r.get("decided_by") or {}).get("where"),
+                             "decided_in": (r.get("decided_by") or {}).get("function"), "error": r.get("reason")})
+            except ServebookError as exc:
+                if on_error:
+                    on_error(g, m, exc)
+                rows.append({"engine": engine, "gpu": g, "model": m, "attention_backend": None, "method": "error", "error": str(exc)})
+    return rows
+
+
+def matrix_diff(a: list[dict], b: list[dict]) -> list[dict]:
+    """Cells (gpu, model) whose resolved backend differs between two matrices."""
+    idx = {(r["gpu"], r["model"]): r for r in b}
+    out = []
+    for r in a:
+        o = idx.get((r["gpu"], r["model"]))
+        if not o:
+            continue
+        fields = ["attention_backend", "prefill_attention_backend", "decode_attention_backend", "moe_runner_backend"]
+        changed = [f for f in fields if r.get(f) != o.get(f)]
+        if changed:
+            out.append({"gpu": r["gpu"], "model": r["model"], "changed": changed,
+                        "a": {f: r.get(f) for f in changed}, "b": {f: o.get(f) for f in changed},
+                        "a_version": r.get("version"), "b_version": o.get("version"),
+                        "a_decided_by": r.get("decided_by"), "b_decided_by": o.get("decided_by")})
+    return out

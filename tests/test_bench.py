@@ -1,0 +1,242 @@
+"""Chapter 05: the benchmark client against the real embedded engine, a fake SSE server, and the roofline."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+
+import pytest
+
+from servebook import bench, roofline
+from servebook.errors import ParameterError, ServerError
+from servebook.results import RunStore
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tok(embedded_model):
+    return bench.load_tokenizer(embedded_model)
+
+
+@pytest.fixture(scope="module")
+def server(embedded_model, tmp_path_factory):
+    """One real `transformers serve` of the embedded model for the whole module."""
+    from servebook.engines import get_engine
+    from servebook.servers import Server
+
+    d = tmp_path_factory.mktemp("server")
+    launch = get_engine("transformers").launch(str(embedded_model))
+    with Server.start(launch, log_path=d / "server.log", registry=d / "servers.jsonl", progress=None, ready_timeout=300) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def prompts(tok):
+    return bench.build_prompts(tok, input_len=24, n=6, seed=3)
+
+
+# -- statistics -------------------------------------------------------------------------
+def test_t_quantile_matches_tables():
+    assert bench.t_quantile(0.975, 4) == pytest.approx(2.776445, abs=1e-5)
+    assert bench.t_quantile(0.975, 1) == pytest.approx(12.706205, abs=1e-4)
+    assert bench.t_quantile(0.975, 30) == pytest.approx(2.042272, abs=1e-5)
+    assert bench.t_quantile(0.025, 4) == pytest.approx(-2.776445, abs=1e-5)
+
+
+def test_mean_ci_on_known_data():
+    ci = bench.mean_ci([1, 2, 3, 4, 5])
+    assert ci["mean"] == 3
+    assert ci["sd"] == pytest.approx(math.sqrt(2.5))
+    assert ci["half_width"] == pytest.approx(2.776445 * math.sqrt(2.5) / math.sqrt(5), rel=1e-5)
+    assert (ci["low"], ci["high"]) == pytest.approx((3 - ci["half_width"], 3 + ci["half_width"]))
+    assert bench.mean_ci([7.0])["half_width"] is None
+
+
+def test_concurrency_levels():
+    assert bench.concurrency_levels(128) == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert bench.concurrency_levels(6) == [1, 2, 4, 6]
+    with pytest.raises(ParameterError):
+        bench.concurrency_levels(0)
+
+
+def test_prompts_are_exact_and_seeded(tok):
+    a = bench.build_prompts(tok, 40, 4, seed=1)
+    b = bench.build_prompts(tok, 40, 4, seed=1)
+    assert [p.text for p in a] == [p.text for p in b]
+    assert all(p.tokens == 40 == len(tok(p.text, add_special_tokens=False)["input_ids"]) for p in a)
+    assert [p.text for p in bench.build_prompts(tok, 40, 4, seed=2)] != [p.text for p in a]
+
+
+# -- the real engine ----------------------------------------------------------------------
+def test_single_stream_real_tokens(server, embedded_model, tok, prompts, tmp_path):
+    store = RunStore.at(tmp_path / "run")
+    s = bench.single_stream(server.base_url, str(embedded_model), prompts, store=store, tokenizer=tok, engine="transformers",
+                            max_tokens=16, runs=3, warmup=1, progress=False)
+    rows = store.rows("bench_requests")
+    assert [r["phase"] for r in rows] == ["warmup", "single", "single", "single"]
+    for r in rows:
+        assert r["ok"], r["error"]
+        # fixed length through transformers' generation_config; the server's count is the authority
+        assert r["output_tokens"] == r["output_tokens_usage"] == 16
+        assert r["count_source"] == "usage"
+        # the streamed text really carried those tokens: one text chunk per token, and the model's
+        # tokenizer finds about as many tokens in the chunks (random weights make some re-encode differently)
+        assert 14 <= r["n_chunks"] <= 16
+        assert abs(r["output_tokens_tokenizer"] - 16) <= 8
+        assert 0 < r["ttft_s"] < r["e2e_s"]
+        assert r["decode_tok_s"] == pytest.approx((r["output_tokens"] - 1) / (r["e2e_s"] - r["ttft_s"]))
+        assert r["tpot_s"] == pytest.approx(1 / r["decode_tok_s"])
+        assert len(r["itl_ms"]) >= 13
+    assert s["runs"] == 3 and s["decode_tok_s_ci95"] is not None and s["decode_tok_s_mean"] > 0
+    assert s["decode_tok_s_mean"] == pytest.approx(sum(s["decode_tok_s_runs"]) / 3)
+    assert store.rows("bench_summary")[0]["decode_tok_s_mean"] == pytest.approx(s["decode_tok_s_mean"])
+
+
+def test_slot_wait_is_in_ttft_and_reported_apart(server, embedded_model, tok, prompts):
+    res = bench.run_requests(server.base_url, str(embedded_model), prompts[:3], max_tokens=8, concurrency=1,
+                             engine="transformers", tokenizer=tok)
+    assert all(r.ok for r in res), [r.error for r in res]
+    assert res[0].slot_wait_s < 0.05
+    for prev, r in zip(res, res[1:]):
+        # with one slot, a request waits for the whole previous request
+        assert r.slot_wait_s >= prev.e2e_s - 0.01
+        assert r.ttft_s == pytest.approx(r.slot_wait_s + r.ttft_server_s)
+        assert r.ttft_server_s < r.ttft_s
+
+
+def test_sweep_stores_then_plots(server, embedded_model, tok, prompts, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    store = RunStore.at(tmp_path / "run")
+    out = bench.concurrency_sweep(server.base_url, str(embedded_model), prompts, store=store, tokenizer=tok, engine="transformers",
+                                  max_tokens=8, levels=[1, 2], requests_per_level=1, progress=False)
+    assert [s["concurrency"] for s in out] == [1, 2]
+    assert all(s["ok"] == s["requests"] and s["throughput_tok_s"] > 0 for s in out)
+    assert len(store.rows("bench_requests")) == 3
+    summary = store.table("bench_summary")
+    assert {"ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "itl_ms_p99", "per_user_tok_s"} <= set(summary.columns)
+    bench.plot_pareto(summary)
+    bench.plot_latency(summary, "ttft_server_s")
+    # resume: a level already in the store is not measured again
+    again = bench.concurrency_sweep(server.base_url, str(embedded_model), prompts, store=store, tokenizer=tok, engine="transformers",
+                                    max_tokens=8, levels=[1, 2], requests_per_level=1, progress=False)
+    assert len(again) == 2 and len(store.rows("bench_requests")) == 3
+
+
+def test_4xx_is_a_recorded_failed_request(server, prompts, tmp_path):
+    store = RunStore.at(tmp_path / "run")
+    s = bench.single_stream(server.base_url, "no-such-model", prompts, store=store, engine="transformers",
+                            max_tokens=4, runs=1, warmup=0, progress=False)
+    row = store.rows("bench_requests")[0]
+    assert not row["ok"] and row["status"] == 400
+    assert row["error"].startswith("HTTP 400") and "no-such-model" in row["error"]
+    assert s["failed"] == 1 and s["decode_tok_s_mean"] is None
+    assert store.rows("failures")[0]["step"] == "bench_request"
+
+
+def test_a_server_that_does_not_stream_is_a_recorded_error(server, embedded_model, prompts):
+    (r,) = bench.run_requests(server.base_url, str(embedded_model), prompts[:1], max_tokens=4, engine="transformers",
+                              extra_body={"stream": False})
+    assert not r.ok and "without streaming" in r.error
+
+
+def test_unreachable_server_names_the_url():
+    from servebook.servers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerError, match=url.replace(".", r"\.")):
+        bench.check_server(url)
+    (r,) = bench.run_requests(url, "m", ["hi"], max_tokens=4)
+    assert not r.ok and url in r.error and "is the server running" in r.error
+
+
+# -- the fake SSE server: chunks vs tokens, the client's own ceiling ---------------------------
+def test_itl_per_token_is_kept_apart_from_chunk_gaps(tok):
+    with bench.FakeSSEServer(tokens_per_event=4, events_per_write=1, delay_s=0.01) as fake:
+        for api in ("completions", "chat"):
+            (r,) = bench.run_requests(fake.url, "fake-sse", ["hi"], max_tokens=64, api=api, tokenizer=tok)
+            assert r.ok, r.error
+            assert r.output_tokens == r.output_tokens_tokenizer == 64  # " the" x 64: the tokenizer agrees with usage
+            assert r.n_chunks == 16
+            assert len(r.chunk_gaps_ms) == 15 and len(r.itl_ms) == 60  # the first chunk's 4 tokens arrive with TTFT
+            gap = sorted(r.chunk_gaps_ms)[7]
+            assert 9 < gap < 30
+            assert sorted(r.itl_ms)[30] == pytest.approx(gap / 4, rel=0.35)
+            assert r.tpot_s == pytest.approx((r.e2e_s - r.ttft_s) / 63)
+
+
+def test_stream_cut_early_keeps_what_was_measured():
+    raw = bench._Raw(index=0, t_arrive=0.0, t_slot=0.0, t_end=0.3, status=200, content_type="text/event-stream",
+                     stamps=[0.1, 0.2], reads=[b'data: {"choices":[{"text":" a"}]}\n\n', b'data: {"choices":[{"text":" b"}]}\n\n'])
+    r = bench._finish(raw, "completions", None, None)
+    assert not r.ok and "closed early" in r.error
+    assert r.n_chunks == 2 and r.ttft_s == pytest.approx(0.1) and r.chunk_gaps_ms == [pytest.approx(100.0)]
+
+
+def test_client_ceiling_is_measured(tmp_path, tok):
+    store = RunStore.at(tmp_path / "run")
+    rows = bench.client_ceiling(store=store, tokenizer=tok, concurrencies=(1, 4), events_per_write=(16,), tokens_per_request=512,
+                                requests_per_level=1)
+    assert len(store.rows("client_ceiling")) == 2
+    for r in rows:
+        assert r["ok"] == r["requests"] and r["tokens"] == 512 * r["requests"]
+        assert r["stream_tok_s"] > 5_000  # far above any engine on this host
+        assert r["client_cpu_us_per_token"] > 0 and r["parse_us_per_token"] > 0
+
+
+def test_cli_against_the_fake_server(tmp_path, embedded_model, capsys):
+    with bench.FakeSSEServer(events_per_write=8) as fake:
+        rc = bench.main(["--url", fake.url, "--tokenizer", str(embedded_model), "--concurrency", "1,2", "--runs", "2",
+                         "--warmup", "0", "--output-len", "16", "--input-len", "8", "--requests-per-level", "1",
+                         "--json", "--out", str(tmp_path / "run")])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [s["phase"] for s in out] == ["single", "sweep"] and out[0]["failed"] == 0
+    assert bench.main(["--url", "http://127.0.0.1:9", "--json"]) == 2
+
+
+# -- roofline ----------------------------------------------------------------------------------
+def test_weight_bytes_from_safetensors(embedded_model):
+    w = roofline.weight_bytes(embedded_model)
+    size = sum(os.path.getsize(p) for p in embedded_model.glob("*.safetensors"))
+    with open(next(embedded_model.glob("*.safetensors")), "rb") as fh:
+        header = struct.unpack("<Q", fh.read(8))[0]
+    assert w["total_bytes"] == size - 8 - header
+    assert w["bytes_per_param"] == 4.0
+    assert 0 < w["bytes_per_token"] < w["total_bytes"]  # only 2 of 8 routed experts and one embedding row per token
+    assert w["expert_active_fraction"] == pytest.approx(2 / 8)
+
+
+def test_decode_roofline_math():
+    r = roofline.decode_roofline(2e9, 2.0)
+    assert r["tok_s"] == pytest.approx(1000.0)
+    r = roofline.decode_roofline(16e9, 2.0, tp=8, allreduce_us=25.0, allreduces_per_token=40)
+    assert r["t_mem_ms"] == pytest.approx(1.0) and r["t_comm_ms"] == pytest.approx(1.0) and r["tok_s"] == pytest.approx(500.0)
+    with pytest.raises(ParameterError):
+        roofline.decode_roofline(1e9, 2.0, tp=2)
+    card = roofline.load_model_card("kimi-k2.5")
+    assert roofline.allreduces_per_token(card) == 2 * card["config"]["text_config"]["num_hidden_layers"]
+    assert roofline.card_bytes_per_token(card)["bytes_per_token"] > 1e9
+
+
+def test_config_count_matches_the_real_weights(embedded_model):
+    w = roofline.weight_bytes(embedded_model)
+    c = roofline.config_bytes_per_token(json.loads((embedded_model / "config.json").read_text()), dense_bytes=4.0)
+    assert c["total_params"] == pytest.approx(w["total_params"], rel=0.005)  # norms and biases are not counted
+    assert c["bytes_per_token"] == pytest.approx(w["bytes_per_token"], rel=0.005)
+    kimi = roofline.config_bytes_per_token(roofline.load_model_card("kimi-k2.5"))
+    assert kimi["expert_bytes_per_param"] == pytest.approx(4 / 8 + 2 / 32)  # INT4, one BF16 scale per group of 32
+    assert kimi["active_params"] == pytest.approx(32e9, rel=0.05)
+
+
+def test_register_adds_the_bench_subcommand():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="servebook")
+    bench.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "--url", "http://127.0.0.1:1", "--concurrency", "1,2,4"])
+    assert args.func is bench._run_cli and args.concurrency == "1,2,4"
