@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 01 · Detect capabilities, and what the engines conclude about them
+# # 01. Detect capabilities, and what the engines conclude about them
 #
 # The investigation this book follows turned on one number. Eight RTX PRO 6000 Blackwell GPUs
 # reported **compute capability 12.0**, and SGLang's fast attention paths were guarded by a check for

@@ -58,20 +58,7 @@ print(f"{eng.name} accepts {eng.attention_flag} =", ", ".join(choices))
 # out here and the reason is recorded, so they show as "not run here", not as silently missing.
 
 # %%
-import importlib.util
-
-import torch
-
-def runnable_here(name: str) -> tuple[bool, str]:
-    if name.startswith("flash_attention"):
-        if not torch.cuda.is_available():
-            return False, "needs a CUDA GPU"
-        pkg = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface", "flash_attention_4": "flash_attn.cute"}.get(name, "flash_attn")
-        if importlib.util.find_spec(pkg.split(".")[0]) is None:
-            return False, f"needs the {pkg.split('.')[0]} package"
-    if name == "flex_attention" and smoke:
-        return False, "skipped in smoke mode (compiles kernels on first use)"
-    return True, ""
+from servebook.backends import runnable_here
 
 if backends:
     candidates = [b.strip() for b in backends.split(",") if b.strip()]
@@ -79,7 +66,7 @@ if backends:
 else:
     candidates, skipped = [], []
     for name in choices:
-        ok, why = runnable_here(name)
+        ok, why = runnable_here(name, smoke=smoke)
         (candidates.append(name) if ok else skipped.append({"attention": name, "reason": why}))
 if smoke:  # one forced backend besides the default keeps the smoke run short
     candidates = [c for c in candidates if c == "eager"] or candidates[:1]

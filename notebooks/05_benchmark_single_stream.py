@@ -39,6 +39,7 @@ requests_per_run: int = 1  # requests per single-stream run
 max_concurrency: int = 128  # the sweep doubles concurrency 1, 2, 4, ... up to this
 requests_per_level: int = 5  # requests per sweep level, times the concurrency
 level_time_budget_s: int = 120  # a sweep level starts no new request after this many seconds
+saturation_patience: int = 2  # stop the sweep after this many levels without 10 percent more throughput; 0 runs every level
 seed: int = 0  # seed of the prompt set
 seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
@@ -85,7 +86,7 @@ print(f"run {store.path}\nmodel: {model_dir or model}\nengines: {', '.join(engin
 
 # %%
 tokenizer = bench.load_tokenizer(model_dir) if model_dir else None
-ceiling = bench.client_ceiling(store=store, tokenizer=tokenizer,
+ceiling = None if len(store.rows("client_ceiling")) else bench.client_ceiling(store=store, tokenizer=tokenizer,
                                concurrencies=(1, 8) if smoke else (1, 64),
                                tokens_per_request=256 if smoke else 2048,
                                requests_per_level=1 if smoke else 2)
@@ -135,11 +136,16 @@ def bench_engine(spec: str) -> None:
             bench.check_server(srv.base_url)
             common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=attention, label=label, api=api,
                           max_tokens=max_tokens)
-            single = bench.single_stream(srv.base_url, name, prompts, runs=runs, warmup=warmup,
-                                         requests_per_run=requests_per_run, **common)
+            done = store.find("bench_summary", label=label, phase="single", max_tokens=max_tokens)
+            if done:  # resuming this run: the single-stream measurement is already recorded
+                single = done[-1]
+            else:
+                single = bench.single_stream(srv.base_url, name, prompts, runs=runs, warmup=warmup,
+                                             requests_per_run=requests_per_run, **common)
             print(f"{label}: {single['decode_tok_s_mean']:.1f} ± {single['decode_tok_s_ci95'] or 0:.1f} tok/s single stream")
             bench.concurrency_sweep(srv.base_url, name, prompts, max_concurrency=max_concurrency,
-                                    requests_per_level=requests_per_level, level_time_budget_s=level_time_budget_s, **common)
+                                    requests_per_level=requests_per_level, level_time_budget_s=level_time_budget_s,
+                                    saturation_patience=saturation_patience, **common)
             loaded = getattr(eng, "loaded_from_log", lambda _t: [])(srv.log_path.read_text(errors="replace"))
             store.append("bench_servers", {"label": label, "engine": eng.name, "version": eng.version(), "launch": launch.shell(),
                                            "ready_s": srv.ready_s, "loaded": loaded})

@@ -23,7 +23,7 @@ from .errors import ServebookError, ServerError
 from .results import RunStore
 from .servers import Server, port_listening
 
-__all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens"]
+__all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "runnable_here"]
 
 # A fixed, seeded prompt set: the same for every backend and engine.
 PROBE_PROMPTS = [
@@ -32,6 +32,31 @@ PROBE_PROMPTS = [
     "Attention backends differ in",
     "In 1969, the first",
 ]
+
+
+# transformers' flash-attention implementations and the package each one imports.
+_FLASH_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface", "flash_attention_4": "flash_attn"}
+
+
+def runnable_here(name: str, smoke: bool = False) -> tuple[bool, str]:
+    """Whether a backend can run on this host at all, and if not, why (recorded as 'not run here')."""
+    import importlib.util
+
+    if name.startswith("flash_attention"):
+        try:
+            import torch
+
+            has_gpu = torch.cuda.is_available()
+        except ImportError:
+            has_gpu = False
+        if not has_gpu:
+            return False, "needs a CUDA GPU"
+        pkg = _FLASH_PACKAGES.get(name, "flash_attn")
+        if importlib.util.find_spec(pkg) is None:
+            return False, f"needs the {pkg} package"
+    if name == "flex_attention" and smoke:
+        return False, "skipped in smoke mode (compiles kernels on first use)"
+    return True, ""
 
 
 def _post(url: str, body: dict, timeout: float) -> dict:

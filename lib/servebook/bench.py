@@ -941,8 +941,13 @@ def concurrency_sweep(
     request_timeout: float = 300.0,
     resume: bool = True,
     progress: bool = True,
+    saturation_patience: int = 2,
 ) -> list[dict]:
     """For each concurrency C: ``max(min_requests, requests_per_level x C)`` requests, at most C in flight.
+
+    The sweep stops early once throughput has not grown by 10% over the best level for
+    ``saturation_patience`` levels in a row (the server is saturated: more concurrency only
+    queues); the stop and its reason are a row of ``bench_sweep_stops``. 0 runs every level.
 
     Rows go to ``bench_requests`` (phase ``sweep``) and one summary per level to
     ``bench_summary``; a level already summarized in ``store`` for this config is skipped
@@ -953,10 +958,19 @@ def concurrency_sweep(
     levels = list(levels) if levels else concurrency_levels(max_concurrency)
     out = []
     ptoks = [p.tokens for p in prompts]
-    for c in levels:
+    best, flat = 0.0, 0
+    for i, c in enumerate(levels):
+        if saturation_patience and flat >= saturation_patience:
+            stop = {**cfg, "stopped_before": c, "levels_run": levels[:i], "best_throughput_tok_s": best,
+                    "reason": f"throughput grew less than 10% over {best:.1f} tok/s for {flat} levels: saturated"}
+            if store is not None:
+                store.append("bench_sweep_stops", stop)
+            break
         key = {**cfg, "phase": "sweep", "concurrency": c, "max_tokens": max_tokens}
         if store is not None and resume and store.done("bench_summary", **key):
-            out.extend(store.find("bench_summary", **key))
+            found = store.find("bench_summary", **key)
+            out.extend(found)
+            best, flat = _saturation(best, flat, found[-1].get("throughput_tok_s"))
             continue
         n = max(min_requests, requests_per_level * c)
         batch = [prompts[i % len(prompts)] for i in range(n)]
@@ -977,7 +991,16 @@ def concurrency_sweep(
         if store is not None:
             store.append("bench_summary", s)
         out.append(s)
+        best, flat = _saturation(best, flat, s.get("throughput_tok_s"))
     return out
+
+
+def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float, int]:
+    """Track the best throughput and how many levels in a row failed to beat it by 10%."""
+    throughput = throughput or 0.0
+    if throughput > best * 1.10:
+        return throughput, 0
+    return max(best, throughput), flat + 1
 
 
 def inprocess_decode_rate(model_dir: str | os.PathLike, prompt: str, max_tokens: int = 64, attention: str | None = None,

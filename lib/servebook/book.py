@@ -46,6 +46,10 @@ class Chapter:
 
     @property
     def title(self) -> str:
+        """The notebook's own first heading, else one made from the file name."""
+        for line in self.source.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# # "):
+                return line[4:].strip()
         return f"{self.number}. " + self.slug.replace("_", " ").capitalize()
 
     @property

@@ -251,7 +251,13 @@ def _run_sglang(req):
 
     kwargs = dict(model_path=req["model_dir"], tp_size=int(req.get("tp_size") or 1), skip_server_warmup=True)
     kwargs.update(req.get("server_args") or {})
-    sa = ServerArgs(**kwargs)
+    sa = ServerArgs(**kwargs)  # <= ~0.5.10: __post_init__ resolves
+    if hasattr(sa, "resolve_once"):
+        # 0.5.2x: construction leaves the record unresolved; launchers call resolve_once() and the
+        # resolution result is read through resolved_dict() (overrides are stashed, not written on fields)
+        sa.resolve_once()
+        resolved = sa.resolved_dict() if hasattr(sa, "resolved_dict") else {}
+        return {k: resolved.get(k, getattr(sa, k, None)) for k in _SG_FIELDS if k in resolved or hasattr(sa, k)}
     return {k: getattr(sa, k, None) for k in _SG_FIELDS if hasattr(sa, k)}
 
 
@@ -289,8 +295,7 @@ def _run_vllm(req):
     raise NotImplementedError
 
 
-def main():
-    req = json.loads(sys.stdin.read())
+def _collect_logs():
     logs = []
 
     class _H(logging.Handler):
@@ -305,47 +310,99 @@ def main():
     root = logging.getLogger()
     root.addHandler(_H())
     root.setLevel(logging.INFO)
-    for k, v in (req.get("env") or {}).items():
-        os.environ[k] = str(v)
-    finder = _install_stubs(req.get("present_modules") or [], set(req.get("absent_modules") or []),
-                            req.get("visible_modules") or [])
-    result = {"ok": False}
-    trace, fired = _tracer(req.get("sites") or [])
-    buf_err = io.StringIO()
-    try:
-        patched = _fake_gpu(req.get("gpu"))
-        result["patched"] = patched
-        engine = req["engine"]
-        g = globals()
-        g[f"_prepare_{engine}"](req)
-        if req.get("mode") == "import":
-            result["ok"] = True
-            raise SystemExit(0)
-        fn = g[f"_run_{engine}"]
-        sys.settrace(trace)
-        try:
-            result["resolved"] = fn(req)
-        finally:
-            sys.settrace(None)
-        result["ok"] = True
-    except SystemExit:
-        pass
-    except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
-        sys.settrace(None)
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:600] if str(exc) else type(exc).__name__
-        result["traceback"] = traceback.format_exc()[-4000:]
-        if isinstance(exc, ModuleNotFoundError):
-            result["missing_module"] = exc.name
-    result["fired"] = fired
-    result["logs"] = logs
-    result["stubbed_modules"] = sorted(finder.used)
+    return logs
+
+
+def _error(result, exc):
+    result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:600] if str(exc) else type(exc).__name__
+    result["traceback"] = traceback.format_exc()[-4000:]
+    if isinstance(exc, ModuleNotFoundError):
+        result["missing_module"] = exc.name
+
+
+def _kernel_libs_seen():
     seen = {}
     for m in ("flashinfer", "sgl_kernel", "triton", "flash_attn", "kernels", "deep_gemm"):
         try:
             seen[m] = importlib.util.find_spec(m) is not None
         except (ValueError, ImportError):
             seen[m] = False
-    result["kernel_libs_seen"] = seen
+    return seen
+
+
+def _one_case(req, case, logs, finder, trace, fired):
+    """Run the engine's resolution for one case (in this process); the result dict."""
+    result = {"ok": False}
+    del logs[:]
+    del fired[:]
+    try:
+        fn = globals()[f"_run_{req['engine']}"]
+        sys.settrace(trace)
+        try:
+            result["resolved"] = fn(dict(req, **case))
+        finally:
+            sys.settrace(None)
+        result["ok"] = True
+    except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
+        sys.settrace(None)
+        _error(result, exc)
+    result["fired"] = list(fired)
+    result["logs"] = list(logs)
+    result["stubbed_modules"] = sorted(finder.used)
+    result["kernel_libs_seen"] = _kernel_libs_seen()
+    return result
+
+
+def _forked(req, case, logs, finder, trace, fired):
+    """The case in a forked child, so that one engine import serves many cases and no state (lru caches,
+    class attributes the engine's resolution writes) leaks from one case into the next."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(rfd)
+        try:
+            data = json.dumps(_one_case(req, case, logs, finder, trace, fired), default=str).encode()
+        except BaseException as exc:  # noqa: BLE001
+            data = json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode()
+        with os.fdopen(wfd, "wb") as fh:
+            fh.write(data)
+        os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as fh:
+        data = fh.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        return {"ok": False, "error": f"the resolution process died (wait status {status})"}
+    return json.loads(data)
+
+
+def main():
+    req = json.loads(sys.stdin.read())
+    logs = _collect_logs()
+    for k, v in (req.get("env") or {}).items():
+        os.environ[k] = str(v)
+    finder = _install_stubs(req.get("present_modules") or [], set(req.get("absent_modules") or []),
+                            req.get("visible_modules") or [])
+    result = {"ok": False}
+    trace, fired = _tracer(req.get("sites") or [])
+    try:
+        result["patched"] = _fake_gpu(req.get("gpu"))
+        globals()[f"_prepare_{req['engine']}"](req)
+        result["import_logs"] = list(logs)
+        if req.get("mode") == "import":
+            result["ok"] = True
+        elif req.get("cases"):
+            result["cases"] = [_forked(req, c, logs, finder, trace, fired) for c in req["cases"]]
+            result["ok"] = True
+        else:
+            result.update(_one_case(req, {}, logs, finder, trace, fired))
+    except BaseException as exc:  # noqa: BLE001 - everything is reported to the caller
+        sys.settrace(None)
+        _error(result, exc)
+    result.setdefault("fired", list(fired))
+    result.setdefault("logs", list(logs))
+    result["stubbed_modules"] = sorted(finder.used)
+    result["kernel_libs_seen"] = _kernel_libs_seen()
     sys.stdout.write("\n" + MARK + json.dumps(result, default=str) + "\n")
     sys.stdout.flush()
 

@@ -28,6 +28,7 @@ def register(subparsers) -> None:
     g.add_argument("--gpu", default=None, help="a hardware profile in data/hardware (e.g. rtx-pro-6000)")
     g.add_argument("--capability", default=None, help="a bare compute capability X.Y instead of a profile")
     w.add_argument("--model", default="embedded", help="a model card (data/models) or a model directory with config.json")
+    w.add_argument("--cuda", default=None, help="the CUDA version to fake (default: the engine's own pin, see assumptions)")
     w.add_argument("--no-flashinfer", action="store_true", help="assume flashinfer is not installed")
     w.add_argument("--tree", action="store_true", help="also print the static decision tree")
     w.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -47,7 +48,7 @@ def _whatif(args) -> int:
     from .whatif import whatif
 
     r = whatif(args.engine, args.model, gpu=args.gpu, capability=args.capability, engine_python=args.engine_python,
-               kernel_libs={"flashinfer": False} if args.no_flashinfer else None)
+               kernel_libs={"flashinfer": False} if args.no_flashinfer else None, cuda_version=args.cuda)
     if args.json:
         print(json.dumps(r, indent=2, default=str))
         return 0
@@ -70,7 +71,7 @@ def _whatif(args) -> int:
     for line in r.get("logs", []):
         print(f"engine log: {line}")
     a = r["assumptions"]
-    print(f"assumptions: kernel libs {a['kernel_libs']}; CUDA {a['cuda_version']}; stubbed {a['stubbed_modules'] or 'none'}")
+    print(f"assumptions: kernel libs {a['kernel_libs']}; CUDA {a['cuda_version']} ({a.get('cuda_source')}); stubbed {a['stubbed_modules'] or 'none'}")
     if args.tree:
         from .envs import resolve_engine
         from .static import render_tree

@@ -32,7 +32,7 @@ from ..errors import EngineError
 from ..paths import cache_dir
 
 __all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
-           "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions"]
+           "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions", "engine_cuda", "install_plan"]
 
 SUPPORTED_ENGINES = ("transformers", "sglang", "vllm")
 # The module whose import brings in the engine's selection logic.
@@ -40,10 +40,14 @@ _PROBE_MODULE = {"sglang": "sglang.srt.server_args", "vllm": "vllm.platforms.cud
 # Import names of GPU-only kernel libraries: never installed here; stubbed for import when the engine needs them.
 GPU_ONLY = (
     "flashinfer", "sgl_kernel", "torchvision", "torchaudio", "torchao", "flash_attn", "deep_gemm",
-    "cuda", "cutlass", "quack", "tvm_ffi", "torch_memory_saver", "decord", "decord2", "torchcodec", "xformers",
+    "cutlass", "quack", "tvm_ffi", "torch_memory_saver", "decord", "decord2", "xformers",
     "vllm_flash_attn", "cupy", "mooncake", "nixl", "deep_ep", "sgl_fa4", "flash_mla", "tilelang", "pplx_kernels",
-    "cuda_bindings", "nvidia", "kernels", "flashinfer_cubin",
+    "nvidia", "kernels", "flashinfer_cubin",
 )
+# Not stubbed although GPU-only: cuda-python (``cuda``, ``cuda.bindings``): apache-tvm-ffi, which some engines'
+# pure-Python dependencies bring, type-checks against its classes; left out, the importers take their
+# no-cuda-python path. torchcodec: transformers 5.x reads torchcodec's package metadata once it imports, and a
+# stub has none; left out, transformers takes its no-torchcodec path (audio decoding only, not selection).
 # What a GPU host has by default: the kernel libraries each engine pins (and so installs) there.
 DEFAULT_KERNEL_LIBS = {
     "sglang": {"flashinfer": True, "sgl_kernel": True, "flash_attn": False},
@@ -70,6 +74,9 @@ class EngineEnv:
     package_dir: str
     source: str  # "cached" | "engine-python" | "this-python"
     stubs: tuple[str, ...] = ()
+    cuda: str | None = None        # the CUDA the engine's own pins bring on a GPU host (see engine_cuda)
+    cuda_source: str = ""
+    import_error: str | None = None  # set when the environment is known not to resolve (static reading only)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -143,7 +150,7 @@ def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) ->
         found, pkg = _package_dir(py, engine)
         if version and found != version:
             raise EngineError(f"{py} has {engine} {found}, not {version}; drop ==VERSION or pass another --engine-python")
-        return EngineEnv(engine, found, py, pkg, "engine-python")
+        return EngineEnv(engine, found, py, pkg, "engine-python", (), *engine_cuda(py, engine))
     if version is None:
         try:  # installed beside servebook?
             found, pkg = _package_dir(sys.executable, engine)
@@ -165,7 +172,10 @@ def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) ->
         raise EngineError(f"{engine}=={version} is not prepared (prepared: {', '.join(have) or 'none'}); "
                           f"run: servebook engines add {engine}=={version}")
     m = json.loads(meta.read_text())
-    return EngineEnv(engine, m["version"], m["python"], m["package_dir"], "cached", tuple(m.get("stubs", ())))
+    if "cuda" not in m:  # environments built before servebook recorded it
+        m["cuda"], m["cuda_source"] = engine_cuda(m["python"], engine)
+    return EngineEnv(engine, m["version"], m["python"], m["package_dir"], "cached", tuple(m.get("stubs", ())),
+                     m.get("cuda"), m.get("cuda_source", ""), None if m.get("importable", True) else m.get("import_error"))
 
 
 def _vkey(v: str):
@@ -234,7 +244,9 @@ _DROP_EXACT = {
     "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel", "sglang-kernel", "flash-attn",
     "flash-attn-4", "sgl-flash-mla", "sgl-deep-gemm", "sgl-deep-ep", "deep-gemm", "deep-ep", "humming-kernels",
     "quack-kernels", "tilelang", "xformers", "vllm-flash-attn", "flash-mla", "mooncake-transfer-engine", "nixl",
-    "triton-kernels", "pplx-kernels", "cutlass",
+    "triton-kernels", "pplx-kernels", "cutlass", "tokenspeed-mla",
+    # NVIDIA video decoder (needs the driver's NVDEC); multimodal input only
+    "pynvvideocodec",
     # CUDA toolkit bindings and DSLs (hundreds of MB, need a driver at import)
     "cuda-python", "cuda-bindings", "nvshmem4py-cu12", "nvshmem4py-cu13", "apache-tvm-ffi",
     # video / vision decoding (native codecs; timm pulls torchvision): multimodal preprocessing only
@@ -269,12 +281,36 @@ def _wheel_requires(python: str, dist: str) -> list[str]:
     return [l for l in p.stdout.splitlines() if l.strip()]
 
 
-def add_engine(spec: str, progress: Callable[[str], None] | None = print, force: bool = False, max_rounds: int = 4) -> EngineEnv:
+def engine_cuda(python: str, engine: str) -> tuple[str | None, str]:
+    """The CUDA version a GPU host running this engine has, read from the engine's own pins:
+    (``"12.9"``, ``"sglang Requires-Dist: cuda-python==12.9"``), or (None, why not).
+
+    A hardware profile's ``cuda_version`` is the first toolkit that targets that SM (11.8 for Hopper),
+    not what the engine runs on; the engine's checks (``is_hopper_with_cuda_12_3``, CUDA >= 12.8 for
+    SM100) must see the CUDA its own torch / cuda-python pins bring."""
+    for r in _wheel_requires(python, engine):
+        if "extra ==" in r:
+            continue
+        name = re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]
+        if _norm(name) in ("cuda-python", "cuda-bindings"):
+            m = re.search(r"(==|>=|~=)\s*(\d+)(?:\.(\d+))?", r)
+            if m:
+                return f"{m.group(2)}.{m.group(3) or 0}", f"{engine} Requires-Dist: {r.split(';')[0].strip()}"
+    for r in _wheel_requires(python, engine):
+        m = re.search(r"\bcu(1[1-9])(\d)?\b", r)
+        if m and "extra ==" not in r:
+            return f"{m.group(1)}.{m.group(2) or 0}", f"{engine} Requires-Dist: {r.split(';')[0].strip()}"
+    return None, f"{engine}'s Requires-Dist pins no CUDA package"
+
+
+def add_engine(spec: str, progress: Callable[[str], None] | None = print, force: bool = False, max_rounds: int = 4,
+               requirements: bool = True) -> EngineEnv:
     """Prepare (once) a cached environment for ``engine==version`` without GPU-only dependencies.
 
     Deterministic: the engine's own Requires-Dist, less :data:`_DROP_EXACT` (GPU-only and heavy, see the
     comments there), go to ONE pip install with the engine's pins, under a constraint that holds torch
-    to the local CPU wheel. A few rounds (``max_rounds``) then install modules the engine imports without
+    to the local CPU wheel. ``requirements=False`` installs the engine alone (static reading only, seconds).
+    A few rounds (``max_rounds``) then install modules the engine imports without
     declaring them; the metadata records each step and its time.
     """
     say = progress or (lambda _m: None)
@@ -313,6 +349,17 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
     lap("engine_no_deps", t)
     requires = _wheel_requires(py, engine)
     keep, drop = install_plan(requires)
+    if not requirements:
+        found, pkg = _package_dir(py, engine)
+        cuda, cuda_source = engine_cuda(py, engine)
+        why = "static-only environment: built without the engine's requirements (add_engine(..., requirements=True) to resolve)"
+        meta = {"engine": engine, "version": found, "python": py, "package_dir": pkg, "cuda": cuda, "cuda_source": cuda_source,
+                "requires_installed": [], "requires_dropped": drop, "requires_not_installed": keep, "stubs": [],
+                "importable": False, "import_error": why, "built_seconds": round(time.monotonic() - t0, 1),
+                "build_steps_seconds": steps, "built": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        _meta_path(d).write_text(json.dumps(meta, indent=2) + "\n")
+        say(f"[{engine} {version}] static-only environment ready in {meta['built_seconds']}s")
+        return EngineEnv(engine, found, py, pkg, "cached", (), cuda, cuda_source, why)
     say(f"[{engine} {version}] {len(keep)} requirements from its METADATA; dropped (GPU-only/heavy): {', '.join(drop)}")
     t = time.monotonic()
     # triton: not declared by the engines (the CUDA torch wheel brings it on a GPU host), but imported by
@@ -349,10 +396,12 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
     lap("probe", t)
     found, pkg = _package_dir(py, engine)
     used_stubs = r.get("stubbed_modules", [])
-    meta = {"engine": engine, "version": found, "python": py, "package_dir": pkg, "requires_installed": keep,
+    cuda, cuda_source = engine_cuda(py, engine)
+    meta = {"engine": engine, "version": found, "python": py, "package_dir": pkg, "cuda": cuda, "cuda_source": cuda_source,
+            "requires_installed": keep,
             "requires_dropped": drop, "installed_for_import": installed, "stubs": used_stubs, "torch": _TORCH_PIN,
             "importable": import_error is None, "import_error": import_error, "built_seconds": round(time.monotonic() - t0, 1),
             "build_steps_seconds": steps, "built": time.strftime("%Y-%m-%dT%H:%M:%S")}
     _meta_path(d).write_text(json.dumps(meta, indent=2) + "\n")
     say(f"[{engine} {version}] ready in {meta['built_seconds']}s {steps}; stubbed GPU-only modules: {', '.join(used_stubs) or 'none'}")
-    return EngineEnv(engine, found, py, pkg, "cached", tuple(used_stubs))
+    return EngineEnv(engine, found, py, pkg, "cached", tuple(used_stubs), cuda, cuda_source)

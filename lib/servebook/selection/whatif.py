@@ -32,7 +32,7 @@ from .cards import architecture_of, materialize, model_config, uses_mla
 from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, EngineEnv, resolve_engine
 from .static import Site, read_selection, render_tree
 
-__all__ = ["SelectionError", "whatif", "decision_matrix", "matrix_diff", "gpu_from", "DEFAULT_KERNEL_LIBS", "static_reading"]
+__all__ = ["SelectionError", "whatif", "whatif_many", "decision_matrix", "matrix_diff", "gpu_from", "DEFAULT_KERNEL_LIBS", "static_reading"]
 
 _RUNNER = Path(__file__).with_name("_runner.py")
 _ATTN_TARGETS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "applicable_attention",
@@ -57,7 +57,7 @@ def gpu_from(gpu: str | dict | None = None, capability: str | None = None) -> di
         major = int(str(capability).split(".")[0])
         return {"name": f"sm_{str(capability).replace('.', '')}", "gpu_name": f"NVIDIA GPU (capability {capability})",
                 "capability": str(capability), "memory_gib": 80, "count": 1, "sm_count": 132,
-                "cuda_version": "12.8" if major >= 10 else "12.4"}
+                "cuda_version": None}  # no profile: the engine's own CUDA pin decides (assumed_cuda)
     return None
 
 
@@ -72,6 +72,8 @@ def static_reading(env: EngineEnv):
 
 
 def _run(env: EngineEnv, request: dict, timeout: int) -> dict:
+    if env.import_error:  # known beforehand: this environment cannot run the engine's resolution
+        return {"ok": False, "error": env.import_error}
     try:
         p = subprocess.run([env.python, str(_RUNNER)], input=json.dumps(request), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -105,37 +107,67 @@ def _decide(sites: list[Site], fired: list[list], resolved: dict) -> tuple[Site 
     return chosen, hits
 
 
-def whatif(engine: str = "transformers", model: str | os.PathLike = "embedded", gpu: str | dict | None = None,
-           capability: str | None = None, engine_python: str | None = None, kernel_libs: dict | None = None,
-           server_args: dict | None = None, tp_size: int = 1, timeout: int = 300) -> dict:
-    """Resolve the attention backend with the engine's own code; see the module docstring."""
+def _vt(v):
+    return tuple(int(x) for x in re.findall(r"\d+", str(v))[:2])
+
+
+def assumed_cuda(env: EngineEnv, hw: dict | None, cuda_version: str | None = None) -> dict | None:
+    """The hardware dict with the CUDA version the what-if fakes, and where it comes from.
+
+    A profile's ``cuda_version`` is the first toolkit that targets its SM (11.8 for H200), not the CUDA
+    an engine runs on; the engine's checks compare against 12.3 / 12.8. So: the caller's ``cuda_version``,
+    else the engine's own pin (cuda-python / cu1x packages in its Requires-Dist), never below the profile's
+    minimum; the profile's minimum only when the engine pins nothing."""
+    if hw is None:
+        return None
+    hw = dict(hw)
+    floor = hw.get("cuda_version")
+    if cuda_version:
+        chosen, source = str(cuda_version), "given by the caller"
+    elif env.cuda:
+        chosen, source = env.cuda, env.cuda_source
+    else:
+        # An assumption, said so: PyPI's default torch wheels of the engines' torch pins (2.8, 2.9) are CUDA 12.8 builds.
+        chosen, source = "12.8", (f"ASSUMED: {env.cuda_source or 'the engine pins no CUDA'}; 12.8 is the CUDA of PyPI's "
+                                  "default torch 2.8/2.9 wheels; pass cuda_version / --cuda to change")
+    if floor and _vt(floor) > _vt(chosen):
+        chosen, source = floor, f"the profile's minimum CUDA for this GPU ({source} is older)"
+    hw["cuda_version"], hw["cuda_source"] = chosen, source
+    return hw
+
+
+def _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version=None):
     env = resolve_engine(engine, engine_python)
-    hw = gpu_from(gpu, capability)
-    cfg = model_config(model)
-    model_dir = materialize(model)
+    hw = assumed_cuda(env, gpu_from(gpu, capability), cuda_version)
     # A cached environment has no GPU libraries: assume what a GPU host installs (the engine's pins).
     # A real interpreter (--engine-python) is taken as it is, unless the caller says otherwise.
     libs = dict(DEFAULT_KERNEL_LIBS.get(env.engine, {})) if env.source == "cached" else {}
     libs.update(kernel_libs or {})
     reading = static_reading(env)
-    present = [m for m in GPU_ONLY if m not in _SELECTION_LIBS]
-    visible = [m for m, v in libs.items() if v]
-    absent = [m for m, v in libs.items() if not v]
-    request = {"engine": env.engine, "model_dir": str(model_dir), "gpu": hw, "present_modules": present, "visible_modules": visible,
-               "absent_modules": absent, "sites": [[s.path, s.line] for s in reading.sites],
-               "server_args": server_args or {}, "tp_size": tp_size}
-    t0 = time.monotonic()
-    r = _run(env, request, timeout)
+    request = {"engine": env.engine, "gpu": hw, "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
+               "visible_modules": [m for m, v in libs.items() if v], "absent_modules": [m for m, v in libs.items() if not v],
+               "sites": [[s.path, s.line] for s in reading.sites]}
+    return env, hw, libs, reading, request
+
+
+def _case(model, server_args, tp_size):
+    cfg = model_config(model)
+    return cfg, {"model_dir": str(materialize(model)), "server_args": server_args or {}, "tp_size": tp_size}
+
+
+def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds, import_result=None) -> dict:
+    import_result = import_result or r
     out = {
         "engine": env.engine, "version": env.version, "python": env.python, "env_source": env.source,
         "model": str(model), "architecture": architecture_of(cfg), "mla": uses_mla(cfg),
         "gpu": (hw or {}).get("profile") or (hw or {}).get("name") or ("this host" if hw is None else "?"),
         "capability": (hw or {}).get("capability"), "gpu_name": (hw or {}).get("gpu_name"),
         "assumptions": {"kernel_libs": libs, "cuda_version": (hw or {}).get("cuda_version"),
-                        "stubbed_modules": r.get("stubbed_modules", []),
-                        "kernel_libs_seen": r.get("kernel_libs_seen", {}), "patched": r.get("patched", []),
+                        "cuda_source": (hw or {}).get("cuda_source"),
+                        "stubbed_modules": r.get("stubbed_modules", import_result.get("stubbed_modules", [])),
+                        "kernel_libs_seen": r.get("kernel_libs_seen", {}), "patched": import_result.get("patched", []),
                         "tp_size": tp_size, "server_args": server_args or {}},
-        "seconds": round(time.monotonic() - t0, 2),
+        "seconds": seconds,
     }
     if r.get("ok"):
         resolved = r.get("resolved", {})
@@ -164,6 +196,51 @@ def whatif(engine: str = "transformers", model: str | os.PathLike = "embedded", 
     return out
 
 
+def whatif(engine: str = "transformers", model: str | os.PathLike = "embedded", gpu: str | dict | None = None,
+           capability: str | None = None, engine_python: str | None = None, kernel_libs: dict | None = None,
+           server_args: dict | None = None, tp_size: int = 1, timeout: int = 300, cuda_version: str | None = None) -> dict:
+    """Resolve the attention backend with the engine's own code; see the module docstring."""
+    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version)
+    cfg, case = _case(model, server_args, tp_size)
+    t0 = time.monotonic()
+    r = _run(env, request | case, timeout)
+    return _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, round(time.monotonic() - t0, 2))
+
+
+def whatif_many(engine: str, models: list, gpu: str | dict | None = None, capability: str | None = None,
+                engine_python: str | None = None, kernel_libs: dict | None = None, server_args: dict | None = None,
+                tp_size: int = 1, timeout: int = 600, on_error=None, cuda_version: str | None = None) -> list[dict]:
+    """``whatif`` for several models on one GPU: the engine is imported once (with that GPU faked) and each
+    model resolves in a forked child of that process. Per-model errors (bad card, unknown architecture) are
+    passed to ``on_error(model, exc)`` and left out; with no ``on_error`` they raise."""
+    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version)
+    cases, cfgs, ok_models = [], [], []
+    for m in models:
+        try:
+            cfg, case = _case(m, server_args, tp_size)
+        except ServebookError as exc:
+            if on_error is None:
+                raise
+            on_error(m, exc)
+            continue
+        cases.append(case), cfgs.append(cfg), ok_models.append(m)
+    if not cases:
+        return []
+    t0 = time.monotonic()
+    r = _run(env, request | {"cases": cases}, timeout)
+    seconds = round((time.monotonic() - t0) / len(cases), 2)
+    results = r.get("cases") if r.get("ok") else [r] * len(cases)
+    out = []
+    for m, cfg, rc in zip(ok_models, cfgs, results):
+        try:
+            out.append(_answer(env, hw, libs, reading, m, cfg, rc, server_args, tp_size, seconds, import_result=r))
+        except ServebookError as exc:
+            if on_error is None:
+                raise
+            on_error(m, exc)
+    return out
+
+
 def _engine_logs(logs: list[dict], engine: str) -> list[str]:
     keep = []
     for l in logs:
@@ -176,24 +253,36 @@ def _engine_logs(logs: list[dict], engine: str) -> list[str]:
 
 
 def decision_matrix(engine: str, gpus: list[str], models: list[str], engine_python: str | None = None,
-                    kernel_libs: dict | None = None, on_error=None) -> list[dict]:
-    """One row per (gpu, model): the engine's resolved backend (errors recorded as rows, never raised)."""
+                    kernel_libs: dict | None = None, on_error=None, cuda_version: str | None = None) -> list[dict]:
+    """One row per (gpu, model): the engine's resolved backend (errors recorded as rows, never raised).
+    One engine import per GPU (see ``whatif_many``)."""
     rows = []
     for g in gpus:
+        errors = {}
+        try:
+            answers = {r["model"]: r for r in whatif_many(engine, models, gpu=g, engine_python=engine_python,
+                                                          kernel_libs=kernel_libs, cuda_version=cuda_version,
+                                                          on_error=lambda m, e: errors.__setitem__(m, e))}
+        except ServebookError as exc:
+            answers, errors = {}, {m: exc for m in models}
         for m in models:
-            try:
-                r = whatif(engine, m, gpu=g, engine_python=engine_python, kernel_libs=kernel_libs)
-                rows.append({"engine": engine, "version": r["version"], "gpu": g, "capability": r["capability"], "model": m,
-                             "architecture": r["architecture"], "mla": r["mla"], "attention_backend": r["attention_backend"],
-                             "prefill_attention_backend": r.get("prefill_attention_backend"),
-                             "decode_attention_backend": r.get("decode_attention_backend"),
-                             "moe_runner_backend": r.get("moe_runner_backend"), "method": r["method"],
-                             "decided_by": (r.get("decided_by") or {}).get("where"),
-                             "decided_in": (r.get("decided_by") or {}).get("function"), "error": r.get("reason")})
-            except ServebookError as exc:
+            r = answers.get(m)
+            if r is None:
+                exc = errors.get(m) or SelectionError("no answer")
                 if on_error:
                     on_error(g, m, exc)
                 rows.append({"engine": engine, "gpu": g, "model": m, "attention_backend": None, "method": "error", "error": str(exc)})
+                continue
+            rows.append({"engine": engine, "version": r["version"], "gpu": g, "capability": r["capability"],
+                         "cuda": r["assumptions"]["cuda_version"], "model": m,
+                         "architecture": r["architecture"], "mla": r["mla"], "attention_backend": r["attention_backend"],
+                         "prefill_attention_backend": r.get("prefill_attention_backend"),
+                         "decode_attention_backend": r.get("decode_attention_backend"),
+                         "moe_runner_backend": r.get("moe_runner_backend"), "method": r["method"],
+                         "decided_by": (r.get("decided_by") or {}).get("where"),
+                         "decided_in": (r.get("decided_by") or {}).get("function"),
+                         "because": [c["text"] for c in r.get("conditions", [])],
+                         "logs": r.get("logs", []), "error": r.get("reason")})
     return rows
 
 
