@@ -20,17 +20,22 @@
 # resolution, with the GPU faked from a hardware profile), for this host and for GPUs we do not have.
 
 # %% tags=["parameters"]
-run_dir = ""            # str: this run's directory (set by `servebook book`); "" = a new run under runs/
-host = "local"          # str: "local"
-engine = "transformers" # str: transformers | sglang | vllm, optionally ==VERSION
-model = "embedded"      # str: "embedded", a card in data/models (e.g. "kimi-k2.5"), or a model directory
-profile = ""            # str: a hardware profile in data/hardware for what-if; "" = this host
-smoke = False           # bool: small workloads (tests, CI)
-engine_python = ""      # str: an interpreter where `engine` is installed; "" = servebook's own / a cached environment
-compare_engines = "sglang==0.5.9,sglang==0.5.23"  # str: two engine versions whose decision matrices are compared
-matrix_profiles = "h200,b200,rtx-pro-6000"         # str: hardware profiles (comma-separated) for the matrix
-matrix_models = "kimi-k2.5,deepseek-v3,llama-3.1-8b,qwen3-30b-a3b,gpt-oss-120b"  # str: model cards for the matrix
-prepare_envs = False    # bool: build missing engine environments (`servebook engines add`, minutes, needs the package index)
+run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
+host: str = "local"  # where the engines run: local
+engine: str = "transformers"  # transformers, sglang or vllm (a version may be pinned, see README)
+model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
+profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
+smoke: bool = False  # small workloads for tests and CI; never builds engine environments
+engine_python: str = ""  # interpreter where the engines are installed; empty means this kernel
+seed_engine: str = "sglang"  # engine of the seed case (the original investigation)
+seed_version: str = "0.5.9"  # its version
+seed_model: str = "kimi-k2.5"  # model card of the seed case
+seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
+compare_engine: str = "sglang"  # engine whose versions are compared
+compare_versions: str = "0.5.9,0.5.23"  # two versions of it whose decision matrices are compared, comma-separated
+matrix_profiles: str = "h200,b200,rtx-pro-6000"  # hardware profiles for the matrix, comma-separated
+matrix_models: str = "kimi-k2.5,deepseek-v3,llama-3.1-8b,qwen3-30b-a3b,gpt-oss-120b"  # model cards for the matrix, comma-separated
+prepare_envs: bool = False  # build missing engine environments (servebook engines add; minutes; needs the package index)
 
 # %%
 import servebook
@@ -48,20 +53,30 @@ print("servebook", servebook.__version__, "| run:", store.path)
 # We parse the engine's source with the AST and list every assignment of the attention backend,
 # with the if/elif chain above it. Conditions are tagged *hardware* (capability checks),
 # *model* (MLA, architecture lists), *kernel-lib* (is a library importable) or *user* (flags).
+# The seed case is the original investigation: Kimi-K2.5 (MLA) with SGLang on an RTX PRO 6000 (capability 12.0).
+# If no environment for the seed engine is cached, we read the engine this kernel has (`engine`).
 
 # %%
+prepared = {f"{e['engine']}=={e['version']}" for e in list_engines()}
+seed_spec = f"{seed_engine}=={seed_version}"
+tree_engine = seed_spec if seed_spec in prepared else engine
 env = None
+reading = None
 try:
-    env = resolve_engine(engine, engine_python or None)
+    env = resolve_engine(tree_engine, engine_python or None if tree_engine == engine else None)
     reading = static_reading(env)
     for s in reading.attention_sites():
         store.append("selection_sites", {"engine": env.engine, "version": env.version, "where": s.where, "function": s.function,
                                          "target": s.target, "value": s.value, "hardware": s.hardware, "model": s.model,
                                          "conditions": [str(c) for c in s.conditions]})
     print(f"{env.engine} {env.version}: {len(reading.attention_sites())} attention-backend sites in {len(reading.files)} files")
-    print(render_tree(reading.attention_sites())[:6000])
+    print(render_tree(reading.attention_sites())[: 2500 if smoke else 6000])
+    for name in ("is_sm100_supported", "is_hopper_with_cuda_12_3"):
+        if name in reading.helpers:
+            h = reading.helpers[name]
+            print(f"\n{name} is defined at {h.get('where', '?')}:\n{h.get('excerpt', '')[:400]}")
 except servebook.ServebookError as exc:
-    store.record_failure("static_reading", exc, engine=engine)
+    store.record_failure("static_reading", exc, engine=tree_engine)
     print("static reading failed:", exc)
 
 # %% [markdown]
@@ -69,30 +84,56 @@ except servebook.ServebookError as exc:
 # conditions that must hold for the program to get there.
 
 # %% [markdown]
-# ## 2. The answer for this host and model (dynamic)
+# ## 2. The answer (dynamic): this host, then the seed case
 # Now we run the engine's own resolution in a subprocess (the engine's interpreter), with the GPU
-# faked from `profile` when one is given, and trace which of the sites above it reached.
+# faked from a hardware profile when one is given, and trace which of the sites above it reached.
+# The what-if states its assumptions: which kernel libraries the host has (by default what the engine
+# pins), and which CUDA version (by default the engine's own cuda-python pin, not the profile's minimum).
 
 # %%
+def show(ans):
+    print(f"{ans['engine']} {ans['version']} | {ans['model']} on {ans['gpu']} (capability {ans['capability'] or 'this host'}): "
+          f"attention = {ans['attention_backend']} (moe/experts = {ans.get('moe_runner_backend')}), method = {ans['method']}")
+    if ans.get("decided_by"):
+        d = ans["decided_by"]
+        print(f"  decided by {d['where']} in {d['function']}: {d['target']} = {d['value']}")
+    for c in ans.get("conditions", []):
+        print(f"    because {c['text']}  [{', '.join(c['kinds'])}]")
+    for line in ans.get("logs", [])[:6]:
+        print(f"  engine log: {line}")
+    if ans["method"] != "dynamic":
+        print("  static only:", ans.get("reason"))
+    a = ans["assumptions"]
+    print(f"  assumptions: kernel libs {a['kernel_libs'] or 'this host as it is'}; CUDA {a.get('cuda_version')} ({a.get('cuda_source')})")
+
+
+def record(ans, case):
+    store.append("selection", {k: ans.get(k) for k in ("engine", "version", "model", "architecture", "mla", "gpu", "capability",
+                                                       "method", "attention_backend", "prefill_attention_backend",
+                                                       "decode_attention_backend", "moe_runner_backend", "decided_by",
+                                                       "conditions", "logs", "assumptions", "reason")} | {"case": case})
+
+
 answer = None
 try:
     answer = whatif(engine, model, gpu=profile or None, engine_python=engine_python or None)
-    store.append("selection", {k: answer.get(k) for k in ("engine", "version", "model", "architecture", "mla", "gpu", "capability",
-                                                          "method", "attention_backend", "prefill_attention_backend",
-                                                          "decode_attention_backend", "moe_runner_backend", "decided_by",
-                                                          "conditions", "logs", "assumptions", "reason")} | {"case": "this-host"})
-    print(f"{answer['engine']} {answer['version']} on {answer['gpu']}: attention = {answer['attention_backend']} "
-          f"(moe/experts = {answer.get('moe_runner_backend')}), method = {answer['method']}")
-    if answer.get("decided_by"):
-        d = answer["decided_by"]
-        print(f"decided by {d['where']} in {d['function']}: {d['target']} = {d['value']}")
-    for c in answer.get("conditions", []):
-        print(f"  because {c['text']}  [{', '.join(c['kinds'])}]")
-    print("assumptions:", answer["assumptions"]["kernel_libs"] or "this host as it is",
-          "| kernel libs seen:", {k: v for k, v in answer["assumptions"].get("kernel_libs_seen", {}).items() if v} or "none")
+    record(answer, "this-host")
+    show(answer)
 except servebook.ServebookError as exc:
     store.record_failure("whatif_this_host", exc, engine=engine, model=model)
     print("what-if failed:", exc)
+
+seed = None
+if seed_spec in prepared:
+    try:
+        seed = whatif(seed_spec, seed_model, gpu=seed_profile)
+        record(seed, "seed")
+        show(seed)
+    except servebook.ServebookError as exc:
+        store.record_failure("whatif_seed", exc, engine=seed_spec, model=seed_model, gpu=seed_profile)
+        print("seed what-if failed:", exc)
+else:
+    print(f"seed case skipped: no cached environment for {seed_spec} (servebook engines add {seed_spec})")
 
 # %% [markdown]
 # That is the engine's own answer, with the line of code that produced it and the conditions that led there.
@@ -100,13 +141,12 @@ except servebook.ServebookError as exc:
 # `get_correct_attn_implementation` takes `sdpa` when the model class supports it, else `eager`.
 
 # %% [markdown]
-# ## 3. The key case: an MLA model on three GPUs, with the engine versions to compare
-# Kimi-K2.5 and DeepSeek-V3 use MLA attention. The original case ran Kimi-K2.5 on RTX PRO 6000
-# (capability 12.0). We ask each SGLang version what it would pick there, on B200 (10.0) and on H200 (9.0).
+# ## 3. The decision matrix: model cards x GPUs, for the engine versions to compare
+# Kimi-K2.5 and DeepSeek-V3 use MLA attention; Llama and Qwen3 use GQA. We ask each engine version
+# what it would pick on each GPU. In smoke mode: two GPUs and two models, and only cached environments.
 
 # %%
-versions = [v.strip() for v in compare_engines.split(",") if v.strip()]
-prepared = {f"{e['engine']}=={e['version']}" for e in list_engines()}
+versions = [f"{compare_engine}=={v.strip()}" for v in compare_versions.split(",") if v.strip()]
 usable = []
 for spec in versions:
     if spec in prepared:
@@ -119,22 +159,29 @@ for spec in versions:
             store.record_failure("engines_add", exc, engine=spec)
             print(f"{spec}: could not prepare: {exc}")
     else:
-        print(f"{spec}: no environment cached; skipped (run `servebook engines add {spec}` or set prepare_envs=True)"
-              + (" — smoke mode never builds one" if smoke else ""))
+        print(f"{spec}: no environment cached; skipped (run `servebook engines add {spec}` or set prepare_envs)"
+              + (" (smoke mode never builds one)" if smoke else ""))
 print("engine environments used:", usable or "none")
 
 # %%
 profiles = [p.strip() for p in matrix_profiles.split(",") if p.strip()]
 models = [m.strip() for m in matrix_models.split(",") if m.strip()]
-if smoke:
+if smoke:  # one GPU, two models: one engine process per version, the versions side by side
+    profiles = [p for p in profiles if p == "b200"] or profiles[:1]
     models = models[:2]
-matrices = {}
-for spec in usable:
-    rows = decision_matrix(spec, profiles, models,
+from concurrent.futures import ThreadPoolExecutor
+
+
+def matrix_of(spec):
+    return decision_matrix(spec, profiles, models, workers=1 if smoke else 2,
                            on_error=lambda g, m, e, s=spec: store.record_failure("whatif", e, engine=s, gpu=g, model=m))
+
+
+with ThreadPoolExecutor(max_workers=2 if smoke else 1) as pool:
+    matrices = dict(zip(usable, pool.map(matrix_of, usable)))
+for spec, rows in matrices.items():
     for r in rows:
         store.append("selection_matrix", r | {"engine_spec": spec})
-    matrices[spec] = rows
 print({spec: len(rows) for spec, rows in matrices.items()} or "no matrix: no SGLang/vLLM environment is cached on this machine")
 
 # %%
@@ -143,13 +190,17 @@ import pandas as pd
 tables = {}
 for spec in matrices:
     df = store.table("selection_matrix")
-    df = df[df["engine_spec"] == spec]
-    tables[spec] = df.pivot_table(index="model", columns="gpu", values="attention_backend", aggfunc="last").reindex(columns=profiles)
-    print(f"\n{spec}: attention backend by model x GPU")
+    df = df[df["engine_spec"] == spec].copy()
+    df["cell"] = [f"{b}" if m == "dynamic" else ("(static)" if m == "static" else "(error)")
+                  for b, m in zip(df["attention_backend"], df["method"])]
+    tables[spec] = df.pivot_table(index="model", columns="gpu", values="cell", aggfunc="last").reindex(columns=profiles)
+    print(f"\n{spec}: attention backend by model x GPU ((static): the engine's resolution does not decide it here)")
     print(tables[spec].to_string())
+    print(df[["gpu", "model", "attention_backend", "moe_runner_backend", "decided_by"]].to_string(index=False))
 
 # %% [markdown]
-# Each cell is what the engine's own `ServerArgs` resolved for that model on that GPU (read back from the stored rows).
+# Each cell is what the engine's own resolution returned for that model on that GPU (read back from the stored rows),
+# with the file:line that wrote it.
 
 # %%
 import matplotlib.pyplot as plt
@@ -157,9 +208,11 @@ import seaborn as sns
 
 if tables:
     fig, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 0.6 * len(models) + 1.5), squeeze=False)
+    labels = sorted({str(v) for t in tables.values() for v in t.values.ravel()})
+    codes = {b: i for i, b in enumerate(labels)}
     for ax, (spec, t) in zip(axes[0], tables.items()):
-        codes = {b: i for i, b in enumerate(sorted({str(v) for v in t.values.ravel()}))}
-        sns.heatmap(t.map(lambda v: codes[str(v)]), annot=t.astype(str), fmt="", cbar=False, cmap="tab10", ax=ax)
+        sns.heatmap(t.map(lambda v: codes[str(v)]), annot=t.astype(str), fmt="", cbar=False, cmap="tab10",
+                    vmin=0, vmax=max(9, len(labels) - 1), ax=ax)
         ax.set_title(spec)
     plt.tight_layout()
     plt.show()
@@ -167,7 +220,7 @@ else:
     print("no heatmap: no engine environment cached")
 
 # %% [markdown]
-# Same colour, same backend; compare rows (models) across columns (GPUs).
+# Same colour, same backend, in both panels; compare rows (models) across columns (GPUs).
 
 # %% [markdown]
 # ## 4. What changed between the versions?
@@ -181,7 +234,7 @@ if len(matrices) >= 2:
         store.append("selection_diff", d | {"a_spec": a, "b_spec": b})
     for d in diff:
         print(f"{d['model']} on {d['gpu']}: {a} {d['a']} ({d['a_decided_by']}) -> {b} {d['b']} ({d['b_decided_by']})")
-    print(f"{len(diff)} cells differ between {a} and {b}")
+    print(f"{len(diff)} cells differ between {a} and {b} (cells both versions resolved dynamically)")
 else:
     print("version diff skipped: it needs two cached engine environments", f"(have {len(matrices)})")
 
@@ -193,13 +246,20 @@ found = []
 if answer:
     found.append(f"- On this host, {answer['engine']} {answer['version']} resolves `{answer['attention_backend']}` for `{model}` "
                  f"({answer['method']}; decided at {(answer.get('decided_by') or {}).get('where', 'n/a')}).")
+if seed and seed.get("method") == "dynamic":
+    found.append(f"- Seed case: {seed['engine']} {seed['version']} picks `{seed['attention_backend']}` for {seed_model} on "
+                 f"{seed_profile} (capability {seed['capability']}), written at {(seed.get('decided_by') or {}).get('where')} "
+                 f"because " + "; ".join(c["text"] for c in seed.get("conditions", [])[-3:]) + ".")
+elif seed:
+    found.append(f"- Seed case: static reading only ({seed.get('reason')}).")
 for spec, rows in matrices.items():
     for r in rows:
-        if r["model"] in ("kimi-k2.5", "deepseek-v3") and r.get("attention_backend"):
+        if r.get("mla") and r.get("method") == "dynamic":
             found.append(f"- {spec}: {r['model']} on {r['gpu']} (capability {r.get('capability')}) -> `{r['attention_backend']}`"
                          f" (decided at {r.get('decided_by')})")
-if diff:
-    found.append(f"- {len(diff)} model x GPU cells change between {list(matrices)[0]} and {list(matrices)[1]}.")
+for d in diff:
+    found.append(f"- {d['model']} on {d['gpu']} changes from `{d['a'].get('attention_backend', d['a'])}` ({d['a_version']}, "
+                 f"{d['a_decided_by']}) to `{d['b'].get('attention_backend', d['b'])}` ({d['b_version']}, {d['b_decided_by']}).")
 if not matrices:
     found.append("- No SGLang/vLLM environment was cached, so the MLA x GPU matrix was not computed here "
                  "(`servebook engines add sglang==0.5.9`).")
@@ -209,4 +269,4 @@ print("\n".join(found))
 
 # %% [markdown]
 # Whatever backend the engine picks, the next question is what it costs: chapter 03
-# (`03_compare_backends`) forces each backend in turn and measures it.
+# (`03_force_each_backend`) forces each backend in turn and measures it.

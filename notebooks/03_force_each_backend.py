@@ -128,7 +128,12 @@ if len(ok):
     if len(auto) and auto.iloc[0].get("reported"):
         lines.append(f"- Left alone, the engine reported loading **{auto.iloc[0]['reported']}**.")
     spread = ok["decode_tok_s"].max() / max(ok["decode_tok_s"].min(), 1e-9)
-    lines.append(f"- The spread between backends was {spread:.2f}x." + (" On this host the attention kernel is not what limits decode." if spread < 1.15 else ""))
+    ci = ok["decode_tok_s_ci95"].fillna(0) if "decode_tok_s_ci95" in ok else pd.Series(0, index=ok.index)
+    worst = ok.sort_values("decode_tok_s").iloc[0]
+    overlap = (best["decode_tok_s"] - ci[best.name]) <= (worst["decode_tok_s"] + ci[worst.name])
+    lines.append(f"- The spread between backends was {spread:.2f}x"
+                 + (", inside the 95% confidence intervals of the runs: on this host the measurement cannot tell these backends apart."
+                    if overlap else ", larger than the 95% confidence intervals."))
 bad = table[table["outcome"] != "ok"]
 for _, r in bad.iterrows():
     lines.append(f"- **{r['attention']}**: {r['outcome']} — {r.get('error')}")

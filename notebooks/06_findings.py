@@ -72,8 +72,13 @@ if len(backends_t):
         auto = ok[ok["attention"] == "auto"]
         auto_rate = float(auto.iloc[0]["decode_tok_s"]) if len(auto) else None
         gain = f" ({best['decode_tok_s'] / auto_rate - 1:+.0%} vs the engine's default)" if auto_rate else ""
+        ci = ok["decode_tok_s_ci95"].fillna(0) if "decode_tok_s_ci95" in ok else pd.Series(0, index=ok.index)
+        ties = [r["attention"] for i, r in ok.iterrows() if i != best.name
+                and r["decode_tok_s"] + ci[i] >= best["decode_tok_s"] - ci[best.name]]
+        noise = f"; not distinguishable from {', '.join(ties)} (95% intervals overlap)" if ties else ""
         findings.append({"chapter": "03", "finding": f"fastest correct attention backend for {best['engine']}: {best['attention']} "
-                         f"at {best['decode_tok_s']:.1f} tok/s{gain}", "launch": best.get("launch")})
+                         f"at {best['decode_tok_s']:.1f} tok/s{gain}{noise}",
+                         "launch": best.get("launch") if not ties else None})
     for _, r in backends_t[backends_t["outcome"] != "ok"].iterrows():
         findings.append({"chapter": "03", "finding": f"{r['engine']} {r['attention']}: {r['outcome']} ({r.get('error')})", "launch": None})
 else:
@@ -111,7 +116,8 @@ if launch_lines:
     best = launch_lines[0]
     text = f"Start the engine with the fastest correct backend found in chapter 03:\n\n```\n{best['launch']}\n```"
 else:
-    text = "No launch change is supported by this run's data."
+    text = ("No launch change is supported by this run's data: either nothing was measured, or the "
+            "backends' measured differences were inside their confidence intervals. Keep the engine's default.")
 Markdown(text)
 
 # %% [markdown]

@@ -106,17 +106,127 @@ def test_cli_standalone():
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "unknown engine" in p.stderr
 
 
-# -- SGLang environments (slow: first build downloads pure-python deps; cached afterwards) --------
+def test_install_plan_drops_gpu_only_and_keeps_pins():
+    from servebook.selection.envs import install_plan
+
+    keep, drop = install_plan(["torch==2.9.1", "transformers==4.57.1", "flashinfer_python==0.6.3", "sgl-kernel==0.3.21",
+                               "nvidia-cutlass-dsl>=4.3.4", "nvidia-ml-py", "cuda-python==12.9", "torchvision", "xgrammar==0.1.27",
+                               'torchcodec==0.8.0; sys_platform != "linux"', 'pytest; extra == "test"'])
+    assert keep == ["transformers==4.57.1", "nvidia-ml-py", "xgrammar==0.1.27"]
+    assert "torch==2.9.1" in drop and "cuda-python==12.9" in drop and all("pytest" not in d for d in drop)
+
+
+def test_assumed_cuda_comes_from_the_engine_pin_not_the_profile_minimum():
+    from servebook.selection.envs import EngineEnv
+    from servebook.selection.whatif import assumed_cuda, gpu_from
+
+    env = EngineEnv("sglang", "0.5.9", sys.executable, "/x", "cached", (), "12.9", "sglang Requires-Dist: cuda-python==12.9")
+    h200 = gpu_from("h200")
+    hw = assumed_cuda(env, h200)
+    assert hw["cuda_version"] == "12.9" and "cuda-python" in hw["cuda_source"]
+    assert assumed_cuda(env, h200, "12.1")["cuda_version"] == "12.1"
+    unpinned = EngineEnv("sglang", "0.5.4", sys.executable, "/x", "cached", (), None, "sglang's Requires-Dist pins no CUDA package")
+    assert assumed_cuda(unpinned, h200)["cuda_source"].startswith("ASSUMED")
+
+
+def test_matrix_diff_compares_only_dynamic_cells():
+    from servebook.selection import matrix_diff
+
+    a = [{"gpu": "b200", "model": "m", "method": "dynamic", "attention_backend": "flashinfer"},
+         {"gpu": "h200", "model": "m", "method": "static", "attention_backend": None}]
+    b = [{"gpu": "b200", "model": "m", "method": "dynamic", "attention_backend": "trtllm_mla"},
+         {"gpu": "h200", "model": "m", "method": "dynamic", "attention_backend": "fa3"}]
+    d = matrix_diff(a, b)
+    assert [(x["gpu"], x["a"], x["b"]) for x in d] == [("b200", {"attention_backend": "flashinfer"}, {"attention_backend": "trtllm_mla"})]
+    assert [x["kind"] for x in matrix_diff(a, b, include_unresolved=True)] == ["changed", "not comparable"]
+
+
+# -- engine environments (slow + envs: build cached venvs, minutes; reused when present) ---------------
+# Two SGLang eras: 0.5.9 chooses in ServerArgs.__post_init__ (server_args.py); 0.5.23 in
+# ServerArgs.resolve_once() -> arg_groups (model_override_base.py, model_overrides/*.py, platform object).
 SGLANG_OLD, SGLANG_NEW = "sglang==0.5.9", "sglang==0.5.23"
+VLLM = "vllm==0.33.0"
+
+# EXPECTED VALUES: observed by running each engine's own resolution with servebook's what-if
+# (servebook.selection.decision_matrix: ServerArgs(model_path=<config.json only>) under the engine's
+# interpreter, GPU faked from data/hardware, kernel libraries as the engine pins them, CUDA from the
+# engine's own cuda-python pin: 12.9 for 0.5.9, 13.0 for 0.5.23) on 2026-11-29. Not a table of ours:
+# if an engine release changes its rules, re-run `servebook whatif` and update with the new observation.
+EXPECTED = {
+    # (spec, profile, model): (attention_backend, decided_by file:line)
+    (SGLANG_OLD, "rtx-pro-6000", "kimi-k2.5"): ("triton", "sglang/srt/server_args.py:1833"),
+    (SGLANG_OLD, "b200", "kimi-k2.5"): ("trtllm_mla", "sglang/srt/server_args.py:1283"),
+    (SGLANG_OLD, "h200", "deepseek-v3"): ("fa3", "sglang/srt/server_args.py:1822"),
+    (SGLANG_OLD, "b200", "llama-3.1-8b"): ("trtllm_mha", "sglang/srt/server_args.py:1812"),
+}
+EXPECTED_NEW = {
+    (SGLANG_NEW, "rtx-pro-6000", "kimi-k2.5"): ("triton", "sglang/srt/arg_groups/model_override_base.py:351"),
+    (SGLANG_NEW, "b200", "kimi-k2.5"): ("trtllm_mla", "sglang/srt/arg_groups/model_overrides/deepseek_v2.py:185"),
+    (SGLANG_NEW, "h200", "deepseek-v3"): ("fa3", "sglang/srt/arg_groups/model_override_base.py:338"),
+    (SGLANG_NEW, "b200", "llama-3.1-8b"): ("trtllm_mha", "sglang/srt/arg_groups/model_override_base.py:325"),
+}
+# A case where the two versions disagree, observed the same way: Kimi-K2.5 on B200 keeps the MoE runner
+# on "auto" in 0.5.9 and gets "flashinfer_trtllm" in 0.5.23 (the attention backend, trtllm_mla, is the same).
+DISAGREE = (("b200", "kimi-k2.5"), "moe_runner_backend", ("auto", "flashinfer_trtllm"))
+
+
+@pytest.fixture(scope="module")
+def sglang_envs():
+    from servebook.selection import add_engine
+
+    return {spec: add_engine(spec, progress=None) for spec in (SGLANG_OLD, SGLANG_NEW)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", [SGLANG_OLD, SGLANG_NEW])
-def test_sglang_env_and_static_reading(spec):
+@pytest.mark.envs
+def test_sglang_envs_and_static_reading(sglang_envs):
+    for spec, env in sglang_envs.items():
+        r = read_selection(env.package_dir, "sglang", env.version)
+        values = {s.value for s in r.sites if "attention_backend" in s.target or s.target.startswith("return of")}
+        assert '"triton"' in values and '"fa3"' in values, spec
+        assert "is_sm100_supported" in r.helpers or any("is_sm100" in h for h in r.helpers), spec
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_sglang_resolves_dynamically(sglang_envs):
+    from servebook.selection import decision_matrix
+
+    cases = {**EXPECTED, **EXPECTED_NEW}
+    for spec in (SGLANG_OLD, SGLANG_NEW):
+        mine = {k: v for k, v in cases.items() if k[0] == spec}
+        gpus = sorted({k[1] for k in mine})
+        models = sorted({k[2] for k in mine})
+        rows = {(r["gpu"], r["model"]): r for r in decision_matrix(spec, gpus, models, workers=2)}
+        for (_, g, m), (backend, where) in mine.items():
+            r = rows[(g, m)]
+            assert r["method"] == "dynamic", (spec, g, m, r.get("error"))
+            assert (r["attention_backend"], r["decided_by"]) == (backend, where), (spec, g, m, r)
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_two_sglang_versions_disagree(sglang_envs):
+    from servebook.selection import decision_matrix, matrix_diff
+
+    (g, m), field, (old, new) = DISAGREE
+    a = decision_matrix(SGLANG_OLD, [g], [m])
+    b = decision_matrix(SGLANG_NEW, [g], [m])
+    d = matrix_diff(a, b)
+    assert len(d) == 1 and field in d[0]["changed"], d
+    assert (d[0]["a"][field], d[0]["b"][field]) == (old, new), d
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_vllm_static_reading():
+    """vLLM is read statically (its import needs CUDA extension modules): the priority lists in platforms/cuda.py."""
     from servebook.selection import add_engine
 
-    env = add_engine(spec, progress=None)
-    r = read_selection(env.package_dir, "sglang", env.version)
-    values = {s.value for s in r.sites if "attention_backend" in s.target or s.target.startswith("return of")}
-    assert '"triton"' in values and '"fa3"' in values
-    assert "is_sm100_supported" in r.helpers
+    env = add_engine(VLLM, progress=None, requirements=False)
+    r = read_selection(env.package_dir, "vllm", env.version)
+    prio = [s for s in r.sites if s.target == "return of _get_backend_priorities"]
+    assert prio and all(s.file == "vllm/platforms/cuda.py" for s in prio)
+    assert any("TRITON_MLA" in s.value and any("major == 12" in str(c) for c in s.conditions) for s in prio)
+    w = whatif(VLLM, "kimi-k2.5", gpu="rtx-pro-6000")
+    assert w["method"] == "static" and "static-only" in w["reason"] and w["candidates"]

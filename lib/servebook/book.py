@@ -209,17 +209,17 @@ def run_book(
         extra[name] = _coerce_declared(name, value, known_extra[name])
 
     store = RunStore.open(runs_root, host=values["host"], run_id=run_id)
-    resumed = "started" in store.manifest
-    store.write_manifest({
-        "parameters": {**values, **extra},
-        "servebook_version": __version__,
-        "git_revision": _git_revision(),
-        "versions": software_versions(),
-        "host_fingerprint": host_fingerprint(),
-        "started": store.manifest.get("started") or _now(),
-        "resumed_at": _now() if resumed else None,
-        "finished": None,
-    })
+    previous = store.manifest
+    resumed = "started" in previous
+    here = {"servebook_version": __version__, "git_revision": _git_revision(), "versions": software_versions(),
+            "host_fingerprint": host_fingerprint()}
+    if not resumed:
+        store.write_manifest({"parameters": {**values, **extra}, **here, "started": _now(), "finished": None})
+    else:
+        # The run's identity (where and with what it was measured) stays as first recorded;
+        # each resumption is logged with its own fingerprint.
+        resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": {**values, **extra}, **here}]
+        store.write_manifest({"resumptions": resumptions, "finished": None})
     say(f"run directory: {store.path}" + (" (resuming)" if resumed else ""))
     if values["model"] == "embedded":
         from .embedded import build_embedded_model

@@ -12,6 +12,27 @@ from ._base import EngineAdapter
 _LOADED = re.compile(r"\[servebook\] loaded model=(?P<model>\S+) attn_implementation=(?P<attn>\S+) dtype=(?P<dtype>\S+) device=(?P<device>\S+)")
 
 
+def _hub_cache_env() -> dict[str, str]:
+    """An existing hub cache for the server.
+
+    Some ``transformers serve`` releases (5.17 seen on an H200 host) answer ``/v1/models`` with
+    HTTP 500 when the Hugging Face cache directory does not exist; on a fresh host it often
+    does not. When the user has not chosen a cache, point the server at an empty one of ours.
+    """
+    import os
+
+    from ..paths import cache_dir
+
+    if os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME"):
+        return {}
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface" / "hub"
+    if default.is_dir():
+        return {}
+    ours = cache_dir() / "hf-hub"
+    ours.mkdir(parents=True, exist_ok=True)
+    return {"HF_HUB_CACHE": str(ours)}
+
+
 class TransformersEngine(EngineAdapter):
     name = "transformers"
     package = "transformers"
@@ -28,7 +49,9 @@ class TransformersEngine(EngineAdapter):
         cmd = [self.python, script, str(model), "--host", host, "--port", str(port), "--device", self.device, "--log-level", "info"]
         if attention:
             cmd += [self.attention_flag, attention]
-        return cmd, {"TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+        env = {"TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+        env.update(_hub_cache_env())
+        return cmd, env
 
     def attention_choices(self) -> list[str]:
         """Read the server's own list of valid implementations from its source.

@@ -87,7 +87,9 @@ class StaticReading:
 # backend choice, functions whose return value is a choice, and files that define helpers.
 ENGINE_LAYOUT = {
     "sglang": {
-        "files": ["srt/server_args.py", "srt/arg_groups/*.py", "srt/arg_groups/model_overrides/*.py", "srt/platforms/*.py"],
+        # model_runner.py: up to ~0.5.5 the default backend is chosen there, at model load, not in ServerArgs
+        "files": ["srt/server_args.py", "srt/arg_groups/*.py", "srt/arg_groups/model_overrides/*.py", "srt/platforms/*.py",
+                  "srt/model_executor/model_runner.py"],
         "targets": {"attention_backend", "prefill_attention_backend", "decode_attention_backend", "moe_runner_backend"},
         "returns": r"default_attn_backend|default_attention_backend",
         "helpers": ["srt/utils/common.py", "srt/utils.py", "srt/runtime_context.py", "srt/platforms/*.py", "srt/arg_groups/*.py"],

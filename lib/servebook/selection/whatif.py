@@ -169,6 +169,20 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
                         "tp_size": tp_size, "server_args": server_args or {}},
         "seconds": seconds,
     }
+    if r.get("ok") and env.engine == "sglang" and r.get("resolved", {}).get("attention_backend") is None:
+        # The engine's own resolution ran and left the choice open: this version chooses at model load
+        # (ModelRunner), which needs the GPU and the weights. Say so; give the static reading of that code.
+        resolved = r.get("resolved", {})
+        later = [s for s in reading.sites if "model_runner" in s.file and s.target in _ATTN_TARGETS]
+        out.update(method="static", resolved=resolved, attention_backend=None,
+                   moe_runner_backend=resolved.get("moe_runner_backend"), decided_by=None, conditions=[],
+                   reason=("dynamic resolution ran: ServerArgs left attention_backend unset; this version picks the default "
+                           "at model load (" + ", ".join(sorted({f"{s.file} {s.function}" for s in later}) or ["outside ServerArgs"])
+                           + "), which needs a GPU and the weights, so only the static reading answers"),
+                   candidates=[{"where": s.where, "function": s.function, "value": s.value,
+                                "conditions": [str(c) for c in s.conditions]} for s in later],
+                   logs=_engine_logs(r.get("logs", []), env.engine))
+        return out
     if r.get("ok"):
         resolved = r.get("resolved", {})
         site, hits = _decide(reading.sites, r.get("fired", []), resolved)
@@ -253,11 +267,13 @@ def _engine_logs(logs: list[dict], engine: str) -> list[str]:
 
 
 def decision_matrix(engine: str, gpus: list[str], models: list[str], engine_python: str | None = None,
-                    kernel_libs: dict | None = None, on_error=None, cuda_version: str | None = None) -> list[dict]:
+                    kernel_libs: dict | None = None, on_error=None, cuda_version: str | None = None,
+                    workers: int = 1) -> list[dict]:
     """One row per (gpu, model): the engine's resolved backend (errors recorded as rows, never raised).
     One engine import per GPU (see ``whatif_many``)."""
     rows = []
-    for g in gpus:
+
+    def one_gpu(g):
         errors = {}
         try:
             answers = {r["model"]: r for r in whatif_many(engine, models, gpu=g, engine_python=engine_python,
@@ -265,6 +281,16 @@ def decision_matrix(engine: str, gpus: list[str], models: list[str], engine_pyth
                                                           on_error=lambda m, e: errors.__setitem__(m, e))}
         except ServebookError as exc:
             answers, errors = {}, {m: exc for m in models}
+        return answers, errors
+
+    if workers > 1 and len(gpus) > 1:  # one engine process per GPU profile, side by side
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            per_gpu = list(pool.map(one_gpu, gpus))
+    else:
+        per_gpu = [one_gpu(g) for g in gpus]
+    for g, (answers, errors) in zip(gpus, per_gpu):
         for m in models:
             r = answers.get(m)
             if r is None:
@@ -286,19 +312,27 @@ def decision_matrix(engine: str, gpus: list[str], models: list[str], engine_pyth
     return rows
 
 
-def matrix_diff(a: list[dict], b: list[dict]) -> list[dict]:
-    """Cells (gpu, model) whose resolved backend differs between two matrices."""
+def matrix_diff(a: list[dict], b: list[dict], include_unresolved: bool = False) -> list[dict]:
+    """Cells (gpu, model) whose resolved backends differ between two matrices. Only cells that both
+    versions resolved dynamically are compared; with ``include_unresolved`` the others come back too,
+    marked ``kind="not comparable"`` (a static or failed cell says nothing about a change)."""
     idx = {(r["gpu"], r["model"]): r for r in b}
+    fields = ["attention_backend", "prefill_attention_backend", "decode_attention_backend", "moe_runner_backend"]
     out = []
     for r in a:
         o = idx.get((r["gpu"], r["model"]))
         if not o:
             continue
-        fields = ["attention_backend", "prefill_attention_backend", "decode_attention_backend", "moe_runner_backend"]
+        base = {"gpu": r["gpu"], "model": r["model"], "a_version": r.get("version"), "b_version": o.get("version"),
+                "a_decided_by": r.get("decided_by"), "b_decided_by": o.get("decided_by"),
+                "a_method": r.get("method"), "b_method": o.get("method")}
+        if r.get("method") != "dynamic" or o.get("method") != "dynamic":
+            if include_unresolved:
+                out.append(base | {"kind": "not comparable", "changed": [], "a": {"attention_backend": r.get("attention_backend")},
+                                   "b": {"attention_backend": o.get("attention_backend")}})
+            continue
         changed = [f for f in fields if r.get(f) != o.get(f)]
         if changed:
-            out.append({"gpu": r["gpu"], "model": r["model"], "changed": changed,
-                        "a": {f: r.get(f) for f in changed}, "b": {f: o.get(f) for f in changed},
-                        "a_version": r.get("version"), "b_version": o.get("version"),
-                        "a_decided_by": r.get("decided_by"), "b_decided_by": o.get("decided_by")})
+            out.append(base | {"kind": "changed", "changed": changed,
+                               "a": {f: r.get(f) for f in changed}, "b": {f: o.get(f) for f in changed}})
     return out
