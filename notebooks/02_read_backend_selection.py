@@ -233,7 +233,9 @@ if len(matrices) >= 2:
     for d in diff:
         store.append("selection_diff", d | {"a_spec": a, "b_spec": b})
     for d in diff:
-        print(f"{d['model']} on {d['gpu']}: {a} {d['a']} ({d['a_decided_by']}) -> {b} {d['b']} ({d['b_decided_by']})")
+        where = (f" (attention written at {d['a_decided_by']} -> {d['b_decided_by']})" if "attention_backend" in d["changed"]
+                 else f" (attention unchanged; its sites: {d['a_decided_by']} -> {d['b_decided_by']})")
+        print(f"{d['model']} on {d['gpu']}: {a} {d['a']} -> {b} {d['b']}{where}")
     print(f"{len(diff)} cells differ between {a} and {b} (cells both versions resolved dynamically)")
 else:
     print("version diff skipped: it needs two cached engine environments", f"(have {len(matrices)})")
@@ -258,8 +260,10 @@ for spec, rows in matrices.items():
             found.append(f"- {spec}: {r['model']} on {r['gpu']} (capability {r.get('capability')}) -> `{r['attention_backend']}`"
                          f" (decided at {r.get('decided_by')})")
 for d in diff:
-    found.append(f"- {d['model']} on {d['gpu']} changes from `{d['a'].get('attention_backend', d['a'])}` ({d['a_version']}, "
-                 f"{d['a_decided_by']}) to `{d['b'].get('attention_backend', d['b'])}` ({d['b_version']}, {d['b_decided_by']}).")
+    for field in d["changed"]:
+        found.append(f"- {d['model']} on {d['gpu']}: `{field}` changes from `{d['a'][field]}` ({d['a_version']}) to "
+                     f"`{d['b'][field]}` ({d['b_version']})"
+                     + (f", written at {d['a_decided_by']} and {d['b_decided_by']}." if field == "attention_backend" else "."))
 if not matrices:
     found.append("- No SGLang/vLLM environment was cached, so the MLA x GPU matrix was not computed here "
                  "(`servebook engines add sglang==0.5.9`).")

@@ -341,7 +341,7 @@ def time_eager(op, x, iters, repeats):
 
 def capture(op, x, iters):
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+    with torch.cuda.graph(g):
         for _ in range(iters):
             op(x)
     torch.cuda.synchronize()
@@ -390,7 +390,7 @@ for size in cfg["sizes"]:
                 gok = bool(torch.equal(z.float(), torch.full_like(z.float(), expect)))
                 del gz
                 shapes = [(cfg["iters"], cfg["launches"])]
-                if cfg.get("shape_study") and size == cfg["sizes"][0]:
+                if cfg.get("shape_study") and size == cfg.get("shape_size"):
                     shapes += [tuple(s) for s in cfg["shape_study"]]
                 for it, la in shapes:
                     g = capture(op, x, it)
@@ -534,7 +534,7 @@ for size in cfg["sizes"]:
         gok = all(bool((b == expect).all()) for b in z)
         gz.close()
         shapes = [(cfg["iters"], cfg["launches"])]
-        if cfg.get("shape_study") and size == cfg["sizes"][0]:
+        if cfg.get("shape_study") and size == cfg.get("shape_size"):
             shapes += [tuple(s) for s in cfg["shape_study"]]
         for gi, gl in shapes:
             g = Graphs(x, gi)
@@ -599,6 +599,7 @@ def allreduce_bench(
     raw: bool = False,
     debug: bool = True,
     shape_study: list[tuple[int, int]] | None = None,
+    shape_size: int | None = None,
     fault: str | None = None,
 ) -> dict:
     """One bounded torchrun launch: {'rows', 'info', 'debug' (NCCL lines), 'error' (None or why it failed)}.
@@ -620,7 +621,8 @@ def allreduce_bench(
         out = tmp / "result"
         cfg = {"backend": backend, "sizes": list(sizes_bytes), "dtype": dtype, "iters": iters, "launches": launches,
                "eager_iters": eager_iters, "warmup": warmup, "repeats": repeats, "out": str(out),
-               "timeout_s": int(timeout_s), "raw": raw, "shape_study": shape_study, "fault": fault}
+               "timeout_s": int(timeout_s), "raw": raw, "shape_study": shape_study, "fault": fault,
+               "shape_size": shape_size}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
                f"--master-port={free_port()}", str(worker), json.dumps(cfg)]
         debug_dir = tmp if (backend == "nccl" and debug) else None
@@ -651,7 +653,7 @@ def allreduce_bench(
 
 def single_process_bench(sizes_bytes: list[int], ndev: int = 2, env: dict | None = None, iters: int = 20, launches: int = 20,
                          eager_iters: int = 50, warmup: int = 10, repeats: int = 5, timeout_s: float = 90,
-                         shape_study=None, debug: bool = True) -> dict:
+                         shape_study=None, shape_size: int | None = None, debug: bool = True) -> dict:
     """One process drives all GPUs through CuPy's NCCL bindings (the nccl-tests -g N shape), bounded."""
     label = " ".join(f"{k}={v}" for k, v in sorted((env or {}).items())) or "default"
     with tempfile.TemporaryDirectory(prefix="servebook-nccl1-") as tmp:
@@ -660,7 +662,7 @@ def single_process_bench(sizes_bytes: list[int], ndev: int = 2, env: dict | None
         worker.write_text(_SINGLE)
         out = tmp / "single"
         cfg = {"sizes": list(sizes_bytes), "ndev": ndev, "iters": iters, "launches": launches, "eager_iters": eager_iters,
-               "warmup": warmup, "repeats": repeats, "out": str(out), "shape_study": shape_study}
+               "warmup": warmup, "repeats": repeats, "out": str(out), "shape_study": shape_study, "shape_size": shape_size}
         res = run_bounded([sys.executable, str(worker), json.dumps(cfg)], timeout=timeout_s,
                           env=_nccl_env(env, tmp if debug else None))
         data = {"rows": [], "info": {}}
@@ -745,14 +747,19 @@ def run_grid(store, sizes: list[dict], settings: list[Setting], timeout_s: float
             continue
         say(f"[{i + 1}/{len(settings)}] {setting.label}: {backend}, {world_size} processes")
         shapes = shape_study if not setting else None
+        shape_size = min([s["bytes"] for s in sizes if s.get("source", "model") == "model"] or size_list)
         res = allreduce_bench(size_list, world_size=world_size, backend=backend, env=dict(setting), timeout_s=timeout_s,
-                              raw=raw and backend == "nccl", shape_study=shapes, **knobs)
+                              raw=raw and backend == "nccl", shape_study=shapes, shape_size=shape_size, **knobs)
         parts = [res]
         if backend == "nccl" and single_process:
             parts.append(single_process_bench(size_list, ndev=world_size, env=dict(setting), timeout_s=min(timeout_s, 90),
-                                              shape_study=shapes, **knobs))
+                                              shape_study=shapes, shape_size=shape_size, **knobs))
         for part, path_default in zip(parts, ["torch", "raw-single-process"]):
             for r in part["rows"]:
+                if r.get("mode") == "error":
+                    store.record_failure(f"allreduce {setting.label} {r.get('path')} {r.get('bytes')}", r["error"],
+                                         setting=setting.label, path=r.get("path"), bytes=r.get("bytes"))
+                    continue
                 store.append("allreduce", {**r, "setting": setting.label, "batch": batch_of.get(r.get("bytes")),
                                            "size_source": source_of.get(r.get("bytes"), "sweep")})
             parsed = parse_nccl_debug(part["debug"])
@@ -766,6 +773,9 @@ def run_grid(store, sizes: list[dict], settings: list[Setting], timeout_s: float
             if part["debug"]:
                 ex = _debug_excerpt(part["debug"], limit=12)
                 excerpts += [f"# setting {setting.label} ({path_default if path_default != 'torch' else 'torchrun'})"] + ex
+            if part.get("info", {}).get("raw_error"):
+                store.record_failure(f"allreduce {setting.label} raw-per-process", part["info"]["raw_error"],
+                                     setting=setting.label, path="raw-per-process")
             if part.get("info"):
                 store.append("launch_info", {"setting": setting.label, "launch": path_default, **{k: v for k, v in part["info"].items()}})
             if part["error"]:
