@@ -548,7 +548,9 @@ for size in cfg["sizes"]:
             g.close()
         dump()
     except Exception as exc:
-        rows.append({**base, "mode": "error", "error": f"{type(exc).__name__}: {exc}"[:500]})
+        import traceback
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        rows.append({**base, "mode": "error", "error": f"{type(exc).__name__}: {exc} (at line {where.lineno}: {where.line})"[:500]})
         dump()
         break
 info["done"] = True
@@ -849,14 +851,22 @@ def recommend(pred, noise: float = 0.05) -> dict:
     default = ok[ok["setting"] == "default"]
     if default.empty:
         return {"setting": best["setting"], "reason": "default was not measured", "excluded": bad}
+    # no regression: a setting slower than default by more than the noise at any measured decode size is out
+    worse = set()
+    for setting, grp in pred[pred["sum_ok"]].groupby("setting"):
+        if (grp["delta_ms_vs_default"] > grp["ms_per_token"] * noise).any():
+            worse.add(setting)
+    ok = ok[~ok["setting"].isin(worse - {"default"})]
+    best = ok.sort_values("ms_per_token").iloc[0]
     d = default.iloc[0]
     if best["setting"] == "default" or best["ms_per_token"] > d["ms_per_token"] * (1 - noise):
         return {"setting": "default", "reason": (f"no setting beats NCCL's own choice by more than {noise:.0%} at batch {int(d['batch'])} "
                                                   f"({d['ms_per_token']:.3f} ms/token default; best {best['setting']} {best['ms_per_token']:.3f})"),
                 "excluded": bad}
     return {"setting": best["setting"], "reason": (f"{best['ms_per_token']:.3f} ms/token vs {d['ms_per_token']:.3f} default at batch "
-                                                    f"{int(best['batch'])} ({-best['delta_ms_vs_default']:.3f} ms/token saved)"),
-            "excluded": bad}
+                                                    f"{int(best['batch'])} ({-best['delta_ms_vs_default']:.3f} ms/token saved), "
+                                                    "and no slower than default at any measured decode batch"),
+            "excluded": bad, "slower_somewhere": sorted(worse)}
 
 
 def env_block(setting_label: str | None, model_ref: str = "<model>", tp: int = 2) -> str:

@@ -28,6 +28,20 @@ from ..errors import EngineError
 __all__ = ["Condition", "Site", "StaticReading", "ENGINE_LAYOUT", "find_sites", "read_selection", "render_tree", "classify"]
 
 
+def _negate(text: str) -> str:
+    """The negation of a source condition, written as a reader would: not (not x) -> x."""
+    text = text.strip()
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return f"not ({text})"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return ast.unparse(node.operand)
+    if isinstance(node, (ast.Call, ast.Attribute, ast.Name, ast.Subscript)):
+        return f"not {text}"
+    return f"not ({text})"
+
+
 @dataclasses.dataclass
 class Condition:
     text: str            # the test as written in the source
@@ -36,7 +50,7 @@ class Condition:
     kinds: list[str]
 
     def __str__(self) -> str:
-        return ("not (" + self.text + ")") if self.negated else self.text
+        return _negate(self.text) if self.negated else self.text
 
 
 @dataclasses.dataclass
