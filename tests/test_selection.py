@@ -39,7 +39,7 @@ def test_ast_reader_on_synthetic_source():
     assert (9, "attention_backend", '"trtllm_mla"', "Args.choose") in got
     mla = [s for s in sites if s.value == '"triton"' and s.function == "Args.choose"]
     assert mla and [str(c) for c in mla[0].conditions] == [
-        'not (model_arch in ["DeepseekV3ForCausalLM"])', "self.use_mla", "not (has_flashinfer())"]
+        'not (model_arch in ["DeepseekV3ForCausalLM"])', "self.use_mla", "not has_flashinfer()"]
     trt = next(s for s in sites if s.value == '"trtllm_mla"')
     assert trt.hardware and trt.model
     # the called function's returns are followed
