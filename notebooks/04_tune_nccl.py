@@ -17,7 +17,9 @@
 # latency is what NCCL's protocol (LL, LL128, Simple), algorithm and transport settings change.
 # In the seed case profiling put all-reduce at about half of SGLang's decode time on PCIe GPUs.
 #
-# This chapter measures exactly those message sizes, the way engines issue them.
+# This chapter measures exactly those message sizes, the way engines issue them (replayed from
+# CUDA graphs), over a grid of NCCL settings, checks every result, reads back what NCCL actually
+# chose, and turns the measurements into a per-token prediction and an env block.
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
@@ -28,67 +30,80 @@ profile: str = ""  # a hardware profile in data/hardware for what-if; empty mean
 smoke: bool = False  # small workloads for tests and CI
 max_batch: int = 64  # largest decode batch whose message size is measured
 timeout_s: int = 180  # seconds one torchrun launch may take before it is killed
+nccl_grid: str = ""  # extra NCCL settings: settings separated by semicolons, variables by commas
+builtin_grid: bool = True  # also measure the built-in grid (protocols, algorithms, P2P, channels, buffers, threads)
+all_reduce_perf: str = ""  # path to nccl-tests all_reduce_perf; empty means look on PATH
 
 # %%
 import json
 
 import pandas as pd
+from IPython.display import Markdown, display
 
-from servebook.nccl import allreduce_bench, available_backend, decode_message_sizes
+from servebook.nccl import (
+    STANDARD_SWEEP, builtin_grid as _builtin, available_backend, env_block, find_all_reduce_perf, message_sizes,
+    model_dims, parse_grid, per_token_prediction, recommend, run_grid,
+)
 from servebook.params import resolve_model
+from servebook.paths import data_dir
 from servebook.results import RunStore
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
 resolved = resolve_model(model)
 config = resolved if isinstance(resolved, dict) else json.loads((resolved / "config.json").read_text())
-config = config.get("config", config)
-hidden = int(config["hidden_size"])
+dims = model_dims(config)
+hidden, layers = dims["hidden_size"], dims["num_hidden_layers"]
+settings = (_builtin() if builtin_grid else []) + parse_grid(nccl_grid)  # a bad grid stops here with a one-line error
 backend, world = available_backend()
-print(f"model hidden size {hidden}; collective backend here: {backend} with {world} processes")
+print(f"model {model}: hidden size {hidden}, {layers} layers; collective backend here: {backend} with {world} processes")
 
 # %% [markdown]
 # ## What can be measured on this host
 
 # %%
 if backend == "nccl":
-    note = f"{world} CUDA GPUs: NCCL all-reduce, timed eagerly and replayed from a CUDA graph."
+    note = (f"{world} CUDA GPUs: NCCL all-reduce over {len(settings)} settings, timed eagerly and replayed from CUDA graphs.")
 else:
-    note = ("Fewer than two CUDA GPUs, so there is no NCCL all-reduce to tune here. The same method runs "
-            "with **gloo on the CPU** (two processes over loopback): it shows how the measurement works, "
-            "and its numbers say nothing about NCCL or GPUs.")
-print(note)
+    note = ("Fewer than two CUDA GPUs, so there is no NCCL all-reduce to tune here: with one GPU a model runs "
+            "without tensor parallelism and makes no all-reduce at all. The same method runs with **gloo on the CPU** "
+            "(two processes over loopback, default settings only: NCCL variables do not apply to gloo): it shows how "
+            "the measurement works, and its numbers say nothing about NCCL or GPUs. The prediction for TP=2 below "
+            "uses the recorded H200 x2 run.")
+display(Markdown(note))
 
 # %% [markdown]
 # ## Message sizes from the model
-# One all-reduce per layer-half per decode step, each `hidden_size x batch x bytes`.
+# One all-reduce after attention and one after the MLP per layer per decode step, each
+# `hidden_size x batch x 2 bytes`; next to them a standard sweep from 1 KB to 16 MB.
 
 # %%
 batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max_batch]
 if smoke:
     batches = batches[:3]
-sizes = decode_message_sizes(hidden, dtype_bytes=2, batches=batches)
+sizes = message_sizes(hidden, 2, batches, sweep=(1024, 65536) if smoke else STANDARD_SWEEP)
 pd.DataFrame(sizes)
 
 # %% [markdown]
-# ## Measurement
-# Method: one process per device under `torchrun`, each launch bounded by `timeout_s`; every size is
-# checked (the reduced sum must be exact) before it is timed; median over repeats of a 50-call loop
-# (on GPUs also a CUDA graph of 50 calls replayed, the way engines decode).
+# ## Measurement on this host
+# Method (`servebook.nccl`): one bounded `torchrun` launch per setting, one process per GPU, NCCL
+# bound to its device (`device_id`), workers write their rows after every size and leave with
+# `os._exit` (teardown can hang). Per size: the sum is checked on every rank, eagerly and through a
+# captured graph; **graph**: 20 all-reduces captured in one CUDA graph, the graph launched 20 times
+# after a barrier, per-call time = elapsed / 400 (CUDA events on rank 0, and the host clock: the
+# nccl-tests `-G` method), median of repeats; **eager**: a Python loop. With NCCL, the same is done
+# for `ncclAllReduce` called through CuPy on torch's stream (isolating what ProcessGroupNCCL adds), and
+# NCCL's own `NCCL_DEBUG=INFO` lines say which algorithm and protocol ran. A launch that fails or hangs
+# is killed with its process group and recorded; the grid goes on.
 
 # %%
-env_label = "default"
-if not store.done("allreduce", env=env_label, backend=backend):
-    try:
-        rows = allreduce_bench([s["bytes"] for s in sizes], backend=backend, world_size=world,
-                               iters=20 if smoke else 50, repeats=3 if smoke else 7, timeout_s=timeout_s)
-        batch_of = {s["bytes"]: s["batch"] for s in sizes}
-        for r in rows:
-            store.append("allreduce", {**r, "batch": batch_of.get(r["bytes"])})
-    except Exception as exc:  # a failed measurement is a finding
-        store.record_failure("allreduce default", exc)
-        print("measurement failed:", exc)
+arp = find_all_reduce_perf(all_reduce_perf)
+summary = run_grid(store, sizes, settings, timeout_s=timeout_s, backend=backend, world_size=world,
+                   all_reduce_perf=arp if backend == "nccl" else None, smoke=smoke)
+if backend == "nccl" and not arp:
+    store.record_failure("nccl-tests", "all_reduce_perf not found (PATH or the all_reduce_perf parameter)", setting="nccl-tests")
 ar = store.table("allreduce")
-ar
+print(summary)
+ar[[c for c in ("setting", "path", "mode", "bytes", "batch", "us_median", "us_wall", "sum_ok", "backend", "device") if c in ar]]
 
 # %%
 import matplotlib.pyplot as plt
@@ -96,27 +111,151 @@ import seaborn as sns
 
 if len(ar):
     fig, ax = plt.subplots(figsize=(6, 3))
-    sns.lineplot(data=ar, x="bytes", y="us_median", hue="mode", style="env", marker="o", ax=ax)
+    sns.lineplot(data=ar, x="bytes", y="us_median", hue="mode", style="setting", marker="o", ax=ax)
     ax.set_xscale("log")
     ax.set_ylabel("latency per all-reduce (us)")
-    ax.set_title(f"all-reduce latency ({backend}, {world} processes, {ar['device'].iloc[0]})")
+    label = "NCCL" if backend == "nccl" else "CPU/gloo, not NCCL"
+    ax.set_title(f"all-reduce latency here ({label}, {world} processes)")
     plt.tight_layout()
+
+# %% [markdown]
+# ## The recorded run: H200 x2 (NV18), NCCL 2.28.9
+# `data/runs/h200x2-nccl/` holds the whole grid as measured on the lent 2x H200 machine
+# (`python -m servebook.nccl --model kimi-k2.5`, the command and host facts are in its manifest):
+# 15 settings, 13 sizes (the Kimi-K2.5 / DeepSeek-V3 decode sizes for batch 1-64 plus the sweep),
+# the torch and raw paths, eager and graph.
+
+# %%
+rec = RunStore(data_dir() / "runs" / "h200x2-nccl")
+rar = rec.table("allreduce")
+rused = rec.table("nccl_used")
+rfail = rec.table("failures")
+rman = rec.manifest
+std = rar[(rar["shape_study"] != True) & (rar["path"] != "raw-single-process")]  # noqa: E712
+b1 = rman["hidden_size"] * 2
+grid_tbl = std[std["bytes"].isin([b1, b1 * 4, b1 * 16, b1 * 64])].pivot_table(
+    index="setting", columns=["bytes", "path", "mode"], values="us_median").round(1)
+used = rused[(rused["launch"] == "torchrun")].drop_duplicates(["setting", "bytes", "algo", "proto"])
+used_b1 = used[used["bytes"] == b1].groupby("setting").apply(
+    lambda g: "/".join(f"{a} {p} x{c}ch" for a, p, c in zip(g["algo"], g["proto"], g["channels"])), include_groups=False)
+grid_tbl[("NCCL used", f"at {b1} B", "")] = used_b1
+grid_tbl
+
+# %% [markdown]
+# ### Fidelity against nccl-tests
+# The target: servebook's graph-replayed latency at 14 KB within 15% of nccl-tests `all_reduce_perf -g 2 -G 20`
+# on the same hardware (shared/measurements-h200.md; nccl-tests is not installed on the lent machine and
+# it has no internet to build it, so those published figures are the reference).
+
+# %%
+NCCL_TESTS_14KB = {"default": 7.44, "NCCL_PROTO=LL": 7.56, "NCCL_PROTO=LL128": 12.18, "NCCL_PROTO=Simple": 19.90,
+                   "NCCL_P2P_DISABLE=1": 12.84}
+g14 = std[(std["bytes"] == b1) & (std["mode"] == "graph")].pivot_table(index="setting", columns="path", values="us_median")
+mix = g14.loc["NCCL_GRAPH_MIXING_SUPPORT=0", "torch"] if "NCCL_GRAPH_MIXING_SUPPORT=0" in g14.index else float("nan")
+fid = pd.DataFrame([{"setting": s, "nccl-tests -G (us)": ref, "servebook torch graph (us)": g14.loc[s, "torch"],
+                     "ratio": g14.loc[s, "torch"] / ref,
+                     "raw ncclAllReduce graph (us)": g14.loc[s].get("raw-per-process")}
+                    for s, ref in NCCL_TESTS_14KB.items() if s in g14.index])
+fid.loc[len(fid)] = {"setting": "NCCL_GRAPH_MIXING_SUPPORT=0 vs default", "nccl-tests -G (us)": 7.44,
+                     "servebook torch graph (us)": mix, "ratio": mix / 7.44,
+                     "raw ncclAllReduce graph (us)": g14.loc["NCCL_GRAPH_MIXING_SUPPORT=0"].get("raw-per-process")}
+fid.round(2)
+
+# %% [markdown]
+# Where the gap comes from, hypothesis by hypothesis (each row of this run measured it):
+#
+# * **ProcessGroupNCCL's event record/wait around each captured collective**: refuted. `ncclAllReduce`
+#   called directly through CuPy on torch's stream, captured the same way, is within 1% of
+#   `torch.distributed.all_reduce` (compare the two graph columns above).
+# * **Timing method**: refuted. CUDA events on rank 0 and the host clock around the launches agree
+#   within 1% (`us_median` vs `us_wall`), because 400 calls are timed per sample.
+# * **Graph shape**: large, see the shape table below. With NCCL's defaults the per-call latency *grows*
+#   with the number of all-reduces captured in one graph (about 11 us for 1 per graph, 13 us for 20,
+#   18 us for 50, 29 us for 400). The 50-per-graph shape used before is why it read 11-13 us.
+# * **NCCL's graph-mixing support** (`NCCL_GRAPH_MIXING_SUPPORT`, on by default): with it off the same
+#   measurement drops from about 13 us to 6.7 us at 14 KB, within 15% of nccl-tests' 7.44 us (10% below).
+#   With mixing support NCCL orders every captured launch against other graphs and uncaptured work on the
+#   communicator; that costs a few microseconds per all-reduce in this multi-process, captured setting.
+# * **One process driving both GPUs** (the nccl-tests `-g 2` shape): not measured. The single-process
+#   CuPy path ran its eager loops but every graph capture failed with
+#   `cudaErrorStreamCaptureUnsupported` (failures table), so whether nccl-tests' 7.44 us with mixing
+#   support on comes from its single-process launch remains open.
+
+# %%
+shape = rar[(rar["setting"] == "default") & (rar["bytes"] == b1) & (rar["mode"] == "graph")]
+shape[["path", "iters", "launches", "us_median", "us_wall"]].rename(
+    columns={"iters": "all-reduces per graph", "launches": "graph launches"}).sort_values(["path", "all-reduces per graph"]).round(2)
+
+# %%
+rfail[[c for c in ("setting", "step", "error") if c in rfail]].assign(error=lambda d: d["error"].str.slice(0, 160))
+
+# %% [markdown]
+# ## From microseconds to tokens
+# Per token each layer does two all-reduces (after attention, after the MLP), so per-token communication
+# time = `2 x layers x latency` at the model's message size. The prediction below uses the recorded
+# H200 x2 graph latencies (torch path, the nccl-tests graph shape) with this chapter's model when it is
+# the same width as the recorded one, else the recorded Kimi-K2.5 shape (7,168 wide, 61 layers).
+
+# %%
+use_layers, use_hidden = (layers, hidden) if hidden == rman["hidden_size"] and layers else (rman["num_hidden_layers"], rman["hidden_size"])
+pred_sizes = [s for s in message_sizes(use_hidden, 2, rman["batches"], sweep=())]
+pred = per_token_prediction(rar, use_layers, pred_sizes)
+rec_pick = recommend(pred)
+pred_tbl = pred.pivot_table(index="setting", columns="batch", values="ms_per_token").round(3)
+pred_tbl
+
+# %% [markdown]
+# ### Env block and launch commands
+
+# %%
+print(f"recommended: {rec_pick['setting']}  ({rec_pick['reason']})")
+rcard = resolve_model(rman.get("model", ""), build=False) if rman.get("model") else {}
+print(env_block(rec_pick["setting"], model_ref=(rcard.get("hf_repo") if isinstance(rcard, dict) else None) or "<model>"))
+
+# %% [markdown]
+# Caveats the data cannot remove: `NCCL_GRAPH_MIXING_SUPPORT=0` is only safe when NCCL work captured in
+# one graph is never outstanding at the same time as work from another graph or uncaptured NCCL calls on
+# the same communicator (engines that replay decode graphs and run prefill eagerly on one stream satisfy
+# that; check yours). vLLM and SGLang route small all-reduces on NVLink through their own custom
+# all-reduce kernels unless told not to, in which case NCCL settings do not reach those calls.
+# Confirming the prediction end to end needs an engine with TP=2 restarted with this env and chapter 05's
+# single-stream benchmark; that run has not been made yet.
 
 # %% [markdown]
 # ## What we found
 
 # %%
-from IPython.display import Markdown
-
+lines = []
 if len(ar):
-    one = ar.sort_values("bytes").iloc[0]
-    text = (f"- At batch 1 the decode all-reduce is {int(one['bytes'])} bytes; measured {one['us_median']:.1f} us per call "
-            f"({one['mode']}, {backend} on {one['device']}); the sum check {'passed' if ar['sum_ok'].all() else 'FAILED'}.\n")
-    if backend != "nccl":
-        text += "- These are CPU gloo numbers: the NCCL grid (protocols, algorithms, P2P levels) needs a host with two or more GPUs.\n"
+    one = ar[ar["bytes"] == ar["bytes"].min()].iloc[0]
+    where = "NCCL on GPUs" if backend == "nccl" else "CPU/gloo, not NCCL"
+    lines.append(f"- Here ({where}): the smallest message, {int(one['bytes'])} bytes, took {one['us_median']:.1f} us per call "
+                 f"({one['mode']}); sum checks {'all passed' if ar['sum_ok'].all() else 'FAILED somewhere, see wrong_sums'}.")
 else:
-    text = "- No all-reduce measurement succeeded here; see the failures table of this run."
-Markdown(text)
+    lines.append("- No all-reduce measurement succeeded here; see the failures table of this run.")
+d14 = g14.loc["default", "torch"]
+lines.append(f"- H200 x2, {b1} B (batch 1): NCCL's default graph-replayed all-reduce took {d14:.1f} us, "
+             f"{d14 / 7.44:.2f}x nccl-tests' 7.44 us; with NCCL_GRAPH_MIXING_SUPPORT=0 it took {mix:.1f} us "
+             f"({mix / 7.44:.2f}x, {'within' if abs(mix / 7.44 - 1) <= 0.15 else 'outside'} the 15% target).")
+lines.append(f"- ProcessGroupNCCL adds nothing measurable: raw ncclAllReduce on the same stream took "
+             f"{g14.loc['default', 'raw-per-process']:.1f} us.")
+forced = used[(used["bytes"] == b1) & (used["setting"] == "NCCL_PROTO=LL128")]
+if len(forced):
+    lines.append(f"- Forcing NCCL_PROTO=LL128 also changed the algorithm at {b1} B: NCCL ran {forced['algo'].iloc[0]}/"
+                 f"{forced['proto'].iloc[0]} (from its debug output); forced protocols are slower here: LL128 "
+                 f"{g14.loc['NCCL_PROTO=LL128', 'torch']:.1f} us, Simple {g14.loc['NCCL_PROTO=Simple', 'torch']:.1f} us.")
+big = std[(std["bytes"] == 16777216) & (std["mode"] == "graph") & (std["path"] == "torch")].set_index("setting")["us_median"]
+seed = [s for s in big.index if s.startswith("NCCL_PROTO=LL,NCCL_ALGO=Ring")]
+if seed:
+    lines.append(f"- The seed's PCIe recipe is {g14.loc[seed[0], 'torch']:.1f} us at {b1} B but {big[seed[0]]:.0f} us at 16 MB "
+                 f"against {big['default']:.0f} us default: LL forced onto large messages halves bandwidth.")
+if "failures" in rec.tables() and (rfail["setting"] == "NCCL_ALGO=Tree").any():
+    lines.append("- NCCL_ALGO=Tree alone breaks Broadcast (no algorithm available): torch's object broadcast failed under it.")
+lines.append(f"- Prediction for TP=2, {use_layers} layers, batch 1: {pred_tbl.loc['default'].iloc[0]:.2f} ms/token of all-reduce "
+             f"with defaults; recommended: {rec_pick['setting']} ({rec_pick['reason']}).")
+lines.append("- Not done: nccl-tests on the same grid (not installed, no internet to build), the single-process graph path "
+             "(capture failed), and the end-to-end engine confirmation.")
+Markdown("\n".join(lines))
 
 # %% [markdown]
 # Next: [05. Benchmark single stream](05_benchmark_single_stream.html) — what a user waits for, token by token.

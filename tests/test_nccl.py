@@ -1,0 +1,129 @@
+"""Chapter 04's library: message sizes, the grid, NCCL's own debug output, and the bounded launches (gloo, real)."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from servebook.errors import ServebookError
+from servebook.nccl import (
+    allreduce_bench, builtin_grid, message_sizes, model_dims, parse_grid, parse_nccl_debug, per_token_prediction, recommend,
+)
+from servebook.params import resolve_model
+from servebook.paths import data_dir
+
+RUN = data_dir() / "runs" / "h200x2-nccl"
+
+
+def test_sizes_from_cards():
+    kimi = model_dims(resolve_model("kimi-k2.5", build=False))  # multimodal card: dims live in text_config
+    assert kimi == {"hidden_size": 7168, "num_hidden_layers": 61, "dtype": "bfloat16"}
+    sizes = message_sizes(kimi["hidden_size"], 2, [1, 4, 64], sweep=(1024, 14336))
+    assert [s["bytes"] for s in sizes] == [1024, 14336, 57344, 917504]
+    assert sizes[1] == {"batch": 1, "bytes": 14336, "source": "model"}  # the model's size wins over the sweep duplicate
+    llama = model_dims(resolve_model("llama-3.1-8b", build=False))
+    assert message_sizes(llama["hidden_size"], 2, [1], sweep=())[0]["bytes"] == 8192
+    with pytest.raises(ServebookError, match="hidden_size"):
+        model_dims({"model_type": "x"})
+
+
+def _excerpt_by_setting() -> dict[str, str]:
+    out, cur = {}, None
+    for line in (RUN / "nccl_debug_excerpt.log").read_text().splitlines():
+        if line.startswith("# setting "):
+            cur = line[len("# setting "):]
+            out[cur] = ""
+        elif cur:
+            out[cur] += line + "\n"
+    return out
+
+
+def test_parser_on_real_h200_lines():
+    parts = _excerpt_by_setting()
+    d = parse_nccl_debug(parts["default (torchrun)"])
+    assert d["version"] == "2.28.9+cuda13.0"
+    assert d["env"]["NCCL_NVLS_ENABLE"] == "0."
+    at = {c["bytes"]: c for c in d["choices"] if c["func"] == "AllReduce"}
+    assert (at[14336]["algo"], at[14336]["proto"], at[14336]["channels"]) == ("RING", "LL", 1)
+    assert at[57344]["channels"] == 7
+    ll128 = parse_nccl_debug(parts["NCCL_PROTO=LL128 (torchrun)"])
+    assert ll128["env"]["NCCL_PROTO"] == "LL128"
+    forced = {c["bytes"]: c for c in ll128["choices"] if c["func"] == "AllReduce"}
+    assert (forced[14336]["algo"], forced[14336]["proto"]) == ("TREE", "LL128")  # forcing the protocol moved the algorithm
+    # older NCCL prints numeric ids ("%ld Bytes -> Algo %d proto %d time %f" in its enqueue.cc)
+    old = parse_nccl_debug("h:1:1 [0] NCCL INFO 14336 Bytes -> Algo 1 proto 0 time 8.500000\n")
+    assert old["choices"][0]["algo"] == "RING" and old["choices"][0]["proto"] == "LL"
+    assert parse_nccl_debug("") == {"version": None, "env": {}, "choices": []}
+
+
+def test_recorded_run_is_complete():
+    from servebook.results import RunStore
+
+    store = RunStore(RUN)
+    ar = store.table("allreduce")
+    assert set(ar["setting"]) >= {s.label for s in builtin_grid()}
+    assert ar["sum_ok"].all()
+    assert {"torch", "raw-per-process"} <= set(ar["path"])
+    used = store.table("nccl_used")
+    assert (used["bytes"] == 14336).any()
+
+
+def test_grid_parsing():
+    g = parse_grid("NCCL_PROTO=LL;NCCL_PROTO=LL128,NCCL_ALGO=Ring")
+    assert [s.label for s in g] == ["NCCL_PROTO=LL", "NCCL_PROTO=LL128,NCCL_ALGO=Ring"]
+    assert dict(parse_grid("nccl_proto=LL,LL128 , NCCL_MAX_NCHANNELS=4")[0]) == {"NCCL_PROTO": "LL,LL128", "NCCL_MAX_NCHANNELS": "4"}
+    assert [s.label for s in parse_grid("default; ;NCCL_PROTO=LL;NCCL_PROTO=LL")] == ["default", "NCCL_PROTO=LL"]
+    assert builtin_grid()[0].label == "default" and len(builtin_grid()) >= 12
+
+
+@pytest.mark.parametrize("text,named", [
+    ("NCCL_PROTOCOL=LL", "NCCL_PROTOCOL"),
+    ("NCCL_PROTO=LL;NCCL_ALOG=Ring", "NCCL_ALOG"),
+    ("NCCL_PROTO=Fast", "Fast"),
+    ("NCCL_ALGO=Ring,Star", "Star"),
+    ("NCCL_MAX_NCHANNELS=many", "NCCL_MAX_NCHANNELS"),
+    ("NCCL_NVLS_ENABLE=1", "NCCL_NVLS_ENABLE"),
+    ("NCCL_DEBUG=INFO", "NCCL_DEBUG"),
+    ("LL128", "LL128"),
+])
+def test_bad_grid_is_one_line_naming_it(text, named):
+    with pytest.raises(ServebookError) as err:
+        parse_grid(text)
+    msg = str(err.value)
+    assert named in msg and "\n" not in msg
+
+
+def test_gloo_end_to_end():
+    res = allreduce_bench([1024, 14336], backend="gloo", world_size=2, eager_iters=5, warmup=1, repeats=2, timeout_s=90)
+    assert res["error"] is None, res["error"]
+    rows = res["rows"]
+    assert [r["bytes"] for r in rows] == [1024, 14336]
+    assert all(r["sum_ok"] and r["backend"] == "gloo" and r["device"] == "cpu" and r["mode"] == "eager" for r in rows)
+    assert all(r["us_median"] > 0 for r in rows)
+
+
+def _workers():
+    return [p for p in psutil.process_iter(["cmdline"]) if "allreduce_worker.py" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_hung_worker_is_killed_and_recorded():
+    t0 = time.monotonic()
+    res = allreduce_bench([1024], backend="gloo", world_size=2, timeout_s=20, fault="hang")
+    assert time.monotonic() - t0 < 40
+    assert res["returncode"] == 124 and "timed out" in res["error"] and "process group" in res["error"]
+    time.sleep(0.5)
+    assert not _workers(), "a worker outlived the timeout"
+
+
+def test_recommend_never_picks_a_wrong_sum():
+    import pandas as pd
+
+    rows = []
+    for setting, lat, ok in [("default", 13.0, True), ("NCCL_PROTO=LL", 5.0, False), ("NCCL_GRAPH_MIXING_SUPPORT=0", 6.7, True)]:
+        rows.append({"setting": setting, "path": "torch", "mode": "graph", "bytes": 14336, "us_median": lat, "sum_ok": ok})
+    pred = per_token_prediction(pd.DataFrame(rows), layers=61, batches=[{"batch": 1, "bytes": 14336}])
+    assert pred.set_index("setting").loc["default", "ms_per_token"] == pytest.approx(2 * 61 * 13.0 / 1000)
+    pick = recommend(pred)
+    assert pick["setting"] == "NCCL_GRAPH_MIXING_SUPPORT=0" and "NCCL_PROTO=LL" in pick["excluded"]
