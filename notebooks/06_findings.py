@@ -102,8 +102,11 @@ else:
     findings.append({"chapter": "05", "finding": "no benchmark summary recorded in this run", "launch": None})
 
 failures = table("failures")
-for _, r in failures.iterrows():
-    findings.append({"chapter": "-", "finding": f"failed step: {r['step']}: {r['error']}", "launch": None})
+if len(failures):  # one line per distinct failure, with how often it happened
+    grouped = failures.groupby(["step", "error"], sort=False).size().reset_index(name="times")
+    for _, r in grouped.iterrows():
+        times = f" ({r['times']} times)" if r["times"] > 1 else ""
+        findings.append({"chapter": "-", "finding": f"failed step: {r['step']}: {r['error']}{times}", "launch": None})
 findings_df = pd.DataFrame(findings)
 findings_df
 
