@@ -21,6 +21,7 @@ import ast
 import dataclasses
 import os
 import re
+import threading
 from pathlib import Path
 
 from ..errors import EngineError
@@ -28,11 +29,22 @@ from ..errors import EngineError
 __all__ = ["Condition", "Site", "StaticReading", "ENGINE_LAYOUT", "find_sites", "read_selection", "render_tree", "classify"]
 
 
+# CPython 3.11 (and early 3.12) can fail ast.parse called from several threads at once with
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython gh-106905); the
+# what-if matrix reads engines from threads, so every parse here goes through one lock.
+_AST_LOCK = threading.Lock()
+
+
+def _parse(source: str, mode: str = "exec") -> ast.AST:
+    with _AST_LOCK:
+        return ast.parse(source, mode=mode)
+
+
 def _negate(text: str) -> str:
     """The negation of a source condition, written as a reader would: not (not x) -> x."""
     text = text.strip()
     try:
-        node = ast.parse(text, mode="eval").body
+        node = _parse(text, mode="eval").body
     except SyntaxError:
         return f"not ({text})"
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -302,7 +314,7 @@ def _scan(files, targets, returns, follow_calls):
     trees = []
     for rel, path, source in files:
         try:
-            tree = ast.parse(source)
+            tree = _parse(source)
         except SyntaxError as exc:
             raise EngineError(f"cannot parse {path}: {exc.msg} (line {exc.lineno}); is it the engine's Python source?") from exc
         trees.append((rel, path, source, tree))
@@ -355,7 +367,7 @@ def _helpers(package_dir: Path, patterns: list[str], names: set[str]) -> dict[st
         for f in files:
             try:
                 source = f.read_text()
-                tree = ast.parse(source)
+                tree = _parse(source)
             except (OSError, SyntaxError, UnicodeDecodeError):
                 continue
             lines = source.splitlines()
