@@ -230,3 +230,19 @@ def test_vllm_static_reading():
     assert any("TRITON_MLA" in s.value and any("major == 12" in str(c) for c in s.conditions) for s in prio)
     w = whatif(VLLM, "kimi-k2.5", gpu="rtx-pro-6000")
     assert w["method"] == "static" and "static-only" in w["reason"] and w["candidates"]
+
+
+def test_install_plan_takes_runtime_extras_of_old_layouts():
+    from servebook.selection.envs import install_plan
+
+    # sglang 0.5.2's METADATA (read from its wheel): the server's requirements sit in the "srt" and
+    # "runtime_common" extras; unconditional ones are only aiohttp, requests, tqdm, numpy, IPython, setproctitle.
+    requires = ["aiohttp", "numpy", 'sglang[runtime_common]; extra == "srt"', 'torch==2.8.0; extra == "srt"',
+                'fastapi; extra == "runtime-common"', 'transformers==4.56.1; extra == "runtime-common"',
+                'pytest; extra == "test"', 'uvloop; sys_platform != "win32" and extra == "runtime-common"']
+    keep, drop = install_plan(requires)
+    assert keep == ["aiohttp", "numpy", "fastapi", "transformers==4.56.1", 'uvloop; sys_platform != "win32"']
+    assert drop == ["torch==2.8.0"]
+    # newer layouts declare the server unconditionally: extras stay out
+    keep, _ = install_plan(["fastapi", 'pytest; extra == "test"', 'xgrammar; extra == "srt"'])
+    assert keep == ["fastapi"]

@@ -263,15 +263,36 @@ def _dropped(name: str) -> bool:
     return n not in _KEEP and (n in _DROP_EXACT or n.startswith(_DROP_PREFIX))
 
 
+# Older SGLang wheels (0.5.2-0.5.3 era) declare almost nothing unconditionally: the server's
+# runtime lives in the ``srt`` / ``runtime_common`` extras (``pip install "sglang[srt]"``).
+_RUNTIME_EXTRAS = {"srt", "runtime-common", "runtime_common"}
+_EXTRA = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
+
+
 def install_plan(requires: list[str]) -> tuple[list[str], list[str]]:
     """(install, dropped): an engine's Requires-Dist split into what an environment installs (with the
-    engine's own pins, markers kept for pip to evaluate) and the GPU-only / heavy requirements it drops."""
+    engine's own pins, markers kept for pip to evaluate) and the GPU-only / heavy requirements it drops.
+
+    When the unconditional requirements do not include the server's web stack (no ``fastapi``), the
+    runtime extras (``srt``, ``runtime_common``) are taken too, their ``extra`` marker removed."""
+    base = [r for r in requires if not _EXTRA.search(r)]
+    names = {_norm(re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]) for r in base}
+    chosen = list(base)
+    if "fastapi" not in names:
+        for r in requires:
+            m = _EXTRA.search(r)
+            if m and _norm(m.group(1)) in {_norm(e) for e in _RUNTIME_EXTRAS}:
+                req, _, marker = r.partition(";")
+                rest = re.sub(r"^\s*and\s+|\s+and\s*$", "", _EXTRA.sub("", marker).strip()).strip()
+                chosen.append(req.strip() + (f"; {rest}" if rest else ""))
     keep, drop = [], []
-    for r in requires:
-        if "extra ==" in r.replace('"', "'").replace("extra=='", "extra == '"):
-            continue
+    for r in chosen:
         name = re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]
-        (drop if _dropped(name) else keep).append(r.strip())
+        if _norm(name) in ("sglang", "vllm"):  # the extras refer to the engine itself ("sglang[runtime_common]")
+            continue
+        target = drop if _dropped(name) else keep
+        if r.strip() not in target:
+            target.append(r.strip())
     return keep, drop
 
 
