@@ -1083,6 +1083,11 @@ async def handle(reader, writer):
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
                 await writer.drain()
                 continue
+            if not path.endswith("completions"):  # e.g. bench_serving's GET /get_server_info: not an engine
+                data = b'{"detail":"Not Found"}'
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+                await writer.drain()
+                continue
             n = int(body.get("max_tokens", 16))
             chat = "chat" in path
             text = word * tokens_per_event

@@ -1,0 +1,227 @@
+"""servebook's client next to ``sglang.bench_serving``: agreement on one server, and each client's ceiling.
+
+    env = ensure_bench_serving("sglang==0.5.9")                  # cached env (built once if absent)
+    rows = agreement(env.python, url, model, model_dir, tok, input_len=32, output_len=32, concurrency=8)
+    ceil = ceilings(env.python, model_dir, tok)                 # both clients against FakeSSEServer
+
+``sglang.bench_serving`` runs under the engine environment's interpreter, in its own process,
+through a small shim (:data:`_SHIM`) that (1) pins the process to one CPU when asked and (2)
+drops named fields from the JSON bodies it posts. The shim is needed because bench_serving
+always sends ``ignore_eos`` (its ``--extra-request-body`` can change the value, not remove the key)
+and ``transformers serve`` answers any unknown field with HTTP 422 ("Unexpected fields in the
+request: {'ignore_eos'}"). Dropping it costs one ``dict.pop`` per request, outside the timed
+stream. The fixed output length then comes, for both clients, from the same
+``generation_config`` (``min_new_tokens == max_new_tokens``) that servebook sends to ``transformers serve``.
+
+Workload: servebook's prompts (local text, exact token counts) are written as a ShareGPT-format
+JSON; bench_serving's ``random`` dataset with ``--random-range-ratio 1`` truncates each to the
+input length (minus the one special token it expects the server to add), so both send the same
+text up to that token. ``--backend vllm`` (plain OpenAI /v1/completions; the ``sglang*`` backends
+also query ``/get_server_info``, which only SGLang has).
+
+Metrics compared (both clients' definitions line up this way):
+
+* TTFT: servebook's ``ttft_server_s`` (request sent -> first text event), which is what
+  bench_serving's TTFT measures (bench_serving starts its clock after the concurrency slot);
+* ITL: per-token mean. bench_serving's ITL is per chunk; ``transformers serve`` sends one token per
+  chunk, so here the two are the same thing;
+* output tok/s: total output tokens / benchmark duration (first send -> last stream end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from . import bench
+
+__all__ = ["ensure_bench_serving", "write_sharegpt", "compat_tokenizer_dir", "run_bench_serving", "servebook_metrics", "agreement", "ceilings"]
+
+# Runs inside the engine env: pin, strip fields, then bench_serving's own __main__.
+_SHIM = r'''
+import os, sys, runpy
+cpu = int(os.environ.get("SERVEBOOK_PIN_CPU", "-1"))
+if cpu >= 0 and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, {cpu})
+drop = [f for f in os.environ.get("SERVEBOOK_DROP_FIELDS", "").split(",") if f]
+if drop:
+    import aiohttp
+    _post = aiohttp.ClientSession.post
+    def post(self, url, *, data=None, **kw):
+        j = kw.get("json")
+        if isinstance(j, dict):
+            for f in drop:
+                j.pop(f, None)
+        return _post(self, url, data=data, **kw)
+    aiohttp.ClientSession.post = post
+sys.argv = ["sglang.bench_serving", *sys.argv[1:]]
+runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
+'''
+
+
+def ensure_bench_serving(spec: str = "sglang==0.5.9", progress=None):
+    """The cached SGLang environment (built through the envs API when absent) where bench_serving runs."""
+    from .errors import EngineError
+    from .selection import envs
+
+    try:
+        env = envs.resolve_engine(spec)
+    except EngineError:
+        env = envs.add_engine(spec, progress=progress)
+    return env
+
+
+def write_sharegpt(prompts: Sequence[bench.Prompt | str], path: str | os.PathLike) -> Path:
+    """A ShareGPT-format JSON (two turns per conversation) holding ``prompts``: bench_serving's local dataset."""
+    rows = [{"id": f"servebook-{i}", "conversations": [
+        {"from": "human", "value": p.text if isinstance(p, bench.Prompt) else str(p)},
+        {"from": "gpt", "value": "ok"}]} for i, p in enumerate(prompts)]
+    path = Path(path)
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def compat_tokenizer_dir(model_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """A copy of the model's tokenizer files that transformers 4.x can load.
+
+    transformers 5 writes ``tokenizer_class: TokenizersBackend``, which the engine env's transformers
+    (4.57 in sglang 0.5.9) does not know; the same ``tokenizer.json`` loads as ``PreTrainedTokenizerFast``.
+    Unchanged when the class is another one."""
+    src, dest = Path(model_dir), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "special_tokens_map.json", "chat_template.jinja"):
+        if (src / name).is_file():
+            (dest / name).write_bytes((src / name).read_bytes())
+    cfg = json.loads((src / "tokenizer_config.json").read_text())
+    if cfg.get("tokenizer_class") == "TokenizersBackend":
+        cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        cfg.pop("backend", None)
+    (dest / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return dest
+
+
+def run_bench_serving(python: str, url: str, model: str, tokenizer_dir: str, dataset_path: str | os.PathLike, *,
+                      input_len: int, output_len: int, num_prompts: int, max_concurrency: int,
+                      extra_body: dict | None = None, drop_fields: Sequence[str] = ("ignore_eos",),
+                      pin_cpu: int | None = None, warmup_requests: int = 1, timeout: float = 600.0,
+                      workdir: str | os.PathLike | None = None) -> dict:
+    """Run ``sglang.bench_serving`` once; its JSONL result line (``--output-details``: per-request lists too)."""
+    wd = Path(workdir or tempfile.mkdtemp(prefix="bench-serving-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    tokenizer_dir = compat_tokenizer_dir(tokenizer_dir, wd / "tokenizer")
+    out = wd / f"bs-c{max_concurrency}-{time.time_ns()}.jsonl"
+    args = ["--backend", "vllm", "--base-url", url.rstrip("/"), "--model", model, "--tokenizer", str(tokenizer_dir),
+            "--dataset-name", "random", "--dataset-path", str(dataset_path), "--random-input-len", str(input_len),
+            "--random-output-len", str(output_len), "--random-range-ratio", "1", "--num-prompts", str(num_prompts),
+            "--max-concurrency", str(max_concurrency), "--request-rate", "inf", "--warmup-requests", str(warmup_requests),
+            "--output-file", str(out), "--output-details", "--disable-tqdm", "--seed", "1"]
+    if extra_body:
+        args += ["--extra-request-body", json.dumps(extra_body)]
+    env = dict(os.environ, SERVEBOOK_PIN_CPU=str(-1 if pin_cpu is None else pin_cpu),
+               SERVEBOOK_DROP_FIELDS=",".join(drop_fields), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONUNBUFFERED="1")
+    env.pop("PYTHONPATH", None)
+    t0 = time.perf_counter()
+    proc = subprocess.run([python, "-c", _SHIM, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=wd)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"sglang.bench_serving failed (rc={proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    res = json.loads(out.read_text().strip().splitlines()[-1])
+    res["_process_wall_s"] = wall
+    res["_log_tail"] = proc.stdout[-2000:]
+    return res
+
+
+def _bs_metrics(res: dict) -> dict:
+    itls = [x for per in res.get("itls", []) for x in per]
+    return {"ttft_ms": res["mean_ttft_ms"], "itl_ms": res["mean_itl_ms"], "output_tok_s": res["output_throughput"],
+            "completed": res["completed"], "output_tokens": res["total_output_tokens"], "duration_s": res["duration"],
+            "n_itl": len(itls)}
+
+
+def servebook_metrics(results: Sequence[bench.RequestResult]) -> dict:
+    """The same three figures from servebook's per-request results (definitions in the module docstring)."""
+    ok = [r for r in results if r.ok]
+    itl = [x for r in ok for x in r.itl_ms]
+    duration = max(r.e2e_s for r in ok)  # e2e_s counts from the batch start: all requests arrive at once
+    return {"ttft_ms": 1e3 * sum(r.ttft_server_s for r in ok) / len(ok), "itl_ms": sum(itl) / len(itl),
+            "output_tok_s": sum(r.output_tokens for r in ok) / duration, "completed": len(ok),
+            "output_tokens": sum(r.output_tokens for r in ok), "duration_s": duration, "n_itl": len(itl),
+            "errors": sorted({r.error for r in results if r.error})[:3]}
+
+
+def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, tokenizer, *, input_len: int = 32,
+              output_len: int = 32, concurrency: int = 1, num_prompts: int | None = None, seed: int = 0,
+              workdir: str | os.PathLike | None = None) -> dict:
+    """servebook's client, then bench_serving, on one server and workload; the three metrics and their differences."""
+    n = num_prompts or max(4, 2 * concurrency)
+    wd = Path(workdir or tempfile.mkdtemp(prefix="bench-compare-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    prompts = bench.build_prompts(tokenizer, input_len, n, seed=seed)
+    data = write_sharegpt(prompts, wd / "sharegpt.json")
+    gen = bench.fixed_length_fields("transformers", output_len)
+    # warm the server once (bench_serving does the same with its warmup request)
+    bench.run_requests(url, model, prompts[:1], max_tokens=output_len, engine="transformers", tokenizer=tokenizer)
+
+    def sb_run() -> dict:
+        return servebook_metrics(bench.run_requests(url, model, prompts, max_tokens=output_len, concurrency=concurrency,
+                                                    engine="transformers", tokenizer=tokenizer))
+
+    # servebook before and after bench_serving: the server's own drift (a CPU engine on a shared host) brackets the comparison
+    sb1 = sb_run()
+    bs = _bs_metrics(run_bench_serving(python, url, model, str(model_dir), data, input_len=input_len,
+                                       output_len=output_len, num_prompts=n, max_concurrency=concurrency,
+                                       extra_body=gen, workdir=wd))
+    sb2 = sb_run()
+    rows = {}
+    for k in ("ttft_ms", "itl_ms", "output_tok_s"):
+        sbk = (sb1[k] + sb2[k]) / 2
+        rows[k] = {"servebook": sbk, "bench_serving": bs[k], "rel_diff": (sbk - bs[k]) / bs[k],
+                   "servebook_runs": [sb1[k], sb2[k]], "servebook_spread": abs(sb1[k] - sb2[k]) / sbk}
+    sb = {"before": sb1, "after": sb2}
+    return {"concurrency": concurrency, "num_prompts": n, "input_len": input_len, "output_len": output_len,
+            "metrics": rows, "servebook": sb, "bench_serving": bs}
+
+
+def ceilings(python: str, model_dir: str | os.PathLike, tokenizer=None, *, concurrencies: Sequence[int] = (1, 64),
+             events_per_write: int = 64, tokens_per_request: int = 2048, requests_per_level: int = 2,
+             workdir: str | os.PathLike | None = None) -> list[dict]:
+    """Streamed tokens/s each client sustains against :class:`bench.FakeSSEServer` (server on the last CPU,
+    client on the first), same requests for both; rows per concurrency with the ratio servebook / bench_serving."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    client_cpu, server_cpu = (cpus[0], cpus[-1]) if len(cpus) >= 2 else (None, None)
+    wd = Path(workdir or tempfile.mkdtemp(prefix="bench-ceiling-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    # bench_serving takes at most one request per conversation in the file
+    data = write_sharegpt(["hi there, this is a prompt " * 4] * (requests_per_level * max(concurrencies)), wd / "sharegpt.json")
+    sb_rows = bench.client_ceiling(tokenizer=None, concurrencies=concurrencies, events_per_write=(events_per_write,),
+                                   tokens_per_request=tokens_per_request, requests_per_level=requests_per_level)
+    out = []
+    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=events_per_write, cpu=server_cpu) as fake:
+        for c, sbr in zip(concurrencies, sb_rows):
+            res = run_bench_serving(python, fake.url, "fake-sse", str(model_dir), data, input_len=8,
+                                    output_len=tokens_per_request, num_prompts=requests_per_level * c, max_concurrency=c,
+                                    drop_fields=(), pin_cpu=client_cpu, workdir=wd)
+            bs_tok_s = res["output_throughput"]
+            out.append({"concurrency": c, "events_per_write": events_per_write, "tokens_per_request": tokens_per_request,
+                        "requests": requests_per_level * c,
+                        "servebook_tok_s": sbr["stream_tok_s"], "servebook_us_per_token": 1e6 / sbr["stream_tok_s"],
+                        "servebook_ttft_p50_s": sbr["ttft_p50_s"], "servebook_ok": sbr["ok"],
+                        "bench_serving_tok_s": bs_tok_s, "bench_serving_us_per_token": 1e6 / bs_tok_s,
+                        "bench_serving_ttft_mean_s": res["mean_ttft_ms"] / 1e3, "bench_serving_ok": res["completed"],
+                        "ratio": sbr["stream_tok_s"] / bs_tok_s, "client_cpu": client_cpu, "server_cpu": server_cpu})
+    return out
+
+
+if __name__ == "__main__":  # quick look: python -m servebook.bench_compare URL MODEL_DIR
+    env = ensure_bench_serving()
+    tok = bench.load_tokenizer(sys.argv[2])
+    for c in (1, 8):
+        print(json.dumps(agreement(env.python, sys.argv[1], sys.argv[2], sys.argv[2], tok, concurrency=c)["metrics"], indent=1))
+    print(json.dumps(ceilings(env.python, sys.argv[2]), indent=1))

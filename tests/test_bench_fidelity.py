@@ -1,0 +1,69 @@
+"""Client fidelity: servebook's client vs sglang.bench_serving on the real embedded engine, and both ceilings.
+
+The SGLang env is the cached one (built through the envs API when absent: ~5 min from an empty cache).
+Figures are printed (run with -s) and written to the test's tmp dir as fidelity.json.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servebook import bench, bench_compare
+
+pytestmark = [pytest.mark.slow, pytest.mark.envs]
+
+# Tolerance. The embedded engine decodes on this host's CPU cores, the same cores both clients use;
+# its own speed drifts between consecutive runs of ONE client by 12-25% (measured here: ITL 14.8 -> 20.7 ms
+# between servebook runs minutes apart). So this test does NOT demonstrate the issue's 5% agreement (that
+# needs a quiet GPU engine); it catches definition errors (per-chunk ITL, slot wait counted in TTFT, wrong
+# token counts), which show up as 2x or more. The bound is 50% whatever the spread, so that a noisy CI
+# machine cannot fail it while a definition error still does.
+FLOOR, CAP = 0.50, 0.50
+
+
+@pytest.fixture(scope="module")
+def sglang_env():
+    return bench_compare.ensure_bench_serving("sglang==0.5.9", progress=None)
+
+
+@pytest.fixture(scope="module")
+def server(embedded_model, tmp_path_factory):
+    from servebook.engines import get_engine
+    from servebook.servers import Server
+
+    d = tmp_path_factory.mktemp("server")
+    launch = get_engine("transformers").launch(str(embedded_model))
+    with Server.start(launch, log_path=d / "server.log", registry=d / "servers.jsonl", progress=None, ready_timeout=300) as srv:
+        yield srv
+
+
+def test_agreement_with_bench_serving_and_ceilings(sglang_env, server, embedded_model, tmp_path):
+    tok = bench.load_tokenizer(embedded_model)
+    report = {"agreement": [], "ceiling": None}
+    for c in (1, 8):
+        a = bench_compare.agreement(sglang_env.python, server.base_url, str(embedded_model), embedded_model, tok,
+                                    input_len=32, output_len=32, concurrency=c, num_prompts=max(4, 2 * c),
+                                    workdir=tmp_path / f"c{c}")
+        report["agreement"].append(a)
+        assert a["bench_serving"]["completed"] == a["num_prompts"]
+        assert all(s["completed"] == a["num_prompts"] for s in a["servebook"].values()), a["servebook"]
+        # both see the same fixed-length stream: output_len tokens per request
+        assert a["bench_serving"]["output_tokens"] == a["num_prompts"] * 32
+        assert all(s["output_tokens"] == a["num_prompts"] * 32 for s in a["servebook"].values())
+        for metric, m in a["metrics"].items():
+            tol = min(CAP, FLOOR + m["servebook_spread"])
+            print(f"C={c} {metric}: servebook {m['servebook']:.3f} bench_serving {m['bench_serving']:.3f} "
+                  f"diff {100 * m['rel_diff']:+.1f}% (servebook spread {100 * m['servebook_spread']:.1f}%, tol {100 * tol:.0f}%)")
+            assert abs(m["rel_diff"]) <= tol, (c, metric, m)
+
+    rows = bench_compare.ceilings(sglang_env.python, embedded_model, concurrencies=(1, 64), tokens_per_request=2048,
+                                  requests_per_level=2, workdir=tmp_path / "ceiling")
+    report["ceiling"] = rows
+    (tmp_path / "fidelity.json").write_text(json.dumps(report, indent=1, default=str))
+    for r in rows:
+        print(f"ceiling C={r['concurrency']}: servebook {r['servebook_tok_s']:.0f} tok/s ({r['servebook_us_per_token']:.2f} us/tok), "
+              f"bench_serving {r['bench_serving_tok_s']:.0f} tok/s ({r['bench_serving_us_per_token']:.2f} us/tok), ratio {r['ratio']:.1f}x")
+        assert r["servebook_ok"] == r["bench_serving_ok"] == r["requests"]
+        assert r["ratio"] >= 1.5, r
