@@ -131,11 +131,10 @@ def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict
 
         return build_embedded_model(progress=progress)
     cards = data_dir() / "models"
-    card = cards / f"{model}.json"
-    if card.exists():
-        import json
+    if (cards / f"{model}.json").exists():
+        from .selection.cards import load_card
 
-        return json.loads(card.read_text())
+        return load_card(model)
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():

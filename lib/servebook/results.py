@@ -74,27 +74,22 @@ class RunStore:
     def open(cls, root: str | os.PathLike = "runs", host: str = "local", run_id: str | None = None) -> "RunStore":
         """Open (and create) ``root/host/run_id``; ``run_id=None`` starts a new run."""
         host_dir = "local-" + _safe(socket.gethostname()) if host in ("", "local") else _safe(host)
-        path = Path(root) / host_dir / _safe(run_id or new_run_id())
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ResultsError(f"cannot create the run directory {path}: {exc.strerror}; pass another --out/run_dir") from exc
-        store = cls(path)
-        if not store.manifest_path.exists():
-            store.write_manifest({"run_id": path.name, "host": host or "local", "created": _now()})
-        return store
+        return cls._create(Path(root) / host_dir / _safe(run_id or new_run_id()), host=host or "local")
 
     @classmethod
     def at(cls, run_dir: str | os.PathLike) -> "RunStore":
         """The run at an existing or new directory path (what notebooks receive as ``run_dir``)."""
-        path = Path(run_dir)
+        return cls._create(Path(run_dir))
+
+    @classmethod
+    def _create(cls, path: Path, **fields: Any) -> "RunStore":
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ResultsError(f"cannot create the run directory {path}: {exc.strerror}") from exc
+            raise ResultsError(f"cannot create the run directory {path}: {exc.strerror}; pass another --runs or run_dir") from exc
         store = cls(path)
         if not store.manifest_path.exists():
-            store.write_manifest({"run_id": path.name, "created": _now()})
+            store.write_manifest({"run_id": path.name, **fields, "created": _now()})
         return store
 
     # -- manifest --------------------------------------------------------------

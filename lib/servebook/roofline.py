@@ -214,18 +214,17 @@ def allreduces_per_token(config: dict) -> int:
 
 # -- model cards (data/models/<name>.json) -----------------------------------------------
 def list_model_cards() -> list[str]:
-    return sorted(p.stem for p in (data_dir() / "models").glob("*.json"))
+    """The model cards in data/models (chapter 02 owns them)."""
+    from .selection.cards import list_cards
+
+    return list_cards()
 
 
 def load_model_card(name: str) -> dict:
-    """The card ``data/models/<name>.json`` as a dict."""
-    path = data_dir() / "models" / f"{name}.json"
-    if not path.exists():
-        raise ModelError(f"no model card {path}; known cards: {', '.join(list_model_cards()) or '(none yet)'}")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"model card {path} is not valid JSON ({exc}); fix or restore it") from exc
+    """The card ``data/models/<name>.json`` (or ``embedded``) as a dict."""
+    from .selection.cards import load_card
+
+    return load_card(name)
 
 
 def _find(card: dict, *names: str):
