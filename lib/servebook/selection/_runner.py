@@ -387,7 +387,12 @@ def main():
     trace, fired = _tracer(req.get("sites") or [])
     try:
         result["patched"] = _fake_gpu(req.get("gpu"))
-        globals()[f"_prepare_{req['engine']}"](req)
+        prepare = globals().get(f"_prepare_{req['engine']}")
+        if prepare is None:
+            raise NotImplementedError(f"servebook has no dynamic what-if for {req['engine']} yet (vLLM's CUDA platform "
+                                      "imports its compiled extensions, which need a CUDA build of torch: seen with 0.33.0); "
+                                      "answered by reading its code")
+        prepare(req)
         result["import_logs"] = list(logs)
         if req.get("mode") == "import":
             result["ok"] = True

@@ -85,10 +85,14 @@ def _run(env: EngineEnv, request: dict, timeout: int) -> dict:
     return {"ok": False, "error": tail[-1] if tail else f"runner exited {p.returncode} without a result"}
 
 
-def _unknown_arch(error: str) -> bool:
-    return bool(re.search(r"Unrecognized model|does not recognize this architecture|model type .* not|Unrecognized configuration class|"
-                          r"not supported for now|KeyError: '\w+'$|Model architectures .* (are|is) not supported|"
-                          r"checkpoint you are trying to load has model type", error))
+def _unknown_arch(error: str, cfg: dict | None = None) -> bool:
+    """The engine's own words for 'I do not know this model' (a KeyError counts only when it names the model)."""
+    if re.search(r"Unrecognized model|does not recognize this architecture|model type .* not|Unrecognized configuration class|"
+                 r"not supported for now|Model architectures .* (are|is) not supported|"
+                 r"checkpoint you are trying to load has model type", error):
+        return True
+    names = {str((cfg or {}).get("model_type")), *[str(a) for a in (cfg or {}).get("architectures") or []]}
+    return any(f"KeyError: '{n}'" in error for n in names if n and n != "None")
 
 
 def _decide(sites: list[Site], fired: list[list], resolved: dict) -> tuple[Site | None, list[Site]]:
@@ -197,7 +201,7 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
                    logs=_engine_logs(r.get("logs", []), env.engine))
         return out
     err = r.get("error", "?")
-    if _unknown_arch(err):
+    if _unknown_arch(err, cfg):
         raise ModelError(f"{env.engine} {env.version} does not know architecture {architecture_of(cfg)!r} "
                          f"(model_type {cfg.get('model_type')!r}): {err[:200]}")
     # fall back: the static reading, marked as such
