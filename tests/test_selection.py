@@ -246,3 +246,28 @@ def test_install_plan_takes_runtime_extras_of_old_layouts():
     # newer layouts declare the server unconditionally: extras stay out
     keep, _ = install_plan(["fastapi", 'pytest; extra == "test"', 'xgrammar; extra == "srt"'])
     assert keep == ["fastapi"]
+
+
+def test_materialize_is_safe_from_threads(tmp_path):
+    # The what-if matrix materializes cards from several threads; a shared temporary name once lost a race in CI.
+    import os
+    import threading
+
+    from servebook.selection.cards import materialize
+
+    errors = []
+
+    def go():
+        try:
+            materialize("deepseek-v3", root=tmp_path)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    (only,) = os.listdir(tmp_path)
+    assert os.listdir(tmp_path / only) == ["config.json"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -122,7 +123,10 @@ def materialize(card_or_path: str | os.PathLike, root: str | os.PathLike | None 
     target = Path(root or cache_dir() / "model-configs") / f"{card_or_path}-{key}"
     if not (target / "config.json").is_file():
         target.mkdir(parents=True, exist_ok=True)
-        tmp = target / ".config.json.tmp"
-        tmp.write_text(blob)
+        # A private temporary file beside the directory, renamed into place: several threads of a what-if
+        # matrix may materialize the same card at once, and the directory must only ever hold config.json.
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".json", dir=target.parent)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(blob)
         os.replace(tmp, target / "config.json")
     return target
