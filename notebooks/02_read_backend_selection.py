@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 02 · Read the backend-selection logic from the engine's own code
+# # 02. Read the backend-selection logic from the engine's own code
 #
 # Chapter 01 told us which GPU we have. The next question decides most of the performance:
 # **which attention kernel will the engine run on it, and which rule in its code made that choice?**
