@@ -47,6 +47,13 @@ class EngineAdapter:
 
         return run_bounded([self.python, "-c", code], timeout=timeout)
 
+    def _py_json(self, code: str, failure: str, timeout: float = 60.0):
+        """Run ``code`` in the engine's interpreter and parse the JSON of its last output line."""
+        res = self._py(code, timeout=timeout)
+        if res.returncode != 0:
+            raise EngineError(f"{failure}: {res.stderr.strip()[-300:]}")
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
     def version(self) -> str | None:
         """The installed version in ``self.python``, or None when not installed."""
         code = (
@@ -54,10 +61,7 @@ class EngineAdapter:
             f"try:\n    print(json.dumps(m.version({self.package!r})))\n"
             "except m.PackageNotFoundError:\n    print('null')\n"
         )
-        res = self._py(code, timeout=30)
-        if res.returncode != 0:
-            raise EngineError(f"could not ask {self.python} for the {self.name} version: {res.stderr.strip()[-300:]}")
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        return self._py_json(code, f"could not ask {self.python} for the {self.name} version", timeout=30)
 
     def installed(self) -> bool:
         return self.version() is not None

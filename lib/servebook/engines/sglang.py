@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from ._base import EngineAdapter
 
 
@@ -34,9 +32,4 @@ for a in p._actions:
 else:
     print("[]")
 """
-        res = self._py(code, timeout=300)
-        if res.returncode != 0:
-            from ..errors import EngineError
-
-            raise EngineError(f"could not read SGLang's --attention-backend choices: {res.stderr.strip()[-300:]}")
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        return self._py_json(code, "could not read SGLang's --attention-backend choices", timeout=300)

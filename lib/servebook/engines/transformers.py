@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 
@@ -73,12 +72,7 @@ if not names:
     names = sorted(set(["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]))
 print(json.dumps(names))
 """
-        res = self._py(code, timeout=120)
-        if res.returncode != 0:
-            from ..errors import EngineError
-
-            raise EngineError(f"could not read transformers' attention implementations: {res.stderr.strip()[-300:]}")
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        return self._py_json(code, "could not read transformers' attention implementations", timeout=120)
 
     @staticmethod
     def loaded_from_log(log_text: str) -> list[dict]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from ._base import EngineAdapter
 
 
@@ -48,9 +46,4 @@ except Exception:
         from vllm.platforms.interface import _Backend as E
 print(json.dumps(sorted(m.name for m in E)))
 """
-        res = self._py(code, timeout=300)
-        if res.returncode != 0:
-            from ..errors import EngineError
-
-            raise EngineError(f"could not read vLLM's attention backends: {res.stderr.strip()[-300:]}")
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        return self._py_json(code, "could not read vLLM's attention backends", timeout=300)
