@@ -1060,7 +1060,7 @@ def inprocess_decode_rate(model_dir: str | os.PathLike, prompt: str, max_tokens:
 # ---------------------------------------------------------------------------------------
 _FAKE_SERVER = r'''
 import asyncio, json, os, sys, time
-port, tokens_per_event, events_per_write, delay_s, cpu, word = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+port, tokens_per_event, events_per_write, delay_s, cpu, word, ttft_s = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7])
 if cpu >= 0 and hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {cpu})
 
@@ -1096,6 +1096,9 @@ async def handle(reader, writer):
             else:
                 one = ev({"choices": [{"index": 0, "text": text}]})
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            if ttft_s > 0:  # a paced server: headers at once, first token after ttft_s (like an engine's prefill)
+                await writer.drain()
+                await asyncio.sleep(ttft_s)
             n_events = -(-n // tokens_per_event)
             sent = 0
             while sent < n_events:
@@ -1135,16 +1138,18 @@ class FakeSSEServer:
             run_requests(fake.url, "fake-sse", ["hi"], max_tokens=64)
 
     It is a test fixture, clearly not an engine: every event carries ``tokens_per_event``
-    copies of ``word``; ``events_per_write`` events go out per socket write; ``cpu`` pins it.
+    copies of ``word``; ``events_per_write`` events go out per socket write, ``delay_s`` apart;
+    the first waits ``ttft_s`` after the response headers; ``cpu`` pins it. Paced
+    (``delay_s``/``ttft_s`` > 0) it is a server whose timing is known and steady, for comparing clients.
     """
 
     def __init__(self, tokens_per_event: int = 1, events_per_write: int = 64, delay_s: float = 0.0,
-                 cpu: int | None = None, word: str = " the"):
+                 cpu: int | None = None, word: str = " the", ttft_s: float = 0.0):
         from .servers import free_port
 
         self.port = free_port()
         self.args = [str(self.port), str(tokens_per_event), str(events_per_write), str(delay_s),
-                     str(-1 if cpu is None else cpu), word]
+                     str(-1 if cpu is None else cpu), word, str(ttft_s)]
         self.proc: subprocess.Popen | None = None
 
     @property

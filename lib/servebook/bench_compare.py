@@ -158,35 +158,44 @@ def servebook_metrics(results: Sequence[bench.RequestResult]) -> dict:
 
 def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, tokenizer, *, input_len: int = 32,
               output_len: int = 32, concurrency: int = 1, num_prompts: int | None = None, seed: int = 0,
+              engine: str = "transformers", repeats: int = 1, pin_cpu: int | None = None,
               workdir: str | os.PathLike | None = None) -> dict:
-    """servebook's client, then bench_serving, on one server and workload; the three metrics and their differences."""
+    """servebook's client and bench_serving taking turns on one server and workload (servebook, then
+    ``repeats`` x (bench_serving, servebook)); each metric's mean over each client's runs and their difference.
+
+    Taking turns brackets the server's own drift; ``pin_cpu`` puts both clients on that CPU (the server
+    elsewhere). ``engine`` decides the fixed-length request fields (``""`` for none)."""
     n = num_prompts or max(4, 2 * concurrency)
     wd = Path(workdir or tempfile.mkdtemp(prefix="bench-compare-"))
     wd.mkdir(parents=True, exist_ok=True)
     prompts = bench.build_prompts(tokenizer, input_len, n, seed=seed)
     data = write_sharegpt(prompts, wd / "sharegpt.json")
-    gen = bench.fixed_length_fields("transformers", output_len)
+    gen = bench.fixed_length_fields(engine, output_len)
     # warm the server once (bench_serving does the same with its warmup request)
-    bench.run_requests(url, model, prompts[:1], max_tokens=output_len, engine="transformers", tokenizer=tokenizer)
+    bench.run_requests(url, model, prompts[:1], max_tokens=output_len, engine=engine, tokenizer=tokenizer)
 
     def sb_run() -> dict:
         return servebook_metrics(bench.run_requests(url, model, prompts, max_tokens=output_len, concurrency=concurrency,
-                                                    engine="transformers", tokenizer=tokenizer))
+                                                    engine=engine, tokenizer=tokenizer, pin_cpu=pin_cpu))
 
-    # servebook before and after bench_serving: the server's own drift (a CPU engine on a shared host) brackets the comparison
-    sb1 = sb_run()
-    bs = _bs_metrics(run_bench_serving(python, url, model, str(model_dir), data, input_len=input_len,
-                                       output_len=output_len, num_prompts=n, max_concurrency=concurrency,
-                                       extra_body=gen, workdir=wd))
-    sb2 = sb_run()
+    def bs_run() -> dict:
+        return _bs_metrics(run_bench_serving(python, url, model, str(model_dir), data, input_len=input_len,
+                                             output_len=output_len, num_prompts=n, max_concurrency=concurrency,
+                                             extra_body=gen or None, pin_cpu=pin_cpu, workdir=wd))
+
+    sbs, bss = [sb_run()], []
+    for _ in range(max(1, repeats)):
+        bss.append(bs_run())
+        sbs.append(sb_run())
     rows = {}
     for k in ("ttft_ms", "itl_ms", "output_tok_s"):
-        sbk = (sb1[k] + sb2[k]) / 2
-        rows[k] = {"servebook": sbk, "bench_serving": bs[k], "rel_diff": (sbk - bs[k]) / bs[k],
-                   "servebook_runs": [sb1[k], sb2[k]], "servebook_spread": abs(sb1[k] - sb2[k]) / sbk}
-    sb = {"before": sb1, "after": sb2}
+        sb_vals, bs_vals = [r[k] for r in sbs], [r[k] for r in bss]
+        sbk, bsk = sum(sb_vals) / len(sb_vals), sum(bs_vals) / len(bs_vals)
+        rows[k] = {"servebook": sbk, "bench_serving": bsk, "rel_diff": (sbk - bsk) / bsk,
+                   "servebook_runs": sb_vals, "bench_serving_runs": bs_vals,
+                   "servebook_spread": (max(sb_vals) - min(sb_vals)) / sbk}
     return {"concurrency": concurrency, "num_prompts": n, "input_len": input_len, "output_len": output_len,
-            "metrics": rows, "servebook": sb, "bench_serving": bs}
+            "repeats": max(1, repeats), "metrics": rows, "servebook": {"runs": sbs}, "bench_serving": {**bss[-1], "runs": bss}}
 
 
 def ceilings(python: str, model_dir: str | os.PathLike, tokenizer=None, *, concurrencies: Sequence[int] = (1, 64),
