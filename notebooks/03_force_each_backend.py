@@ -142,4 +142,25 @@ if skipped:
 Markdown("\n".join(lines) or "No backend ran.")
 
 # %% [markdown]
+# ## Check yourself
+
+# %%
+qa = []
+rep = table[["attention", "reported", "outcome"]].fillna("-") if "reported" in table else None
+qa.append(("How do you know the backend that ran is the one you forced, and not a silent fallback?",
+           "Not from the flag: from the engine's own report after loading (column `reported`). In this run: "
+           + ("; ".join(f"{r['attention']} -> {r['reported']} ({r['outcome']})" for _, r in rep.iterrows()) if rep is not None and len(rep) else "no backend reported")
+           + ". A forced backend whose report differs is classified `overridden`."))
+if len(ok):
+    qa.append(("Which backend was fastest here, and is the difference one you would act on?",
+               f"{best['attention']} at {best['decode_tok_s']:.1f} tok/s; act only if its 95% interval does not overlap the default's "
+               "(see What we found: " + ("they overlap here, so keep the default)." if overlap else "they do not overlap here).")))
+agree = table.dropna(subset=["agreement"]) if "agreement" in table else table.iloc[0:0]
+qa.append(("Why compare greedy tokens against the engine's default backend instead of checking the text reads well?",
+           "The embedded model's weights are random, so no text reads well; greedy decoding is deterministic, so a correct backend "
+           "reproduces the default's tokens until numerical differences flip an argmax. Here: "
+           + (", ".join(f"{r['attention']} {r['agreement']:.0%}" for _, r in agree.iterrows()) or "no agreement measured") + " of tokens agreed."))
+Markdown("\n".join(f"{i}. {q}\n   <details><summary>Answer from this run</summary>{a}</details>" for i, (q, a) in enumerate(qa, 1)))
+
+# %% [markdown]
 # Next: [04. Tune NCCL](04_tune_nccl.html) — on a multi-GPU host, decode also waits for all-reduces.

@@ -258,4 +258,21 @@ lines.append("- Not done: nccl-tests on the same grid (not installed, no interne
 Markdown("\n".join(lines))
 
 # %% [markdown]
+# ## Check yourself
+
+# %%
+qa = [
+    ("Why is a decode all-reduce small, and what sets its size?",
+     f"It carries one hidden-state vector per sequence in the batch: batch x hidden x 2 bytes in BF16, not the weights. "
+     f"For the recorded shape at batch 1 that is {b1} bytes, so latency, not bandwidth, decides its cost."),
+    ("What did NCCL_GRAPH_MIXING_SUPPORT=0 change on the recorded H200 x2 host, and when would you not use it?",
+     f"Graph-replayed {b1} B all-reduce: {d14:.1f} us with defaults, {mix:.1f} us with it. Not safe when NCCL work from one "
+     "CUDA graph can be outstanding at the same time as work from another graph or eager calls on the same communicator."),
+    ("What does the per-token prediction say communication costs at batch 1, and how would you confirm it?",
+     f"{pred_tbl.loc['default'].iloc[0]:.2f} ms/token of all-reduce with defaults for {use_layers} layers at TP=2 "
+     f"(recommended: {rec_pick['setting']}); confirm by restarting the engine with TP=2 and that env and re-running chapter 05."),
+]
+Markdown("\n".join(f"{i}. {q}\n   <details><summary>Answer from this run</summary>{a}</details>" for i, (q, a) in enumerate(qa, 1)))
+
+# %% [markdown]
 # Next: [05. Benchmark single stream](05_benchmark_single_stream.html) — what a user waits for, token by token.

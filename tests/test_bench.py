@@ -240,3 +240,27 @@ def test_register_adds_the_bench_subcommand():
     bench.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bench", "--url", "http://127.0.0.1:1", "--concurrency", "1,2,4"])
     assert args.func is bench._run_cli and args.concurrency == "1,2,4"
+
+
+def test_ceiling_check_flags_a_rate_near_the_client_limit(tmp_path):
+    import pandas as pd
+
+    from servebook.results import RunStore
+
+    store = RunStore.open(tmp_path, host="t", run_id="ceil")
+    ceiling = pd.DataFrame([
+        {"concurrency": 1, "events_per_write": 1, "stream_tok_s": 10_000.0, "client_cpu_us_per_token": 20.0},
+        {"concurrency": 1, "events_per_write": 64, "stream_tok_s": 50_000.0, "client_cpu_us_per_token": 5.0},
+        {"concurrency": 64, "events_per_write": 1, "stream_tok_s": 40_000.0, "client_cpu_us_per_token": 15.0},
+    ])
+    summary = pd.DataFrame([
+        {"label": "a", "phase": "single", "concurrency": 1, "decode_tok_s_mean": 100.0},
+        {"label": "a", "phase": "sweep", "concurrency": 2, "throughput_tok_s": 6_000.0},   # 60% of the C=1 worst case
+        {"label": "a", "phase": "sweep", "concurrency": 32, "throughput_tok_s": 30_000.0},  # nearest level 64: 75%, 45% of a core
+    ])
+    rows = bench.ceiling_check(summary, ceiling, store=store)
+    assert [r["near_ceiling"] for r in rows] == [False, True, True]
+    assert rows[0]["share_of_ceiling"] == pytest.approx(0.01)
+    assert rows[1]["ceiling_concurrency"] == 1 and rows[2]["ceiling_concurrency"] == 64
+    assert rows[2]["client_core_share"] == pytest.approx(0.45)
+    assert len(store.table("bench_ceiling_check")) == 3

@@ -60,6 +60,7 @@ __all__ = [
     "check_server",
     "run_requests",
     "single_stream",
+    "ceiling_check",
     "concurrency_sweep",
     "concurrency_levels",
     "summarize_level",
@@ -1242,6 +1243,39 @@ def client_ceiling(
                 if store is not None:
                     store.append("client_ceiling", row)
                 rows.append(row)
+    return rows
+
+
+def ceiling_check(summary, ceiling, *, warn_at: float = 0.5, store=None) -> list[dict]:
+    """Each measured rate next to the client's own limit; ``near_ceiling`` when it uses over ``warn_at`` of it.
+
+    Two ways a benchmark can measure its client instead of the server: the rate approaches the
+    tokens/s the client sustained against the fake server at the nearest measured concurrency (log scale), or the
+    client's CPU per token (worst case: one network read per token) times the rate fills its core.
+    Rows (one per summary row, single-stream and sweep levels) go to ``bench_ceiling_check``."""
+    rows: list[dict] = []
+    if summary is None or not len(summary) or ceiling is None or not len(ceiling):
+        return rows
+    levels = sorted({int(c) for c in ceiling["concurrency"]})
+    for _, r in summary.iterrows():
+        rate = r.get("throughput_tok_s") if r.get("phase") == "sweep" else r.get("decode_tok_s_mean")
+        if rate is None or rate != rate:
+            continue
+        c = int(r.get("concurrency") or 1)
+        near = min(levels, key=lambda lv: (abs(math.log(lv / c)), lv))  # levels double: nearest on a log scale
+        at = ceiling[ceiling["concurrency"] == near]
+        ceil_tok_s = float(at["stream_tok_s"].min())
+        us = float(at["client_cpu_us_per_token"].max()) if at["client_cpu_us_per_token"].notna().any() else None
+        share_rate = float(rate) / ceil_tok_s if ceil_tok_s else None
+        share_cpu = float(rate) * us / 1e6 if us else None
+        worst = max(x for x in (share_rate, share_cpu, 0.0) if x is not None)
+        row = {"label": r.get("label"), "phase": r.get("phase"), "concurrency": c, "tok_s": float(rate),
+               "ceiling_concurrency": near, "ceiling_tok_s": ceil_tok_s, "share_of_ceiling": share_rate,
+               "client_cpu_us_per_token": us, "client_core_share": share_cpu, "near_ceiling": worst > warn_at,
+               "warn_at": warn_at}
+        rows.append(row)
+        if store is not None:
+            store.append("bench_ceiling_check", row)
     return rows
 
 
