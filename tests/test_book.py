@@ -79,3 +79,21 @@ def test_resume_does_not_remeasure(book, tmp_path):
     assert result.run_dir == book.run_dir
     assert result.chapters[0]["status"] == "ok"
     assert len(RunStore(book.run_dir).rows("backends")) == before
+
+
+def test_a_render_failure_keeps_the_run_and_says_how_to_render(tmp_path, monkeypatch):
+    from servebook import book as book_mod
+    from servebook.errors import ServebookError
+
+    def broken(*_a, **_k):
+        raise ValueError("No template sub-directory with name 'lab' found")
+
+    monkeypatch.setattr(book_mod, "render_book", broken)
+    with pytest.raises(ServebookError) as err:
+        run_book({"smoke": True}, out=tmp_path / "site", runs_root=tmp_path / "runs", only=["06"], progress=None)
+    msg = str(err.value)
+    assert "servebook html" in msg and "template" in msg
+    run = next((tmp_path / "runs").glob("*/*"))
+    store = RunStore.at(run)
+    assert [c["status"] for c in store.rows("chapters")] == ["ok"]
+    assert any(f["step"] == "render book" for f in store.rows("failures"))

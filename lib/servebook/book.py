@@ -174,6 +174,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _require_notebook_tools() -> None:
+    import importlib.util
+
+    missing = [m for m in ("papermill", "jupytext", "nbformat", "nbconvert", "ipykernel") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ServebookError(f"running the book needs {', '.join(missing)} in this interpreter ({sys.executable}): "
+                             f"install servebook with its dependencies (make env, or pip install -e .)")
+
+
 def run_book(
     params: dict[str, Any] | None = None,
     out: str | os.PathLike = "build/book",
@@ -186,6 +195,7 @@ def run_book(
 ) -> BookResult:
     """Execute the chapters (``only``: numbers or slugs) and render the book under ``out``."""
     say = progress or (lambda _m: None)
+    _require_notebook_tools()
     values = validate(params or {})
     extra = dict(extra or {})
     all_chapters = chapters()
@@ -239,7 +249,13 @@ def run_book(
         store.append("chapters", results[-1])
         say(f"      {status} in {seconds}s" + (f": {error}" if error else ""))
     store.write_manifest({"finished": _now(), "chapters": results})
-    index = render_book(store.path, out)
+    try:
+        index = render_book(store.path, out)
+    except Exception as exc:  # the run's results are on disk: a render problem must not read as a lost run
+        store.record_failure("render book", exc)
+        raise ServebookError(f"the chapters ran and their results are in {store.path}, but rendering the book failed: "
+                             f"{type(exc).__name__}: {str(exc)[:300]}. Render it here once fixed, or on another machine, "
+                             f"with: servebook html {store.path}") from exc
     say(f"book: {index.resolve()}")
     return BookResult(run_dir=store.path, out=out, index=index, chapters=results)
 
