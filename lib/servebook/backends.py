@@ -231,7 +231,8 @@ def _overridden(engine: EngineAdapter, backend: str | None, reported: dict) -> b
 def _rejection(log_tail: str, backend: str) -> str | None:
     """The engine's own error line when it refused ``backend`` at start, else None."""
     for line in reversed(log_tail.splitlines()):
-        if "Error" in line and backend in line:
+        # an import failure that happens to name the backend's kernel package is not a refusal of the flag
+        if "Error" in line and backend in line and not re.search(r"ModuleNotFoundError|ImportError|No module named", line):
             return line.strip()[:400]
     return None
 

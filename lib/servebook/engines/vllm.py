@@ -81,8 +81,13 @@ class VLLMEngine(EngineAdapter):
         if attention:
             how = self.attention_mechanism()
             if how == "flag":
-                cmd += [self.attention_flag, attention]
+                cmd += [self.attention_flag, attention]  # its value is checked with the parser's choices
             else:
+                # the variable is read late, by the workers: check the value against the version's own enum now
+                choices = self.attention_choices()
+                if attention not in choices:
+                    raise EngineError(f"vllm {self.version()} has no attention backend {attention} ({ENV_VAR} takes one of "
+                                      f"{', '.join(choices)}); pick one of those")
                 env[ENV_VAR] = attention
         return cmd, env
 
@@ -150,6 +155,13 @@ class VLLMEngine(EngineAdapter):
 
     def attention_choices(self) -> list[str]:
         """The members of vLLM's own backend enum."""
+        if self._choices is None:
+            self._choices = self._read_choices()
+        return self._choices
+
+    _choices: list[str] | None = None
+
+    def _read_choices(self) -> list[str]:
         code = r"""
 import json
 E = None
