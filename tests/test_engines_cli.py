@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from servebook.backends import _overridden, engine_error, force_each_backend
-from servebook.engines import EngineAdapter, get_engine
+from servebook.engines import CLIRejected, EngineAdapter, get_engine
 from servebook.engines.vllm import reported_from_log
 from servebook.errors import EngineError, ServerError
 from servebook.results import RunStore
@@ -148,7 +148,7 @@ def _env_python(spec):
 
 @pytest.mark.slow
 @pytest.mark.envs
-def test_sglang_flags_against_two_real_clis(tmp_path):
+def test_sglang_flags_against_two_real_clis(embedded_model, tmp_path):
     old = get_engine("sglang==0.5.9", python=_env_python("sglang==0.5.9"))
     new = get_engine("sglang==0.5.23", python=_env_python("sglang==0.5.23"))
     for eng in (old, new):
@@ -159,17 +159,22 @@ def test_sglang_flags_against_two_real_clis(tmp_path):
         assert "triton" in eng.attention_choices()
     # observed in the two parsers: cutlass_mla is a choice of 0.5.9's --attention-backend, not of 0.5.23's
     old.launch(str(tmp_path), attention="cutlass_mla")
-    with pytest.raises(EngineError, match=r"sglang 0\.5\.23 does not accept --attention-backend cutlass_mla: its parser allows .*triton"):
+    with pytest.raises(CLIRejected, match=r"sglang 0\.5\.23 does not accept --attention-backend cutlass_mla: its parser allows .*triton"):
         new.launch(str(tmp_path), attention="cutlass_mla")
     # and --cuda-graph-max-bs is an option of 0.5.9 that 0.5.23's parser no longer defines
     old.launch(str(tmp_path), extra=["--cuda-graph-max-bs", "8"])
-    with pytest.raises(EngineError, match=r"sglang 0\.5\.23 has no option --cuda-graph-max-bs .*use a version that has it"):
+    with pytest.raises(CLIRejected, match=r"sglang 0\.5\.23 has no option --cuda-graph-max-bs .*use a version that has it"):
         new.launch(str(tmp_path), extra=["--cuda-graph-max-bs", "8"])
+    # in the sweep: recorded as rejected before anything starts, the sweep goes on
+    store = RunStore.open(tmp_path, "local", "sglang-cli")
+    (row,) = force_each_backend(new, embedded_model, ["cutlass_mla"], store, progress=None)
+    assert row["outcome"] == "rejected" and "sglang 0.5.23 does not accept --attention-backend cutlass_mla" in row["error"]
+    assert "launch" not in row and not (store.path / "logs").exists()
 
 
 @pytest.mark.slow
 @pytest.mark.envs
-def test_vllm_flag_or_env_from_the_real_code(tmp_path):
+def test_vllm_0102_takes_the_env_var(tmp_path):
     # 0.10.2: its own parser (built in its interpreter) has no --attention-backend; envs.py reads VLLM_ATTENTION_BACKEND
     old = get_engine("vllm==0.10.2", python=_env_python("vllm==0.10.2"))
     cli = old.cli_options()
@@ -178,7 +183,7 @@ def test_vllm_flag_or_env_from_the_real_code(tmp_path):
     launch = old.launch(str(tmp_path), attention="FLASHINFER")
     assert launch.env == {"VLLM_ATTENTION_BACKEND": "FLASHINFER"} and "--attention-backend" not in launch.cmd
     assert launch.cmd[3:6] == ["serve", str(tmp_path), "--host"]
-    with pytest.raises(EngineError, match="vllm 0.10.2 has no attention backend NO_SUCH"):
+    with pytest.raises(CLIRejected, match="vllm 0.10.2 has no attention backend NO_SUCH"):
         old.launch(str(tmp_path), attention="NO_SUCH")
     with pytest.raises(EngineError, match=r"vllm 0\.10\.2 has no option --attention-backend"):
         old.launch(str(tmp_path), extra=["--attention-backend", "FLASHINFER"])
@@ -186,6 +191,11 @@ def test_vllm_flag_or_env_from_the_real_code(tmp_path):
     static = old._static_cli()["options"]
     assert {"--model", "--host", "--port", "--tensor-parallel-size"} <= set(static)
     assert set(static) <= set(cli["options"]), sorted(set(static) - set(cli["options"]))
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_vllm_033_takes_the_flag(tmp_path):
     # 0.33.0 (cached without its requirements: its parser cannot be built here, its source is read): the flag
     new = get_engine("vllm==0.33.0", python=_env_python("vllm==0.33.0"))
     assert new.cli_options()["method"] in ("parser", "source")

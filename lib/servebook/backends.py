@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from .engines import EngineAdapter
+from .engines import CLIRejected, EngineAdapter
 from .errors import EngineError, ServebookError, ServerError
 from .results import RunStore
 from .servers import Server, leftover_servers, port_listening
@@ -153,11 +153,12 @@ def force_each_backend(
         t0 = time.monotonic()
         try:
             launch = engine.launch(str(model_dir), attention=backend)
-        except EngineError as exc:  # the engine's own CLI refuses the flag or value: nothing was started
-            row.update(outcome="rejected", error=str(exc), seconds=round(time.monotonic() - t0, 1))
+        except EngineError as exc:  # nothing was started: the engine's own CLI refuses the flag or value, or cannot be read
+            row.update(outcome="rejected" if isinstance(exc, CLIRejected) else "failed", error=str(exc),
+                       seconds=round(time.monotonic() - t0, 1))
             store.append("backends", row)
             rows.append(row)
-            say(f"{engine.name} {label}: rejected before start ({exc})")
+            say(f"{engine.name} {label}: {row['outcome']} before start ({exc})")
             continue
         row["launch"] = launch.shell()
         log_path = store.path / "logs" / f"{engine.name}-{label}.log"

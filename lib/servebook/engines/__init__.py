@@ -12,12 +12,12 @@ usually laid out); by default it is the interpreter running servebook.
 from __future__ import annotations
 
 from ..errors import ParameterError
-from ._base import EngineAdapter, EngineSpec, parse_engine_spec
+from ._base import CLIRejected, EngineAdapter, EngineSpec, parse_engine_spec
 from .sglang import SGLangEngine
 from .transformers import TransformersEngine
 from .vllm import VLLMEngine
 
-__all__ = ["EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec"]
+__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec"]
 
 ENGINES: dict[str, type[EngineAdapter]] = {
     "transformers": TransformersEngine,

@@ -20,6 +20,10 @@ _RUNNER = Path(__file__).parent.parent / "selection" / "_runner.py"
 _SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(?:==\s*([0-9][0-9A-Za-z.+-]*))?\s*$")
 
 
+class CLIRejected(EngineError):
+    """The installed engine's own CLI does not know an option, or does not accept its value."""
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     name: str
@@ -154,12 +158,12 @@ class EngineAdapter:
             spec = options.get(opt)
             if spec is None:
                 near = sorted(o for o in options if o.lstrip("-").split("-")[0] == opt.lstrip("-").split("-")[0])[:6]
-                raise EngineError(
+                raise CLIRejected(
                     f"{self.name} {version} has no option {opt} (its own parser, read by {cli.get('method')}, does not define it); "
                     f"drop it or use a version that has it" + (f" (options of this version that start alike: {', '.join(near)})" if near else ""))
             value = inline if eq else (args[i + 1] if spec.get("takes_value") and i + 1 < len(args) else None)
             if spec.get("choices") and value is not None and value not in spec["choices"]:
-                raise EngineError(
+                raise CLIRejected(
                     f"{self.name} {version} does not accept {opt} {value}: its parser allows {', '.join(spec['choices'])}; "
                     f"pick one of those or use a version that has {value}")
             i += 1 if eq or not spec.get("takes_value") else 2

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from ..errors import EngineError
-from ._base import EngineAdapter
+from ._base import CLIRejected, EngineAdapter
 
 ENV_VAR = "VLLM_ATTENTION_BACKEND"
 
@@ -86,7 +86,7 @@ class VLLMEngine(EngineAdapter):
                 # the variable is read late, by the workers: check the value against the version's own enum now
                 choices = self.attention_choices()
                 if attention not in choices:
-                    raise EngineError(f"vllm {self.version()} has no attention backend {attention} ({ENV_VAR} takes one of "
+                    raise CLIRejected(f"vllm {self.version()} has no attention backend {attention} ({ENV_VAR} takes one of "
                                       f"{', '.join(choices)}); pick one of those")
                 env[ENV_VAR] = attention
         return cmd, env
