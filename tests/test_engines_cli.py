@@ -151,6 +151,7 @@ def _env_python(spec):
 def test_sglang_flags_against_two_real_clis(embedded_model, tmp_path):
     old = get_engine("sglang==0.5.9", python=_env_python("sglang==0.5.9"))
     new = get_engine("sglang==0.5.23", python=_env_python("sglang==0.5.23"))
+    assert get_engine("sglang==0.5.9").python == old.python  # a pinned spec finds its prepared environment
     for eng in (old, new):
         assert eng.cli_options()["method"] == "parser"
         launch = eng.launch(str(tmp_path), attention="triton")  # every flag checked against this version's parser
