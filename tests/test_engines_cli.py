@@ -203,8 +203,10 @@ def test_vllm_033_takes_the_flag(tmp_path):
     assert new.attention_mechanism() == "flag"
     launch = new.launch(str(tmp_path), attention="TRITON_ATTN")
     assert launch.cmd[-2:] == ["--attention-backend", "TRITON_ATTN"] and "VLLM_ATTENTION_BACKEND" not in launch.env
-    with pytest.raises(EngineError, match=r"vllm 0\.33\.0 has no option --no-such-flag"):
+    with pytest.raises(CLIRejected, match=r"vllm 0\.33\.0 has no option --no-such-flag"):
         new.launch(str(tmp_path), extra=["--no-such-flag"])
+    # spellings vLLM's FlexibleArgumentParser accepts: underscores, and a key of a config option
+    new.launch(str(tmp_path), extra=["--max_model_len", "512", "--attention-config.flash_attn_version", "3"])
 
 
 @pytest.mark.slow

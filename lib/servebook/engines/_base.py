@@ -155,6 +155,7 @@ class EngineAdapter:
                 i += 1
                 continue
             opt, eq, inline = tok.partition("=")
+            opt = self._option_name(opt)
             spec = options.get(opt)
             if spec is None:
                 near = sorted(o for o in options if o.lstrip("-").split("-")[0] == opt.lstrip("-").split("-")[0])[:6]
@@ -167,6 +168,11 @@ class EngineAdapter:
                     f"{self.name} {version} does not accept {opt} {value}: its parser allows {', '.join(spec['choices'])}; "
                     f"pick one of those or use a version that has {value}")
             i += 1 if eq or not spec.get("takes_value") else 2
+
+    @staticmethod
+    def _option_name(opt: str) -> str:
+        """The option as the engine's parser looks it up (engines that rewrite names before parsing override this)."""
+        return opt
 
     # -- launching -------------------------------------------------------------
     def launch(

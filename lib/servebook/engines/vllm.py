@@ -145,6 +145,14 @@ class VLLMEngine(EngineAdapter):
             raise EngineError(f"could not read vLLM's options from {pkg}; is it a vLLM installation?")
         return {"method": "source", "options": options}
 
+    @staticmethod
+    def _option_name(opt: str) -> str:
+        # FlexibleArgumentParser.parse_args rewrites "--a_b" to "--a-b" and reads "--x.key" as a key of the
+        # config option --x (0.33.0 vllm/utils/argparse_utils.py:374-392 and :450-470).
+        if not opt.startswith("--"):
+            return opt
+        return "--" + opt[2:].split(".", 1)[0].replace("_", "-")
+
     def reported_backend(self, server_info, log_text):
         name = reported_from_log(log_text)
         return {"attention": name, "source": "startup log (Using ... backend)" if name else None}
