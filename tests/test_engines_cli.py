@@ -68,7 +68,9 @@ def test_engine_error_is_the_engines_own_line():
 
 
 # -- sweep lifecycle with real processes -----------------------------------------------------------------
-_HANG = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+_MARK = f"servebook-hang-{os.getpid()}-{time.time_ns()}"  # unique: other test runs on the host use sleeps too
+_HANG = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # {_MARK}']); "
+         f"time.sleep(600)  # {_MARK}")
 _CRASH = "import sys; print('loading'); print('Traceback (most recent call last):'); print('RuntimeError: no kernel image for this device'); sys.exit(1)"
 
 
@@ -95,7 +97,7 @@ def test_sweep_kills_a_hanging_start_continues_and_resumes(embedded_model, tmp_p
     rows = force_each_backend(_ScriptEngine(), embedded_model, ["hang", "crash"], store, ready_timeout=3, progress=None)
     by = {r["attention"]: r for r in rows}
     assert by["hang"]["outcome"] == "failed to start" and "did not answer" in by["hang"]["server_error"]
-    assert by["hang"]["port_free_after"] and not _ours("time.sleep(600)")  # the server and its child are gone
+    assert by["hang"]["port_free_after"] and not _ours(_MARK)  # the server and its child are gone
     # the sweep went on after the hang; the crash is recorded with the program's own error line
     assert by["crash"]["outcome"] == "failed to start"
     assert by["crash"]["error"] == "RuntimeError: no kernel image for this device"
