@@ -53,6 +53,21 @@ choices = eng.attention_choices()
 print(f"{eng.name} accepts {eng.attention_flag} =", ", ".join(choices))
 
 # %% [markdown]
+# Before any server starts, its command line is checked against the installed engine's own argument
+# parser (SGLang's `ServerArgs.add_cli_args`, vLLM's `make_arg_parser`, built in the engine's interpreter):
+# a flag or value this version does not know is recorded as "rejected", naming the version, instead of
+# failing somewhere in the engine's start-up.
+
+# %%
+if eng.checks_cli:
+    cli = eng.cli_options()
+    how = eng.attention_mechanism() if hasattr(eng, "attention_mechanism") else "flag"
+    print(f"{eng.name} {eng.version()}: {len(cli['options'])} options, read from its {cli['method']}; "
+          f"a backend is forced by {'the flag ' + eng.attention_flag if how == 'flag' else 'the environment variable VLLM_ATTENTION_BACKEND'}")
+else:
+    print(f"{eng.name} starts through servebook's own launcher; {eng.attention_flag} is its option")
+
+# %% [markdown]
 # Not every valid value can run on every host: the flash-attention kernels need a CUDA GPU of
 # the right generation and their package installed. Unless `backends` names them, those are kept
 # out here and the reason is recorded, so they show as "not run here", not as silently missing.
@@ -90,12 +105,13 @@ rows = force_each_backend(eng, model_dir, [None, *candidates], store, max_tokens
 # %%
 table = store.table("backends")
 table = table[table["engine"] == eng.name]
-cols = [c for c in ["attention", "outcome", "reported", "agreement", "first_divergence", "decode_tok_s", "decode_tok_s_ci95",
+cols = [c for c in ["attention", "outcome", "reported", "reported_source", "agreement", "first_divergence", "decode_tok_s", "decode_tok_s_ci95",
                     "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
 table[cols]
 
 # %% [markdown]
-# Each row is one server start. `reported` is what the engine itself said it loaded; `agreement`
+# Each row is one server start. `reported` is what the engine itself said it loaded (`reported_source`:
+# its server-info endpoint or the log line it came from); `agreement`
 # is the share of greedy tokens equal to the default backend's.
 
 # %%

@@ -12,18 +12,19 @@ is a row in the run's ``backends`` table; a failure never stops the sweep.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from .engines import EngineAdapter
-from .errors import ServebookError, ServerError
+from .engines import CLIRejected, EngineAdapter
+from .errors import EngineError, ServebookError, ServerError
 from .results import RunStore
-from .servers import Server, port_listening
+from .servers import Server, leftover_servers, port_listening
 
-__all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "runnable_here"]
+__all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "runnable_here", "engine_error"]
 
 # A fixed, seeded prompt set: the same for every backend and engine.
 PROBE_PROMPTS = [
@@ -133,6 +134,15 @@ def force_each_backend(
     for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
         reference = prior.get("completions")
     rows = []
+    for stale in leftover_servers(store.path / "servers.jsonl"):
+        # A server an earlier, crashed run of this same run id started and never stopped. It is reported,
+        # not killed: its pid may since have been reused by an unrelated program.
+        note = {"engine": stale.get("engine"), "pid": stale.get("pid"), "pgid": stale.get("pgid"), "port": stale.get("port"),
+                "cmd": stale.get("cmd"), "action": "reported, not stopped"}
+        if not store.done("stale_servers", pid=note["pid"], port=note["port"]):
+            store.append("stale_servers", note)
+        say(f"warning: a server from an earlier run of {store.path.name} still runs (pid {note['pid']}, port {note['port']}): "
+            f"servebook leaves it alone; stop it with `kill -- -{note['pgid']}` once you have checked it is yours")
     for backend in backends:
         label = backend or "auto"
         if store.done("backends", engine=engine.name, attention=label):
@@ -140,15 +150,24 @@ def force_each_backend(
             rows.extend(store.find("backends", engine=engine.name, attention=label))
             continue
         row = {"engine": engine.name, "engine_version": version, "attention": label}
-        launch = engine.launch(str(model_dir), attention=backend)
+        t0 = time.monotonic()
+        try:
+            launch = engine.launch(str(model_dir), attention=backend)
+        except EngineError as exc:  # nothing was started: the engine's own CLI refuses the flag or value, or cannot be read
+            row.update(outcome="rejected" if isinstance(exc, CLIRejected) else "failed", error=str(exc),
+                       seconds=round(time.monotonic() - t0, 1))
+            store.append("backends", row)
+            rows.append(row)
+            say(f"{engine.name} {label}: {row['outcome']} before start ({exc})")
+            continue
         row["launch"] = launch.shell()
         log_path = store.path / "logs" / f"{engine.name}-{label}.log"
-        t0 = time.monotonic()
         try:
             with Server.start(launch, log_path, ready_timeout=ready_timeout, registry=store.path / "servers.jsonl",
                               progress=say) as srv:
                 row["ready_s"] = srv.ready_s
-                row["reported"] = _reported_backend(engine, srv)
+                reported = _reported_backend(engine, srv)
+                row["reported"], row["reported_source"] = reported.get("attention"), reported.get("source")
                 try:
                     completions = greedy_completions(srv.base_url, engine.served_model_name(str(model_dir)), PROBE_PROMPTS, max_tokens)
                 except ServebookError as exc:
@@ -163,8 +182,9 @@ def force_each_backend(
                 row.update(rate)
                 if not srv.alive():
                     row.update(outcome="crashed", error="the server exited during the run", log_tail=srv.log_tail(15))
-                elif row["reported"] and backend and row["reported"] != backend:
-                    row.update(outcome="overridden", error=f"asked for {backend}, the engine reports {row['reported']}")
+                elif _overridden(engine, backend, reported):
+                    row.update(outcome="overridden", error=f"asked for {backend}, the engine reports {row['reported']} "
+                                                           f"(from its {row['reported_source']})")
                 elif row.get("agreement") is not None and row["agreement"] < 0.5:
                     row.update(outcome="wrong output", error=f"only {row['agreement']:.0%} of tokens agree with the default backend")
                 else:
@@ -173,7 +193,8 @@ def force_each_backend(
             pass
         except ServerError as exc:
             rejected = backend is not None and _rejection(exc.log_tail, backend)
-            row.update(outcome="rejected" if rejected else "failed to start", error=rejected or str(exc),
+            row.update(outcome="rejected" if rejected else "failed to start",
+                       error=rejected or engine_error(exc.log_tail) or str(exc), server_error=str(exc),
                        log_tail=exc.log_tail[-2000:])
         except ServebookError as exc:
             row.update(outcome="failed", error=str(exc))
@@ -185,10 +206,34 @@ def force_each_backend(
     return rows
 
 
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
+
+
+def engine_error(log_tail: str) -> str | None:
+    """The engine's own error in a log tail: the last exception line of its traceback, else its last ERROR line."""
+    lines = [l.strip() for l in (log_tail or "").splitlines() if l.strip()]
+    for line in reversed(lines):
+        if _EXC_LINE.match(line):
+            return line[:400]
+    for line in reversed(lines):
+        if " ERROR " in f" {line} " or line.startswith("ERROR"):
+            return line[:400]
+    return None
+
+
+def _overridden(engine: EngineAdapter, backend: str | None, reported: dict) -> bool:
+    """A forced backend the engine reports it did not use (decode, and prefill where it says)."""
+    if not backend:
+        return False
+    seen = [reported.get("attention"), reported.get("prefill")]
+    return any(r and not engine.same_backend(backend, r) for r in seen)
+
+
 def _rejection(log_tail: str, backend: str) -> str | None:
     """The engine's own error line when it refused ``backend`` at start, else None."""
     for line in reversed(log_tail.splitlines()):
-        if "Error" in line and backend in line:
+        # an import failure that happens to name the backend's kernel package is not a refusal of the flag
+        if "Error" in line and backend in line and not re.search(r"ModuleNotFoundError|ImportError|No module named", line):
             return line.strip()[:400]
     return None
 
@@ -197,10 +242,7 @@ class _Recorded(Exception):
     """The row already says what went wrong."""
 
 
-def _reported_backend(engine: EngineAdapter, srv: Server) -> str | None:
-    """What the engine itself says it loaded (from its log)."""
+def _reported_backend(engine: EngineAdapter, srv: Server) -> dict:
+    """What the engine itself says it loaded: its server-info endpoint where it has one, else its log."""
     text = srv.log_path.read_text(errors="replace") if srv.log_path.exists() else ""
-    if engine.name == "transformers":
-        loaded = engine.loaded_from_log(text)
-        return loaded[-1]["attn"] if loaded else None
-    return None
+    return engine.reported_backend(engine.server_info(srv.base_url), text)

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from .errors import ServerError
 from .secrets import mask_value
 
-__all__ = ["Launch", "Server", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded"]
+__all__ = ["Launch", "Server", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner"]
 
 
 @dataclass
@@ -79,6 +79,23 @@ def port_listening(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(1.0)
         return s.connect_ex((host, port)) == 0
+
+
+def port_owner(port: int) -> dict | None:
+    """The process listening on ``port`` (``{"pid", "cmd"}``), when this user may see it; else None."""
+    try:
+        import psutil
+
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                try:
+                    cmd = " ".join(psutil.Process(conn.pid).cmdline())
+                except psutil.Error:
+                    cmd = "?"
+                return {"pid": conn.pid, "cmd": mask_value(cmd)}
+    except Exception:  # noqa: BLE001 - who holds a port is a courtesy in an error message
+        return None
+    return None
 
 
 def _group_alive(pgid: int) -> bool:
@@ -190,9 +207,11 @@ class Server:
         """
         say = progress or (lambda _m: None)
         if not port_is_free(launch.port, "127.0.0.1" if launch.host in ("0.0.0.0", "") else launch.host):
+            owner = port_owner(launch.port)
+            who = f" (pid {owner['pid']}: {owner['cmd'][:120]})" if owner else ""
             raise ServerError(
-                f"port {launch.port} on {launch.host} is already in use by another program; "
-                "stop it or let servebook pick a free port (port=0)"
+                f"port {launch.port} on {launch.host} is already in use by another program{who}; servebook does not "
+                "stop programs it did not start: stop it yourself if it is a leftover, or let servebook pick a free port (port=0)"
             )
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)

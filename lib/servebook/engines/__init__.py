@@ -12,12 +12,12 @@ usually laid out); by default it is the interpreter running servebook.
 from __future__ import annotations
 
 from ..errors import ParameterError
-from ._base import EngineAdapter, EngineSpec, parse_engine_spec
+from ._base import CLIRejected, EngineAdapter, EngineSpec, parse_engine_spec
 from .sglang import SGLangEngine
 from .transformers import TransformersEngine
 from .vllm import VLLMEngine
 
-__all__ = ["EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec"]
+__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec"]
 
 ENGINES: dict[str, type[EngineAdapter]] = {
     "transformers": TransformersEngine,
@@ -27,8 +27,26 @@ ENGINES: dict[str, type[EngineAdapter]] = {
 
 
 def get_engine(spec: str, python: str | None = None) -> EngineAdapter:
-    """The adapter for ``spec`` ("name" or "name==VERSION")."""
+    """The adapter for ``spec`` ("name" or "name==VERSION").
+
+    Without ``python``, SGLang and vLLM run in the interpreter that has them: this one when the engine is
+    installed here (at the pinned version, if one is given), else a cached environment prepared with
+    ``servebook engines add`` (chapter 02); failing both, this interpreter, whose ``require()`` then says
+    how to install it.
+    """
     parsed = parse_engine_spec(spec)
     if parsed.name not in ENGINES:
         raise ParameterError("engine", spec, f"valid engines: {', '.join(ENGINES)}")
+    if python is None and parsed.name != "transformers":
+        python = _prepared_python(parsed)
     return ENGINES[parsed.name](python=python, wanted_version=parsed.version)
+
+
+def _prepared_python(parsed: EngineSpec) -> str | None:
+    from ..errors import EngineError
+    from ..selection.envs import resolve_engine
+
+    try:
+        return resolve_engine(f"{parsed.name}=={parsed.version}" if parsed.version else parsed.name).python
+    except EngineError:
+        return None

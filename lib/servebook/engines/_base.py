@@ -12,7 +12,16 @@ from pathlib import Path
 from ..errors import EngineError, ParameterError
 from ..servers import Launch, free_port
 
+# (python, engine) -> the engine's CLI as read once per process (reading it imports the engine: seconds)
+_CLI_CACHE: dict[tuple[str, str], dict] = {}
+_CLI_SCRIPT = Path(__file__).parent / "launchers" / "cli_options.py"
+_RUNNER = Path(__file__).parent.parent / "selection" / "_runner.py"
+
 _SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(?:==\s*([0-9][0-9A-Za-z.+-]*))?\s*$")
+
+
+class CLIRejected(EngineError):
+    """The installed engine's own CLI does not know an option, or does not accept its value."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,76 @@ class EngineAdapter:
         """The engine's own list of valid attention backends (read from its code)."""
         raise NotImplementedError
 
+    # -- the engine's real CLI ---------------------------------------------------
+    def cli_options(self) -> dict:
+        """The server's options as this installed version's own argparse parser defines them.
+
+        ``{"method": "parser", "options": {"--port": {"dest": "port", "choices": None, "takes_value": True}, ...}}``;
+        read once per interpreter and process. Engines whose parser cannot be built here may fall back
+        to reading it from source (``method`` says which).
+        """
+        key = (self.python, self.name)
+        if key not in _CLI_CACHE:
+            _CLI_CACHE[key] = self._read_cli()
+        return _CLI_CACHE[key]
+
+    def _read_cli(self) -> dict:
+        return self._parser_cli()
+
+    def _parser_cli(self) -> dict:
+        from ..selection.envs import _SELECTION_LIBS, GPU_ONLY
+
+        # the same import stubs as chapter 02's what-if uses to import the engine (kernel libraries it tests for stay absent)
+        stubs = [m for m in GPU_ONLY if m not in _SELECTION_LIBS]
+        res = self._py_script([str(_CLI_SCRIPT), self.name, str(_RUNNER), json.dumps(stubs)], timeout=300)
+        for line in reversed(res.stdout.splitlines()):
+            if line.startswith("SERVEBOOK_CLI "):
+                return json.loads(line[len("SERVEBOOK_CLI "):])
+        err = [l for l in res.stderr.strip().splitlines() if l.strip()]
+        raise EngineError(f"could not build {self.name}'s own argument parser in {self.python} "
+                          f"({(err or ['no output'])[-1][:300]}); install the engine's requirements in that environment")
+
+    def _py_script(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        if not Path(self.python).exists():
+            raise EngineError(f"no Python interpreter at {self.python}; pass --engine-python with the path of the environment where {self.name} is installed")
+        from ..servers import run_bounded
+
+        return run_bounded([self.python, *argv], timeout=timeout)
+
+    def check_command(self, args: list[str], version: str | None = None) -> None:
+        """Every option in ``args`` must exist in this version's CLI, and a value with choices must be one of them.
+
+        Raises :class:`EngineError` naming the option, the installed version and the fix.
+        """
+        cli = self.cli_options()
+        options = cli["options"]
+        version = version or self.version() or "?"
+        i = 0
+        while i < len(args):
+            tok = args[i]
+            if not tok.startswith("-") or tok in ("-", "--"):
+                i += 1
+                continue
+            opt, eq, inline = tok.partition("=")
+            opt = self._option_name(opt)
+            spec = options.get(opt)
+            if spec is None:
+                near = sorted(o for o in options if o.lstrip("-").split("-")[0] == opt.lstrip("-").split("-")[0])[:6]
+                raise CLIRejected(
+                    f"{self.name} {version} has no option {opt} (its own parser, read by {cli.get('method')}, does not define it); "
+                    f"drop it or use a version that has it" + (f" (options of this version that start alike: {', '.join(near)})" if near else ""))
+            value = inline if eq else (args[i + 1] if spec.get("takes_value") and i + 1 < len(args) else None)
+            if spec.get("choices") and value is not None and value not in spec["choices"]:
+                raise CLIRejected(
+                    f"{self.name} {version} does not accept {opt} {value}: its parser allows {', '.join(spec['choices'])}; "
+                    f"pick one of those or use a version that has {value}")
+            i += 1 if eq or not spec.get("takes_value") else 2
+
+    @staticmethod
+    def _option_name(opt: str) -> str:
+        """The option as the engine's parser looks it up (engines that rewrite names before parsing override this)."""
+        return opt
+
     # -- launching -------------------------------------------------------------
     def launch(
         self,
@@ -106,14 +185,49 @@ class EngineAdapter:
         tp: int = 1,
         extra: list[str] | tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        check: bool = True,
     ) -> Launch:
+        """The launch of this engine's server; with ``check`` (default) every option is first checked
+        against the installed version's own CLI (:meth:`check_command`)."""
         port = port or free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1")
+        version = self.wanted_version or self.version()
         cmd, launch_env = self._command(model, port=port, host=host, attention=attention, tp=tp)
+        cmd = cmd + list(extra)
+        if check and self.checks_cli:
+            self.check_command(cmd[self._args_start:], version)
         launch_env.update(env or {})
-        return Launch(cmd=cmd + list(extra), port=port, host=host, env=launch_env, ready_path=self.ready_path,
+        return Launch(cmd=cmd, port=port, host=host, env=launch_env, ready_path=self.ready_path,
                       engine=self.name, description=f"{self.name} attention={attention or 'auto'}")
 
     ready_path = "/health"
+    checks_cli = False  # whether launch() checks the command against the engine's own parser
+    _args_start = 3  # where the server's own arguments begin in the command ([python, "-m", module, ...])
+
+    # -- what the running server says it loaded --------------------------------------
+    info_paths: tuple[str, ...] = ()  # endpoints that describe the running server, tried in order
+
+    def reported_backend(self, server_info: dict | None, log_text: str) -> dict:
+        """What the engine itself reports: ``{"attention": ..., "source": ..., ...}`` (attention None when silent)."""
+        return {"attention": None, "source": None}
+
+    def server_info(self, base_url: str, timeout: float = 10) -> dict | None:
+        """The first of :attr:`info_paths` that answers JSON, or None."""
+        import urllib.error
+        import urllib.request
+
+        for path in self.info_paths:
+            try:
+                with urllib.request.urlopen(base_url + path, timeout=timeout) as resp:
+                    data = json.loads(resp.read())
+                    if isinstance(data, dict):
+                        return {"_path": path, **data}
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
+        return None
+
+    @staticmethod
+    def same_backend(asked: str, reported: str) -> bool:
+        return asked.strip().lower() == reported.strip().lower()
 
     def _command(self, model: str, *, port: int, host: str, attention: str | None, tp: int) -> tuple[list[str], dict]:
         raise NotImplementedError

@@ -78,3 +78,9 @@ print(json.dumps(names))
     def loaded_from_log(log_text: str) -> list[dict]:
         """What the server reported for each loaded model (see ``launchers/transformers_serve.py``)."""
         return [m.groupdict() for m in _LOADED.finditer(log_text)]
+
+    def reported_backend(self, server_info, log_text):
+        """The launcher wrapper's own log line (``[servebook] loaded model=... attn_implementation=...``)."""
+        loaded = self.loaded_from_log(log_text)
+        return {"attention": loaded[-1]["attn"] if loaded else None,
+                "source": "launcher log ([servebook] loaded)" if loaded else None}

@@ -1,16 +1,62 @@
-"""vLLM: launch command and version detection (chapters 02/03 go deeper)."""
+"""vLLM: launch command checked against its own CLI, and the backend its log says it loaded.
+
+How a backend is forced depends on the version, and is decided from the installed code, not a table:
+
+- ``--attention-backend`` when the version's own parser defines it (vLLM PR #26315, "Add AttentionConfig and
+  change attention env vars to CLI arguments", which also deprecated the variable; 0.33.0 has the flag:
+  engine/arg_utils.py:1114);
+- else the ``VLLM_ATTENTION_BACKEND`` environment variable when the version's ``vllm/envs.py`` reads it
+  (0.10.2: envs.py:478; its parser has no attention flag); 0.33.0 no longer mentions the variable anywhere;
+- else an :class:`EngineError`.
+"""
 
 from __future__ import annotations
 
-from ._base import EngineAdapter
+import ast
+import re
+from pathlib import Path
+
+from ..errors import EngineError
+from ._base import CLIRejected, EngineAdapter
+
+ENV_VAR = "VLLM_ATTENTION_BACKEND"
+
+# What the workers log once the backend is chosen (cuda platform):
+#   0.33.0 vllm/platforms/cuda.py:448  logger.info("Using %s backend.", selected_backend)   (forced; an enum member:
+#          "Using AttentionBackendEnum.FLASH_ATTN backend.")
+#   0.33.0 vllm/platforms/cuda.py:509  "Using %s attention backend out of potential backends: %s."  (automatic)
+#   0.33.0 vllm/platforms/cpu.py:174,186 "Using %s backend." with the enum's name
+#   0.10.2 vllm/platforms/cuda.py:252-328 human names: "Using FlashInfer backend on V1 engine." etc.
+_AUTO = re.compile(r"Using (?P<name>[A-Z0-9_]+) attention backend out of potential backends")
+# 0.10.2's human names (vllm/platforms/cuda.py:252-328) -> the _Backend member a user forces
+_HUMAN = {
+    "FlashInfer": "FLASHINFER", "FlexAttention": "FLEX_ATTENTION", "Triton": "TRITON_ATTN",
+    "Flash Attention": "FLASH_ATTN", "Tree Attention": "TREE_ATTN", "XFormers": "XFORMERS",
+    "Cutlass MLA": "CUTLASS_MLA", "FlashInfer MLA": "FLASHINFER_MLA", "FlashMLA": "FLASHMLA",
+    "FlashAttention MLA": "FLASH_ATTN_MLA", "Triton MLA": "TRITON_MLA",
+}
+_FORCED = re.compile(r"Using (?:AttentionBackendEnum\.|_Backend\.)?(?P<name>[A-Z0-9_]+|"
+                     + "|".join(sorted(map(re.escape, _HUMAN), key=len, reverse=True)) + r") backend(?: on V1 engine)?\.")
 
 
-def _version_tuple(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits or 0))
-    return tuple(out)
+def _norm(name: str) -> str:
+    n = name.strip().upper()
+    return re.sub(r"_VLLM_V1$", "", n)
+
+
+def reported_from_log(text: str) -> str | None:
+    """The last backend vLLM's log says it is using, as the enum name a user would force."""
+    found = None
+    for line in text.splitlines():
+        m = _AUTO.search(line)
+        if m:
+            found = m.group("name")
+            continue
+        m = _FORCED.search(line)
+        if m and "vit attention" not in line:
+            name = m.group("name").strip()
+            found = _HUMAN.get(name, name)
+    return _norm(found) if found else None
 
 
 class VLLMEngine(EngineAdapter):
@@ -19,31 +65,125 @@ class VLLMEngine(EngineAdapter):
     module = "vllm"
     attention_flag = "--attention-backend"
     ready_path = "/health"
+    checks_cli = True
+    _args_start = 4  # [python, "-m", "vllm.entrypoints.cli.main", "serve", model, ...]
+    # /server_info exists only with VLLM_SERVER_DEV_MODE=1 (0.10.2 entrypoints/openai/api_server.py:1054;
+    # 0.33.0 entrypoints/serve/dev/server_info/api_router.py:43) and holds the config, not the chosen
+    # backend: the log is the source.
+    info_paths = ()
 
     def _command(self, model, *, port, host, attention, tp):
-        cmd = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", host, "--port", str(port),
+        # `vllm serve` (vllm/entrypoints/cli/main.py in 0.10.2 and 0.33.0); the api_server module is deprecated
+        # in 0.33.0 (entrypoints/openai/api_server.py:50).
+        cmd = [self.python, "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--host", host, "--port", str(port),
                "--tensor-parallel-size", str(tp)]
         env: dict[str, str] = {}
         if attention:
-            version = self.wanted_version or (self.version() or "0")
-            # Older releases read the backend from the environment only; newer ones have a flag.
-            if _version_tuple(version) >= (0, 11, 0):
-                cmd += [self.attention_flag, attention]
+            how = self.attention_mechanism()
+            if how == "flag":
+                cmd += [self.attention_flag, attention]  # its value is checked with the parser's choices
             else:
-                env["VLLM_ATTENTION_BACKEND"] = attention
+                # the variable is read late, by the workers: check the value against the version's own enum now
+                choices = self.attention_choices()
+                if attention not in choices:
+                    raise CLIRejected(f"vllm {self.version()} has no attention backend {attention} ({ENV_VAR} takes one of "
+                                      f"{', '.join(choices)}); pick one of those")
+                env[ENV_VAR] = attention
         return cmd, env
+
+    def attention_mechanism(self) -> str:
+        """"flag" or "env": how this installed version takes a forced backend (see the module docstring)."""
+        if self.attention_flag in self.cli_options()["options"]:
+            return "flag"
+        envs_py = self.package_dir() / "envs.py"
+        if envs_py.is_file() and f'"{ENV_VAR}"' in envs_py.read_text(errors="replace"):
+            return "env"
+        raise EngineError(f"vllm {self.version()} neither defines {self.attention_flag} nor reads {ENV_VAR}; "
+                          "servebook cannot force its attention backend: use another vLLM version")
+
+    def package_dir(self) -> Path:
+        code = "import importlib.util, json; s = importlib.util.find_spec('vllm'); print(json.dumps(s.origin if s else None))"
+        origin = self._py_json(code, "could not locate vllm", timeout=60)
+        if not origin:
+            raise EngineError(f"vllm is not installed in {self.python}; pass --engine-python of an environment that has it")
+        return Path(origin).parent
+
+    def _read_cli(self) -> dict:
+        try:
+            return self._parser_cli()
+        except EngineError as exc:
+            static = self._static_cli()
+            static["parser_error"] = str(exc)
+            return static
+
+    def _static_cli(self) -> dict:
+        """The option strings read from vLLM's source, for an environment where its parser cannot be built
+        (installed without its requirements): literal ``add_argument("--x", ...)`` calls of the engine and
+        frontend argument modules, and the frontend dataclass fields that ``FrontendArgs.add_cli_args`` turns
+        into ``--field-name``. No choices (those come from enums at run time)."""
+        pkg = self.package_dir()
+        files = [pkg / "engine" / "arg_utils.py", pkg / "entrypoints" / "openai" / "cli_args.py",
+                 pkg / "entrypoints" / "common" / "cli_args.py"]
+        options: dict[str, dict] = {}
+        for f in files:
+            if not f.is_file():
+                continue
+            tree = ast.parse(f.read_text(errors="replace"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                    names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]
+                    store_true = any(k.arg == "action" and isinstance(k.value, ast.Constant) and k.value.value in ("store_true", "store_false")
+                                     for k in node.keywords)
+                    for n in names:
+                        options[n] = {"dest": names[0].lstrip("-").replace("-", "_"), "choices": None, "takes_value": not store_true}
+                if isinstance(node, ast.ClassDef) and node.name.endswith("FrontendArgs"):
+                    for item in node.body:
+                        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                            opt = "--" + item.target.id.replace("_", "-")
+                            options.setdefault(opt, {"dest": item.target.id, "choices": None, "takes_value": True})
+        if not options:
+            raise EngineError(f"could not read vLLM's options from {pkg}; is it a vLLM installation?")
+        return {"method": "source", "options": options}
+
+    @staticmethod
+    def _option_name(opt: str) -> str:
+        # FlexibleArgumentParser.parse_args rewrites "--a_b" to "--a-b" and reads "--x.key" as a key of the
+        # config option --x (0.33.0 vllm/utils/argparse_utils.py:374-392 and :450-470).
+        if not opt.startswith("--"):
+            return opt
+        return "--" + opt[2:].split(".", 1)[0].replace("_", "-")
+
+    def reported_backend(self, server_info, log_text):
+        name = reported_from_log(log_text)
+        return {"attention": name, "source": "startup log (Using ... backend)" if name else None}
+
+    @staticmethod
+    def same_backend(asked: str, reported: str) -> bool:
+        return _norm(asked) == _norm(reported)
 
     def attention_choices(self) -> list[str]:
         """The members of vLLM's own backend enum."""
+        if self._choices is None:
+            self._choices = self._read_choices()
+        return self._choices
+
+    _choices: list[str] | None = None
+
+    def _read_choices(self) -> list[str]:
         code = r"""
 import json
-try:
-    from vllm.attention.backends.registry import AttentionBackendEnum as E
-except Exception:
+E = None
+for mod, attr in (("vllm.v1.attention.backends.registry", "AttentionBackendEnum"),
+                  ("vllm.attention.backends.registry", "AttentionBackendEnum"),
+                  ("vllm.attention.backends.registry", "_Backend"), ("vllm.platforms.interface", "_Backend")):
     try:
-        from vllm.attention.backends.registry import _Backend as E
+        E = getattr(__import__(mod, fromlist=[attr]), attr)
+        break
     except Exception:
-        from vllm.platforms.interface import _Backend as E
-print(json.dumps(sorted(m.name for m in E)))
+        continue
+print(json.dumps(sorted(m.name for m in E) if E is not None else None))
 """
-        return self._py_json(code, "could not read vLLM's attention backends", timeout=300)
+        names = self._py_json(code, "could not read vLLM's attention backends", timeout=300)
+        if names is None:
+            raise EngineError(f"vLLM's attention backend enum could not be imported in {self.python}; install its requirements there")
+        return names

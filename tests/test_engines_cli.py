@@ -1,0 +1,225 @@
+"""Chapter 03 engines: launch flags against the engines' real CLIs, the backend they report, sweep lifecycle.
+
+Fast tests use real strings from the engines' source and real processes; ``envs`` tests use the cached engine
+environments (servebook.selection.envs, no GPU dependencies) and the engines' own parsers.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from servebook.backends import _overridden, engine_error, force_each_backend
+from servebook.engines import CLIRejected, EngineAdapter, get_engine
+from servebook.engines.vllm import reported_from_log
+from servebook.errors import EngineError, ServerError
+from servebook.results import RunStore
+from servebook.servers import Launch, Server, free_port, port_listening
+
+
+# -- what the engines report (strings as the engines' own code formats them) ----------------------------
+def test_vllm_log_lines():
+    # 0.33.0 vllm/platforms/cuda.py:448  logger.info("Using %s backend.", selected_backend)  (an enum member)
+    assert reported_from_log("INFO 11-29 [cuda.py:448] Using %s backend." % "AttentionBackendEnum.FLASH_ATTN") == "FLASH_ATTN"
+    # 0.33.0 vllm/platforms/cuda.py:509  automatic choice
+    line = "Using %s attention backend out of potential backends: %s." % ("FLASHINFER", "['FLASHINFER', 'TRITON_ATTN']")
+    assert reported_from_log("x\n" + line + "\nother") == "FLASHINFER"
+    # 0.10.2 vllm/platforms/cuda.py:252 and :322 (human names, V1 engine)
+    assert reported_from_log("Using %s backend on V1 engine." % "Triton MLA") == "TRITON_MLA"
+    assert reported_from_log("Using Flash Attention backend on V1 engine.") == "FLASH_ATTN"
+    # not a backend choice: 0.10.2 cuda.py:342 layout note, 0.33.0 cpu.py:329 SSM storage, vit attention
+    assert reported_from_log("Using FlashInfer backend with HND KV cache layout on V1 engine.") is None
+    assert reported_from_log("Using %s SSM state storage for the CPU accelerated GDN backend." % "shared") is None
+    assert reported_from_log("Using backend TORCH_SDPA for vit attention") is None
+    # the env var of 0.10.2 is spelled with the _VLLM_V1 suffix for some members; the same backend
+    assert get_engine("vllm").same_backend("TRITON_ATTN_VLLM_V1", "TRITON_ATTN")
+
+
+def test_sglang_reports_and_overridden():
+    sg = get_engine("sglang")
+    # /server_info of 0.5.9 is dataclasses.asdict(server_args) (http_server.py:593)
+    info = {"_path": "/server_info", "attention_backend": "triton", "prefill_attention_backend": None, "decode_attention_backend": None}
+    r = sg.reported_backend(info, "")
+    assert (r["attention"], r["prefill"], r["source"]) == ("triton", "triton", "/server_info")
+    assert not _overridden(sg, "triton", r)
+    # forced flashinfer, the server resolved decode to triton: overridden
+    info2 = dict(info, attention_backend="flashinfer", decode_attention_backend="triton")
+    assert _overridden(sg, "flashinfer", sg.reported_backend(info2, ""))
+    # no endpoint answer: the startup log line (0.5.9 engine.py:156 f"{server_args=}", 0.5.23 engine.py:311 dict form)
+    old = "[2026-11-29] server_args=ServerArgs(model_path='/m', prefill_attention_backend=None, attention_backend='fa3', decode_attention_backend=None)"
+    new = "[2026-11-29] server_args={'model_path': '/m', 'prefill_attention_backend': 'fa3', 'attention_backend': 'triton'}"
+    assert sg.reported_backend(None, old)["attention"] == "fa3"
+    r = sg.reported_backend(None, new)
+    assert (r["attention"], r["prefill"]) == ("triton", "fa3") and _overridden(sg, "triton", r)
+    assert sg.reported_backend(None, "nothing here")["attention"] is None
+
+
+def test_engine_error_is_the_engines_own_line():
+    tail = "INFO loading\nTraceback (most recent call last):\n  File \"x.py\", line 3\nModuleNotFoundError: No module named 'torchvision'\n"
+    assert engine_error(tail) == "ModuleNotFoundError: No module named 'torchvision'"
+    assert engine_error("[2026] ERROR scheduler: CUDA out of memory\nbye") == "[2026] ERROR scheduler: CUDA out of memory"
+    assert engine_error("all fine") is None
+
+
+# -- sweep lifecycle with real processes -----------------------------------------------------------------
+_MARK = f"servebook-hang-{os.getpid()}-{time.time_ns()}"  # unique: other test runs on the host use sleeps too
+_HANG = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # {_MARK}']); "
+         f"time.sleep(600)  # {_MARK}")
+_CRASH = "import sys; print('loading'); print('Traceback (most recent call last):'); print('RuntimeError: no kernel image for this device'); sys.exit(1)"
+
+
+class _ScriptEngine(EngineAdapter):
+    """A stand-in engine whose 'server' for each backend is a small real program (hangs, or crashes)."""
+
+    name = "script"
+    package = "servebook"
+
+    def version(self):
+        return "0"
+
+    def _command(self, model, *, port, host, attention, tp):
+        code = {"hang": _HANG, "crash": _CRASH}[attention]
+        return [sys.executable, "-c", code], {}
+
+
+def _ours(marker):
+    return [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+
+
+def test_sweep_kills_a_hanging_start_continues_and_resumes(embedded_model, tmp_path):
+    store = RunStore.open(tmp_path, "local", "lifecycle")
+    rows = force_each_backend(_ScriptEngine(), embedded_model, ["hang", "crash"], store, ready_timeout=3, progress=None)
+    by = {r["attention"]: r for r in rows}
+    assert by["hang"]["outcome"] == "failed to start" and "did not answer" in by["hang"]["server_error"]
+    assert by["hang"]["port_free_after"] and not _ours(_MARK)  # the server and its child are gone
+    # the sweep went on after the hang; the crash is recorded with the program's own error line
+    assert by["crash"]["outcome"] == "failed to start"
+    assert by["crash"]["error"] == "RuntimeError: no kernel image for this device"
+    # re-run under the same run id: both are skipped, nothing is started again
+    said = []
+    again = force_each_backend(_ScriptEngine(), embedded_model, ["hang", "crash"], RunStore.at(store.path), ready_timeout=3,
+                               progress=said.append)
+    assert len(store.rows("backends")) == 2 and [r["outcome"] for r in again] == ["failed to start"] * 2
+    assert sum("already measured" in m for m in said) == 2
+
+
+def test_stale_server_is_reported_not_killed(embedded_model, tmp_path):
+    port = free_port()
+    code = f"import http.server, socketserver; socketserver.TCPServer(('127.0.0.1', {port}), http.server.SimpleHTTPRequestHandler).serve_forever()"
+    stale = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        while not port_listening(port) and time.time() < deadline:
+            time.sleep(0.1)
+        store = RunStore.open(tmp_path, "local", "crashed-before")
+        # what an earlier run that crashed left in the registry: started, never stopped
+        (store.path / "servers.jsonl").write_text(json.dumps({"event": "started", "pid": stale.pid, "pgid": stale.pid, "port": port,
+                                                              "engine": "sglang", "cmd": "python -m sglang.launch_server", "time": 0}) + "\n")
+        said = []
+        force_each_backend(_ScriptEngine(), embedded_model, [], store, progress=said.append)
+        (row,) = store.rows("stale_servers")
+        assert (row["pid"], row["port"], row["action"]) == (stale.pid, port, "reported, not stopped")
+        assert any(f"pid {stale.pid}" in m and "leaves it alone" in m for m in said)
+        assert stale.poll() is None and port_listening(port)  # still running: not killed blindly
+        # starting a server on its port is refused, naming who holds it, without touching it
+        with pytest.raises(ServerError, match=f"pid {stale.pid}") as info:
+            Server.start(Launch(cmd=[sys.executable, "-c", "pass"], port=port), tmp_path / "log", progress=None)
+        assert "does not stop programs it did not start" in str(info.value) and stale.poll() is None
+    finally:
+        os.killpg(stale.pid, signal.SIGKILL)
+        stale.wait()
+
+
+# -- the engines' real CLIs (cached environments) ---------------------------------------------------------
+def _env_python(spec):
+    from servebook.selection.envs import resolve_engine
+
+    try:
+        return resolve_engine(spec).python
+    except EngineError:
+        from servebook.selection import add_engine
+
+        return add_engine(spec, progress=None, requirements=not spec.startswith("vllm==0.33")).python
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_sglang_flags_against_two_real_clis(embedded_model, tmp_path):
+    old = get_engine("sglang==0.5.9", python=_env_python("sglang==0.5.9"))
+    new = get_engine("sglang==0.5.23", python=_env_python("sglang==0.5.23"))
+    assert get_engine("sglang==0.5.9").python == old.python  # a pinned spec finds its prepared environment
+    for eng in (old, new):
+        assert eng.cli_options()["method"] == "parser"
+        launch = eng.launch(str(tmp_path), attention="triton")  # every flag checked against this version's parser
+        assert launch.cmd[3:] == ["--model-path", str(tmp_path), "--host", "127.0.0.1", "--port", str(launch.port),
+                                  "--tensor-parallel-size", "1", "--attention-backend", "triton"]
+        assert "triton" in eng.attention_choices()
+    # observed in the two parsers: cutlass_mla is a choice of 0.5.9's --attention-backend, not of 0.5.23's
+    old.launch(str(tmp_path), attention="cutlass_mla")
+    with pytest.raises(CLIRejected, match=r"sglang 0\.5\.23 does not accept --attention-backend cutlass_mla: its parser allows .*triton"):
+        new.launch(str(tmp_path), attention="cutlass_mla")
+    # and --cuda-graph-max-bs is an option of 0.5.9 that 0.5.23's parser no longer defines
+    old.launch(str(tmp_path), extra=["--cuda-graph-max-bs", "8"])
+    with pytest.raises(CLIRejected, match=r"sglang 0\.5\.23 has no option --cuda-graph-max-bs .*use a version that has it"):
+        new.launch(str(tmp_path), extra=["--cuda-graph-max-bs", "8"])
+    # in the sweep: recorded as rejected before anything starts, the sweep goes on
+    store = RunStore.open(tmp_path, "local", "sglang-cli")
+    (row,) = force_each_backend(new, embedded_model, ["cutlass_mla"], store, progress=None)
+    assert row["outcome"] == "rejected" and "sglang 0.5.23 does not accept --attention-backend cutlass_mla" in row["error"]
+    assert "launch" not in row and not (store.path / "logs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_vllm_0102_takes_the_env_var(tmp_path):
+    # 0.10.2: its own parser (built in its interpreter) has no --attention-backend; envs.py reads VLLM_ATTENTION_BACKEND
+    old = get_engine("vllm==0.10.2", python=_env_python("vllm==0.10.2"))
+    cli = old.cli_options()
+    assert cli["method"] == "parser" and "--attention-backend" not in cli["options"]
+    assert old.attention_mechanism() == "env"
+    launch = old.launch(str(tmp_path), attention="FLASHINFER")
+    assert launch.env == {"VLLM_ATTENTION_BACKEND": "FLASHINFER"} and "--attention-backend" not in launch.cmd
+    assert launch.cmd[3:6] == ["serve", str(tmp_path), "--host"]
+    with pytest.raises(CLIRejected, match="vllm 0.10.2 has no attention backend NO_SUCH"):
+        old.launch(str(tmp_path), attention="NO_SUCH")
+    with pytest.raises(EngineError, match=r"vllm 0\.10\.2 has no option --attention-backend"):
+        old.launch(str(tmp_path), extra=["--attention-backend", "FLASHINFER"])
+    # the source reading used where the parser cannot be built adds no option the real parser lacks
+    static = old._static_cli()["options"]
+    assert {"--model", "--host", "--port", "--tensor-parallel-size"} <= set(static)
+    assert set(static) <= set(cli["options"]), sorted(set(static) - set(cli["options"]))
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_vllm_033_takes_the_flag(tmp_path):
+    # 0.33.0 (cached without its requirements: its parser cannot be built here, its source is read): the flag
+    new = get_engine("vllm==0.33.0", python=_env_python("vllm==0.33.0"))
+    assert new.cli_options()["method"] in ("parser", "source")
+    assert new.attention_mechanism() == "flag"
+    launch = new.launch(str(tmp_path), attention="TRITON_ATTN")
+    assert launch.cmd[-2:] == ["--attention-backend", "TRITON_ATTN"] and "VLLM_ATTENTION_BACKEND" not in launch.env
+    with pytest.raises(CLIRejected, match=r"vllm 0\.33\.0 has no option --no-such-flag"):
+        new.launch(str(tmp_path), extra=["--no-such-flag"])
+    # spellings vLLM's FlexibleArgumentParser accepts: underscores, and a key of a config option
+    new.launch(str(tmp_path), extra=["--max_model_len", "512", "--attention-config.flash_attn_version", "3"])
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_forced_sglang_without_gpu_fails_to_start_with_its_own_error(embedded_model, tmp_path):
+    eng = get_engine("sglang==0.5.9", python=_env_python("sglang==0.5.9"))
+    store = RunStore.open(tmp_path, "local", "sglang-cpu")
+    (row,) = force_each_backend(eng, embedded_model, ["triton"], store, ready_timeout=240, progress=None)
+    assert row["outcome"] == "failed to start", row
+    assert "exited with code" in row["server_error"]
+    # the recorded error is SGLang's own last line, and it is in the server's log
+    log = (store.path / "logs" / "sglang-triton.log").read_text()
+    assert row["error"] != row["server_error"] and row["error"] in log and row["error"] == engine_error(log)
+    assert "--attention-backend triton" in row["launch"] and row["port_free_after"]
