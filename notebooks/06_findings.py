@@ -167,7 +167,7 @@ pd.DataFrame(f.failures) if f.failures else Markdown("No step failed in this run
 # %%
 others = [p.strip() for p in compare_with.split(",") if p.strip()]
 if others:
-    comparison = sbf.compare_runs([str(store.path), *others])
+    comparison = sbf.compare_runs([str(store.path), *others], name="compare_with")
     display(Markdown(sbf.compare_markdown(comparison)))
 else:
     print("compare_with is empty: no other run to compare with (servebook book ... -p compare_with=DIR1,DIR2)")

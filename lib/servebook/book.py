@@ -429,7 +429,7 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"
         f"<tr><th>date</th><td>{html.escape(date)} (finished {html.escape(str(manifest.get('finished')))})</td></tr>"
         f"<tr><th>run</th><td>{html.escape(str(manifest.get('run_id') or store.path.name))} &middot; servebook "
-        f"{html.escape(str(manifest.get('servebook_version')))} ({html.escape(str(manifest.get('git_revision')))})</td></tr></table>"
+        f"{html.escape(str(manifest.get('servebook_version')))} ({html.escape(str(manifest.get('git_revision') or 'git revision not recorded'))})</td></tr></table>"
     )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook: {html.escape(str(manifest.get('run_id') or ''))}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5}}th{{text-align:left;padding-right:1em;vertical-align:top}}li{{margin:.3em 0}}

@@ -279,6 +279,14 @@ def nccl(store: RunStore) -> dict | None:
         out["predicted_ms_per_token"] = _num(chosen["ms_per_token"]) if chosen is not None else None
         out["predicted_delta_ms"] = _num(chosen["delta_ms_vs_default"]) if chosen is not None else None
         out["allreduces_per_token"] = int(b1["allreduces_per_token"].iloc[0])
+        others = b1[(b1.index != "default") & b1["sum_ok"]].sort_values("ms_per_token")
+        if len(others):
+            r = others.iloc[0]
+            mine = pred[pred["setting"] == others.index[0]]
+            slower = mine[mine["delta_ms_vs_default"] > mine["ms_per_token"] * 0.05]  # recommend()'s no-regression rule
+            out["runner_up"] = {"setting": others.index[0], "us": _num(r["us_per_allreduce"]), "ms_per_token": _num(r["ms_per_token"]),
+                                "delta_ms": _num(r["delta_ms_vs_default"]),
+                                "slower_at_batches": sorted(int(b) for b in slower["batch"].unique())}
     # The end-to-end effect needs an engine at TP>1 benchmarked with and without the env: look for it.
     tagged = [r for r in store.rows("bench_summary") if r.get("nccl_env")]
     out["measured_effect"] = tagged or None
@@ -378,12 +386,17 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
 
 
 def failures(store: RunStore) -> list[dict]:
-    """Distinct recorded failures, with how often each happened."""
-    seen: dict[tuple, int] = {}
+    """Distinct recorded failures (by error text), how often each happened, and the steps it hit."""
+    seen: dict[str, dict] = {}
     for r in store.rows("failures"):
-        key = (str(r.get("step")), str(r.get("error"))[:200])
-        seen[key] = seen.get(key, 0) + 1
-    return [{"step": k[0], "error": k[1], "times": n} for k, n in seen.items()]
+        err = " ".join(str(r.get("error")).split())[:200]
+        item = seen.setdefault(err, {"error": err, "times": 0, "steps": []})
+        item["times"] += 1
+        if str(r.get("step")) not in item["steps"]:
+            item["steps"].append(str(r.get("step")))
+    return [{"error": v["error"], "times": v["times"],
+             "steps": ", ".join(v["steps"][:3]) + (f" and {len(v['steps']) - 3} more" if len(v["steps"]) > 3 else "")}
+            for v in seen.values()]
 
 
 # -- the chapter's conclusions -----------------------------------------------------------------------------
@@ -440,6 +453,9 @@ def _claims(f: Findings) -> list[Claim]:
                 f"single stream (greedy output {(_num(b.get('best_agreement')) or 0):.0%} equal to the default's)")
         if b.get("default_tok_s") is not None:
             best += f"; the default (`{b.get('default_reported') or 'auto'}`) ran {_fmt(b['default_tok_s'])} ± {_fmt(b['default_ci95'])}"
+        if b.get("best_reported") and b.get("best_reported") == b.get("default_reported") and b.get("best") != f"auto ({b['best_reported']})":
+            best += (f"; forced `{b['best']}` loads the same implementation as the default, so their difference is "
+                     "run-to-run noise")
         if b["change_supported"]:
             c.append(Claim("03", best + ": faster beyond both 95% intervals, a change is supported", H_SWEEP))
         else:
@@ -462,7 +478,17 @@ def _claims(f: Findings) -> list[Claim]:
         head = (f"NCCL ({n.get('world_size')} GPUs, {n['settings']} settings, {n['mode']}-replayed): at the batch-1 message "
                 f"({n['b1_bytes']} B) the default took {_fmt(n.get('default_us'))} us per all-reduce")
         if n.get("setting") in (None, "default"):
-            c.append(Claim("04", head + f"; keep NCCL's defaults: {n.get('reason')}", H_NCCL_PRED, False))
+            ru = n.get("runner_up")
+            alt = (f"; the best other setting, `{ru['setting']}`, took {_fmt(ru['us'])} us, a predicted "
+                   f"{_fmt(ru['delta_ms'], 3)} ms per token against {_fmt(n.get('default_ms_per_token'), 3)} ms with the defaults "
+                   f"({n.get('allreduces_per_token')} all-reduces per token, {n.get('layers')} layers of {n.get('model')})"
+                   if ru and n.get("default_ms_per_token") is not None else "")
+            if ru and ru.get("slower_at_batches"):
+                verdict = (f": but it is more than 5% slower than the defaults at decode batch "
+                           f"{', '.join(map(str, ru['slower_at_batches']))}, so keep NCCL's defaults")
+            else:
+                verdict = ": within the 5% the book treats as noise, so keep NCCL's defaults"
+            c.append(Claim("04", head + alt + verdict, H_NCCL_PRED, False))
         else:
             c.append(Claim("04", head + f"; best: `{n['setting']}` at {_fmt(n.get('best_us'))} us. Predicted effect: "
                            f"{_fmt(n.get('predicted_delta_ms'), 3)} ms per token ({n.get('allreduces_per_token')} all-reduces per token, "
@@ -574,7 +600,8 @@ def check_yourself(store: RunStore, chapter: str) -> list[tuple[str, str]]:
         n = f.nccl
         if n and n.get("backend") == "nccl":
             qa.append(("Which NCCL variables would you export for tensor parallelism on this host, and what is the predicted gain per token?",
-                       ("None: " + str(n.get("reason")) if n.get("setting") in (None, "default") else
+                       ("None. " + next((c.text for c in f.claims if c.chapter == "04"), "") + "."
+                        if n.get("setting") in (None, "default") else
                         f"`{n['setting']}`: {_fmt(n.get('predicted_delta_ms'), 3)} ms per token predicted; not yet confirmed end to end.")))
         elif n:
             qa.append(("Why does this run give no NCCL recommendation?",
@@ -632,16 +659,17 @@ def _summary(store: RunStore) -> dict:
     return row
 
 
-def compare_runs(paths: list[str | Path]):
+def compare_runs(paths: list[str | Path], name: str = "runs"):
     """Runs side by side: one column per run, one row per quantity, deltas against the first run.
 
-    Partial runs are fine: a quantity a run did not record shows as ``missing``.
+    Partial runs are fine: a quantity a run did not record shows as ``missing``. ``name`` is the parameter
+    that carried the paths, for the error message.
     """
     import pandas as pd
 
     if len(paths) < 2:
-        raise ParameterError("runs", ", ".join(map(str, paths)) or "(none)", "at least two run directories")
-    stores = [open_run(p, "runs") for p in paths]
+        raise ParameterError(name, ", ".join(map(str, paths)) or "(none)", "at least two run directories")
+    stores = [open_run(p, name) for p in paths]
     names, seen = [], set()
     for s in stores:
         name = s.manifest.get("run_id") or s.path.name
