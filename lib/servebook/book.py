@@ -252,7 +252,7 @@ def _coerce_declared(name: str, value: Any, spec: dict) -> Any:
 
 
 def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store: RunStore, executed_dir: Path,
-             cell_timeout: int | None) -> tuple[str, str | None]:
+             cell_timeout: int | None, run_dir_arg: str | None = None) -> tuple[str, str | None]:
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -260,7 +260,7 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
     source = executed_dir / f"{chapter.stem}.source.ipynb"
     target = executed_dir / f"{chapter.stem}.ipynb"
     nbformat.write(_read_notebook(chapter.source), source)
-    given = {"run_dir": str(store.path.resolve()), **values, **extra}
+    given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     try:
         papermill.execute_notebook(
@@ -288,6 +288,7 @@ _NAV_CSS = """
 .sb-nav a{color:#0969da;text-decoration:none}.sb-nav .sb-here{font-weight:600}
 .sb-failed{background:#ffebe9;border:1px solid #ff8182;padding:.6em 1em;margin:1em;font-family:system-ui,sans-serif}
 details{margin:.3em 0 .8em}summary{cursor:pointer;color:#0969da}
+h1[id],h2[id],h3[id],h4[id]{scroll-margin-top:3.5em}
 </style>
 """
 
@@ -354,7 +355,13 @@ def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_ti
     executed_dir = store.path / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout)
+    # Chapter 06 runs with the book's root as its working directory: a run inside the book is named relative
+    # to it, so the rendered page shows a path that means something on any checkout.
+    try:
+        run_dir_arg = str(store.path.resolve().relative_to(book_root().resolve()))
+    except ValueError:
+        run_dir_arg = None
+    status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout, run_dir_arg)
     row = {"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error,
            "seconds": round(time.monotonic() - t0, 1), "refreshed": True}
     store.append("chapters", row)
