@@ -196,3 +196,49 @@ def test_compare_errors(tmp_path, capsys):
     assert "run directory" in capsys.readouterr().err
     with pytest.raises(ParameterError):
         sbf.compare_runs([H200])
+
+
+def test_chapter_06_reads_and_never_measures(tmp_path):
+    """Chapter 06 executed for real on a copy of the H200 run: it succeeds, compares, and writes no table but ``chapters``."""
+    import hashlib
+    import shutil
+
+    import nbformat
+
+    from servebook.book import refresh_findings
+
+    run = tmp_path / "h200x2-book"
+    shutil.copytree(H200, run)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run.glob("*.jsonl") if p.name != "chapters.jsonl"}
+    row = refresh_findings(run, compare_with=str(ONE_GPU))
+    assert row["status"] == "ok", row["error"]
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run.glob("*.jsonl") if p.name != "chapters.jsonl"}
+    assert after == before
+    nb = nbformat.read(run / "notebooks" / "06_findings.ipynb", as_version=4)
+    outputs = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = json.dumps(outputs)
+    assert "| quantity | h200x2-book | 1gpu |" in text and "Check yourself" in json.dumps([c.source for c in nb.cells])
+    assert "<details>" in text
+
+
+def test_launch_command_for_a_tp_engine(tmp_path):
+    """Two GPUs, SGLang with a backend faster beyond the intervals, NCCL_PROTO=LL faster at every decode size:
+    the command forces both. The rows are written the way chapters 01, 03 and 04 write them."""
+    store = RunStore.at(tmp_path / "run")
+    store.write_manifest({"parameters": {"engine": "sglang", "model": "embedded"}})
+    for i in range(2):
+        store.append("gpus", {"index": i, "name": "NVIDIA H200", "capability": "9.0", "family": "sm_90 Hopper"})
+    for att, rate, ci, rep in (("auto", 40.0, 1.0, "fa3"), ("flashinfer", 55.0, 1.5, "flashinfer")):
+        store.append("backends", {"engine": "sglang", "engine_version": "0.5.9", "attention": att, "outcome": "ok",
+                                  "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0})
+    for setting, us in (("default", 12.0), ("NCCL_PROTO=LL", 8.0)):
+        for batch in (1, 2):
+            store.append("allreduce", {"backend": "nccl", "world_size": 2, "setting": setting, "mode": "graph", "path": "torch",
+                                       "bytes": 512 * batch, "batch": batch, "size_source": "model", "us_median": us * (1 + batch / 10),
+                                       "sum_ok": True, "shape_study": False})
+    f = sbf.collect(store)
+    assert f.nccl["setting"] == "NCCL_PROTO=LL" and f.nccl["predicted_delta_ms"] < 0
+    (launch,) = f.launch
+    assert launch["command"] == "NCCL_PROTO=LL python -m sglang.launch_server --model-path MODEL --tp 2 --attention-backend flashinfer"
+    assert any(c.chapter == "04" and c.supported and "NCCL_PROTO=LL" in c.text for c in f.claims)
