@@ -9,6 +9,7 @@ HOST ?= local
 ENGINE ?= transformers
 MODEL ?= embedded
 ARGS ?=
+RUN ?=
 TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: book html test env model clean help
@@ -16,7 +17,7 @@ TORCH_WHEELS ?= /opt/wheels
 help:
 	@echo "make book   - create the environment if missing, build the embedded model, run every chapter, render $(OUT)"
 	@echo "make test   - the full test suite"
-	@echo "make html   - re-render the newest run as the book"
+	@echo "make html   - re-render the newest run as the book (RUN=DIR for another, e.g. RUN=data/runs/h200x2-book)"
 	@echo "make env    - create/refresh the environment ($(VENV))"
 
 $(VENV)/.installed: pyproject.toml
@@ -41,7 +42,8 @@ book: env
 	$(VENV)/bin/servebook book --host $(HOST) --engine $(ENGINE) --model $(MODEL) --out $(OUT) --runs $(RUNS) $(ARGS)
 
 html: env
-	@run=$$(ls -d $(RUNS)/*/*/ 2>/dev/null | sort | tail -1); test -n "$$run" || { echo "no run under $(RUNS)/: run make book first"; exit 1; }; \
+	@run="$(RUN)"; test -n "$$run" || run=$$(ls -td $(RUNS)/*/*/ 2>/dev/null | head -1); \
+	test -n "$$run" || { echo "no run under $(RUNS)/: run make book first (or make html RUN=data/runs/h200x2-book)"; exit 1; }; \
 	$(VENV)/bin/servebook html $$run --out $(OUT)
 
 test: env

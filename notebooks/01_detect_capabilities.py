@@ -198,3 +198,12 @@ if not failures.empty:
 # We now know the capability each engine will branch on, and whether its own helpers agree. Chapter 02
 # (`02_read_backend_selection`) reads each engine's backend-selection code and shows which attention
 # and MoE backends it picks for this GPU (or for a profile) and which condition decided it.
+
+# %% [markdown]
+# ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
+
+# %%
+from servebook.findings import check_yourself, check_yourself_markdown
+
+Markdown(check_yourself_markdown(check_yourself(store, "01")))

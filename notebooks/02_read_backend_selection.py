@@ -274,3 +274,14 @@ print("\n".join(found))
 # %% [markdown]
 # Whatever backend the engine picks, the next question is what it costs: chapter 03
 # (`03_force_each_backend`) forces each backend in turn and measures it.
+
+# %% [markdown]
+# ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
+
+# %%
+from IPython.display import Markdown
+
+from servebook.findings import check_yourself, check_yourself_markdown
+
+Markdown(check_yourself_markdown(check_yourself(store, "02")))

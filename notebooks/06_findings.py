@@ -22,11 +22,13 @@ engine: str = "transformers"  # transformers, sglang or vllm (a version may be p
 model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
 profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
 smoke: bool = False  # small workloads for tests and CI
+compare_with: str = ""  # other run dirs, comma separated
 
 # %%
 import pandas as pd
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 
+from servebook import findings as sbf
 from servebook.results import RunStore, find_runs
 
 if run_dir:
@@ -56,80 +58,128 @@ pd.DataFrame([
 ])
 
 # %% [markdown]
-# ## Chapter by chapter
-
-# %%
-def table(name: str) -> pd.DataFrame:
-    return store.table(name)
-
-findings = []
-
-backends_t = table("backends")
-if len(backends_t):
-    ok = backends_t[backends_t["outcome"] == "ok"]
-    if len(ok):
-        best = ok.sort_values("decode_tok_s", ascending=False).iloc[0]
-        auto = ok[ok["attention"] == "auto"]
-        auto_rate = float(auto.iloc[0]["decode_tok_s"]) if len(auto) else None
-        gain = f" ({best['decode_tok_s'] / auto_rate - 1:+.0%} vs the engine's default)" if auto_rate else ""
-        ci = ok["decode_tok_s_ci95"].fillna(0) if "decode_tok_s_ci95" in ok else pd.Series(0, index=ok.index)
-        ties = [r["attention"] for i, r in ok.iterrows() if i != best.name
-                and r["decode_tok_s"] + ci[i] >= best["decode_tok_s"] - ci[best.name]]
-        noise = f"; not distinguishable from {', '.join(ties)} (95% intervals overlap)" if ties else ""
-        findings.append({"chapter": "03", "finding": f"fastest correct attention backend for {best['engine']}: {best['attention']} "
-                         f"at {best['decode_tok_s']:.1f} tok/s{gain}{noise}",
-                         "launch": best.get("launch") if not ties else None})
-    for _, r in backends_t[backends_t["outcome"] != "ok"].iterrows():
-        findings.append({"chapter": "03", "finding": f"{r['engine']} {r['attention']}: {r['outcome']} ({r.get('error')})", "launch": None})
-else:
-    findings.append({"chapter": "03", "finding": "no backend sweep recorded in this run", "launch": None})
-
-ar = table("allreduce")
-if len(ar):
-    one = ar.sort_values("bytes").iloc[0]
-    findings.append({"chapter": "04", "finding": f"smallest decode all-reduce ({int(one['bytes'])} B): {one['us_median']:.1f} us "
-                     f"({one['backend']}, {one['mode']}, env {one['env']})", "launch": None})
-else:
-    findings.append({"chapter": "04", "finding": "no all-reduce measurement recorded in this run", "launch": None})
-
-summary = table("bench_summary")
-if len(summary):
-    for _, r in summary.iterrows():
-        rate = r.get("decode_tok_s_mean", r.get("decode_tok_s"))
-        findings.append({"chapter": "05", "finding": f"{r.get('engine')} single stream ({r.get('attention', 'auto')}): "
-                         f"{rate} tok/s at concurrency {r.get('concurrency', 1)}", "launch": None})
-else:
-    findings.append({"chapter": "05", "finding": "no benchmark summary recorded in this run", "launch": None})
-
-failures = table("failures")
-if len(failures):  # one line per distinct failure, with how often it happened
-    grouped = failures.groupby(["step", "error"], sort=False).size().reset_index(name="times")
-    for _, r in grouped.iterrows():
-        times = f" ({r['times']} times)" if r["times"] > 1 else ""
-        findings.append({"chapter": "-", "finding": f"failed step: {r['step']}: {r['error']}{times}", "launch": None})
-findings_df = pd.DataFrame(findings)
-findings_df
+# <!-- Root causes: the "## Root causes" section for what-if runs goes here (branch whatifbook). -->
 
 # %% [markdown]
-# ## What to change
+# ## How to read this chapter
+# Each statement below is computed by `servebook.findings` from the tables chapters 01-05 stored, and
+# links to the cell of that chapter that shows the data. Where a measurement's 95% confidence
+# interval overlaps another's, the statement says that **no change is supported**: a faster mean
+# inside the noise is not a finding.
 
 # %%
-launch_lines = [f for f in findings if f.get("launch")]
-if launch_lines:
-    best = launch_lines[0]
-    text = f"Start the engine with the fastest correct backend found in chapter 03:\n\n```\n{best['launch']}\n```"
+f = sbf.collect(store)
+by_chapter = {}
+for c in f.claims:
+    by_chapter.setdefault(c.chapter, []).append(c)
+
+
+def show(chapter):
+    claims = by_chapter.get(chapter, [])
+    return Markdown("\n".join(f"- {c.markdown()}" for c in claims) or f"_Chapter {chapter} recorded nothing in this run._")
+
+# %% [markdown]
+# ## The host
+
+# %%
+show("01")
+
+# %% [markdown]
+# The capability and the links are the two facts every later decision depends on: the engines
+# branch on the first, all-reduce latency depends on the second.
+
+# %% [markdown]
+# ## What each engine picks, and why
+
+# %%
+sel = pd.DataFrame(f.selection)
+display(sel[[c for c in ["case", "engine", "version", "model", "gpu", "backend", "method", "where", "kinds", "sites"] if c in sel]]
+        if len(sel) else Markdown("_No selection recorded._"))
+show("02")
+
+# %% [markdown]
+# `where` is the line of the engine's code that wrote the choice; `kinds` says whether the conditions
+# on the way were about the hardware, the model, an installed kernel library or a user flag.
+
+# %% [markdown]
+# ## The fastest correct backend
+
+# %%
+bk = pd.DataFrame(f.backends)
+display(bk[[c for c in ["engine", "tried", "correct", "best", "best_tok_s", "best_ci95", "default_reported", "default_tok_s",
+                        "default_ci95", "change_supported"] if c in bk]] if len(bk) else Markdown("_No backend was forced._"))
+show("03")
+
+# %% [markdown]
+# `change_supported` is true only when the fastest backend's interval lies wholly above the default's
+# and its greedy output agreed with the default's.
+
+# %% [markdown]
+# ## NCCL for decode-sized all-reduces
+
+# %%
+show("04")
+
+# %% [markdown]
+# The prediction multiplies the measured latency by the all-reduces a token makes (two per layer);
+# it becomes a finding only when an engine at TP>1 is benchmarked with and without the setting.
+
+# %% [markdown]
+# ## Throughput and the roofline
+
+# %%
+tp = pd.DataFrame(f.throughput)
+display(tp[[c for c in ["label", "single_tok_s", "single_ci95", "runs", "c1_tok_s", "peak_tok_s", "peak_c", "pct_of_roofline",
+                        "roofline_tok_s"] if c in tp]] if len(tp) else Markdown("_No benchmark recorded._"))
+show("05")
+
+# %% [markdown]
+# `pct_of_roofline` compares single-stream decode with the bandwidth bound: every token reads every
+# active weight once, so it cannot beat bytes per token / memory bandwidth.
+
+# %% [markdown]
+# ## Recommended launch commands
+
+# %%
+Markdown("\n\n".join(f"**{lc['engine']}**\n\n```\n{lc['command']}\n```\n\n" + "\n".join(f"- {w}" for w in lc["why"])
+                     for lc in f.launch) or "No engine was studied in this run, so there is nothing to recommend.")
+
+# %% [markdown]
+# A flag or variable appears only where this run measured that it helps; otherwise the engine's own
+# choice stands. Add your usual `--host`, `--port` and model arguments.
+
+# %% [markdown]
+# ## Failures recorded
+
+# %%
+pd.DataFrame(f.failures) if f.failures else Markdown("No step failed in this run.")
+
+# %% [markdown]
+# A failed measurement is kept as a finding with its reason; the chapters went on without it.
+
+# %% [markdown]
+# ## Comparison with other runs
+# With `compare_with` set (run directories, comma separated), this run and those stand side by side:
+# capability, selected backends, best NCCL setting, tok/s at C=1 and at peak, with deltas against
+# this run. A quantity a run did not record shows as `missing`. The same table on the command line:
+# `servebook compare RUN_A RUN_B ...`.
+
+# %%
+others = [p.strip() for p in compare_with.split(",") if p.strip()]
+if others:
+    comparison = sbf.compare_runs([str(store.path), *others], name="compare_with")
+    display(Markdown(sbf.compare_markdown(comparison)))
 else:
-    text = ("No launch change is supported by this run's data: either nothing was measured, or the "
-            "backends' measured differences were inside their confidence intervals. Keep the engine's default.")
-Markdown(text)
+    print("compare_with is empty: no other run to compare with (servebook book ... -p compare_with=DIR1,DIR2)")
 
 # %% [markdown]
 # ## What we found
 
 # %%
-chapters_t = table("chapters")
-failed_chapters = chapters_t[chapters_t["status"] != "ok"].to_dict("records") if len(chapters_t) else []
-lines = [f"- {len(findings)} findings from {len(store.tables())} recorded tables."]
-if failed_chapters:
-    lines.append("- Chapters that failed in this run: " + ", ".join(c["chapter"] for c in failed_chapters) + ".")
-Markdown("\n".join(lines))
+Markdown(sbf.what_we_found(f))
+
+# %% [markdown]
+# ## Check yourself
+
+# %%
+Markdown(sbf.check_yourself_markdown(sbf.check_yourself(store, "06")))

@@ -33,7 +33,8 @@ from .params import PARAMS, coerce, validate
 from .paths import book_root, notebooks_dir
 from .results import RunStore
 
-__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "host_fingerprint", "software_versions"]
+__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "refresh_findings", "host_fingerprint",
+           "software_versions"]
 
 _CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
 
@@ -267,7 +268,7 @@ def _coerce_declared(name: str, value: Any, spec: dict) -> Any:
 
 
 def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store: RunStore, executed_dir: Path,
-             cell_timeout: int | None) -> tuple[str, str | None]:
+             cell_timeout: int | None, run_dir_arg: str | None = None) -> tuple[str, str | None]:
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -275,7 +276,7 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
     source = executed_dir / f"{chapter.stem}.source.ipynb"
     target = executed_dir / f"{chapter.stem}.ipynb"
     nbformat.write(_read_notebook(chapter.source), source)
-    given = {"run_dir": str(store.path.resolve()), **values, **extra}
+    given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     try:
         papermill.execute_notebook(
@@ -302,7 +303,17 @@ _NAV_CSS = """
 .sb-nav{font-family:system-ui,sans-serif;background:#f4f6f8;border-bottom:1px solid #d0d7de;padding:.6em 1.2em;display:flex;gap:1.5em;align-items:center;position:sticky;top:0;z-index:10}
 .sb-nav a{color:#0969da;text-decoration:none}.sb-nav .sb-here{font-weight:600}
 .sb-failed{background:#ffebe9;border:1px solid #ff8182;padding:.6em 1em;margin:1em;font-family:system-ui,sans-serif}
+details{margin:.3em 0 .8em}summary{cursor:pointer;color:#0969da}
+h1[id],h2[id],h3[id],h4[id]{scroll-margin-top:3.5em}
 </style>
+"""
+
+# The lab template without what a static, offline page cannot load: require.js, MathJax and mermaid come
+# from a CDN and fail (console errors, a stalled page) where there is no network. Nothing in the book uses them.
+_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 """
 
 
@@ -315,62 +326,138 @@ def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, title: str) 
     return "".join(parts)
 
 
+def _exporter():
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    return HTMLExporter(template_name="lab", extra_loaders=[DictLoader({"servebook.html.j2": _TEMPLATE})],
+                        template_file="servebook.html.j2")
+
+
+def _chapter_status(store: RunStore) -> dict[str, dict]:
+    """Each chapter's last recorded outcome: the ``chapters`` table (every invocation), then the manifest."""
+    status = {r["chapter"]: r for r in store.rows("chapters") if r.get("chapter")}
+    for r in store.manifest.get("chapters", []):
+        status.setdefault(r["chapter"], r)
+    return status
+
+
+def _mark_error_cells(nb) -> int:
+    """Tag cells whose output is an error, so the page (and a test) can find them: class ``celltag_sb-error``."""
+    n = 0
+    for cell in nb.cells:
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            tags = cell.metadata.setdefault("tags", [])
+            if "sb-error" not in tags:
+                tags.append("sb-error")
+            n += 1
+    return n
+
+
+def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_timeout: int | None = 600) -> dict:
+    """Execute chapter 06 again on a recorded run (it reads the run's tables and measures nothing).
+
+    Its executed notebook replaces ``run_dir/notebooks/06_findings.ipynb``; the outcome is appended to
+    the run's ``chapters`` table.
+    """
+    store = RunStore(Path(run_dir))
+    if not store.manifest_path.exists():
+        raise ParameterError("run_dir", str(run_dir), "a run directory with manifest.json (servebook book writes one)")
+    chapter = next(c for c in chapters() if c.slug == "findings")
+    declared = notebook_parameters(chapter.source)
+    params = store.manifest.get("parameters") or {}
+    values = {k: params[k] for k in PARAMS if k in params}
+    extra = {"compare_with": compare_with} if compare_with and "compare_with" in declared else {}
+    executed_dir = store.path / "notebooks"
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    # Chapter 06 runs with the book's root as its working directory: a run inside the book is named relative
+    # to it, so the rendered page shows a path that means something on any checkout.
+    try:
+        run_dir_arg = str(store.path.resolve().relative_to(book_root().resolve()))
+    except ValueError:
+        run_dir_arg = None
+    status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout, run_dir_arg)
+    row = {"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error,
+           "seconds": round(time.monotonic() - t0, 1), "refreshed": True}
+    store.append("chapters", row)
+    return row
+
+
 def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Render a run's executed notebooks to ``out``: one page per chapter and an index."""
     import nbformat
-    from nbconvert import HTMLExporter
 
     run_dir, out = Path(run_dir), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     store = RunStore(run_dir)
     manifest = store.manifest
-    status = {r["chapter"]: r for r in manifest.get("chapters", [])}
+    status = _chapter_status(store)
     pages = []
     for chapter in chapters():
         executed = run_dir / "notebooks" / f"{chapter.stem}.ipynb"
         if executed.exists():
             pages.append((chapter, executed))
-    exporter = HTMLExporter(template_name="lab")
+    exporter = _exporter()
+    errors: dict[str, int] = {}
     for i, (chapter, executed) in enumerate(pages):
         nb = nbformat.read(executed, as_version=4)
+        errors[chapter.stem] = _mark_error_cells(nb)
         body, _ = exporter.from_notebook_node(nb)
         prev = (f"{pages[i - 1][0].stem}.html", pages[i - 1][0].title) if i > 0 else None
         nxt = (f"{pages[i + 1][0].stem}.html", pages[i + 1][0].title) if i + 1 < len(pages) else None
         banner = ""
         info = status.get(chapter.stem, {})
-        if info.get("status") == "failed":
-            banner = f'<div class="sb-failed">This chapter failed in this run: {html.escape(str(info.get("error")))}. The cells below show where.</div>'
+        if info.get("status") == "failed" or errors[chapter.stem]:
+            why = html.escape(str(info.get("error") or "a cell raised an error"))
+            banner = (f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}. '
+                      f'<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.</div>')
         nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner
-        body = body.replace("<body", "<body", 1)
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
-    (out / "index.html").write_text(_index_html(manifest, pages, status), encoding="utf-8")
-    (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir.resolve()), "manifest": manifest}, indent=2, default=str))
+    (out / "index.html").write_text(_index_html(store, pages, status, errors), encoding="utf-8")
+    (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
     return out / "index.html"
 
 
-def _index_html(manifest: dict, pages, status: dict) -> str:
+def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
+    from .findings import host_summary
+
+    manifest = store.manifest
     params = manifest.get("parameters", {})
     versions = manifest.get("versions", {})
-    fp = manifest.get("host_fingerprint", {})
-    gpus = ", ".join(fp.get("gpus") or []) or "no GPU"
+    h = host_summary(store)
+    if h.get("gpu"):
+        gpus = f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability')}" + (f", {'/'.join(h['links'])}" if h.get("links") else "")
+    else:
+        gpus = ", ".join((manifest.get("host_fingerprint") or {}).get("gpus") or []) or "no GPU"
     engines = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("transformers", "sglang", "vllm") and v)
+    studied = ", ".join(f"{e['engine']} {e.get('version')}" for e in h.get("engines", []) if e.get("status") == "ok")
     rows = []
     for chapter, _ in pages:
         info = status.get(chapter.stem, {})
-        state = info.get("status", "?")
-        mark = "&#10003;" if state == "ok" else "&#10007; failed"
-        rows.append(f'<li><a href="{chapter.stem}.html">{html.escape(chapter.title)}</a> <small>{mark} {info.get("seconds", "")}s</small></li>')
+        state = "failed" if errors.get(chapter.stem) and info.get("status") == "ok" else info.get("status", "?")
+        mark = "&#10003;" if state == "ok" else f"&#10007; {html.escape(str(state))}"
+        secs = f" {info['seconds']}s" if info.get("seconds") is not None else ""
+        rows.append(f'<li><a href="{chapter.stem}.html">{html.escape(chapter.title)}</a> <small class="sb-status">{mark}{secs}</small></li>')
+    missing = [c for c in chapters() if c.stem not in {p[0].stem for p in pages}]
+    for c in missing:
+        rows.append(f'<li>{html.escape(c.title)} <small class="sb-status">not run in this run</small></li>')
+    date = str(manifest.get("started") or manifest.get("created") or "?")
     card = (
-        f"<table><tr><th>host</th><td>{html.escape(str(fp.get('hostname', '?')))} ({html.escape(gpus)})</td></tr>"
+        f"<table class=\"sb-card\"><tr><th>host</th><td>{html.escape(str(h.get('hostname') or '?'))} ({html.escape(gpus)})</td></tr>"
         f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
-        f"<tr><th>installed engines</th><td>{html.escape(engines or 'none')}</td></tr>"
-        f"<tr><th>run</th><td>{html.escape(str(manifest.get('run_id')))} &middot; started {html.escape(str(manifest.get('started')))}"
-        f" &middot; finished {html.escape(str(manifest.get('finished')))}</td></tr>"
-        f"<tr><th>servebook</th><td>{html.escape(str(manifest.get('servebook_version')))} ({html.escape(str(manifest.get('git_revision')))})</td></tr></table>"
+        f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}</td></tr>"
+        f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "
+        f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"
+        f"<tr><th>date</th><td>{html.escape(date)} (finished {html.escape(str(manifest.get('finished')))})</td></tr>"
+        f"<tr><th>run</th><td>{html.escape(str(manifest.get('run_id') or store.path.name))} &middot; servebook "
+        f"{html.escape(str(manifest.get('servebook_version')))} ({html.escape(str(manifest.get('git_revision') or 'git revision not recorded'))})</td></tr></table>"
     )
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5}}th{{text-align:left;padding-right:1em}}li{{margin:.3em 0}}</style>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook: {html.escape(str(manifest.get('run_id') or ''))}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5}}th{{text-align:left;padding-right:1em;vertical-align:top}}li{{margin:.3em 0}}
+.sb-card{{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em}}</style>
 </head><body><h1>servebook</h1><p>Why is this engine slow on this hardware, and what fixes it? An investigation in six steps.</p>
-<h2>This run</h2>{card}<h2>Chapters</h2><ol style="list-style:none;padding-left:0">{''.join(rows)}</ol></body></html>
+<h2>This run</h2>{card}<h2>Chapters</h2><ol style="list-style:none;padding-left:0">{''.join(rows)}</ol>
+<p>Start with <a href="06_findings.html">06. Findings</a> for what to change; every finding links to the chapter that shows it.</p></body></html>
 """

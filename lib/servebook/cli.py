@@ -1,7 +1,8 @@
 """The ``servebook`` command.
 
     servebook book [--host local] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
-    servebook html RUN_DIR [--out build/book]
+    servebook html RUN_DIR [--out build/book] [--refresh-findings [--compare-with DIR,...]]
+    servebook compare RUN_A RUN_B [...]                 (chapter 06)
     servebook probe [--profile NAME] [--json]          (chapter 01)
     servebook whatif --engine sglang==0.5.9 --gpu rtx-pro-6000 --model kimi-k2.5   (chapter 02)
 
@@ -41,6 +42,9 @@ def _add_book(sub) -> None:
     h = sub.add_parser("html", help="render an existing run directory as the book")
     h.add_argument("run_dir")
     h.add_argument("--out", default="build/book")
+    h.add_argument("--refresh-findings", action="store_true",
+                   help="execute chapter 06 again on the recorded tables first (it measures nothing)")
+    h.add_argument("--compare-with", default="", help="with --refresh-findings: other run dirs for 06's comparison, comma separated")
     h.set_defaults(func=_cmd_html)
 
 
@@ -71,14 +75,21 @@ def _cmd_book(args) -> int:
 
 
 def _cmd_html(args) -> int:
-    from .book import render_book
+    from .book import refresh_findings, render_book
+    from .errors import ParameterError
 
+    if args.compare_with and not args.refresh_findings:
+        raise ParameterError("compare_with", args.compare_with, "it takes effect with --refresh-findings (chapter 06 is executed again)")
+    if args.refresh_findings:
+        row = refresh_findings(args.run_dir, compare_with=args.compare_with)
+        if row["status"] != "ok":
+            print(f"servebook: chapter 06 failed: {row['error']}; its page shows where", file=sys.stderr)
     print(render_book(args.run_dir, args.out).resolve())
     return 0
 
 
 # Chapters add their own subcommands through a ``register(subparsers)`` function.
-_PLUGINS = ["servebook.probe_cli", "servebook.selection.cli", "servebook.bench"]
+_PLUGINS = ["servebook.probe_cli", "servebook.selection.cli", "servebook.bench", "servebook.findings"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,244 @@
+"""Chapter 06's logic on recorded runs: the real H200 x2 book run, a CPU book run, a probe-only run, an empty run.
+
+Fixtures: data/runs/h200x2-book (2x H200, every chapter), tests/data/runs/cpu-book (a full CPU run of the
+book: gloo instead of NCCL, no selection table, from an earlier revision), data/runs/h200x2-probe/1gpu
+(chapter 01 only). The expected values are read from the tables here, not typed in.
+"""
+
+import json
+import re
+from urllib.parse import unquote
+
+import pytest
+
+from servebook import findings as sbf
+from servebook.cli import main
+from servebook.errors import ParameterError
+from servebook.paths import book_root
+from servebook.results import RunStore
+
+ROOT = book_root()
+H200 = ROOT / "data" / "runs" / "h200x2-book"
+ONE_GPU = ROOT / "data" / "runs" / "h200x2-probe" / "1gpu"
+CPU = ROOT / "tests" / "data" / "runs" / "cpu-book"
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return sbf.collect(RunStore(H200))
+
+
+def _rows(path, table):
+    return [json.loads(line) for line in (path / f"{table}.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_host(h200):
+    gpus = _rows(H200, "gpus")
+    assert h200.host["gpu_count"] == len(gpus) == 2
+    assert h200.host["capability"] == gpus[0]["capability"]
+    assert h200.host["links"] == sorted({r["link"] for r in _rows(H200, "topology")})
+
+
+def test_selection_names_the_deciding_line(h200):
+    rec = [r for r in _rows(H200, "selection") if r["case"] == "this-host"][0]
+    mine = [s for s in h200.selection if s["case"] == "this-host"][0]
+    assert mine["backend"] == rec["attention_backend"]
+    assert mine["where"] == rec["decided_by"]["where"] and re.search(r"\.py:\d+$", mine["where"])
+    assert mine["rule"] == [c["text"] for c in rec["conditions"]]
+    assert mine["sites"] == len({s["where"] for s in _rows(H200, "selection_sites")})
+    claim = next(c for c in h200.claims if c.chapter == "02")
+    assert rec["decided_by"]["where"] in claim.text and rec["attention_backend"] in claim.text
+
+
+def test_backends_overlapping_intervals_support_no_change(h200):
+    rows = [r for r in _rows(H200, "backends") if r["outcome"] == "ok"]
+    best = max(rows, key=lambda r: r["decode_tok_s"])
+    auto = next(r for r in rows if r["attention"] == "auto")
+    (b,) = h200.backends
+    assert b["best"] == best["attention"] and b["best_tok_s"] == pytest.approx(best["decode_tok_s"])
+    overlap = best["decode_tok_s"] - best["decode_tok_s_ci95"] <= auto["decode_tok_s"] + auto["decode_tok_s_ci95"]
+    assert overlap  # the recorded data: sdpa 88 +- 35 against auto 73 +- 30
+    assert b["change_supported"] is False
+    claim = next(c for c in h200.claims if c.chapter == "03" and "fastest" in c.text)
+    assert "no change" in claim.text and not claim.supported
+    (launch,) = h200.launch
+    assert "--attn-implementation" not in launch["command"]  # nothing forced without evidence
+
+
+def test_backends_separated_intervals_support_a_change(tmp_path):
+    """The same logic with intervals that do not overlap: the forced backend is recommended, with its flag."""
+    store = RunStore.at(tmp_path / "run")
+    for att, rate, ci, rep in (("auto", 40.0, 2.0, "sdpa"), ("eager", 60.0, 3.0, "eager"), ("sdpa", 41.0, 2.5, "sdpa")):
+        store.append("backends", {"engine": "transformers", "engine_version": "5.17.0", "attention": att, "outcome": "ok",
+                                  "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0})
+    f = sbf.collect(store)
+    (b,) = f.backends
+    assert b["best"] == "eager" and b["change_supported"] is True
+    (launch,) = f.launch
+    assert launch["command"] == "transformers serve --attn-implementation eager"
+
+
+def test_nccl_recommendation_from_recorded_grid(h200):
+    from servebook.embedded import EMBEDDED_CONFIG
+
+    n = h200.nccl
+    assert n["backend"] == "nccl" and n["world_size"] == 2
+    assert n["b1_bytes"] == EMBEDDED_CONFIG["hidden_size"] * 2  # the embedded model's batch-1 message, bf16
+    graph = [r for r in _rows(H200, "allreduce") if r["mode"] == "graph" and r["path"] == "torch" and not r.get("shape_study")
+             and r["setting"] == "default" and r["bytes"] == n["b1_bytes"]]
+    assert n["default_us"] == pytest.approx(graph[0]["us_median"])
+    assert n["layers"] == EMBEDDED_CONFIG["num_hidden_layers"]
+    assert n["setting"] == "default"  # no setting beats the default by more than the noise at this size
+    assert n["measured_effect"] is None  # no TP>1 engine benchmark with an NCCL env in this run
+    texts = [c.text for c in h200.claims if c.chapter == "04"]
+    assert any("keep NCCL's defaults" in t for t in texts) and any("not measured" in t for t in texts)
+
+
+def test_throughput_and_roofline(h200):
+    summary = _rows(H200, "bench_summary")
+    single = [r for r in summary if r["phase"] == "single"][-1]
+    sweep = [r for r in summary if r["phase"] == "sweep"]
+    peak = max(sweep, key=lambda r: r["throughput_tok_s"])
+    roof = [r for r in _rows(H200, "bench_roofline") if r["source"] == "measured here"][-1]
+    (t,) = h200.throughput
+    assert t["single_tok_s"] == pytest.approx(single["decode_tok_s_mean"]) and t["single_ci95"] == pytest.approx(single["decode_tok_s_ci95"])
+    assert t["peak_tok_s"] == pytest.approx(peak["throughput_tok_s"]) and t["peak_c"] == peak["concurrency"]
+    assert t["pct_of_roofline"] == pytest.approx(roof["pct_of_roofline"])
+
+
+def test_every_claim_links_to_a_chapter_heading(h200):
+    """Each link's anchor is a heading that exists in that chapter's notebook source."""
+    import jupytext
+
+    from servebook.book import chapters
+
+    headings = {}
+    for ch in chapters():
+        nb = jupytext.read(ch.source)
+        headings[ch.stem] = {sbf.anchor(line.lstrip("#").strip()) for c in nb.cells if c.cell_type == "markdown"
+                             for line in c.source.splitlines() if line.startswith("#")}
+    text = sbf.what_we_found(h200)
+    links = re.findall(r"\]\((\d\d_[a-z_]+)\.html#([^)\s]+)\)", text)
+    assert len(links) == len(h200.claims)
+    for stem, frag in links:
+        assert unquote(frag) in headings[stem], (stem, frag)
+
+
+def test_cpu_run(tmp_path):
+    f = sbf.collect(RunStore(CPU))
+    assert f.host["gpu"] is None and f.host["probed"]
+    assert "no GPU" in f.claims[0].text
+    assert f.nccl["backend"] == "gloo" and f.nccl["setting"] is None
+    assert any("NCCL settings do not apply" in c.text for c in f.claims)
+    assert f.selection == []  # that revision recorded no selection table: said, not guessed
+    assert any("No backend selection was recorded" in c.text for c in f.claims)
+    (b,) = f.backends
+    assert b["change_supported"] is False
+
+
+def test_empty_run_says_what_is_missing(tmp_path):
+    store = RunStore.at(tmp_path / "empty")
+    f = sbf.collect(store)
+    text = sbf.what_we_found(f)
+    assert "not probed" in text and "No backend was forced" in text and "No benchmark was recorded" in text
+    assert f.launch == []
+    for ch in ("01", "02", "06"):
+        assert sbf.check_yourself(store, ch), ch
+
+
+@pytest.mark.parametrize("chapter", ["01", "02", "06"])
+def test_check_yourself_answers_come_from_the_run(chapter):
+    qa = sbf.check_yourself(RunStore(H200), chapter)
+    assert 2 <= len(qa) <= 3
+    answers = " ".join(a for _, a in qa)
+    if chapter == "01":
+        assert "9.0" in answers and "NV18" in answers
+    if chapter == "02":
+        assert "transformers/modeling_utils.py:1845" in answers
+    if chapter == "06":
+        assert "overlaps the default" in answers
+    md = sbf.check_yourself_markdown(qa)
+    assert md.count("<details>") == len(qa) and md.count("</details>") == len(qa)
+
+
+def test_compare_partial_runs():
+    table = sbf.compare_runs([H200, ONE_GPU])
+    cols = list(table.columns)
+    assert cols[:2] == ["h200x2-book", "1gpu"] and cols[2].startswith("delta 1gpu")
+    assert table.at["GPUs", "h200x2-book"] == 2 and table.at["GPUs", "1gpu"] == 1
+    assert table.at["GPUs", cols[2]].startswith("-1")
+    assert table.at["capability", cols[2]] == "same"
+    label = "transformers/default tok/s at C=1 (single stream)"
+    assert table.at[label, "1gpu"] == "missing" and table.at[label, cols[2]] == ""
+    assert table.at["selected backends", "1gpu"] == "missing"
+
+
+def test_compare_deltas_respect_intervals(tmp_path):
+    a, b = RunStore.at(tmp_path / "a"), RunStore.at(tmp_path / "b")
+    for store, rate in ((a, 50.0), (b, 52.0)):
+        store.append("bench_summary", {"label": "x/default", "engine": "x", "phase": "single", "decode_tok_s_mean": rate,
+                                       "decode_tok_s_ci95": 5.0, "runs": 5})
+    table = sbf.compare_runs([a.path, b.path])
+    assert "no change supported" in table.at["x/default tok/s at C=1 (single stream)", "delta b vs a"]
+
+
+def test_compare_cli(capsys):
+    assert main(["compare", str(H200), str(ONE_GPU)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| quantity | h200x2-book | 1gpu |") and "missing" in out
+    assert main(["compare", str(H200), str(ONE_GPU), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"]["1gpu"][data["quantities"].index("GPUs")] == 1
+
+
+def test_compare_errors(tmp_path, capsys):
+    assert main(["compare", str(H200), str(tmp_path / "nothing")]) == 2
+    assert "run directory" in capsys.readouterr().err
+    with pytest.raises(ParameterError):
+        sbf.compare_runs([H200])
+
+
+def test_chapter_06_reads_and_never_measures(tmp_path):
+    """Chapter 06 executed for real on a copy of the H200 run: it succeeds, compares, and writes no table but ``chapters``."""
+    import hashlib
+    import shutil
+
+    import nbformat
+
+    from servebook.book import refresh_findings
+
+    run = tmp_path / "h200x2-book"
+    shutil.copytree(H200, run)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run.glob("*.jsonl") if p.name != "chapters.jsonl"}
+    row = refresh_findings(run, compare_with=str(ONE_GPU))
+    assert row["status"] == "ok", row["error"]
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run.glob("*.jsonl") if p.name != "chapters.jsonl"}
+    assert after == before
+    nb = nbformat.read(run / "notebooks" / "06_findings.ipynb", as_version=4)
+    outputs = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = json.dumps(outputs)
+    assert "| quantity | h200x2-book | 1gpu |" in text and "Check yourself" in json.dumps([c.source for c in nb.cells])
+    assert "<details>" in text
+
+
+def test_launch_command_for_a_tp_engine(tmp_path):
+    """Two GPUs, SGLang with a backend faster beyond the intervals, NCCL_PROTO=LL faster at every decode size:
+    the command forces both. The rows are written the way chapters 01, 03 and 04 write them."""
+    store = RunStore.at(tmp_path / "run")
+    store.write_manifest({"parameters": {"engine": "sglang", "model": "embedded"}})
+    for i in range(2):
+        store.append("gpus", {"index": i, "name": "NVIDIA H200", "capability": "9.0", "family": "sm_90 Hopper"})
+    for att, rate, ci, rep in (("auto", 40.0, 1.0, "fa3"), ("flashinfer", 55.0, 1.5, "flashinfer")):
+        store.append("backends", {"engine": "sglang", "engine_version": "0.5.9", "attention": att, "outcome": "ok",
+                                  "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0})
+    for setting, us in (("default", 12.0), ("NCCL_PROTO=LL", 8.0)):
+        for batch in (1, 2):
+            store.append("allreduce", {"backend": "nccl", "world_size": 2, "setting": setting, "mode": "graph", "path": "torch",
+                                       "bytes": 512 * batch, "batch": batch, "size_source": "model", "us_median": us * (1 + batch / 10),
+                                       "sum_ok": True, "shape_study": False})
+    f = sbf.collect(store)
+    assert f.nccl["setting"] == "NCCL_PROTO=LL" and f.nccl["predicted_delta_ms"] < 0
+    (launch,) = f.launch
+    assert launch["command"] == "NCCL_PROTO=LL python -m sglang.launch_server --model-path MODEL --tp 2 --attention-backend flashinfer"
+    assert any(c.chapter == "04" and c.supported and "NCCL_PROTO=LL" in c.text for c in f.claims)
