@@ -159,8 +159,11 @@ Markdown("\n".join(lines) or "No backend ran.")
 
 # %% [markdown]
 # ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
 
 # %%
+from servebook.findings import check_yourself_markdown
+
 qa = []
 rep = table[["attention", "reported", "outcome"]].fillna("-") if "reported" in table else None
 qa.append(("How do you know the backend that ran is the one you forced, and not a silent fallback?",
@@ -176,7 +179,7 @@ qa.append(("Why compare greedy tokens against the engine's default backend inste
            "The embedded model's weights are random, so no text reads well; greedy decoding is deterministic, so a correct backend "
            "reproduces the default's tokens until numerical differences flip an argmax. Here: "
            + (", ".join(f"{r['attention']} {r['agreement']:.0%}" for _, r in agree.iterrows()) or "no agreement measured") + " of tokens agreed."))
-Markdown("\n".join(f"{i}. {q}\n   <details><summary>Answer from this run</summary>{a}</details>" for i, (q, a) in enumerate(qa, 1)))
+Markdown(check_yourself_markdown(qa))
 
 # %% [markdown]
 # Next: [04. Tune NCCL](04_tune_nccl.html) — on a multi-GPU host, decode also waits for all-reduces.

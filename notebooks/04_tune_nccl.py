@@ -259,8 +259,11 @@ Markdown("\n".join(lines))
 
 # %% [markdown]
 # ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
 
 # %%
+from servebook.findings import check_yourself_markdown
+
 qa = [
     ("Why is a decode all-reduce small, and what sets its size?",
      f"It carries one hidden-state vector per sequence in the batch: batch x hidden x 2 bytes in BF16, not the weights. "
@@ -272,7 +275,7 @@ qa = [
      f"{pred_tbl.loc['default'].iloc[0]:.2f} ms/token of all-reduce with defaults for {use_layers} layers at TP=2 "
      f"(recommended: {rec_pick['setting']}); confirm by restarting the engine with TP=2 and that env and re-running chapter 05."),
 ]
-Markdown("\n".join(f"{i}. {q}\n   <details><summary>Answer from this run</summary>{a}</details>" for i, (q, a) in enumerate(qa, 1)))
+Markdown(check_yourself_markdown(qa))
 
 # %% [markdown]
 # Next: [05. Benchmark single stream](05_benchmark_single_stream.html) — what a user waits for, token by token.

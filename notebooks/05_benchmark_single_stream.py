@@ -372,8 +372,11 @@ Markdown("\n".join(lines))
 
 # %% [markdown]
 # ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
 
 # %%
+from servebook.findings import check_yourself_markdown
+
 qa = []
 if len(single_df):
     r0 = single_df.iloc[0]
@@ -398,7 +401,7 @@ if len(seedrows):
 qa.append(("When would a benchmark number be the client's, not the server's? How does this chapter check it?",
            "When the rate uses much of what the client can stream on its core. Each rate is compared with the client ceiling at the "
            + (f"nearest concurrency; here the busiest used {ceiling_check['share_of_ceiling'].max():.2%} of it." if len(ceiling_check) else "nearest concurrency.")))
-Markdown("\n".join(f"{i}. {q}\n   <details><summary>Answer from this run</summary>{a}</details>" for i, (q, a) in enumerate(qa, 1)))
+Markdown(check_yourself_markdown(qa))
 
 # %% [markdown]
 # Next: [06. Findings](06_findings.html) — what to change, from everything this run recorded.
