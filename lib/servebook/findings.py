@@ -424,7 +424,9 @@ def _host_text(h: dict) -> str:
         return f"{h.get('hostname') or 'this host'}: no GPU seen; the engines ran on the CPU"
     links = f", linked by {'/'.join(h['links'])}" if h.get("links") else (", one GPU: no GPU-to-GPU link" if h.get("gpu_count") == 1 else "")
     p2p = f" ({h['p2p_gbs']:.0f} GB/s measured peer copies)" if h.get("p2p_gbs") else ""
-    return (f"{h.get('gpu_count')} x {h['gpu']}, compute capability {h.get('capability')} ({h.get('family')}){links}{p2p}; "
+    cap = (f"compute capability {h.get('capability')} ({h.get('family')})" if h.get("capability")
+           else "compute capability not probed in this run")
+    return (f"{h.get('gpu_count')} x {h['gpu']}, {cap}{links}{p2p}; "
             f"driver {h.get('driver')}, CUDA {h.get('cuda')}, NCCL {h.get('nccl')}")
 
 
