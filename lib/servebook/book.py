@@ -13,6 +13,7 @@ run directory are not taken again.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import html
 import json
 import os
@@ -414,10 +415,28 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
                       f'<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.</div>')
         nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
+        body = _shared_stylesheet(body, out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
     (out / "index.html").write_text(_index_html(store, pages, status, errors), encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
     return out / "index.html"
+
+
+def _shared_stylesheet(page: str, out: Path) -> str:
+    """Move the template's inline stylesheets (~300 KB, the same on every page) into one file the pages link."""
+    head_end = page.find("</head>")
+    blocks = list(re.finditer(r'<style type="text/css">(.*?)</style>\s*', page[:head_end], flags=re.S))
+    if not blocks:
+        return page
+    css = "\n".join(m.group(1) for m in blocks)
+    name = f"lab-{hashlib.sha256(css.encode()).hexdigest()[:10]}.css"
+    if not (out / name).exists():
+        (out / name).write_text(css, encoding="utf-8")
+    first, last = blocks[0], blocks[-1]
+    link = f'<link rel="stylesheet" href="{name}">\n'
+    inner = page[first.start():last.end()]
+    kept = re.sub(r'<style type="text/css">.*?</style>\s*', "", inner, flags=re.S)  # anything between the blocks stays
+    return page[:first.start()] + link + kept + page[last.end():]
 
 
 def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
