@@ -9,6 +9,7 @@ HOST ?= local
 ENGINE ?= transformers
 MODEL ?= embedded
 ARGS ?=
+RECORD ?=
 TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: book html test env model clean help
@@ -38,7 +39,7 @@ model: env
 	$(PY) -c "from servebook.embedded import build_embedded_model; build_embedded_model()"
 
 book: env
-	$(VENV)/bin/servebook book --host $(HOST) --engine $(ENGINE) --model $(MODEL) --out $(OUT) --runs $(RUNS) $(ARGS)
+	$(VENV)/bin/servebook book --host $(HOST) --engine $(ENGINE) --model $(MODEL) --out $(OUT) --runs $(RUNS) $(if $(RECORD),--record) $(ARGS)
 
 html: env
 	@run=$$(ls -d $(RUNS)/*/*/ 2>/dev/null | sort | tail -1); test -n "$$run" || { echo "no run under $(RUNS)/: run make book first"; exit 1; }; \
