@@ -144,10 +144,18 @@ def test_ssh_runs_commands_python_and_processes(ssh_env):
         assert h.run(["sleep", "30"], timeout=2).rc == 124 and time.monotonic() - t0 < 15
         assert h.python("import sys; print(sys.version_info[0])").stdout.strip() == "3"
         assert h.call("servebook.secrets:mask_env", {"env": {"HF_TOKEN": "x", "A": "b"}}) == {"HF_TOKEN": "***", "A": "b"}
-        p = h.spawn(["sleep", "300"], log_path=str(ssh_env["dir"] / "spawn.log"))
+        port = h.free_port()
+        p = h.spawn([os.sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], log_path=str(ssh_env["dir"] / "spawn.log"))
         assert p.alive()
+        h.python(f"import socket, time\nfor _ in range(100):\n    try:\n        socket.create_connection(('127.0.0.1', {port})).close(); break\n"
+                 "    except OSError:\n        time.sleep(0.1)", timeout=30)
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{h.forward(port)}/", timeout=10) as resp:  # through the tunnel
+            assert resp.status == 200
         p.stop(grace_s=2)
         assert not p.alive()
+        assert "GET / HTTP" in p.log_text()
 
 
 def _ssh(spec):
@@ -244,22 +252,28 @@ def _run_book(tmp_path, host, only, run_id, record=False, **extra):
 def test_book_chapters_01_and_05_over_ssh(ssh_env, tmp_path):
     from servebook.results import RunStore
 
-    res = _run_book(tmp_path, "ssh://sbtest", ["01", "05"], "ssh1", compare_engines="", max_concurrency=2)
+    spec = f"ssh://sbtest?python={os.sys.executable}"  # the host's interpreter with transformers (the engine)
+    res = _run_book(tmp_path, spec, ["01", "05"], "ssh1", record=True, max_concurrency=2)
     store = RunStore.at(res.run_dir)
     assert [c["status"] for c in res.chapters] == ["ok", "ok"], res.chapters
     probe = json.loads((store.path / "probe.json").read_text())
-    assert probe["host"] == "ssh://sbtest" and probe["versions"]["python"]
+    assert probe["host"] == spec and probe["versions"]["python_executable"] == os.sys.executable
     single = store.table("bench_summary")
     single = single[single["phase"] == "single"]
     assert len(single) == 1 and single["decode_tok_s_mean"].iloc[0] > 0, store.table("failures")
     req = store.table("bench_requests")
     assert req["ok"].all() and (req["output_tokens"] > 0).all()
     rows = [json.loads(ln) for ln in (store.path / "servers.jsonl").read_text().splitlines()]
-    assert {r["event"] for r in rows} == {"started", "stopped"} and all(r["host"] == "ssh://sbtest" for r in rows)
+    assert {r["event"] for r in rows} == {"started", "stopped"} and all(r["host"] == spec for r in rows)
     for r in rows:  # stopped on the host
         with pytest.raises(ProcessLookupError):
             os.killpg(r["pgid"], 0)
-    assert "Uvicorn" in (store.path / "server-transformers.log").read_text() or (store.path / "server-transformers.log").stat().st_size > 0
+    assert (store.path / "server-transformers.log").stat().st_size > 0  # fetched from the host
+    # the recording of this SSH run replays chapter 05 here, request for request
+    rep = RunStore.at(_run_book(tmp_path, f"replay:{res.run_dir}", ["05"], "ssh1-replay", max_concurrency=2).run_dir)
+    mine, theirs = rep.rows("bench_requests"), store.rows("bench_requests")
+    drop = lambda r: {k: v for k, v in r.items() if k != "recorded_at"}  # noqa: E731
+    assert len(mine) == len(theirs) and [drop(r) for r in mine] == [drop(r) for r in theirs]
 
 
 @pytest.mark.slow

@@ -241,6 +241,10 @@ class Host:
 
         return serve(self, launch, log_path, registry=registry, ready_timeout=ready_timeout, progress=progress)
 
+    def forward(self, remote_port: int, local_port: int = 0) -> int:
+        """A port here that reaches ``127.0.0.1:remote_port`` on the host (for a client that must run here)."""
+        raise HostError(f"{self.spec} cannot forward ports; use a local or ssh:// host")
+
     def __enter__(self) -> "Host":
         return self
 
