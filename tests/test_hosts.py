@@ -310,12 +310,19 @@ def test_replay_a_recorded_run(run_dir, tmp_path):
 
     recorded = RunStore.at(run_dir)
     manifest = recorded.manifest
-    chapters = [c["chapter"][:2] for c in recorded.rows("chapters") if c.get("status") == "ok"]
+    # the chapters that run through the host (the others run where the book runs, not from the cassette)
+    chapters = [c["chapter"][:2] for c in recorded.rows("chapters") if c.get("status") == "ok" and c["chapter"][:2] in ("01", "05")]
+    if not chapters:
+        pytest.skip(f"{run_dir} recorded neither chapter 01 nor 05")
     params = manifest.get("parameters", {})
-    extra = {k: v for k, v in params.items() if k not in ("host", "engine", "model", "profile", "smoke", "run_dir")}
+    from servebook.book import chapters as book_chapters, notebook_parameters
+
+    declared = {n for c in book_chapters() if c.number in chapters for n in notebook_parameters(c.source)}
+    extra = {k: v for k, v in params.items() if k in declared and k not in ("host", "engine", "model", "profile", "smoke", "run_dir")}
     from servebook.book import run_book
 
     res = run_book({"host": f"replay:{run_dir}", "engine": params.get("engine", "transformers"), "smoke": params.get("smoke", False),
+                    "model": params.get("model", "embedded"),  # 'embedded' or a card: a model directory of the GPU host is not here
                     "profile": params.get("profile", "")}, out=tmp_path / "book", runs_root=tmp_path / "runs", run_id="replay",
                    only=sorted(set(chapters)), extra=extra, progress=None)
     assert all(c["status"] == "ok" for c in res.chapters), res.chapters
