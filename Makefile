@@ -10,6 +10,7 @@ ENGINE ?= transformers
 MODEL ?= embedded
 ARGS ?=
 RUN ?=
+RECORD ?=
 TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: book html test env model clean help
@@ -39,7 +40,7 @@ model: env
 	$(PY) -c "from servebook.embedded import build_embedded_model; build_embedded_model()"
 
 book: env
-	$(VENV)/bin/servebook book --host $(HOST) --engine $(ENGINE) --model $(MODEL) --out $(OUT) --runs $(RUNS) $(ARGS)
+	$(VENV)/bin/servebook book --host $(HOST) --engine $(ENGINE) --model $(MODEL) --out $(OUT) --runs $(RUNS) $(if $(RECORD),--record) $(ARGS)
 
 html: env
 	@run="$(RUN)"; test -n "$$run" || run=$$(ls -td $(RUNS)/*/*/ 2>/dev/null | head -1); \

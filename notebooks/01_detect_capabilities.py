@@ -29,7 +29,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
-host: str = "local"  # where the engines run: local
+host: str = "local"  # where the engines run: local, ssh://user@host[:port] or replay:RUN_DIR
 engine: str = "transformers"  # transformers, sglang or vllm (a version may be pinned, see README)
 model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
 profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
@@ -46,6 +46,7 @@ from IPython.display import Markdown, display
 
 import servebook
 from servebook import probe as sbp
+from servebook.hosts import get_host
 from servebook.profiles import list_profiles
 from servebook.results import RunStore
 
@@ -60,7 +61,7 @@ print(f"servebook {servebook.__version__}, Python {platform.python_version()}, r
 # %%
 report = None
 try:
-    report = sbp.probe(profile or None, host=host, python=engine_python or None,
+    report = sbp.probe(profile or None, host=get_host(host, run_dir=store.path), python=engine_python or None,
                        p2p_bytes=(16 if smoke else 256) * 2**20)
     sbp.record(store, report)
 except servebook.ServebookError as exc:

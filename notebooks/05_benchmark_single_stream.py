@@ -22,7 +22,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
-host: str = "local"  # where the engines run: local
+host: str = "local"  # where the engines run: local, ssh://user@host[:port] or replay:RUN_DIR
 engine: str = "transformers"  # transformers, sglang or vllm (a version may be pinned, see README)
 model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
 profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
@@ -61,9 +61,10 @@ from servebook.engines import get_engine
 from servebook.errors import ServebookError
 from servebook.params import resolve_model
 from servebook.results import RunStore
-from servebook.servers import Server
+from servebook.hosts import get_host, model_on_host
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
+on_host = get_host(host, run_dir=store.path)  # servers and the benchmark client run there, next to each other
 t_chapter = time.monotonic()
 resolved = resolve_model(model)
 model_dir = resolved if isinstance(resolved, Path) else None
@@ -122,25 +123,29 @@ else:
 # ## Single stream, and the concurrency sweep, engine by engine
 # Each engine is started with servebook's launcher (its process group is stopped on every path),
 # warmed up, then measured. A failure (engine missing, server refusing) is recorded as a finding and
-# the next engine runs.
+# the next engine runs. With a remote `host` the client runs on that host beside the server, so the
+# network between you and the host never enters a latency; only the raw timestamps travel back.
 
 # %%
 def bench_engine(spec: str) -> None:
-    eng = get_engine(spec)
+    eng = get_engine(spec, python=None if on_host.in_process else on_host.python_exe)
+    eng.host = on_host
     label = f"{eng.name}/{attention or 'default'}" + (f" {engine_args}" if engine_args else "")
     try:
         eng.require()
-        launch = eng.launch(str(model_dir), attention=attention or None, extra=engine_args.split())
-        with Server.start(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
-                          ready_timeout=600) as srv:
-            name = eng.served_model_name(str(model_dir))
+        host_model = model_on_host(on_host, model, model_dir)
+        launch = eng.launch(host_model, attention=attention or None, extra=engine_args.split(),
+                            port=0 if on_host.in_process else on_host.free_port())
+        with on_host.serve(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
+                           ready_timeout=600) as srv:
+            name = eng.served_model_name(host_model)
             try:
-                bench.check_server(srv.base_url)
+                bench.check_server(srv.base_url, host=on_host)
             except ServebookError as exc:  # the model list is a courtesy endpoint: note it, measure anyway
                 store.record_failure(f"bench {label} model list", exc)
                 print(f"note: {exc}")
             common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=attention, label=label, api=api,
-                          max_tokens=max_tokens)
+                          max_tokens=max_tokens, host=on_host)
             done = store.find("bench_summary", label=label, phase="single", max_tokens=max_tokens)
             if done:  # resuming this run: the single-stream measurement is already recorded
                 single = done[-1]

@@ -194,7 +194,7 @@ def test_cli_register_and_host():
     args = parser.parse_args(["probe", "--profile", "h200", "--json"])
     assert args.profile == "h200" and args.json and callable(args.func)
     with pytest.raises(ParameterError):
-        sbp.probe(host="ssh://gpu-box")
+        sbp.probe(host="gpu-box")  # not local, ssh://... or replay:DIR
 
 
 # -- the recorded H200 runs ----------------------------------------------------------------------

@@ -723,8 +723,65 @@ def _run_coro(coro, pin_cpu: int | None = None):
     return box["value"], box.get("cpu_s")
 
 
-def check_server(url: str, timeout: float = 5.0) -> list[str]:
+_RAW_FIELDS = ("index", "t_arrive", "t_slot", "t_end", "status", "content_type", "stamps", "error", "header_bytes", "chunked")
+
+
+def _host_batch(url: str, bodies: list, concurrency: int, api: str, arrivals, request_timeout: float,
+                time_budget_s, desc: str = "requests") -> list[dict]:
+    """Host side of a remote batch: run it and return each raw stream as JSON (reads base64)."""
+    import base64
+
+    raws, _cpu = _run_coro(_run_batch(url, bodies, concurrency, api, arrivals, request_timeout, time_budget_s, False, desc))
+    return [{**{k: getattr(r, k) for k in _RAW_FIELDS}, "reads": [base64.b64encode(b).decode() for b in r.reads]} for r in raws]
+
+
+def _raws_on_host(host, url, bodies, concurrency, api, arrivals, request_timeout, time_budget_s, desc) -> list[_Raw]:
+    import base64
+
+    n = len(bodies)
+    kwargs = dict(url=url, bodies=bodies, concurrency=concurrency, api=api, arrivals=arrivals,
+                  request_timeout=request_timeout, time_budget_s=time_budget_s, desc=desc)
+    budget = (time_budget_s or request_timeout * max(1, -(-n // concurrency))) + request_timeout + 60
+    # The label names the interaction in a cassette: no URL (its port changes) and no model path (it differs between
+    # the machine that recorded and the one that replays).
+    rows = host.call("servebook.bench:_host_batch", kwargs, timeout=budget,
+                     label=f"bench {desc} n={n} C={concurrency} api={api} max_tokens={bodies[0].get('max_tokens') if bodies else None}")
+    out = []
+    for row in rows:
+        raw = _Raw(index=row["index"])
+        for k in _RAW_FIELDS:
+            setattr(raw, k, row[k])
+        raw.reads = [base64.b64decode(b) for b in row["reads"]]
+        out.append(raw)
+    return out
+
+
+def _host_models(url: str, timeout: float = 5.0) -> dict:
+    """Host side of check_server: GET /v1/models with the standard library."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=timeout) as resp:
+            return {"status": resp.status, "body": resp.read().decode(errors="replace")}
+    except urllib.error.HTTPError as exc:
+        return {"status": exc.code, "body": ""}
+    except (OSError, urllib.error.URLError) as exc:
+        return {"status": None, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def check_server(url: str, timeout: float = 5.0, host=None) -> list[str]:
     """The model names ``url`` serves (GET /v1/models); ServerError naming the URL when it cannot be reached."""
+    if host is not None and not host.in_process:
+        ans = host.call("servebook.bench:_host_models", {"url": url, "timeout": timeout}, timeout=timeout + 60, label="bench /v1/models")
+        if ans.get("status") is None:
+            raise ServerError(f"cannot reach the server at {url} from {host.spec} ({ans.get('error')}); is it running?")
+        if ans["status"] != 200:
+            raise ServerError(f"{url}/v1/models answered HTTP {ans['status']}; is this an OpenAI-compatible server?")
+        try:
+            return [m.get("id") for m in json.loads(ans["body"]).get("data", [])]
+        except (ValueError, AttributeError) as exc:
+            raise ServerError(f"{url}/v1/models did not return the OpenAI model list; is this an OpenAI-compatible server?") from exc
     import httpx
 
     try:
@@ -758,6 +815,7 @@ def run_requests(
     progress: bool = False,
     desc: str = "requests",
     pin_cpu: int | None = None,
+    host=None,
 ) -> list[RequestResult]:
     """Send one request per prompt, at most ``concurrency`` at a time, and measure each.
 
@@ -765,6 +823,10 @@ def run_requests(
     for a slot, and that wait is in their ``ttft_s``) or as a seeded Poisson process of
     ``request_rate`` requests/s. After ``time_budget_s`` no new request starts; those are
     returned as failed with the reason. Failures never raise: each is a result with ``error``.
+
+    With ``host`` (a ``servebook.hosts`` host that is not this process) the client runs on that host,
+    next to the server, and sends back its raw timestamps and bytes; they are parsed here by the same
+    code, so per-request records are identical to a local run.
     """
     if concurrency < 1:
         raise ParameterError("concurrency", concurrency, "1 or more")
@@ -778,7 +840,10 @@ def run_requests(
         for _ in bodies:
             arrivals.append(t)
             t += rng.expovariate(request_rate)
-    raws, _cpu = _run_coro(_run_batch(url, bodies, concurrency, api, arrivals, request_timeout, time_budget_s, progress, desc), pin_cpu)
+    if host is not None and not host.in_process:
+        raws = _raws_on_host(host, url, bodies, concurrency, api, arrivals, request_timeout, time_budget_s, desc)
+    else:
+        raws, _cpu = _run_coro(_run_batch(url, bodies, concurrency, api, arrivals, request_timeout, time_budget_s, progress, desc), pin_cpu)
     expect = max_tokens if fixed_length and fixed_length_fields(engine, max_tokens) else None
     return [_finish(r, api, tokenizer, expect) for r in raws]
 
@@ -850,6 +915,7 @@ def single_stream(
     fixed_length: bool = True,
     request_timeout: float = 300.0,
     progress: bool = True,
+    host=None,
 ) -> dict:
     """Single stream (C=1): ``warmup`` requests, then ``runs`` runs of ``requests_per_run`` requests.
 
@@ -863,7 +929,7 @@ def single_stream(
         raise ParameterError("prompts", prompts, "at least one prompt")
     cfg = _config(engine, attention, label, api)
     common = dict(max_tokens=max_tokens, concurrency=1, api=api, engine=engine, tokenizer=tokenizer,
-                  fixed_length=fixed_length, request_timeout=request_timeout)
+                  fixed_length=fixed_length, request_timeout=request_timeout, host=host)
     ptoks = [p.tokens for p in prompts]
     if warmup:
         w = run_requests(url, model, [prompts[i % len(prompts)] for i in range(warmup)], desc="warm-up", progress=False, **common)
@@ -880,7 +946,7 @@ def single_stream(
     for run in it:
         batch = [prompts[(k + j) % len(prompts)] for j in range(requests_per_run)]
         k += requests_per_run
-        res = run_requests(url, model, batch, progress=False, **common)
+        res = run_requests(url, model, batch, progress=False, desc=f"single run {run}", **common)
         if store is not None:
             _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": max_tokens}, ptoks)
         ok = [r for r in res if r.ok]
@@ -943,6 +1009,7 @@ def concurrency_sweep(
     resume: bool = True,
     progress: bool = True,
     saturation_patience: int = 2,
+    host=None,
 ) -> list[dict]:
     """For each concurrency C: ``max(min_requests, requests_per_level x C)`` requests, at most C in flight.
 
@@ -978,7 +1045,7 @@ def concurrency_sweep(
         t0 = time.perf_counter()
         res = run_requests(url, model, batch, max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer,
                            fixed_length=fixed_length, request_rate=request_rate, request_timeout=request_timeout,
-                           time_budget_s=level_time_budget_s, progress=progress, desc=f"{cfg['label']} C={c}")
+                           time_budget_s=level_time_budget_s, progress=progress, desc=f"{cfg['label']} C={c}", host=host)
         wall = time.perf_counter() - t0
         if store is not None:
             _store_requests(store, res, {**key, "run": 0}, ptoks)

@@ -194,8 +194,13 @@ def run_book(
     extra: dict[str, Any] | None = None,
     cell_timeout: int | None = None,
     progress: Callable[[str], None] | None = print,
+    record: bool = False,
 ) -> BookResult:
-    """Execute the chapters (``only``: numbers or slugs) and render the book under ``out``."""
+    """Execute the chapters (``only``: numbers or slugs) and render the book under ``out``.
+
+    ``record``: every host interaction of the chapters goes to ``<run_dir>/cassette.jsonl``, so that
+    ``host='replay:<run_dir>'`` can rebuild the book later without the host.
+    """
     say = progress or (lambda _m: None)
     _require_notebook_tools()
     values = validate(params or {})
@@ -233,7 +238,13 @@ def run_book(
         resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": {**values, **extra}, **here}]
         store.write_manifest({"resumptions": resumptions, "finished": None})
     say(f"run directory: {store.path}" + (" (resuming)" if resumed else ""))
-    if values["model"] == "embedded":
+    if record:
+        from .hosts import start_recording
+
+        if values["host"].startswith("replay:"):
+            raise ParameterError("record", True, "a replay is not recorded again; record with --host local or ssh://...")
+        say(f"recording every host interaction in {start_recording(store.path, values['host'])}")
+    if values["model"] == "embedded":  # built here too: the notebooks read its tokenizer and config
         from .embedded import build_embedded_model
 
         build_embedded_model(progress=say)

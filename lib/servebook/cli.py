@@ -1,6 +1,6 @@
 """The ``servebook`` command.
 
-    servebook book [--host local] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
+    servebook book [--host local|ssh://user@box[:port]|replay:RUN_DIR] [--record] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
     servebook html RUN_DIR [--out build/book] [--refresh-findings [--compare-with DIR,...]]
     servebook compare RUN_A RUN_B [...]                 (chapter 06)
     servebook probe [--profile NAME] [--json]          (chapter 01)
@@ -37,6 +37,8 @@ def _add_book(sub) -> None:
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a chapter parameter, e.g. -p max_tokens=64 (repeatable)")
     p.add_argument("--cell-timeout", type=int, default=None, help="seconds one notebook cell may run")
+    p.add_argument("--record", action="store_true",
+                   help="record every host interaction in the run's cassette.jsonl (replay it with --host replay:RUN_DIR)")
     p.set_defaults(func=_cmd_book)
 
     h = sub.add_parser("html", help="render an existing run directory as the book")
@@ -66,7 +68,7 @@ def _cmd_book(args) -> int:
         _check_run_id(args.run_id)
     only = [o for o in (args.only or "").split(",") if o.strip()] or None
     result = run_book(params, out=args.out, runs_root=args.runs, run_id=args.run_id, only=only, extra=extra,
-                      cell_timeout=args.cell_timeout)
+                      cell_timeout=args.cell_timeout, record=args.record)
     failed = [c["chapter"] for c in result.chapters if c["status"] != "ok"]
     if failed:
         print(f"servebook: {len(failed)} chapter(s) failed: {', '.join(failed)}; their pages show where", file=sys.stderr)

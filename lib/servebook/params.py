@@ -30,11 +30,9 @@ class Param:
 
 
 def _check_host(value: str) -> None:
-    if value in ("", "local"):
-        return
-    if value.startswith(("ssh://", "replay:")):
-        raise ParameterError("host", value, "remote (ssh://) and replay hosts are not available yet in this version; use 'local'")
-    raise ParameterError("host", value, "valid hosts: 'local' (ssh://user@host[:port] and replay:DIR come later)")
+    from .hosts import check_host
+
+    check_host(value)
 
 
 def _check_engine(value: str) -> None:
@@ -69,7 +67,7 @@ def _check_run_id(value: str) -> None:
 PARAMS: dict[str, Param] = {
     p.name: p
     for p in [
-        Param("host", str, "local", "where the engines run: 'local'", _check_host),
+        Param("host", str, "local", "where the engines run: 'local', 'ssh://[user@]host[:port]' or 'replay:RUN_DIR'", _check_host),
         Param("engine", str, "transformers", "transformers | sglang | vllm, optionally ==VERSION", _check_engine),
         Param("model", str, "embedded", "'embedded', a model card in data/models, or a model directory", _check_model),
         Param("profile", str, "", "a hardware profile in data/hardware for what-if; '' = this host", _check_profile),

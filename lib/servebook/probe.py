@@ -1014,7 +1014,7 @@ def _profile_topology(prof: dict, count: int) -> dict:
             "matrix": [["X" if a == b else code for b in range(count)] for a in range(count)], "affinity": {}, "note": note}
 
 
-def probe(profile: str | None = None, *, host: str = "local", python: str | dict | None = None,
+def probe(profile: str | None = None, *, host="local", python: str | dict | None = None,
           engines=ENGINE_NAMES, measure_p2p: bool = True, p2p_bytes: int = 256 * 2**20, gpu_count: int | None = None,
           cuda: str | None = None, timeout: float = 180.0) -> dict:
     """The whole chapter-01 report as a dict (schema in ``servebook.probe_cli``'s docstring).
@@ -1024,8 +1024,12 @@ def probe(profile: str | None = None, *, host: str = "local", python: str | dict
     ``gpu_count`` sets the GPU count of a profile (default 8); ``cuda`` the faked ``torch.version.cuda``
     (default: this torch's CUDA if it is at least the profile's minimum, else the profile's minimum).
     """
-    if host not in ("", "local"):
-        raise ParameterError("host", host, "only 'local' is probed by this version; remote hosts (ssh://) come with the hosts chapter")
+    for e in engines:
+        if e not in ENGINE_NAMES:
+            raise ParameterError("engine", e, f"valid engines: {', '.join(ENGINE_NAMES)}")
+    if not isinstance(host, str) or host not in ("", "local"):
+        return _probe_on_host(host, profile=profile, python=python, engines=engines, measure_p2p=measure_p2p,
+                              p2p_bytes=p2p_bytes, gpu_count=gpu_count, cuda=cuda, timeout=timeout)
     for e in engines:
         if e not in ENGINE_NAMES:
             raise ParameterError("engine", e, f"valid engines: {', '.join(ENGINE_NAMES)}")
@@ -1078,6 +1082,24 @@ def probe(profile: str | None = None, *, host: str = "local", python: str | dict
             warnings.append(f"{e['engine']}: {msg}")
     report["warnings"] = warnings
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
+    return mask_value(report)
+
+
+def _probe_on_host(host, **kw) -> dict:
+    """The probe run on a ``servebook.hosts`` host (ssh://..., a recording, a replay): servebook travels
+    with the call and runs under the host's interpreter (``python`` when it is one path), so every command,
+    NVML and torch query and engine helper happens there; the report comes back as JSON."""
+    from .hosts import Host, get_host
+
+    h = host if isinstance(host, Host) else get_host(host)
+    if h.in_process:
+        return probe(host="local", **kw)
+    python = kw.pop("python")
+    interp = python if isinstance(python, str) and python else None
+    kw["engines"] = list(kw["engines"])
+    report = h.call("servebook.probe:probe", {**kw, "python": python}, python=interp,
+                    timeout=kw["timeout"] * 2 + 120, label="probe " + json.dumps({**kw, "python": python}, sort_keys=True))
+    report["host"] = h.spec if not h.spec.startswith("replay:") else getattr(h, "recorded_host", None) or h.spec
     return mask_value(report)
 
 

@@ -9,7 +9,7 @@ JSON schema ``servebook.probe/1`` (keys are only ever added; a removed or rename
 
     schema            "servebook.probe/1"
     created           ISO-8601 UTC time of the probe
-    host, hostname    "local" and this machine's name
+    host, hostname    where it was probed ("local", "ssh://...") and that machine's name
     source            "measured" (this host) | "profile" (datasheet what-if: nothing measured)
     profile           profile name or null; profile_data: the profile file's content (source "profile" only)
     gpu_count         int (0 = no GPU; the report says so in warnings[])
@@ -55,7 +55,7 @@ __all__ = ["register", "main", "run"]
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="local", help="host to probe (default: local; remote hosts come later)")
+    p.add_argument("--host", default="local", help="host to probe: local, ssh://[user@]host[:port] or replay:RUN_DIR (default: local)")
     p.add_argument("--profile", default="", help="a hardware profile in data/hardware for a what-if, e.g. rtx-pro-6000")
     p.add_argument("--json", action="store_true", help="print the report as JSON (schema servebook.probe/1)")
     p.add_argument("--engine", action="append", default=None, metavar="NAME",

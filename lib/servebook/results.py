@@ -73,7 +73,7 @@ class RunStore:
     @classmethod
     def open(cls, root: str | os.PathLike = "runs", host: str = "local", run_id: str | None = None) -> "RunStore":
         """Open (and create) ``root/host/run_id``; ``run_id=None`` starts a new run."""
-        host_dir = "local-" + _safe(socket.gethostname()) if host in ("", "local") else _safe(host)
+        host_dir = "local-" + _safe(socket.gethostname()) if host in ("", "local") else _safe(host.split("?")[0])  # ssh://box?python=... -> ssh-box
         return cls._create(Path(root) / host_dir / _safe(run_id or new_run_id()), host=host or "local")
 
     @classmethod

@@ -49,7 +49,15 @@ class EngineAdapter:
         self.wanted_version = wanted_version
 
     # -- introspection in the engine's own interpreter -----------------------
+    host = None  # a servebook.hosts host that is not this process: introspection runs there
+
     def _py(self, code: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        if self.host is not None and not self.host.in_process:
+            import hashlib
+
+            label = f"engine {self.name} {hashlib.sha256(code.encode()).hexdigest()[:12]}"
+            res = self.host.run([self.python, "-c", code], timeout=timeout, label=label)
+            return subprocess.CompletedProcess([self.python, "-c", code], res.rc, res.stdout, res.stderr)
         if not Path(self.python).exists():
             raise EngineError(f"no Python interpreter at {self.python}; pass --engine-python with the path of the environment where {self.name} is installed")
         from ..servers import run_bounded

@@ -1,0 +1,149 @@
+"""A server on a host: started under the watchdog, waited for on the host, stopped on every path.
+
+    with host.serve(launch, log_path=store.path / "server.log", registry=store.path / "servers.jsonl") as srv:
+        srv.base_url   # as the host sees it: the benchmark client runs there too
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ServerError
+from ._base import Host, HostError
+
+__all__ = ["HostServer", "serve"]
+
+_WAIT = r"""
+import json, os, sys, time, urllib.request
+url, pgid, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+t0 = time.monotonic()
+def alive():
+    try:
+        os.killpg(pgid, 0); return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+while True:
+    if not alive():
+        print(json.dumps({"ready": False, "why": "exited", "elapsed_s": round(time.monotonic() - t0, 2)})); break
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                print(json.dumps({"ready": True, "elapsed_s": round(time.monotonic() - t0, 2)})); break
+    except Exception:
+        pass
+    if time.monotonic() - t0 > timeout:
+        print(json.dumps({"ready": False, "why": "timeout", "elapsed_s": round(time.monotonic() - t0, 2)})); break
+    time.sleep(0.25)
+"""
+
+
+class HostServer:
+    """What ``Server`` offers the chapters (base_url, ready_s, log_path, stop), for a server on a host."""
+
+    def __init__(self, host: Host, launch, log_path: Path, registry: Path | None):
+        self.host, self.launch, self.log_path, self._registry = host, launch, Path(log_path), registry
+        self.proc = None
+        self.ready_s: float | None = None
+        name = launch.engine or "server"
+        self._label = f"server {name} {launch.description}".strip()
+        self._remote_log = str(self.log_path) if host.spec == "local" else f"/tmp/servebook-{name}-{launch.port}-{os.getpid()}.log"
+
+    @property
+    def base_url(self) -> str:
+        return self.launch.base_url
+
+    def _fetch_log(self) -> None:
+        try:
+            text = self.host.read_text(self._remote_log, missing_ok=True, label=f"log {self._label}")
+        except HostError:
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text(text)
+
+    def log_tail(self, n: int = 40) -> str:
+        self._fetch_log()
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def _record(self, event: str) -> None:
+        if self._registry is None or self.proc is None:
+            return
+        row = {"event": event, "host": self.host.spec, "pgid": self.proc.pgid, "port": self.launch.port,
+               "engine": self.launch.engine, "cmd": self.launch.shell(), "time": time.time()}
+        with open(self._registry, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    def _ship(self, argv: list[str]) -> list[str]:
+        """Launcher scripts of this servebook (e.g. engines/launchers/*.py) copied to the remote host."""
+        from ._ssh import SSHHost
+
+        if not isinstance(self.host, SSHHost):
+            return argv
+        pkg = Path(__file__).resolve().parents[1]
+        out = []
+        for a in argv:
+            p = Path(a)
+            if p.is_absolute() and p.is_file() and pkg in p.resolve().parents:
+                dest = f"/tmp/servebook-launchers-{os.getpid()}/{p.name}"
+                self.host.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", dest], input=p.read_bytes(),
+                              timeout=60, label=f"ship {p.name}").check(f"copying {p.name} to {self.host.spec}")
+                a = dest
+            out.append(a)
+        return out
+
+    def start(self, ready_timeout: float, say: Callable[[str], None]) -> "HostServer":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.proc = self.host.spawn(self._ship(list(self.launch.cmd)), log_path=self._remote_log, env=self.launch.env, label=self._label)
+        except HostError as exc:
+            raise ServerError(f"cannot start {self.launch.engine or 'the server'} on {self.host.spec}: {exc}") from exc
+        self._record("started")
+        say(f"starting {self.launch.engine or 'server'} on {self.host.spec} at {self.base_url} (log: {self.log_path}) ...")
+        try:
+            res = self.host.python(_WAIT, [self.base_url + self.launch.ready_path, str(self.proc.pgid), str(ready_timeout)],
+                                   timeout=ready_timeout + 30, label=f"wait ready {self._label}")
+            ans = json.loads(res.stdout.strip().splitlines()[-1]) if res.rc == 0 and res.stdout.strip() else {"ready": False, "why": res.stderr[-300:]}
+            self._fetch_log()
+            if not ans.get("ready"):
+                why = {"exited": "exited during start", "timeout": f"did not answer within {ready_timeout:.0f} s"}.get(ans.get("why"), ans.get("why"))
+                raise ServerError(f"{self.launch.engine or 'the server'} on {self.host.spec} {why}; see its log {self.log_path} (tail below)",
+                                  log_tail=self.log_tail())
+            self.ready_s = ans.get("elapsed_s")
+            say(f"ready after {self.ready_s}s")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        if self.proc is None or self.proc.stopped:
+            return
+        self.proc.stop(grace_s)
+        self._fetch_log()
+        self._record("stopped")
+
+    def __enter__(self) -> "HostServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve(host: Host, launch, log_path, registry=None, ready_timeout: float = 300.0, progress=print):
+    """``Server.start`` on the plain local host; otherwise a :class:`HostServer` on ``host``."""
+    if host.in_process:
+        from ..servers import Server
+
+        return Server.start(launch, log_path=log_path, ready_timeout=ready_timeout, registry=registry, progress=progress)
+    return HostServer(host, launch, Path(log_path), Path(registry) if registry else None).start(ready_timeout, progress or (lambda _m: None))
