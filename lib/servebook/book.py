@@ -88,6 +88,20 @@ def _read_notebook(path: Path):
     return nb
 
 
+def _select_cells(nb, whatif: bool):
+    """What-if mode (a ``profile`` is set): a chapter that has cells tagged ``whatif`` runs only its title cell,
+    its parameters and those cells (it plans instead of measuring); on a real host those cells are left out.
+    Chapters without ``whatif`` cells run whole in both modes."""
+    if not any("whatif" in c.metadata.get("tags", []) for c in nb.cells):
+        return nb
+    if whatif:
+        nb.cells = [c for i, c in enumerate(nb.cells) if (i == 0 and c.cell_type == "markdown")
+                    or {"parameters", "whatif"} & set(c.metadata.get("tags", []))]
+    else:
+        nb.cells = [c for c in nb.cells if "whatif" not in c.metadata.get("tags", [])]
+    return nb
+
+
 def notebook_parameters(path: Path) -> dict[str, dict]:
     """The parameters a notebook declares (papermill's own inspection)."""
     import papermill
@@ -258,7 +272,7 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
 
     source = executed_dir / f"{chapter.stem}.source.ipynb"
     target = executed_dir / f"{chapter.stem}.ipynb"
-    nbformat.write(_read_notebook(chapter.source), source)
+    nbformat.write(_select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile"))), source)
     given = {"run_dir": str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     try:
@@ -347,7 +361,9 @@ def _index_html(manifest: dict, pages, status: dict) -> str:
         rows.append(f'<li><a href="{chapter.stem}.html">{html.escape(chapter.title)}</a> <small>{mark} {info.get("seconds", "")}s</small></li>')
     card = (
         f"<table><tr><th>host</th><td>{html.escape(str(fp.get('hostname', '?')))} ({html.escape(gpus)})</td></tr>"
-        f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
+        + (f"<tr><th>what-if</th><td>hardware profile {html.escape(str(params.get('profile')))}: nothing on it was measured; "
+           f"chapters 03-05 plan and predict</td></tr>" if params.get("profile") else "")
+        + f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
         f"<tr><th>installed engines</th><td>{html.escape(engines or 'none')}</td></tr>"
         f"<tr><th>run</th><td>{html.escape(str(manifest.get('run_id')))} &middot; started {html.escape(str(manifest.get('started')))}"
         f" &middot; finished {html.escape(str(manifest.get('finished')))}</td></tr>"
