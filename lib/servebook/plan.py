@@ -81,18 +81,61 @@ def _book_cmd(facts: dict, only: str, extra: str = "") -> str:
             f" --only {only}" + (f" {extra}" if extra else ""))
 
 
+_SGLANG_CHOICES = r"""
+import argparse, json, sys
+sys.path.insert(0, %(runner_dir)r)
+import _runner
+_runner._install_stubs(%(stubs)r, %(absent)r, %(visible)r)  # GPU-only wheels a prepared environment lacks, stubbed as the what-if does
+from sglang.srt.server_args import ServerArgs
+p = argparse.ArgumentParser()
+ServerArgs.add_cli_args(p)
+print(json.dumps(sorted(next((a.choices or [] for a in p._actions if %(flag)r in a.option_strings), []))))
+"""
+
+
+def _attention_choices(eng) -> list[str]:
+    """The engine's own valid values for its attention flag. A prepared environment (no GPU wheels) cannot import
+    every module the parser's file imports; SGLang's parser is then read with those modules stubbed."""
+    from .errors import EngineError
+
+    try:
+        return eng.attention_choices()
+    except EngineError:
+        if eng.name != "sglang":
+            raise
+    from pathlib import Path
+
+    from .selection.envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY
+
+    libs = DEFAULT_KERNEL_LIBS.get("sglang", {})
+    code = _SGLANG_CHOICES % {"runner_dir": str(Path(__file__).parent / "selection"), "flag": eng.attention_flag,
+                              "stubs": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
+                              "visible": [m for m, v in libs.items() if v], "absent": [m for m, v in libs.items() if not v]}
+    return eng._py_json(code, "could not read SGLang's --attention-backend choices (GPU-only modules stubbed)", timeout=300)
+
+
 def plan_backends(store, facts: dict) -> list[dict]:
     """Chapter 03's plan: the engine's own list of attention backends, one forced launch each, and the book command."""
     eng = _adapter(facts)
     rows = []
     try:
-        choices = eng.attention_choices()
+        choices = _attention_choices(eng)
     except ServebookError as exc:
         store.record_failure("plan: attention choices", exc, engine=facts["engine"])
         choices = []
+    # First the backends chapter 02's what-if says a hardware helper kept from this GPU (if any), then the rest.
+    from .selection.rootcause import root_causes
+
+    missed = {}
+    for c in root_causes(store):
+        if c["decision"] == "fallback" and c["gpu"] == facts["profile"] and c["engine"] == eng.name:
+            for m in c["missed"]:
+                for b in m["would_write"]:
+                    missed.setdefault(b, f"{m['helper']} kept it from this GPU ({', '.join(m['at'])})")
     rows.append(_cmd(store, "03", "the engine's default (reference for token agreement)", _engine_cmd(facts, None), attention="auto"))
-    for name in choices:
-        rows.append(_cmd(store, "03", f"force {eng.attention_flag} {name}", _engine_cmd(facts, name), attention=name,
+    for name in sorted(choices, key=lambda b: (b not in missed, b)):
+        why = f": first, {missed[name]}" if name in missed else ""
+        rows.append(_cmd(store, "03", f"force {eng.attention_flag} {name}{why}", _engine_cmd(facts, name), attention=name,
                          flag=eng.attention_flag))
     rows.append(_cmd(store, "03", "the whole sweep, checked (reported backend, greedy agreement, decode rate)",
                      _book_cmd(facts, "01,02,03")))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 from .static import _parse, classify
 
@@ -123,6 +124,11 @@ def _judge(helper: str, answer, gpu: dict | None, cuda: str | None) -> dict:
     return {k: j.get(k) for k in ("verdict", "expected", "meaning")}
 
 
+def _short(helper: str) -> str:
+    """``sglang.srt.utils.common.is_sm100_supported()`` and ``get_platform().is_sm100`` -> the helper's own name."""
+    return re.sub(r"\(.*\)$", "", helper.strip().split(".")[-1])
+
+
 def _plain(v) -> str:
     return {True: "True", False: "False", None: "None"}.get(v, repr(v)) if isinstance(v, (bool, type(None))) else repr(v)
 
@@ -138,7 +144,7 @@ def _one(row: dict, verdicts_01: dict) -> dict:
     for h in row.get("helper_answers") or []:
         j = _judge(h["helper"], h.get("answer"), gpu, cuda) if not h.get("error") else {"verdict": "error", "expected": None,
                                                                                         "meaning": h["error"]}
-        name = h["helper"].split("(")[0].split(".")[-1]
+        name = _short(h["helper"])
         ch01 = verdicts_01.get(name)
         helpers.append({**h, **j, "chapter01_verdict": ch01})
     alts = {a["condition_line"]: a for a in row.get("alternatives") or []}
@@ -191,7 +197,7 @@ def root_causes(store) -> list[dict]:
     verdicts = {}
     if "engine_helpers" in store.tables():
         for h in store.rows("engine_helpers"):
-            verdicts[str(h.get("helper", "")).split("(")[0].split(".")[-1]] = h.get("verdict")
+            verdicts[_short(str(h.get("helper", "")))] = h.get("verdict")
     latest = {}
     for r in rows:
         latest[(r.get("engine"), r.get("version"), r.get("gpu"), r.get("model"))] = r
