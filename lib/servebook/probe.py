@@ -915,8 +915,6 @@ def judge_helper(helper: dict, gpu: dict | None, gpu_count: int, cuda: str | Non
         expected = (major == arg // 10) if major is not None else False
     elif fn in ("is_torch_cuda_available", "is_cuda"):
         expected = gpu_count > 0
-        if fn == "is_cuda" and isinstance(ans, str):  # SGLang's is_cuda() returns torch.version.cuda: truthy means yes
-            ans = bool(ans)
     elif fn in ("is_torch_bf16_gpu_available", "is_torch_tf32_available"):
         expected = (major is not None and major >= 8)
     h["expected"] = expected
