@@ -2,6 +2,7 @@
 
     from servebook.selection.rootcause import root_causes, record_root_causes
     causes = root_causes(store)        # from chapter 02's `selection` rows (and chapter 01's helper verdicts)
+    cause_of(whatif("sglang==0.5.9", "kimi-k2.5", gpu="rtx-pro-6000"))["cause"]   # one answer, no run
     causes[0]["decision"]              # 'fallback' | 'hardware-selected' | 'rule' | 'unresolved'
     causes[0]["cause"]                 # "sglang 0.5.9 writes `triton` ... because is_sm100_supported() answered False ..."
     record_root_causes(store)          # the same records, stored as the table `root_causes`
@@ -23,7 +24,7 @@ import re
 
 from .static import _parse, classify
 
-__all__ = ["helper_expressions", "helper_requests", "explain", "root_causes", "record_root_causes"]
+__all__ = ["helper_expressions", "helper_requests", "explain", "cause_of", "root_causes", "record_root_causes"]
 
 
 def helper_expressions(text: str) -> list[str]:
@@ -189,6 +190,11 @@ def _one(row: dict, verdicts_01: dict) -> dict:
 
 def _backend_of(row: dict) -> str:
     return str(row.get("attention_backend") or "the attention backend")
+
+
+def cause_of(answer: dict) -> dict:
+    """The root-cause record of one ``whatif`` answer (no run needed): ``cause_of(whatif(...))["cause"]``."""
+    return _one(answer, {})
 
 
 def root_causes(store) -> list[dict]:
