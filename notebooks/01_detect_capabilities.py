@@ -53,6 +53,18 @@ from servebook.results import RunStore
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
 print(f"servebook {servebook.__version__}, Python {platform.python_version()}, run: {store.path}")
 
+# %%
+# What-if with a pinned engine (e.g. sglang==0.5.9): that version's helpers are asked in its prepared environment.
+if profile and not engine_python and "==" in engine:
+    from servebook.selection import resolve_engine
+
+    try:
+        engine_python = resolve_engine(engine).python
+        print(f"what-if: asking {engine}'s helpers in {engine_python}")
+    except servebook.ServebookError as exc:
+        store.record_failure("engine environment", exc, engine=engine)
+        print(f"{engine}: {exc}")
+
 # %% [markdown]
 # ## Probe
 # One call gathers everything; it is stored in the run (`probe.json` plus tidy tables) **before**

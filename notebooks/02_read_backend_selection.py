@@ -111,13 +111,14 @@ def record(ans, case):
     store.append("selection", {k: ans.get(k) for k in ("engine", "version", "model", "architecture", "mla", "gpu", "capability",
                                                        "method", "attention_backend", "prefill_attention_backend",
                                                        "decode_attention_backend", "moe_runner_backend", "decided_by",
-                                                       "conditions", "logs", "assumptions", "reason")} | {"case": case})
+                                                       "conditions", "logs", "assumptions", "reason", "helper_answers",
+                                                       "alternatives")} | {"case": case})
 
 
 answer = None
 try:
     answer = whatif(engine, model, gpu=profile or None, engine_python=engine_python or None)
-    record(answer, "this-host")
+    record(answer, f"profile {profile}" if profile else "this-host")
     show(answer)
 except servebook.ServebookError as exc:
     store.record_failure("whatif_this_host", exc, engine=engine, model=model)

@@ -32,6 +32,53 @@ max_tokens: int = 32  # greedy tokens per probe prompt
 runs: int = 3  # single-stream measurements per backend, after one warm-up
 ready_timeout: int = 300  # seconds a server may take to become ready
 
+
+# %% [markdown] tags=["whatif"]
+# ## What-if: the plan for the real host
+# `profile` is set, so there is no such GPU here and nothing below is measured. What chapter 03 measures on
+# the real host: each attention backend the engine accepts, forced in turn with the engine's own flag,
+# checked three ways (the backend the engine reports loading, greedy tokens against the default's, decode
+# rate). The commands are the engine's own launch lines for the profiled host, recorded in the table
+# `plan_commands`, ready to paste there.
+
+# %% tags=["whatif"]
+import pandas as pd
+from IPython.display import Markdown
+
+from servebook import plan
+from servebook.results import RunStore
+
+store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
+facts = plan.host_facts(store, engine, model, profile)
+plan.plan_backends(store, facts)
+cmds = store.table("plan_commands")
+cmds = cmds[cmds["chapter"] == "03"]
+pd.set_option("display.max_colwidth", None)
+cmds[["purpose", "command"]]
+
+# %% [markdown] tags=["whatif"]
+# One launch per row, each stopped before the next; the last row runs the same sweep with the book's checks.
+
+# %% [markdown] tags=["whatif"]
+# ## What we found
+
+# %% tags=["whatif"]
+rc = store.table("selection")
+lines = [f"- Planned, not measured: {len(cmds) - 1} launches of {facts['engine']} for {facts['model']} on "
+         f"{facts['gpus']}x {facts['profile']} (capability {facts['capability']}), the default plus one per backend "
+         f"its own parser accepts."]
+if len(rc):
+    last = rc.iloc[-1]
+    lines.append(f"- Chapter 02 predicts the default resolves to `{last['attention_backend']}`; chapter 06 names the backends "
+                 "the engine's code would have picked had its hardware helpers answered otherwise: force those first.")
+fails = store.table("failures")
+if len(fails):
+    lines.append(f"- {len(fails)} recorded failure(s) so far, e.g. {fails.iloc[-1]['step']}: {str(fails.iloc[-1]['error'])[:160]}")
+Markdown("\n".join(lines))
+
+# %% [markdown] tags=["whatif"]
+# Next: [04. Tune NCCL](04_tune_nccl.html) — the communication floor for this profile.
+
 # %%
 import pandas as pd
 

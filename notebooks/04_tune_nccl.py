@@ -34,6 +34,55 @@ nccl_grid: str = ""  # extra NCCL settings: settings separated by semicolons, va
 builtin_grid: bool = True  # also measure the built-in grid (protocols, algorithms, P2P, channels, buffers, threads)
 all_reduce_perf: str = ""  # path to nccl-tests all_reduce_perf; empty means look on PATH
 
+
+# %% [markdown] tags=["whatif"]
+# ## What-if: the plan for the real host
+# `profile` is set: no all-reduce is measured here. What chapter 04 measures on the real host: NCCL
+# all-reduce at this model's decode message sizes, replayed from CUDA graphs, over a grid of NCCL settings.
+# Until then, the communication floor per token is predicted from the model card (all-reduces per token)
+# and the latency recorded on the lent H200 x2 machine (`data/runs/h200x2-nccl`), said as such: a PCIe
+# host has its own latency, which is the point of running the grid there. Stored in the table `roofline`.
+
+# %% tags=["whatif"]
+import pandas as pd
+from IPython.display import Markdown
+
+from servebook import plan
+from servebook.results import RunStore
+
+store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
+facts = plan.host_facts(store, engine, model, profile)
+plan.plan_nccl(store, facts)
+floor = store.table("roofline")
+floor = floor[floor["chapter"] == "04"]
+floor[["case", "allreduces_per_token", "allreduce_us", "t_comm_ms", "message_bytes", "latency_source"]].round(3)
+
+# %% [markdown] tags=["whatif"]
+# Per token, every layer waits for two all-reduces at batch 1: the floor is their count times one all-reduce's latency.
+
+# %% tags=["whatif"]
+pd.set_option("display.max_colwidth", None)
+cmds = store.table("plan_commands")
+cmds[cmds["chapter"] == "04"][["purpose", "command"]]
+
+# %% [markdown] tags=["whatif"]
+# ## What we found
+
+# %% tags=["whatif"]
+lines = []
+per_us = floor[floor["latency_source"].str.startswith("1 us")]
+if len(per_us):
+    lines.append(f"- Predicted, not measured: {int(per_us.iloc[0]['allreduces_per_token'])} all-reduces per token, so every "
+                 f"microsecond of all-reduce latency costs {per_us.iloc[0]['t_comm_ms']:.3f} ms per token at batch 1 on "
+                 f"{facts['gpus']}x {facts['profile']} ({facts['interconnect']}).")
+for _, r in floor[~floor["latency_source"].str.startswith("1 us")].iterrows():
+    lines.append(f"- At {r['allreduce_us']:.1f} us ({r['case'].split('latency ')[-1]}, measured on H200 x2 NVLink) that is "
+                 f"{r['t_comm_ms']:.2f} ms per token." + (f" {r['caveat'][0].upper() + r['caveat'][1:]}." if r["caveat"] else ""))
+Markdown("\n".join(lines) or "- No prediction: the model card gives no layer count.")
+
+# %% [markdown] tags=["whatif"]
+# Next: [05. Benchmark single stream](05_benchmark_single_stream.html) — the roofline for this profile.
+
 # %%
 import json
 

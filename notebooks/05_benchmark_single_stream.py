@@ -47,6 +47,50 @@ seed_tp: int = 8  # tensor-parallel size of the seed case
 seed_allreduce_us: float = 24.0  # per-all-reduce latency (us) for the seed cases communication floor; published 8x RTX PRO 6000 PCIe NCCL figure, chapter 04 measures yours
 seed_reported_tok_s: str = "vllm:82.5,sglang:63.6"  # single-stream tok/s the seed case reported, engine:value pairs; not measured here
 
+
+# %% [markdown] tags=["whatif"]
+# ## What-if: the roofline and the benchmark plan
+# `profile` is set: nothing is benchmarked here. The single-stream limit is predicted from the profile
+# (memory bandwidth) and the model card (bytes one decode step reads, counted layer by layer), first by
+# bandwidth alone, then with chapter 04's communication floors. Stored in the table `roofline`; the
+# commands to measure the real number on the host are in `plan_commands`.
+
+# %% tags=["whatif"]
+import pandas as pd
+from IPython.display import Markdown
+
+from servebook import plan
+from servebook.results import RunStore
+
+store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
+facts = plan.host_facts(store, engine, model, profile)
+plan.plan_bench(store, facts)
+roof = store.table("roofline")
+roof = roof[roof["chapter"] == "05"]
+roof[["case", "tok_s", "t_mem_ms", "t_comm_ms", "bytes_per_token", "bandwidth_tbs", "tp"]].round(3)
+
+# %% [markdown] tags=["whatif"]
+# A measured rate on the host is judged against these: far below the bandwidth-only line means time goes elsewhere.
+
+# %% tags=["whatif"]
+pd.set_option("display.max_colwidth", None)
+cmds = store.table("plan_commands")
+cmds[cmds["chapter"] == "05"][["purpose", "command"]]
+
+# %% [markdown] tags=["whatif"]
+# ## What we found
+
+# %% tags=["whatif"]
+lines = []
+for _, r in roof.iterrows():
+    lines.append(f"- {r['case']}: at most {r['tok_s']:,.0f} tok/s ({r['bytes_per_token'] / 1e9:.1f} GB per token over "
+                 f"{r['tp']} GPUs at {r['bandwidth_tbs']} TB/s each, plus {r['t_comm_ms']:.2f} ms of all-reduce).")
+lines.append("- Predicted from data files, not measured: the benchmark commands above measure the real rate on the host.")
+Markdown("\n".join(lines))
+
+# %% [markdown] tags=["whatif"]
+# Next: [06. Findings](06_findings.html) — the root causes, from the engine's own code.
+
 # %%
 import json
 import time

@@ -58,7 +58,46 @@ pd.DataFrame([
 ])
 
 # %% [markdown]
-# <!-- Root causes: the "## Root causes" section for what-if runs goes here (branch whatifbook). -->
+# ## Root causes
+# Why the engine chose what it chose, from chapter 02's what-if answers: the rule that wrote the choice
+# (file:line in the engine's code), the engine's own answers to the hardware helpers on the path to it,
+# and the backend the other side of a skipped branch would have written. A fallback counts as a root
+# cause when a helper's answer keeps this GPU out of a path its family should take (judged by chapter
+# 01's rules). Stored as the table `root_causes`; the launch to try first forces the missed backend.
+
+# %%
+from servebook.selection.rootcause import record_root_causes
+
+causes = record_root_causes(store)
+for c in causes:
+    print(f"[{c['decision']}] {c['cause']}\n")
+    for h in c["helper_answers"]:
+        print(f"    {h['helper']} -> {h['answer']!r}  ({h['verdict']}; defined at {h['defined_at']}: {h.get('definition') or '?'})")
+    print()
+if not causes:
+    print("no what-if answer recorded in this run (chapter 02), so no root cause to state")
+
+# %%
+launch_first = []
+if params.get("profile") and causes:
+    from servebook import plan
+
+    facts = plan.host_facts(store, params.get("engine"), params.get("model"), params.get("profile"))
+    for c in causes:
+        if c["decision"] == "fallback" and c["engine"] == facts["engine"].split("==")[0] and c["gpu"] == facts["profile"]:
+            for m in c["missed"]:
+                for backend in m["would_write"]:
+                    launch_first.append({"why": f"{c['engine']} {c['version']}: {m['helper']} kept `{backend}` ({', '.join(m['at'])}) from this GPU",
+                                         "launch": plan.recommended_launch(facts, backend)})
+    for row in launch_first:
+        if not store.done("recommended_launch", launch=row["launch"]):
+            store.append("recommended_launch", row)
+    text = ("Try first, on the real host (then check it with chapter 03: the backend the engine reports, greedy agreement, "
+            "decode rate; a missed backend may not support this GPU):\n\n" +
+            "\n\n".join(f"{r['why']}:\n\n```\n{r['launch']}\n```" for r in launch_first)) if launch_first else \
+        "No fallback caused by a hardware helper: keep the engine's default and measure (chapters 03 and 05)."
+    display(Markdown(text))
+
 
 # %% [markdown]
 # ## How to read this chapter

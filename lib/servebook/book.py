@@ -90,6 +90,20 @@ def _read_notebook(path: Path):
     return nb
 
 
+def _select_cells(nb, whatif: bool):
+    """What-if mode (a ``profile`` is set): a chapter that has cells tagged ``whatif`` runs only its title cell,
+    its parameters and those cells (it plans instead of measuring); on a real host those cells are left out.
+    Chapters without ``whatif`` cells run whole in both modes."""
+    if not any("whatif" in c.metadata.get("tags", []) for c in nb.cells):
+        return nb
+    if whatif:
+        nb.cells = [c for i, c in enumerate(nb.cells) if (i == 0 and c.cell_type == "markdown")
+                    or {"parameters", "whatif"} & set(c.metadata.get("tags", []))]
+    else:
+        nb.cells = [c for c in nb.cells if "whatif" not in c.metadata.get("tags", [])]
+    return nb
+
+
 def notebook_parameters(path: Path) -> dict[str, dict]:
     """The parameters a notebook declares (papermill's own inspection)."""
     import papermill
@@ -287,7 +301,7 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
 
     source = executed_dir / f"{chapter.stem}.source.ipynb"
     target = executed_dir / f"{chapter.stem}.ipynb"
-    nbformat.write(_read_notebook(chapter.source), source)
+    nbformat.write(_select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile"))), source)
     given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     try:
@@ -476,7 +490,9 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     date = str(manifest.get("started") or manifest.get("created") or "?")
     card = (
         f"<table class=\"sb-card\"><tr><th>host</th><td>{html.escape(str(h.get('hostname') or '?'))} ({html.escape(gpus)})</td></tr>"
-        f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
+        + (f"<tr><th>what-if</th><td>hardware profile {html.escape(str(params.get('profile')))}: nothing on it was measured; "
+           f"chapters 03-05 plan and predict</td></tr>" if params.get("profile") else "")
+        + f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
         f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}</td></tr>"
         f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "
         f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"

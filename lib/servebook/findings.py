@@ -340,6 +340,17 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
                     host: dict | None = None) -> list[dict]:
     """A recommended launch command per engine the run studied: a forced backend only where it was measurably
     faster and correct; NCCL variables only where they beat the defaults and the engine runs on several GPUs."""
+    params = store.manifest.get("parameters") or {}
+    if params.get("profile"):  # what-if: nothing was measured; the launch to try first comes from the root causes
+        engine = str(params.get("engine") or "").split("==")[0]
+        rec = store.rows("recommended_launch")
+        if rec:
+            return [{"engine": engine, "command": r["launch"], "env": {},
+                     "why": [f"what-if on the {params['profile']} profile: {r['why']}; try it first on the real host, "
+                             "then check it there with chapter 03 (reported backend, greedy agreement, decode rate)"]} for r in rec]
+        return [{"engine": engine, "command": "", "env": {},
+                 "why": [f"what-if on the {params['profile']} profile: no fallback caused by a hardware helper was found; "
+                         "keep the engine's default and measure on the real host (chapters 03 and 05)"]}]
     found_backends = backends(store) if found_backends is None else found_backends
     found_nccl = nccl(store) if found_nccl is None else found_nccl
     host = host_summary(store) if host is None else host

@@ -63,6 +63,12 @@ def _whatif(args) -> int:
         print(f"decided_by: {d['where']} in {d['function']} ({d['target']} = {d['value']})" if d else "decided_by: (no traced site)")
         for c in r.get("conditions", []):
             print(f"  because: {c['text']}   [{','.join(c['kinds'])}] @{c['line']}")
+        for h in r.get("helper_answers", []):
+            print(f"  helper: {h['helper']} -> {h['answer']!r}" + (f"  (defined at {h['defined_at']})" if h.get("defined_at") else ""))
+        from .rootcause import cause_of
+
+        c = cause_of(r)
+        print(f"root cause [{c['decision']}]: {c['cause']}")
     else:
         print(f"reason: {r.get('reason')}")
         print(f"candidates ({len(r.get('candidates', []))}, read statically):")

@@ -5,6 +5,8 @@
     r["decided_by"]             # {'where': 'sglang/srt/server_args.py:1833', 'function': 'ServerArgs._handle_...', ...}
     r["conditions"]             # the if/elif chain that led there, tagged hardware/model/...
     r["logs"], r["method"]      # the engine's own log lines; 'dynamic' or 'static'
+    r["helper_answers"]         # the hardware helpers on that path, as the engine answered them under the fake
+    r["alternatives"]           # what the other side of each skipped hardware branch would have written
     whatif("transformers", "embedded")                  # this host, servebook's own transformers
     whatif("sglang==0.5.9", "deepseek-v3", capability="12.0", kernel_libs={"flashinfer": False})
     decision_matrix("sglang==0.5.9", ["h200", "b200", "rtx-pro-6000"], ["kimi-k2.5", "llama-3.1-8b"])
@@ -30,6 +32,7 @@ from pathlib import Path
 from ..errors import EngineError, ModelError, ParameterError, ServebookError
 from .cards import architecture_of, materialize, model_config, uses_mla
 from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, EngineEnv, resolve_engine
+from .rootcause import explain, helper_requests
 from .static import Site, read_selection, render_tree
 
 __all__ = ["SelectionError", "whatif", "whatif_many", "decision_matrix", "matrix_diff", "gpu_from", "DEFAULT_KERNEL_LIBS", "static_reading"]
@@ -150,7 +153,9 @@ def _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version=Non
     reading = static_reading(env)
     request = {"engine": env.engine, "gpu": hw, "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
                "visible_modules": [m for m, v in libs.items() if v], "absent_modules": [m for m, v in libs.items() if not v],
-               "sites": [[s.path, s.line] for s in reading.sites]}
+               "sites": [[s.path, s.line] for s in reading.sites],
+               # after resolving, the engine answers its own hardware helpers under the same fake (root causes)
+               "helpers": helper_requests(reading, set(_ATTN_TARGETS))}
     return env, hw, libs, reading, request
 
 
@@ -199,6 +204,7 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
                    conditions=[{"text": str(c), "kinds": c.kinds, "line": c.line} for c in (site.conditions if site else [])],
                    fired=[s.where + f" {s.target} = {s.value}" for s in hits],
                    logs=_engine_logs(r.get("logs", []), env.engine))
+        out.update(explain(site, reading.sites, r.get("helpers"), env.package_dir))
         return out
     err = r.get("error", "?")
     if _unknown_arch(err, cfg):

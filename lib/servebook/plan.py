@@ -1,0 +1,235 @@
+"""What-if mode for chapters 03 to 05: what would be measured on the real host, predicted and planned.
+
+    from servebook import plan
+    facts = plan.host_facts(store, engine="sglang==0.5.9", model="kimi-k2.5", profile="rtx-pro-6000")
+    plan.plan_backends(store, facts)     # 03: one forced launch per backend the engine accepts (its own flag)
+    plan.plan_nccl(store, facts)         # 04: decode all-reduce sizes, the communication floor, the grid command
+    plan.plan_bench(store, facts)        # 05: the roofline from the profile and the card, the benchmark commands
+    plan.recommended_launch(facts, "flashinfer")   # the engine's launch line with that backend forced
+
+Nothing here measures: every row says it is a plan or a prediction (``source``), and every number
+is computed from a data file (the hardware profile, the model card, a recorded run) named in the row.
+Rows go to the tables ``plan_commands`` (ready-to-paste commands, by chapter) and ``roofline``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from .errors import ServebookError
+
+__all__ = ["host_facts", "plan_backends", "plan_nccl", "plan_bench", "recommended_launch"]
+
+_PORT = 30000
+_RECORDED_NCCL = "h200x2-nccl"  # data/runs/: graph-replayed all-reduce latencies measured on 2x H200 (NVLink)
+
+
+def host_facts(store, engine: str, model: str, profile: str) -> dict:
+    """The profiled host as chapter 01 stored it (GPU count, capability), the engine's interpreter, the model card."""
+    from .profiles import load_profile
+    from .selection.cards import load_card
+
+    prof = load_profile(profile)
+    report = {}
+    if (store.path / "probe.json").exists():
+        report = json.loads((store.path / "probe.json").read_text())
+    count = int(report.get("gpu_count") or 8)  # the probe's default GPU count for a profile
+    card = load_card(model)
+    python = None
+    try:
+        from .selection import resolve_engine
+
+        python = resolve_engine(engine).python
+    except ServebookError as exc:
+        store.record_failure("plan: engine environment", exc, engine=engine)
+    return {"engine": engine, "engine_python": python, "model": model, "model_ref": card.get("hf_repo") or model,
+            "card": card, "profile": prof["profile"], "profile_data": prof, "gpus": count,
+            "capability": prof["capability"], "interconnect": (prof.get("interconnect") or {}).get("kind")}
+
+
+def _adapter(facts: dict):
+    from .engines import get_engine
+
+    return get_engine(facts["engine"], python=facts.get("engine_python"))
+
+
+def _engine_cmd(facts: dict, attention: str | None, env: dict | None = None) -> str:
+    """The engine's own launch line (its adapter, its flag names), with the interpreter written as `python`."""
+    eng = _adapter(facts)
+    launch = eng.launch(facts["model_ref"], port=_PORT, attention=attention, tp=facts["gpus"], env=env)
+    cmd = ["python"] + launch.cmd[1:] if launch.cmd and launch.cmd[0] == eng.python else launch.cmd
+    pre = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((env or {}).items()))
+    return (pre + " " if pre else "") + " ".join(shlex.quote(c) for c in cmd)
+
+
+def recommended_launch(facts: dict, attention: str | None, env: dict | None = None) -> str:
+    """The engine's launch command on the profiled host with ``attention`` forced (None: the engine's default)."""
+    return _engine_cmd(facts, attention, env)
+
+
+def _cmd(store, chapter: str, purpose: str, command: str, **extra: Any) -> dict:
+    row = {"chapter": chapter, "purpose": purpose, "command": command, "source": "plan: not run (what-if)", **extra}
+    if not store.done("plan_commands", chapter=chapter, purpose=purpose, command=command):
+        store.append("plan_commands", row)
+    return row
+
+
+def _book_cmd(facts: dict, only: str, extra: str = "") -> str:
+    return (f"servebook book --engine {shlex.quote(facts['engine'])} --model /models/{facts['model_ref'].split('/')[-1]}"
+            f" --only {only}" + (f" {extra}" if extra else ""))
+
+
+_SGLANG_CHOICES = r"""
+import argparse, json, sys
+sys.path.insert(0, %(runner_dir)r)
+import _runner
+_runner._install_stubs(%(stubs)r, %(absent)r, %(visible)r)  # GPU-only wheels a prepared environment lacks, stubbed as the what-if does
+from sglang.srt.server_args import ServerArgs
+p = argparse.ArgumentParser()
+ServerArgs.add_cli_args(p)
+print(json.dumps(sorted(next((a.choices or [] for a in p._actions if %(flag)r in a.option_strings), []))))
+"""
+
+
+def _attention_choices(eng) -> list[str]:
+    """The engine's own valid values for its attention flag. A prepared environment (no GPU wheels) cannot import
+    every module the parser's file imports; SGLang's parser is then read with those modules stubbed."""
+    from .errors import EngineError
+
+    try:
+        return eng.attention_choices()
+    except EngineError:
+        if eng.name != "sglang":
+            raise
+    from pathlib import Path
+
+    from .selection.envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY
+
+    libs = DEFAULT_KERNEL_LIBS.get("sglang", {})
+    code = _SGLANG_CHOICES % {"runner_dir": str(Path(__file__).parent / "selection"), "flag": eng.attention_flag,
+                              "stubs": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
+                              "visible": [m for m, v in libs.items() if v], "absent": [m for m, v in libs.items() if not v]}
+    return eng._py_json(code, "could not read SGLang's --attention-backend choices (GPU-only modules stubbed)", timeout=300)
+
+
+def plan_backends(store, facts: dict) -> list[dict]:
+    """Chapter 03's plan: the engine's own list of attention backends, one forced launch each, and the book command."""
+    eng = _adapter(facts)
+    rows = []
+    try:
+        choices = _attention_choices(eng)
+    except ServebookError as exc:
+        store.record_failure("plan: attention choices", exc, engine=facts["engine"])
+        choices = []
+    # First the backends chapter 02's what-if says a hardware helper kept from this GPU (if any), then the rest.
+    from .selection.rootcause import root_causes
+
+    missed = {}
+    for c in root_causes(store):
+        if c["decision"] == "fallback" and c["gpu"] == facts["profile"] and c["engine"] == eng.name:
+            for m in c["missed"]:
+                for b in m["would_write"]:
+                    missed.setdefault(b, f"{m['helper']} kept it from this GPU ({', '.join(m['at'])})")
+    rows.append(_cmd(store, "03", "the engine's default (reference for token agreement)", _engine_cmd(facts, None), attention="auto"))
+    for name in sorted(choices, key=lambda b: (b not in missed, b)):
+        why = f": first, {missed[name]}" if name in missed else ""
+        rows.append(_cmd(store, "03", f"force {eng.attention_flag} {name}{why}", _engine_cmd(facts, name), attention=name,
+                         flag=eng.attention_flag))
+    rows.append(_cmd(store, "03", "the whole sweep, checked (reported backend, greedy agreement, decode rate)",
+                     _book_cmd(facts, "01,02,03")))
+    return rows
+
+
+def _nccl_latencies(hidden: int) -> list[dict]:
+    """Graph-replayed all-reduce latency at batch 1 from the recorded H200 x2 run (NVLink), for the card's width."""
+    from .paths import data_dir
+    from .results import RunStore
+
+    path = data_dir() / "runs" / _RECORDED_NCCL
+    if not (path / "manifest.json").exists():
+        return []
+    rec = RunStore(path)
+    ar = rec.table("allreduce")
+    if ar.empty:
+        return []
+    size = hidden * 2
+    sel = ar[(ar["bytes"] == size) & (ar["mode"] == "graph") & (ar["path"] == "torch")]
+    if "shape_study" in sel:
+        sel = sel[sel["shape_study"] != True]  # noqa: E712
+    if sel.empty:
+        return []
+    by = sel.groupby("setting")["us_median"].median()
+    out = [{"setting": "default", "us": float(by["default"])}] if "default" in by else []
+    best = by.idxmin()
+    if best != "default":
+        out.append({"setting": best, "us": float(by[best])})
+    return [o | {"bytes": size, "measured_on": f"data/runs/{_RECORDED_NCCL} (2x H200, NVLink, NCCL graph replay)"} for o in out]
+
+
+def plan_nccl(store, facts: dict) -> list[dict]:
+    """Chapter 04's plan: decode all-reduce sizes, the communication floor per token, and the grid command."""
+    from .nccl import model_dims
+    from .roofline import allreduces_per_token
+
+    dims = model_dims(facts["card"])
+    per_token = allreduces_per_token(facts["card"])
+    rows = []
+    for r in _nccl_latencies(dims["hidden_size"]):
+        row = {"chapter": "04", "case": f"communication floor, TP={facts['gpus']}, batch 1, latency {r['setting']}",
+               "allreduces_per_token": per_token, "allreduce_us": r["us"], "t_comm_ms": per_token * r["us"] / 1e3,
+               "message_bytes": r["bytes"], "latency_source": r["measured_on"],
+               "caveat": (f"the profile's GPUs talk over {facts['interconnect']}; this latency was measured over NVLink, "
+                          "so the real floor here is measured by chapter 04 on the host") if facts["interconnect"] != "NVLink" else "",
+               "source": "prediction: card x recorded latency"}
+        if not store.done("roofline", chapter="04", case=row["case"]):
+            store.append("roofline", row)
+        rows.append(row)
+    sens = {"chapter": "04", "case": f"communication floor per microsecond of all-reduce latency, TP={facts['gpus']}",
+            "allreduces_per_token": per_token, "allreduce_us": 1.0, "t_comm_ms": per_token / 1e3,
+            "message_bytes": dims["hidden_size"] * 2, "latency_source": "1 us (sensitivity)", "caveat": "",
+            "source": "prediction: card"}
+    if not store.done("roofline", chapter="04", case=sens["case"]):
+        store.append("roofline", sens)
+    rows.append(sens)
+    _cmd(store, "04", "NCCL grid at the model's decode sizes (graph-replayed, sums checked)",
+         f"python -m servebook.nccl --model {facts['model']} --out runs/nccl-{facts['profile']}")
+    _cmd(store, "04", "nccl-tests reference at the batch-1 size (graph mode, as engines issue it)",
+         f"all_reduce_perf -b {dims['hidden_size'] * 2} -e {dims['hidden_size'] * 2 * 64} -f 2 -g {facts['gpus']} -G 20")
+    _cmd(store, "04", "the chapter, with the book's checks", _book_cmd(facts, "04"))
+    return rows
+
+
+def plan_bench(store, facts: dict) -> list[dict]:
+    """Chapter 05's plan: the single-stream roofline from the profile and the card, and the benchmark commands."""
+    from . import roofline
+
+    card, prof = facts["card"], facts["profile_data"]
+    arch = roofline.config_bytes_per_token(card)
+    bw = prof["memory_bandwidth_tbs"]
+    rows = []
+    one = roofline.decode_roofline(arch["bytes_per_token"], bw, tp=facts["gpus"], allreduce_us=0.0,
+                                   allreduces_per_token=roofline.allreduces_per_token(card)) if facts["gpus"] > 1 else \
+        roofline.decode_roofline(arch["bytes_per_token"], bw)
+    cases = [("bandwidth only", one)]
+    for lat in store.find("roofline", chapter="04"):
+        if lat.get("latency_source", "").startswith("1 us"):
+            continue
+        cases.append((f"bandwidth + {lat['case'].split(', ')[-1]} ({lat['allreduce_us']:.1f} us)",
+                      roofline.decode_roofline(arch["bytes_per_token"], bw, tp=facts["gpus"], allreduce_us=lat["allreduce_us"],
+                                               allreduces_per_token=lat["allreduces_per_token"])))
+    for label, r in cases:
+        row = {"chapter": "05", "case": f"{facts['model']} on {facts['gpus']}x {facts['profile']}, batch 1: {label}",
+               "tok_s": r["tok_s"], "tok_s_bandwidth": r["tok_s_bandwidth"], "t_mem_ms": r["t_mem_ms"], "t_comm_ms": r["t_comm_ms"],
+               "bytes_per_token": r["bytes_per_token"], "bandwidth_tbs": bw, "tp": facts["gpus"],
+               "bytes_method": arch["method"], "source": f"prediction: data/models/{facts['model']}.json x data/hardware/{facts['profile']}.json"}
+        if not store.done("roofline", chapter="05", case=row["case"]):
+            store.append("roofline", row)
+        rows.append(row)
+    _cmd(store, "05", "start the engine as it would run by default", _engine_cmd(facts, None), attention="auto")
+    _cmd(store, "05", "single stream and concurrency sweep against it (same client for every engine)",
+         f"servebook bench --url http://127.0.0.1:{_PORT} --engine {facts['engine'].split('==')[0]} --concurrency 1,2,4,8,16,32,64 "
+         f"--out runs/bench-{facts['profile']}")
+    _cmd(store, "05", "the chapter, with the roofline against what was measured", _book_cmd(facts, "05"))
+    return rows
