@@ -179,22 +179,23 @@ def test_secrets_in_the_environment_reach_no_file_of_the_run(killed_and_resumed)
 # torchrun-style bounded launches: kill -9 of their parent stops the workers
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.timeout(120)
-def test_kill9_of_the_parent_stops_torchrun_workers(tmp_path):
+@pytest.mark.parametrize("launcher", ["torchrun", "forking"])
+def test_kill9_of_the_parent_stops_bounded_launches(tmp_path, launcher):
+    """Chapter 04's torchrun launches (servebook.servers.run_bounded) die with the process that started them."""
     worker = tmp_path / "worker.py"
-    worker.write_text("import os, time\nprint('rank', os.environ.get('RANK'), os.getpid(), flush=True)\ntime.sleep(600)\n")
-    driver = textwrap.dedent(f"""
-        import sys
-        from servebook.servers import run_bounded
-        run_bounded([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "{free_port()}",
-                     {str(worker)!r}], timeout=600)
-    """)
+    worker.write_text("import os, subprocess, sys, time\n"
+                      "if len(sys.argv) > 1: subprocess.Popen([sys.executable, __file__])\n"
+                      "time.sleep(600)\n")
+    cmd = ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()), str(worker)]
+           if launcher == "torchrun" else [sys.executable, str(worker), "fork"])
+    driver = f"import sys\nfrom servebook.servers import run_bounded\nrun_bounded({cmd!r}, timeout=600)\n"
     parent = subprocess.Popen([sys.executable, "-c", driver], env=_env(OMP_NUM_THREADS="1"), start_new_session=True)
     try:
-        def workers():
-            return [p.pid for p in psutil.Process(parent.pid).children(recursive=True)
-                    if str(worker) in " ".join(p.cmdline()) and "torch.distributed.run" not in " ".join(p.cmdline())]
-        assert _wait(lambda: len(workers()) == 2, timeout=90), "torchrun did not start two workers"
-        everything = [p.pid for p in psutil.Process(parent.pid).children(recursive=True)]
+        def tree():
+            return [p for p in psutil.Process(parent.pid).children(recursive=True) if str(worker) in " ".join(p.cmdline())]
+        want = 3 if launcher == "torchrun" else 2  # agent + 2 workers; a worker and its child
+        assert _wait(lambda: len(tree()) >= want, timeout=90), "the launch did not start its workers"
+        everything = [p.pid for p in tree()]
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
         assert _wait(lambda: not any(_alive(p) for p in everything), timeout=30), \
@@ -202,6 +203,8 @@ def test_kill9_of_the_parent_stops_torchrun_workers(tmp_path):
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
+        for pid in [p.pid for p in psutil.process_iter(["cmdline"]) if str(worker) in " ".join(p.info["cmdline"] or [])]:
+            os.kill(pid, signal.SIGKILL)  # only what this test started
 
 
 # ---------------------------------------------------------------------------------------------
