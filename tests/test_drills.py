@@ -211,7 +211,7 @@ def test_kill9_of_the_parent_stops_bounded_launches(tmp_path, launcher):
 # the engine server crashes mid-benchmark
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.timeout(300)
-def test_server_crash_mid_benchmark_is_recorded_and_the_sweep_moves_on(embedded_model, tmp_path, no_leftover_servers):
+def test_server_crash_mid_benchmark_is_recorded_and_the_sweep_moves_on(embedded_model, tmp_path):
     from servebook import bench
     from servebook.engines import get_engine
 
@@ -235,6 +235,7 @@ def test_server_crash_mid_benchmark_is_recorded_and_the_sweep_moves_on(embedded_
                                          saturation_patience=0, **common)
         killer.join(5)
         assert not srv.alive()
+    assert not leftover_servers(store.path / "servers.jsonl") and not port_listening(launch.port)
     assert single["ok"] >= 1 and single["failed"] >= 1  # what finished before the crash is kept
     assert [lvl["concurrency"] for lvl in levels] == [1, 2] and all(lvl["failed"] == lvl["requests"] for lvl in levels)
     failures = store.rows("failures")
@@ -250,7 +251,7 @@ def test_server_crash_mid_benchmark_is_recorded_and_the_sweep_moves_on(embedded_
 
 
 @pytest.mark.timeout(300)
-def test_server_crash_during_a_backend_run_is_a_finding_of_chapter_03(embedded_model, tmp_path, no_leftover_servers):
+def test_server_crash_during_a_backend_run_is_a_finding_of_chapter_03(embedded_model, tmp_path):
     from servebook.backends import force_each_backend
     from servebook.engines import get_engine
 
@@ -325,7 +326,7 @@ def test_port_taken_by_another_program_is_recorded(embedded_model, tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_wrong_model_path_is_a_clear_error(embedded_model, tmp_path, no_leftover_servers, capsys):
+def test_wrong_model_path_is_a_clear_error(embedded_model, tmp_path, capsys):
     from servebook.cli import main
     from servebook.engines import get_engine
 
@@ -343,11 +344,12 @@ def test_wrong_model_path_is_a_clear_error(embedded_model, tmp_path, no_leftover
     assert row["outcome"] == "failed to start"
     assert "exited with code" in row["error"] and "see its log" in row["error"]
     assert row["log_tail"].strip()
+    assert not leftover_servers(store.path / "servers.jsonl")
 
 
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
-def test_gpu_out_of_memory_at_start_is_a_clear_recorded_error(embedded_model, tmp_path, no_leftover_servers):
+def test_gpu_out_of_memory_at_start_is_a_clear_recorded_error(embedded_model, tmp_path):
     """Runs only with CUDA: the GPU is filled by this test, then the server is started on it."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

@@ -67,6 +67,8 @@ def _post(url: str, body: dict, timeout: float) -> dict:
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:400]
         raise ServebookError(f"{url} answered HTTP {exc.code}: {detail}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # reset, refused, timed out, a torn answer
+        raise ServebookError(f"{url} gave no answer ({type(exc).__name__}: {exc}); the server may have died, see its log") from exc
 
 
 def greedy_completions(base_url: str, model: str, prompts: list[str], max_tokens: int, timeout: float = 120) -> list[str]:
