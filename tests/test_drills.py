@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import socket
-import string
 import subprocess
 import sys
 import textwrap
@@ -26,9 +25,9 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from servebook.errors import ParameterError, ResultsError, ServebookError
+from servebook.errors import ParameterError
 from servebook.results import RunStore
-from servebook.servers import Launch, Server, free_port, leftover_servers, port_listening
+from servebook.servers import Launch, free_port, leftover_servers, port_listening
 
 pytestmark = pytest.mark.drills
 
@@ -53,6 +52,13 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _cmd(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return ""
 
 
 def _wait(cond, timeout: float, step: float = 0.2) -> bool:
@@ -108,7 +114,7 @@ def killed_and_resumed(tmp_path_factory, embedded_model):
         log1.close()
     # The kernel notices its parent is gone, the reaper then stops the server's group.
     gone = _wait(lambda: not any(_alive(p) for p in tree) and not leftover_servers(registry), timeout=60)
-    left_after_kill = [(p, " ".join(psutil.Process(p).cmdline()[:4])) for p in tree if _alive(p)]
+    left_after_kill = [(p, _cmd(p)[:200]) for p in tree if _alive(p)]
     servers_after_kill = leftover_servers(registry)
     t0 = time.monotonic()
     resumed = subprocess.run(cmd + ["--only", "01,03"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=420)
@@ -192,14 +198,14 @@ def test_kill9_of_the_parent_stops_bounded_launches(tmp_path, launcher):
     parent = subprocess.Popen([sys.executable, "-c", driver], env=_env(OMP_NUM_THREADS="1"), start_new_session=True)
     try:
         def tree():
-            return [p for p in psutil.Process(parent.pid).children(recursive=True) if str(worker) in " ".join(p.cmdline())]
+            return [p for p in psutil.Process(parent.pid).children(recursive=True) if str(worker) in _cmd(p.pid)]
         want = 3 if launcher == "torchrun" else 2  # agent + 2 workers; a worker and its child
         assert _wait(lambda: len(tree()) >= want, timeout=90), "the launch did not start its workers"
         everything = [p.pid for p in tree()]
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
         assert _wait(lambda: not any(_alive(p) for p in everything), timeout=30), \
-            [psutil.Process(p).cmdline() for p in everything if _alive(p)]
+            [_cmd(p) for p in everything if _alive(p)]
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
