@@ -286,7 +286,7 @@ def test_server_crash_during_a_backend_run_is_a_finding_of_chapter_03(embedded_m
     killer.join(5)
     assert [r["attention"] for r in rows] == ["auto", "eager"]
     crashed, after = rows
-    assert crashed["outcome"] == "crashed", crashed
+    assert crashed["outcome"] == "crashed", (crashed["outcome"], crashed.get("error"), crashed.get("log_tail"))
     assert crashed["error"] and crashed["port_free_after"] is True
     assert after["outcome"] == "ok"  # the sweep moved on
     assert [r["outcome"] for r in store.rows("backends")] == ["crashed", "ok"]

@@ -154,7 +154,7 @@ def force_each_backend(
                 try:
                     completions = greedy_completions(srv.base_url, engine.served_model_name(str(model_dir)), PROBE_PROMPTS, max_tokens)
                 except ServebookError as exc:
-                    row.update(outcome="rejected" if srv.alive() else "crashed", error=str(exc), log_tail=srv.log_tail(15))
+                    row.update(outcome="crashed" if _exited(srv) else "rejected", error=str(exc), log_tail=srv.log_tail(15))
                     raise _Recorded() from exc
                 row["completions"] = completions
                 if backend is None:
@@ -193,6 +193,17 @@ def _rejection(log_tail: str, backend: str) -> str | None:
         if "Error" in line and backend in line:
             return line.strip()[:400]
     return None
+
+
+def _exited(srv: Server, wait_s: float = 3.0) -> bool:
+    """Whether the server died; a process killed mid-request may take a moment to finish exiting."""
+    import subprocess
+
+    try:
+        srv.proc.wait(timeout=wait_s)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 class _Recorded(Exception):
