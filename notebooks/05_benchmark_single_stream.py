@@ -196,7 +196,10 @@ def bench_engine(spec: str) -> None:
             else:
                 single = bench.single_stream(srv.base_url, name, prompts, runs=runs, warmup=warmup,
                                              requests_per_run=requests_per_run, **common)
-            print(f"{label}: {single['decode_tok_s_mean']:.1f} ± {single['decode_tok_s_ci95'] or 0:.1f} tok/s single stream")
+            if single.get("decode_tok_s_mean") is None:  # the server died or refused every request: recorded in `failures`
+                print(f"{label}: no single-stream request succeeded ({single['failed']} failed): {(single.get('errors') or ['?'])[0]}")
+            else:
+                print(f"{label}: {single['decode_tok_s_mean']:.1f} ± {single['decode_tok_s_ci95'] or 0:.1f} tok/s single stream")
             bench.concurrency_sweep(srv.base_url, name, prompts, max_concurrency=max_concurrency,
                                     requests_per_level=requests_per_level, level_time_budget_s=level_time_budget_s,
                                     saturation_patience=saturation_patience, **common)
@@ -212,7 +215,8 @@ if model_dir is not None:
     for spec in engines:
         bench_engine(spec)
 summary = store.table("bench_summary")
-single_df = summary[summary["phase"] == "single"] if len(summary) else summary
+single_all = summary[summary["phase"] == "single"] if len(summary) else summary
+single_df = single_all[single_all["decode_tok_s_mean"].notna()] if len(single_all) else single_all  # measured configs
 single_df[["label", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_mean", "tpot_s_mean", "itl_ms_p50", "chunk_gap_ms_p50", "tokens_per_chunk", "failed"]] if len(single_df) else "no single-stream result"
 
 # %% [markdown]
@@ -242,11 +246,13 @@ if len(req):
 
 # %%
 sweep_df = summary[summary["phase"] == "sweep"] if len(summary) else summary
-if len(sweep_df):
+sweep_ok = sweep_df[sweep_df["throughput_tok_s"].notna()] if len(sweep_df) else sweep_df
+if len(sweep_ok):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    bench.plot_pareto(sweep_df, ax=axes[0])
-    bench.plot_latency(sweep_df, "ttft_server_s", ax=axes[1])
+    bench.plot_pareto(sweep_ok, ax=axes[0])
+    bench.plot_latency(sweep_ok, "ttft_server_s", ax=axes[1])
     plt.tight_layout()
+if len(sweep_df):
     display(sweep_df[["label", "concurrency", "ok", "failed", "throughput_tok_s", "per_user_tok_s", "ttft_s_p50", "ttft_server_s_p50",
                       "ttft_server_s_p99", "tpot_s_p50", "tpot_s_p99", "itl_ms_p99", "truncated"]])
 
@@ -392,7 +398,15 @@ for _, r in single_df.iterrows():
     ci = f" ± {r['decode_tok_s_ci95']:.1f}" if pd.notna(r.get("decode_tok_s_ci95")) else ""
     lines.append(f"- **{r['label']}** single stream: {r['decode_tok_s_mean']:.1f}{ci} tok/s (95% CI over {int(r['runs'])} runs), "
                  f"TTFT {r['ttft_s_mean'] * 1e3:.0f} ms, TPOT {r['tpot_s_mean'] * 1e3:.1f} ms, {r['tokens_per_chunk']:.2f} tokens per streamed chunk.")
+for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if len(single_all) else []):
+    errors = r.get("errors") if isinstance(r.get("errors"), list) else []
+    lines.append(f"- **{r['label']}** single stream: no request succeeded ({int(r['failed'])} failed)"
+                 + (f", e.g. {str(errors[0])[:160]}" if errors else "") + "; the server log says why.")
 for label, g in (sweep_df.groupby("label") if len(sweep_df) else []):
+    if not g["throughput_tok_s"].notna().any():
+        lines.append(f"- {label}: no request of the concurrency sweep succeeded ({int(g['failed'].sum())} failed).")
+        continue
+    g = g[g["throughput_tok_s"].notna()]
     best = g.sort_values("throughput_tok_s", ascending=False).iloc[0]
     one = g.sort_values("concurrency").iloc[0]
     lines.append(f"- {label}: {one['throughput_tok_s']:.1f} tok/s at C=1; peak {best['throughput_tok_s']:.1f} tok/s at "

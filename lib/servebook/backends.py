@@ -68,6 +68,8 @@ def _post(url: str, body: dict, timeout: float) -> dict:
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:400]
         raise ServebookError(f"{url} answered HTTP {exc.code}: {detail}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # reset, refused, timed out, a torn answer
+        raise ServebookError(f"{url} gave no answer ({type(exc).__name__}: {exc}); the server may have died, see its log") from exc
 
 
 def greedy_completions(base_url: str, model: str, prompts: list[str], max_tokens: int, timeout: float = 120) -> list[str]:
@@ -171,7 +173,7 @@ def force_each_backend(
                 try:
                     completions = greedy_completions(srv.base_url, engine.served_model_name(str(model_dir)), PROBE_PROMPTS, max_tokens)
                 except ServebookError as exc:
-                    row.update(outcome="rejected" if srv.alive() else "crashed", error=str(exc), log_tail=srv.log_tail(15))
+                    row.update(outcome="crashed" if _exited(srv) else "rejected", error=str(exc), log_tail=srv.log_tail(15))
                     raise _Recorded() from exc
                 row["completions"] = completions
                 if backend is None:
@@ -236,6 +238,17 @@ def _rejection(log_tail: str, backend: str) -> str | None:
         if "Error" in line and backend in line and not re.search(r"ModuleNotFoundError|ImportError|No module named", line):
             return line.strip()[:400]
     return None
+
+
+def _exited(srv: Server, wait_s: float = 3.0) -> bool:
+    """Whether the server died; a process killed mid-request may take a moment to finish exiting."""
+    import subprocess
+
+    try:
+        srv.proc.wait(timeout=wait_s)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 class _Recorded(Exception):

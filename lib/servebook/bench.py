@@ -1442,14 +1442,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run_cli(p.parse_args(argv))
 
 
+def _check_url(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and url.isprintable()
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ParameterError("url", url, "an http:// or https:// URL of the server, e.g. http://127.0.0.1:8000")
+
+
 def _run_cli(a: argparse.Namespace) -> int:
     from .errors import ServebookError
     from .results import RunStore
 
     try:
-        levels = [int(x) for x in a.concurrency.split(",") if x.strip()]
+        try:
+            levels = [int(x) for x in a.concurrency.split(",") if x.strip()]
+        except ValueError:
+            levels = []
         if not levels or min(levels) < 1:
             raise ParameterError("concurrency", a.concurrency, "comma-separated positive integers, e.g. 1,2,4")
+        for name, least in (("input_len", 1), ("output_len", 1), ("runs", 1), ("warmup", 0), ("requests_per_level", 1)):
+            if getattr(a, name) < least:
+                raise ParameterError(name, getattr(a, name), f"an integer of {least} or more")
+        _check_url(a.url)
         models = check_server(a.url)
         model = a.model or (models[0] if models else "")
         if not model:

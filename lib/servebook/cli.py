@@ -12,6 +12,7 @@ Errors a user can cause print one line naming the problem and the fix, exit stat
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -19,6 +20,14 @@ from .errors import ServebookError
 from .params import PARAMS
 
 __all__ = ["main", "build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line (subcommand parsers inherit it)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        message = message.replace("\r", "\\r").replace("\n", "\\n")
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
 def _add_book(sub) -> None:
@@ -66,6 +75,8 @@ def _cmd_book(args) -> int:
         from .params import _check_run_id
 
         _check_run_id(args.run_id)
+    if args.cell_timeout is not None and args.cell_timeout < 1:
+        raise ParameterError("cell_timeout", args.cell_timeout, "seconds one cell may run: 1 or more (leave it out for no limit)")
     only = [o for o in (args.only or "").split(",") if o.strip()] or None
     result = run_book(params, out=args.out, runs_root=args.runs, run_id=args.run_id, only=only, extra=extra,
                       cell_timeout=args.cell_timeout, record=args.record)
@@ -95,7 +106,7 @@ _PLUGINS = ["servebook.probe_cli", "servebook.selection.cli", "servebook.bench",
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servebook", description="An investigation book for LLM-serving performance.")
+    parser = _Parser(prog="servebook", description="An investigation book for LLM-serving performance.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_book(sub)
     for name in _PLUGINS:
@@ -114,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ServebookError as exc:
         print(f"servebook: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        where = exc.filename or (f"the book under {args.out}" if getattr(args, "out", None) else "a result file")
+        print(f"servebook: error: cannot write {where}: {exc.strerror}; free space on that disk or pass another --out / --runs",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("servebook: interrupted; servers started by this run were stopped", file=sys.stderr)

@@ -25,7 +25,8 @@ class ParameterError(ServebookError, ValueError):
 
     def __init__(self, name: str, value, expected: str):
         self.name, self.value, self.expected = name, value, expected
-        super().__init__(f"parameter '{name}': invalid value {value!r}; {expected}")
+        shown = name if str(name).isprintable() else repr(str(name))[1:-1]  # the message stays one line
+        super().__init__(f"parameter '{shown}': invalid value {value!r}; {' '.join(str(expected).splitlines())}")
 
 
 class ResultsError(ServebookError):

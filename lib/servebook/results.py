@@ -120,10 +120,15 @@ class RunStore:
         return self.path / f"{_safe(table)}.jsonl"
 
     def append(self, table: str, row: dict) -> dict:
-        """Append one measurement row (flushed and fsynced) and return it as stored."""
+        """Append one measurement row (flushed and fsynced) and return it as stored.
+
+        The row is one line written with one ``write`` call; when the write fails (disk full)
+        the partial line is cut off again, and a torn last line left by a killed run is closed
+        first, so a table never holds two rows fused into one line.
+        """
         row = _jsonable(mask_value(dict(row)))
         row.setdefault("recorded_at", _now())
-        self._write(self.table_path(table), json.dumps(row, sort_keys=True) + "\n", mode="a")
+        self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
         return row
 
     def rows(self, table: str) -> list[dict]:
@@ -171,6 +176,32 @@ class RunStore:
         return path
 
     # -- internals -------------------------------------------------------------
+    def _append_line(self, path: Path, line: str) -> None:
+        data = line.encode("utf-8")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise self._error(path, exc) from exc
+        size = None
+        try:
+            size = os.fstat(fd).st_size
+            if size and _last_byte(path, size) != b"\n":
+                data = b"\n" + data  # a run killed mid-write left a torn line: close it, it stays unreadable alone
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except OSError as exc:
+            if size is not None:
+                try:  # cut the partial line off: the rows written before stay whole
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass
+            raise self._error(path, exc) from exc
+        finally:
+            os.close(fd)
+
     def _write(self, path: Path, text: str, mode: str) -> None:
         try:
             with open(path, mode, encoding="utf-8") as fh:
@@ -178,15 +209,26 @@ class RunStore:
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise ResultsError(
-                    f"the disk holding {self.path} is full: {path.name} could not be written; "
-                    "results written before are intact; free space or pass another run directory"
-                ) from exc
-            raise ResultsError(f"cannot write {path}: {exc.strerror}") from exc
+            raise self._error(path, exc) from exc
+
+    def _error(self, path: Path, exc: OSError) -> ResultsError:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            why = {errno.ENOSPC: "the disk holding it is full", errno.EDQUOT: "the disk quota is used up",
+                   errno.EFBIG: "a file size limit (ulimit -f) was reached"}[exc.errno]
+            return ResultsError(
+                f"cannot write {path}: {why}; results written before are intact; "
+                "free space (or raise the limit) and resume with the same --run-id, or pass another --runs / run_dir"
+            )
+        return ResultsError(f"cannot write {path}: {exc.strerror or exc}; check the run directory's permissions and space")
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.path)!r})"
+
+
+def _last_byte(path: Path, size: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(size - 1)
+        return fh.read(1)
 
 
 def find_runs(root: str | os.PathLike = "runs") -> Iterable[RunStore]:

@@ -17,7 +17,8 @@ MASK = "***"
 # OPENAI_API_KEY), so that measurement columns such as output_tokens stay readable.
 _SECRET_NAME = re.compile(
     r"(?:^|[_-])(TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|PASSPHRASE|APIKEY|CREDENTIALS?|AUTH|COOKIE)(?:$|[_-])"
-    r"|(API|ACCESS|PRIVATE|SECRET)[_-]?KEY",
+    r"|(API|ACCESS|PRIVATE|SECRET)[_-]?KEY"
+    r"|^SSHPASS$",  # sshpass's password variable
     re.I,
 )
 # Values that look like credentials even under an innocent name.

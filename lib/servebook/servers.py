@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -164,6 +165,28 @@ if group_alive():
 """
 
 
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation", re.I)
+
+
+def _start_reaper(pgid: int) -> subprocess.Popen:
+    """A watcher that stops process group ``pgid`` once this process dies (kill -9 included)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _REAPER, str(os.getpid()), str(pgid)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _stop_reaper(reaper: subprocess.Popen | None) -> None:
+    if reaper is None:
+        return
+    try:
+        reaper.kill()
+        reaper.wait(timeout=5)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _tail(path: Path, n: int = 40) -> str:
     try:
         lines = path.read_text(errors="replace").splitlines()
@@ -231,11 +254,7 @@ class Server:
         finally:
             log.close()
         srv = cls(launch, proc, log_path, Path(registry) if registry else None)
-        srv._reaper = subprocess.Popen(
-            [sys.executable, "-c", _REAPER, str(os.getpid()), str(srv.pgid)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        srv._reaper = _start_reaper(srv.pgid)
         srv._record("started")
         try:
             srv._wait_ready(ready_timeout, say, ready_check)
@@ -252,10 +271,13 @@ class Server:
         while True:
             code = self.proc.poll()
             if code is not None:
+                tail = _tail(self.log_path)
+                oom = "the GPU ran out of memory: free it (nvidia-smi lists what holds it) or lower the engine's memory use; " \
+                    if _OOM.search(tail) else ""
                 raise ServerError(
                     f"{self.launch.engine or 'the server'} exited with code {code} during start; "
-                    f"see its log {self.log_path} (tail below)",
-                    log_tail=_tail(self.log_path),
+                    f"{oom}see its log {self.log_path} (tail below)",
+                    log_tail=tail,
                 )
             try:
                 with urllib.request.urlopen(url, timeout=2) as resp:
@@ -290,12 +312,7 @@ class Server:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        if self._reaper is not None:
-            try:
-                self._reaper.kill()
-                self._reaper.wait(timeout=5)
-            except Exception:  # noqa: BLE001
-                pass
+        _stop_reaper(self._reaper)
         deadline = time.monotonic() + 15
         host = "127.0.0.1" if self.launch.host in ("0.0.0.0", "") else self.launch.host
         while port_listening(self.launch.port, host) and time.monotonic() < deadline:
@@ -342,12 +359,14 @@ def run_bounded(cmd: Sequence[str], timeout: float, env: dict | None = None, cwd
     """Run a command in its own process group; on timeout kill the whole group.
 
     Returns the CompletedProcess; ``returncode`` is 124 on timeout (stdout/stderr hold
-    what was printed before).
+    what was printed before). A reaper stops the group if this process is killed meanwhile
+    (torchrun's agent is the group; its workers are stopped by its own SIGTERM handler).
     """
     full_env = dict(os.environ)
     full_env.update(env or {})
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full_env, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL)
+    reaper = _start_reaper(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -358,3 +377,5 @@ def run_bounded(cmd: Sequence[str], timeout: float, env: dict | None = None, cwd
     except BaseException:
         stop_process_group(proc.pid, grace_s=3)
         raise
+    finally:
+        _stop_reaper(reaper)

@@ -53,7 +53,10 @@ def gpu_from(gpu: str | dict | None = None, capability: str | None = None) -> di
     if gpu:
         from ..profiles import load_profile
 
-        return load_profile(gpu)
+        try:
+            return load_profile(gpu)
+        except ParameterError as exc:  # named as the caller's option (--gpu), not the book's 'profile'
+            raise ParameterError("gpu", gpu, exc.expected) from None
     if capability:
         if not re.fullmatch(r"\d{1,2}\.\d", str(capability)):
             raise ParameterError("capability", capability, "expected X.Y, e.g. 9.0 (H100/H200), 10.0 (B200), 12.0 (RTX PRO 6000)")
@@ -144,6 +147,8 @@ def assumed_cuda(env: EngineEnv, hw: dict | None, cuda_version: str | None = Non
 
 
 def _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version=None):
+    if cuda_version and not re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", str(cuda_version)):
+        raise ParameterError("cuda", cuda_version, "a CUDA version X.Y, e.g. 12.8")
     env = resolve_engine(engine, engine_python)
     hw = assumed_cuda(env, gpu_from(gpu, capability), cuda_version)
     # A cached environment has no GPU libraries: assume what a GPU host installs (the engine's pins).
