@@ -380,13 +380,21 @@ def test_gpu_out_of_memory_at_start_is_a_clear_recorded_error(embedded_model, tm
         store = RunStore.at(tmp_path / "run")
         launch = get_engine("transformers").launch(str(embedded_model))
         launch.env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
-        row = _force_with_launch(embedded_model, store, launch)
+        auto = _force_with_launch(embedded_model, store, launch)  # device 'auto': transformers places it where it fits
+        launch.cmd[launch.cmd.index("--device") + 1] = "cuda"     # the GPU or nothing
+        launch.port = free_port()
+        launch.cmd[launch.cmd.index("--port") + 1] = str(launch.port)
+        store_cuda = RunStore.at(tmp_path / "run-cuda")  # another run: the sweep would skip a label it already measured
+        row = _force_with_launch(embedded_model, store_cuda, launch)
     finally:
         del hog
         torch.cuda.empty_cache()
+    # On the H200 (2026-11-29) device 'auto' loaded the model on the CPU and served: a silent fallback, which the
+    # sweep must not call ok.
+    assert auto["outcome"] != "ok" or auto.get("reported_device", "").startswith("cuda"), auto
     assert row["outcome"] in ("failed to start", "crashed", "rejected", "failed"), row
     assert "out of memory" in row["error"].lower(), row  # said in the recorded error, not only in the log
-    assert not leftover_servers(store.path / "servers.jsonl")
+    assert not leftover_servers(store.path / "servers.jsonl") and not leftover_servers(store_cuda.path / "servers.jsonl")
 
 
 # ---------------------------------------------------------------------------------------------

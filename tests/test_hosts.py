@@ -331,6 +331,9 @@ def test_replay_a_recorded_run(run_dir, tmp_path):
         a = json.loads((Path(run_dir) / "probe.json").read_text())
         b = json.loads((again.path / "probe.json").read_text())
         assert a["gpus"] == b["gpus"] and a["engines"] == b["engines"]
+        page = (tmp_path / "book" / "01_detect_capabilities.html").read_text()
+        for g in a["gpus"]:  # the rendered chapter states the recorded host's facts, not this machine's
+            assert g["name"] in page, g["name"]
     for table in ("bench_requests",):
         if recorded.rows(table):
             mine = [r for r in again.rows(table) if r.get("phase") != "warmup"]

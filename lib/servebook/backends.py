@@ -11,6 +11,8 @@ is a row in the run's ``backends`` table; a failure never stops the sweep.
 
 from __future__ import annotations
 
+import os
+
 import json
 import re
 import time
@@ -170,6 +172,7 @@ def force_each_backend(
                 row["ready_s"] = srv.ready_s
                 reported = _reported_backend(engine, srv)
                 row["reported"], row["reported_source"] = reported.get("attention"), reported.get("source")
+                row["reported_device"] = reported.get("device")
                 try:
                     completions = greedy_completions(srv.base_url, engine.served_model_name(str(model_dir)), PROBE_PROMPTS, max_tokens)
                 except ServebookError as exc:
@@ -184,6 +187,9 @@ def force_each_backend(
                 row.update(rate)
                 if not srv.alive():
                     row.update(outcome="crashed", error="the server exited during the run", log_tail=srv.log_tail(15))
+                elif str(reported.get("device") or "").startswith("cpu") and _gpu_visible(launch):
+                    row.update(outcome="overridden", error="the engine loaded the model on the CPU although a GPU is visible "
+                                                           "(a full or busy GPU makes device 'auto' fall back silently)")
                 elif _overridden(engine, backend, reported):
                     row.update(outcome="overridden", error=f"asked for {backend}, the engine reports {row['reported']} "
                                                            f"(from its {row['reported_source']})")
@@ -221,6 +227,23 @@ def engine_error(log_tail: str) -> str | None:
         if " ERROR " in f" {line} " or line.startswith("ERROR"):
             return line[:400]
     return None
+
+
+def _gpu_visible(launch) -> bool:
+    """Whether the server's environment sees an NVIDIA GPU (nvidia-smi -L, limited by its CUDA_VISIBLE_DEVICES)."""
+    import shutil
+    import subprocess
+
+    visible = launch.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU " in out.stdout
 
 
 def _overridden(engine: EngineAdapter, backend: str | None, reported: dict) -> bool:

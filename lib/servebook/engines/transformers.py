@@ -82,5 +82,5 @@ print(json.dumps(names))
     def reported_backend(self, server_info, log_text):
         """The launcher wrapper's own log line (``[servebook] loaded model=... attn_implementation=...``)."""
         loaded = self.loaded_from_log(log_text)
-        return {"attention": loaded[-1]["attn"] if loaded else None,
+        return {"attention": loaded[-1]["attn"] if loaded else None, "device": loaded[-1]["device"] if loaded else None,
                 "source": "launcher log ([servebook] loaded)" if loaded else None}
