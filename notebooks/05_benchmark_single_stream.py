@@ -84,7 +84,7 @@ cmds[cmds["chapter"] == "05"][["purpose", "command"]]
 lines = []
 for _, r in roof.iterrows():
     lines.append(f"- {r['case']}: at most {r['tok_s']:,.0f} tok/s ({r['bytes_per_token'] / 1e9:.1f} GB per token over "
-                 f"{r['tp']} GPUs at {r['bandwidth_tbs']} TB/s each, plus {r['t_comm_ms']:.2f} ms of all-reduce).")
+                 f"{int(r['tp'])} GPUs at {r['bandwidth_tbs']} TB/s each, plus {r['t_comm_ms']:.2f} ms of all-reduce).")
 lines.append("- Predicted from data files, not measured: the benchmark commands above measure the real rate on the host.")
 Markdown("\n".join(lines))
 

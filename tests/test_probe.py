@@ -211,3 +211,13 @@ def test_recorded_h200_reports():
     assert one["gpu_count"] == 1 and any("CUDA_VISIBLE_DEVICES=0" in w for w in one["warnings"])
     rows = [json.loads(l) for l in (RUNS / "2gpu" / "p2p.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and rows[0]["method"].startswith("unidirectional copy")
+
+
+def test_a_helper_answering_a_version_string_is_judged_by_its_truthiness():
+    from servebook.probe import judge_helper
+
+    gpu = {"major": 12, "minor": 0, "arch": "Blackwell", "sm": "sm_120"}
+    agrees = judge_helper({"name": "is_cuda()", "answer": "12.8"}, gpu, gpu_count=1, cuda="12.8")
+    assert agrees["verdict"] == "agrees", agrees
+    wrong = judge_helper({"name": "is_cuda()", "answer": None}, gpu, gpu_count=1, cuda="12.8")
+    assert wrong["verdict"] == "mismatch", wrong
