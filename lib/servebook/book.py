@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .errors import ParameterError, ServebookError
-from .params import PARAMS, coerce, validate
+from .params import PARAMS, check_chapter_param, coerce, validate
 from .paths import book_root, notebooks_dir
 from .results import RunStore
 
@@ -238,6 +238,7 @@ def run_book(
         if name not in known_extra:
             raise ParameterError(name, value, f"no chapter declares it; chapter parameters: {', '.join(sorted(set(known_extra) - set(PARAMS) - {'run_dir'}))}")
         extra[name] = _coerce_declared(name, value, known_extra[name])
+        check_chapter_param(name, extra[name])
 
     store = RunStore.open(runs_root, host=values["host"], run_id=run_id)
     previous = store.manifest

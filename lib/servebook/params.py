@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import ParameterError
+from .errors import ParameterError, ServebookError
 
-__all__ = ["Param", "PARAMS", "validate", "coerce", "resolve_model"]
+__all__ = ["Param", "PARAMS", "validate", "coerce", "resolve_model", "check_chapter_param"]
 
 
 @dataclass(frozen=True)
@@ -143,3 +143,36 @@ def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict
         "model", model,
         "not 'embedded', not a model card" + (f" (cards: {', '.join(known)})" if known else "") + ", and no such directory",
     )
+
+
+# Chapter parameters (``-p NAME=VALUE``) whose valid values are narrower than their type. The type itself is
+# checked from the notebook's own declaration (servebook.book); these add the ranges and choices that the
+# notebooks' comments state, so a bad value stops the book before anything runs.
+_AT_LEAST_1 = {"max_tokens", "runs", "ready_timeout", "max_batch", "timeout_s", "input_len", "requests_per_run",
+               "max_concurrency", "requests_per_level", "level_time_budget_s", "seed_tp"}
+_AT_LEAST_0 = {"warmup", "saturation_patience", "seed"}
+_CHOICES = {"api": ("completions", "chat")}
+
+
+def check_chapter_param(name: str, value: Any) -> None:
+    """Raise ParameterError when a chapter parameter's value is outside what the chapter accepts."""
+    if name in _AT_LEAST_1 and isinstance(value, int) and value < 1:
+        raise ParameterError(name, value, "a whole number of at least 1")
+    if name in _AT_LEAST_0 and isinstance(value, int) and value < 0:
+        raise ParameterError(name, value, "a whole number of at least 0")
+    if name == "seed_allreduce_us" and isinstance(value, (int, float)) and not value > 0:
+        raise ParameterError(name, value, "a latency in microseconds above 0")
+    if name in _CHOICES and value not in _CHOICES[name]:
+        raise ParameterError(name, value, "one of: " + ", ".join(_CHOICES[name]))
+    if name in ("seed_profile", "matrix_profiles") and value:
+        for item in str(value).split(","):
+            try:
+                _check_profile(item.strip())
+            except ParameterError as exc:
+                raise ParameterError(name, item.strip(), exc.expected) from None
+    if name in ("seed_model", "matrix_models") and value:
+        for item in str(value).split(","):
+            try:
+                resolve_model(item.strip(), build=False)
+            except ServebookError as exc:
+                raise ParameterError(name, item.strip(), str(exc)) from None
