@@ -57,6 +57,9 @@ def runnable_here(name: str, smoke: bool = False) -> tuple[bool, str]:
         pkg = _FLASH_PACKAGES.get(name, "flash_attn")
         if importlib.util.find_spec(pkg) is None:
             return False, f"needs the {pkg} package"
+    if "/" in name:  # a hub kernel (e.g. kernels-community/flash-attn2): fetched from the Hugging Face Hub at load
+        if importlib.util.find_spec("kernels") is None:
+            return False, "a hub kernel: needs the kernels package, and the Hub to fetch the kernel from"
     if name == "flex_attention" and smoke:
         return False, "skipped in smoke mode (compiles kernels on first use)"
     return True, ""
@@ -165,7 +168,7 @@ def force_each_backend(
             say(f"{engine.name} {label}: {row['outcome']} before start ({exc})")
             continue
         row["launch"] = launch.shell()
-        log_path = store.path / "logs" / f"{engine.name}-{label}.log"
+        log_path = store.path / "logs" / f"{engine.name}-{label.replace('/', '--')}.log"
         try:
             with Server.start(launch, log_path, ready_timeout=ready_timeout, registry=store.path / "servers.jsonl",
                               progress=say) as srv:

@@ -56,7 +56,8 @@ class TransformersEngine(EngineAdapter):
         """Read the server's own list of valid implementations from its source.
 
         ``transformers serve`` validates ``--attn-implementation`` against a set literal in
-        its model manager (5.x); older layouts fall back to the attention registry.
+        its model manager (5.x), plus the hub kernel its own error message gives as the example of the other
+        accepted form; older layouts fall back to the attention registry.
         """
         code = r"""
 import ast, json, importlib.util
@@ -67,6 +68,11 @@ if spec and spec.origin:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "VALID_ATTN_IMPLEMENTATIONS" for t in node.targets):
             names = sorted(ast.literal_eval(node.value))
+    # hub kernels are accepted too (is_kernel); the server's own error message names its example one
+    import re
+    m = re.search(r"hub kernel \(e\.g\. '([\w.-]+/[\w.-]+)'\)", open(spec.origin).read())
+    if names and m:
+        names.append(m.group(1))
 if not names:
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     names = sorted(set(["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]))
