@@ -444,3 +444,38 @@ def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model):
     (mine,) = local.rows("backends")
     assert mine["outcome"] == "ok" and mine["reported"] == rows["auto"]["reported"]
     assert set(mine) == set(rows["auto"]), set(mine) ^ set(rows["auto"])
+
+
+@needs_sshd
+@pytest.mark.slow
+@pytest.mark.envs
+def test_engine_cli_is_read_on_the_ssh_host(ssh_env, tmp_path):
+    """The engine's own parser is built in its interpreter on the host; servebook's scripts travel there."""
+    from servebook.engines import get_engine
+    from servebook.errors import EngineError
+    from servebook.hosts._ssh import SSHHost
+    from servebook.selection.envs import resolve_engine
+
+    try:
+        python = resolve_engine("sglang==0.5.9").python
+    except EngineError as exc:
+        pytest.skip(f"no prepared sglang 0.5.9 environment ({exc})")
+    with RecordingHost(SSHHost("ssh://sbtest"), tmp_path) as h:
+        eng = get_engine("sglang==0.5.9", python=str(python))
+        eng.host = h
+        assert eng.cli_options()["method"] == "parser"
+        launch = eng.launch(str(tmp_path), attention="triton", port=h.free_port())
+        assert launch.cmd[-2:] == ["--attention-backend", "triton"]
+        try:  # vLLM: its parser, or (without its requirements) its option strings read from its source on the host
+            vpython = resolve_engine("vllm==0.33.0").python
+        except EngineError:
+            vpython = None
+        if vpython is not None:
+            there = get_engine("vllm==0.33.0", python=str(vpython))
+            there.host = h
+            here = get_engine("vllm==0.33.0", python=str(vpython))
+            assert there.cli_options()["method"] == here.cli_options()["method"]
+            assert set(there.cli_options()["options"]) == set(here.cli_options()["options"])
+    keys = [json.loads(ln).get("key", "") for ln in (tmp_path / CASSETTE).read_text().splitlines()[1:]]
+    assert "ship cli_options.py" in keys and "ship _runner.py" in keys  # copied to the host, even under recording
+    assert any(k.startswith("engine sglang script cli_options.py") for k in keys)
