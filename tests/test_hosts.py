@@ -438,6 +438,13 @@ def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model):
     assert any(k.startswith("bench ") and "C=1" in k for k in keys)  # the single stream ran on the host
     ar = store.table("allreduce")
     assert len(ar) and ar["sum_ok"].all(), store.rows("failures")
+    # the recording rebuilds both chapters here with no host: the same rows, interaction for interaction
+    rep = _run_book(tmp_path, f"replay:{res.run_dir}", ["03", "04"], "ssh34-replay", backends="sdpa,eager", runs=1, max_tokens=8)
+    assert [c["status"] for c in rep.chapters] == ["ok", "ok"], rep.chapters
+    again = RunStore.at(rep.run_dir)
+    drop = lambda r: {k: v for k, v in r.items() if k not in ("recorded_at", "seconds")}  # noqa: E731
+    assert [drop(r) for r in again.rows("backends")] == [drop(r) for r in store.rows("backends")]
+    assert [drop(r) for r in again.rows("allreduce")] == [drop(r) for r in store.rows("allreduce")]
     # the same sweep run here: the recorded rows have the same shape
     local = RunStore.open(tmp_path / "runs", run_id="local34")
     force_each_backend(get_engine("transformers"), embedded_model, [None], local, max_tokens=8, runs=1, progress=None)
