@@ -84,11 +84,14 @@ import pandas as pd
 
 from servebook.backends import PROBE_PROMPTS, force_each_backend
 from servebook.engines import get_engine
+from servebook.hosts import get_host, model_on_host
 from servebook.params import resolve_model
 from servebook.results import RunStore
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
-eng = get_engine(engine)
+on_host = get_host(host, run_dir=store.path)  # the servers, and every request to them, run there
+eng = get_engine(engine, python=None if on_host.in_process else on_host.python_exe)
+eng.host = on_host
 print(f"engine: {eng.name} {eng.version()} in {eng.python}")
 
 # %% [markdown]
@@ -128,7 +131,7 @@ if backends:
 else:
     candidates, skipped = [], []
     for name in choices:
-        ok, why = runnable_here(name, smoke=smoke)
+        ok, why = runnable_here(name, smoke=smoke, host=on_host)
         (candidates.append(name) if ok else skipped.append({"attention": name, "reason": why}))
 if smoke:  # one forced backend besides the default keeps the smoke run short
     candidates = [c for c in candidates if c == "eager"] or candidates[:1]
@@ -147,7 +150,8 @@ model_dir = resolve_model(model)
 if isinstance(model_dir, dict):
     raise SystemExit(f"model '{model}' is a model card (facts only, no weights): chapter 03 needs a real model directory on this host")
 rows = force_each_backend(eng, model_dir, [None, *candidates], store, max_tokens=max_tokens,
-                          runs=max(1, runs if not smoke else 2), ready_timeout=ready_timeout)
+                          runs=max(1, runs if not smoke else 2), ready_timeout=ready_timeout,
+                          host=on_host, host_model=model_on_host(on_host, model, model_dir))
 
 # %%
 table = store.table("backends")

@@ -93,17 +93,19 @@ from servebook.nccl import (
     STANDARD_SWEEP, builtin_grid as _builtin, available_backend, env_block, find_all_reduce_perf, message_sizes,
     model_dims, parse_grid, per_token_prediction, recommend, run_grid,
 )
+from servebook.hosts import get_host
 from servebook.params import resolve_model
 from servebook.paths import data_dir
 from servebook.results import RunStore
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
+on_host = get_host(host, run_dir=store.path)  # every torchrun launch runs there
 resolved = resolve_model(model)
 config = resolved if isinstance(resolved, dict) else json.loads((resolved / "config.json").read_text())
 dims = model_dims(config)
 hidden, layers = dims["hidden_size"], dims["num_hidden_layers"]
 settings = (_builtin() if builtin_grid else []) + parse_grid(nccl_grid)  # a bad grid stops here with a one-line error
-backend, world = available_backend()
+backend, world = available_backend(on_host)
 print(f"model {model}: hidden size {hidden}, {layers} layers; collective backend here: {backend} with {world} processes")
 
 # %% [markdown]
@@ -145,9 +147,9 @@ pd.DataFrame(sizes)
 # is killed with its process group and recorded; the grid goes on.
 
 # %%
-arp = find_all_reduce_perf(all_reduce_perf)
+arp = find_all_reduce_perf(all_reduce_perf, host=on_host)
 summary = run_grid(store, sizes, settings, timeout_s=timeout_s, backend=backend, world_size=world,
-                   all_reduce_perf=arp if backend == "nccl" else None, smoke=smoke)
+                   all_reduce_perf=arp if backend == "nccl" else None, smoke=smoke, host=on_host)
 if backend == "nccl" and not arp:
     store.record_failure("nccl-tests", "all_reduce_perf not found (PATH or the all_reduce_perf parameter)", setting="nccl-tests")
 ar = store.table("allreduce")

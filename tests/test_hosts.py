@@ -340,3 +340,152 @@ def test_replay_a_recorded_run(run_dir, tmp_path):
             theirs = [r for r in recorded.rows(table) if r.get("phase") != "warmup"]
             assert [r["output_tokens"] for r in mine] == [r["output_tokens"] for r in theirs]
             assert [r["ttft_s"] for r in mine] == [r["ttft_s"] for r in theirs]
+
+
+# -- chapters 03 and 04 over SSH -------------------------------------------------------------------
+
+def _workers_left(marker: str) -> list[str]:
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if marker in cmd and "pytest" not in cmd:
+            left.append(cmd[:200])
+    return left
+
+
+def _wait_gone(marker: str, within: float = 20.0) -> list[str]:
+    deadline = time.monotonic() + within
+    while (left := _workers_left(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@needs_sshd
+@pytest.mark.slow
+def test_nccl_grid_runs_torchrun_on_the_ssh_host(ssh_env, tmp_path):
+    """Chapter 04's launches over SSH: gloo on the CPU (no GPU here), rows back, workers stopped on every path."""
+    from servebook.hosts._ssh import SSHHost
+    from servebook.nccl import Setting, available_backend, message_sizes, run_grid
+    from servebook.results import RunStore
+
+    store = RunStore.open(tmp_path / "runs", host="ssh://sbtest", run_id="nccl")
+    spec = f"ssh://sbtest?python={os.sys.executable}"  # the host's interpreter with torch
+    with RecordingHost(SSHHost(spec), store.path) as h:
+        backend, world = available_backend(h)
+        assert (backend, world) == available_backend()  # the same machine: the host's answer is this machine's
+        sizes = message_sizes(64, 2, [1, 2], sweep=(1024,))
+        summary = run_grid(store, sizes, [Setting(), Setting(NCCL_PROTO="LL")], timeout_s=120, backend=backend,
+                           world_size=world, smoke=True, host=h, say=lambda _m: None)
+        assert summary["measured"] == ["default"], (summary, store.rows("failures"))
+        ar = store.table("allreduce")
+        assert set(ar["bytes"]) == {s["bytes"] for s in sizes} and ar["sum_ok"].all()
+        assert set(ar["backend"]) == {backend} and set(ar["world_size"]) == {world}
+        assert (ar["us_median"] > 0).all() and {"eager"} <= set(ar["mode"])
+        if backend == "gloo":
+            assert set(ar["device"]) == {"cpu"} and store.rows("skipped")[0]["setting"] == "NCCL_PROTO=LL"
+        calls = [json.loads(ln) for ln in (store.path / CASSETTE).read_text().splitlines()[1:]]
+        launch = [c for c in calls if c.get("key") == "nccl allreduce_bench default"]
+        assert len(launch) == 1 and launch[0]["rc"] == 0  # the launch went through the host
+        assert not _wait_gone("allreduce_worker.py")
+        # a launch whose call is stopped (its timeout on the host) takes its torchrun group with it
+        t0, box = time.monotonic(), {}
+
+        def hang():
+            try:
+                h.call("servebook.nccl:_hosted", {"fn": "allreduce_bench", "kwargs": {
+                    "sizes_bytes": [1024], "backend": "gloo", "world_size": 2, "timeout_s": 600, "fault": "hang",
+                    "iters": 2, "launches": 2, "eager_iters": 2, "warmup": 1, "repeats": 1}}, timeout=25, label="hang")
+            except HostError as exc:
+                box["err"] = exc
+
+        th = threading.Thread(target=hang)
+        th.start()
+        while not _workers_left("allreduce_worker.py") and th.is_alive():
+            time.sleep(0.2)
+        assert _workers_left("allreduce_worker.py"), "the hanging launch never started its workers"
+        th.join(90)
+        assert "did not finish within 25 s" in str(box.get("err")) and time.monotonic() - t0 < 60
+        assert not _wait_gone("allreduce_worker.py"), "torchrun workers outlived the stopped call"
+
+
+@needs_sshd
+@pytest.mark.slow
+def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model):
+    """Chapter 03 (servers, greedy tokens, server info, single stream, port check) and 04 (torchrun) on the host."""
+    from servebook.backends import force_each_backend
+    from servebook.engines import get_engine
+    from servebook.results import RunStore
+
+    spec = f"ssh://sbtest?python={os.sys.executable}"
+    res = _run_book(tmp_path, spec, ["03", "04"], "ssh34", record=True, backends="sdpa,eager", runs=1, max_tokens=8)
+    assert [c["status"] for c in res.chapters] == ["ok", "ok"], res.chapters
+    store = RunStore.at(res.run_dir)
+    rows = {r["attention"]: r for r in store.rows("backends")}
+    assert set(rows) == {"auto", "eager"}, store.rows("backends")  # smoke: the default and one forced backend
+    for r in rows.values():
+        assert r["outcome"] == "ok" and r["port_free_after"] is True and r["decode_tok_s"] > 0, r
+    assert rows["eager"]["reported"] == "eager" and rows["auto"]["reported"] == "sdpa"
+    assert rows["eager"]["agreement"] is not None and len(rows["auto"]["completions"]) == 4
+    servers = [json.loads(ln) for ln in (store.path / "servers.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in servers] == ["started", "stopped"] * 2 and all(r["host"] == spec for r in servers)
+    for r in servers:  # stopped on the host
+        with pytest.raises(ProcessLookupError):
+            os.killpg(r["pgid"], 0)
+    assert "[servebook] loaded" in (store.path / "logs" / "transformers-eager.log").read_text()  # fetched from the host
+    keys = [json.loads(ln).get("key", "") for ln in (store.path / CASSETTE).read_text().splitlines()[1:]]
+    for want in ("greedy completions transformers auto", "greedy completions transformers eager", "nccl allreduce_bench default",
+                 "nccl available_backend"):
+        assert want in keys, want
+    assert any(k.startswith("bench ") and "C=1" in k for k in keys)  # the single stream ran on the host
+    ar = store.table("allreduce")
+    assert len(ar) and ar["sum_ok"].all(), store.rows("failures")
+    # the recording rebuilds both chapters here with no host: the same rows, interaction for interaction
+    rep = _run_book(tmp_path, f"replay:{res.run_dir}", ["03", "04"], "ssh34-replay", backends="sdpa,eager", runs=1, max_tokens=8)
+    assert [c["status"] for c in rep.chapters] == ["ok", "ok"], rep.chapters
+    again = RunStore.at(rep.run_dir)
+    drop = lambda r: {k: v for k, v in r.items() if k not in ("recorded_at", "seconds")}  # noqa: E731
+    assert [drop(r) for r in again.rows("backends")] == [drop(r) for r in store.rows("backends")]
+    assert [drop(r) for r in again.rows("allreduce")] == [drop(r) for r in store.rows("allreduce")]
+    # the same sweep run here: the recorded rows have the same shape
+    local = RunStore.open(tmp_path / "runs", run_id="local34")
+    force_each_backend(get_engine("transformers"), embedded_model, [None], local, max_tokens=8, runs=1, progress=None)
+    (mine,) = local.rows("backends")
+    assert mine["outcome"] == "ok" and mine["reported"] == rows["auto"]["reported"]
+    assert set(mine) == set(rows["auto"]), set(mine) ^ set(rows["auto"])
+
+
+@needs_sshd
+@pytest.mark.slow
+@pytest.mark.envs
+def test_engine_cli_is_read_on_the_ssh_host(ssh_env, tmp_path):
+    """The engine's own parser is built in its interpreter on the host; servebook's scripts travel there."""
+    from servebook.engines import get_engine
+    from servebook.errors import EngineError
+    from servebook.hosts._ssh import SSHHost
+    from servebook.selection.envs import resolve_engine
+
+    try:
+        python = resolve_engine("sglang==0.5.9").python
+    except EngineError as exc:
+        pytest.skip(f"no prepared sglang 0.5.9 environment ({exc})")
+    with RecordingHost(SSHHost("ssh://sbtest"), tmp_path) as h:
+        eng = get_engine("sglang==0.5.9", python=str(python))
+        eng.host = h
+        assert eng.cli_options()["method"] == "parser"
+        launch = eng.launch(str(tmp_path), attention="triton", port=h.free_port())
+        assert launch.cmd[-2:] == ["--attention-backend", "triton"]
+        try:  # vLLM: its parser, or (without its requirements) its option strings read from its source on the host
+            vpython = resolve_engine("vllm==0.33.0").python
+        except EngineError:
+            vpython = None
+        if vpython is not None:
+            there = get_engine("vllm==0.33.0", python=str(vpython))
+            there.host = h
+            here = get_engine("vllm==0.33.0", python=str(vpython))
+            assert there.cli_options()["method"] == here.cli_options()["method"]
+            assert set(there.cli_options()["options"]) == set(here.cli_options()["options"])
+    keys = [json.loads(ln).get("key", "") for ln in (tmp_path / CASSETTE).read_text().splitlines()[1:]]
+    assert "ship cli_options.py" in keys and "ship _runner.py" in keys  # copied to the host, even under recording
+    assert any(k.startswith("engine sglang script cli_options.py") for k in keys)

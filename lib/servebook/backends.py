@@ -1,12 +1,20 @@
 """Chapter 03: force each attention backend, check it really ran, compare.
 
     rows = force_each_backend(get_engine("transformers"), model_dir, ["sdpa", "eager"], store)
+    rows = force_each_backend(eng, model_dir, [None, "eager"], store, host=get_host("ssh://gpu-box"), host_model=path_there)
 
 For each backend: start the server with it forced, read the engine's own report of what
 it loaded, run greedy completions of a fixed prompt set and compare their tokens with the
 engine's default, take a short single-stream measurement, stop the server, and check the
 port is free again. Each outcome (ok, rejected, failed to start, crashed, wrong output)
 is a row in the run's ``backends`` table; a failure never stops the sweep.
+
+With a ``host`` that is not this process (``servebook.hosts``: SSH, or a recording) every server
+starts on the host (``host.serve``), and everything that talks to it runs there too: the greedy
+completions and the server-info request (servebook functions called on the host), the single-stream
+measurement (chapter 05's client, ``bench.single_stream(host=...)``), the port check after stop and
+the check for servers an earlier run left running. Nothing is timed across the network. The engine's
+log is fetched from the host into the run directory. The tokenizer (for comparing tokens) stays here.
 """
 
 from __future__ import annotations
@@ -41,9 +49,16 @@ PROBE_PROMPTS = [
 _FLASH_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface", "flash_attention_4": "flash_attn"}
 
 
-def runnable_here(name: str, smoke: bool = False) -> tuple[bool, str]:
-    """Whether a backend can run on this host at all, and if not, why (recorded as 'not run here')."""
+def runnable_here(name: str, smoke: bool = False, host=None) -> tuple[bool, str]:
+    """Whether a backend can run on this host at all, and if not, why (recorded as 'not run here').
+
+    With a ``host`` that is not this process, the question is answered on that host."""
     import importlib.util
+
+    if _remote(host):
+        ok, why = host.call("servebook.backends:runnable_here", {"name": name, "smoke": smoke}, timeout=120,
+                            label=f"runnable_here {name}")
+        return bool(ok), str(why)
 
     if name.startswith("flash_attention"):
         try:
@@ -104,13 +119,13 @@ def compare_tokens(tokenizer, reference: list[str], candidate: list[str]) -> dic
     return {"agreement": round(same / total, 4) if total else None, "first_divergence": first}
 
 
-def _decode_rate(base_url: str, model: str, engine: str, attention: str, max_tokens: int, runs: int, tokenizer) -> dict:
-    """A short single-stream measurement with chapter 05's client (real streamed tokens)."""
+def _decode_rate(base_url: str, model: str, engine: str, attention: str, max_tokens: int, runs: int, tokenizer, host=None) -> dict:
+    """A short single-stream measurement with chapter 05's client (real streamed tokens), on ``host`` when given."""
     from . import bench
 
     prompts = bench.build_prompts(tokenizer, input_len=32, n=max(2, runs + 1), seed=0)
     s = bench.single_stream(base_url, model, prompts, store=None, tokenizer=tokenizer, engine=engine, attention=attention,
-                            max_tokens=max_tokens, runs=runs, warmup=1, progress=False)
+                            max_tokens=max_tokens, runs=runs, warmup=1, progress=False, host=host if _remote(host) else None)
     return {
         "decode_tok_s": s["decode_tok_s_mean"],
         "decode_tok_s_ci95": s["decode_tok_s_ci95"],
@@ -130,18 +145,28 @@ def force_each_backend(
     runs: int = 3,
     ready_timeout: float = 300,
     progress: Callable[[str], None] | None = print,
+    host=None,
+    host_model: str | None = None,
 ) -> list[dict]:
-    """Run the sweep; ``None`` in ``backends`` means the engine's default (auto)."""
+    """Run the sweep; ``None`` in ``backends`` means the engine's default (auto).
+
+    ``host``: where the servers and everything that talks to them run (default: here, as ``Server``);
+    ``host_model``: the model directory as that host sees it (default ``model_dir``); ``model_dir``
+    is still read here for the tokenizer.
+    """
     from transformers import AutoTokenizer
 
     say = progress or (lambda _m: None)
+    remote = _remote(host)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    served_from = str(host_model or model_dir)
     version = engine.version()
     reference: list[str] | None = None
     for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
         reference = prior.get("completions")
     rows = []
-    for stale in leftover_servers(store.path / "servers.jsonl"):
+    stale_servers = _leftovers_on(host, store.path / "servers.jsonl") if remote else leftover_servers(store.path / "servers.jsonl")
+    for stale in stale_servers:
         # A server an earlier, crashed run of this same run id started and never stopped. It is reported,
         # not killed: its pid may since have been reused by an unrelated program.
         note = {"engine": stale.get("engine"), "pid": stale.get("pid"), "pgid": stale.get("pgid"), "port": stale.get("port"),
@@ -159,7 +184,8 @@ def force_each_backend(
         row = {"engine": engine.name, "engine_version": version, "attention": label}
         t0 = time.monotonic()
         try:
-            launch = engine.launch(str(model_dir), attention=backend)
+            launch = (engine.launch(served_from, attention=backend, port=host.free_port()) if remote
+                      else engine.launch(str(model_dir), attention=backend))
         except EngineError as exc:  # nothing was started: the engine's own CLI refuses the flag or value, or cannot be read
             row.update(outcome="rejected" if isinstance(exc, CLIRejected) else "failed", error=str(exc),
                        seconds=round(time.monotonic() - t0, 1))
@@ -170,14 +196,22 @@ def force_each_backend(
         row["launch"] = launch.shell()
         log_path = store.path / "logs" / f"{engine.name}-{label.replace('/', '--')}.log"
         try:
-            with Server.start(launch, log_path, ready_timeout=ready_timeout, registry=store.path / "servers.jsonl",
-                              progress=say) as srv:
+            starting = (host.serve(launch, log_path, registry=store.path / "servers.jsonl", ready_timeout=ready_timeout, progress=say)
+                        if remote else Server.start(launch, log_path, ready_timeout=ready_timeout, registry=store.path / "servers.jsonl",
+                                                    progress=say))
+            with starting as srv:
                 row["ready_s"] = srv.ready_s
-                reported = _reported_backend(engine, srv)
+                reported = _reported_backend(engine, srv, host)
                 row["reported"], row["reported_source"] = reported.get("attention"), reported.get("source")
                 row["reported_device"] = reported.get("device")
                 try:
-                    completions = greedy_completions(srv.base_url, engine.served_model_name(str(model_dir)), PROBE_PROMPTS, max_tokens)
+                    name = engine.served_model_name(served_from)
+                    if remote:  # the requests go out on the host, next to the server
+                        completions = host.call("servebook.backends:greedy_completions",
+                                                {"base_url": srv.base_url, "model": name, "prompts": PROBE_PROMPTS, "max_tokens": max_tokens},
+                                                timeout=120 * len(PROBE_PROMPTS) + 60, label=f"greedy completions {engine.name} {label}")
+                    else:
+                        completions = greedy_completions(srv.base_url, name, PROBE_PROMPTS, max_tokens)
                 except ServebookError as exc:
                     row.update(outcome="crashed" if _exited(srv) else "rejected", error=str(exc), log_tail=srv.log_tail(15))
                     raise _Recorded() from exc
@@ -186,7 +220,8 @@ def force_each_backend(
                     reference = completions
                 if reference is not None:
                     row.update(compare_tokens(tokenizer, reference, completions))
-                rate = _decode_rate(srv.base_url, engine.served_model_name(str(model_dir)), engine.name, label, max_tokens * 2, runs, tokenizer)
+                rate = _decode_rate(srv.base_url, engine.served_model_name(served_from), engine.name, label, max_tokens * 2, runs, tokenizer,
+                                    host=host)
                 row.update(rate)
                 if not srv.alive():
                     row.update(outcome="crashed", error="the server exited during the run", log_tail=srv.log_tail(15))
@@ -209,7 +244,7 @@ def force_each_backend(
                        log_tail=exc.log_tail[-2000:])
         except ServebookError as exc:
             row.update(outcome="failed", error=str(exc))
-        row["port_free_after"] = not port_listening(launch.port)
+        row["port_free_after"] = not _port_listening_on(host, launch.port) if remote else not port_listening(launch.port)
         row["seconds"] = round(time.monotonic() - t0, 1)
         store.append("backends", row)
         rows.append(row)
@@ -281,7 +316,59 @@ class _Recorded(Exception):
     """The row already says what went wrong."""
 
 
-def _reported_backend(engine: EngineAdapter, srv: Server) -> dict:
+def _reported_backend(engine: EngineAdapter, srv: Server, host=None) -> dict:
     """What the engine itself says it loaded: its server-info endpoint where it has one, else its log."""
+    if _remote(host):  # the endpoint is asked on the host; the log is fetched from there into the run directory
+        text = srv.log_tail(10 ** 7)
+        info = host.call("servebook.backends:_server_info", {"base_url": srv.base_url, "paths": list(engine.info_paths)},
+                         timeout=120, label=f"server info {engine.name}") if engine.info_paths else None
+        return engine.reported_backend(info, text)
     text = srv.log_path.read_text(errors="replace") if srv.log_path.exists() else ""
     return engine.reported_backend(engine.server_info(srv.base_url), text)
+
+
+# -- on a host ---------------------------------------------------------------------------------------
+def _remote(host) -> bool:
+    """A host whose work does not run in this process (SSH, a recording, a replay)."""
+    return host is not None and not getattr(host, "in_process", True)
+
+
+def _server_info(base_url: str, paths: list[str], timeout: float = 10) -> dict | None:
+    """``EngineAdapter.server_info`` without the adapter: the first of ``paths`` that answers a JSON object (runs on the host)."""
+    for path in paths:
+        try:
+            with urllib.request.urlopen(base_url + path, timeout=timeout) as resp:
+                data = json.loads(resp.read())
+                if isinstance(data, dict):
+                    return {"_path": path, **data}
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return None
+
+
+def _port_listening_on(host, port: int) -> bool:
+    """``servers.port_listening`` on the host's 127.0.0.1."""
+    return bool(host.call("servebook.servers:port_listening", {"port": int(port)}, timeout=60, label=f"port {port} listening"))
+
+
+def _group_alive_on(host, pgid: int) -> bool:
+    return host.run(["kill", "-0", "--", f"-{int(pgid)}"], timeout=15, label=f"alive pgid {pgid}").rc == 0
+
+
+def _leftovers_on(host, registry: Path) -> list[dict]:
+    """``servers.leftover_servers`` for servers started on ``host``: alive is asked there."""
+    if not Path(registry).exists():
+        return []
+    state: dict[int, dict] = {}
+    for line in Path(registry).read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("host", "local") != host.spec:
+            continue
+        if row.get("event") == "started":
+            state[row["pgid"]] = row
+        elif row.get("event") == "stopped":
+            state.pop(row.get("pgid"), None)
+    return [r for pgid, r in state.items() if _group_alive_on(host, pgid)]

@@ -27,6 +27,12 @@ Three paths share that method, so their difference is the finding:
 protocol NCCL actually chose (its ``AllReduce: N Bytes -> Algo X proto Y`` lines). A setting
 that fails, hangs, or returns a wrong sum is recorded as such; the grid goes on.
 Without two CUDA GPUs the torch path runs with gloo on the CPU, labelled so.
+
+On a ``host`` that is not this process (``servebook.hosts``: SSH, or a recording), every launch
+runs there: ``run_grid(..., host=h)`` calls this module's launchers on the host (servebook travels
+with each call, workers included), bounded by the same timeout, torchrun in its own process group
+that is stopped on timeout or when the call is stopped; only result rows and NCCL's debug lines
+come back. ``available_backend(h)`` and ``find_all_reduce_perf(path, h)`` ask the host.
 """
 
 from __future__ import annotations
@@ -99,8 +105,11 @@ def message_sizes(hidden_size: int, dtype_bytes: int = 2, batches=(1, 2, 4, 8, 1
     return [rows[k] for k in sorted(rows)]
 
 
-def available_backend() -> tuple[str, int]:
-    """('nccl', n_gpus) with two or more CUDA GPUs, else ('gloo', 2) on the CPU."""
+def available_backend(host=None) -> tuple[str, int]:
+    """('nccl', n_gpus) with two or more CUDA GPUs, else ('gloo', 2) on the CPU; of ``host`` when given."""
+    if _remote(host):
+        backend, n = host.call("servebook.nccl:available_backend", {}, timeout=120, label="nccl available_backend")
+        return str(backend), int(n)
     try:
         import torch
 
@@ -678,8 +687,10 @@ def single_process_bench(sizes_bytes: list[int], ndev: int = 2, env: dict | None
 
 
 # -- nccl-tests ----------------------------------------------------------------------------------
-def find_all_reduce_perf(path: str = "") -> str | None:
-    """nccl-tests' all_reduce_perf: the given path, else PATH, else None."""
+def find_all_reduce_perf(path: str = "", host=None) -> str | None:
+    """nccl-tests' all_reduce_perf: the given path, else PATH, else None (on ``host`` when given)."""
+    if _remote(host):
+        return host.call("servebook.nccl:find_all_reduce_perf", {"path": path}, timeout=60, label="nccl find all_reduce_perf")
     if path:
         p = Path(path).expanduser()
         return str(p) if p.is_file() and os.access(p, os.X_OK) else None
@@ -713,16 +724,59 @@ def run_all_reduce_perf(binary: str, sizes: list[int], ngpus: int, env: dict | N
     return {"rows": rows, "error": "; ".join(errors) or None}
 
 
+# -- on a host ----------------------------------------------------------------------------------------
+def _remote(host) -> bool:
+    """A host whose work does not run in this process (SSH, a recording, a replay)."""
+    return host is not None and not getattr(host, "in_process", True)
+
+
+_LAUNCHERS = ("allreduce_bench", "single_process_bench", "run_all_reduce_perf")
+
+
+def _hosted(fn: str, kwargs: dict) -> dict:
+    """Runs on the host (``host.call``): one launcher, with SIGTERM/SIGHUP turned into an exit so that
+    ``run_bounded`` stops the launch's process group when the call itself is stopped (its timeout)."""
+    import signal
+
+    if fn not in _LAUNCHERS:
+        raise ServebookError(f"{fn} is not one of the NCCL launchers {_LAUNCHERS}")
+
+    def _leave(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _leave)
+    return globals()[fn](**kwargs)
+
+
+def _launch(host, fn: str, timeout_s: float, **kwargs) -> dict:
+    """``fn(**kwargs)`` here, or on ``host`` (bounded there by the launcher's own timeout, and by the call's)."""
+    if not _remote(host):
+        return globals()[fn](timeout_s=timeout_s, **kwargs)
+    from .hosts import HostError
+
+    what = kwargs.get("env") or {}
+    label = f"nccl {fn} " + (" ".join(f"{k}={v}" for k, v in sorted(what.items())) or "default")
+    # the launcher stops its process group at timeout_s (per size for all_reduce_perf); the call ends after it
+    n = len(kwargs.get("sizes", [])) if fn == "run_all_reduce_perf" else 1
+    try:
+        return host.call("servebook.nccl:_hosted", {"fn": fn, "kwargs": {"timeout_s": timeout_s, **kwargs}},
+                         timeout=timeout_s * n + 120, label=label)
+    except HostError as exc:
+        return {"rows": [], "info": {}, "debug": "", "error": f"{fn} on {host.spec}: {exc}", "returncode": None}
+
+
 # -- the grid runner --------------------------------------------------------------------------------
 def run_grid(store, sizes: list[dict], settings: list[Setting], timeout_s: float = 120, backend: str | None = None,
              world_size: int | None = None, single_process: bool = True, raw: bool = True, deadline_s: float | None = None,
-             all_reduce_perf: str | None = None, smoke: bool = False, say=print) -> dict:
+             all_reduce_perf: str | None = None, smoke: bool = False, say=print, host=None) -> dict:
     """Measure every setting (one bounded launch each) into ``store``: tables allreduce, nccl_used, failures.
 
     Resumable: a setting already in the allreduce table is skipped. ``deadline_s`` stops starting
-    new settings once that much wall time has passed (recorded as not measured).
+    new settings once that much wall time has passed (recorded as not measured). With ``host``
+    (``servebook.hosts``) every launch runs on that host; ``all_reduce_perf`` is then a path there.
     """
-    auto_backend, auto_world = available_backend()
+    auto_backend, auto_world = available_backend(host) if backend is None or world_size is None else (backend, world_size)
     backend = backend or auto_backend
     world_size = world_size or auto_world
     t0 = time.monotonic()
@@ -750,12 +804,12 @@ def run_grid(store, sizes: list[dict], settings: list[Setting], timeout_s: float
         say(f"[{i + 1}/{len(settings)}] {setting.label}: {backend}, {world_size} processes")
         shapes = shape_study if not setting else None
         shape_size = min([s["bytes"] for s in sizes if s.get("source", "model") == "model"] or size_list)
-        res = allreduce_bench(size_list, world_size=world_size, backend=backend, env=dict(setting), timeout_s=timeout_s,
-                              raw=raw and backend == "nccl", shape_study=shapes, shape_size=shape_size, **knobs)
+        res = _launch(host, "allreduce_bench", timeout_s, sizes_bytes=size_list, world_size=world_size, backend=backend,
+                      env=dict(setting), raw=raw and backend == "nccl", shape_study=shapes, shape_size=shape_size, **knobs)
         parts = [res]
         if backend == "nccl" and single_process:
-            parts.append(single_process_bench(size_list, ndev=world_size, env=dict(setting), timeout_s=min(timeout_s, 90),
-                                              shape_study=shapes, shape_size=shape_size, **knobs))
+            parts.append(_launch(host, "single_process_bench", min(timeout_s, 90), sizes_bytes=size_list, ndev=world_size,
+                                 env=dict(setting), shape_study=shapes, shape_size=shape_size, **knobs))
         for part, path_default in zip(parts, ["torch", "raw-single-process"]):
             for r in part["rows"]:
                 if r.get("mode") == "error":
@@ -796,7 +850,8 @@ def run_grid(store, sizes: list[dict], settings: list[Setting], timeout_s: float
         for setting in settings:
             if store.done("nccl_tests", setting=setting.label):
                 continue
-            got = run_all_reduce_perf(all_reduce_perf, size_list, world_size, dict(setting), timeout_s=timeout_s)
+            got = _launch(host, "run_all_reduce_perf", timeout_s, binary=all_reduce_perf, sizes=size_list, ngpus=world_size,
+                          env=dict(setting))
             for r in got["rows"]:
                 store.append("nccl_tests", {**r, "setting": setting.label})
             if got["error"]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import EngineError, ParameterError
 from ..servers import Launch, free_port
 
-# (python, engine) -> the engine's CLI as read once per process (reading it imports the engine: seconds)
+# (host, python, engine) -> the engine's CLI as read once per process (reading it imports the engine: seconds)
 _CLI_CACHE: dict[tuple[str, str], dict] = {}
 _CLI_SCRIPT = Path(__file__).parent / "launchers" / "cli_options.py"
 _RUNNER = Path(__file__).parent.parent / "selection" / "_runner.py"
@@ -120,7 +120,7 @@ class EngineAdapter:
         read once per interpreter and process. Engines whose parser cannot be built here may fall back
         to reading it from source (``method`` says which).
         """
-        key = (self.python, self.name)
+        key = (getattr(self.host, "spec", "local"), self.python, self.name)
         if key not in _CLI_CACHE:
             _CLI_CACHE[key] = self._read_cli()
         return _CLI_CACHE[key]
@@ -142,6 +142,15 @@ class EngineAdapter:
                           f"({(err or ['no output'])[-1][:300]}); install the engine's requirements in that environment")
 
     def _py_script(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        if self.host is not None and not self.host.in_process:  # the scripts travel to the host, the engine runs there
+            from ..hosts._serve import ship_scripts
+
+            import hashlib
+
+            parts = [Path(a).name if Path(a).is_absolute() else a for a in argv]  # the same key wherever servebook lives
+            label = f"engine {self.name} script {parts[0]} {hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]}"
+            res = self.host.run([self.python, *ship_scripts(self.host, list(argv))], timeout=timeout, label=label)
+            return subprocess.CompletedProcess([self.python, *argv], res.rc, res.stdout, res.stderr)
         if not Path(self.python).exists():
             raise EngineError(f"no Python interpreter at {self.python}; pass --engine-python with the path of the environment where {self.name} is installed")
         from ..servers import run_bounded

@@ -125,10 +125,13 @@ class VLLMEngine(EngineAdapter):
         files = [pkg / "engine" / "arg_utils.py", pkg / "entrypoints" / "openai" / "cli_args.py",
                  pkg / "entrypoints" / "common" / "cli_args.py"]
         options: dict[str, dict] = {}
+        remote = self.host is not None and not self.host.in_process  # the files are on the host
         for f in files:
-            if not f.is_file():
+            text = self.host.read_text(str(f), missing_ok=True, label=f"engine vllm source {f.relative_to(pkg)}") if remote else (
+                f.read_text(errors="replace") if f.is_file() else "")
+            if not text:
                 continue
-            tree = ast.parse(f.read_text(errors="replace"))
+            tree = ast.parse(text)
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
                     names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]

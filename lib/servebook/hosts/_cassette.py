@@ -127,6 +127,14 @@ class ReplayHost(Host):
         if self.header.get("schema") != SCHEMA:
             raise HostError(f"{path} has schema {self.header.get('schema')!r}, this servebook reads {SCHEMA!r}; record the run again")
         self.recorded_host = self.header.get("host")
+        if str(self.recorded_host or "").startswith("ssh://"):  # the recorded interpreter, so launch commands read as recorded
+            from ..errors import ParameterError
+            from ._ssh import parse_ssh
+
+            try:
+                self.python_exe = parse_ssh(self.recorded_host)["python"] or self.python_exe
+            except ParameterError:
+                pass
         self._queues: dict[tuple[str, str], deque] = defaultdict(deque)
         self._asked: dict[tuple[str, str], int] = defaultdict(int)
         for row in rows:

@@ -15,7 +15,7 @@ from typing import Callable
 from ..errors import ServerError
 from ._base import Host, HostError
 
-__all__ = ["HostServer", "serve"]
+__all__ = ["HostServer", "serve", "ship_scripts"]
 
 _WAIT = r"""
 import json, os, sys, time, urllib.request
@@ -82,22 +82,7 @@ class HostServer:
             fh.write(json.dumps(row) + "\n")
 
     def _ship(self, argv: list[str]) -> list[str]:
-        """Launcher scripts of this servebook (e.g. engines/launchers/*.py) copied to the remote host."""
-        from ._ssh import SSHHost
-
-        if not isinstance(self.host, SSHHost):
-            return argv
-        pkg = Path(__file__).resolve().parents[1]
-        out = []
-        for a in argv:
-            p = Path(a)
-            if p.is_absolute() and p.is_file() and pkg in p.resolve().parents:
-                dest = f"/tmp/servebook-launchers-{os.getpid()}/{p.name}"
-                self.host.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", dest], input=p.read_bytes(),
-                              timeout=60, label=f"ship {p.name}").check(f"copying {p.name} to {self.host.spec}")
-                a = dest
-            out.append(a)
-        return out
+        return ship_scripts(self.host, argv)
 
     def start(self, ready_timeout: float, say: Callable[[str], None]) -> "HostServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +123,26 @@ class HostServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def ship_scripts(host: Host, argv: list[str]) -> list[str]:
+    """``argv`` with servebook's own script files (e.g. engines/launchers/*.py) copied to a remote host
+    (also under recording) and their paths replaced by the copies'; unchanged for other hosts."""
+    from ._ssh import SSHHost
+
+    if not isinstance(getattr(host, "inner", host), SSHHost):
+        return argv
+    pkg = Path(__file__).resolve().parents[1]
+    out = []
+    for a in argv:
+        p = Path(a)
+        if p.is_absolute() and p.is_file() and pkg in p.resolve().parents:
+            dest = f"/tmp/servebook-launchers-{os.getpid()}/{p.name}"
+            host.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", dest], input=p.read_bytes(),
+                     timeout=60, label=f"ship {p.name}").check(f"copying {p.name} to {host.spec}")
+            a = dest
+        out.append(a)
+    return out
 
 
 def serve(host: Host, launch, log_path, registry=None, ready_timeout: float = 300.0, progress=print):
