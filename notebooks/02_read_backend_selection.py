@@ -21,7 +21,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
-host: str = "local"  # where the engines run: local
+host: str = "local"  # where the engines run: local, ssh://user@host[:port] or replay:RUN_DIR (this chapter works here)
 engine: str = "transformers"  # transformers, sglang or vllm (a version may be pinned, see README)
 model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
 profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
