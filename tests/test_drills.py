@@ -352,7 +352,9 @@ def test_wrong_model_path_is_a_clear_error(embedded_model, tmp_path, capsys):
     store = RunStore.at(tmp_path / "run")
     row = _force_with_launch(embedded_model, store, get_engine("transformers").launch(str(broken)))
     assert row["outcome"] == "failed to start"
-    assert "exited with code" in row["error"] and "see its log" in row["error"]
+    # the engine's own last error line is the finding; servebook's account of the exit is kept beside it
+    assert "exited with code" in row["server_error"] and "see its log" in row["server_error"]
+    assert row["error"] != row["server_error"] and row["error"].strip()
     assert row["log_tail"].strip()
     assert not leftover_servers(store.path / "servers.jsonl")
 

@@ -60,3 +60,12 @@ def test_unwritable_run_dir_is_a_clear_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(ResultsError, match="cannot create the run directory"):
         RunStore.at(blocker / "run")
+
+
+def test_the_working_directory_is_not_a_secret(monkeypatch):
+    from servebook.secrets import is_secret_name, mask_value
+
+    monkeypatch.setenv("PWD", "/home/me/servebook")
+    monkeypatch.setenv("DB_PWD", "hunter2-long")
+    assert not is_secret_name("PWD") and not is_secret_name("OLDPWD") and is_secret_name("DB_PWD")
+    assert mask_value("cd /home/me/servebook; login hunter2-long") == "cd /home/me/servebook; login ***"

@@ -124,7 +124,7 @@ def test_rtx_pro_6000_root_cause_is_found_without_a_gpu(rtx_book):
     assert ch01["is_sm100_supported()"]["answer"] is False and ch01["is_sm100_supported()"]["verdict"] == "gap"
     # chapters 03-05 planned instead of measuring, with the engine's real flag, and predicted from the data files
     cmds = store.rows("plan_commands")
-    assert any("--attention-backend flashinfer" in r["command"] and "--tp 8" in r["command"] for r in cmds if r["chapter"] == "03")
+    assert any("--attention-backend flashinfer" in r["command"] and "--tensor-parallel-size 8" in r["command"] for r in cmds if r["chapter"] == "03")
     assert {r["chapter"] for r in cmds} == {"03", "04", "05"}
     assert not (rtx_book.run_dir / "backends.jsonl").exists() and not (rtx_book.run_dir / "bench_summary.jsonl").exists()
     roof = [r for r in store.rows("roofline") if r["chapter"] == "05"]

@@ -33,8 +33,13 @@ _SECRET_VALUE = [
 ]
 
 
+# Names that match a secret word but are not secrets: the shell's working directories (PWD is also the
+# common abbreviation of "password", as in DB_PWD; the bare shell variables are paths).
+_NOT_SECRET = {"PWD", "OLDPWD"}
+
+
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+    return name.upper() not in _NOT_SECRET and bool(_SECRET_NAME.search(name))
 
 
 def _mask_text(text: str) -> str:
