@@ -320,7 +320,7 @@ def _reported_backend(engine: EngineAdapter, srv: Server, host=None) -> dict:
     """What the engine itself says it loaded: its server-info endpoint where it has one, else its log."""
     if _remote(host):  # the endpoint is asked on the host; the log is fetched from there into the run directory
         text = srv.log_tail(10 ** 7)
-        info = host.call("servebook.backends:_server_info", {"base_url": srv.base_url, "paths": list(engine.info_paths)},
+        info = host.call("servebook.engines._base:fetch_server_info", {"base_url": srv.base_url, "paths": list(engine.info_paths)},
                          timeout=120, label=f"server info {engine.name}") if engine.info_paths else None
         return engine.reported_backend(info, text)
     text = srv.log_path.read_text(errors="replace") if srv.log_path.exists() else ""
@@ -331,19 +331,6 @@ def _reported_backend(engine: EngineAdapter, srv: Server, host=None) -> dict:
 def _remote(host) -> bool:
     """A host whose work does not run in this process (SSH, a recording, a replay)."""
     return host is not None and not getattr(host, "in_process", True)
-
-
-def _server_info(base_url: str, paths: list[str], timeout: float = 10) -> dict | None:
-    """``EngineAdapter.server_info`` without the adapter: the first of ``paths`` that answers a JSON object (runs on the host)."""
-    for path in paths:
-        try:
-            with urllib.request.urlopen(base_url + path, timeout=timeout) as resp:
-                data = json.loads(resp.read())
-                if isinstance(data, dict):
-                    return {"_path": path, **data}
-        except (urllib.error.URLError, OSError, ValueError):
-            continue
-    return None
 
 
 def _port_listening_on(host, port: int) -> bool:

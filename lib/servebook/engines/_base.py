@@ -229,18 +229,7 @@ class EngineAdapter:
 
     def server_info(self, base_url: str, timeout: float = 10) -> dict | None:
         """The first of :attr:`info_paths` that answers JSON, or None."""
-        import urllib.error
-        import urllib.request
-
-        for path in self.info_paths:
-            try:
-                with urllib.request.urlopen(base_url + path, timeout=timeout) as resp:
-                    data = json.loads(resp.read())
-                    if isinstance(data, dict):
-                        return {"_path": path, **data}
-            except (urllib.error.URLError, OSError, ValueError):
-                continue
-        return None
+        return fetch_server_info(base_url, list(self.info_paths), timeout)
 
     @staticmethod
     def same_backend(asked: str, reported: str) -> bool:
@@ -255,3 +244,21 @@ class EngineAdapter:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(python={self.python!r})"
+
+
+def fetch_server_info(base_url: str, paths: list[str], timeout: float = 10) -> dict | None:
+    """The first of ``paths`` on the server that answers a JSON object (with ``_path`` added), or None.
+
+    A plain function so that it can also run on a remote host (``host.call``)."""
+    import urllib.error
+    import urllib.request
+
+    for path in paths:
+        try:
+            with urllib.request.urlopen(base_url + path, timeout=timeout) as resp:
+                data = json.loads(resp.read())
+                if isinstance(data, dict):
+                    return {"_path": path, **data}
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return None
