@@ -31,6 +31,9 @@ backends: str = ""  # comma-separated backends to force; empty means the engine 
 max_tokens: int = 32  # greedy tokens per probe prompt
 runs: int = 3  # single-stream measurements per backend, after one warm-up
 ready_timeout: int = 300  # seconds a server may take to become ready
+engine_args: str = ""  # extra server flags for every start, e.g. --mem-fraction-static 0.6 (a built model's own, such as --load-format dummy, are added)
+modes: str = "graph,eager"  # graph: the engine's default (CUDA graphs); eager: its own flag that turns them off; engines without one run once
+preflight: bool = True  # ask the engine's own validation about every candidate first; refused ones start no server
 
 
 # %% [markdown] tags=["whatif"]
@@ -149,15 +152,23 @@ pd.DataFrame(skipped)
 model_dir = resolve_model(model)
 if isinstance(model_dir, dict):
     raise SystemExit(f"model '{model}' is a model card (facts only, no weights): chapter 03 needs a real model directory on this host")
+import shlex
+
+from servebook.models import engine_args_of
+
+extra = shlex.split(engine_args) + engine_args_of(model_dir, eng.name)
+sweep_modes = [m.strip() for m in modes.split(",") if m.strip()] if eng.eager_args is not None else ["default"]
+print(f"modes: {', '.join(sweep_modes)}; extra server flags: {' '.join(extra) or 'none'}")
 rows = force_each_backend(eng, model_dir, [None, *candidates], store, max_tokens=max_tokens,
                           runs=max(1, runs if not smoke else 2), ready_timeout=ready_timeout,
-                          host=on_host, host_model=model_on_host(on_host, model, model_dir))
+                          host=on_host, host_model=model_on_host(on_host, model, model_dir),
+                          extra_args=extra, modes=sweep_modes, preflight=preflight)
 
 # %%
 table = store.table("backends")
 table = table[table["engine"] == eng.name]
-cols = [c for c in ["attention", "outcome", "reported", "reported_source", "agreement", "first_divergence", "decode_tok_s", "decode_tok_s_ci95",
-                    "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
+cols = [c for c in ["attention", "mode", "outcome", "reported", "reported_source", "tf_top1_agreement", "tf_logprob_mad", "agreement",
+                    "first_divergence", "decode_tok_s", "decode_tok_s_ci95", "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
 table[cols]
 
 # %% [markdown]
@@ -171,9 +182,10 @@ import seaborn as sns
 
 plot = table.copy()
 plot["decode_tok_s"] = pd.to_numeric(plot.get("decode_tok_s"), errors="coerce").fillna(0)
-plot["label"] = plot["attention"] + "\n" + plot["outcome"].fillna("?")
-fig, ax = plt.subplots(figsize=(7, 3))
+plot["label"] = plot["attention"] + (" " + plot["mode"].fillna("") if "mode" in plot else "") + "\n" + plot["outcome"].fillna("?")
+fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(plot)), 3.2))
 sns.barplot(data=plot, x="label", y="decode_tok_s", hue="outcome", dodge=False, ax=ax)
+ax.tick_params(axis="x", labelsize=7, rotation=45)
 ax.set_xlabel("")
 ax.set_ylabel("decode tok/s (single stream)")
 ax.set_title(f"{eng.name}: each attention backend forced (failures shown at 0)")

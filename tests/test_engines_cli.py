@@ -223,3 +223,49 @@ def test_forced_sglang_without_gpu_fails_to_start_with_its_own_error(embedded_mo
     log = (store.path / "logs" / "sglang-triton.log").read_text()
     assert row["error"] != row["server_error"] and row["error"] in log and row["error"] == engine_error(log)
     assert "--attention-backend triton" in row["launch"] and row["port_free_after"]
+
+
+# -- a backend that fails at its first decode while the engine lingers (SGLang waits ~60 s for core dumps) ------
+_FIRST_DECODE_CRASH = r'''
+import http.server, json, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def do_POST(self):
+        print("[scheduler] Scheduler hit an exception: Traceback (most recent call last):", flush=True)
+        print("RuntimeError: cutlass_mla_decode is only supported on compute capability 10.0, but found sm version 90", flush=True)
+        time.sleep(600)  # the request never answers; the process lingers
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+class _FirstDecodeCrash(EngineAdapter):
+    name = "script"
+    package = "servebook"
+    fatal_log = r"[^\n]*Scheduler hit an exception[^\n]*"
+
+    def version(self):
+        return "0"
+
+    def _command(self, model, *, port, host, attention, tp):
+        return [sys.executable, "-c", _FIRST_DECODE_CRASH, str(port)], {}
+
+
+def test_a_crash_at_first_decode_does_not_hold_the_sweep(embedded_model, tmp_path):
+    store = RunStore.open(tmp_path, "local", "first-decode")
+    t0 = time.monotonic()
+    (row,) = force_each_backend(_FirstDecodeCrash(), embedded_model, ["cutlass_mla"], store, ready_timeout=30, progress=None)
+    assert row["outcome"] == "crashed"
+    assert row["error"].startswith("RuntimeError: cutlass_mla_decode is only supported")  # the engine's own line
+    assert time.monotonic() - t0 < 40 and row["port_free_after"]  # not the 120 s request timeout, nor the linger
+
+
+def test_teacher_forced_agreement_tolerates_one_flipped_argmax():
+    from servebook.backends import teacher_forced_agreement
+
+    ref = [{"tokens": list("abcdef"), "lp": [None, -1.0, -1.0, -1.0, -1.0, -1.0], "top": [None, "b", "c", "x", "e", "f"]}]
+    one_flip = [{"tokens": list("abcdef"), "lp": [None, -1.0, -1.1, -1.0, -1.0, -1.2], "top": [None, "b", "c", "y", "e", "f"]}]
+    got = teacher_forced_agreement(ref, one_flip)
+    assert got["tf_top1_agreement"] == 0.8 and got["tf_positions"] == 5 and got["tf_logprob_mad"] == pytest.approx(0.06)
+    assert teacher_forced_agreement(ref, {"unsupported": "no echo"})["tf_top1_agreement"] is None

@@ -147,109 +147,274 @@ def force_each_backend(
     progress: Callable[[str], None] | None = print,
     host=None,
     host_model: str | None = None,
+    extra_args: list[str] | tuple[str, ...] = (),
+    modes: list[str] | tuple[str, ...] = ("default",),
+    preflight: bool = True,
 ) -> list[dict]:
     """Run the sweep; ``None`` in ``backends`` means the engine's default (auto).
 
     ``host``: where the servers and everything that talks to them run (default: here, as ``Server``);
     ``host_model``: the model directory as that host sees it (default ``model_dir``); ``model_dir``
-    is still read here for the tokenizer.
+    is still read here for the tokenizer. ``extra_args``: server flags added to every launch.
+    ``modes``: "graph" (the engine's default, CUDA graphs), "eager" (its own flag that turns them off),
+    "default" (the engine as it starts). ``preflight``: first ask the engine's own argument and backend
+    validation about every candidate, in one process; a candidate it refuses is recorded as rejected
+    with its reason, and no server is started for it.
     """
     from transformers import AutoTokenizer
 
     say = progress or (lambda _m: None)
     remote = _remote(host)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    served_from = str(host_model or model_dir)
-    version = engine.version()
-    reference: list[str] | None = None
+    ctx = _Sweep(engine=engine, store=store, say=say, host=host, remote=remote, max_tokens=max_tokens, runs=runs,
+                 ready_timeout=ready_timeout, tokenizer=AutoTokenizer.from_pretrained(str(model_dir)),
+                 served_from=str(host_model or model_dir), version=engine.version(), extra=list(extra_args))
     for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
-        reference = prior.get("completions")
+        ctx.reference = prior.get("completions")
+        ctx.reference_lp = prior.get("teacher_forced")
+    _report_stale(ctx)
+    modes = [m for m in modes if m != "eager" or engine.eager_args is not None] or ["default"]
+    checked = _preflight(ctx, backends, modes) if preflight else {}
     rows = []
-    stale_servers = _leftovers_on(host, store.path / "servers.jsonl") if remote else leftover_servers(store.path / "servers.jsonl")
-    for stale in stale_servers:
+    for backend in backends:
+        for mode in modes:
+            label = backend or "auto"
+            done = store.find("backends", engine=engine.name, attention=label, mode=mode) or (
+                store.find("backends", engine=engine.name, attention=label) if mode == "default" else [])
+            if done:
+                say(f"{engine.name} {label} ({mode}): already measured in this run, skipped")
+                rows.extend(done)
+                continue
+            row = _run_one(ctx, backend, mode, checked.get(label))
+            store.append("backends", row)
+            rows.append(row)
+            say(f"{engine.name} {label} ({mode}): {row.get('outcome')}" + (f" ({row.get('error')})" if row.get("error") else ""))
+    return rows
+
+
+class _Sweep:
+    """What every start of one sweep shares."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+        self.reference: list[str] | None = None
+        self.reference_lp: list | None = None
+
+
+def _report_stale(ctx: _Sweep) -> None:
+    registry = ctx.store.path / "servers.jsonl"
+    for stale in (_leftovers_on(ctx.host, registry) if ctx.remote else leftover_servers(registry)):
         # A server an earlier, crashed run of this same run id started and never stopped. It is reported,
         # not killed: its pid may since have been reused by an unrelated program.
         note = {"engine": stale.get("engine"), "pid": stale.get("pid"), "pgid": stale.get("pgid"), "port": stale.get("port"),
                 "cmd": stale.get("cmd"), "action": "reported, not stopped"}
-        if not store.done("stale_servers", pid=note["pid"], port=note["port"]):
-            store.append("stale_servers", note)
-        say(f"warning: a server from an earlier run of {store.path.name} still runs (pid {note['pid']}, port {note['port']}): "
-            f"servebook leaves it alone; stop it with `kill -- -{note['pgid']}` once you have checked it is yours")
-    for backend in backends:
-        label = backend or "auto"
-        if store.done("backends", engine=engine.name, attention=label):
-            say(f"{engine.name} {label}: already measured in this run, skipped")
-            rows.extend(store.find("backends", engine=engine.name, attention=label))
-            continue
-        row = {"engine": engine.name, "engine_version": version, "attention": label}
-        t0 = time.monotonic()
+        if not ctx.store.done("stale_servers", pid=note["pid"], port=note["port"]):
+            ctx.store.append("stale_servers", note)
+        ctx.say(f"warning: a server from an earlier run of {ctx.store.path.name} still runs (pid {note['pid']}, port {note['port']}): "
+                f"servebook leaves it alone; stop it with `kill -- -{note['pgid']}` once you have checked it is yours")
+
+
+def _mode_args(engine: EngineAdapter, mode: str) -> list[str]:
+    return list(engine.eager_args or ()) if mode == "eager" else []
+
+
+def _preflight(ctx: _Sweep, backends: list[str | None], modes: list[str]) -> dict:
+    """The engine's own verdict on each candidate (``EngineAdapter.preflight``), recorded in ``backends_preflight``."""
+    if ctx.remote or type(ctx.engine).preflight is EngineAdapter.preflight:
+        return {}
+    launches = {}
+    for b in backends:
         try:
-            launch = (engine.launch(served_from, attention=backend, port=host.free_port()) if remote
-                      else engine.launch(str(model_dir), attention=backend))
-        except EngineError as exc:  # nothing was started: the engine's own CLI refuses the flag or value, or cannot be read
-            row.update(outcome="rejected" if isinstance(exc, CLIRejected) else "failed", error=str(exc),
-                       seconds=round(time.monotonic() - t0, 1))
-            store.append("backends", row)
-            rows.append(row)
-            say(f"{engine.name} {label}: {row['outcome']} before start ({exc})")
-            continue
-        row["launch"] = launch.shell()
-        log_path = store.path / "logs" / f"{engine.name}-{label.replace('/', '--')}.log"
+            launch = ctx.engine.launch(ctx.served_from, attention=b, extra=ctx.extra + _mode_args(ctx.engine, modes[0]))
+        except EngineError:
+            continue  # refused by the parser: the sweep records it
+        launches[b or "auto"] = launch.cmd[ctx.engine._args_start:]
+    if not launches:
+        return {}
+    t0 = time.monotonic()
+    ctx.say(f"{ctx.engine.name}: asking its own validation about {len(launches)} candidates (no server started) ...")
+    res = ctx.engine.preflight(ctx.served_from, launches)
+    secs = round(time.monotonic() - t0, 1)
+    for label, verdict in res.get("results", {}).items():
+        if not ctx.store.done("backends_preflight", engine=ctx.engine.name, attention=label):
+            ctx.store.append("backends_preflight", {"engine": ctx.engine.name, "attention": label, "method": res.get("method"),
+                                                    "seconds": secs, **verdict})
+    if res.get("error"):
+        ctx.store.record_failure("backend preflight", res["error"], engine=ctx.engine.name)
+        ctx.say(f"{ctx.engine.name}: its validation could not be asked ({res['error']}); every candidate is started")
+    return res.get("results", {})
+
+
+def _run_one(ctx: _Sweep, backend: str | None, mode: str, verdict: dict | None) -> dict:
+    """One start: launch, confirm, greedy and teacher-forced agreement, a short measurement, stop."""
+    engine, label = ctx.engine, backend or "auto"
+    row = {"engine": engine.name, "engine_version": ctx.version, "attention": label, "mode": mode}
+    t0 = time.monotonic()
+    if verdict and verdict.get("ok") is False:
+        row.update(outcome="rejected", error=verdict.get("error"), rejected_by="the engine's own validation (preflight; no server started)",
+                   seconds=0.0)
+        return row
+    try:
+        launch = engine.launch(ctx.served_from, attention=backend, extra=ctx.extra + _mode_args(engine, mode),
+                               **({"port": ctx.host.free_port()} if ctx.remote else {}))
+    except EngineError as exc:  # nothing was started: the engine's own CLI refuses the flag or value, or cannot be read
+        row.update(outcome="rejected" if isinstance(exc, CLIRejected) else "failed", error=str(exc), seconds=round(time.monotonic() - t0, 1))
+        return row
+    row["launch"] = launch.shell()
+    log_path = ctx.store.path / "logs" / f"{engine.name}-{label.replace('/', '--')}{'' if mode == 'default' else '-' + mode}.log"
+    registry = ctx.store.path / "servers.jsonl"
+    try:
+        starting = (ctx.host.serve(launch, log_path, registry=registry, ready_timeout=ctx.ready_timeout, progress=ctx.say) if ctx.remote
+                    else Server.start(launch, log_path, ready_timeout=ctx.ready_timeout, registry=registry, progress=ctx.say))
+        with starting as srv:
+            _exercise(ctx, srv, backend, row)
+    except _Recorded:
+        pass
+    except ServerError as exc:
+        rejected = backend is not None and _rejection(exc.log_tail, backend)
+        row.update(outcome="rejected" if rejected else "failed to start",
+                   error=rejected or engine_error(exc.log_tail) or str(exc), server_error=str(exc), log_tail=exc.log_tail[-2000:])
+    except ServebookError as exc:
+        row.update(outcome="failed", error=str(exc))
+    row["port_free_after"] = not _port_listening_on(ctx.host, launch.port) if ctx.remote else not port_listening(launch.port)
+    row["seconds"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+def _exercise(ctx: _Sweep, srv, backend: str | None, row: dict) -> None:
+    engine = ctx.engine
+    row["ready_s"] = srv.ready_s
+    reported = _reported_backend(engine, srv, ctx.host)
+    row["reported"], row["reported_source"] = reported.get("attention"), reported.get("source")
+    row["reported_device"] = reported.get("device")
+    name = engine.served_model_name(ctx.served_from)
+    try:
+        if ctx.remote:  # the requests go out on the host, next to the server
+            completions = ctx.host.call("servebook.backends:greedy_completions",
+                                        {"base_url": srv.base_url, "model": name, "prompts": PROBE_PROMPTS, "max_tokens": ctx.max_tokens},
+                                        timeout=120 * len(PROBE_PROMPTS) + 60, label=f"greedy completions {engine.name} {row['attention']}")
+        else:
+            completions = _watched(srv, lambda: greedy_completions(srv.base_url, name, PROBE_PROMPTS, ctx.max_tokens))
+    except ServebookError as exc:
+        dying = None if ctx.remote else srv.fatal_line()
+        row.update(outcome="crashed" if dying or _exited(srv) else "rejected",
+                   error=(engine_error(srv.log_tail(400)) or dying) if dying else str(exc), log_tail=srv.log_tail(15))
+        raise _Recorded() from exc
+    row["completions"] = completions
+    if not ctx.remote:  # teacher-forced: every position of prompt + the default's completion, fed to this backend
+        texts = [p + c for p, c in zip(PROBE_PROMPTS, ctx.reference or completions)]
         try:
-            starting = (host.serve(launch, log_path, registry=store.path / "servers.jsonl", ready_timeout=ready_timeout, progress=say)
-                        if remote else Server.start(launch, log_path, ready_timeout=ready_timeout, registry=store.path / "servers.jsonl",
-                                                    progress=say))
-            with starting as srv:
-                row["ready_s"] = srv.ready_s
-                reported = _reported_backend(engine, srv, host)
-                row["reported"], row["reported_source"] = reported.get("attention"), reported.get("source")
-                row["reported_device"] = reported.get("device")
-                try:
-                    name = engine.served_model_name(served_from)
-                    if remote:  # the requests go out on the host, next to the server
-                        completions = host.call("servebook.backends:greedy_completions",
-                                                {"base_url": srv.base_url, "model": name, "prompts": PROBE_PROMPTS, "max_tokens": max_tokens},
-                                                timeout=120 * len(PROBE_PROMPTS) + 60, label=f"greedy completions {engine.name} {label}")
-                    else:
-                        completions = greedy_completions(srv.base_url, name, PROBE_PROMPTS, max_tokens)
-                except ServebookError as exc:
-                    row.update(outcome="crashed" if _exited(srv) else "rejected", error=str(exc), log_tail=srv.log_tail(15))
-                    raise _Recorded() from exc
-                row["completions"] = completions
-                if backend is None:
-                    reference = completions
-                if reference is not None:
-                    row.update(compare_tokens(tokenizer, reference, completions))
-                rate = _decode_rate(srv.base_url, engine.served_model_name(served_from), engine.name, label, max_tokens * 2, runs, tokenizer,
-                                    host=host)
-                row.update(rate)
-                if not srv.alive():
-                    row.update(outcome="crashed", error="the server exited during the run", log_tail=srv.log_tail(15))
-                elif str(reported.get("device") or "").startswith("cpu") and _gpu_visible(launch):
-                    row.update(outcome="overridden", error="the engine loaded the model on the CPU although a GPU is visible "
-                                                           "(a full or busy GPU makes device 'auto' fall back silently)")
-                elif _overridden(engine, backend, reported):
-                    row.update(outcome="overridden", error=f"asked for {backend}, the engine reports {row['reported']} "
-                                                           f"(from its {row['reported_source']})")
-                elif row.get("agreement") is not None and row["agreement"] < 0.5:
-                    row.update(outcome="wrong output", error=f"only {row['agreement']:.0%} of tokens agree with the default backend")
-                else:
-                    row["outcome"] = "ok"
-        except _Recorded:
-            pass
-        except ServerError as exc:
-            rejected = backend is not None and _rejection(exc.log_tail, backend)
-            row.update(outcome="rejected" if rejected else "failed to start",
-                       error=rejected or engine_error(exc.log_tail) or str(exc), server_error=str(exc),
-                       log_tail=exc.log_tail[-2000:])
+            lp = _watched(srv, lambda: prompt_logprobs(srv.base_url, name, texts))
         except ServebookError as exc:
-            row.update(outcome="failed", error=str(exc))
-        row["port_free_after"] = not _port_listening_on(host, launch.port) if remote else not port_listening(launch.port)
-        row["seconds"] = round(time.monotonic() - t0, 1)
-        store.append("backends", row)
-        rows.append(row)
-        say(f"{engine.name} {label}: {row.get('outcome')}" + (f" ({row.get('error')})" if row.get("error") else ""))
-    return rows
+            if srv.fatal_line() or not srv.alive():
+                row.update(outcome="crashed", error=engine_error(srv.log_tail(400)) or str(exc), log_tail=srv.log_tail(15))
+                raise _Recorded() from exc
+            lp = {"unsupported": f"prompt log-probabilities failed: {str(exc)[:200]}"}
+        row["teacher_forced"] = lp
+        if backend is None and ctx.reference is None:
+            ctx.reference_lp = lp
+        row.update(teacher_forced_agreement(ctx.reference_lp, lp))
+    if backend is None and ctx.reference is None:
+        ctx.reference = completions
+    if ctx.reference is not None:
+        row.update(compare_tokens(ctx.tokenizer, ctx.reference, completions))
+    row.update(_decode_rate(srv.base_url, name, engine.name, row["attention"], ctx.max_tokens * 2, ctx.runs, ctx.tokenizer, host=ctx.host))
+    if not srv.alive() or (not ctx.remote and srv.fatal_line()):
+        row.update(outcome="crashed", error=engine_error(srv.log_tail(400)) or "the server exited during the run", log_tail=srv.log_tail(15))
+    elif str(reported.get("device") or "").startswith("cpu") and _gpu_visible(srv.launch):
+        row.update(outcome="overridden", error="the engine loaded the model on the CPU although a GPU is visible "
+                                               "(a full or busy GPU makes device 'auto' fall back silently)")
+    elif _overridden(engine, backend, reported):
+        row.update(outcome="overridden", error=f"asked for {backend}, the engine reports {row['reported']} (from its {row['reported_source']})")
+    elif _disagrees(row):
+        row.update(outcome="wrong output", error=_disagreement(row))
+    else:
+        row["outcome"] = "ok"
+
+
+def _disagrees(row: dict) -> bool:
+    """Wrong output: teacher-forced top-1 agreement under 90% where it was measured, else greedy agreement under 50%."""
+    tf = row.get("tf_top1_agreement")
+    if tf is not None:
+        return tf < 0.9
+    return row.get("agreement") is not None and row["agreement"] < 0.5
+
+
+def _disagreement(row: dict) -> str:
+    if row.get("tf_top1_agreement") is not None:
+        return (f"teacher-forced top-1 agreement with the default backend is {row['tf_top1_agreement']:.0%} over {row['tf_positions']} "
+                f"positions (mean |log-prob difference| {row.get('tf_logprob_mad')})")
+    return f"only {row['agreement']:.0%} of greedy tokens agree with the default backend"
+
+
+def _watched(srv, fn, poll_s: float = 0.5):
+    """``fn()`` (requests to ``srv``), given up as soon as the server dies or logs its own fatal line: a backend
+    that fails at its first decode must not hold the sweep while the engine lingers (SGLang waits for core dumps)."""
+    import concurrent.futures as cf
+
+    if not hasattr(srv, "fatal_line"):
+        return fn()
+    pool = cf.ThreadPoolExecutor(max_workers=1)
+    fut = pool.submit(fn)
+    try:
+        while True:
+            try:
+                return fut.result(timeout=poll_s)
+            except cf.TimeoutError:
+                fatal = srv.fatal_line()
+                if fatal or not srv.alive():
+                    raise ServebookError(f"the server {'logged a fatal error' if fatal else 'exited'} during the request: "
+                                         f"{(fatal or '')[:200]}")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def prompt_logprobs(base_url: str, model: str, texts: list[str], timeout: float = 120) -> list[dict] | dict:
+    """Per text, the engine's own log-probabilities of every prompt position (OpenAI completions with ``echo`` and
+    ``logprobs: 1``, one new token): ``{"tokens": [...], "lp": [...], "top": [...]}`` where ``lp[i]`` is the
+    log-probability of ``tokens[i]`` given the ones before and ``top[i]`` the engine's top-1 token there.
+    An engine that does not return prompt log-probabilities gives ``{"unsupported": reason}``."""
+    out = []
+    for text in texts:
+        try:
+            data = _post(f"{base_url}/v1/completions", {"model": model, "prompt": text, "max_tokens": 1, "temperature": 0.0,
+                                                         "echo": True, "logprobs": 1, "stream": False}, timeout)
+        except ServebookError as exc:
+            if "HTTP 4" in str(exc):
+                return {"unsupported": str(exc)[:300]}
+            raise
+        lp = (data.get("choices") or [{}])[0].get("logprobs") or {}
+        tokens, lps, tops = lp.get("tokens"), lp.get("token_logprobs"), lp.get("top_logprobs")
+        if not tokens or not lps or not tops or len(tokens) < 3:
+            return {"unsupported": "the engine returned no prompt log-probabilities for echo + logprobs"}
+        top1 = [max(t.items(), key=lambda kv: kv[1])[0] if isinstance(t, dict) and t else None for t in tops]
+        out.append({"tokens": tokens[:-1], "lp": lps[:-1], "top": top1[:-1]})  # the last entry is the one new token
+    return out
+
+
+def teacher_forced_agreement(reference, candidate) -> dict:
+    """Top-1 agreement and mean |log-prob difference| of two backends over the same teacher-forced positions.
+
+    Tolerates near-ties of random weights where greedy matching does not: one flipped argmax changes every later
+    greedy token, but only one teacher-forced position."""
+    if not isinstance(candidate, list) or not isinstance(reference, list):
+        why = (candidate or {}).get("unsupported") if isinstance(candidate, dict) else None
+        return {"tf_top1_agreement": None, "tf_note": why or "no reference log-probabilities"}
+    same = total = 0
+    diffs = []
+    for r, c in zip(reference, candidate):
+        if r["tokens"] != c["tokens"]:
+            continue  # tokenised differently: not comparable position by position
+        for i in range(1, len(r["tokens"])):
+            if r["top"][i] is None or c["top"][i] is None:
+                continue
+            total += 1
+            same += r["top"][i] == c["top"][i]
+            if r["lp"][i] is not None and c["lp"][i] is not None:
+                diffs.append(abs(r["lp"][i] - c["lp"][i]))
+    if not total:
+        return {"tf_top1_agreement": None, "tf_note": "no comparable positions"}
+    return {"tf_top1_agreement": round(same / total, 4), "tf_positions": total,
+            "tf_logprob_mad": round(sum(diffs) / len(diffs), 5) if diffs else None}
 
 
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")

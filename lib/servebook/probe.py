@@ -952,9 +952,11 @@ def judge_helper(helper: dict, gpu: dict | None, gpu_count: int, cuda: str | Non
 
 
 def _interp(python, name: str) -> str:
+    from .engines import python_from_env
+
     if isinstance(python, dict):
-        return python.get(name) or sys.executable
-    return python or sys.executable
+        return python.get(name) or python_from_env(name) or sys.executable
+    return python or python_from_env(name) or sys.executable
 
 
 def _ask_engines(engines, python, fake, timeout):

@@ -44,6 +44,9 @@ class Launch:
     ready_path: str = "/health"
     engine: str = ""
     description: str = ""
+    # a log line by which the engine says it is dying (its child crashed); the server may take a minute more to
+    # exit (SGLang waits for CUDA core dumps), so such a line ends the wait at once
+    fatal_log: str = ""
 
     @property
     def base_url(self) -> str:
@@ -244,6 +247,7 @@ class Server:
         log = open(log_path, "ab")
         log.write(f"$ {launch.shell()}\n".encode())
         log.flush()
+        log_start = log.tell()  # the engine's own output starts here (the command line above may quote anything)
         try:
             proc = subprocess.Popen(
                 launch.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -254,6 +258,7 @@ class Server:
         finally:
             log.close()
         srv = cls(launch, proc, log_path, Path(registry) if registry else None)
+        srv._scan_from = log_start
         srv._reaper = _start_reaper(srv.pgid)
         srv._record("started")
         try:
@@ -279,6 +284,10 @@ class Server:
                     f"{oom}see its log {self.log_path} (tail below)",
                     log_tail=tail,
                 )
+            fatal = self.fatal_line()
+            if fatal:
+                raise ServerError(f"{self.launch.engine or 'the server'} reported a fatal error during start ({fatal[:200]}); "
+                                  f"it was stopped; see its log {self.log_path}", log_tail=_tail(self.log_path))
             try:
                 with urllib.request.urlopen(url, timeout=2) as resp:
                     if resp.status == 200 and (ready_check is None or ready_check(self)):
@@ -304,6 +313,21 @@ class Server:
 
     def log_tail(self, n: int = 40) -> str:
         return _tail(self.log_path, n)
+
+    def fatal_line(self) -> str | None:
+        """The engine's own line saying it is dying (``launch.fatal_log``), if its log has one since start."""
+        if not self.launch.fatal_log:
+            return None
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._scan_from)
+                chunk = fh.read()
+        except OSError:
+            return None
+        m = re.search(self.launch.fatal_log, chunk.decode(errors="replace"))
+        return m.group(0).strip() if m else None
+
+    _scan_from = 0
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop the whole process group and wait until the port is free."""

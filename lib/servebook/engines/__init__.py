@@ -6,7 +6,8 @@
     eng.attention_choices()                    # the engine's own list of valid backends
 
 ``python=`` names another interpreter where the engine is installed (how GPU hosts are
-usually laid out); by default it is the interpreter running servebook.
+usually laid out); without it, ``SERVEBOOK_PYTHON_SGLANG`` / ``SERVEBOOK_PYTHON_VLLM`` (see
+:func:`python_from_env`), then a prepared environment, then the interpreter running servebook.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .sglang import SGLangEngine
 from .transformers import TransformersEngine
 from .vllm import VLLMEngine
 
-__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec"]
+__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec", "python_from_env"]
 
 ENGINES: dict[str, type[EngineAdapter]] = {
     "transformers": TransformersEngine,
@@ -37,6 +38,8 @@ def get_engine(spec: str, python: str | None = None) -> EngineAdapter:
     parsed = parse_engine_spec(spec)
     if parsed.name not in ENGINES:
         raise ParameterError("engine", spec, f"valid engines: {', '.join(ENGINES)}")
+    if python is None:
+        python = python_from_env(parsed.name)
     if python is None and parsed.name != "transformers":
         python = _prepared_python(parsed)
     return ENGINES[parsed.name](python=python, wanted_version=parsed.version)
@@ -50,3 +53,20 @@ def _prepared_python(parsed: EngineSpec) -> str | None:
         return resolve_engine(f"{parsed.name}=={parsed.version}" if parsed.version else parsed.name).python
     except EngineError:
         return None
+
+
+def python_from_env(name: str) -> str | None:
+    """The interpreter ``SERVEBOOK_PYTHON_<ENGINE>`` names, for hosts where each engine has its own environment
+    (``SERVEBOOK_PYTHON_SGLANG=/opt/sglang/bin/python SERVEBOOK_PYTHON_VLLM=/opt/vllm/bin/python servebook book ...``);
+    every chapter, and the servers it starts, use it. None when unset."""
+    import os
+
+    from ..errors import EngineError
+
+    path = os.environ.get(f"SERVEBOOK_PYTHON_{name.upper()}", "").strip()
+    if not path:
+        return None
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise EngineError(f"SERVEBOOK_PYTHON_{name.upper()}={path} is not an executable interpreter; point it at the python of "
+                          f"the environment where {name} is installed, or unset it")
+    return path

@@ -214,9 +214,30 @@ class EngineAdapter:
             self.check_command(cmd[self._args_start:], version)
         launch_env.update(env or {})
         return Launch(cmd=cmd, port=port, host=host, env=launch_env, ready_path=self.ready_path,
-                      engine=self.name, description=f"{self.name} attention={attention or 'auto'}")
+                      engine=self.name, description=f"{self.name} attention={attention or 'auto'}", fatal_log=self.fatal_log)
 
     ready_path = "/health"
+    # The server flags that turn CUDA-graph capture off ("eager"); None: the engine has no such mode.
+    eager_args: tuple[str, ...] | None = None
+    # A regex for the engine's own log line saying a child process died (the server may linger after it).
+    fatal_log = ""
+
+    def preflight(self, model: str, launches: dict[str, list[str]]) -> dict:
+        """The engine's own validation of each candidate without starting a server (``launchers/preflight.py``).
+
+        ``launches``: label -> the backend name (vLLM) or the server's argument list (SGLang). Returns
+        ``{"method": ..., "results": {label: {"ok": True|False|None, "error"?: ..., "resolved"?: {...}}}}``;
+        engines without one return no results (every candidate is then started)."""
+        return {"method": None, "results": {}}
+
+    def _run_preflight(self, request: dict, timeout: float = 300) -> dict:
+        script = str(Path(__file__).parent / "launchers" / "preflight.py")
+        res = self._py_script([script, self.name, json.dumps(request)], timeout=timeout)
+        for line in reversed(res.stdout.splitlines()):
+            if line.startswith("SERVEBOOK_PREFLIGHT "):
+                return json.loads(line[len("SERVEBOOK_PREFLIGHT "):])
+        err = [l for l in res.stderr.strip().splitlines() if l.strip()]
+        return {"method": None, "results": {}, "error": (err or [f"exit code {res.returncode}"])[-1][:300]}
     checks_cli = False  # whether launch() checks the command against the engine's own parser
     _args_start = 3  # where the server's own arguments begin in the command ([python, "-m", module, ...])
 

@@ -35,6 +35,13 @@ class SGLangEngine(EngineAdapter):
     # (build_server_info -> server_args.resolved_dict(), utils/common.py:3584); /get_server_info is the only
     # one in 0.5.2 (http_server.py:437) and a deprecated alias later (0.5.9 http_server.py:583).
     info_paths = ("/server_info", "/get_server_info")
+    eager_args = ("--disable-cuda-graph",)
+    # 0.5.16 managers/scheduler.py:4643 "Scheduler hit an exception" then entrypoints/engine.py:1329 "Received sigquit from a
+    # child process. It usually means the child failed." (after which the server waits for CUDA core dumps)
+    fatal_log = r"[^\n]*(?:(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an exception|Received sigquit from a child process)[^\n]*"
+
+    def preflight(self, model, launches):
+        return self._run_preflight({"argv": {label: argv for label, argv in launches.items()}})
 
     def _command(self, model, *, port, host, attention, tp):
         # --tensor-parallel-size: spelled so in 0.5.2 (server_args.py:1125), 0.5.9 (server_args.py:3302, with

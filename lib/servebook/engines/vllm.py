@@ -71,6 +71,14 @@ class VLLMEngine(EngineAdapter):
     # 0.33.0 entrypoints/serve/dev/server_info/api_router.py:43) and holds the config, not the chosen
     # backend: the log is the source.
     info_paths = ()
+    eager_args = ("--enforce-eager",)
+    # 0.26.0 v1/engine/core.py "EngineCore encountered a fatal error." / "EngineCore failed to start." and
+    # v1/executor "WorkerProc hit an exception" / "Engine core initialization failed"
+    fatal_log = (r"[^\n]*(?:EngineCore encountered a fatal error|EngineCore failed to start|Engine core initialization failed"
+                 r"|WorkerProc hit an exception|EngineDeadError)[^\n]*")
+
+    def preflight(self, model, launches):
+        return self._run_preflight({"model": str(model), "backends": [b for b in launches if b != "auto"]})
 
     def _command(self, model, *, port, host, attention, tp):
         # `vllm serve` (vllm/entrypoints/cli/main.py in 0.10.2 and 0.33.0); the api_server module is deprecated
