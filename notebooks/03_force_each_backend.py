@@ -34,6 +34,7 @@ ready_timeout: int = 300  # seconds a server may take to become ready
 engine_args: str = ""  # extra server flags for every start, e.g. --mem-fraction-static 0.6 (a built model's own, such as --load-format dummy, are added)
 modes: str = "graph,eager"  # graph: the engine's default (CUDA graphs); eager: its own flag that turns them off; engines without one run once
 preflight: bool = True  # ask the engine's own validation about every candidate first; refused ones start no server
+compare_engines: str = ""  # more engine specs, comma-separated, swept the same way (each on its own GPU, in parallel, when the host has enough)
 
 
 # %% [markdown] tags=["whatif"]
@@ -83,113 +84,161 @@ Markdown("\n".join(lines))
 # Next: [04. Tune NCCL](04_tune_nccl.html) — the communication floor for this profile.
 
 # %%
+import shlex
+
 import pandas as pd
 
-from servebook.backends import PROBE_PROMPTS, force_each_backend
-from servebook.engines import get_engine
+from servebook.backends import PROBE_PROMPTS, force_each_backend, runnable_here
+from servebook.engines import args_for, get_engine
 from servebook.hosts import get_host, model_on_host
+from servebook.models import engine_args_of
 from servebook.params import resolve_model
 from servebook.results import RunStore
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
 on_host = get_host(host, run_dir=store.path)  # the servers, and every request to them, run there
-eng = get_engine(engine, python=None if on_host.in_process else on_host.python_exe)
-eng.host = on_host
-print(f"engine: {eng.name} {eng.version()} in {eng.python}")
+specs = [e.strip() for e in [engine, *compare_engines.split(",")] if e.strip()]
+engines = []
+for spec in specs:
+    e = get_engine(spec, python=None if on_host.in_process else on_host.python_exe)
+    e.host = on_host
+    engines.append(e)
+    print(f"engine: {e.name} {e.version()} in {e.python}")
 
 # %% [markdown]
 # ## The candidates
-# The engine's own list of valid values for its attention flag (read from its code, not typed in here).
-
-# %%
-choices = eng.attention_choices()
-print(f"{eng.name} accepts {eng.attention_flag} =", ", ".join(choices))
-
-# %% [markdown]
+# Each engine's own list of valid values for its attention flag (read from its code, not typed in here).
 # Before any server starts, its command line is checked against the installed engine's own argument
 # parser (SGLang's `ServerArgs.add_cli_args`, vLLM's `make_arg_parser`, built in the engine's interpreter):
-# a flag or value this version does not know is recorded as "rejected", naming the version, instead of
-# failing somewhere in the engine's start-up.
+# a flag or value this version does not know is recorded as "rejected", naming the version.
 
 # %%
-if eng.checks_cli:
-    cli = eng.cli_options()
+def candidates_for(eng):
+    choices = eng.attention_choices()
     how = eng.attention_mechanism() if hasattr(eng, "attention_mechanism") else "flag"
-    print(f"{eng.name} {eng.version()}: {len(cli['options'])} options, read from its {cli['method']}; "
-          f"a backend is forced by {'the flag ' + eng.attention_flag if how == 'flag' else 'the environment variable VLLM_ATTENTION_BACKEND'}")
-else:
-    print(f"{eng.name} starts through servebook's own launcher; {eng.attention_flag} is its option")
-
-# %% [markdown]
-# Not every valid value can run on every host: the flash-attention kernels need a CUDA GPU of
-# the right generation and their package installed. Unless `backends` names them, those are kept
-# out here and the reason is recorded, so they show as "not run here", not as silently missing.
-
-# %%
-from servebook.backends import runnable_here
-
-if backends:
-    candidates = [b.strip() for b in backends.split(",") if b.strip()]
-    skipped = []
-else:
-    candidates, skipped = [], []
+    if eng.checks_cli:
+        cli = eng.cli_options()
+        print(f"{eng.name} {eng.version()}: {len(cli['options'])} options, read from its {cli['method']}; a backend is forced by "
+              f"{'the flag ' + eng.attention_flag if how == 'flag' else 'the environment variable VLLM_ATTENTION_BACKEND'}")
+    print(f"{eng.name} accepts {eng.attention_flag} =", ", ".join(choices))
+    if backends:
+        return [b.strip() for b in backends.split(",") if b.strip()], []
+    picked, skipped = [], []
     for name in choices:
         ok, why = runnable_here(name, smoke=smoke, host=on_host)
-        (candidates.append(name) if ok else skipped.append({"attention": name, "reason": why}))
-if smoke:  # one forced backend besides the default keeps the smoke run short
-    candidates = [c for c in candidates if c == "eager"] or candidates[:1]
+        (picked.append(name) if ok else skipped.append({"engine": eng.name, "attention": name, "reason": why}))
+    if smoke:  # one forced backend besides the default keeps the smoke run short
+        picked = [c for c in picked if c == "eager"] or picked[:1]
+    return picked, skipped
+
+
+plans, skipped = {}, []
+for eng in engines:
+    plans[eng.name], sk = candidates_for(eng)
+    skipped += sk
 for s in skipped:
-    if not store.done("backends_not_run", engine=eng.name, attention=s["attention"]):
-        store.append("backends_not_run", {"engine": eng.name, **s})
-print("will force:", ["auto (engine default)", *candidates])
+    if not store.done("backends_not_run", engine=s["engine"], attention=s["attention"]):
+        store.append("backends_not_run", s)
 pd.DataFrame(skipped)
 
 # %% [markdown]
+# Not every valid value can run on every host: transformers' flash-attention kernels need a CUDA GPU and their
+# package, and are kept out here with the reason unless `backends` names them. For SGLang and vLLM every value is a
+# candidate, and the engine's own validation (`preflight`) is asked about each before anything starts: SGLang's
+# `prepare_server_args` (the function its launcher calls) and vLLM's backend classes' `validate_configuration`
+# for this GPU and this model's attention shape. What they refuse is recorded with their own reason.
+
+# %% [markdown]
 # ## The sweep
-# `auto` first: it is the reference the others' tokens are compared with.
+# `auto` first: it is the reference the others' tokens are compared with. `mode` says whether the engine captured
+# CUDA graphs (its default) or ran eagerly (its own flag). With several engines and as many GPUs, each engine's
+# sweep runs on its own GPU at the same time.
 
 # %%
+import concurrent.futures as cf
+import os
+
 model_dir = resolve_model(model)
 if isinstance(model_dir, dict):
-    raise SystemExit(f"model '{model}' is a model card (facts only, no weights): chapter 03 needs a real model directory on this host")
-import shlex
+    raise SystemExit(f"model '{model}' is a model card (facts only, no weights): chapter 03 needs a real model directory on this host; "
+                     f"build one with `servebook model build {model}`")
+gpus = 0
+if on_host.in_process:
+    import torch
 
-from servebook.models import engine_args_of
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+parallel = len(engines) > 1 and gpus >= len(engines)
+visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or [str(i) for i in range(gpus)]
 
-extra = shlex.split(engine_args) + engine_args_of(model_dir, eng.name)
-sweep_modes = [m.strip() for m in modes.split(",") if m.strip()] if eng.eager_args is not None else ["default"]
-print(f"modes: {', '.join(sweep_modes)}; extra server flags: {' '.join(extra) or 'none'}")
-rows = force_each_backend(eng, model_dir, [None, *candidates], store, max_tokens=max_tokens,
-                          runs=max(1, runs if not smoke else 2), ready_timeout=ready_timeout,
-                          host=on_host, host_model=model_on_host(on_host, model, model_dir),
-                          extra_args=extra, modes=sweep_modes, preflight=preflight)
+
+def sweep(i, eng):
+    extra = args_for(engine_args, eng.name) + engine_args_of(model_dir, eng.name)
+    eng_modes = [m.strip() for m in modes.split(",") if m.strip()] if eng.eager_args is not None else ["default"]
+    env = {"CUDA_VISIBLE_DEVICES": visible[i]} if parallel else {}
+    print(f"{eng.name}: modes {', '.join(eng_modes)}; extra server flags: {' '.join(extra) or 'none'}"
+          + (f"; on GPU {visible[i]}" if env else ""))
+    return force_each_backend(eng, model_dir, [None, *plans[eng.name]], store, max_tokens=max_tokens,
+                              runs=max(1, runs if not smoke else 2), ready_timeout=ready_timeout,
+                              host=on_host, host_model=model_on_host(on_host, model, model_dir),
+                              extra_args=extra, modes=eng_modes, preflight=preflight, env=env,
+                              progress=(lambda m, n=eng.name: print(f"[{n}] {m}", flush=True)))
+
+
+if parallel:
+    with cf.ThreadPoolExecutor(len(engines)) as pool:
+        for f in [pool.submit(sweep, i, e) for i, e in enumerate(engines)]:
+            f.result()
+else:
+    for i, e in enumerate(engines):
+        sweep(i, e)
 
 # %%
+names = [e.name for e in engines]
 table = store.table("backends")
-table = table[table["engine"] == eng.name]
-cols = [c for c in ["attention", "mode", "outcome", "reported", "reported_source", "tf_top1_agreement", "tf_logprob_mad", "agreement",
-                    "first_divergence", "decode_tok_s", "decode_tok_s_ci95", "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
+table = table[table["engine"].isin(names)] if len(table) else table
+if len(table) and "mode" not in table:
+    table["mode"] = "default"
+cols = [c for c in ["engine", "attention", "mode", "outcome", "reported", "reported_source", "tf_top1_agreement", "tf_logprob_mad", "agreement",
+                    "decode_tok_s", "decode_tok_s_ci95", "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
+pd.set_option("display.max_colwidth", 160)
 table[cols]
 
 # %% [markdown]
-# Each row is one server start. `reported` is what the engine itself said it loaded (`reported_source`:
-# its server-info endpoint or the log line it came from); `agreement`
-# is the share of greedy tokens equal to the default backend's.
+# Each row is one server start (or a refusal before one). `reported` is what the engine itself said it loaded
+# (`reported_source`: its server-info endpoint or the log line it came from). `tf_top1_agreement` is teacher-forced:
+# the default backend's completions, prompt included, are fed back to each backend and the most likely next token at
+# every position is compared with the default's (one near-tie flips one position, not the rest of a greedy run);
+# `tf_logprob_mad` is the mean absolute difference of the log-probabilities there. `agreement` is the share of greedy
+# tokens equal to the default's.
+
+# %%
+pre = store.table("backends_preflight")
+if len(pre):
+    pre = pre[pre["engine"].isin(names)]
+    display(pre[[c for c in ("engine", "attention", "ok", "error", "resolved") if c in pre]])
+    print("method:", "; ".join(sorted({str(m) for m in pre["method"].dropna()})))
+
+# %% [markdown]
+# The engines' own validation, asked once per candidate without starting a server. `resolved` for `auto` is what the
+# engine would pick on this GPU for this model, from its own code.
 
 # %%
 import matplotlib.pyplot as plt
 import seaborn as sns
 
 plot = table.copy()
-plot["decode_tok_s"] = pd.to_numeric(plot.get("decode_tok_s"), errors="coerce").fillna(0)
-plot["label"] = plot["attention"] + (" " + plot["mode"].fillna("") if "mode" in plot else "") + "\n" + plot["outcome"].fillna("?")
-fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(plot)), 3.2))
-sns.barplot(data=plot, x="label", y="decode_tok_s", hue="outcome", dodge=False, ax=ax)
-ax.tick_params(axis="x", labelsize=7, rotation=45)
-ax.set_xlabel("")
-ax.set_ylabel("decode tok/s (single stream)")
-ax.set_title(f"{eng.name}: each attention backend forced (failures shown at 0)")
-plt.tight_layout()
+if len(plot):
+    plot["decode_tok_s"] = pd.to_numeric(plot.get("decode_tok_s"), errors="coerce").fillna(0)
+    plot = plot[plot["outcome"].isin(["ok", "overridden", "wrong output"]) | (plot["decode_tok_s"] > 0)]
+if len(plot):
+    plot["label"] = plot["engine"] + " " + plot["attention"] + " " + plot["mode"].fillna("")
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(plot) + 1.2))
+    ax.barh(plot["label"], plot["decode_tok_s"], xerr=pd.to_numeric(plot.get("decode_tok_s_ci95"), errors="coerce").fillna(0),
+            color=["tab:blue" if o == "ok" else "tab:red" for o in plot["outcome"]])
+    ax.invert_yaxis()
+    ax.set_xlabel("decode tok/s, single stream (bars: 95% interval; red: not ok)")
+    ax.set_title("each attention backend that started, forced")
+    plt.tight_layout()
 
 # %% [markdown]
 # ## What we found
@@ -197,27 +246,31 @@ plt.tight_layout()
 # %%
 from IPython.display import Markdown
 
-ok = table[table["outcome"] == "ok"]
+from servebook.findings import separated
+
 lines = []
-if len(ok):
-    best = ok.sort_values("decode_tok_s", ascending=False).iloc[0]
-    lines.append(f"- {len(ok)} of {len(table)} backend runs of {eng.name} served correct output; the fastest was "
-                 f"**{best['attention']}** at {best['decode_tok_s']:.1f} tok/s single stream.")
-    auto = ok[ok["attention"] == "auto"]
-    if len(auto) and auto.iloc[0].get("reported"):
-        lines.append(f"- Left alone, the engine reported loading **{auto.iloc[0]['reported']}**.")
-    spread = ok["decode_tok_s"].max() / max(ok["decode_tok_s"].min(), 1e-9)
-    ci = ok["decode_tok_s_ci95"].fillna(0) if "decode_tok_s_ci95" in ok else pd.Series(0, index=ok.index)
-    worst = ok.sort_values("decode_tok_s").iloc[0]
-    overlap = (best["decode_tok_s"] - ci[best.name]) <= (worst["decode_tok_s"] + ci[worst.name])
-    lines.append(f"- The spread between backends was {spread:.2f}x"
-                 + (", inside the 95% confidence intervals of the runs: on this host the measurement cannot tell these backends apart."
-                    if overlap else ", larger than the 95% confidence intervals."))
-bad = table[table["outcome"] != "ok"]
-for _, r in bad.iterrows():
-    lines.append(f"- **{r['attention']}**: {r['outcome']} — {r.get('error')}")
+for name in names:
+    t = table[table["engine"] == name]
+    ok = t[t["outcome"] == "ok"]
+    if not len(t):
+        continue
+    lines.append(f"**{name}**: {len(ok)} of {len(t)} starts served output that agrees with the default backend.")
+    for mode, g in ok.groupby("mode"):
+        auto = g[g["attention"] == "auto"]
+        if not len(auto):
+            continue
+        a = auto.iloc[0]
+        ranked = g.sort_values("decode_tok_s", ascending=False)
+        for _, r in ranked.iterrows():
+            if r["attention"] == "auto":
+                continue
+            verdict = separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"))
+            lines.append(f"- {mode}: **{r['attention']}** {r['decode_tok_s']:.1f} ± {r.get('decode_tok_s_ci95') or 0:.1f} tok/s vs the default "
+                         f"(`{a.get('reported')}`) {a['decode_tok_s']:.1f} ± {a.get('decode_tok_s_ci95') or 0:.1f}: {verdict}")
+    for _, r in t[t["outcome"] != "ok"].iterrows():
+        lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {str(r.get('error'))[:300]}")
 if skipped:
-    lines.append("- Not run here: " + ", ".join(f"{s['attention']} ({s['reason']})" for s in skipped) + ".")
+    lines.append("- Not run here: " + ", ".join(f"{s['engine']} {s['attention']} ({s['reason']})" for s in skipped) + ".")
 Markdown("\n".join(lines) or "No backend ran.")
 
 # %% [markdown]
@@ -228,20 +281,20 @@ Markdown("\n".join(lines) or "No backend ran.")
 from servebook.findings import check_yourself_markdown
 
 qa = []
-rep = table[["attention", "reported", "outcome"]].fillna("-") if "reported" in table else None
+rep = table[["engine", "attention", "mode", "reported", "outcome"]].fillna("-") if "reported" in table else None
 qa.append(("How do you know the backend that ran is the one you forced, and not a silent fallback?",
            "Not from the flag: from the engine's own report after loading (column `reported`). In this run: "
-           + ("; ".join(f"{r['attention']} -> {r['reported']} ({r['outcome']})" for _, r in rep.iterrows()) if rep is not None and len(rep) else "no backend reported")
+           + ("; ".join(f"{r['engine']} {r['attention']} ({r['mode']}) -> {r['reported']} ({r['outcome']})" for _, r in rep.iterrows())
+              if rep is not None and len(rep) else "no backend reported")
            + ". A forced backend whose report differs is classified `overridden`."))
-if len(ok):
-    qa.append(("Which backend was fastest here, and is the difference one you would act on?",
-               f"{best['attention']} at {best['decode_tok_s']:.1f} tok/s; act only if its 95% interval does not overlap the default's "
-               "(see What we found: " + ("they overlap here, so keep the default)." if overlap else "they do not overlap here).")))
+tf = table.dropna(subset=["tf_top1_agreement"]) if "tf_top1_agreement" in table else table.iloc[0:0]
 agree = table.dropna(subset=["agreement"]) if "agreement" in table else table.iloc[0:0]
-qa.append(("Why compare greedy tokens against the engine's default backend instead of checking the text reads well?",
-           "The embedded model's weights are random, so no text reads well; greedy decoding is deterministic, so a correct backend "
-           "reproduces the default's tokens until numerical differences flip an argmax. Here: "
-           + (", ".join(f"{r['attention']} {r['agreement']:.0%}" for _, r in agree.iterrows()) or "no agreement measured") + " of tokens agreed."))
+qa.append(("Why compare teacher-forced top-1 tokens, and not only greedy text, against the default backend?",
+           "The weights are random, so no text reads well, and near-tied logits let two correct kernels pick different argmaxes; "
+           "in a greedy run one flip changes every later token. Teacher-forced, a flip costs one position. Here, teacher-forced: "
+           + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['tf_top1_agreement']:.0%}" for _, r in tf.iterrows()) or "not measured")
+           + "; greedy: " + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['agreement']:.0%}" for _, r in agree.iterrows())
+                             or "not measured") + "."))
 Markdown(check_yourself_markdown(qa))
 
 # %% [markdown]

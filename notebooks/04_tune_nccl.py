@@ -33,6 +33,11 @@ timeout_s: int = 180  # seconds one torchrun launch may take before it is killed
 nccl_grid: str = ""  # extra NCCL settings: settings separated by semicolons, variables by commas
 builtin_grid: bool = True  # also measure the built-in grid (protocols, algorithms, P2P, channels, buffers, threads)
 all_reduce_perf: str = ""  # path to nccl-tests all_reduce_perf; empty means look on PATH
+tp_check: str = ""  # engines (sglang, vllm) to restart at tensor parallelism under each setting and measure end to end; empty: none
+tp: int = 0  # tensor-parallel size of that check; 0 means every GPU of this host
+tp_engine_args: str = ""  # server flags for that check, e.g. "sglang: --cuda-graph-max-bs 16; vllm: --max-num-seqs 16"
+tp_runs: int = 5  # single-stream runs per setting in that check (after two warm-up requests)
+tp_seed_block: bool = True  # also measure the seed case's NCCL block (copied there from a vLLM unit tuned for PCIe)
 
 
 # %% [markdown] tags=["whatif"]
@@ -273,6 +278,71 @@ print(env_block(rec_pick["setting"], model_ref=(rcard.get("hf_repo") if isinstan
 # single-stream benchmark; that run has not been made yet.
 
 # %% [markdown]
+# ## End to end: the engine itself at tensor parallelism
+# A microsecond saved per all-reduce is a prediction about tokens per second; this section measures it. Each engine in
+# `tp_check` is restarted once per setting with `--tensor-parallel-size`, warmed up, and measured with chapter 05's
+# client (single stream, mean and 95% interval over `tp_runs` runs; and one batch at C=8). The settings: the engine's
+# default; its custom all-reduce off (`--disable-custom-all-reduce`, so decode all-reduces go through NCCL); that plus the
+# setting this chapter's grid recommends *on this host*; and that plus the seed's block. NCCL variables reach decode only
+# with the custom all-reduce off. Which path ran is read from the engine: its resolved settings and its own log lines.
+
+# %%
+from servebook.engines import args_for, get_engine
+from servebook.findings import separated
+from servebook.models import engine_args_of
+from servebook.nccl_e2e import tp_decode_check, tp_settings
+
+e2e = pd.DataFrame()
+tp_engines = [e.strip() for e in tp_check.split(",") if e.strip()]
+tp_size = tp or world
+if tp_engines and (backend != "nccl" or tp_size < 2 or not on_host.in_process or isinstance(resolved, dict)):
+    why = ("this host has fewer than two CUDA GPUs" if backend != "nccl" or tp_size < 2 else
+           "the model is a card, not a model directory" if isinstance(resolved, dict) else "it runs on this machine only (not through a remote host yet)")
+    store.record_failure("tp end to end", f"not measured: {why}")
+    print(f"end-to-end check not run: {why}")
+elif tp_engines:
+    here = store.table("allreduce")
+    here_g = here[(here["mode"] == "graph") & (here["path"] == "torch")] if len(here) else here
+    pred_here = per_token_prediction(here, layers, message_sizes(hidden, 2, [1], sweep=())) if len(here_g) else pd.DataFrame()
+    rec_here = recommend(pred_here) if len(pred_here) else {"setting": None, "reason": "no graph-replayed NCCL rows in this run"}
+    print(f"this run's grid recommends: {rec_here['setting']} ({rec_here['reason']})")
+    for spec in tp_engines:
+        teng = get_engine(spec)
+        extra = args_for(tp_engine_args, teng.name) + engine_args_of(resolved, teng.name)
+        tp_decode_check(teng, resolved, store, tp_settings(teng, best=rec_here.get("setting"), seed=tp_seed_block), tp=tp_size,
+                        runs=tp_runs, extra_args=extra, progress=lambda m, n=teng.name: print(f"[{n}] {m}", flush=True))
+    e2e = store.table("tp_e2e")
+    n_ar = 2 * layers  # after attention and after the MLP, per layer (chapter 05's count)
+    rows = []
+    for (eng_name, tpn), g in e2e.groupby(["engine", "tp"]):
+        base = g[g["setting"] == "custom all-reduce off"]
+        dflt = g[g["setting"] == "engine default"]
+        for _, r in g.iterrows():
+            ref = dflt if r["setting"] == "custom all-reduce off" else base if r["setting"] != "engine default" else None
+            pred = None
+            if r.get("from_grid") and len(pred_here):
+                p = pred_here[(pred_here["setting"] == r["from_grid"]) & (pred_here["batch"] == 1)]
+                pred = float(p["delta_ms_vs_default"].iloc[0]) if len(p) else None
+            meas = None
+            if ref is not None and len(ref) and r.get("decode_tok_s") and ref.iloc[0].get("decode_tok_s"):
+                meas = 1000 / r["decode_tok_s"] - 1000 / ref.iloc[0]["decode_tok_s"]
+            rows.append({"engine": eng_name, "tp": tpn, "setting": r["setting"], "outcome": r["outcome"],
+                         "decode_tok_s": r.get("decode_tok_s"), "ci95": r.get("decode_tok_s_ci95"),
+                         "c8_tok_s": r.get("c8_throughput_tok_s"),
+                         "vs": None if ref is None or not len(ref) else ref.iloc[0]["setting"],
+                         "verdict": None if ref is None or not len(ref) else separated(r.get("decode_tok_s"), r.get("decode_tok_s_ci95"),
+                                                                                         ref.iloc[0].get("decode_tok_s"), ref.iloc[0].get("decode_tok_s_ci95")),
+                         "predicted_ms_per_token": pred, "measured_ms_per_token": meas,
+                         "allreduce_path": "; ".join(r.get("allreduce_log") or [])[:300] if isinstance(r.get("allreduce_log"), list) else None})
+    e2e_view = pd.DataFrame(rows)
+    display(e2e_view)
+
+# %% [markdown]
+# `predicted_ms_per_token`: the grid's change in graph-replayed all-reduce latency at this model's batch-1 message size, times
+# two all-reduces per layer. `measured_ms_per_token`: the change in time per token against the row named in `vs`. A
+# verdict is a change only where the 95% intervals separate.
+
+# %% [markdown]
 # ## What we found
 
 # %%
@@ -304,8 +374,18 @@ if "failures" in rec.tables() and (rfail["setting"] == "NCCL_ALGO=Tree").any():
     lines.append("- NCCL_ALGO=Tree alone breaks Broadcast (no algorithm available): torch's object broadcast failed under it.")
 lines.append(f"- Prediction for TP=2, {use_layers} layers, batch 1: {pred_tbl.loc['default'].iloc[0]:.2f} ms/token of all-reduce "
              f"with defaults; recommended: {rec_pick['setting']} ({rec_pick['reason']}).")
-lines.append("- Not done: nccl-tests on the same grid (not installed, no internet to build), the single-process graph path "
-             "(capture failed), and the end-to-end engine confirmation.")
+if len(e2e):
+    for _, r in e2e_view.iterrows():
+        if r["vs"]:
+            lines.append(f"- End to end, {r['engine']} TP={int(r['tp'])}, {r['setting']}: "
+                         + (f"{r['decode_tok_s']:.1f} ± {r['ci95'] or 0:.1f} tok/s, {r['verdict']} against {r['vs']}"
+                            if r["decode_tok_s"] == r["decode_tok_s"] and r["decode_tok_s"] else f"{r['outcome']}")
+                         + (f"; predicted {r['predicted_ms_per_token']:+.3f} ms/token, measured {r['measured_ms_per_token']:+.3f}"
+                            if r["predicted_ms_per_token"] is not None and r["measured_ms_per_token"] is not None else "") + ".")
+else:
+    lines.append("- Not measured here: the end-to-end engine confirmation (`tp_check` names the engines to restart at TP>1).")
+lines.append("- Not done: nccl-tests on the same grid (not installed, no internet to build) and the single-process graph path "
+             "(capture failed).")
 Markdown("\n".join(lines))
 
 # %% [markdown]

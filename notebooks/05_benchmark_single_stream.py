@@ -101,8 +101,9 @@ import pandas as pd
 from IPython.display import Markdown
 
 from servebook import bench, roofline
-from servebook.engines import get_engine
+from servebook.engines import args_for, get_engine
 from servebook.errors import ServebookError
+from servebook.models import engine_args_of
 from servebook.params import resolve_model
 from servebook.results import RunStore
 from servebook.hosts import get_host, model_on_host
@@ -174,11 +175,11 @@ else:
 def bench_engine(spec: str) -> None:
     eng = get_engine(spec, python=None if on_host.in_process else on_host.python_exe)
     eng.host = on_host
-    label = f"{eng.name}/{attention or 'default'}" + (f" {engine_args}" if engine_args else "")
+    label = f"{eng.name}/{attention or 'default'}" + (f" {' '.join(args_for(engine_args, eng.name))}" if args_for(engine_args, eng.name) else "")
     try:
         eng.require()
         host_model = model_on_host(on_host, model, model_dir)
-        launch = eng.launch(host_model, attention=attention or None, extra=engine_args.split(),
+        launch = eng.launch(host_model, attention=attention or None, extra=args_for(engine_args, eng.name) + engine_args_of(model_dir, eng.name),
                             port=0 if on_host.in_process else on_host.free_port())
         with on_host.serve(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
                            ready_timeout=600) as srv:
@@ -286,7 +287,11 @@ if len(ceiling_check):
 # %%
 roof_rows = []
 if model_dir is not None:
-    weights = roofline.weight_bytes(model_dir)
+    if list(model_dir.glob("*.safetensors")):
+        weights = roofline.weight_bytes(model_dir)
+    else:  # built without weights (the engines' --load-format dummy): the same count from the config, layer by layer
+        weights = roofline.config_bytes_per_token(json.loads((model_dir / "config.json").read_text()))
+        weights["total_params"] = weights["total_params"]
     bw = roofline.host_memory_bandwidth(size_mib=256 if smoke else 1024, repeats=3 if smoke else 5)
     print(f"weights: {weights['total_bytes'] / 1e6:.1f} MB in {weights['total_params'] / 1e6:.1f}M parameters; "
           f"{weights['bytes_per_token'] / 1e6:.1f} MB read per decode token")
@@ -294,7 +299,8 @@ if model_dir is not None:
     if bw["bandwidth_tbs"]:
         roof = roofline.decode_roofline(weights["bytes_per_token"], bw["bandwidth_tbs"],
                                         context_tokens=input_len + max_tokens // 2,
-                                        kv_bytes_per_token=roofline.kv_bytes_per_token(json.loads((model_dir / "config.json").read_text()), 4.0))
+                                        kv_bytes_per_token=roofline.kv_bytes_per_token(cfg_json := json.loads((model_dir / "config.json").read_text()),
+                                                                                         4.0 if cfg_json.get("torch_dtype") == "float32" else 2.0))
         for _, r in single_df.iterrows():
             row = {"case": f"{r['label']} on {bw['device']}", "measured_tok_s": r["decode_tok_s_mean"], "roofline_tok_s": roof["tok_s"],
                    "pct_of_roofline": 100 * r["decode_tok_s_mean"] / roof["tok_s"], "bytes_per_token": roof["bytes_per_token"],
@@ -314,7 +320,11 @@ if model_dir is not None:
 
 # %%
 breakdown = pd.DataFrame()
-if roof_rows and len(single_df):
+inproc_engine = {get_engine(e).name for e in engines} <= {"transformers"}
+if roof_rows and len(single_df) and not inproc_engine:
+    print("in-process decode not measured: it runs transformers' model.generate, not the kernels of "
+          f"{', '.join(engines)}; the served rate is compared with the bandwidth floor only")
+if roof_rows and len(single_df) and inproc_engine:
     for threads in ((1,) if smoke else (None, 1)):  # torch's default threads, and one: small CPU models are often faster on one
         store.append("bench_inprocess", bench.inprocess_decode_rate(model_dir, prompts[0].text, max_tokens=max_tokens,
                                                                     attention=attention or None, repeats=1 if smoke else 3,

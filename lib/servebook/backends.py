@@ -150,6 +150,7 @@ def force_each_backend(
     extra_args: list[str] | tuple[str, ...] = (),
     modes: list[str] | tuple[str, ...] = ("default",),
     preflight: bool = True,
+    env: dict[str, str] | None = None,
 ) -> list[dict]:
     """Run the sweep; ``None`` in ``backends`` means the engine's default (auto).
 
@@ -159,7 +160,8 @@ def force_each_backend(
     ``modes``: "graph" (the engine's default, CUDA graphs), "eager" (its own flag that turns them off),
     "default" (the engine as it starts). ``preflight``: first ask the engine's own argument and backend
     validation about every candidate, in one process; a candidate it refuses is recorded as rejected
-    with its reason, and no server is started for it.
+    with its reason, and no server is started for it. ``env``: added to every server's environment
+    (``CUDA_VISIBLE_DEVICES`` to give each engine of a parallel sweep its own GPU).
     """
     from transformers import AutoTokenizer
 
@@ -167,7 +169,7 @@ def force_each_backend(
     remote = _remote(host)
     ctx = _Sweep(engine=engine, store=store, say=say, host=host, remote=remote, max_tokens=max_tokens, runs=runs,
                  ready_timeout=ready_timeout, tokenizer=AutoTokenizer.from_pretrained(str(model_dir)),
-                 served_from=str(host_model or model_dir), version=engine.version(), extra=list(extra_args))
+                 served_from=str(host_model or model_dir), version=engine.version(), extra=list(extra_args), env=dict(env or {}))
     for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
         ctx.reference = prior.get("completions")
         ctx.reference_lp = prior.get("teacher_forced")
@@ -254,7 +256,7 @@ def _run_one(ctx: _Sweep, backend: str | None, mode: str, verdict: dict | None) 
                    seconds=0.0)
         return row
     try:
-        launch = engine.launch(ctx.served_from, attention=backend, extra=ctx.extra + _mode_args(engine, mode),
+        launch = engine.launch(ctx.served_from, attention=backend, extra=ctx.extra + _mode_args(engine, mode), env=ctx.env,
                                **({"port": ctx.host.free_port()} if ctx.remote else {}))
     except EngineError as exc:  # nothing was started: the engine's own CLI refuses the flag or value, or cannot be read
         row.update(outcome="rejected" if isinstance(exc, CLIRejected) else "failed", error=str(exc), seconds=round(time.monotonic() - t0, 1))

@@ -170,6 +170,20 @@ def _overlap(a: float, ea: float, b: float, eb: float) -> bool:
     return (a - ea) <= (b + eb) and (b - eb) <= (a + ea)
 
 
+def separated(a, ea, b, eb, what: str = "tok/s") -> str:
+    """The one comparison every chapter states: ``a`` against the reference ``b``, each with its 95% half-width.
+
+    A change is claimed only when the intervals do not overlap; otherwise "no change supported"."""
+    a, b = _num(a), _num(b)
+    if a is None or b is None:
+        return "not comparable (one side was not measured)"
+    ea, eb = _num(ea) or 0.0, _num(eb) or 0.0
+    pct = 100 * (a - b) / b if b else float("nan")
+    if _overlap(a, ea, b, eb):
+        return f"no change supported ({pct:+.1f}%, the 95% intervals overlap)"
+    return f"{'faster' if a > b else 'slower'} by {abs(pct):.1f}% (the 95% intervals separate)"
+
+
 def backends(store: RunStore) -> list[dict]:
     """Per engine: the fastest forced backend whose output was correct, against the engine's default (chapter 03).
 
@@ -181,6 +195,11 @@ def backends(store: RunStore) -> list[dict]:
     for eng in sorted({r.get("engine") for r in rows if r.get("engine")}):
         mine = [r for r in rows if r.get("engine") == eng]
         ok = [r for r in mine if r.get("outcome") == "ok" and _num(r.get("decode_tok_s"))]
+        for mode in ("graph", "default", "eager"):  # compare within one mode, the one users run first
+            same = [r for r in ok if r.get("mode", "default") == mode]
+            if any(r.get("attention") == "auto" for r in same):
+                ok = same
+                break
         failed = [{"attention": r.get("attention"), "outcome": r.get("outcome"), "error": r.get("error")} for r in mine
                   if r.get("outcome") != "ok"]
         item: dict[str, Any] = {"engine": eng, "version": next((r.get("engine_version") for r in mine if r.get("engine_version")), None),

@@ -16,6 +16,7 @@ import datetime as _dt
 import errno
 import json
 import os
+import threading
 import re
 import socket
 from pathlib import Path
@@ -62,6 +63,8 @@ def _jsonable(value: Any) -> Any:
         return value
     return str(value)
 
+
+_APPEND_LOCK = threading.Lock()
 
 class RunStore:
     """One run's directory: a manifest and tidy tables (JSON lines)."""
@@ -128,7 +131,8 @@ class RunStore:
         """
         row = _jsonable(mask_value(dict(row)))
         row.setdefault("recorded_at", _now())
-        self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
+        with _APPEND_LOCK:  # parallel sweeps (one engine per GPU) append from threads
+            self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
         return row
 
     def rows(self, table: str) -> list[dict]:

@@ -18,7 +18,7 @@ from .sglang import SGLangEngine
 from .transformers import TransformersEngine
 from .vllm import VLLMEngine
 
-__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec", "python_from_env"]
+__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec", "python_from_env", "args_for"]
 
 ENGINES: dict[str, type[EngineAdapter]] = {
     "transformers": TransformersEngine,
@@ -70,3 +70,26 @@ def python_from_env(name: str) -> str | None:
         raise EngineError(f"SERVEBOOK_PYTHON_{name.upper()}={path} is not an executable interpreter; point it at the python of "
                           f"the environment where {name} is installed, or unset it")
     return path
+
+
+def args_for(text: str, name: str) -> list[str]:
+    """Server flags for engine ``name`` from a book parameter: plain flags apply to every engine;
+    ``"sglang: --mem-fraction-static 0.6; vllm: --gpu-memory-utilization 0.6"`` gives each engine its own."""
+    import shlex
+
+    text = (text or "").strip()
+    if not text:
+        return []
+    parts = [p.strip() for p in text.split(";") if p.strip()]
+    tagged = [p for p in parts if p.split(":", 1)[0].strip().lower() in ENGINES and ":" in p]
+    if not tagged:
+        return shlex.split(text)
+    out: list[str] = []
+    for p in parts:
+        head, sep, rest = p.partition(":")
+        if sep and head.strip().lower() in ENGINES:
+            if head.strip().lower() == name:
+                out += shlex.split(rest)
+        else:
+            out += shlex.split(p)
+    return out
