@@ -33,6 +33,7 @@ runs: int = 3  # single-stream measurements per backend, after one warm-up
 ready_timeout: int = 300  # seconds a server may take to become ready
 engine_args: str = ""  # extra server flags for every start, e.g. --mem-fraction-static 0.6 (a built model's own, such as --load-format dummy, are added)
 modes: str = "graph,eager"  # graph: the engine's default (CUDA graphs); eager: its own flag that turns them off; engines without one run once
+eager_backends: str = ""  # backends that also run in eager mode, comma-separated ("auto" is the default); empty: every backend
 preflight: bool = True  # ask the engine's own validation about every candidate first; refused ones start no server
 compare_engines: str = ""  # more engine specs, comma-separated, swept the same way (each on its own GPU, in parallel, when the host has enough)
 
@@ -181,6 +182,7 @@ def sweep(i, eng):
                               runs=max(1, runs if not smoke else 2), ready_timeout=ready_timeout,
                               host=on_host, host_model=model_on_host(on_host, model, model_dir),
                               extra_args=extra, modes=eng_modes, preflight=preflight, env=env,
+                              eager_only=[b.strip() for b in eager_backends.split(",") if b.strip()],
                               progress=(lambda m, n=eng.name: print(f"[{n}] {m}", flush=True)))
 
 

@@ -306,11 +306,17 @@ elif tp_engines:
     pred_here = per_token_prediction(here, layers, message_sizes(hidden, 2, [1], sweep=())) if len(here_g) else pd.DataFrame()
     rec_here = recommend(pred_here) if len(pred_here) else {"setting": None, "reason": "no graph-replayed NCCL rows in this run"}
     print(f"this run's grid recommends: {rec_here['setting']} ({rec_here['reason']})")
+    plan_tp = []
     for spec in tp_engines:
         teng = get_engine(spec)
-        extra = args_for(tp_engine_args, teng.name) + engine_args_of(resolved, teng.name)
-        tp_decode_check(teng, resolved, store, tp_settings(teng, best=rec_here.get("setting"), seed=tp_seed_block), tp=tp_size,
-                        runs=tp_runs, extra_args=extra, progress=lambda m, n=teng.name: print(f"[{n}] {m}", flush=True))
+        plan_tp.append((teng, args_for(tp_engine_args, teng.name) + engine_args_of(resolved, teng.name),
+                        tp_settings(teng, best=rec_here.get("setting"), seed=tp_seed_block)))
+    # setting by setting, engines in turn: the comparisons that matter most are measured first
+    for i in range(max(len(p[2]) for p in plan_tp)):
+        for teng, extra, sets in plan_tp:
+            if i < len(sets):
+                tp_decode_check(teng, resolved, store, [sets[i]], tp=tp_size, runs=tp_runs, extra_args=extra,
+                                progress=lambda m, n=teng.name: print(f"[{n}] {m}", flush=True))
     e2e = store.table("tp_e2e")
     n_ar = 2 * layers  # after attention and after the MLP, per layer (chapter 05's count)
     rows = []

@@ -151,6 +151,7 @@ def force_each_backend(
     modes: list[str] | tuple[str, ...] = ("default",),
     preflight: bool = True,
     env: dict[str, str] | None = None,
+    eager_only: list[str] | tuple[str, ...] = (),
 ) -> list[dict]:
     """Run the sweep; ``None`` in ``backends`` means the engine's default (auto).
 
@@ -161,7 +162,8 @@ def force_each_backend(
     "default" (the engine as it starts). ``preflight``: first ask the engine's own argument and backend
     validation about every candidate, in one process; a candidate it refuses is recorded as rejected
     with its reason, and no server is started for it. ``env``: added to every server's environment
-    (``CUDA_VISIBLE_DEVICES`` to give each engine of a parallel sweep its own GPU).
+    (``CUDA_VISIBLE_DEVICES`` to give each engine of a parallel sweep its own GPU). ``eager_only``: the
+    backends ("auto" for the default) that also run in "eager" mode; empty: all of them.
     """
     from transformers import AutoTokenizer
 
@@ -180,6 +182,8 @@ def force_each_backend(
     for backend in backends:
         for mode in modes:
             label = backend or "auto"
+            if mode == "eager" and eager_only and label not in eager_only:
+                continue
             done = store.find("backends", engine=engine.name, attention=label, mode=mode) or (
                 store.find("backends", engine=engine.name, attention=label) if mode == "default" else [])
             if done:
@@ -288,6 +292,8 @@ def _exercise(ctx: _Sweep, srv, backend: str | None, row: dict) -> None:
     reported = _reported_backend(engine, srv, ctx.host)
     row["reported"], row["reported_source"] = reported.get("attention"), reported.get("source")
     row["reported_device"] = reported.get("device")
+    if reported.get("mla_prefill"):
+        row["reported_mla_prefill"] = reported["mla_prefill"]
     name = engine.served_model_name(ctx.served_from)
     try:
         if ctx.remote:  # the requests go out on the host, next to the server

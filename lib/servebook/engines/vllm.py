@@ -166,7 +166,10 @@ class VLLMEngine(EngineAdapter):
 
     def reported_backend(self, server_info, log_text):
         name = reported_from_log(log_text)
-        return {"attention": name, "source": "startup log (Using ... backend)" if name else None}
+        # MLA models also choose a prefill backend (0.26.0 v1/attention/backends/mla/prefill/selector.py:137,174)
+        pre = re.findall(r"Using ([A-Z0-9_]+) MLA prefill backend", log_text)
+        return {"attention": name, "source": "startup log (Using ... backend)" if name else None,
+                "mla_prefill": pre[-1] if pre else None}
 
     @staticmethod
     def same_backend(asked: str, reported: str) -> bool:

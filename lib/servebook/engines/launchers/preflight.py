@@ -68,10 +68,12 @@ def _vllm(req: dict) -> dict:
             cls = member.get_class()
             reasons = cls.validate_configuration(device_capability=cap, **sel._asdict())
             out[name] = {"ok": not reasons, **({"error": f"vLLM's {cls.__name__}.validate_configuration: {', '.join(reasons)}"} if reasons else {})}
-        except ImportError as exc:
+        except ImportError as exc:  # what vLLM's own selector counts as invalid (platforms/cuda.py:404)
             out[name] = {"ok": False, "error": f"ImportError: {exc}"[:400]}
-        except BaseException as exc:  # noqa: BLE001
+        except TypeError as exc:  # this harness does not fit this version's signature: start it instead
             out[name] = {"ok": None, "error": _last_error(exc)}
+        except Exception as exc:  # noqa: BLE001 - the backend's own code refused (e.g. CUSTOM: "must be registered")
+            out[name] = {"ok": False, "error": _last_error(exc)}
     try:
         path = current_platform.get_attn_backend_cls(None, sel, cfg.get("num_attention_heads"))
         auto = next((m.name for m in AttentionBackendEnum if m.value == path or (m.value and path.startswith(m.value))), path)

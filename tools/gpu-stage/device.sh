@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# How the live-engine H200 recordings are made: one call of the device tool per staged part, back to back,
+# from the repository root on the lent machine (kept warm between calls; /tmp lives as long as it does).
+#   bash tools/gpu-stage/device.sh STEP [SECONDS]
+# Every call first unpacks whatever part folders (.stage/pNN) travelled with it (tools/gpu-stage/unpack.sh),
+# then does STEP, then copies what the runs hold so far to $OUT (runs.tgz, logs): a machine lost mid-way
+# keeps what the last call fetched.
+#   prep        once the notebook tools are unpacked: build the models (servebook model build) and start,
+#               in the background, chapter 04's NCCL grid (no engine needed)
+#   main        once both engines are unpacked: start, in the background, chapters 01, 03 (both engines, one per
+#               GPU), 05 (side by side) and 04's end-to-end check at TP=2 (after the grid)
+#   wait S      wait up to S seconds (or until the background jobs end), printing their progress
+#   status      print the state of the jobs
+set -u
+REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
+step=${1:-status}; secs=${2:-0}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/jobs /tmp/runs /tmp/models
+T0=$(date +%s)
+for d in .stage/p*; do [ -d "$d" ] && bash tools/gpu-stage/unpack.sh "$d" 2>&1 | tail -4; done
+
+# the notebook kernelspec shipped with ipykernel runs `python`: make sure one is on PATH
+command -v python >/dev/null 2>&1 || { mkdir -p /tmp/bin; ln -sf "$(command -v python3)" /tmp/bin/python; export PATH=/tmp/bin:$PATH; }
+export PYTHONPATH=$REPO/lib:/tmp/site-book:/tmp/site-common PYTHONUNBUFFERED=1 JUPYTER_PATH=/tmp/site-book/share/jupyter
+# rules of the lent host (multicast stays off), not advice for users: recorded as the host's policy
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export SERVEBOOK_HOST_POLICY_ENV="NCCL_NVLS_ENABLE=0,TORCH_SYMM_MEM_DISABLE_MULTICAST=1,NVSHMEM_DISABLE_NVLS=1"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SERVEBOOK_CACHE=/tmp/sbcache
+[ -x /tmp/py-sglang ] && export SERVEBOOK_PYTHON_SGLANG=/tmp/py-sglang
+[ -x /tmp/py-vllm ] && export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
+RUN_ID=${RUN_ID:-h200x2-live}
+SLICE=/tmp/models/kimi-slice            # full-width Kimi-K2.5 text slice, seeded bf16 weights (chapter 03: agreement)
+DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-format dummy (chapters 04, 05: speed)
+FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
+BOOK="python3 -m servebook.cli book --runs /tmp/runs --run-id $RUN_ID --out /tmp/book"
+
+snap() {
+  tar czf "$OUT/runs.tgz" -C /tmp/runs . 2>/dev/null
+  for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
+  nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
+  echo "[device.sh] $(date -u +%T) snapshot: $(du -sh "$OUT/runs.tgz" | cut -f1) in runs.tgz ($(( $(date +%s) - T0 ))s this call)"
+}
+job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this call
+  [ -f "/tmp/jobs/$1.pid" ] && kill -0 "$(cat /tmp/jobs/$1.pid)" 2>/dev/null && { echo "[device.sh] $1 already running"; return; }
+  [ -f "/tmp/jobs/$1.done" ] && { echo "[device.sh] $1 already done"; return; }
+  printf '%s\n' "set -x" "$2" "touch /tmp/jobs/$1.done" > "/tmp/jobs/$1.sh"
+  setsid bash "/tmp/jobs/$1.sh" > "/tmp/jobs/$1.log" 2>&1 < /dev/null &
+  echo $! > "/tmp/jobs/$1.pid"; echo "[device.sh] started $1 (pid $!)"
+}
+progress() { for f in /tmp/jobs/*.log; do [ -f "$f" ] || continue; echo "--- $(basename "$f") ($([ -f "${f%.log}.done" ] && echo done || echo running))"
+  grep -E '^\[|ok in|failed|error|Error|tok/s|ready after|rejected|crashed|servebook:' "$f" | grep -v '^+' | tail -n 12; done; }
+
+case "$step" in
+  prep)
+    [ -d /tmp/site-book ] || { echo "[device.sh] notebook tools not unpacked yet"; snap; exit 2; }
+    python3 -c "import torch; print('GPUs:', torch.cuda.device_count(), torch.cuda.get_device_name(0))"
+    job prep "cd $REPO
+python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
+python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE
+$BOOK --engine sglang --model $DUMMY --only 04 -p timeout_s=120"
+    ;;
+  main)
+    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] || { echo "[device.sh] engines not unpacked yet"; snap; exit 2; }
+    for e in sglang vllm; do (t=$(date +%s); /tmp/py-$e -c "import importlib.metadata as m; import $e; print('$e', m.version('$e'), 'imports in', $(date +%s) - $t, 's')" 2>&1 | tail -2) & done; wait
+    job main "cd $REPO
+while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
+$BOOK --engine sglang --model $SLICE --only 01,03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3
+$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
+$BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
+    ;;
+  wait)
+    end=$((T0 + secs))
+    while [ "$(date +%s)" -lt "$end" ]; do
+      running=0; for p in /tmp/jobs/*.pid; do [ -f "$p" ] && kill -0 "$(cat "$p")" 2>/dev/null && running=1; done
+      [ $running = 0 ] && break
+      sleep 20
+    done
+    ;;
+esac
+progress
+snap
