@@ -41,6 +41,7 @@ requests_per_level: int = 5  # requests per sweep level, times the concurrency
 level_time_budget_s: int = 120  # a sweep level starts no new request after this many seconds
 saturation_patience: int = 2  # stop the sweep after this many levels without 10 percent more throughput; 0 runs every level
 seed: int = 0  # seed of the prompt set
+client_check: bool = True  # on a live SGLang server, also run SGLangs own client - sglang.bench_serving in turns with servebooks, at C=1 and C=8
 seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
 seed_tp: int = 8  # tensor-parallel size of the seed case
@@ -172,6 +173,31 @@ else:
 # network between you and the host never enters a latency; only the raw timestamps travel back.
 
 # %%
+def check_client(eng, url: str, name: str, label: str) -> None:
+    """servebook's client and SGLang's own (``sglang.bench_serving``, run in the engine's interpreter) taking turns on this
+    live server and workload; each metric's difference, both directions kept (table ``bench_client_check``)."""
+    from servebook import bench_compare
+
+    for c in (1, 8):
+        if store.done("bench_client_check", label=label, concurrency=c):
+            continue
+        try:
+            a = bench_compare.agreement(eng.python, url, name, model_dir, tokenizer, input_len=input_len, output_len=max_tokens,
+                                        concurrency=c, num_prompts=max(4, 2 * c), engine=eng.name, repeats=1,
+                                        workdir=store.path / "bench_serving")
+        except (RuntimeError, ServebookError) as exc:
+            store.record_failure(f"bench_serving check {label} C={c}", str(exc)[-400:])
+            print(f"sglang.bench_serving at C={c} failed: {str(exc)[-200:]}")
+            continue
+        for metric, m in a["metrics"].items():
+            store.append("bench_client_check", {"label": label, "engine": eng.name, "concurrency": c, "metric": metric,
+                                                "servebook": m["servebook"], "bench_serving": m["bench_serving"], "rel_diff": m["rel_diff"],
+                                                "servebook_runs": m["servebook_runs"], "bench_serving_runs": m["bench_serving_runs"],
+                                                "servebook_spread": m["servebook_spread"],
+                                                "method": "servebook, then bench_serving, then servebook on the same server, prompts and "
+                                                          "output length; servebook's value is the mean of its two runs"})
+
+
 def bench_engine(spec: str) -> None:
     eng = get_engine(spec, python=None if on_host.in_process else on_host.python_exe)
     eng.host = on_host
@@ -204,6 +230,8 @@ def bench_engine(spec: str) -> None:
             bench.concurrency_sweep(srv.base_url, name, prompts, max_concurrency=max_concurrency,
                                     requests_per_level=requests_per_level, level_time_budget_s=level_time_budget_s,
                                     saturation_patience=saturation_patience, **common)
+            if client_check and eng.name == "sglang" and on_host.in_process and not smoke:
+                check_client(eng, srv.base_url, name, label)
             loaded = getattr(eng, "loaded_from_log", lambda _t: [])(srv.log_path.read_text(errors="replace"))
             store.append("bench_servers", {"label": label, "engine": eng.name, "version": eng.version(), "launch": launch.shell(),
                                            "ready_s": srv.ready_s, "loaded": loaded})
@@ -278,6 +306,22 @@ if len(ceiling_check):
 # nearest concurrency (table `bench_ceiling_check`); a rate using more than half of it is flagged, since it may then be the client's.
 
 # %% [markdown]
+# ### servebook's client against SGLang's own
+# On a live SGLang server, `sglang.bench_serving` (run in SGLang's own interpreter) and servebook's client take turns on
+# the same prompts and output length. `rel_diff` is (servebook - bench_serving) / bench_serving per metric, in both
+# directions: TTFT as each client starts its clock, ITL per token, output tokens/s over the batch.
+
+# %%
+cc = store.table("bench_client_check")
+if len(cc):
+    display(cc[["label", "concurrency", "metric", "servebook", "bench_serving", "rel_diff", "servebook_spread"]].round(4))
+    worst = cc.loc[cc["rel_diff"].abs().idxmax()]
+    print(f"largest difference: {worst['metric']} at C={int(worst['concurrency'])}: {worst['rel_diff']:+.1%} "
+          f"(servebook's own run-to-run spread there: {worst['servebook_spread']:.1%})")
+else:
+    print("not measured here: needs a live SGLang server (engine or compare_engines sglang) on this machine")
+
+# %% [markdown]
 # ## Against the roofline
 # At batch 1 every new token reads every active weight once, so
 # `time per token >= bytes per token / memory bandwidth`. Bytes come from the model's safetensors
@@ -310,6 +354,35 @@ if model_dir is not None:
 
 # %% [markdown]
 # What each decode step would cost if it only had to stream its bytes, against what it took.
+
+# %%
+slice_meta = (model_dir / "servebook_model.json") if model_dir is not None else None
+if slice_meta is not None and slice_meta.is_file() and roof_rows:
+    f = json.loads(slice_meta.read_text())["facts"]
+    bw_tbs = roof_rows[0]["bandwidth_tbs"]
+    rows_x = []
+    for r in roof_rows:
+        t_slice = 1e3 / r["measured_tok_s"]
+        eff = (f["slice_bytes_per_token"] / (bw_tbs * 1e12) * 1e3) / t_slice  # the share of the bandwidth floor the slice reached
+        for what, nbytes in (("full model, bf16 like the slice", f["full_bytes_per_token_bf16"]),
+                             ("full model, the card's quantization", f["full_bytes_per_token_card"])):
+            floor_ms = nbytes / (bw_tbs * 1e12) * 1e3
+            rows_x.append({"case": r["case"], "full_model": what, "layers": f"{f['slice_layers']} -> {f['full_layers']}",
+                           "slice_ms_per_token": t_slice, "slice_share_of_floor": eff, "full_floor_ms": floor_ms,
+                           "predicted_full_ms_per_token": floor_ms / eff if eff else None,
+                           "label": "prediction, not measured: every layer assumed to reach the slice's share of the bandwidth floor on one GPU"})
+    for x in rows_x:
+        store.append("model_extrapolation", x)
+    display(pd.DataFrame(rows_x).round(3))
+    print(f"slice: {f['slice_layers']} of {f['full_layers']} layers, {f['slice_bytes_per_token'] / 1e9:.2f} GB read per token; "
+          f"full model: {f['full_bytes_per_token_bf16'] / 1e9:.1f} GB in bf16, {f['full_bytes_per_token_card'] / 1e9:.1f} GB with the card's quantization")
+
+# %% [markdown]
+# The slice has the full model's width, so its kernels see the real shapes; the extrapolation above is a labelled
+# prediction. It assumes time scales with bytes read at the efficiency the slice reached, which overstates the full
+# model's time where fixed per-token costs (launches, sampling, the scheduler) dominate a 2-layer slice, and understates
+# it where the full model needs several GPUs and their all-reduces (chapter 04). A second slice with more layers
+# measured the same way would turn the assumption into a per-layer slope.
 
 # %% [markdown]
 # ### Where the time goes
