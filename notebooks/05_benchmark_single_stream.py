@@ -41,7 +41,7 @@ requests_per_level: int = 5  # requests per sweep level, times the concurrency
 level_time_budget_s: int = 120  # a sweep level starts no new request after this many seconds
 saturation_patience: int = 2  # stop the sweep after this many levels without 10 percent more throughput; 0 runs every level
 seed: int = 0  # seed of the prompt set
-client_check: bool = True  # on a live SGLang server, also run SGLangs own client - sglang.bench_serving in turns with servebooks, at C=1 and C=8
+client_check: bool = True  # on a live SGLang server, also run SGLangs own client - sglang.bench_serving in turns with servebooks, at concurrency 1 and 8
 seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
 seed_tp: int = 8  # tensor-parallel size of the seed case
