@@ -242,5 +242,26 @@ def test_launch_command_for_a_tp_engine(tmp_path):
     f = sbf.collect(store)
     assert f.nccl["setting"] == "NCCL_PROTO=LL" and f.nccl["predicted_delta_ms"] < 0
     (launch,) = f.launch
-    assert launch["command"] == "NCCL_PROTO=LL python -m sglang.launch_server --model-path MODEL --tp 2 --attention-backend flashinfer"
-    assert any(c.chapter == "04" and c.supported and "NCCL_PROTO=LL" in c.text for c in f.claims)
+    # predicted by the grid, not measured end to end: no variable is exported
+    assert launch["command"] == "python -m sglang.launch_server --model-path MODEL --tp 2 --attention-backend flashinfer"
+    assert any("not confirmed end to end" in w and "NCCL_PROTO=LL" in w for w in launch["why"])
+    # chapter 04's end-to-end rows: the engine restarted at TP=2; the block beats "custom all-reduce off" and the default
+    for setting, rate, ci, env, args in (("engine default", 50.0, 1.0, {}, []), ("custom all-reduce off", 45.0, 1.0, {}, ["--disable-custom-all-reduce"]),
+                                         ("custom all-reduce off + NCCL_PROTO=LL", 56.0, 1.0, {"NCCL_PROTO": "LL"}, ["--disable-custom-all-reduce"])):
+        store.append("tp_e2e", {"engine": "sglang", "tp": 2, "setting": setting, "decode_tok_s": rate, "decode_tok_s_ci95": ci,
+                                "env": env, "args": args, "outcome": "ok"})
+    f = sbf.collect(store)
+    (launch,) = f.launch
+    assert launch["command"] == ("NCCL_PROTO=LL python -m sglang.launch_server --model-path MODEL --tp 2 --attention-backend flashinfer "
+                                 "--disable-custom-all-reduce")
+    assert any(c.chapter == "04" and c.supported and "NCCL_PROTO=LL" in c.text and "separate" in c.text for c in f.claims)
+    # overlapping intervals: nothing is exported, the engine's all-reduce stays
+    store2 = RunStore.at(tmp_path / "run2")
+    store2.write_manifest({"parameters": {"engine": "sglang", "model": "embedded"}})
+    for row in store.rows("gpus") + store.rows("allreduce"):
+        store2.append("gpus" if "capability" in row else "allreduce", row)
+    for setting, rate in (("engine default", 50.0), ("custom all-reduce off", 49.0), ("custom all-reduce off + NCCL_PROTO=LL", 50.5)):
+        store2.append("tp_e2e", {"engine": "sglang", "tp": 2, "setting": setting, "decode_tok_s": rate, "decode_tok_s_ci95": 2.0,
+                                 "env": {"NCCL_PROTO": "LL"} if "LL" in setting else {}, "args": [], "outcome": "ok"})
+    (launch,) = sbf.collect(store2).launch
+    assert "NCCL_PROTO" not in launch["command"] and any("keep the engine's all-reduce" in w for w in launch["why"])

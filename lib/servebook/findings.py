@@ -23,7 +23,7 @@ from .errors import ParameterError
 from .results import RunStore
 
 __all__ = [
-    "Claim", "Findings", "anchor", "link", "collect", "host_summary", "selection", "backends", "nccl", "throughput",
+    "Claim", "Findings", "anchor", "link", "collect", "host_summary", "selection", "backends", "nccl", "throughput", "tp_end_to_end", "separated",
     "launch_commands", "failures", "what_we_found", "check_yourself", "check_yourself_markdown", "compare_runs",
     "compare_markdown", "open_run", "register",
 ]
@@ -306,9 +306,29 @@ def nccl(store: RunStore) -> dict | None:
             out["runner_up"] = {"setting": others.index[0], "us": _num(r["us_per_allreduce"]), "ms_per_token": _num(r["ms_per_token"]),
                                 "delta_ms": _num(r["delta_ms_vs_default"]),
                                 "slower_at_batches": sorted(int(b) for b in slower["batch"].unique())}
-    # The end-to-end effect needs an engine at TP>1 benchmarked with and without the env: look for it.
-    tagged = [r for r in store.rows("bench_summary") if r.get("nccl_env")]
-    out["measured_effect"] = tagged or None
+    out["measured_effect"] = tp_end_to_end(store) or None
+    return out
+
+
+def tp_end_to_end(store: RunStore) -> list[dict]:
+    """Chapter 04's end-to-end rows (table ``tp_e2e``), each compared with its reference: "custom all-reduce off" with
+    the engine's default, every NCCL setting with "custom all-reduce off" (the path NCCL variables reach).
+    ``supported`` is True only where the setting is faster and the 95% intervals separate."""
+    rows = store.rows("tp_e2e")
+    out = []
+    for r in rows:
+        ref_name = None if r.get("setting") == "engine default" else (
+            "engine default" if r.get("setting") == "custom all-reduce off" else "custom all-reduce off")
+        ref = next((x for x in rows if x.get("engine") == r.get("engine") and x.get("tp") == r.get("tp")
+                    and x.get("setting") == ref_name), None) if ref_name else None
+        a, b = _num(r.get("decode_tok_s")), _num((ref or {}).get("decode_tok_s"))
+        item = {"engine": r.get("engine"), "tp": r.get("tp"), "setting": r.get("setting"), "outcome": r.get("outcome"),
+                "tok_s": a, "ci95": _num(r.get("decode_tok_s_ci95")), "env": r.get("env") or {}, "args": r.get("args") or [],
+                "vs": ref_name, "vs_tok_s": b, "vs_ci95": _num((ref or {}).get("decode_tok_s_ci95")),
+                "allreduce_log": r.get("allreduce_log") or [], "from_grid": r.get("from_grid")}
+        item["verdict"] = separated(a, item["ci95"], b, item["vs_ci95"]) if ref else None
+        item["supported"] = bool(ref and a and b and a > b and not _overlap(a, item["ci95"] or 0, b, item["vs_ci95"] or 0))
+        out.append(item)
     return out
 
 
@@ -376,6 +396,7 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
     sel = {s["engine"]: s for s in selection(store) if s.get("case") == "this-host"}
     engines = [b["engine"] for b in found_backends] + [e for e in sel if e not in {b["engine"] for b in found_backends}]
     engines += [r.get("engine") for r in throughput(store) if r.get("engine") and r.get("engine") not in engines]
+    engines += [r.get("engine") for r in store.rows("tp_e2e") if r.get("engine") and r.get("engine") not in engines]
     model = host.get("model") or "MODEL"
     model_ref = "MODEL" if model in ("embedded", None) else model
     tp = max(1, int(host.get("gpu_count") or 1))
@@ -403,16 +424,34 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
             why.append("no backend measurement in this run: the engine's own choice"
                        + (f" ({sel[eng]['backend']}, chapter 02)" if eng in sel else ""))
         n = found_nccl or {}
-        if eng != "transformers" and tp > 1 and n.get("setting") not in (None, "default") and n.get("backend") == "nccl":
-            for kv in str(n["setting"]).split(","):
-                k, _, v = kv.partition("=")
-                env[k.strip()] = v.strip()
-            why.append(f"NCCL: {n['setting']} ({n.get('reason')})")
+        e2e = [x for x in (n.get("measured_effect") or []) if x.get("engine") == eng]
+        if eng != "transformers" and e2e:
+            # only what the engine itself measured faster at TP>1, beyond the intervals: against its default, the
+            # custom all-reduce off; against that, an NCCL block (which reaches decode only with the custom one off)
+            best = max((x for x in e2e if x["supported"]), key=lambda x: x["tok_s"] or 0, default=None)
+            off = next((x for x in e2e if x["setting"] == "custom all-reduce off"), None)
+            if best is not None and (best["setting"] == "custom all-reduce off" or (off and off["supported"]) or
+                                     best["setting"] != "custom all-reduce off" and _beats_default(e2e, best)):
+                cmd += list(best["args"])
+                env.update({k: str(v) for k, v in best["env"].items()})
+                why.append(f"at TP={best['tp']}, {best['setting']}: {best['verdict']} against {best['vs']} (chapter 04, measured end to end)")
+            else:
+                why.append(f"at TP={e2e[0]['tp']}, no communication setting beat the engine's default beyond the 95% intervals "
+                           "(chapter 04, measured end to end): keep the engine's all-reduce and NCCL's defaults")
         elif eng != "transformers" and tp > 1 and n.get("backend") == "nccl":
-            why.append("NCCL: keep its defaults (" + str(n.get("reason")) + ")")
+            why.append("NCCL: not confirmed end to end in this run, so no variables are set"
+                       + (f" (the grid predicts `{n['setting']}`: {n.get('reason')}; chapter 04 with tp_check measures it)"
+                          if n.get("setting") not in (None, "default") else f" ({n.get('reason')})"))
         text = " ".join([*(f"{k}={v}" for k, v in env.items()), *cmd])
         out.append({"engine": eng, "command": text, "env": env, "why": why})
     return out
+
+
+def _beats_default(e2e: list[dict], best: dict) -> bool:
+    """Whether ``best`` (measured against "custom all-reduce off") is also faster than the engine's default beyond the intervals."""
+    d = next((x for x in e2e if x["setting"] == "engine default"), None)
+    return bool(d and d["tok_s"] and best["tok_s"] and best["tok_s"] > d["tok_s"]
+                and not _overlap(best["tok_s"], best["ci95"] or 0, d["tok_s"], d["ci95"] or 0))
 
 
 def failures(store: RunStore) -> list[dict]:
@@ -525,10 +564,14 @@ def _claims(f: Findings) -> list[Claim]:
             c.append(Claim("04", head + f"; best: `{n['setting']}` at {_fmt(n.get('best_us'))} us. Predicted effect: "
                            f"{_fmt(n.get('predicted_delta_ms'), 3)} ms per token ({n.get('allreduces_per_token')} all-reduces per token, "
                            f"{n.get('layers')} layers of {n.get('model')})", H_NCCL_PRED))
-        c.append(Claim("04", "Measured end-to-end effect: " + (
-            f"{len(n['measured_effect'])} benchmark rows with an NCCL env" if n.get("measured_effect") else
-            "not measured in this run (it needs an engine at TP>1 benchmarked with and without the env)"), H_NCCL_PRED,
-            bool(n.get("measured_effect"))))
+        for x in n.get("measured_effect") or []:
+            if x["vs"]:
+                c.append(Claim("04", f"End to end, {x['engine']} at TP={x['tp']}, {x['setting']}: "
+                               + (f"{_fmt(x['tok_s'])} ± {_fmt(x['ci95'])} tok/s, {x['verdict']} against {x['vs']}"
+                                  if x["tok_s"] else f"{x['outcome']}"), H_NCCL_PRED, x["supported"]))
+        if not n.get("measured_effect"):
+            c.append(Claim("04", "Measured end-to-end effect: not measured in this run (chapter 04's tp_check restarts an engine at "
+                           "TP>1 under each setting)", H_NCCL_PRED, False))
     for t in f.throughput:
         roof = (f"; {t['pct_of_roofline']:.3g}% of the {_fmt(t['roofline_tok_s'], 0)} tok/s bandwidth roofline"
                 if t.get("pct_of_roofline") is not None else "; no roofline recorded")
@@ -634,7 +677,9 @@ def check_yourself(store: RunStore, chapter: str) -> list[tuple[str, str]]:
             qa.append(("Which NCCL variables would you export for tensor parallelism on this host, and what is the predicted gain per token?",
                        ("None. " + next((c.text for c in f.claims if c.chapter == "04"), "") + "."
                         if n.get("setting") in (None, "default") else
-                        f"`{n['setting']}`: {_fmt(n.get('predicted_delta_ms'), 3)} ms per token predicted; not yet confirmed end to end.")))
+                        f"`{n['setting']}`: {_fmt(n.get('predicted_delta_ms'), 3)} ms per token predicted; "
+                        + ("measured end to end: " + "; ".join(f"{x['engine']} {x['setting']}: {x['verdict']}" for x in n["measured_effect"] if x["vs"])
+                           if n.get("measured_effect") else "not confirmed end to end, so none is exported yet."))))
         elif n:
             qa.append(("Why does this run give no NCCL recommendation?",
                        f"Its all-reduces ran with {n['backend']} on {n.get('world_size')} processes: NCCL variables do not apply to it, "

@@ -9,6 +9,7 @@
 #               in the background, chapter 04's NCCL grid (no engine needed)
 #   main        once both engines are unpacked: start, in the background, chapters 01, 03 (both engines, one per
 #               GPU), 05 (side by side) and 04's end-to-end check at TP=2 (after the grid)
+#   auto [S]    prep and main as soon as what they need is unpacked, then wait up to S seconds (default 0)
 #   wait S      wait up to S seconds (or until the background jobs end), printing their progress
 #   status      print the state of the jobs
 set -u
@@ -49,32 +50,37 @@ job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this ca
 progress() { for f in /tmp/jobs/*.log; do [ -f "$f" ] || continue; echo "--- $(basename "$f") ($([ -f "${f%.log}.done" ] && echo done || echo running))"
   grep -E '^\[|ok in|failed|error|Error|tok/s|ready after|rejected|crashed|servebook:' "$f" | grep -v '^+' | tail -n 12; done; }
 
-case "$step" in
-  prep)
-    [ -d /tmp/site-book ] || { echo "[device.sh] notebook tools not unpacked yet"; snap; exit 2; }
+have() { [ -f "/tmp/gpu-stage/.done-$1" ]; }
+do_prep() {
+    have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 1; }
     python3 -c "import torch; print('GPUs:', torch.cuda.device_count(), torch.cuda.get_device_name(0))"
     job prep "cd $REPO
 python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
 python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE
 $BOOK --engine sglang --model $DUMMY --only 04 -p timeout_s=120"
-    ;;
-  main)
-    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] || { echo "[device.sh] engines not unpacked yet"; snap; exit 2; }
+}
+do_main() {
+    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && have fa3.xz || { echo "[device.sh] engines not unpacked yet"; return 1; }
     for e in sglang vllm; do (t=$(date +%s); /tmp/py-$e -c "import importlib.metadata as m; import $e; print('$e', m.version('$e'), 'imports in', $(date +%s) - $t, 's')" 2>&1 | tail -2) & done; wait
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
 $BOOK --engine sglang --model $SLICE --only 01,03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3
 $BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
 $BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
-    ;;
-  wait)
+}
+do_wait() {
     end=$((T0 + secs))
     while [ "$(date +%s)" -lt "$end" ]; do
       running=0; for p in /tmp/jobs/*.pid; do [ -f "$p" ] && kill -0 "$(cat "$p")" 2>/dev/null && running=1; done
       [ $running = 0 ] && break
       sleep 20
     done
-    ;;
+}
+case "$step" in
+  prep) do_prep ;;
+  main) do_main ;;
+  auto) [ -f /tmp/jobs/prep.pid ] || do_prep; [ -f /tmp/jobs/main.pid ] || do_main; do_wait ;;
+  wait) do_wait ;;
 esac
 progress
 snap
