@@ -521,7 +521,7 @@ def cli_sandbox(tmp_path, monkeypatch):
 
     monkeypatch.setattr(servebook.book, "notebook_parameters", functools.lru_cache(None)(servebook.book.notebook_parameters))
     for module, name in [(servebook.book.RunStore, "open"), (servebook.probe.collect, "_ask_engines"), (servebook.probe.collect, "detect_versions"),
-                         (whatif_module, "_run"), (servebook.bench, "check_server")]:
+                         (whatif_module, "_run"), (servebook.bench.cli, "check_server")]:
         monkeypatch.setattr(module, name, reached)
     return tmp_path
 
