@@ -46,6 +46,7 @@ from __future__ import annotations
 from .cli import main
 from .debug import debug_excerpt, parse_nccl_debug
 from .grid import KNOWN_VARS, SEED_RECIPE, Setting, builtin_grid, parse_grid
+from .launch import _hosted  # the host-side entry point, also as servebook.nccl:_hosted
 from .launch import (allreduce_bench, available_backend, find_all_reduce_perf, parse_all_reduce_perf, run_all_reduce_perf,
                      single_process_bench)
 from .predict import env_block, per_token_prediction, recommend
