@@ -520,8 +520,8 @@ def cli_sandbox(tmp_path, monkeypatch):
         raise _Reached()
 
     monkeypatch.setattr(servebook.book, "notebook_parameters", functools.lru_cache(None)(servebook.book.notebook_parameters))
-    for module, name in [(servebook.book.RunStore, "open"), (servebook.probe, "_ask_engines"), (servebook.probe, "detect_versions"),
-                         (whatif_module, "_run"), (servebook.bench, "check_server")]:
+    for module, name in [(servebook.book.RunStore, "open"), (servebook.probe.collect, "_ask_engines"), (servebook.probe.collect, "detect_versions"),
+                         (whatif_module, "_run"), (servebook.bench.cli, "check_server")]:
         monkeypatch.setattr(module, name, reached)
     return tmp_path
 

@@ -84,7 +84,6 @@ def test_grid_parsing():
     ("NCCL_PROTO=Fast", "Fast"),
     ("NCCL_ALGO=Ring,Star", "Star"),
     ("NCCL_MAX_NCHANNELS=many", "NCCL_MAX_NCHANNELS"),
-    ("NCCL_NVLS_ENABLE=1", "NCCL_NVLS_ENABLE"),
     ("NCCL_DEBUG=INFO", "NCCL_DEBUG"),
     ("LL128", "LL128"),
 ])
@@ -93,6 +92,23 @@ def test_bad_grid_is_one_line_naming_it(text, named):
         parse_grid(text)
     msg = str(err.value)
     assert named in msg and "\n" not in msg
+
+
+def test_host_policy_is_a_rule_of_the_host_never_a_setting_or_recommendation(monkeypatch):
+    from servebook.hosts import host_policy_env
+    from servebook.nccl import env_block
+    from servebook.nccl.launch import _nccl_env
+
+    monkeypatch.delenv("SERVEBOOK_HOST_POLICY_ENV", raising=False)
+    assert host_policy_env() == {} and "NCCL_NVLS_ENABLE" not in _nccl_env({}, None)
+    assert dict(parse_grid("NCCL_NVLS_ENABLE=1")[0]) == {"NCCL_NVLS_ENABLE": "1"}  # a knob where no policy fixes it
+    monkeypatch.setenv("SERVEBOOK_HOST_POLICY_ENV", "NCCL_NVLS_ENABLE=0")
+    assert host_policy_env() == {"NCCL_NVLS_ENABLE": "0"}
+    with pytest.raises(ServebookError) as err:
+        parse_grid("NCCL_NVLS_ENABLE=1")
+    assert "NCCL_NVLS_ENABLE" in str(err.value) and "policy" in str(err.value) and "\n" not in str(err.value)
+    assert _nccl_env({"NCCL_PROTO": "LL"}, None)["NCCL_NVLS_ENABLE"] == "0"  # every launch carries it
+    assert "NVLS" not in env_block("NCCL_PROTO=LL") and "NVLS" not in env_block("default")  # never advice
 
 
 def test_gloo_end_to_end():

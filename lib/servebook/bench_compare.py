@@ -5,7 +5,7 @@
     ceil = ceilings(env.python, model_dir, tok)                 # both clients against FakeSSEServer
 
 ``sglang.bench_serving`` runs under the engine environment's interpreter, in its own process,
-through a small shim (:data:`_SHIM`) that (1) pins the process to one CPU when asked and (2)
+through a small shim (``bench_compare_patches/bench_serving_shim.py``) that (1) pins the process to one CPU when asked and (2)
 drops named fields from the JSON bodies it posts. The shim is needed because bench_serving
 always sends ``ignore_eos`` (its ``--extra-request-body`` can change the value, not remove the key)
 and ``transformers serve`` answers any unknown field with HTTP 422 ("Unexpected fields in the
@@ -43,26 +43,8 @@ from . import bench
 
 __all__ = ["ensure_bench_serving", "write_sharegpt", "compat_tokenizer_dir", "run_bench_serving", "servebook_metrics", "agreement", "ceilings"]
 
-# Runs inside the engine env: pin, strip fields, then bench_serving's own __main__.
-_SHIM = r'''
-import os, sys, runpy
-cpu = int(os.environ.get("SERVEBOOK_PIN_CPU", "-1"))
-if cpu >= 0 and hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, {cpu})
-drop = [f for f in os.environ.get("SERVEBOOK_DROP_FIELDS", "").split(",") if f]
-if drop:
-    import aiohttp
-    _post = aiohttp.ClientSession.post
-    def post(self, url, *, data=None, **kw):
-        j = kw.get("json")
-        if isinstance(j, dict):
-            for f in drop:
-                j.pop(f, None)
-        return _post(self, url, data=data, **kw)
-    aiohttp.ClientSession.post = post
-sys.argv = ["sglang.bench_serving", *sys.argv[1:]]
-runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
-'''
+# Runs inside the engine env: pin, strip fields, then bench_serving's own __main__ (a real file).
+_SHIM = Path(__file__).parent / "bench_compare_patches" / "bench_serving_shim.py"
 
 
 def ensure_bench_serving(spec: str = "sglang==0.5.9", progress=None):
@@ -128,7 +110,7 @@ def run_bench_serving(python: str, url: str, model: str, tokenizer_dir: str, dat
                PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)
     t0 = time.perf_counter()
-    proc = subprocess.run([python, "-c", _SHIM, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=wd)
+    proc = subprocess.run([python, str(_SHIM), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=wd)
     wall = time.perf_counter() - t0
     if proc.returncode != 0 or not out.is_file():
         raise RuntimeError(f"sglang.bench_serving failed (rc={proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")

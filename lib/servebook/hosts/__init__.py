@@ -16,12 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ParameterError
-from ._base import Completed, Host, HostError, HostProcess
+from ._base import Host
 from ._cassette import CASSETTE, RecordingHost, ReplayHost, is_recording, start_recording
 from ._local import LocalHost
+from ._policy import HOST_POLICY_VAR, host_policy_env
+from ._types import Completed, HostError, HostProcess
 
 __all__ = ["get_host", "check_host", "model_on_host", "Host", "HostError", "HostProcess", "Completed", "LocalHost", "ReplayHost",
-           "RecordingHost", "CASSETTE", "start_recording", "is_recording"]
+           "RecordingHost", "CASSETTE", "start_recording", "is_recording", "host_policy_env", "HOST_POLICY_VAR"]
 
 _OPEN: dict[tuple, Host] = {}
 
@@ -70,11 +72,8 @@ def get_host(spec: str = "local", run_dir: str | Path | None = None) -> Host:
 def model_on_host(host: Host, model: str, local_dir) -> str:
     """The model directory as the host sees it: on an SSH host 'embedded' is built there (by servebook's
     own builder, under the host's interpreter); another model must be a directory on the host."""
-    from ._ssh import SSHHost
-
-    inner = getattr(host, "inner", host)
-    if isinstance(inner, SSHHost) and model == "embedded":
-        return str(host.call("servebook.embedded:build_embedded_model", {}, timeout=900, label="embedded model"))
-    if isinstance(inner, SSHHost):
+    if getattr(getattr(host, "inner", host), "separate_files", False):
+        if model == "embedded":
+            return str(host.call("servebook.embedded:build_embedded_model", {}, timeout=900, label="embedded model"))
         return model
     return str(local_dir)

@@ -9,127 +9,20 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import shlex
-import time
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ServebookError
+from ._types import Completed, HostError, HostProcess
 
 __all__ = ["Host", "HostError", "Completed", "HostProcess"]
 
 _MARK = "@@SERVEBOOK-HOST@@"
 
 
-class HostError(ServebookError):
-    """The host cannot be reached, refused us, dropped the connection, or a replay lacks an interaction."""
+_SCRIPTS = Path(__file__).parent / "scripts"
 
-
-@dataclass
-class Completed:
-    """A finished command: exit status (124 on timeout), its output, and how long it took."""
-
-    rc: int
-    stdout: str = ""
-    stderr: str = ""
-    elapsed_s: float = 0.0
-
-    def check(self, what: str) -> "Completed":
-        if self.rc != 0:
-            tail = (self.stderr or self.stdout).strip()[-600:]
-            raise HostError(f"{what} failed with exit status {self.rc}: {tail or 'no output'}")
-        return self
-
-
-@dataclass
-class HostProcess:
-    """A long-running process on a host, in its own process group, watched by a watchdog that stops the
-    group when the connection (or this Python process) goes away."""
-
-    host: "Host"
-    pgid: int
-    label: str
-    log_path: str
-    handle: Any = field(default=None, repr=False)
-    stopped: bool = False
-
-    def alive(self) -> bool:
-        return self.host._alive(self)
-
-    def log_text(self) -> str:
-        return self.host.read_text(self.log_path, missing_ok=True)
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        if not self.stopped:
-            self.stopped = True
-            self.host._stop(self, grace_s)
-
-
-# Runs on the host as `python3 -c WATCHDOG`; its first stdin line is the JSON spec (so the environment
-# never shows in a process list). It starts the command in its own session (process group),
-# output to the log, prints the group id, then waits on its own stdin. EOF on stdin (the caller asked
-# to stop, closed the channel, or the connection dropped) stops the group: TERM, grace, KILL.
-_WATCHDOG = r"""
-import json, os, signal, subprocess, sys, time
-spec = json.loads(sys.stdin.readline())
-env = dict(os.environ); env.update(spec.get("env") or {}); env.setdefault("PYTHONUNBUFFERED", "1")
-log = open(spec["log"], "ab")
-log.write(("$ " + spec.get("shell", "") + "\n").encode()); log.flush()
-try:
-    p = subprocess.Popen(spec["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-except OSError as exc:
-    print(json.dumps({"error": f"{spec['argv'][0]}: {exc}"}), flush=True); sys.exit(127)
-print(json.dumps({"pgid": p.pid}), flush=True)
-def alive():
-    try:
-        os.killpg(p.pid, 0)
-    except ProcessLookupError:
-        return False
-    p.poll()
-    try:
-        os.killpg(p.pid, 0); return True
-    except ProcessLookupError:
-        return False
-def stop(grace):
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
-        end = time.time() + wait
-        while time.time() < end:
-            p.poll()
-            if not alive():
-                return
-            time.sleep(0.1)
-line = sys.stdin.readline()
-grace = float(line.split()[1]) if line.startswith("stop ") else 10.0
-stop(grace)
-p.poll()
-print(json.dumps({"stopped": p.pid, "returncode": p.returncode}), flush=True)
-"""
-
-# Runs on the host as `python3 -`: unpacks servebook (a zip carried inside this script), calls one
-# function with JSON arguments, prints its JSON answer after a marker line, removes the unpacked copy.
-_CALL = r"""
-import base64, io, json, os, shutil, sys, tempfile, zipfile
-blob, target, kwargs = {blob!r}, {target!r}, json.loads({kwargs!r})
-tmp = tempfile.mkdtemp(prefix="servebook-host-")
-try:
-    zipfile.ZipFile(io.BytesIO(base64.b64decode(blob))).extractall(tmp)
-    os.environ["SERVEBOOK_HOME"] = tmp
-    sys.path.insert(0, os.path.join(tmp, "lib"))
-    import importlib
-    mod, fn = target.split(":")
-    value = getattr(importlib.import_module(mod), fn)(**kwargs)
-    sys.stdout.flush()
-    print("\n" + {mark!r}); print(json.dumps(value, default=str)); sys.stdout.flush()
-finally:
-    shutil.rmtree(tmp, ignore_errors=True)
-"""
 
 _BUNDLE: dict[str, str] = {}
 
@@ -164,6 +57,7 @@ class Host:
     """
 
     spec = "local"
+    separate_files = False  # True: the host does not see this machine's files (servebook's scripts are copied there)
     in_process = False  # True: the code may run in this Python process (plain local host, no recording)
     python_exe = "python3"
     default_timeout = 60.0
@@ -208,7 +102,7 @@ class Host:
              label: str | None = None) -> Any:
         """Call ``module:function(**kwargs)`` of servebook on the host (the package travels with the call); its JSON answer."""
         kwargs = kwargs or {}
-        code = _CALL.format(blob=_bundle(), target=target, kwargs=json.dumps(kwargs), mark=_MARK)
+        code = (_SCRIPTS / "host_call.py").read_text() + f"\nmain({_bundle()!r}, {target!r}, {json.dumps(kwargs)!r}, {_MARK!r})\n"
         res = self.python(code, python=python, timeout=timeout, label=label or f"call {target} {json.dumps(kwargs, sort_keys=True)}")
         if res.rc == 124:
             raise HostError(f"{target} on {self.spec} did not finish within {timeout or self.default_timeout:.0f} s")
@@ -255,7 +149,7 @@ class Host:
         return f"{type(self).__name__}({self.spec!r})"
 
 
-def _watchdog(python: str, argv: Sequence[str], env: dict | None, log_path: str, shell: str) -> tuple[list[str], bytes]:
-    """The watchdog's command line and the spec line to send on its stdin."""
+def watchdog_command(python: str, argv: Sequence[str], env: dict | None, log_path: str, shell: str) -> tuple[list[str], bytes]:
+    """The watchdog's command line (``scripts/watchdog.py`` as ``python -c``) and the spec line to send on its stdin."""
     spec = json.dumps({"argv": list(argv), "env": dict(env or {}), "log": log_path, "shell": shell}) + "\n"
-    return [python, "-c", _WATCHDOG], spec.encode()
+    return [python, "-c", (_SCRIPTS / "watchdog.py").read_text()], spec.encode()

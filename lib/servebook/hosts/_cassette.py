@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..secrets import mask_value
-from ._base import Completed, Host, HostError, HostProcess
+from ._base import Host
+from ._types import Completed, HostError, HostProcess
 
 __all__ = ["CASSETTE", "SCHEMA", "RecordingHost", "ReplayHost", "start_recording", "is_recording"]
 

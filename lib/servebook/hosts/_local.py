@@ -13,7 +13,8 @@ import sys
 import time
 from typing import Sequence
 
-from ._base import Completed, Host, HostError, HostProcess, _watchdog
+from ._base import Host, watchdog_command
+from ._types import Completed, HostError, HostProcess
 
 __all__ = ["LocalHost"]
 
@@ -54,7 +55,7 @@ class LocalHost(Host):
         return Completed(rc, out.decode(errors="replace"), err.decode(errors="replace"), round(time.monotonic() - t0, 4))
 
     def _spawn(self, argv, env, log_path, shell, label) -> HostProcess:
-        cmd, spec = _watchdog(self.python_exe, argv, env, log_path, shell)
+        cmd, spec = watchdog_command(self.python_exe, argv, env, log_path, shell)
         # The watchdog's stdin is a pipe held by this process: when this process dies, the pipe closes
         # and the watchdog stops the group (the same path a dropped SSH connection takes).
         wd = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -13,40 +13,17 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ServerError
-from ._base import Host, HostError
+from ._types import HostError
 
 __all__ = ["HostServer", "serve", "ship_scripts"]
 
-_WAIT = r"""
-import json, os, sys, time, urllib.request
-url, pgid, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-t0 = time.monotonic()
-def alive():
-    try:
-        os.killpg(pgid, 0); return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-while True:
-    if not alive():
-        print(json.dumps({"ready": False, "why": "exited", "elapsed_s": round(time.monotonic() - t0, 2)})); break
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            if r.status == 200:
-                print(json.dumps({"ready": True, "elapsed_s": round(time.monotonic() - t0, 2)})); break
-    except Exception:
-        pass
-    if time.monotonic() - t0 > timeout:
-        print(json.dumps({"ready": False, "why": "timeout", "elapsed_s": round(time.monotonic() - t0, 2)})); break
-    time.sleep(0.25)
-"""
+_WAIT_READY = Path(__file__).parent / "scripts" / "wait_ready.py"
 
 
 class HostServer:
     """What ``Server`` offers the chapters (base_url, ready_s, log_path, stop), for a server on a host."""
 
-    def __init__(self, host: Host, launch, log_path: Path, registry: Path | None):
+    def __init__(self, host, launch, log_path: Path, registry: Path | None):
         self.host, self.launch, self.log_path, self._registry = host, launch, Path(log_path), registry
         self.proc = None
         self.ready_s: float | None = None
@@ -93,7 +70,7 @@ class HostServer:
         self._record("started")
         say(f"starting {self.launch.engine or 'server'} on {self.host.spec} at {self.base_url} (log: {self.log_path}) ...")
         try:
-            res = self.host.python(_WAIT, [self.base_url + self.launch.ready_path, str(self.proc.pgid), str(ready_timeout)],
+            res = self.host.python(_WAIT_READY.read_text(), [self.base_url + self.launch.ready_path, str(self.proc.pgid), str(ready_timeout)],
                                    timeout=ready_timeout + 30, label=f"wait ready {self._label}")
             ans = json.loads(res.stdout.strip().splitlines()[-1]) if res.rc == 0 and res.stdout.strip() else {"ready": False, "why": res.stderr[-300:]}
             self._fetch_log()
@@ -125,12 +102,10 @@ class HostServer:
         self.stop()
 
 
-def ship_scripts(host: Host, argv: list[str]) -> list[str]:
+def ship_scripts(host, argv: list[str]) -> list[str]:
     """``argv`` with servebook's own script files (e.g. engines/launchers/*.py) copied to a remote host
     (also under recording) and their paths replaced by the copies'; unchanged for other hosts."""
-    from ._ssh import SSHHost
-
-    if not isinstance(getattr(host, "inner", host), SSHHost):
+    if not getattr(getattr(host, "inner", host), "separate_files", False):
         return argv
     pkg = Path(__file__).resolve().parents[1]
     out = []
@@ -145,7 +120,7 @@ def ship_scripts(host: Host, argv: list[str]) -> list[str]:
     return out
 
 
-def serve(host: Host, launch, log_path, registry=None, ready_timeout: float = 300.0, progress=print):
+def serve(host, launch, log_path, registry=None, ready_timeout: float = 300.0, progress=print):
     """``Server.start`` on the plain local host; otherwise a :class:`HostServer` on ``host``."""
     if host.in_process:
         from ..servers import Server

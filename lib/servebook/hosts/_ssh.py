@@ -31,7 +31,8 @@ from typing import Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ParameterError
-from ._base import Completed, Host, HostError, HostProcess, _watchdog
+from ._base import Host, watchdog_command
+from ._types import Completed, HostError, HostProcess
 
 __all__ = ["SSHHost", "parse_ssh"]
 
@@ -58,6 +59,7 @@ def parse_ssh(spec: str) -> dict:
 
 class SSHHost(Host):
     connect_timeout = 15.0
+    separate_files = True  # its files are not this machine's: servebook's own scripts are copied there before use
 
     def __init__(self, spec: str, *, connect_timeout: float | None = None, config: str | None = None):
         import asyncssh  # noqa: F401 - fail early with the import error
@@ -146,7 +148,7 @@ class SSHHost(Host):
         return Completed(rc, out, err, round(time.monotonic() - t0, 4))
 
     def _spawn(self, argv, env, log_path, shell, label) -> HostProcess:
-        cmd, spec = _watchdog(self.python_exe, argv, env, log_path, shell)
+        cmd, spec = watchdog_command(self.python_exe, argv, env, log_path, shell)
         return self._do(self._spawn_async(cmd, spec, label, log_path), 60, f"starting {label}")
 
     async def _spawn_async(self, cmd, spec: bytes, label, log_path) -> HostProcess:

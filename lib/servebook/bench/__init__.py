@@ -1,0 +1,56 @@
+"""Chapter 05's benchmark: one streaming client for every engine: single stream, concurrency sweeps, the client's own ceiling.
+
+    tok = load_tokenizer(model_dir)
+    prompts = build_prompts(tok, input_len=128, n=16, seed=0)
+    results = run_requests(url, model, prompts, max_tokens=128, concurrency=4, engine="transformers", tokenizer=tok)
+    summary = single_stream(url, model, prompts, store=store, tokenizer=tok, runs=5, warmup=2)
+    levels = concurrency_sweep(url, model, prompts, store=store, tokenizer=tok, max_concurrency=128)
+    ceiling = client_ceiling(store=store, tokenizer=tok)
+
+Modules, one job each: ``prompts`` (prompts and tokenizer), ``payload`` (request bodies), ``transport`` (the
+asyncio HTTP/1.1 client, httptools), ``sse`` (events -> measurements), ``client`` (``run_requests``, here or
+on a host), ``runs`` (single stream, sweep), ``stats`` (t-intervals, percentiles), ``fake`` and ``ceiling``
+(the client's own limit), ``inprocess`` (decode without a server), ``plots``, ``cli`` (``servebook bench``).
+
+Fixed output lengths: ``ignore_eos`` for vLLM/SGLang, a ``generation_config`` with ``min_new_tokens`` for
+``transformers serve``; otherwise the real length is reported.
+"""
+
+from __future__ import annotations
+
+from .ceiling import ceiling_check, client_ceiling
+from .cli import _run_cli, main, register
+from .client import _host_batch, _host_models, check_server, run_requests
+from .fake import FakeSSEServer
+from .inprocess import inprocess_decode_rate
+from .payload import fixed_length_fields
+from .plots import plot_latency, plot_pareto
+from .prompts import Prompt, build_prompts, load_tokenizer
+from .runs import concurrency_levels, concurrency_sweep, single_stream, summarize_level
+from .sse import RequestResult, finish as _finish
+from .stats import mean_ci, t_quantile
+from .transport import RawStream as _Raw
+
+__all__ = [
+    "Prompt",
+    "RequestResult",
+    "load_tokenizer",
+    "build_prompts",
+    "fixed_length_fields",
+    "check_server",
+    "run_requests",
+    "single_stream",
+    "ceiling_check",
+    "concurrency_sweep",
+    "concurrency_levels",
+    "summarize_level",
+    "mean_ci",
+    "t_quantile",
+    "inprocess_decode_rate",
+    "FakeSSEServer",
+    "client_ceiling",
+    "plot_pareto",
+    "plot_latency",
+    "register",
+    "main",
+]

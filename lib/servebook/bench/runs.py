@@ -1,0 +1,236 @@
+"""Runs: single stream (C=1, mean and 95% t-interval over runs) and the concurrency sweep, stored as tidy rows.
+
+    summary = single_stream(url, model, prompts, store=store, tokenizer=tok, runs=5, warmup=2)
+    levels = concurrency_sweep(url, model, prompts, store=store, tokenizer=tok, max_concurrency=128)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Sequence
+
+from ..errors import ParameterError
+from .client import run_requests
+from .payload import bench_config
+from .prompts import Prompt
+from .sse import RequestResult
+from .stats import mean_ci, percentile
+
+__all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level"]
+
+
+def summarize_level(results: Sequence[RequestResult], wall_s: float | None = None) -> dict:
+    """Throughput, per-user decode rate and latency percentiles (p50/p90/p99) of one batch."""
+    ok = [r for r in results if r.ok]
+    out: dict[str, Any] = {"requests": len(results), "ok": len(ok), "failed": len(results) - len(ok)}
+    if wall_s is None and ok:
+        # first arrival -> last stream end
+        wall_s = max((r.e2e_s or 0) for r in ok)
+    tokens = sum(r.output_tokens for r in ok)
+    out["output_tokens"] = tokens
+    out["wall_s"] = wall_s
+    out["throughput_tok_s"] = tokens / wall_s if ok and wall_s else None
+    rates = [r.decode_tok_s for r in ok if r.decode_tok_s]
+    out["per_user_tok_s"] = statistics.mean(rates) if rates else None
+    out["per_user_tok_s_p50"] = percentile(rates, 50)
+    for name in ("ttft_s", "ttft_server_s", "slot_wait_s", "e2e_s", "tpot_s"):
+        vals = [getattr(r, name) for r in ok if getattr(r, name) is not None]
+        out[f"{name}_mean"] = statistics.mean(vals) if vals else None
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}"] = percentile(vals, q)
+    itl = [x for r in ok for x in r.itl_ms]
+    gaps = [x for r in ok for x in r.chunk_gaps_ms]
+    for q in (50, 90, 99):
+        out[f"itl_ms_p{q}"] = percentile(itl, q)
+        out[f"chunk_gap_ms_p{q}"] = percentile(gaps, q)
+    out["itl_ms_mean"] = statistics.mean(itl) if itl else None
+    out["tokens_per_chunk"] = tokens / sum(r.n_chunks for r in ok) if ok and sum(r.n_chunks for r in ok) else None
+    errs = sorted({r.error for r in results if r.error})
+    out["errors"] = errs[:5]
+    return out
+
+
+def _store_requests(store, results, base: dict, prompt_tokens: Sequence[int] | None = None) -> None:
+    for r in results:
+        row = {**base, **r.row()}
+        if prompt_tokens is not None and row.get("prompt_tokens") is None:
+            row["prompt_tokens"] = prompt_tokens[r.index % len(prompt_tokens)]
+        store.append("bench_requests", row)
+        if not r.ok:
+            store.record_failure("bench_request", r.error or "failed", **{k: base.get(k) for k in ("engine", "attention", "label", "phase", "concurrency", "run")},
+                                 request=r.index)
+
+
+def single_stream(
+    url: str,
+    model: str,
+    prompts: Sequence[Prompt],
+    *,
+    store=None,
+    tokenizer=None,
+    engine: str = "",
+    attention: str = "",
+    label: str = "",
+    api: str = "completions",
+    max_tokens: int = 128,
+    runs: int = 5,
+    warmup: int = 2,
+    requests_per_run: int = 1,
+    fixed_length: bool = True,
+    request_timeout: float = 300.0,
+    progress: bool = True,
+    host=None,
+) -> dict:
+    """Single stream (C=1): ``warmup`` requests, then ``runs`` runs of ``requests_per_run`` requests.
+
+    Every request goes to ``store`` table ``bench_requests`` (phase ``warmup``/``single``),
+    the summary (mean and 95% t-interval over runs of the per-run mean decode tok/s,
+    TTFT and TPOT) to ``bench_summary``. Returns the summary row.
+    """
+    if runs < 1 or warmup < 0 or requests_per_run < 1:
+        raise ParameterError("runs/warmup/requests_per_run", (runs, warmup, requests_per_run), "runs >= 1, warmup >= 0, requests_per_run >= 1")
+    if not prompts:
+        raise ParameterError("prompts", prompts, "at least one prompt")
+    cfg = bench_config(engine, attention, label, api)
+    common = dict(max_tokens=max_tokens, concurrency=1, api=api, engine=engine, tokenizer=tokenizer,
+                  fixed_length=fixed_length, request_timeout=request_timeout, host=host)
+    ptoks = [p.tokens for p in prompts]
+    if warmup:
+        w = run_requests(url, model, [prompts[i % len(prompts)] for i in range(warmup)], desc="warm-up", progress=False, **common)
+        if store is not None:
+            _store_requests(store, w, {**cfg, "phase": "warmup", "concurrency": 1, "run": -1, "max_tokens": max_tokens}, ptoks)
+    per_run = []
+    all_results: list[RequestResult] = []
+    it = range(runs)
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc=f"single stream {cfg['label']}", leave=False)
+    k = warmup
+    for run in it:
+        batch = [prompts[(k + j) % len(prompts)] for j in range(requests_per_run)]
+        k += requests_per_run
+        res = run_requests(url, model, batch, progress=False, desc=f"single run {run}", **common)
+        if store is not None:
+            _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": max_tokens}, ptoks)
+        ok = [r for r in res if r.ok]
+        all_results.extend(res)
+        per_run.append({
+            "decode_tok_s": statistics.mean([r.decode_tok_s for r in ok if r.decode_tok_s]) if any(r.decode_tok_s for r in ok) else None,
+            "ttft_s": statistics.mean([r.ttft_s for r in ok]) if ok else None,
+            "tpot_s": statistics.mean([r.tpot_s for r in ok if r.tpot_s]) if any(r.tpot_s for r in ok) else None,
+        })
+    s: dict[str, Any] = {**cfg, "phase": "single", "concurrency": 1, "runs": runs, "warmup": warmup,
+                         "requests_per_run": requests_per_run, "max_tokens": max_tokens, "input_tokens": statistics.mean(ptoks)}
+    for metric in ("decode_tok_s", "ttft_s", "tpot_s"):
+        ci = mean_ci([p[metric] for p in per_run if p[metric] is not None])
+        s[f"{metric}_mean"] = ci["mean"]
+        s[f"{metric}_ci95"] = ci["half_width"]
+        s[f"{metric}_sd"] = ci["sd"]
+        s[f"{metric}_runs"] = [p[metric] for p in per_run]
+    lvl = summarize_level(all_results)
+    for key in ("ok", "failed", "output_tokens", "itl_ms_p50", "itl_ms_p99", "chunk_gap_ms_p50", "chunk_gap_ms_p99", "tokens_per_chunk", "errors"):
+        s[key] = lvl[key]
+    s["method"] = (f"{warmup} warm-up requests, then {runs} runs x {requests_per_run} request(s) at C=1; per-run mean of "
+                   "(output_tokens-1)/(e2e-ttft); mean and 95% t-interval over runs")
+    if store is not None:
+        store.append("bench_summary", s)
+    return s
+
+
+def concurrency_levels(max_concurrency: int) -> list[int]:
+    """1, 2, 4, ... up to ``max_concurrency`` (included even when not a power of two)."""
+    if max_concurrency < 1:
+        raise ParameterError("max_concurrency", max_concurrency, "1 or more")
+    levels, c = [], 1
+    while c < max_concurrency:
+        levels.append(c)
+        c *= 2
+    levels.append(max_concurrency)
+    return levels
+
+
+def concurrency_sweep(
+    url: str,
+    model: str,
+    prompts: Sequence[Prompt],
+    *,
+    store=None,
+    tokenizer=None,
+    engine: str = "",
+    attention: str = "",
+    label: str = "",
+    api: str = "completions",
+    max_tokens: int = 128,
+    levels: Sequence[int] | None = None,
+    max_concurrency: int = 128,
+    requests_per_level: int = 5,
+    min_requests: int = 1,
+    level_time_budget_s: float | None = 120.0,
+    request_rate: float | None = None,
+    fixed_length: bool = True,
+    request_timeout: float = 300.0,
+    resume: bool = True,
+    progress: bool = True,
+    saturation_patience: int = 2,
+    host=None,
+) -> list[dict]:
+    """For each concurrency C: ``max(min_requests, requests_per_level x C)`` requests, at most C in flight.
+
+    The sweep stops early once throughput has not grown by 10% over the best level for
+    ``saturation_patience`` levels in a row (the server is saturated: more concurrency only
+    queues); the stop and its reason are a row of ``bench_sweep_stops``. 0 runs every level.
+
+    Rows go to ``bench_requests`` (phase ``sweep``) and one summary per level to
+    ``bench_summary``; a level already summarized in ``store`` for this config is skipped
+    (``resume``). A level that hits ``level_time_budget_s`` starts no new requests; those
+    are recorded as failed with that reason and the summary says ``truncated``.
+    """
+    cfg = bench_config(engine, attention, label, api)
+    levels = list(levels) if levels else concurrency_levels(max_concurrency)
+    out = []
+    ptoks = [p.tokens for p in prompts]
+    best, flat = 0.0, 0
+    for i, c in enumerate(levels):
+        if saturation_patience and flat >= saturation_patience:
+            stop = {**cfg, "stopped_before": c, "levels_run": levels[:i], "best_throughput_tok_s": best,
+                    "reason": f"throughput grew less than 10% over {best:.1f} tok/s for {flat} levels: saturated"}
+            if store is not None:
+                store.append("bench_sweep_stops", stop)
+            break
+        key = {**cfg, "phase": "sweep", "concurrency": c, "max_tokens": max_tokens}
+        if store is not None and resume and store.done("bench_summary", **key):
+            found = store.find("bench_summary", **key)
+            out.extend(found)
+            best, flat = _saturation(best, flat, found[-1].get("throughput_tok_s"))
+            continue
+        n = max(min_requests, requests_per_level * c)
+        batch = [prompts[i % len(prompts)] for i in range(n)]
+        t0 = time.perf_counter()
+        res = run_requests(url, model, batch, max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer,
+                           fixed_length=fixed_length, request_rate=request_rate, request_timeout=request_timeout,
+                           time_budget_s=level_time_budget_s, progress=progress, desc=f"{cfg['label']} C={c}", host=host)
+        wall = time.perf_counter() - t0
+        if store is not None:
+            _store_requests(store, res, {**key, "run": 0}, ptoks)
+        s = {**key, **summarize_level(res, wall_s=max((r.e2e_s or 0.0) for r in res) if res else wall)}
+        s["decode_tok_s_mean"] = s["per_user_tok_s"]
+        s["truncated"] = any((r.error or "").startswith("skipped:") for r in res)
+        s["request_rate"] = request_rate
+        s["method"] = (f"{n} requests, at most {c} in flight, all arriving at t=0" if not request_rate else
+                       f"{n} requests, at most {c} in flight, Poisson arrivals at {request_rate}/s") + \
+            "; throughput = output tokens of successful requests / (first arrival -> last stream end)"
+        if store is not None:
+            store.append("bench_summary", s)
+        out.append(s)
+        best, flat = _saturation(best, flat, s.get("throughput_tok_s"))
+    return out
+
+
+def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float, int]:
+    """Track the best throughput and how many levels in a row failed to beat it by 10%."""
+    throughput = throughput or 0.0
+    if throughput > best * 1.10:
+        return throughput, 0
+    return max(best, throughput), flat + 1

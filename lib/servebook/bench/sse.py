@@ -1,0 +1,245 @@
+"""From a finished stream's bytes to one request's measurements: SSE events, their text, tokens, and timings.
+
+Runs after the batch, off the hot path. An event is timestamped by the network read that completed it. Per request:
+
+* ``slot_wait_s``: time from the request's arrival to getting a concurrency slot;
+* ``ttft_s``: arrival to the first event carrying text (slot wait included: what a user sees),
+  ``ttft_server_s = ttft_s - slot_wait_s``;
+* ``e2e_s``: arrival to the end of the stream; ``tpot_s = (e2e_s - ttft_s) / (output_tokens - 1)``;
+  ``decode_tok_s = (output_tokens - 1) / (e2e_s - ttft_s)``;
+* per-token inter-token latency (``itl_ms``): each inter-chunk gap divided evenly over the tokens
+  that chunk carried, kept apart from the raw inter-chunk gaps (``chunk_gaps_ms``);
+* ``output_tokens``: the server's ``usage.completion_tokens`` when it sends one, else the
+  model tokenizer's count of the streamed text; tokens per chunk from the tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from .stats import percentile
+from .transport import RawStream
+
+__all__ = ["RequestResult", "finish", "split_events"]
+
+
+@dataclass
+class RequestResult:
+    """One request's measurements (times in seconds unless the name says ms)."""
+
+    index: int
+    ok: bool = False
+    error: str | None = None
+    status: int | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int = 0
+    output_tokens_usage: int | None = None
+    output_tokens_tokenizer: int | None = None
+    count_source: str = ""
+    finish_reason: str | None = None
+    n_chunks: int = 0
+    n_reads: int = 0
+    slot_wait_s: float | None = None
+    ttft_s: float | None = None
+    ttft_server_s: float | None = None
+    e2e_s: float | None = None
+    tpot_s: float | None = None
+    decode_tok_s: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    chunk_gaps_ms: list[float] = field(default_factory=list)
+    text: str = ""
+
+    def row(self, keep_text: bool = False) -> dict:
+        d = asdict(self)
+        d["itl_ms"] = [round(x, 4) for x in self.itl_ms]
+        d["chunk_gaps_ms"] = [round(x, 4) for x in self.chunk_gaps_ms]
+        d["itl_p50_ms"] = percentile(self.itl_ms, 50)
+        d["itl_p99_ms"] = percentile(self.itl_ms, 99)
+        d["chunk_gap_p50_ms"] = percentile(self.chunk_gaps_ms, 50)
+        d["tokens_per_chunk"] = (self.output_tokens / self.n_chunks) if self.n_chunks else None
+        if not keep_text:
+            d.pop("text")
+        return d
+
+
+
+def split_events(raw: RawStream) -> list[tuple[float, bytes]]:
+    """SSE events, each with the timestamp of the read that completed it (linear in the body size)."""
+    pieces = raw.body_pieces()
+    data = b"".join(p for _, p in pieces)
+    if not data:
+        return []
+    ends, total = [], 0
+    for _, p in pieces:
+        total += len(p)
+        ends.append(total)  # body offset where each piece ends
+    sep = b"\r\n\r\n" if b"\r\n\r\n" in data else b"\n\n"  # some servers frame events with CRLF
+    events = []
+    piece_i, pos, k = 0, 0, len(sep)
+    for ev in data.split(sep):
+        end = pos + len(ev) + k if pos + len(ev) < len(data) else len(data)
+        pos += len(ev) + k
+        if not ev.strip():
+            continue
+        while piece_i + 1 < len(ends) and ends[piece_i] <= end - 1:  # the piece holding the event's last byte
+            piece_i += 1
+        events.append((raw.stamps[pieces[piece_i][0]], ev))
+    return events
+
+
+def _text_of(obj: dict, api: str) -> str:
+    choices = obj.get("choices") or []
+    if not choices:
+        return ""
+    c = choices[0]
+    if api == "chat":
+        delta = c.get("delta") or {}
+        return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+    return c.get("text") or ""
+
+
+def _count_tokens(tokenizer, texts: list[str]) -> list[int]:
+    """Tokens in each text, by the model's tokenizer (its Rust backend directly when it has one)."""
+    uniq = list(dict.fromkeys(texts))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        enc = getattr(backend, "encode_batch_fast", backend.encode_batch)(uniq, add_special_tokens=False)
+        n = {t: len(e.ids) for t, e in zip(uniq, enc)}
+    else:
+        n = {t: len(ids) for t, ids in zip(uniq, tokenizer(uniq, add_special_tokens=False)["input_ids"])}
+    return [n[t] for t in texts]
+
+
+
+def _parse_events(raw: RawStream, api: str) -> dict:
+    """The stream's SSE events read: text chunks with their times, usage, finish reason, errors, [DONE]."""
+    out = {"texts": [], "times": [], "done": False, "usage": None, "errors": [], "finish_reason": None}
+    stamps, payloads = [], []
+    for t, ev in split_events(raw):
+        for line in ev.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                out["done"] = True
+                continue
+            stamps.append(t)
+            payloads.append(payload)
+    try:  # one C-level parse for the whole stream; per event only when something is malformed
+        objs = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
+    except json.JSONDecodeError:
+        objs = []
+        for payload in payloads:
+            try:
+                objs.append(json.loads(payload))
+            except json.JSONDecodeError:
+                objs.append({"error": f"unparsable event {payload[:80]!r}"})
+    for t, obj in zip(stamps, objs):
+        if not isinstance(obj, dict):
+            out["errors"].append(f"unexpected event {str(obj)[:80]!r}")
+            continue
+        if obj.get("error"):
+            err = obj["error"]
+            out["errors"].append(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+            continue
+        if obj.get("usage"):
+            out["usage"] = obj["usage"]
+        choices = obj.get("choices") or []
+        if choices and choices[0].get("finish_reason"):
+            out["finish_reason"] = choices[0]["finish_reason"]
+        text = _text_of(obj, api)
+        if text:
+            out["texts"].append(text)
+            out["times"].append(t)
+    return out
+
+
+def _count_output(r: RequestResult, texts: list[str], usage: dict | None, tokenizer) -> list[int]:
+    """Set the request's token counts (usage first, then the tokenizer, then chunks); tokens per chunk."""
+    if usage:
+        r.prompt_tokens = usage.get("prompt_tokens")
+        r.output_tokens_usage = usage.get("completion_tokens")
+    counts = None
+    if tokenizer is not None and texts:
+        counts = _count_tokens(tokenizer, texts)
+        r.output_tokens_tokenizer = _count_tokens(tokenizer, [r.text])[0]
+    if r.output_tokens_usage is not None:
+        r.output_tokens, r.count_source = int(r.output_tokens_usage), "usage"
+    elif r.output_tokens_tokenizer is not None:
+        r.output_tokens, r.count_source = r.output_tokens_tokenizer, "tokenizer"
+    else:
+        r.output_tokens, r.count_source = len(texts), "chunks"
+    if counts is None:  # no tokenizer: one token per chunk is assumed for the per-token ITL
+        counts = [1] * len(texts)
+        r.count_source += " (ITL assumes one token per chunk: no tokenizer)"
+    return counts
+
+
+def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[int]) -> None:
+    """TTFT, end-to-end, per-token ITL (each chunk gap spread over its tokens), TPOT and decode rate."""
+    r.ttft_s = times[0] - raw.t_arrive
+    r.ttft_server_s = times[0] - raw.t_slot
+    r.e2e_s = raw.t_end - raw.t_arrive
+    carry = 0.0
+    for i in range(1, len(times)):
+        gap = times[i] - times[i - 1]
+        r.chunk_gaps_ms.append(gap * 1e3)
+        k = counts[i]
+        if k <= 0:
+            carry += gap
+            continue
+        per = (gap + carry) * 1e3 / k
+        carry = 0.0
+        r.itl_ms.extend([per] * k)
+    if r.output_tokens > 1 and r.e2e_s > r.ttft_s:
+        r.tpot_s = (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
+        r.decode_tok_s = (r.output_tokens - 1) / (r.e2e_s - r.ttft_s)
+
+
+def _http_error(raw: RawStream) -> str | None:
+    """Why the response is not a stream to measure (an HTTP error, or no SSE), or None."""
+    if raw.status is not None and raw.status != 200:
+        detail = raw.body().decode("utf-8", "replace").strip()
+        try:
+            j = json.loads(detail)
+            detail = j.get("detail") or j.get("message") or (j.get("error") or {}).get("message") or detail
+        except (json.JSONDecodeError, AttributeError):
+            pass
+        return f"HTTP {raw.status}: {str(detail)[:500]}"
+    if "text/event-stream" not in raw.content_type:
+        return (f"the server answered without streaming (content-type {raw.content_type or 'none'}); "
+                "it ignored stream=true: use a server/endpoint that streams SSE")
+    return None
+
+
+def finish(raw: RawStream, api: str, tokenizer, expect_tokens: int | None) -> RequestResult:
+    """Parse one finished stream into a RequestResult (runs after the batch, off the hot path)."""
+    r = RequestResult(index=raw.index, status=raw.status, n_reads=len(raw.reads))
+    r.slot_wait_s = raw.t_slot - raw.t_arrive
+    if raw.error and not raw.reads:
+        r.error = raw.error
+        return r
+    r.error = _http_error(raw)
+    if r.error:
+        return r
+    ev = _parse_events(raw, api)
+    texts, times = ev["texts"], ev["times"]
+    r.finish_reason = ev["finish_reason"]
+    r.text = "".join(texts)
+    r.n_chunks = len(texts)
+    counts = _count_output(r, texts, ev["usage"], tokenizer)
+    if times:
+        _timings(r, raw, times, counts)
+    if ev["errors"]:
+        r.error = "; ".join(ev["errors"])[:500]
+    elif raw.error:
+        r.error = raw.error
+    elif not ev["done"] and r.finish_reason is None:
+        r.error = f"the stream closed early: no [DONE] and no finish_reason after {r.n_chunks} text chunks"
+    elif not texts:
+        r.error = "the stream carried no text"
+    r.ok = r.error is None
+    if r.ok and expect_tokens is not None and r.output_tokens != expect_tokens:
+        r.finish_reason = (r.finish_reason or "") + f" (asked for {expect_tokens}, got {r.output_tokens})"
+    return r

@@ -1,0 +1,205 @@
+"""The report in words: a paragraph about the host, the findings, a readable table, and the run's tables."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .parse import describe_link, link_rank
+
+
+def describe_host(report: dict) -> str:
+    """'What this host is': one paragraph generated from the report."""
+    src = "This profile describes" if report.get("source") == "profile" else "This host has"
+    gpus = report.get("gpus") or []
+    v = report.get("versions") or {}
+    if not gpus:
+        torch_s = f"torch {v.get('torch')}" + (f" (built for CUDA {v['torch_cuda']})" if v.get("torch_cuda") else " (a CPU-only build)") if v.get("torch") else "no torch"
+        return (f"This host ({report.get('hostname')}) has no NVIDIA GPU that NVML, nvidia-smi or torch can see, so there is no compute "
+                f"capability to reason about: the engines' GPU paths cannot run here. It runs Python {v.get('python')} with {torch_s}. "
+                "The book continues on the CPU; GPU chapters say what they skip.")
+    g = gpus[0]
+    names = {x["name"] for x in gpus}
+    parts = [f"{src} {len(gpus)} x {', '.join(sorted(names))}: compute capability {g['capability']} ({g['family']})"]
+    mem = f"{g['memory_gib']} GiB" if g.get("memory_gib") else "unknown memory"
+    parts[-1] += f", {mem} each" + (f", {g['sm_count']} SMs" if g.get("sm_count") else "") + "."
+    if g.get("major") in (10, 11, 12):
+        if g["major"] == 12:
+            parts.append("It is a Blackwell GPU of the workstation/consumer line (sm_12x), not the datacenter line (sm_10x): "
+                         "a check for major == 10 does not include it, and kernels built only for sm_100a do not run on it.")
+        elif g["major"] == 10:
+            parts.append(f"It is a datacenter Blackwell GPU ({g['sm']}): checks for major == 10 include it; checks for exactly "
+                         "(10, 0) miss sm_103.")
+    topo = report.get("topology") or {}
+    codes = [c for row in topo.get("matrix", []) for c in row if c and c != "X" and not str(c).startswith("NIC")]
+    gpu_codes = []
+    labels = topo.get("labels", [])
+    for r, row in enumerate(topo.get("matrix", [])):
+        rl = (topo.get("row_labels") or labels)[r] if r < len(topo.get("row_labels") or labels) else ""
+        for c, code in enumerate(row):
+            if c < len(labels) and rl.startswith("GPU") and labels[c].startswith("GPU") and code != "X":
+                gpu_codes.append(code)
+    if len(gpus) >= 2 and gpu_codes:
+        worst = min(gpu_codes, key=lambda c: link_rank(c) if link_rank(c) is not None else -1)
+        best = max(gpu_codes, key=lambda c: link_rank(c) if link_rank(c) is not None else -1)
+        link = f"GPUs are linked by {describe_link(best)} ({best})" if best == worst else \
+            f"GPU pairs range from {describe_link(best)} ({best}) down to {describe_link(worst)} ({worst})"
+        parts.append(link + (" (assumed from the datasheet)" if topo.get("source") == "profile" else "") + ".")
+    elif len(gpus) >= 2 and not codes:
+        parts.append("The GPU-to-GPU links are unknown (nvidia-smi topo -m did not answer).")
+    p2p = report.get("p2p") or {}
+    bw = [p["bandwidth_gbs"] for p in p2p.get("pairs", []) if p.get("bandwidth_gbs")]
+    if p2p.get("access"):
+        allp = all(x for row in p2p["access"] for x in row if x is not None)
+        parts.append("Peer-to-peer access is " + ("available between every pair" if allp else "missing for some pairs") + ".")
+    if bw:
+        lat = [p["latency_us"] for p in p2p["pairs"] if p.get("latency_us")]
+        parts.append(f"A measured GPU-to-GPU copy moved {min(bw):.0f}-{max(bw):.0f} GB/s one way"
+                     + (f", with {min(lat):.1f}-{max(lat):.1f} us per small copy" if lat else "") + ".")
+    sw = [f"driver {v['driver']}" if v.get("driver") else None, f"CUDA {v['cuda']} (driver)" if v.get("cuda") else None,
+          (f"torch {v['torch']} (CUDA {v['torch_cuda']})" if v.get("torch_cuda") else f"torch {v['torch']} (CPU-only build)") if v.get("torch") else None,
+          f"NCCL {((v.get('nccl_loaded') or {}).get('version') or v.get('nccl'))}" if (v.get("nccl") or (v.get("nccl_loaded") or {}).get("version")) else None]
+    sw = [s for s in sw if s]
+    if sw:
+        parts.append(("Software of the machine that ran this what-if: " if report.get("source") == "profile" else "Software: ")
+                     + ", ".join(sw) + ".")
+    return " ".join(parts)
+
+
+def findings(report: dict) -> list[str]:
+    """The engine conclusions worth a newcomer's attention: mismatches first, then Blackwell gaps, then failures."""
+    out = []
+    for e in report.get("engines", []):
+        for m in e.get("mismatches", []):
+            out.append(f"{e['engine']} {e.get('version') or ''}: {m}")
+    for e in report.get("engines", []):
+        for m in e.get("gaps", []):
+            out.append(f"{e['engine']} {e.get('version') or ''}: {m}")
+    for e in report.get("engines", []):
+        if e.get("status") in ("import failed", "error"):
+            out.append(f"{e['engine']} could not be asked: {e.get('error')}")
+    return [re.sub(r"\s+", " ", s) for s in out]
+
+
+def _fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [[("" if c is None else str(c)) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    line = lambda r: "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def format_report(report: dict) -> str:
+    """The readable form (``servebook probe`` without --json)."""
+    out = []
+    tag = f"PROFILE {report['profile']} (datasheet, not measured)" if report.get("source") == "profile" else f"host {report.get('hostname')}"
+    out.append(f"servebook probe: {tag}    {report.get('created')}")
+    out.append("")
+    gpus = report.get("gpus") or []
+    if gpus:
+        out.append(_fmt_table(["#", "name", "cap", "family", "SMs", "mem GiB", "SM/max MHz", "power W", "MIG", "ECC", "busy"], [
+            [g["index"], g["name"], g["capability"], g["family"], g.get("sm_count"), g.get("memory_gib"),
+             f"{(g.get('clocks') or {}).get('sm_mhz') or '-'}/{(g.get('clocks') or {}).get('max_sm_mhz') or '-'}",
+             g.get("power_limit_w"), g.get("mig_mode"), g.get("ecc_mode"), "yes" if g.get("busy") else ""] for g in gpus]))
+    else:
+        out.append("GPUs: none found")
+    v = report.get("versions") or {}
+    out.append("")
+    loaded = v.get("nccl_loaded") or {}
+    out.append(_fmt_table(["software", "version"], [
+        ["driver", v.get("driver")], ["CUDA (driver)", v.get("cuda")], ["CUDA runtime", v.get("cuda_runtime")],
+        ["CUDA toolkit (nvcc)", v.get("cuda_toolkit")], ["torch", v.get("torch")], ["torch CUDA", v.get("torch_cuda")],
+        ["NCCL (torch built with)", v.get("nccl")], ["NCCL (loaded)", f"{loaded.get('version')} {loaded.get('path') or ''}".strip() if loaded.get("version") else loaded.get("note")],
+        *[[k, val] for k, val in (v.get("packages") or {}).items() if val and k != "torch"],
+    ]))
+    topo = report.get("topology") or {}
+    if topo.get("matrix"):
+        out.append("")
+        out.append(f"topology ({topo.get('source')}{'; ' + topo['note'] if topo.get('note') else ''}):")
+        labels = topo["labels"]
+        aff_keys = sorted({k for a in topo.get("affinity", {}).values() for k in a})
+        rows = []
+        for r, row in enumerate(topo["matrix"]):
+            rl = (topo.get("row_labels") or labels)[r]
+            aff = topo.get("affinity", {}).get(rl, {})
+            rows.append([rl, *row, *[aff.get(k) for k in aff_keys]])
+        out.append(_fmt_table(["", *labels, *aff_keys], rows))
+    p2p = report.get("p2p") or {}
+    if p2p.get("pairs"):
+        out.append("")
+        out.append(_fmt_table(["P2P src->dst", "peer access", "GB/s", "latency us"], [
+            [f"GPU{p['src']}->GPU{p['dst']}", p.get("peer_access"), p.get("bandwidth_gbs", p.get("error")), p.get("latency_us")]
+            for p in p2p["pairs"]]))
+        out.append(f"method: {p2p.get('method')}")
+    elif p2p.get("note"):
+        out.append("")
+        out.append(f"P2P: {p2p['note']}")
+    env = report.get("env") or {}
+    out.append("")
+    out.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) if env else "no NCCL_/CUDA_/TORCH_/SGLANG_/VLLM_/HF_ variables set"))
+    for e in report.get("engines", []):
+        out.append("")
+        head = f"engine {e['engine']} {e.get('version') or ''} [{e.get('status')}] python={e.get('python')}"
+        if e.get("patched"):
+            head += "  (faked: " + ", ".join(e["patched"]) + ")"
+        out.append(head)
+        if e.get("error"):
+            out.append(f"  error: {e['error']}")
+        if e.get("helpers"):
+            out.append(_fmt_table(["  helper", "answer", "hardware says", "verdict"], [
+                ["  " + h["name"], h.get("answer") if not h.get("error") else "error", h.get("expected"), h.get("verdict")]
+                for h in e["helpers"]]))
+    if report.get("warnings"):
+        out.append("")
+        out.append("warnings:")
+        out.extend(f"  - {w}" for w in report["warnings"])
+    out.append("")
+    out.append("What this host is: " + describe_host(report))
+    return "\n".join(out)
+
+
+def record(store, report: dict) -> dict:
+    """Store a report in a run (``results.RunStore``): probe.json plus tidy tables, before anything is displayed.
+
+    Tables: gpus, versions, topology (one row per GPU pair), p2p (one row per measured pair), engines,
+    engine_helpers (one row per helper answer), warnings. Returns the manifest fields written.
+    """
+    store.write_text("probe.json", json.dumps(report, indent=2, default=str) + "\n")
+    src, prof = report.get("source"), report.get("profile")
+    base = {"source": src, "profile": prof}
+    for g in report.get("gpus", []):
+        store.append("gpus", {**base, **{k: g.get(k) for k in (
+            "index", "host_index", "name", "capability", "sm", "arch", "family", "sm_count", "memory_gib", "power_limit_w",
+            "mig_mode", "ecc_mode", "busy", "utilization_pct")}, "sm_mhz": (g.get("clocks") or {}).get("sm_mhz"),
+            "max_sm_mhz": (g.get("clocks") or {}).get("max_sm_mhz")})
+    v = report.get("versions") or {}
+    store.append("versions", {**base, **{k: v.get(k) for k in ("driver", "cuda", "cuda_runtime", "cuda_toolkit", "torch", "torch_cuda", "nccl", "python")},
+                              "nccl_loaded": (v.get("nccl_loaded") or {}).get("version"),
+                              "nccl_loaded_path": (v.get("nccl_loaded") or {}).get("path"),
+                              **{f"pkg_{k}": val for k, val in (v.get("packages") or {}).items()}})
+    topo = report.get("topology") or {}
+    labels, rows = topo.get("labels") or [], topo.get("row_labels") or topo.get("labels") or []
+    for r, row in enumerate(topo.get("matrix") or []):
+        for c, code in enumerate(row):
+            if r < len(rows) and c < len(labels) and rows[r].startswith("GPU") and labels[c].startswith("GPU") and rows[r] != labels[c]:
+                store.append("topology", {**base, "src": rows[r], "dst": labels[c], "link": code, "rank": link_rank(code),
+                                          "meaning": describe_link(code), "from": topo.get("source")})
+    for pair in (report.get("p2p") or {}).get("pairs", []):
+        store.append("p2p", {**base, **pair, "method": (report.get("p2p") or {}).get("method")})
+    for e in report.get("engines", []):
+        store.append("engines", {**base, **{k: e.get(k) for k in ("engine", "version", "status", "error", "python", "torch", "capability_seen")},
+                                 "helpers": len(e.get("helpers", [])), "mismatches": len(e.get("mismatches", [])), "gaps": len(e.get("gaps", []))})
+        for h in e.get("helpers", []):
+            store.append("engine_helpers", {**base, "engine": e["engine"], "version": e.get("version"), "helper": h["name"],
+                                            "answer": h.get("answer"), "error": h.get("error"), "expected": h.get("expected"),
+                                            "verdict": h.get("verdict"), "meaning": h.get("meaning"),
+                                            "faked": bool(e.get("patched"))})
+    for w in report.get("warnings", []):
+        store.append("warnings", {**base, "warning": w})
+    g0 = (report.get("gpus") or [{}])[0]
+    fields = {"probe": {"schema": report.get("schema"), "source": src, "profile": prof, "gpu_count": report.get("gpu_count"),
+                        "gpu": g0.get("name"), "capability": g0.get("capability"), "family": g0.get("family"),
+                        "created": report.get("created"), "hostname": report.get("hostname"),
+                        "findings": len(findings(report)), "warnings": len(report.get("warnings", []))}}
+    store.write_manifest(fields)
+    return fields
