@@ -35,6 +35,8 @@ FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-nu
 BOOK="python3 -m servebook.cli book --runs /tmp/runs --run-id $RUN_ID --out /tmp/book"
 
 snap() {
+  for m in /tmp/models/*/; do [ -f "$m/config.json" ] && mkdir -p "/tmp/runs/models/$(basename "$m")" && \
+    cp "$m/config.json" "$m/servebook_model.json" "/tmp/runs/models/$(basename "$m")/" 2>/dev/null; done
   tar czf "$OUT/runs.tgz" -C /tmp/runs . 2>/dev/null
   for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
@@ -60,7 +62,7 @@ python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE
 $BOOK --engine sglang --model $DUMMY --only 04 -p timeout_s=120"
 }
 do_main() {
-    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && have fa3.xz || { echo "[device.sh] engines not unpacked yet"; return 1; }
+    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 1; }
     for e in sglang vllm; do (t=$(date +%s); /tmp/py-$e -c "import importlib.metadata as m; import $e; print('$e', m.version('$e'), 'imports in', $(date +%s) - $t, 's')" 2>&1 | tail -2) & done; wait
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
