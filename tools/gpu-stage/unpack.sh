@@ -39,8 +39,7 @@ wrap() {  # wrap NAME PYTHONPATH
   chmod 755 "/tmp/py-$1"; echo "  /tmp/py-$1: PYTHONPATH=$2 -> $HOSTPY"
 }
 have() { [ -f "$CACHE/.done-$1" ]; }
-if have common.tar.xz && have sglang.tar.xz; then wrap sglang /tmp/site-sglang:/tmp/site-common
-  have fa3.xz || echo "  note: SGLang's FA3 (fa3.xz) not unpacked yet: use --attention-backend triton/flashinfer/flashmla until then"; fi
+if have common.tar.xz && have sglang.tar.xz; then wrap sglang /tmp/site-sglang:/tmp/site-common; fi
 if have common.tar.xz && have vllm.tar.xz; then wrap vllm /tmp/site-vllm:/tmp/site-common; fi
 if have book.tar.xz; then
   echo "book tools: export PYTHONPATH=\$PWD/lib:/tmp/site-book:/tmp/site-common JUPYTER_PATH=/tmp/site-book/share/jupyter"
