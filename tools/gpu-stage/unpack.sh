@@ -22,7 +22,8 @@ while read -r name off len sha kind dest; do
   if [ -f "$mark" ]; then echo "  $name: already unpacked"; continue; fi
   if [ $((off + len)) -gt $avail ]; then echo "  $name: waiting for more parts (needs bytes to $((off+len)))"; continue; fi
   t=$(date +%s.%N)
-  cat "${parts[@]}" | tail -c +$((off + 1)) | head -c "$len" > "$CACHE/cur.xz"
+  # head closes the pipe early on purpose: SIGPIPE upstream is expected, so pipefail is off for this one
+  ( set +o pipefail; cat "${parts[@]}" | tail -c +$((off + 1)) | head -c "$len" ) > "$CACHE/cur.xz"
   got=$(sha256sum "$CACHE/cur.xz" | cut -c1-64)
   [ "$got" = "$sha" ] || { echo "  $name: sha256 mismatch ($got)" >&2; rm -f "$CACHE/cur.xz"; exit 3; }
   if [ "$kind" = tar ]; then mkdir -p "$dest"; xz -d -T0 -c "$CACHE/cur.xz" | tar -C "$dest" -xf -
