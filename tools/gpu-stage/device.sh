@@ -78,7 +78,28 @@ do_wait() {
       sleep 20
     done
 }
+do_restart() {  # stop main (its whole session: kernel, servers, workers) and go on with $BACKENDS as chapter 03's candidates
+    [ -f /tmp/jobs/main.pid ] && { kill -TERM -- -"$(cat /tmp/jobs/main.pid)" 2>/dev/null; sleep 8; kill -KILL -- -"$(cat /tmp/jobs/main.pid)" 2>/dev/null; }
+    pkill -KILL -f sglang.launch_server; pkill -KILL -f vllm.entrypoints; pkill -KILL -f 'sglang::'; pkill -KILL -f VLLM; sleep 3
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+    job main2 "cd $REPO
+$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=$BACKENDS'
+$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
+$BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
+}
+do_all() {  # a fresh machine after the first went back: resume the carried run, build the models, then 03, 05, 04
+    have book.tar.xz && have common.tar.xz && [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] || { echo "[device.sh] not unpacked yet"; return 1; }
+    [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
+    job all "cd $REPO
+python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
+python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE
+$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=$BACKENDS'
+$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
+$BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
+}
 case "$step" in
+  all) [ -f /tmp/jobs/all.pid ] || do_all; do_wait ;;
+  restart) do_restart; do_wait ;;
   prep) do_prep ;;
   main) do_main ;;
   auto) [ -f /tmp/jobs/prep.pid ] || do_prep; [ -f /tmp/jobs/main.pid ] || do_main; do_wait ;;
