@@ -198,6 +198,8 @@ def sweep(i, eng):
 
 
 if parallel:
+    import transformers  # noqa: F401 - resolved once here, before the threads (its lazy imports are not thread-safe)
+
     with cf.ThreadPoolExecutor(len(engines)) as pool:
         for f in [pool.submit(sweep, i, e) for i, e in enumerate(engines)]:
             f.result()
