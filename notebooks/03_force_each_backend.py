@@ -27,7 +27,7 @@ engine: str = "transformers"  # transformers, sglang or vllm (a version may be p
 model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5), or a model directory
 profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
 smoke: bool = False  # small workloads for tests and CI
-backends: str = ""  # comma-separated backends to force; empty means the engine list, filtered to what runs here
+backends: str = ""  # comma-separated backends to force, or per engine: sglang: a,b; vllm: X; empty means the engine list, filtered to what runs here
 max_tokens: int = 32  # greedy tokens per probe prompt
 runs: int = 3  # single-stream measurements per backend, after one warm-up
 ready_timeout: int = 300  # seconds a server may take to become ready
@@ -114,6 +114,16 @@ for spec in specs:
 # a flag or value this version does not know is recorded as "rejected", naming the version.
 
 # %%
+def listed_for(text: str, name: str):
+    """The backends the `backends` parameter names for engine `name`: "a,b" for every engine, or per engine
+    "sglang: triton,flashmla; vllm: FLASHMLA"; None when it names none for this engine."""
+    parts = [p.strip() for p in (text or "").split(";") if p.strip()]
+    tagged = {p.split(":", 1)[0].strip().lower(): p.split(":", 1)[1] for p in parts if ":" in p}
+    if tagged:
+        return [b.strip() for b in tagged[name].split(",") if b.strip()] if name in tagged else None
+    return [b.strip() for b in text.split(",") if b.strip()] if parts else None
+
+
 def candidates_for(eng):
     choices = eng.attention_choices()
     how = eng.attention_mechanism() if hasattr(eng, "attention_mechanism") else "flag"
@@ -122,8 +132,9 @@ def candidates_for(eng):
         print(f"{eng.name} {eng.version()}: {len(cli['options'])} options, read from its {cli['method']}; a backend is forced by "
               f"{'the flag ' + eng.attention_flag if how == 'flag' else 'the environment variable VLLM_ATTENTION_BACKEND'}")
     print(f"{eng.name} accepts {eng.attention_flag} =", ", ".join(choices))
-    if backends:
-        return [b.strip() for b in backends.split(",") if b.strip()], []
+    listed = listed_for(backends, eng.name)
+    if listed is not None:  # the run names its candidates: the others are recorded as not run, with that reason
+        return listed, [{"engine": eng.name, "attention": n, "reason": "not in this run's `backends` list"} for n in choices if n not in listed]
     picked, skipped = [], []
     for name in choices:
         ok, why = runnable_here(name, smoke=smoke, host=on_host)
@@ -187,6 +198,8 @@ def sweep(i, eng):
 
 
 if parallel:
+    import transformers  # noqa: F401 - resolved once here, before the threads (its lazy imports are not thread-safe)
+
     with cf.ThreadPoolExecutor(len(engines)) as pool:
         for f in [pool.submit(sweep, i, e) for i, e in enumerate(engines)]:
             f.result()

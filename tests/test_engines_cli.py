@@ -269,3 +269,24 @@ def test_teacher_forced_agreement_tolerates_one_flipped_argmax():
     got = teacher_forced_agreement(ref, one_flip)
     assert got["tf_top1_agreement"] == 0.8 and got["tf_positions"] == 5 and got["tf_logprob_mad"] == pytest.approx(0.06)
     assert teacher_forced_agreement(ref, {"unsupported": "no echo"})["tf_top1_agreement"] is None
+
+
+_TWO_SWEEPS = r'''
+import concurrent.futures as cf, sys
+sys.path.insert(0, sys.argv[3])
+from test_engines_cli import _ScriptEngine
+from servebook.backends import force_each_backend
+from servebook.results import RunStore
+store = RunStore.open(sys.argv[2], "local", "two")
+with cf.ThreadPoolExecutor(2) as pool:  # transformers is not imported yet in this interpreter: both threads race for it
+    futs = [pool.submit(force_each_backend, _ScriptEngine(), sys.argv[1], ["crash"], store, ready_timeout=5, progress=None) for _ in range(2)]
+    print([f.result()[0]["outcome"] for f in futs])
+'''
+
+
+def test_two_sweeps_in_threads_of_a_fresh_interpreter(embedded_model, tmp_path):
+    """Chapter 03 sweeps two engines from threads (one per GPU); on an H200 the second died importing transformers."""
+    out = subprocess.run([sys.executable, "-c", _TWO_SWEEPS, str(embedded_model), str(tmp_path), os.path.dirname(__file__)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "['failed to start', 'failed to start']"

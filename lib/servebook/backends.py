@@ -19,10 +19,10 @@ log is fetched from the host into the run directory. The tokenizer (for comparin
 
 from __future__ import annotations
 
-import os
-
 import json
+import os
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -165,12 +165,10 @@ def force_each_backend(
     (``CUDA_VISIBLE_DEVICES`` to give each engine of a parallel sweep its own GPU). ``eager_only``: the
     backends ("auto" for the default) that also run in "eager" mode; empty: all of them.
     """
-    from transformers import AutoTokenizer
-
     say = progress or (lambda _m: None)
     remote = _remote(host)
     ctx = _Sweep(engine=engine, store=store, say=say, host=host, remote=remote, max_tokens=max_tokens, runs=runs,
-                 ready_timeout=ready_timeout, tokenizer=AutoTokenizer.from_pretrained(str(model_dir)),
+                 ready_timeout=ready_timeout, tokenizer=_load_tokenizer(model_dir),
                  served_from=str(host_model or model_dir), version=engine.version(), extra=list(extra_args), env=dict(env or {}))
     for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
         ctx.reference = prior.get("completions")
@@ -195,6 +193,18 @@ def force_each_backend(
             rows.append(row)
             say(f"{engine.name} {label} ({mode}): {row.get('outcome')}" + (f" ({row.get('error')})" if row.get("error") else ""))
     return rows
+
+
+_IMPORT_LOCK = threading.Lock()
+
+
+def _load_tokenizer(model_dir):
+    """The model's tokenizer. Under a lock: transformers resolves its names lazily, and two sweeps importing it at
+    once from threads (one engine per GPU) failed on an H200 with "cannot import name 'AutoTokenizer'"."""
+    with _IMPORT_LOCK:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(model_dir))
 
 
 class _Sweep:

@@ -35,6 +35,8 @@ FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-nu
 BOOK="python3 -m servebook.cli book --runs /tmp/runs --run-id $RUN_ID --out /tmp/book"
 
 snap() {
+  for m in /tmp/models/*/; do [ -f "$m/config.json" ] && mkdir -p "/tmp/runs/models/$(basename "$m")" && \
+    cp "$m/config.json" "$m/servebook_model.json" "/tmp/runs/models/$(basename "$m")/" 2>/dev/null; done
   tar czf "$OUT/runs.tgz" -C /tmp/runs . 2>/dev/null
   for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
@@ -60,7 +62,7 @@ python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE
 $BOOK --engine sglang --model $DUMMY --only 04 -p timeout_s=120"
 }
 do_main() {
-    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && have fa3.xz || { echo "[device.sh] engines not unpacked yet"; return 1; }
+    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 1; }
     for e in sglang vllm; do (t=$(date +%s); /tmp/py-$e -c "import importlib.metadata as m; import $e; print('$e', m.version('$e'), 'imports in', $(date +%s) - $t, 's')" 2>&1 | tail -2) & done; wait
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
@@ -76,7 +78,28 @@ do_wait() {
       sleep 20
     done
 }
+do_restart() {  # stop main (its whole session: kernel, servers, workers) and go on with $BACKENDS as chapter 03's candidates
+    [ -f /tmp/jobs/main.pid ] && { kill -TERM -- -"$(cat /tmp/jobs/main.pid)" 2>/dev/null; sleep 8; kill -KILL -- -"$(cat /tmp/jobs/main.pid)" 2>/dev/null; }
+    pkill -KILL -f sglang.launch_server; pkill -KILL -f vllm.entrypoints; pkill -KILL -f 'sglang::'; pkill -KILL -f VLLM; sleep 3
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+    job main2 "cd $REPO
+$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=$BACKENDS'
+$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
+$BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
+}
+do_all() {  # a fresh machine after the first went back: resume the carried run, build the models, then 03, 05, 04
+    have book.tar.xz && have common.tar.xz && [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] || { echo "[device.sh] not unpacked yet"; return 1; }
+    [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
+    job all "cd $REPO
+python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
+python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE
+$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=$BACKENDS'
+$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
+$BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
+}
 case "$step" in
+  all) [ -f /tmp/jobs/all.pid ] || do_all; do_wait ;;
+  restart) do_restart; do_wait ;;
   prep) do_prep ;;
   main) do_main ;;
   auto) [ -f /tmp/jobs/prep.pid ] || do_prep; [ -f /tmp/jobs/main.pid ] || do_main; do_wait ;;

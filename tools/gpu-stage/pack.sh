@@ -48,15 +48,9 @@ open(f"{w}/list-common.txt", "w").write("".join(f"{w}/whl-s/{f}\n" if f in ship[
 print({k: len(open(f"{w}/list-{k}.txt").read().split()) for k in ("common", "sglang", "vllm", "book")})
 PY
 
-# 3. sgl-kernel's FA3 library travels as its own archive (SGLang's default attention on Hopper needs it)
-K=$(ls "$W"/whl-s/sglang_kernel-0.4.5-*.whl)
-if unzip -l "$K" | grep -q 'sgl_kernel/flash_ops.abi3.so'; then
-  [ -s "$W/fa3/sgl_kernel/flash_ops.abi3.so" ] || (mkdir -p "$W/fa3" && cd "$W/fa3" && unzip -q -o "$K" sgl_kernel/flash_ops.abi3.so)
-  zip -q -d "$K" 'sgl_kernel/flash_ops.abi3.so'
-  (cd "$W" && rm -rf kr && mkdir kr && cd kr && unzip -q "$K" 'sglang_kernel-0.4.5.dist-info/RECORD' && \
-   grep -v flash_ops.abi3.so sglang_kernel-0.4.5.dist-info/RECORD > R && mv R sglang_kernel-0.4.5.dist-info/RECORD && \
-   zip -q "$K" sglang_kernel-0.4.5.dist-info/RECORD)
-fi
+# 3. sgl-kernel's FA3 library (flash_ops.abi3.so, 1.1 GB raw; SGLang's default attention on Hopper needs it) stays in
+#    the sglang archive: xz packs it better together with the rest of sgl-kernel (194 MB for both, against 103 + 133 MB
+#    when packed apart, measured 2026-11-30).
 
 # 4. install each site (no deps, no bytecode), then trim: __pycache__, vLLM's FA2 library (see README: on SM90 vLLM
 #    uses FA3 and imports FA2 in try/except), deep_gemm builds for CPython 3.13/3.14
@@ -65,17 +59,16 @@ inst() { rm -rf "$W/site-$1"; $PY -m pip install -q --no-deps --no-compile --no-
 for s in book common sglang vllm; do log "install $s"; inst $s; done
 rm -f "$W"/site-vllm/vllm/vllm_flash_attn/_vllm_fa2_C*.so "$W"/site-vllm/vllm/third_party/deep_gemm/_C.cpython-31[34]-*.so
 find "$W"/site-* -name __pycache__ -type d -prune -exec rm -rf {} +
-du -sh "$W"/site-* "$W"/fa3/sgl_kernel/flash_ops.abi3.so
+du -sh "$W"/site-*
 
-# 5. archives, in transfer order: book tools, shared deps, SGLang, SGLang FA3, vLLM (one xz at a time: 2 cores here)
+# 5. archives, in transfer order: book tools, shared deps, SGLang (with its FA3 library), vLLM (one xz at a time: 2 cores here)
 for s in book common sglang; do log "xz $s"; tar -C "$W/site-$s" --sort=name --owner=0 --group=0 -cf - . | $XZ > "$W/ar/$s.tar.xz"; done
-log "xz fa3"; [ -s "$W/ar/fa3.xz" ] || { $XZ -c "$W/fa3/sgl_kernel/flash_ops.abi3.so" > "$W/ar/fa3.xz.tmp" && mv "$W/ar/fa3.xz.tmp" "$W/ar/fa3.xz"; }
 log "xz vllm"; tar -C "$W/site-vllm" --sort=name --owner=0 --group=0 -cf - . | $XZ > "$W/ar/vllm.tar.xz"
 
 # 6. one stream, a manifest (name offset length sha256 kind dest), parts of PART_BYTES, one folder per part
 cd "$W/ar"; off=0; : > MANIFEST; : > stream
 for a in book.tar.xz:tar:/tmp/site-book common.tar.xz:tar:/tmp/site-common sglang.tar.xz:tar:/tmp/site-sglang \
-         fa3.xz:file:/tmp/site-sglang/sgl_kernel/flash_ops.abi3.so vllm.tar.xz:tar:/tmp/site-vllm; do
+         vllm.tar.xz:tar:/tmp/site-vllm; do
   f=${a%%:*}; rest=${a#*:}; n=$(stat -c %s "$f")
   echo "$f $off $n $(sha256sum "$f" | cut -c1-64) ${rest%%:*} ${rest#*:}" >> MANIFEST; cat "$f" >> stream; off=$((off+n))
 done

@@ -22,7 +22,8 @@ while read -r name off len sha kind dest; do
   if [ -f "$mark" ]; then echo "  $name: already unpacked"; continue; fi
   if [ $((off + len)) -gt $avail ]; then echo "  $name: waiting for more parts (needs bytes to $((off+len)))"; continue; fi
   t=$(date +%s.%N)
-  cat "${parts[@]}" | tail -c +$((off + 1)) | head -c "$len" > "$CACHE/cur.xz"
+  # head closes the pipe early on purpose: SIGPIPE upstream is expected, so pipefail is off for this one
+  ( set +o pipefail; cat "${parts[@]}" | tail -c +$((off + 1)) | head -c "$len" ) > "$CACHE/cur.xz"
   got=$(sha256sum "$CACHE/cur.xz" | cut -c1-64)
   [ "$got" = "$sha" ] || { echo "  $name: sha256 mismatch ($got)" >&2; rm -f "$CACHE/cur.xz"; exit 3; }
   if [ "$kind" = tar ]; then mkdir -p "$dest"; xz -d -T0 -c "$CACHE/cur.xz" | tar -C "$dest" -xf -
@@ -39,8 +40,7 @@ wrap() {  # wrap NAME PYTHONPATH
   chmod 755 "/tmp/py-$1"; echo "  /tmp/py-$1: PYTHONPATH=$2 -> $HOSTPY"
 }
 have() { [ -f "$CACHE/.done-$1" ]; }
-if have common.tar.xz && have sglang.tar.xz; then wrap sglang /tmp/site-sglang:/tmp/site-common
-  have fa3.xz || echo "  note: SGLang's FA3 (fa3.xz) not unpacked yet: use --attention-backend triton/flashinfer/flashmla until then"; fi
+if have common.tar.xz && have sglang.tar.xz; then wrap sglang /tmp/site-sglang:/tmp/site-common; fi
 if have common.tar.xz && have vllm.tar.xz; then wrap vllm /tmp/site-vllm:/tmp/site-common; fi
 if have book.tar.xz; then
   echo "book tools: export PYTHONPATH=\$PWD/lib:/tmp/site-book:/tmp/site-common JUPYTER_PATH=/tmp/site-book/share/jupyter"
