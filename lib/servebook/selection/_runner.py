@@ -64,6 +64,11 @@ class _Dummy:
     def __mro_entries__(self, bases):
         return (object,)
 
+    def __or__(self, other):  # a stub used in a type annotation: ``StubClass | OtherClass``
+        return self
+
+    __ror__ = __or__
+
     def __repr__(self):
         return f"<stub {self._name}>"
 
@@ -286,13 +291,22 @@ def _run_transformers(req):
     return out
 
 
+def _prepare_vllm(req):
+    import _vllm_runner  # the sibling file: vLLM's selection, its compiled extensions stubbed only where they fail
+
+    return _vllm_runner.prepare(req)
+
+
 def _run_vllm(req):
-    import torch
-    from vllm.platforms import current_platform
+    import _vllm_runner
 
-    from vllm.attention.selector import get_attn_backend  # noqa: F401  (older)
+    return _vllm_runner.run(req)
 
-    raise NotImplementedError
+
+def _stubbed_extensions():
+    """{module: why}: an engine's compiled extensions that failed to load here and were stubbed (vLLM)."""
+    mod = sys.modules.get("_vllm_runner")
+    return dict(getattr(mod, "STUBBED", {}))
 
 
 def _collect_logs():
@@ -465,7 +479,7 @@ def _one_case(req, case, logs, finder, trace, fired):
         result["helpers"] = _eval_helpers(req["helpers"], req["engine"])
     result["fired"] = list(fired)
     result["logs"] = list(logs)
-    result["stubbed_modules"] = sorted(finder.used)
+    result["stubbed_modules"] = sorted(finder.used | set(_stubbed_extensions()))
     result["kernel_libs_seen"] = _kernel_libs_seen()
     return result
 
@@ -506,10 +520,8 @@ def main():
         result["patched"] = _fake_gpu(req.get("gpu"))
         prepare = globals().get(f"_prepare_{req['engine']}")
         if prepare is None:
-            raise NotImplementedError(f"servebook has no dynamic what-if for {req['engine']} yet (vLLM's CUDA platform "
-                                      "imports its compiled extensions, which need a CUDA build of torch: seen with 0.33.0); "
-                                      "answered by reading its code")
-        prepare(req)
+            raise NotImplementedError(f"servebook has no dynamic what-if for {req['engine']}; answered by reading its code")
+        result["patched"] += prepare(req) or []
         result["import_logs"] = list(logs)
         if req.get("mode") == "import":
             result["ok"] = True
@@ -523,7 +535,7 @@ def main():
         _error(result, exc)
     result.setdefault("fired", list(fired))
     result.setdefault("logs", list(logs))
-    result["stubbed_modules"] = sorted(finder.used)
+    result["stubbed_modules"] = sorted(finder.used | set(_stubbed_extensions()))
     result["kernel_libs_seen"] = _kernel_libs_seen()
     sys.stdout.write("\n" + MARK + json.dumps(result, default=str) + "\n")
     sys.stdout.flush()
