@@ -150,7 +150,10 @@ def prepare(req):
     registry._run_in_subprocess = lambda fn: fn()
     patched.append("vllm.model_executor.models.registry._run_in_subprocess: in-process")
 
-    if not current_platform.is_cuda():
+    import logging
+
+    logging.getLogger("vllm").propagate = True  # its own handler keeps records from the root logger the runner reads
+    if req.get("gpu") is not None and not current_platform.is_cuda():
         raise RuntimeError(f"vLLM's platform detection chose {type(current_platform).__name__}, not CUDA, under the fake GPU")
     import vllm.v1.attention.selector  # noqa: F401  (imported before tracing starts)
     return patched
@@ -172,6 +175,8 @@ def _check(enum, cap, sel):
     except Exception as exc:  # noqa: BLE001 - ValueError: a placeholder with no class; others: it cannot load here
         row["reasons"] = [f"{type(exc).__name__}: {exc}"[:200]]
         row["import_failed_here"] = not isinstance(exc, ValueError)
+        if row["import_failed_here"]:
+            row.update(_read_check(enum, cap))
         return row
     row["class"] = f"{cls.__module__}.{cls.__qualname__}"
     try:
@@ -183,6 +188,28 @@ def _check(enum, cap, sel):
     except Exception as exc:  # noqa: BLE001 - a check that raises is its answer
         row["reasons"] = [f"{type(exc).__name__}: {exc}"[:200]]
     return row
+
+
+def _read_check(enum, cap):
+    """A backend class that cannot load here: its own ``supports_compute_capability``, read from its source and
+    evaluated on the capability when it is one ``return <expression>`` of the capability alone."""
+    import ast
+
+    try:
+        module, _, name = enum.get_path().rpartition(".")
+        path = importlib.util.find_spec(module).origin
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+        fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "supports_compute_capability")
+        body = [n for n in fn.body if not isinstance(n, ast.Expr)]
+        if len(body) != 1 or not isinstance(body[0], ast.Return):
+            return {}
+        arg = fn.args.args[-1].arg
+        answer = eval(compile(ast.Expression(body[0].value), path, "eval"), {"__builtins__": {}}, {arg: cap})
+        return {"supports_capability": bool(answer), "capability_check_at": [os.path.realpath(path), fn.lineno],
+                "capability_check": f"def supports_compute_capability(...): {ast.unparse(body[0])} (read, not imported)"}
+    except Exception:  # noqa: BLE001 - nothing read: no evidence either way
+        return {}
 
 
 _DECODE_PATH = {  # what else decides a decode step, read from the resolved VllmConfig
@@ -247,7 +274,7 @@ def run(req):
     return {"attention_backend": name, "backend_class": f"{backend.__module__}.{backend.__qualname__}",
             "capability": [cap.major, cap.minor], "selector_args": {k: str(v) for k, v in args.items()},
             "priorities": [b.name for b in prio], "candidates": checked,
-            "outside_priorities": [o for o in others if o["valid"]],
+            "outside_priorities": others,
             "moe_runner_backend": _get(config, "kernel_config.moe_backend"),
             "decode_path": {k: _get(config, p) for k, p in _DECODE_PATH.items()}
             | {"VLLM_USE_FLASHINFER_SAMPLER": envs.VLLM_USE_FLASHINFER_SAMPLER},

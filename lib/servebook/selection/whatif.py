@@ -197,6 +197,11 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
                                 "conditions": [str(c) for c in s.conditions]} for s in later],
                    logs=_engine_logs(r.get("logs", []), env.engine))
         return out
+    if r.get("ok") and env.engine == "vllm":
+        out.update(_vllm_answer(reading, r, env.package_dir))
+        out["assumptions"]["stubbed_extensions"] = r.get("resolved", {}).get("stubbed_extensions", {})
+        out["assumptions"]["stub_ops_called"] = r.get("resolved", {}).get("stub_ops_called", [])
+        return out
     if r.get("ok"):
         resolved = r.get("resolved", {})
         site, hits = _decide(reading.sites, r.get("fired", []), resolved)
@@ -223,6 +228,60 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
                             "conditions": [str(c) for c in s.conditions]} for s in cands],
                logs=_engine_logs(r.get("logs", []), env.engine))
     return out
+
+
+def _rel_site(path_line, package_dir: str) -> str | None:
+    if not path_line:
+        return None
+    root = os.path.dirname(os.path.realpath(package_dir))
+    return f"{os.path.relpath(path_line[0], root)}:{path_line[1]}"
+
+
+def _listed_backends(site) -> list[str]:
+    """The ``AttentionBackendEnum.X`` names of a priority list, in order, read from the whole ``return [...]``."""
+    import ast
+
+    tree = ast.parse(Path(site.path).read_text())
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.Return) and n.lineno == site.line), None)
+    return re.findall(r"AttentionBackendEnum\.(\w+)", ast.unparse(node.value)) if node is not None else []
+
+
+def _vllm_answer(reading, r: dict, package_dir: str) -> dict:
+    """vLLM: the priority list its platform returned for this GPU (the traced ``return [...]``), the candidates in
+    order with each one's own validation, and the skipped capability branches with the backends they list."""
+    import types
+
+    resolved = r.get("resolved", {})
+    fired = {(os.path.realpath(p), int(l)) for p, l in r.get("fired", [])}
+    lists = [s for s in reading.sites if s.kind == "priority-list" and s.target == "return of _get_backend_priorities"]
+    site = next((s for s in lists if (os.path.realpath(s.path), s.line) in fired), None)
+    major, minor = (resolved.get("capability") or [None, None])[:2]
+    helpers, alts = [], []
+    for c in (site.conditions if site else []):
+        if "hardware" not in c.kinds:
+            continue
+        try:  # the engine's own condition, on the capability its platform reported
+            answer = bool(eval(c.text, {"__builtins__": {}}, {"device_capability": types.SimpleNamespace(major=major, minor=minor)}))
+            error = None
+        except Exception as exc:  # noqa: BLE001
+            answer, error = None, f"{type(exc).__name__}: {exc}"
+        helpers.append({"condition": str(c), "condition_line": c.line, "negated": c.negated, "helper": c.text, "answer": answer,
+                        "error": error, "defined_at": None, "definition": None})
+        if c.negated:
+            other = [s for s in lists if any(o.line == c.line and not o.negated for o in s.conditions)]
+            names = list(dict.fromkeys(n for s in other for n in _listed_backends(s)))
+            if names:
+                alts.append({"condition": c.text, "condition_line": c.line, "would_write": names, "at": [s.where for s in other]})
+    chosen = next((c for c in resolved.get("candidates", []) if c["backend"] == resolved.get("attention_backend")), None)
+    return {"method": "dynamic", "resolved": resolved, "attention_backend": resolved.get("attention_backend"),
+            "moe_runner_backend": resolved.get("moe_runner_backend"), "decode_path": resolved.get("decode_path", {}),
+            "decided_by": ({"where": site.where, "function": site.function, "value": site.value, "target": site.target,
+                            "validated_at": _rel_site(chosen and chosen.get("capability_check_at"), package_dir)} if site else None),
+            "conditions": [{"text": str(c), "kinds": c.kinds, "line": c.line} for c in (site.conditions if site else [])],
+            "candidates_checked": [{k: c.get(k) for k in ("priority", "backend", "valid", "reasons", "supports_capability")}
+                                   for c in resolved.get("candidates", [])],
+            "fired": [f"{p}:{l}" for p, l in sorted(fired)], "helper_answers": helpers, "alternatives": alts,
+            "logs": _engine_logs(r.get("logs", []), "vllm")}
 
 
 def whatif(engine: str = "transformers", model: str | os.PathLike = "embedded", gpu: str | dict | None = None,
