@@ -155,7 +155,10 @@ def _one(row: dict, verdicts_01: dict) -> dict:
     alts = {a["condition_line"]: a for a in row.get("alternatives") or []}
     # A fallback: a negated hardware condition on the path whose helper answered falsy, with a positive branch the GPU
     # missed (SGLang), or a backend whose own validation accepts this GPU left out of the priority list used (vLLM).
-    causing = [h for h in helpers if h["negated"] and not h.get("error") and not h.get("answer") and h["condition_line"] in alts]
+    # A branch whose guard rightly says "not this hardware" (chapter 01's rules: the answer agrees, e.g. is_hip() False on
+    # NVIDIA, is_hopper...() False on Blackwell) was written for other hardware and is not counted as missed.
+    causing = [h for h in helpers if h["negated"] and not h.get("error") and not h.get("answer") and h["condition_line"] in alts
+               and not (h.get("verdict") == "agrees" and h.get("expected") is False)]
     positive = [h for h in helpers if not h["negated"] and h.get("answer") and not h.get("error")]
     chosen = row.get("attention_backend")
     who = f"{row.get('engine')} {row.get('version')}"
