@@ -181,6 +181,8 @@ def _check(enum, cap, sel):
     row["class"] = f"{cls.__module__}.{cls.__qualname__}"
     try:
         row["supports_capability"] = bool(cls.supports_compute_capability(cap))
+        owner = next(k for k in cls.__mro__ if "supports_compute_capability" in vars(k))
+        row["capability_check_is_default"] = owner.__module__ == "vllm.v1.attention.backend"  # the base class: no claim
         row["capability_check_at"], row["capability_check"] = _where(cls.supports_compute_capability)[:2], \
             _where(cls.supports_compute_capability)[2]
         row["reasons"] = list(cls.validate_configuration(device_capability=cap, **sel._asdict()))
@@ -269,7 +271,16 @@ def run(req):
                                                   else None), use_mla=args["use_mla"], use_sparse=args.get("use_sparse", False))
         prio = _get_backend_priorities(sel.use_mla, cap, args["num_heads"], sel.kv_cache_dtype, sel.use_non_causal)
         checked = [dict(_check(b, cap, sel), priority=i) for i, b in enumerate(prio)]
-        others = [_check(b, cap, sel) for b in AttentionBackendEnum if b not in prio and not b.name.startswith(("ROCM", "CPU"))]
+        # The backends vLLM's CUDA platform lists for any capability (the others are CPU/ROCm/XPU backends)
+        from vllm.platforms.interface import DeviceCapability
+
+        trace = sys.gettrace()
+        sys.settrace(None)  # these calls are servebook's questions, not the engine's path: untraced
+        cuda_listed = {b for c in ((7, 5), (8, 0), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
+                       for m in (True, False) for b in _get_backend_priorities(m, DeviceCapability(*c), args["num_heads"],
+                                                                             sel.kv_cache_dtype, sel.use_non_causal)}
+        others = [_check(b, cap, sel) for b in AttentionBackendEnum if b in cuda_listed and b not in prio]
+        sys.settrace(trace)
     name = next((b.name for b in AttentionBackendEnum if _safe_class(b) is backend), backend.__name__)
     return {"attention_backend": name, "backend_class": f"{backend.__module__}.{backend.__qualname__}",
             "capability": [cap.major, cap.minor], "selector_args": {k: str(v) for k, v in args.items()},

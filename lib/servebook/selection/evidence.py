@@ -41,8 +41,8 @@ def _rel(path_line) -> str | None:
 def support_evidence(row: dict, backend: str) -> dict | None:
     """The engine's own answer to "does ``backend`` support this GPU?", or None where no code answered."""
     c = backend_checks(row).get(str(backend))
-    if c is None or c.get("supports_capability") is None:
-        return None
+    if c is None or c.get("supports_capability") is None or c.get("capability_check_is_default"):
+        return None  # no check, or only the base class's "any capability": no claim about this GPU
     return {"source": f"{row.get('engine')} {row.get('version')} backend class {c.get('class')}",
             "at": _rel(c.get("capability_check_at")), "check": c.get("capability_check"),
             "answer": bool(c["supports_capability"]), "valid_for_this_model": bool(c.get("valid")),

@@ -269,7 +269,13 @@ def _vllm_answer(reading, r: dict, package_dir: str) -> dict:
                         "error": error, "defined_at": None, "definition": None})
         if c.negated:
             other = [s for s in lists if any(o.line == c.line and not o.negated for o in s.conditions)]
-            names = list(dict.fromkeys(n for s in other for n in _listed_backends(s)))
+            # missed: what that list ranks above the chosen backend and the list this GPU got does not have at all
+            # (a backend this GPU's list has, lower down, is an ordering choice, not a fallback)
+            names = []
+            for s in other:
+                listed = _listed_backends(s)
+                head = listed[:listed.index(resolved.get("attention_backend"))] if resolved.get("attention_backend") in listed else listed
+                names += [n for n in head if n not in (resolved.get("priorities") or []) and n not in names]
             if names:
                 alts.append({"condition": c.text, "condition_line": c.line, "would_write": names, "at": [s.where for s in other]})
     chosen = next((c for c in resolved.get("candidates", []) if c["backend"] == resolved.get("attention_backend")), None)
