@@ -244,7 +244,9 @@ def _tracer(sites):
 # -- engines ----------------------------------------------------------------------------------
 _SG_FIELDS = ["attention_backend", "prefill_attention_backend", "decode_attention_backend",
               "moe_runner_backend", "sampling_backend", "quantization", "kv_cache_dtype", "page_size",
-              "dtype", "mm_attention_backend"]
+              "dtype", "mm_attention_backend",
+              # the rest of the decode path: CUDA graphs, all-reduce, torch.compile
+              "disable_cuda_graph", "cuda_graph_max_bs", "disable_custom_all_reduce", "enable_torch_compile"]
 
 
 def _prepare_sglang(req):

@@ -143,6 +143,12 @@ def prepare(req):
     from vllm.platforms import current_platform
 
     patched = nvml.patched
+    if req.get("gpu"):  # vLLM counts devices with torch's CUDA binding (0 on a CPU torch): the profile's count instead
+        import vllm.platforms.cuda as vcuda
+
+        count = int(req["gpu"].get("count", 1))
+        vcuda._cuda_device_count_stateless = lambda cuda_visible_devices=None: count
+        patched.append("vllm.platforms.cuda._cuda_device_count_stateless")
     # vLLM inspects a model class in a fresh interpreter "to avoid initializing CUDA"; there is no CUDA here, and a
     # fresh interpreter would not have the fake GPU: the same inspection runs in this process instead.
     import vllm.model_executor.models.registry as registry

@@ -42,6 +42,11 @@ _ATTN_TARGETS = ("attention_backend", "prefill_attention_backend", "decode_atten
                  "applicable_attn_implementation", "attn_implementation", "selected_backend", "backend_priorities")
 
 
+# SGLang's resolved fields that shape a decode step besides attention (what chapters 03-05 measure)
+_SG_DECODE = ("moe_runner_backend", "sampling_backend", "quantization", "kv_cache_dtype", "page_size", "disable_cuda_graph",
+              "cuda_graph_max_bs", "disable_custom_all_reduce", "enable_torch_compile")
+
+
 class SelectionError(ServebookError):
     """The backend selection could not be read or resolved."""
 
@@ -146,11 +151,13 @@ def assumed_cuda(env: EngineEnv, hw: dict | None, cuda_version: str | None = Non
     return hw
 
 
-def _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version=None):
+def _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version=None, tp_size=1):
     if cuda_version and not re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", str(cuda_version)):
         raise ParameterError("cuda", cuda_version, "a CUDA version X.Y, e.g. 12.8")
     env = resolve_engine(engine, engine_python)
     hw = assumed_cuda(env, gpu_from(gpu, capability), cuda_version)
+    if hw is not None and int(hw.get("count") or 1) < int(tp_size or 1):  # a TP-N launch needs N GPUs to see
+        hw["count"] = int(tp_size)
     # A cached environment has no GPU libraries: assume what a GPU host installs (the engine's pins).
     # A real interpreter (--engine-python) is taken as it is, unless the caller says otherwise.
     libs = dict(DEFAULT_KERNEL_LIBS.get(env.engine, {})) if env.source == "cached" else {}
@@ -205,6 +212,7 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
     if r.get("ok"):
         resolved = r.get("resolved", {})
         site, hits = _decide(reading.sites, r.get("fired", []), resolved)
+        out["decode_path"] = {k: resolved.get(k) for k in _SG_DECODE if k in resolved}
         out.update(method="dynamic", resolved=resolved, attention_backend=resolved.get("attention_backend"),
                    prefill_attention_backend=resolved.get("prefill_attention_backend"),
                    decode_attention_backend=resolved.get("decode_attention_backend"),
@@ -294,7 +302,7 @@ def whatif(engine: str = "transformers", model: str | os.PathLike = "embedded", 
            capability: str | None = None, engine_python: str | None = None, kernel_libs: dict | None = None,
            server_args: dict | None = None, tp_size: int = 1, timeout: int = 300, cuda_version: str | None = None) -> dict:
     """Resolve the attention backend with the engine's own code; see the module docstring."""
-    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version)
+    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version, tp_size)
     cfg, case = _case(model, server_args, tp_size)
     t0 = time.monotonic()
     r = _run(env, request | case, timeout)
@@ -307,7 +315,7 @@ def whatif_many(engine: str, models: list, gpu: str | dict | None = None, capabi
     """``whatif`` for several models on one GPU: the engine is imported once (with that GPU faked) and each
     model resolves in a forked child of that process. Per-model errors (bad card, unknown architecture) are
     passed to ``on_error(model, exc)`` and left out; with no ``on_error`` they raise."""
-    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version)
+    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version, tp_size)
     cases, cfgs, ok_models = [], [], []
     for m in models:
         try:

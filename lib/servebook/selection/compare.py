@@ -1,0 +1,105 @@
+"""Both engines side by side: the decision matrix across engines and versions, and the seed case's two answers.
+
+    side_by_side(rows)            # one row per (gpu, model): {'vllm 0.26.0': 'TRITON_MLA', 'sglang 0.5.9': 'triton', ...}
+    disagreements(rows)           # cells where engines, or versions of one engine, pick differently (with file:line)
+    seed_comparison(sg, vl)       # does the attention choice explain the gap; the other decode-path differences
+
+``rows`` are ``decision_matrix`` rows of any engines. Only dynamically resolved cells are compared; a
+static or failed cell is listed as "not comparable", never guessed. Backends of two engines are
+compared by what the names say (a Triton kernel, FlashInfer, FlashAttention, ...), never as equal code:
+two engines' Triton MLA kernels are different programs, which chapter 03 measures.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["side_by_side", "disagreements", "kernel_family", "seed_comparison", "DECODE_ASPECTS"]
+
+
+def _label(r: dict) -> str:
+    return f"{r.get('engine')} {r.get('version') or '?'}"
+
+
+def kernel_family(backend: str | None) -> str | None:
+    """The kernel library a backend name says it uses (``TRITON_MLA`` and ``triton`` -> 'triton')."""
+    if not backend:
+        return None
+    b = str(backend).lower()
+    for fam, pat in (("trtllm", r"trtllm|tokenspeed"), ("flashinfer", r"flashinfer"), ("flashmla", r"flashmla|flash_mla"),
+                     ("cutlass", r"cutlass"), ("flash-attention", r"^fa\d|flash_attn|flashattn"), ("triton", r"triton"),
+                     ("aiter", r"aiter"), ("torch", r"torch_native|sdpa|flex")):
+        if re.search(pat, b):
+            return fam
+    return b
+
+
+def side_by_side(rows: list[dict]) -> list[dict]:
+    """One row per (gpu, capability, model) with each engine version's cell: backend, or (static)/(error)."""
+    cells: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r.get("gpu"), r.get("capability"), r.get("model"))
+        cell = r.get("attention_backend") if r.get("method") == "dynamic" else f"({r.get('method')})"
+        cells.setdefault(key, {"gpu": key[0], "capability": key[1], "model": key[2], "mla": r.get("mla")})[_label(r)] = cell
+    return sorted(cells.values(), key=lambda c: (str(c["model"]), str(c["capability"])))
+
+
+def disagreements(rows: list[dict]) -> list[dict]:
+    """Per (gpu, model): pairs of engine versions whose resolved backends differ, between engines or versions."""
+    by_cell: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_cell.setdefault((r.get("gpu"), r.get("model")), []).append(r)
+    out = []
+    for (gpu, model), rs in by_cell.items():
+        for i, a in enumerate(rs):
+            for b in rs[i + 1:]:
+                kind = "versions" if a.get("engine") == b.get("engine") else "engines"
+                if a.get("method") != "dynamic" or b.get("method") != "dynamic":
+                    out.append({"gpu": gpu, "model": model, "between": kind, "a": _label(a), "b": _label(b),
+                                "kind": "not comparable", "a_backend": a.get("attention_backend"), "b_backend": b.get("attention_backend")})
+                    continue
+                fa, fb = kernel_family(a.get("attention_backend")), kernel_family(b.get("attention_backend"))
+                if kind == "versions" and a.get("attention_backend") == b.get("attention_backend"):
+                    continue
+                if kind == "engines" and fa == fb:
+                    continue
+                out.append({"gpu": gpu, "capability": a.get("capability"), "model": model, "between": kind,
+                            "a": _label(a), "b": _label(b), "kind": "differs",
+                            "a_backend": a.get("attention_backend"), "b_backend": b.get("attention_backend"),
+                            "a_decided_by": a.get("decided_by"), "b_decided_by": b.get("decided_by")})
+    return out
+
+
+# What else on the decode path each engine's resolved configuration fixes, and the chapter that measures it.
+DECODE_ASPECTS = [
+    ("MoE runner", {"sglang": ("moe_runner_backend",), "vllm": ("moe_backend", "quantization")}, "05 (and a profile of the decode step)"),
+    ("all-reduce", {"sglang": ("disable_custom_all_reduce",), "vllm": ("disable_custom_all_reduce", "all2all_backend")}, "04"),
+    ("CUDA-graph capture", {"sglang": ("disable_cuda_graph", "cuda_graph_max_bs", "enable_torch_compile"),
+                            "vllm": ("cudagraph_mode", "max_cudagraph_capture_size", "compilation_mode")}, "05"),
+    ("sampling", {"sglang": ("sampling_backend",), "vllm": ("VLLM_USE_FLASHINFER_SAMPLER",)}, "05"),
+]
+
+
+def seed_comparison(a: dict, b: dict) -> dict:
+    """Two ``whatif`` answers (two engines, one model, one GPU): can the attention choice explain a gap between them,
+    and which other decode-path settings differ (hypotheses, each with the chapter that measures it)."""
+    fa, fb = kernel_family(a.get("attention_backend")), kernel_family(b.get("attention_backend"))
+    both = all(x.get("method") == "dynamic" for x in (a, b))
+    if not both:
+        verdict = "not comparable: " + "; ".join(f"{_label(x)} was not resolved dynamically ({x.get('reason')})"
+                                                  for x in (a, b) if x.get("method") != "dynamic")
+    elif fa == fb:
+        verdict = (f"both engines' own code picks a {fa} attention backend here ({_label(a)}: `{a['attention_backend']}` at "
+                   f"{(a.get('decided_by') or {}).get('where')}; {_label(b)}: `{b['attention_backend']}` at "
+                   f"{(b.get('decided_by') or {}).get('where')}): the backend *choice* cannot explain a gap between them. "
+                   f"The two {fa} kernels are different programs; chapter 03 times each engine's kernel.")
+    else:
+        verdict = (f"the engines pick different attention backends ({_label(a)}: `{a['attention_backend']}`, {_label(b)}: "
+                   f"`{b['attention_backend']}`): a candidate explanation, which chapter 03 measures by forcing each.")
+    hyps = []
+    for aspect, fields, chapter in DECODE_ASPECTS:
+        va = {f: (a.get("decode_path") or {}).get(f) for f in fields.get(a.get("engine"), ())}
+        vb = {f: (b.get("decode_path") or {}).get(f) for f in fields.get(b.get("engine"), ())}
+        hyps.append({"aspect": aspect, _label(a): va, _label(b): vb, "measure_in": chapter})
+    return {"gpu": a.get("gpu"), "capability": a.get("capability"), "model": a.get("model"), "same_family": both and fa == fb,
+            "families": [fa, fb], "verdict": verdict, "hypotheses": hyps}
