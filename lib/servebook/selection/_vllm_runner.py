@@ -114,6 +114,37 @@ class _ExtensionFallback(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             importlib.machinery.ExtensionFileLoader(module.__name__, module.__spec__.origin).exec_module(module)
 
 
+UNLOADABLE = {}  # backend module -> why it cannot execute here (e.g. allocates on the GPU at import)
+
+
+class _BackendModuleGuard(importlib.abc.MetaPathFinder):
+    """A backend module that needs a real GPU to *import* (cutlass_mla.py allocates a CUDA workspace) fails here with
+    something vLLM does not expect; it is turned into the ImportError vLLM's selection already handles, and recorded.
+    ``run`` then refuses to answer if such a backend ranks above the one chosen (the answer would be a guess)."""
+
+    PREFIX = ("vllm.v1.attention.backends.", "vllm.attention.backends.")
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(self.PREFIX):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec
+        real = spec.loader.exec_module
+
+        def exec_module(module, _real=real, _name=fullname):
+            try:
+                _real(module)
+            except ImportError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                UNLOADABLE[_name] = f"{type(exc).__name__}: {exc}"[:200]
+                raise ImportError(f"{_name} cannot load without a GPU: {exc}") from exc
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def _fake_nvml(nvml, gpu):
     """vLLM asks NVML (its own ``import_pynvml``) for the device: answer with the profile."""
     if not gpu:
@@ -139,7 +170,7 @@ def prepare(req):
         raise RuntimeError("vllm was imported before the GPU was faked")
     _stub_ops()
     nvml = _NvmlFake(req.get("gpu"))
-    sys.meta_path[:0] = [nvml, _ExtensionFallback()]
+    sys.meta_path[:0] = [nvml, _ExtensionFallback(), _BackendModuleGuard()]
     from vllm.platforms import current_platform
 
     patched = nvml.patched
@@ -288,6 +319,11 @@ def run(req):
         others = [_check(b, cap, sel) for b in AttentionBackendEnum if b in cuda_listed and b not in prio]
         sys.settrace(trace)
     name = next((b.name for b in AttentionBackendEnum if _safe_class(b) is backend), backend.__name__)
+    above = [c["backend"] for c in checked if c["backend"] != name and c.get("import_failed_here")
+             and c["priority"] < next((x["priority"] for x in checked if x["backend"] == name), 99)]
+    if above:
+        raise RuntimeError(f"vLLM would try {', '.join(above)} before {name}, but that backend's module cannot load without a "
+                           f"GPU ({'; '.join(f'{k}: {v}' for k, v in UNLOADABLE.items())}); its answer is not known here")
     return {"attention_backend": name, "backend_class": f"{backend.__module__}.{backend.__qualname__}",
             "capability": [cap.major, cap.minor], "selector_args": {k: str(v) for k, v in args.items()},
             "priorities": [b.name for b in prio], "candidates": checked,
@@ -295,7 +331,7 @@ def run(req):
             "moe_runner_backend": _get(config, "kernel_config.moe_backend"),
             "decode_path": {k: _get(config, p) for k, p in _DECODE_PATH.items()}
             | {"VLLM_USE_FLASHINFER_SAMPLER": envs.VLLM_USE_FLASHINFER_SAMPLER},
-            "stubbed_extensions": dict(STUBBED), "stub_ops_called": OPS_CALLED}
+            "stubbed_extensions": dict(STUBBED), "stub_ops_called": OPS_CALLED, "unloadable_here": dict(UNLOADABLE)}
 
 
 def _safe_class(b):

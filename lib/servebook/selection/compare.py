@@ -18,7 +18,7 @@ __all__ = ["side_by_side", "disagreements", "kernel_family", "seed_comparison", 
 
 
 def _label(r: dict) -> str:
-    return f"{r.get('engine')} {r.get('version') or '?'}"
+    return f"{str(r.get('engine')).split('==')[0]} {r.get('version') or '?'}"
 
 
 def kernel_family(backend: str | None) -> str | None:
@@ -53,7 +53,8 @@ def disagreements(rows: list[dict]) -> list[dict]:
     for (gpu, model), rs in by_cell.items():
         for i, a in enumerate(rs):
             for b in rs[i + 1:]:
-                kind = "versions" if a.get("engine") == b.get("engine") else "engines"
+                same = str(a.get("engine")).split("==")[0] == str(b.get("engine")).split("==")[0]
+                kind = "versions" if same else "engines"
                 if a.get("method") != "dynamic" or b.get("method") != "dynamic":
                     out.append({"gpu": gpu, "model": model, "between": kind, "a": _label(a), "b": _label(b),
                                 "kind": "not comparable", "a_backend": a.get("attention_backend"), "b_backend": b.get("attention_backend")})
