@@ -331,6 +331,9 @@ def _collect_logs():
 
 def _error(result, exc):
     result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:600] if str(exc) else type(exc).__name__
+    why = [l.strip() for l in str(exc).splitlines() if l.strip().startswith("Value error,")]  # pydantic: the reason
+    if why:
+        result["error"] += ": " + why[0][len("Value error,"):].strip()[:300]
     result["traceback"] = traceback.format_exc()[-4000:]
     if isinstance(exc, ModuleNotFoundError):
         result["missing_module"] = exc.name

@@ -192,7 +192,10 @@ def prepare(req):
     logging.getLogger("vllm").propagate = True  # its own handler keeps records from the root logger the runner reads
     if req.get("gpu") is not None and not current_platform.is_cuda():
         raise RuntimeError(f"vLLM's platform detection chose {type(current_platform).__name__}, not CUDA, under the fake GPU")
-    import vllm.v1.attention.selector  # noqa: F401  (imported before tracing starts)
+    try:  # (imported before tracing starts) 0.1x: v1/attention/selector.py; 0.10: attention/selector.py
+        import vllm.v1.attention.selector  # noqa: F401
+    except ModuleNotFoundError:
+        import vllm.attention.selector  # noqa: F401
     return patched
 
 
@@ -268,20 +271,20 @@ def _get(obj, path):
 
 
 def run(req):
+    try:
+        import vllm.v1.attention.selector  # noqa: F401
+    except ModuleNotFoundError:
+        return _run_010(req)
     import torch
 
     import vllm.envs as envs
     from vllm.config import set_current_vllm_config
-    from vllm.engine.arg_utils import EngineArgs
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.selector import AttentionSelectorConfig, _cached_get_attn_backend, get_attn_backend
 
-    kw = dict(model=req["model_dir"], skip_tokenizer_init=True, tensor_parallel_size=int(req.get("tp_size") or 1),
-              load_format="dummy")
-    kw.update(req.get("server_args") or {})
     PHASE[0] = "config"
-    config = EngineArgs(**kw).create_engine_config()
+    config = _config(req)
     PHASE[0] = "selection"
     mc, pc = config.model_config, config.parallel_config
     hf = mc.hf_text_config
@@ -331,6 +334,40 @@ def run(req):
             "moe_runner_backend": _get(config, "kernel_config.moe_backend"),
             "decode_path": {k: _get(config, p) for k, p in _DECODE_PATH.items()}
             | {"VLLM_USE_FLASHINFER_SAMPLER": envs.VLLM_USE_FLASHINFER_SAMPLER},
+            "stubbed_extensions": dict(STUBBED), "stub_ops_called": OPS_CALLED, "unloadable_here": dict(UNLOADABLE)}
+
+
+def _config(req):
+    from vllm.engine.arg_utils import EngineArgs
+
+    kw = dict(model=req["model_dir"], skip_tokenizer_init=True, tensor_parallel_size=int(req.get("tp_size") or 1),
+              load_format="dummy")
+    kw.update(req.get("server_args") or {})
+    return EngineArgs(**kw).create_engine_config()
+
+
+def _run_010(req):
+    """vLLM 0.10: ``vllm.attention.selector.get_attn_backend`` -> ``CudaPlatform.get_attn_backend_cls``, an if/elif chain
+    that returns the class path (no priority list; the traced ``return`` is the deciding line)."""
+    import torch
+
+    import vllm.envs as envs
+    from vllm.attention.selector import _cached_get_attn_backend, get_attn_backend
+    from vllm.config import set_current_vllm_config
+
+    PHASE[0] = "config"
+    config = _config(req)
+    PHASE[0] = "selection"
+    mc = config.model_config
+    args = dict(head_size=mc.get_head_size(), dtype=mc.dtype, kv_cache_dtype=config.cache_config.cache_dtype,
+                block_size=config.cache_config.block_size, use_mla=bool(mc.use_mla))
+    _cached_get_attn_backend.cache_clear()
+    with set_current_vllm_config(config):
+        backend = get_attn_backend(**args)
+    return {"attention_backend": backend.get_name(), "backend_class": f"{backend.__module__}.{backend.__qualname__}",
+            "selector_args": {k: str(v) for k, v in args.items()},
+            "decode_path": {k: _get(config, p) for k, p in _DECODE_PATH.items()}
+            | {"VLLM_USE_FLASHINFER_SAMPLER": getattr(envs, "VLLM_USE_FLASHINFER_SAMPLER", None)},
             "stubbed_extensions": dict(STUBBED), "stub_ops_called": OPS_CALLED, "unloadable_here": dict(UNLOADABLE)}
 
 

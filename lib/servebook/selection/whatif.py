@@ -204,7 +204,7 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
                                 "conditions": [str(c) for c in s.conditions]} for s in later],
                    logs=_engine_logs(r.get("logs", []), env.engine))
         return out
-    if r.get("ok") and env.engine == "vllm":
+    if r.get("ok") and env.engine == "vllm" and "priorities" in r.get("resolved", {}):
         out.update(_vllm_answer(reading, r, env.package_dir))
         out["assumptions"]["stubbed_extensions"] = r.get("resolved", {}).get("stubbed_extensions", {})
         out["assumptions"]["stub_ops_called"] = r.get("resolved", {}).get("stub_ops_called", [])
@@ -212,7 +212,7 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
     if r.get("ok"):
         resolved = r.get("resolved", {})
         site, hits = _decide(reading.sites, r.get("fired", []), resolved)
-        out["decode_path"] = {k: resolved.get(k) for k in _SG_DECODE if k in resolved}
+        out["decode_path"] = resolved.get("decode_path") or {k: resolved.get(k) for k in _SG_DECODE if k in resolved}
         out.update(method="dynamic", resolved=resolved, attention_backend=resolved.get("attention_backend"),
                    prefill_attention_backend=resolved.get("prefill_attention_backend"),
                    decode_attention_backend=resolved.get("decode_attention_backend"),
