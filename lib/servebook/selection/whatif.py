@@ -13,10 +13,16 @@
     matrix_diff(matrix_a, matrix_b)
 
 The engine's resolution runs in a subprocess under the engine's own interpreter (see
-``_runner.py``): the GPU is faked from the hardware profile, the model is a directory holding
-only its config.json, and the lines reached are traced against the sites that the static
-reading found. If the engine cannot be imported there, the answer falls back to the static
-reading, says why, and is marked ``method="static"``.
+``_runner.py``; vLLM's part is ``_vllm_runner.py``): the GPU is faked from the hardware profile, the
+model is a directory holding only its config.json, and the lines reached are traced against the sites
+that the static reading found. If the engine cannot be imported there, the answer falls back to the
+static reading, says why, and is marked ``method="static"``.
+
+    v = whatif("vllm==0.26.0", "kimi-k2.5", gpu="rtx-pro-6000")
+    v["attention_backend"], v["decided_by"]["where"]   # 'TRITON_MLA', 'vllm/platforms/cuda.py:131' (the list returned)
+    v["candidates_checked"]                              # that list in order, each backend's own validation verdict
+    v["decode_path"]                                     # CUDA graphs, custom all-reduce, MoE backend, sampler
+    v["assumptions"]["stubbed_extensions"]               # vLLM's compiled modules that could not load here, and why
 """
 
 from __future__ import annotations
