@@ -88,3 +88,24 @@ def test_hypothesis_without_evidence_and_root_cause_with_it():
                                        "capability_check_at": ["/x/site-packages/sglang/k.py", 3], "capability_check": "return True"}]}
     c = cause_of(row)
     assert c["decision"] == "fallback" and "sglang/k.py:3" in c["cause"]
+
+
+def test_side_by_side_and_disagreements_between_engines_and_versions():
+    from servebook.selection.compare import disagreements, kernel_family, seed_comparison, side_by_side
+
+    rows = [{"engine": "sglang==0.5.9", "version": "0.5.9", "gpu": "rtx-pro-6000", "capability": "12.0", "model": "kimi-k2.5",
+             "method": "dynamic", "attention_backend": "triton", "decided_by": "sglang/srt/server_args.py:1833"},
+            {"engine": "vllm==0.26.0", "version": "0.26.0", "gpu": "rtx-pro-6000", "capability": "12.0", "model": "kimi-k2.5",
+             "method": "dynamic", "attention_backend": "TRITON_MLA", "decided_by": "vllm/platforms/cuda.py:131"},
+            {"engine": "vllm==0.10.2", "version": "0.10.2", "gpu": "rtx-pro-6000", "capability": "12.0", "model": "kimi-k2.5",
+             "method": "error", "attention_backend": None}]
+    assert kernel_family("TRITON_MLA") == kernel_family("triton") == "triton"
+    assert side_by_side(rows)[0]["vllm 0.26.0"] == "TRITON_MLA" and side_by_side(rows)[0]["vllm 0.10.2"] == "(error)"
+    d = disagreements(rows)
+    assert [x["kind"] for x in d] == ["not comparable", "not comparable"]  # same kernel family: no engine disagreement
+    assert {x["between"] for x in d} == {"engines", "versions"}
+    rows[1]["attention_backend"] = "FLASHINFER_MLA"
+    assert any(x["kind"] == "differs" and x["between"] == "engines" for x in disagreements(rows))
+    s = seed_comparison(rows[0] | {"decode_path": {"sampling_backend": "flashinfer"}}, rows[1] | {"attention_backend": "TRITON_MLA"})
+    assert s["same_family"] and "cannot explain" in s["verdict"]
+    assert [h["aspect"] for h in s["hypotheses"]] == ["MoE runner", "all-reduce", "CUDA-graph capture", "sampling"]
