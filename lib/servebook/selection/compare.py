@@ -21,6 +21,11 @@ def _label(r: dict) -> str:
     return f"{str(r.get('engine')).split('==')[0]} {r.get('version') or '?'}"
 
 
+def _where(r: dict):
+    d = r.get("decided_by")
+    return d.get("where") if isinstance(d, dict) else d  # a whatif answer holds a dict, a matrix row the file:line
+
+
 def kernel_family(backend: str | None) -> str | None:
     """The kernel library a backend name says it uses (``TRITON_MLA`` and ``triton`` -> 'triton')."""
     if not backend:
@@ -91,8 +96,8 @@ def seed_comparison(a: dict, b: dict) -> dict:
                                                   for x in (a, b) if x.get("method") != "dynamic")
     elif fa == fb:
         verdict = (f"both engines' own code picks a {fa} attention backend here ({_label(a)}: `{a['attention_backend']}` at "
-                   f"{(a.get('decided_by') or {}).get('where')}; {_label(b)}: `{b['attention_backend']}` at "
-                   f"{(b.get('decided_by') or {}).get('where')}): the backend *choice* cannot explain a gap between them. "
+                   f"{_where(a)}; {_label(b)}: `{b['attention_backend']}` at "
+                   f"{_where(b)}): the backend *choice* cannot explain a gap between them. "
                    f"The two {fa} kernels are different programs; chapter 03 times each engine's kernel.")
     else:
         verdict = (f"the engines pick different attention backends ({_label(a)}: `{a['attention_backend']}`, {_label(b)}: "
