@@ -18,7 +18,14 @@ __all__ = ["side_by_side", "disagreements", "kernel_family", "seed_comparison", 
 
 
 def _label(r: dict) -> str:
-    return f"{str(r.get('engine')).split('==')[0]} {r.get('version') or '?'}"
+    name, _, pinned = str(r.get("engine")).partition("==")
+    return f"{name} {r.get('version') or pinned or '?'}"
+
+
+def _name(backend) -> str | None:
+    """vLLM 0.10 suffixes its V1 backends' names (``TRITON_MLA_VLLM_V1``); later versions dropped the suffix: a rename,
+    not a different choice."""
+    return re.sub(r"_VLLM_V1$", "", str(backend)) if backend else backend
 
 
 def _where(r: dict):
@@ -43,37 +50,42 @@ def side_by_side(rows: list[dict]) -> list[dict]:
     """One row per (gpu, capability, model) with each engine version's cell: backend, or (static)/(error)."""
     cells: dict[tuple, dict] = {}
     for r in rows:
-        key = (r.get("gpu"), r.get("capability"), r.get("model"))
+        key = (r.get("gpu"), r.get("model"))
         cell = r.get("attention_backend") if r.get("method") == "dynamic" else f"({r.get('method')})"
-        cells.setdefault(key, {"gpu": key[0], "capability": key[1], "model": key[2], "mla": r.get("mla")})[_label(r)] = cell
+        row = cells.setdefault(key, {"gpu": key[0], "capability": None, "model": key[1], "mla": None})
+        row["capability"] = row["capability"] or r.get("capability")
+        row["mla"] = row["mla"] if row["mla"] is not None else r.get("mla")
+        row[_label(r)] = cell
     return sorted(cells.values(), key=lambda c: (str(c["model"]), str(c["capability"])))
 
 
 def disagreements(rows: list[dict]) -> list[dict]:
-    """Per (gpu, model): pairs of engine versions whose resolved backends differ, between engines or versions."""
+    """Per (gpu, model): engine versions whose resolved backends differ, between engines (different kernel families)
+    or between versions of one engine (a different backend, renames aside). Versions that agree are grouped."""
     by_cell: dict[tuple, list[dict]] = {}
     for r in rows:
         by_cell.setdefault((r.get("gpu"), r.get("model")), []).append(r)
-    out = []
+    out: dict[tuple, dict] = {}
     for (gpu, model), rs in by_cell.items():
         for i, a in enumerate(rs):
             for b in rs[i + 1:]:
                 same = str(a.get("engine")).split("==")[0] == str(b.get("engine")).split("==")[0]
                 kind = "versions" if same else "engines"
                 if a.get("method") != "dynamic" or b.get("method") != "dynamic":
-                    out.append({"gpu": gpu, "model": model, "between": kind, "a": _label(a), "b": _label(b),
-                                "kind": "not comparable", "a_backend": a.get("attention_backend"), "b_backend": b.get("attention_backend")})
+                    key = (gpu, model, kind, "not comparable", _label(a), _label(b))
+                    out[key] = {"gpu": gpu, "model": model, "between": kind, "kind": "not comparable", "a": [_label(a)],
+                                "b": [_label(b)], "a_backend": a.get("attention_backend"), "b_backend": b.get("attention_backend")}
                     continue
-                fa, fb = kernel_family(a.get("attention_backend")), kernel_family(b.get("attention_backend"))
-                if kind == "versions" and a.get("attention_backend") == b.get("attention_backend"):
+                if (kind == "versions" and _name(a.get("attention_backend")) == _name(b.get("attention_backend"))) or \
+                        (kind == "engines" and kernel_family(a.get("attention_backend")) == kernel_family(b.get("attention_backend"))):
                     continue
-                if kind == "engines" and fa == fb:
-                    continue
-                out.append({"gpu": gpu, "capability": a.get("capability"), "model": model, "between": kind,
-                            "a": _label(a), "b": _label(b), "kind": "differs",
-                            "a_backend": a.get("attention_backend"), "b_backend": b.get("attention_backend"),
-                            "a_decided_by": a.get("decided_by"), "b_decided_by": b.get("decided_by")})
-    return out
+                key = (gpu, model, kind, "differs", _name(a.get("attention_backend")), _name(b.get("attention_backend")))
+                d = out.setdefault(key, {"gpu": gpu, "capability": a.get("capability"), "model": model, "between": kind,
+                                         "kind": "differs", "a": [], "b": [], "a_backend": a.get("attention_backend"),
+                                         "b_backend": b.get("attention_backend"), "a_decided_by": _where(a), "b_decided_by": _where(b)})
+                d["a"] += [_label(a)] if _label(a) not in d["a"] else []
+                d["b"] += [_label(b)] if _label(b) not in d["b"] else []
+    return [d | {"a": ", ".join(d["a"]), "b": ", ".join(d["b"])} for d in out.values()]
 
 
 # What else on the decode path each engine's resolved configuration fixes, and the chapter that measures it.
