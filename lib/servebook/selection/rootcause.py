@@ -157,10 +157,11 @@ def _one(row: dict, verdicts_01: dict) -> dict:
     # missed (SGLang), or a backend whose own validation accepts this GPU left out of the priority list used (vLLM).
     # A branch whose guard rightly says "not this hardware" (chapter 01's rules: the answer agrees, e.g. is_hip() False on
     # NVIDIA, is_hopper...() False on Blackwell) was written for other hardware and is not counted as missed.
-    causing = [h for h in helpers if h["negated"] and not h.get("error") and not h.get("answer") and h["condition_line"] in alts
-               and not (h.get("verdict") == "agrees" and h.get("expected") is False)]
-    positive = [h for h in helpers if not h["negated"] and h.get("answer") and not h.get("error")]
     chosen = row.get("attention_backend")
+    causing = [h for h in helpers if h["negated"] and not h.get("error") and not h.get("answer") and h["condition_line"] in alts
+               and not (h.get("verdict") == "agrees" and h.get("expected") is False)
+               and [w for w in alts[h["condition_line"]]["would_write"] if w != chosen]]
+    positive = [h for h in helpers if not h["negated"] and h.get("answer") and not h.get("error")]
     who = f"{row.get('engine')} {row.get('version')}"
     where = f"{row.get('model')} on {row.get('gpu')} (capability {row.get('capability') or 'this host'})"
     base = {"engine": row.get("engine"), "version": row.get("version"), "gpu": row.get("gpu"), "capability": row.get("capability"),
@@ -174,7 +175,7 @@ def _one(row: dict, verdicts_01: dict) -> dict:
     missed, parts = [], []
     for h in causing:
         a = alts[h["condition_line"]]
-        missed.append({"helper": h["helper"], "would_write": a["would_write"], "at": a["at"]})
+        missed.append({"helper": h["helper"], "would_write": [w for w in a["would_write"] if w != chosen], "at": a["at"]})
         parts.append(f"`{h['helper']}` answered {_plain(h['answer'])} for capability {row.get('capability')}"
                      + (f" (defined at {h['defined_at']})" if h.get("defined_at") else "")
                      + f", so the branch at line {h['condition_line']} that would write "
