@@ -33,7 +33,8 @@ seed_model: str = "kimi-k2.5"  # model card of the seed case
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
 compare_engine: str = "sglang"  # engine whose versions are compared
 compare_versions: str = "0.5.9,0.5.23"  # two versions of it whose decision matrices are compared, comma-separated
-matrix_profiles: str = "h200,b200,rtx-pro-6000"  # hardware profiles for the matrix, comma-separated
+vllm_versions: str = "0.26.0,0.33.0,0.10.2"  # vLLM versions beside it (the first is the seed's other engine), comma-separated
+matrix_profiles: str = "a100,h200,b200,rtx-pro-6000"  # hardware profiles for the matrix (capability 8.0, 9.0, 10.0, 12.0), comma-separated
 matrix_models: str = "kimi-k2.5,deepseek-v3,llama-3.1-8b,qwen3-30b-a3b,gpt-oss-120b"  # model cards for the matrix, comma-separated
 prepare_envs: bool = False  # build missing engine environments (servebook engines add; minutes; needs the package index)
 
@@ -112,7 +113,8 @@ def record(ans, case):
                                                        "method", "attention_backend", "prefill_attention_backend",
                                                        "decode_attention_backend", "moe_runner_backend", "decided_by",
                                                        "conditions", "logs", "assumptions", "reason", "helper_answers",
-                                                       "alternatives")} | {"case": case})
+                                                       "alternatives", "resolved", "decode_path", "candidates_checked")}
+                 | {"case": case})
 
 
 answer = None
@@ -137,6 +139,41 @@ else:
     print(f"seed case skipped: no cached environment for {seed_spec} (servebook engines add {seed_spec})")
 
 # %% [markdown]
+# ### The seed case in the other engine
+# The original case compared two engines on the same GPU. vLLM's own selection runs the same way: its CUDA platform's
+# priority list for this capability (`_get_backend_priorities` in `vllm/platforms/cuda.py`) and each candidate backend's
+# own `validate_configuration` / `supports_compute_capability`, with only vLLM's compiled extensions stubbed (they need
+# libcuda; the answer lists them). Same model, same GPU, tensor parallel 8 as in the case.
+
+# %%
+from servebook.selection.compare import seed_comparison
+from servebook.selection.rootcause import cause_of
+
+vllm_specs = [f"vllm=={v.strip()}" for v in vllm_versions.split(",") if v.strip()]
+seed_other, seed_pair = None, None
+for spec in vllm_specs[:1] if smoke else vllm_specs:
+    if spec not in prepared:
+        print(f"{spec}: no environment cached; skipped (servebook engines add {spec})")
+        continue
+    try:
+        ans = whatif(spec, seed_model, gpu=seed_profile, tp_size=8)
+        record(ans, "seed")
+        show(ans)
+        print("  root cause:", cause_of(ans)["cause"])
+        seed_other = seed_other or ans
+    except servebook.ServebookError as exc:
+        store.record_failure("whatif_seed", exc, engine=spec, model=seed_model, gpu=seed_profile)
+        print(f"{spec} seed what-if failed:", exc)
+if seed and seed_other:
+    seed_sg = whatif(seed_spec, seed_model, gpu=seed_profile, tp_size=8)  # the same launch shape for both engines
+    seed_pair = seed_comparison(seed_sg, seed_other)
+    store.append("seed_comparison", seed_pair)
+    print("\n" + seed_pair["verdict"])
+    for h in seed_pair["hypotheses"]:
+        sides = "; ".join(f"{k}: {v}" for k, v in h.items() if k not in ("aspect", "measure_in"))
+        print(f"  {h['aspect']:<20} {sides}  -> measure in chapter {h['measure_in']}")
+
+# %% [markdown]
 # That is the engine's own answer, with the line of code that produced it and the conditions that led there.
 # For transformers nothing GPU-specific decides: with no `attn_implementation` requested,
 # `get_correct_attn_implementation` takes `sdpa` when the model class supports it, else `eager`.
@@ -148,6 +185,7 @@ else:
 
 # %%
 versions = [f"{compare_engine}=={v.strip()}" for v in compare_versions.split(",") if v.strip()]
+versions += [v for v in (vllm_specs[:1] if smoke else vllm_specs) if v not in versions]  # both engines in one matrix
 usable = []
 for spec in versions:
     if spec in prepared:
@@ -224,6 +262,28 @@ else:
 # Same colour, same backend, in both panels; compare rows (models) across columns (GPUs).
 
 # %% [markdown]
+# ### Both engines side by side, and where they disagree
+# One row per model and GPU, one column per engine version. A disagreement between engines counts only where the
+# backends' names point at different kernel libraries (SGLang's `triton` and vLLM's `TRITON_MLA` are both Triton
+# kernels, though different programs); between versions of one engine, any change of name counts.
+
+# %%
+from servebook.selection.compare import disagreements, side_by_side
+
+all_rows = [r for rows in matrices.values() for r in rows]
+if all_rows:
+    print(pd.DataFrame(side_by_side(all_rows)).to_string(index=False))
+dis = disagreements(all_rows)
+for d in dis:
+    store.append("selection_disagreements", d)
+for d in dis:
+    if d["kind"] == "differs":
+        print(f"{d['model']} on {d['gpu']} ({d['between']}): {d['a']} `{d['a_backend']}` ({d['a_decided_by']}) vs "
+              f"{d['b']} `{d['b_backend']}` ({d['b_decided_by']})")
+print(f"{sum(d['kind'] == 'differs' for d in dis)} disagreements, {sum(d['kind'] != 'differs' for d in dis)} pairs not comparable "
+      "(a side resolved only statically or failed)")
+
+# %% [markdown]
 # ## 4. What changed between the versions?
 
 # %%
@@ -255,6 +315,12 @@ if seed and seed.get("method") == "dynamic":
                  f"because " + "; ".join(c["text"] for c in seed.get("conditions", [])[-3:]) + ".")
 elif seed:
     found.append(f"- Seed case: static reading only ({seed.get('reason')}).")
+if seed_pair:
+    found.append(f"- Seed case, both engines (tensor parallel 8): {seed_pair['verdict']} Other decode-path settings each engine's "
+                 "code fixes, to measure: " + "; ".join(f"{h['aspect']} (chapter {h['measure_in']})" for h in seed_pair["hypotheses"]) + ".")
+n_dis = sum(d["kind"] == "differs" for d in dis)
+if all_rows:
+    found.append(f"- {n_dis} engine/version disagreements in the matrix (table `selection_disagreements`).")
 for spec, rows in matrices.items():
     for r in rows:
         if r.get("mla") and r.get("method") == "dynamic":

@@ -62,8 +62,10 @@ pd.DataFrame([
 # Why the engine chose what it chose, from chapter 02's what-if answers: the rule that wrote the choice
 # (file:line in the engine's code), the engine's own answers to the hardware helpers on the path to it,
 # and the backend the other side of a skipped branch would have written. A fallback counts as a root
-# cause when a helper's answer keeps this GPU out of a path its family should take (judged by chapter
-# 01's rules). Stored as the table `root_causes`; the launch to try first forces the missed backend.
+# cause only where the engine's or kernel library's own code says the missed backend supports this GPU
+# (vLLM: the backend class's `supports_compute_capability`); otherwise it is a *hypothesis*, and the record
+# says which measurement on the real host settles it. Chapter 01's verdict on each helper answer is shown
+# as context, not as evidence. Stored as the table `root_causes`; the launch to try first forces the missed backend.
 
 # %%
 from servebook.selection.rootcause import record_root_causes
@@ -76,6 +78,11 @@ for c in causes:
     print()
 if not causes:
     print("no what-if answer recorded in this run (chapter 02), so no root cause to state")
+for pair in (store.rows("seed_comparison") if "seed_comparison" in store.tables() else [])[-1:]:
+    print("Both engines on this GPU:", pair["verdict"])
+    for h in pair["hypotheses"]:
+        sides = "; ".join(f"{k}: {v}" for k, v in h.items() if k not in ("aspect", "measure_in"))
+        print(f"  hypothesis to measure in chapter {h['measure_in']}: {h['aspect']} differs? {sides}")
 
 # %%
 launch_first = []
@@ -84,10 +91,11 @@ if params.get("profile") and causes:
 
     facts = plan.host_facts(store, params.get("engine"), params.get("model"), params.get("profile"))
     for c in causes:
-        if c["decision"] == "fallback" and c["engine"] == facts["engine"].split("==")[0] and c["gpu"] == facts["profile"]:
+        if c["decision"] in ("fallback", "hypothesis") and c["engine"] == facts["engine"].split("==")[0] and c["gpu"] == facts["profile"]:
             for m in c["missed"]:
                 for backend in m["would_write"]:
-                    launch_first.append({"why": f"{c['engine']} {c['version']}: {m['helper']} kept `{backend}` ({', '.join(m['at'])}) from this GPU",
+                    launch_first.append({"why": f"{c['engine']} {c['version']} ({c['decision']}): {m['helper']} kept `{backend}` "
+                                                f"({', '.join(m['at'])}) from this GPU",
                                          "launch": plan.recommended_launch(facts, backend)})
     for row in launch_first:
         if not store.done("recommended_launch", launch=row["launch"]):

@@ -53,20 +53,26 @@ def _row(helper_answer, verdict_line=1823, capability="12.0"):
                               "at": ["sglang/srt/server_args.py:1824"]}]}
 
 
-def test_root_cause_needs_a_judged_helper_answer_and_a_missed_branch(tmp_path):
+def test_root_cause_needs_the_backends_own_support_check(tmp_path):
     store = RunStore.at(tmp_path / "a")
     store.append("selection", _row(False))
     (c,) = root_causes(store)
-    assert c["decision"] == "fallback" and c["missed"][0]["would_write"] == ["flashinfer"]
-    assert c["helper_answers"][0]["verdict"] == "gap" and "is_sm100_supported()" in c["cause"]
-    # On a B200 the same False answer would contradict the hardware (a mismatch): still a cause.
+    # a skipped branch, but no code says flashinfer supports 12.0 (flashinfer is stubbed here): a hypothesis, with the measurement
+    assert c["decision"] == "hypothesis" and c["missed"][0]["would_write"] == ["flashinfer"]
+    assert c["helper_answers"][0]["verdict"] == "gap" and "is_sm100_supported()" in c["cause"]  # chapter 01's verdict: context only
+    assert "force `--attention-backend flashinfer`" in c["settle_by"][0]
+    # the backend's own capability check answering True for 12.0 makes it a root cause
+    row = _row(False) | {"resolved": {"candidates": [{"backend": "flashinfer", "class": "K", "valid": True, "supports_capability": True,
+                                                      "capability_check_at": ["/v/site-packages/sglang/k.py", 7],
+                                                      "capability_check": "return major >= 8"}]}}
     store = RunStore.at(tmp_path / "b")
-    store.append("selection", _row(False, capability="10.0"))
-    assert root_causes(store)[0]["helper_answers"][0]["verdict"] == "mismatch"
-    # On an H200 a False answer is right (not Blackwell): the fallback is not blamed on the helper.
+    store.append("selection", row)
+    assert root_causes(store)[0]["decision"] == "fallback"
+    # ... and answering False makes the choice the hardware's, not a fallback
+    row["resolved"]["candidates"][0]["supports_capability"] = False
     store = RunStore.at(tmp_path / "c")
-    store.append("selection", _row(False, capability="9.0"))
-    assert root_causes(store)[0]["decision"] == "rule"
+    store.append("selection", row)
+    assert root_causes(store)[0]["decision"] == "hardware-selected"
     # A helper whose skipped branch is not on record is not called a cause.
     store = RunStore.at(tmp_path / "d")
     store.append("selection", _row(False, verdict_line=1))
@@ -113,7 +119,8 @@ def _cause(book, gpu):
 def test_rtx_pro_6000_root_cause_is_found_without_a_gpu(rtx_book):
     assert [c["status"] for c in rtx_book.chapters] == ["ok"] * 6, rtx_book.chapters
     store, c = _cause(rtx_book, "rtx-pro-6000")
-    assert c["decision"] == "fallback" and c["chosen"] == "triton"
+    # SGLang's code skips flashinfer on 12.0, but nothing here says flashinfer supports 12.0: a hypothesis for chapter 03
+    assert c["decision"] == "hypothesis" and c["chosen"] == "triton" and c["settle_by"]
     assert (c["rule_file"], c["rule_line"]) == ("sglang/srt/server_args.py", 1833)
     sm100 = next(h for h in c["helper_answers"] if h["helper"] == "is_sm100_supported()")
     assert sm100["answer"] is False and sm100["verdict"] == "gap" and sm100["defined_at"].startswith("sglang/srt/utils/common.py:")

@@ -128,7 +128,7 @@ def plan_backends(store, facts: dict) -> list[dict]:
 
     missed = {}
     for c in root_causes(store):
-        if c["decision"] == "fallback" and c["gpu"] == facts["profile"] and c["engine"] == eng.name:
+        if c["decision"] in ("fallback", "hypothesis") and c["gpu"] == facts["profile"] and c["engine"] == eng.name:
             for m in c["missed"]:
                 for b in m["would_write"]:
                     missed.setdefault(b, f"{m['helper']} kept it from this GPU ({', '.join(m['at'])})")

@@ -71,6 +71,8 @@ def judge_helper(helper: dict, gpu: dict | None, gpu_count: int, cuda: str | Non
         expected = (major == arg // 10) if major is not None else False
     elif fn in ("is_torch_cuda_available", "is_cuda"):
         expected = gpu_count > 0
+    elif fn in ("is_hip", "is_rocm", "is_npu", "is_xpu", "is_hpu", "is_musa", "is_mps") and major is not None:
+        expected = False  # another vendor's platform: an NVIDIA GPU (a capability major) is none of them
     elif fn in ("is_torch_bf16_gpu_available", "is_torch_tf32_available"):
         expected = (major is not None and major >= 8)
     h["expected"] = expected

@@ -64,6 +64,11 @@ class _Dummy:
     def __mro_entries__(self, bases):
         return (object,)
 
+    def __or__(self, other):  # a stub used in a type annotation: ``StubClass | OtherClass``
+        return self
+
+    __ror__ = __or__
+
     def __repr__(self):
         return f"<stub {self._name}>"
 
@@ -239,7 +244,9 @@ def _tracer(sites):
 # -- engines ----------------------------------------------------------------------------------
 _SG_FIELDS = ["attention_backend", "prefill_attention_backend", "decode_attention_backend",
               "moe_runner_backend", "sampling_backend", "quantization", "kv_cache_dtype", "page_size",
-              "dtype", "mm_attention_backend"]
+              "dtype", "mm_attention_backend",
+              # the rest of the decode path: CUDA graphs, all-reduce, torch.compile
+              "disable_cuda_graph", "cuda_graph_max_bs", "disable_custom_all_reduce", "enable_torch_compile"]
 
 
 def _prepare_sglang(req):
@@ -286,13 +293,22 @@ def _run_transformers(req):
     return out
 
 
+def _prepare_vllm(req):
+    import _vllm_runner  # the sibling file: vLLM's selection, its compiled extensions stubbed only where they fail
+
+    return _vllm_runner.prepare(req)
+
+
 def _run_vllm(req):
-    import torch
-    from vllm.platforms import current_platform
+    import _vllm_runner
 
-    from vllm.attention.selector import get_attn_backend  # noqa: F401  (older)
+    return _vllm_runner.run(req)
 
-    raise NotImplementedError
+
+def _stubbed_extensions():
+    """{module: why}: an engine's compiled extensions that failed to load here and were stubbed (vLLM)."""
+    mod = sys.modules.get("_vllm_runner")
+    return dict(getattr(mod, "STUBBED", {}))
 
 
 def _collect_logs():
@@ -315,6 +331,9 @@ def _collect_logs():
 
 def _error(result, exc):
     result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:600] if str(exc) else type(exc).__name__
+    why = [l.strip() for l in str(exc).splitlines() if l.strip().startswith("Value error,")]  # pydantic: the reason
+    if why:
+        result["error"] += ": " + why[0][len("Value error,"):].strip()[:300]
     result["traceback"] = traceback.format_exc()[-4000:]
     if isinstance(exc, ModuleNotFoundError):
         result["missing_module"] = exc.name
@@ -465,7 +484,7 @@ def _one_case(req, case, logs, finder, trace, fired):
         result["helpers"] = _eval_helpers(req["helpers"], req["engine"])
     result["fired"] = list(fired)
     result["logs"] = list(logs)
-    result["stubbed_modules"] = sorted(finder.used)
+    result["stubbed_modules"] = sorted(finder.used | set(_stubbed_extensions()))
     result["kernel_libs_seen"] = _kernel_libs_seen()
     return result
 
@@ -506,10 +525,8 @@ def main():
         result["patched"] = _fake_gpu(req.get("gpu"))
         prepare = globals().get(f"_prepare_{req['engine']}")
         if prepare is None:
-            raise NotImplementedError(f"servebook has no dynamic what-if for {req['engine']} yet (vLLM's CUDA platform "
-                                      "imports its compiled extensions, which need a CUDA build of torch: seen with 0.33.0); "
-                                      "answered by reading its code")
-        prepare(req)
+            raise NotImplementedError(f"servebook has no dynamic what-if for {req['engine']}; answered by reading its code")
+        result["patched"] += prepare(req) or []
         result["import_logs"] = list(logs)
         if req.get("mode") == "import":
             result["ok"] = True
@@ -523,7 +540,7 @@ def main():
         _error(result, exc)
     result.setdefault("fired", list(fired))
     result.setdefault("logs", list(logs))
-    result["stubbed_modules"] = sorted(finder.used)
+    result["stubbed_modules"] = sorted(finder.used | set(_stubbed_extensions()))
     result["kernel_libs_seen"] = _kernel_libs_seen()
     sys.stdout.write("\n" + MARK + json.dumps(result, default=str) + "\n")
     sys.stdout.flush()

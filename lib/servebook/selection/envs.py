@@ -324,6 +324,19 @@ def engine_cuda(python: str, engine: str) -> tuple[str | None, str]:
     return None, f"{engine}'s Requires-Dist pins no CUDA package"
 
 
+def _reprobe(meta_path: Path, engine: str, say) -> None:
+    """An environment recorded as static-only although its requirements are installed: ask again (servebook's
+    runner may have learnt to resolve this engine since it was built); the record follows the answer."""
+    m = json.loads(meta_path.read_text())
+    if m.get("importable", True) or not m.get("requires_installed"):
+        return
+    r = _probe_resolve(m["python"], engine)
+    if r.get("ok"):
+        m.update(importable=True, import_error=None, stubs=r.get("stubbed_modules", []))
+        meta_path.write_text(json.dumps(m, indent=2) + "\n")
+        say(f"[{engine} {m['version']}] resolves now; recorded as importable")
+
+
 def add_engine(spec: str, progress: Callable[[str], None] | None = print, force: bool = False, max_rounds: int = 4,
                requirements: bool = True) -> EngineEnv:
     """Prepare (once) a cached environment for ``engine==version`` without GPU-only dependencies.
@@ -342,6 +355,7 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
         raise EngineError(f"say which version: servebook engines add {engine}==VERSION")
     d = _env_dir(engine, version)
     if _meta_path(d).is_file() and not force:
+        _reprobe(_meta_path(d), engine, say)
         return resolve_engine(f"{engine}=={version}")
     t0 = time.monotonic()
     steps = {}

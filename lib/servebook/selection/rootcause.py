@@ -3,7 +3,7 @@
     from servebook.selection.rootcause import root_causes, record_root_causes
     causes = root_causes(store)        # from chapter 02's `selection` rows (and chapter 01's helper verdicts)
     cause_of(whatif("sglang==0.5.9", "kimi-k2.5", gpu="rtx-pro-6000"))["cause"]   # one answer, no run
-    causes[0]["decision"]              # 'fallback' | 'hardware-selected' | 'rule' | 'unresolved'
+    causes[0]["decision"]              # 'fallback' | 'hypothesis' | 'hardware-selected' | 'rule' | 'unresolved'
     causes[0]["cause"]                 # "sglang 0.5.9 writes `triton` ... because is_sm100_supported() answered False ..."
     record_root_causes(store)          # the same records, stored as the table `root_causes`
 
@@ -11,9 +11,12 @@ The evidence comes from the engine's own code and answers, never from prose: the
 site the what-if traced (``decided_by``), the helper answers are what the engine's own helpers
 returned *in the same process, under the same faked GPU* (``whatif`` asks every hardware helper
 that guards an attention-backend site), and the backend the GPU missed is read from the branch
-of the same if/elif chain that the helper's answer skipped. A helper answer is judged against
-the GPU with chapter 01's rules (``probe.judge_helper``): a *gap* (a Blackwell GPU of one line
-kept out of a path written for the other) or a *mismatch* makes a fallback a likely root cause.
+of the same if/elif chain that the helper's answer skipped (vLLM: a backend whose own validation
+accepts the GPU, left out of the priority list used). A fallback is called a *root cause* only where
+the engine's or kernel library's own capability check says the missed backend supports the GPU
+(``evidence.support_evidence``); otherwise it is a *hypothesis*, with the measurement that settles it.
+Chapter 01's verdict on each helper answer (``probe.judge_helper``: agrees / gap / mismatch) is kept
+on the record as context; it is not evidence of support.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import ast
 import os
 import re
 
+from .evidence import backend_checks, missed_outside_priorities, settle_by, support_evidence
 from .static import _parse, classify
 
 __all__ = ["helper_expressions", "helper_requests", "explain", "cause_of", "root_causes", "record_root_causes"]
@@ -149,35 +153,55 @@ def _one(row: dict, verdicts_01: dict) -> dict:
         ch01 = verdicts_01.get(name)
         helpers.append({**h, **j, "chapter01_verdict": ch01})
     alts = {a["condition_line"]: a for a in row.get("alternatives") or []}
-    # A root cause: a negated hardware condition on the path whose helper answered falsy and is judged a gap or a
-    # mismatch, with a positive branch the GPU missed.
-    causing = [h for h in helpers if h["negated"] and not h.get("error") and not h.get("answer")
-               and h["verdict"] in ("gap", "mismatch") and h["condition_line"] in alts]
-    positive = [h for h in helpers if not h["negated"] and h.get("answer") and not h.get("error")]
+    # A fallback: a negated hardware condition on the path whose helper answered falsy, with a positive branch the GPU
+    # missed (SGLang), or a backend whose own validation accepts this GPU left out of the priority list used (vLLM).
+    # A branch whose guard rightly says "not this hardware" (chapter 01's rules: the answer agrees, e.g. is_hip() False on
+    # NVIDIA, is_hopper...() False on Blackwell) was written for other hardware and is not counted as missed.
     chosen = row.get("attention_backend")
+    causing = [h for h in helpers if h["negated"] and not h.get("error") and not h.get("answer") and h["condition_line"] in alts
+               and not (h.get("verdict") == "agrees" and h.get("expected") is False)
+               and [w for w in alts[h["condition_line"]]["would_write"] if w != chosen]]
+    positive = [h for h in helpers if not h["negated"] and h.get("answer") and not h.get("error")]
     who = f"{row.get('engine')} {row.get('version')}"
     where = f"{row.get('model')} on {row.get('gpu')} (capability {row.get('capability') or 'this host'})"
     base = {"engine": row.get("engine"), "version": row.get("version"), "gpu": row.get("gpu"), "capability": row.get("capability"),
             "model": row.get("model"), "case": row.get("case"), "chosen": chosen, "rule": rule or None,
             "rule_file": rule_file or None, "rule_line": int(rule_line) if rule_line.isdigit() else None,
             "rule_function": d.get("function"), "helper_answers": helpers,
-            "missed": [], "causing_helpers": [h["helper"] for h in causing], "cuda_assumed": cuda}
+            "missed": [], "causing_helpers": [h["helper"] for h in causing], "cuda_assumed": cuda, "evidence": [], "settle_by": []}
     if row.get("method") != "dynamic" or not rule:
         return base | {"decision": "unresolved", "cause": f"{who}: the engine's own resolution did not decide `{_backend_of(row)}` "
                        f"here ({row.get('reason') or 'no traced rule'}); only the static reading answers, so no root cause is claimed."}
-    if causing:
-        missed = []
-        parts = []
-        for h in causing:
-            a = alts[h["condition_line"]]
-            missed += [{"helper": h["helper"], "would_write": a["would_write"], "at": a["at"]}]
-            parts.append(f"`{h['helper']}` answered {_plain(h['answer'])} for capability {row.get('capability')}"
-                         + (f" (defined at {h['defined_at']})" if h.get("defined_at") else "")
-                         + f", so the branch at line {h['condition_line']} that would write "
-                         + " or ".join(f"`{v}`" for v in a["would_write"]) + f" ({', '.join(a['at'])}) was skipped"
-                         + (f"; chapter 01's judgement of that answer: {h['verdict']} ({h['meaning']})" if h.get("meaning") else ""))
-        cause = (f"{who} falls back to `{chosen}` for {where} at {rule} ({d.get('function')}): " + "; ".join(parts) + ".")
-        return base | {"decision": "fallback", "missed": missed, "cause": cause}
+    missed, parts = [], []
+    for h in causing:
+        a = alts[h["condition_line"]]
+        missed.append({"helper": h["helper"], "would_write": [w for w in a["would_write"] if w != chosen], "at": a["at"]})
+        parts.append(f"`{h['helper']}` answered {_plain(h['answer'])} for capability {row.get('capability')}"
+                     + (f" (defined at {h['defined_at']})" if h.get("defined_at") else "")
+                     + f", so the branch at line {h['condition_line']} that would write "
+                     + " or ".join(f"`{v}`" for v in a["would_write"]) + f" ({', '.join(a['at'])}) was skipped")
+    for c in missed_outside_priorities(row):
+        missed.append({"helper": f"the priority list at {rule}", "would_write": [c["backend"]], "at": [rule]})
+        parts.append(f"`{c['backend']}` passes its own validation here but is not in the priority list at {rule}")
+    if missed:
+        names = list(dict.fromkeys(b for m in missed for b in m["would_write"] if b != chosen))
+        evidence = [e | {"backend": b} for b in names if (e := support_evidence(row, b))]
+        supported = [e for e in evidence if e["answer"] and e["valid_for_this_model"]]
+        unknown = [b for b in names if b not in {e["backend"] for e in evidence}]
+        base |= {"missed": missed, "evidence": evidence, "settle_by": [settle_by(row, b) for b in unknown]}
+        head = f"{who} falls back to `{chosen}` for {where} at {rule} ({d.get('function')}): " + "; ".join(parts) + "."
+        said = "; ".join(f"`{e['backend']}`'s own check at {e['at']} answers {e['answer']}" for e in evidence)
+        if supported:
+            return base | {"decision": "fallback", "cause": head + " Root cause: " + "; ".join(
+                f"`{e['backend']}`'s own check at {e['at']} ({e['check']}) answers True for this capability" for e in supported) + "."}
+        if not unknown:
+            return base | {"decision": "hardware-selected", "cause": (
+                f"{who} picks `{chosen}` for {where} at {rule}: the backends of the branches this GPU skipped reject it by "
+                f"their own checks ({said}); not a fallback the engine could avoid.")}
+        return base | {"decision": "hypothesis", "cause": head + " Hypothesis, not a root cause: no code the what-if could run "
+                       "or read (the engine's, or its kernel library's: GPU-only libraries are stubbed here) says "
+                       + " or ".join(f"`{b}`" for b in unknown) + " supports this capability"
+                       + (f" ({said})" if said else "") + ". Settle it " + base["settle_by"][0] + "."}
     if positive:
         h = positive[-1]
         return base | {"decision": "hardware-selected", "cause": (
@@ -185,7 +209,16 @@ def _one(row: dict, verdicts_01: dict) -> dict:
             f"so the branch written for this GPU was taken; no helper answer on the path contradicts the hardware.")}
     return base | {"decision": "rule", "cause": (
         f"{who} picks `{chosen}` for {where} at {rule}: no hardware helper on the path answered against this GPU "
-        f"(the deciding conditions are " + (", ".join(f"`{h['condition']}`" for h in helpers) or "model/user rules only") + ").")}
+        f"(the deciding conditions are " + (", ".join(f"`{h['condition']}`" for h in helpers) or "model/user rules only") + ")"
+        + _only_valid(row) + ".")}
+
+
+def _only_valid(row: dict) -> str:
+    checks = backend_checks(row)
+    if not checks:
+        return ""
+    ok = sorted(b for b, c in checks.items() if c.get("valid"))
+    return f"; the backends whose own validation accepts this GPU and model: {', '.join(ok) or 'none'}"
 
 
 def _backend_of(row: dict) -> str:

@@ -13,10 +13,16 @@
     matrix_diff(matrix_a, matrix_b)
 
 The engine's resolution runs in a subprocess under the engine's own interpreter (see
-``_runner.py``): the GPU is faked from the hardware profile, the model is a directory holding
-only its config.json, and the lines reached are traced against the sites that the static
-reading found. If the engine cannot be imported there, the answer falls back to the static
-reading, says why, and is marked ``method="static"``.
+``_runner.py``; vLLM's part is ``_vllm_runner.py``): the GPU is faked from the hardware profile, the
+model is a directory holding only its config.json, and the lines reached are traced against the sites
+that the static reading found. If the engine cannot be imported there, the answer falls back to the
+static reading, says why, and is marked ``method="static"``.
+
+    v = whatif("vllm==0.26.0", "kimi-k2.5", gpu="rtx-pro-6000")
+    v["attention_backend"], v["decided_by"]["where"]   # 'TRITON_MLA', 'vllm/platforms/cuda.py:131' (the list returned)
+    v["candidates_checked"]                              # that list in order, each backend's own validation verdict
+    v["decode_path"]                                     # CUDA graphs, custom all-reduce, MoE backend, sampler
+    v["assumptions"]["stubbed_extensions"]               # vLLM's compiled modules that could not load here, and why
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ __all__ = ["SelectionError", "whatif", "whatif_many", "decision_matrix", "matrix
 _RUNNER = Path(__file__).with_name("_runner.py")
 _ATTN_TARGETS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "applicable_attention",
                  "applicable_attn_implementation", "attn_implementation", "selected_backend", "backend_priorities")
+
+
+# SGLang's resolved fields that shape a decode step besides attention (what chapters 03-05 measure)
+_SG_DECODE = ("moe_runner_backend", "sampling_backend", "quantization", "kv_cache_dtype", "page_size", "disable_cuda_graph",
+              "cuda_graph_max_bs", "disable_custom_all_reduce", "enable_torch_compile")
 
 
 class SelectionError(ServebookError):
@@ -146,11 +157,13 @@ def assumed_cuda(env: EngineEnv, hw: dict | None, cuda_version: str | None = Non
     return hw
 
 
-def _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version=None):
+def _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version=None, tp_size=1):
     if cuda_version and not re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", str(cuda_version)):
         raise ParameterError("cuda", cuda_version, "a CUDA version X.Y, e.g. 12.8")
     env = resolve_engine(engine, engine_python)
     hw = assumed_cuda(env, gpu_from(gpu, capability), cuda_version)
+    if hw is not None and int(hw.get("count") or 1) < int(tp_size or 1):  # a TP-N launch needs N GPUs to see
+        hw["count"] = int(tp_size)
     # A cached environment has no GPU libraries: assume what a GPU host installs (the engine's pins).
     # A real interpreter (--engine-python) is taken as it is, unless the caller says otherwise.
     libs = dict(DEFAULT_KERNEL_LIBS.get(env.engine, {})) if env.source == "cached" else {}
@@ -197,9 +210,15 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
                                 "conditions": [str(c) for c in s.conditions]} for s in later],
                    logs=_engine_logs(r.get("logs", []), env.engine))
         return out
+    if r.get("ok") and env.engine == "vllm" and "priorities" in r.get("resolved", {}):
+        out.update(_vllm_answer(reading, r, env.package_dir))
+        out["assumptions"]["stubbed_extensions"] = r.get("resolved", {}).get("stubbed_extensions", {})
+        out["assumptions"]["stub_ops_called"] = r.get("resolved", {}).get("stub_ops_called", [])
+        return out
     if r.get("ok"):
         resolved = r.get("resolved", {})
         site, hits = _decide(reading.sites, r.get("fired", []), resolved)
+        out["decode_path"] = resolved.get("decode_path") or {k: resolved.get(k) for k in _SG_DECODE if k in resolved}
         out.update(method="dynamic", resolved=resolved, attention_backend=resolved.get("attention_backend"),
                    prefill_attention_backend=resolved.get("prefill_attention_backend"),
                    decode_attention_backend=resolved.get("decode_attention_backend"),
@@ -225,11 +244,71 @@ def _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds
     return out
 
 
+def _rel_site(path_line, package_dir: str) -> str | None:
+    if not path_line:
+        return None
+    root = os.path.dirname(os.path.realpath(package_dir))
+    return f"{os.path.relpath(path_line[0], root)}:{path_line[1]}"
+
+
+def _listed_backends(site) -> list[str]:
+    """The ``AttentionBackendEnum.X`` names of a priority list, in order, read from the whole ``return [...]``."""
+    import ast
+
+    tree = ast.parse(Path(site.path).read_text())
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.Return) and n.lineno == site.line), None)
+    return re.findall(r"AttentionBackendEnum\.(\w+)", ast.unparse(node.value)) if node is not None else []
+
+
+def _vllm_answer(reading, r: dict, package_dir: str) -> dict:
+    """vLLM: the priority list its platform returned for this GPU (the traced ``return [...]``), the candidates in
+    order with each one's own validation, and the skipped capability branches with the backends they list."""
+    import types
+
+    resolved = r.get("resolved", {})
+    fired = {(os.path.realpath(p), int(l)) for p, l in r.get("fired", [])}
+    lists = [s for s in reading.sites if s.kind == "priority-list" and s.target == "return of _get_backend_priorities"]
+    site = next((s for s in lists if (os.path.realpath(s.path), s.line) in fired), None)
+    major, minor = (resolved.get("capability") or [None, None])[:2]
+    helpers, alts = [], []
+    for c in (site.conditions if site else []):
+        if "hardware" not in c.kinds:
+            continue
+        try:  # the engine's own condition, on the capability its platform reported
+            answer = bool(eval(c.text, {"__builtins__": {}}, {"device_capability": types.SimpleNamespace(major=major, minor=minor)}))
+            error = None
+        except Exception as exc:  # noqa: BLE001
+            answer, error = None, f"{type(exc).__name__}: {exc}"
+        helpers.append({"condition": str(c), "condition_line": c.line, "negated": c.negated, "helper": c.text, "answer": answer,
+                        "error": error, "defined_at": None, "definition": None})
+        if c.negated:
+            other = [s for s in lists if any(o.line == c.line and not o.negated for o in s.conditions)]
+            # missed: what that list ranks above the chosen backend and the list this GPU got does not have at all
+            # (a backend this GPU's list has, lower down, is an ordering choice, not a fallback)
+            names = []
+            for s in other:
+                listed = _listed_backends(s)
+                head = listed[:listed.index(resolved.get("attention_backend"))] if resolved.get("attention_backend") in listed else listed
+                names += [n for n in head if n not in (resolved.get("priorities") or []) and n not in names]
+            if names:
+                alts.append({"condition": c.text, "condition_line": c.line, "would_write": names, "at": [s.where for s in other]})
+    chosen = next((c for c in resolved.get("candidates", []) if c["backend"] == resolved.get("attention_backend")), None)
+    return {"method": "dynamic", "resolved": resolved, "attention_backend": resolved.get("attention_backend"),
+            "moe_runner_backend": resolved.get("moe_runner_backend"), "decode_path": resolved.get("decode_path", {}),
+            "decided_by": ({"where": site.where, "function": site.function, "value": site.value, "target": site.target,
+                            "validated_at": _rel_site(chosen and chosen.get("capability_check_at"), package_dir)} if site else None),
+            "conditions": [{"text": str(c), "kinds": c.kinds, "line": c.line} for c in (site.conditions if site else [])],
+            "candidates_checked": [{k: c.get(k) for k in ("priority", "backend", "valid", "reasons", "supports_capability")}
+                                   for c in resolved.get("candidates", [])],
+            "fired": [f"{p}:{l}" for p, l in sorted(fired)], "helper_answers": helpers, "alternatives": alts,
+            "logs": _engine_logs(r.get("logs", []), "vllm")}
+
+
 def whatif(engine: str = "transformers", model: str | os.PathLike = "embedded", gpu: str | dict | None = None,
            capability: str | None = None, engine_python: str | None = None, kernel_libs: dict | None = None,
            server_args: dict | None = None, tp_size: int = 1, timeout: int = 300, cuda_version: str | None = None) -> dict:
     """Resolve the attention backend with the engine's own code; see the module docstring."""
-    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version)
+    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version, tp_size)
     cfg, case = _case(model, server_args, tp_size)
     t0 = time.monotonic()
     r = _run(env, request | case, timeout)
@@ -242,7 +321,7 @@ def whatif_many(engine: str, models: list, gpu: str | dict | None = None, capabi
     """``whatif`` for several models on one GPU: the engine is imported once (with that GPU faked) and each
     model resolves in a forked child of that process. Per-model errors (bad card, unknown architecture) are
     passed to ``on_error(model, exc)`` and left out; with no ``on_error`` they raise."""
-    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version)
+    env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version, tp_size)
     cases, cfgs, ok_models = [], [], []
     for m in models:
         try:
