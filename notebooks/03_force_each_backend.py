@@ -201,11 +201,20 @@ if parallel:
     import transformers  # noqa: F401 - resolved once here, before the threads (its lazy imports are not thread-safe)
 
     with cf.ThreadPoolExecutor(len(engines)) as pool:
-        for f in [pool.submit(sweep, i, e) for i, e in enumerate(engines)]:
-            f.result()
+        futures = {e.name: pool.submit(sweep, i, e) for i, e in enumerate(engines)}
+    outcomes = {name: f.exception() for name, f in futures.items()}
 else:
+    outcomes = {}
     for i, e in enumerate(engines):
-        sweep(i, e)
+        try:
+            sweep(i, e)
+            outcomes[e.name] = None
+        except Exception as exc:  # one engine's failure never loses the other's rows
+            outcomes[e.name] = exc
+for name, exc in outcomes.items():
+    if exc is not None:
+        store.record_failure(f"chapter 03 sweep {name}", exc, engine=name)
+        print(f"{name}: the sweep stopped: {type(exc).__name__}: {exc}")
 
 # %%
 names = [e.name for e in engines]

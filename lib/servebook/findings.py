@@ -220,6 +220,9 @@ def backends(store: RunStore) -> list[dict]:
                 "ties": ties,
                 "agreement_min": min((_num(r.get("agreement")) for r in ok if _num(r.get("agreement")) is not None), default=None),
             })
+            item["others"] = [{"attention": r.get("attention"), "tok_s": r["decode_tok_s"], "ci95": ci(r),
+                               "verdict": separated(r["decode_tok_s"], ci(r), default["decode_tok_s"], ci(default))}
+                              for r in sorted(ok, key=lambda r: -r["decode_tok_s"]) if default and r is not default]
             same_as_default = default is None or best is default or best.get("reported") == (default or {}).get("reported")
             item["change_supported"] = bool(default and not same_as_default
                                             and not _overlap(best["decode_tok_s"], ci(best), default["decode_tok_s"], ci(default)))
@@ -529,6 +532,11 @@ def _claims(f: Findings) -> list[Claim]:
                      "run-to-run noise")
         if b["change_supported"]:
             c.append(Claim("03", best + ": faster beyond both 95% intervals, a change is supported", H_SWEEP))
+        elif str(b.get("best", "")).startswith("auto") and b.get("others"):
+            c.append(Claim("03", f"{b['engine']}: its own choice (`{b.get('default_reported') or 'auto'}`, {_fmt(b['default_tok_s'])} ± "
+                           f"{_fmt(b['default_ci95'])} tok/s single stream) was the fastest correct backend; against it: "
+                           + "; ".join(f"`{o['attention']}` {_fmt(o['tok_s'])} ± {_fmt(o['ci95'])}, {o['verdict']}" for o in b["others"])
+                           + ". Keep the default", H_SWEEP, False))
         else:
             ties = f" (overlaps {', '.join(map(str, b['ties']))})" if b.get("ties") else ""
             c.append(Claim("03", best + f": the 95% intervals overlap{ties}, so no change of backend is supported", H_SWEEP, False))
