@@ -53,3 +53,11 @@ def test_the_rendered_book_states_the_tables(store, tmp_path):
     # the chapters that did not finish say so on their pages
     status = {r["chapter"]: r for r in store.rows("chapters")}
     assert status["03_force_each_backend"]["status"] == "failed" and "sb-failed" in (out / "03_force_each_backend.html").read_text()
+
+
+def test_chapter_02s_prediction_is_what_ran(store):
+    """Chapter 02 (SGLang's own resolution with the GPU faked as an H200, run on a CPU) against the live H200 server."""
+    (pred,) = [r for r in store.rows("selection") if r.get("case") == "profile h200" and r["engine"] == "sglang"]
+    assert pred["version"] == "0.5.16" and pred["method"] == "dynamic"
+    live = {r["reported"] for r in store.rows("backends") if r["attention"] == "auto" and r["outcome"] == "ok"}
+    assert live == {pred["attention_backend"]}

@@ -34,7 +34,7 @@ from .params import PARAMS, check_chapter_param, coerce, validate
 from .paths import book_root, notebooks_dir
 from .results import RunStore
 
-__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "refresh_findings", "host_fingerprint",
+__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "refresh_findings", "refresh_chapter", "host_fingerprint",
            "software_versions"]
 
 _CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
@@ -329,6 +329,7 @@ _NAV_CSS = """
 <style>
 .sb-nav{font-family:system-ui,sans-serif;background:#f4f6f8;border-bottom:1px solid #d0d7de;padding:.6em 1.2em;display:flex;gap:1.5em;align-items:center;position:sticky;top:0;z-index:10}
 .sb-nav a{color:#0969da;text-decoration:none}.sb-nav .sb-here{font-weight:600}
+details.sb-code>summary{cursor:pointer;color:#57606a;font:12px system-ui,sans-serif;margin:.15em 0 .15em 4.5em}
 .sb-failed{background:#ffebe9;border:1px solid #ff8182;padding:.6em 1em;margin:1em;font-family:system-ui,sans-serif}
 details{margin:.3em 0 .8em}summary{cursor:pointer;color:#0969da}
 h1[id],h2[id],h3[id],h4[id]{scroll-margin-top:3.5em}
@@ -337,11 +338,50 @@ h1[id],h2[id],h3[id],h4[id]{scroll-margin-top:3.5em}
 
 # The lab template without what a static, offline page cannot load: require.js, MathJax and mermaid come
 # from a CDN and fail (console errors, a stalled page) where there is no network. Nothing in the book uses them.
+# The page template: nbconvert's lab template, with helper code folded (a reader opens it with one click; the parameters
+# cell, which a reader changes, stays open) and every plot given alternative text.
 _TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block input_group -%}
+{%- set tags = cell.metadata.get('tags', []) -%}
+{%- if 'parameters' in tags or 'injected-parameters' in tags or 'show-code' in tags -%}
+{{ super() }}
+{%- else -%}
+<details class="sb-code"><summary>code</summary>
+{{ super() }}
+</details>
+{%- endif -%}
+{% endblock input_group %}
+{% block data_png scoped %}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"
+ alt="{{ (cell.metadata.get('alt') or output.metadata.get('alt') or 'a figure drawn by the code above from the tables of this run') | escape_html }}">
+</div>
+{%- endblock data_png %}
 """
+
+# stderr that libraries print and that says nothing about the run (rendered, it looks like an error)
+_NOISE = re.compile(r"TqdmWarning: IProgress not found|from \.autonotebook import tqdm|Token indices sequence length is longer|"
+                    r"Kernel is running over TCP without encryption|with an incorrect regex pattern|fix_mistral_regex")
+
+
+def _drop_noise(nb) -> int:
+    """Remove stderr streams made only of known library noise; returns how many were dropped."""
+    dropped = 0
+    for cell in nb.cells:
+        keep = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream" and o.get("name") == "stderr":
+                lines = [l for l in str(o.get("text", "")).splitlines() if l.strip()]
+                if lines and all(_NOISE.search(l) or l.startswith("  ") for l in lines):
+                    dropped += 1
+                    continue
+            keep.append(o)
+        if "outputs" in cell:
+            cell["outputs"] = keep
+    return dropped
 
 
 def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, title: str) -> str:
@@ -381,20 +421,35 @@ def _mark_error_cells(nb) -> int:
     return n
 
 
-def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_timeout: int | None = 600) -> dict:
-    """Execute chapter 06 again on a recorded run (it reads the run's tables and measures nothing).
+# Chapters that read code and recorded tables and measure nothing: they can be executed again on a recorded run anywhere.
+_OFFLINE = {"02": "read_backend_selection", "06": "findings"}
 
-    Its executed notebook replaces ``run_dir/notebooks/06_findings.ipynb``; the outcome is appended to
-    the run's ``chapters`` table.
+
+def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_timeout: int | None = 600) -> dict:
+    """Execute chapter 06 again on a recorded run (it reads the run's tables and measures nothing)."""
+    return refresh_chapter(run_dir, "06", {"compare_with": compare_with} if compare_with else {}, cell_timeout)
+
+
+def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None = None, cell_timeout: int | None = 600) -> dict:
+    """Execute chapter 02 or 06 again on a recorded run; ``extra``: chapter parameters (``-p``).
+
+    Its executed notebook replaces ``run_dir/notebooks/<chapter>.ipynb``; the outcome is appended to
+    the run's ``chapters`` table. Chapters that measure (01, 03, 04, 05) run on their host only.
     """
     store = RunStore(Path(run_dir))
     if not store.manifest_path.exists():
         raise ParameterError("run_dir", str(run_dir), "a run directory with manifest.json (servebook book writes one)")
-    chapter = next(c for c in chapters() if c.slug == "findings")
+    if number not in _OFFLINE:
+        raise ParameterError("chapter", number, f"one of {', '.join(_OFFLINE)}: the others measure, so they run on their host "
+                                                "(servebook book --run-id ID --only NN resumes a run there)")
+    chapter = next(c for c in chapters() if c.slug == _OFFLINE[number])
     declared = notebook_parameters(chapter.source)
     params = store.manifest.get("parameters") or {}
     values = {k: params[k] for k in PARAMS if k in params}
-    extra = {"compare_with": compare_with} if compare_with and "compare_with" in declared else {}
+    unknown = sorted(set(extra or {}) - set(declared))
+    if unknown:
+        raise ParameterError(unknown[0], (extra or {})[unknown[0]], f"chapter {number} declares {', '.join(sorted(declared))}")
+    extra = {k: _coerce_declared(k, v, declared[k]) for k, v in (extra or {}).items() if v != ""}
     executed_dir = store.path / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -430,6 +485,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     for i, (chapter, executed) in enumerate(pages):
         nb = nbformat.read(executed, as_version=4)
         errors[chapter.stem] = _mark_error_cells(nb)
+        _drop_noise(nb)
         body, _ = exporter.from_notebook_node(nb)
         prev = (f"{pages[i - 1][0].stem}.html", pages[i - 1][0].title) if i > 0 else None
         nxt = (f"{pages[i + 1][0].stem}.html", pages[i + 1][0].title) if i + 1 < len(pages) else None

@@ -56,6 +56,9 @@ def _add_book(sub) -> None:
     h.add_argument("--refresh-findings", action="store_true",
                    help="execute chapter 06 again on the recorded tables first (it measures nothing)")
     h.add_argument("--compare-with", default="", help="with --refresh-findings: other run dirs for 06's comparison, comma separated")
+    h.add_argument("--refresh", default="", metavar="02[,06]",
+                   help="execute these chapters again on the recorded run first (only 02 and 06: they measure nothing)")
+    h.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="a parameter of a refreshed chapter")
     h.set_defaults(func=_cmd_html)
 
 
@@ -91,12 +94,27 @@ def _cmd_html(args) -> int:
     from .book import refresh_findings, render_book
     from .errors import ParameterError
 
-    if args.compare_with and not args.refresh_findings:
+    if args.compare_with and not (args.refresh_findings or "06" in args.refresh):
         raise ParameterError("compare_with", args.compare_with, "it takes effect with --refresh-findings (chapter 06 is executed again)")
-    if args.refresh_findings:
-        row = refresh_findings(args.run_dir, compare_with=args.compare_with)
+    from .book import refresh_chapter
+
+    extra = {}
+    for item in args.param:
+        if "=" not in item:
+            raise ParameterError("param", item, "expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        extra[k.strip()] = v
+    todo = [c.strip() for c in args.refresh.split(",") if c.strip()]
+    if args.refresh_findings and "06" not in todo:
+        todo.append("06")
+    for number in sorted(todo):
+        mine = dict(extra, **({"compare_with": args.compare_with} if number == "06" and args.compare_with else {}))
+        from .book import chapters as _chapters, notebook_parameters
+
+        declared = notebook_parameters(next(c for c in _chapters() if c.stem.startswith(number)).source)
+        row = refresh_chapter(args.run_dir, number, {k: v for k, v in mine.items() if k in declared})
         if row["status"] != "ok":
-            print(f"servebook: chapter 06 failed: {row['error']}; its page shows where", file=sys.stderr)
+            print(f"servebook: chapter {number} failed: {row['error']}; its page shows where", file=sys.stderr)
     print(render_book(args.run_dir, args.out).resolve())
     return 0
 

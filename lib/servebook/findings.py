@@ -509,7 +509,9 @@ def _claims(f: Findings) -> list[Claim]:
         c.append(Claim("01", "Engine helpers that disagree with the hardware or leave this GPU out: "
                        + ", ".join(f"{e['engine']} ({e.get('mismatches') or 0} mismatches, {e.get('gaps') or 0} gaps)" for e in bad), H_ENGINES))
     for s in f.selection:
-        who = "On this host" if s["case"] == "this-host" else f"Seed case ({s.get('gpu')}, capability {s.get('capability')})"
+        where = f"{s.get('gpu')}, capability {s.get('capability')}"
+        who = ("On this host" if s["case"] == "this-host" else f"Seed case ({where})" if s["case"] == "seed"
+               else f"Profile {where}, asked of the engine's own code without the GPU")
         if s.get("method") == "dynamic" and s.get("where"):
             rule = "; ".join(s["rule"][-3:]) or "no condition on the way"
             c.append(Claim("02", f"{who}, {s['engine']} {s['version']} picks `{s['backend']}` for `{s['model']}`: written at "
