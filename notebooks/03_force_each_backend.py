@@ -133,12 +133,14 @@ def candidates_for(eng):
               f"{'the flag ' + eng.attention_flag if how == 'flag' else 'the environment variable VLLM_ATTENTION_BACKEND'}")
     print(f"{eng.name} accepts {eng.attention_flag} =", ", ".join(choices))
     listed = listed_for(backends, eng.name)
-    if listed is not None:  # the run names its candidates: the others are recorded as not run, with that reason
-        return listed, [{"engine": eng.name, "attention": n, "reason": "not in this run's `backends` list"} for n in choices if n not in listed]
     picked, skipped = [], []
-    for name in choices:
-        ok, why = runnable_here(name, smoke=smoke, host=on_host)
-        (picked.append(name) if ok else skipped.append({"engine": eng.name, "attention": name, "reason": why}))
+    if listed is not None:  # the run names its candidates: the others are recorded as not run, with that reason
+        picked = listed
+        skipped = [{"engine": eng.name, "attention": n, "reason": "not in this run's `backends` list"} for n in choices if n not in listed]
+    else:
+        for name in choices:
+            ok, why = runnable_here(name, smoke=smoke, host=on_host)
+            (picked.append(name) if ok else skipped.append({"engine": eng.name, "attention": name, "reason": why}))
     if smoke:  # one forced backend besides the default keeps the smoke run short
         picked = [c for c in picked if c == "eager"] or picked[:1]
     return picked, skipped

@@ -318,19 +318,21 @@ def _exercise(ctx: _Sweep, srv, backend: str | None, row: dict) -> None:
                    error=(engine_error(srv.log_tail(400)) or dying) if dying else str(exc), log_tail=srv.log_tail(15))
         raise _Recorded() from exc
     row["completions"] = completions
-    if not ctx.remote:  # teacher-forced: every position of prompt + the default's completion, fed to this backend
-        texts = [p + c for p, c in zip(PROBE_PROMPTS, ctx.reference or completions)]
-        try:
-            lp = _watched(srv, lambda: prompt_logprobs(srv.base_url, name, texts))
-        except ServebookError as exc:
-            if srv.fatal_line() or not srv.alive():
-                row.update(outcome="crashed", error=engine_error(srv.log_tail(400)) or str(exc), log_tail=srv.log_tail(15))
-                raise _Recorded() from exc
-            lp = {"unsupported": f"prompt log-probabilities failed: {str(exc)[:200]}"}
-        row["teacher_forced"] = lp
-        if backend is None and ctx.reference is None:
-            ctx.reference_lp = lp
-        row.update(teacher_forced_agreement(ctx.reference_lp, lp))
+    # teacher-forced: every position of prompt + the default's completion, fed to this backend (on the host, beside it)
+    texts = [p + c for p, c in zip(PROBE_PROMPTS, ctx.reference or completions)]
+    try:
+        lp = (ctx.host.call("servebook.backends:prompt_logprobs", {"base_url": srv.base_url, "model": name, "texts": texts},
+                            timeout=120 * len(texts) + 60, label=f"teacher-forced {engine.name} {row['attention']}") if ctx.remote
+              else _watched(srv, lambda: prompt_logprobs(srv.base_url, name, texts)))
+    except ServebookError as exc:
+        if (not ctx.remote and srv.fatal_line()) or not srv.alive():
+            row.update(outcome="crashed", error=engine_error(srv.log_tail(400)) or str(exc), log_tail=srv.log_tail(15))
+            raise _Recorded() from exc
+        lp = {"unsupported": f"prompt log-probabilities failed: {str(exc)[:200]}"}
+    row["teacher_forced"] = lp
+    if backend is None and ctx.reference is None:
+        ctx.reference_lp = lp
+    row.update(teacher_forced_agreement(ctx.reference_lp, lp))
     if backend is None and ctx.reference is None:
         ctx.reference = completions
     if ctx.reference is not None:
