@@ -24,8 +24,10 @@ if ! ls "$W"/whl-v/vllm-0.26.0-*.whl >/dev/null 2>&1; then
   if [ -n "$VLLM_WHL" ]; then ln -f "$VLLM_WHL" "$W/whl-v/" 2>/dev/null || cp "$VLLM_WHL" "$W/whl-v/"; else dl -d "$W/whl-v" vllm==0.26.0; fi
 fi
 R="$PY $HERE/resolve.py --download"
-log "resolve sglang";  $R --engine sglang --whl "$W/whl-s" --out "$W/ship-sglang.txt" sglang==0.5.16 tokenizers==0.22.2 > "$W/resolve-sglang.txt"
-log "resolve vllm";    $R --engine vllm --whl "$W/whl-v" --prefer "$W/whl-s" --out "$W/ship-vllm.txt" vllm==0.26.0 "nvidia-cudnn-frontend>=1.19.1,<1.26" > "$W/resolve-vllm.txt"
+log "resolve sglang";  $R --engine sglang --whl "$W/whl-s" --out "$W/ship-sglang.txt" sglang==0.5.16 tokenizers==0.22.2 \
+  dill datasets > "$W/resolve-sglang.txt"   # server_args imports dill; sglang.bench_serving imports datasets
+log "resolve vllm";    $R --engine vllm --whl "$W/whl-v" --prefer "$W/whl-s" --out "$W/ship-vllm.txt" vllm==0.26.0 "nvidia-cudnn-frontend>=1.19.1,<1.26" \
+  "openai>=2.25.0" > "$W/resolve-vllm.txt"   # vLLM's tool parsers import openai.types.responses.NamespaceTool (2.25.0 on)
 log "resolve book";    $R --engine book --whl "$W/whl-b" --prefer "$W/whl-s" --prefer "$W/whl-v" --out "$W/ship-book.txt" \
   "transformers[serving]==5.17.0" "papermill>=2.6" "jupytext>=1.16" "nbconvert>=7.16" "nbformat>=5.10" "ipykernel>=6.29" \
   "asyncssh>=2.14" "httpx>=0.27" "pandas>=2.1" "seaborn>=0.13" "matplotlib>=3.8" "psutil>=5.9" "nvidia-ml-py>=12.535" > "$W/resolve-book.txt"
