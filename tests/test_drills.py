@@ -617,3 +617,20 @@ def test_bad_parameters_as_a_subprocess_print_one_line(tmp_path):
                              capture_output=True, text=True, env=_env(), timeout=100)
         err = res.stderr.strip()
         assert res.returncode == 2 and "Traceback" not in err and err.count("\n") == 0 and needle in err, (argv, err)
+
+
+@pytest.mark.drills
+def test_a_token_an_engine_prints_is_masked_in_its_log(tmp_path):
+    """An engine that prints its environment (some do at start) must not put a token into the run directory."""
+    from servebook.servers import Launch, Server, free_port
+
+    port = free_port()
+    code = ("import http.server, os, sys; print('env HF_TOKEN=' + os.environ['HF_TOKEN'], 'key', os.environ['MY_API_KEY'], flush=True); "
+            f"http.server.ThreadingHTTPServer(('127.0.0.1', {port}), http.server.SimpleHTTPRequestHandler).serve_forever()")
+    launch = Launch(cmd=[sys.executable, "-c", code], port=port, ready_path="/", engine="printer",
+                    env={"HF_TOKEN": "hf_drillTOKEN12345", "MY_API_KEY": "plainvalue-9876"})
+    log = tmp_path / "logs" / "printer.log"
+    with Server.start(launch, log, ready_timeout=30, progress=None):
+        pass
+    text = log.read_text()
+    assert "hf_drillTOKEN12345" not in text and "plainvalue-9876" not in text and "***" in text

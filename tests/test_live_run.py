@@ -50,6 +50,11 @@ def test_the_rendered_book_states_the_tables(store, tmp_path):
         assert f"{o['tok_s']:.1f} ± {o['ci95']:.1f}" in page and o["verdict"].split(" (")[0] in page
     (t,) = f.throughput
     assert f"{t['single_tok_s']:.1f} ± {t['single_ci95']:.1f}" in page and "vllm" not in json.dumps(f.throughput)
+    # each page opens with its answer, the same computed statements
+    first = (out / "03_force_each_backend.html").read_text()
+    box = first[first.index("This run, in short"):first.index("</ul>", first.index("This run, in short"))]
+    assert f"{b['default_tok_s']:.1f} ± {b['default_ci95']:.1f}" in box and "cutlass_mla" in box
+    assert "Launch for sglang" in (out / "06_findings.html").read_text()
     # the chapters that did not finish say so on their pages
     status = {r["chapter"]: r for r in store.rows("chapters")}
     assert status["03_force_each_backend"]["status"] == "failed" and "sb-failed" in (out / "03_force_each_backend.html").read_text()

@@ -329,6 +329,8 @@ _NAV_CSS = """
 <style>
 .sb-nav{font-family:system-ui,sans-serif;background:#f4f6f8;border-bottom:1px solid #d0d7de;padding:.6em 1.2em;display:flex;gap:1.5em;align-items:center;position:sticky;top:0;z-index:10}
 .sb-nav a{color:#0969da;text-decoration:none}.sb-nav .sb-here{font-weight:600}
+.sb-answer{font-family:system-ui,sans-serif;background:#eef6ff;border:1px solid #b6d4fe;border-radius:6px;margin:1em 1.2em;padding:.6em 1em}
+.sb-answer ul{margin:.3em 0 0 1.2em;padding:0}
 details.sb-code>summary{cursor:pointer;color:#57606a;font:12px system-ui,sans-serif;margin:.15em 0 .15em 4.5em}
 .sb-failed{background:#ffebe9;border:1px solid #ff8182;padding:.6em 1em;margin:1em;font-family:system-ui,sans-serif}
 details{margin:.3em 0 .8em}summary{cursor:pointer;color:#0969da}
@@ -399,6 +401,33 @@ def _exporter():
 
     return HTMLExporter(template_name="lab", extra_loaders=[DictLoader({"servebook.html.j2": _TEMPLATE})],
                         template_file="servebook.html.j2")
+
+
+def _answers(store: RunStore) -> dict[str, list[str]]:
+    """Each chapter's answer for this run, as chapter 06 states it (``servebook.findings``, computed from the run's
+    tables): shown first on every page, so a reader meets the result before the method."""
+    try:
+        from .findings import collect
+
+        found = collect(store)
+    except Exception:  # noqa: BLE001 - a run too old or too partial for the findings: its pages render without the box
+        return {}
+    out: dict[str, list[str]] = {}
+    for c in found.claims:
+        out.setdefault(c.chapter, []).append(c.text)
+    out["06"] = [f"Launch for {lc['engine']}: {lc['command']}" for lc in found.launch] + out.get("06", [])
+    return out
+
+
+def _answer_box(answers: dict[str, list[str]], number: str) -> str:
+    lines = answers.get(number) or []
+    if not lines:
+        return ""
+    code = lambda t: re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(t))  # noqa: E731 - the claims' markdown spans
+    items = "".join(f"<li>{code(t)}</li>" for t in lines[:6])
+    more = f"<li>... {len(lines) - 6} more in chapter 06</li>" if len(lines) > 6 else ""
+    return (f'<div class="sb-answer"><b>This run, in short</b> (computed from its tables; the cells below show how)'
+            f"<ul>{items}{more}</ul></div>")
 
 
 def _chapter_status(store: RunStore) -> dict[str, dict]:
@@ -481,6 +510,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         if executed.exists():
             pages.append((chapter, executed))
     exporter = _exporter()
+    answers = _answers(store)
     errors: dict[str, int] = {}
     for i, (chapter, executed) in enumerate(pages):
         nb = nbformat.read(executed, as_version=4)
@@ -495,7 +525,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             why = html.escape(str(info.get("error") or "a cell raised an error"))
             banner = (f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}. '
                       f'<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.</div>')
-        nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner
+        nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner + _answer_box(answers, chapter.stem[:2])
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
         body = _shared_stylesheet(body, out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")

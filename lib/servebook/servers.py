@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import ServerError
-from .secrets import mask_value
+from .secrets import is_secret_name, mask_value
 
 __all__ = ["Launch", "Server", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner"]
 
@@ -337,6 +337,7 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         _stop_reaper(self._reaper)
+        _mask_log(self.log_path, [v for k, v in self.launch.env.items() if is_secret_name(k) and v])
         deadline = time.monotonic() + 15
         host = "127.0.0.1" if self.launch.host in ("0.0.0.0", "") else self.launch.host
         while port_listening(self.launch.port, host) and time.monotonic() < deadline:
@@ -359,6 +360,21 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _mask_log(path: Path, values: list[str] = ()) -> None:
+    """Secrets an engine printed (a token in its environment, a URL with a password) are masked in its log once it
+    stopped: the log lives in the run directory, which is meant to be shared."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return
+    masked = mask_value(text)
+    for v in values:  # the server's own secret variables, which this process may not have
+        if len(v) >= 4:
+            masked = masked.replace(v, "***")
+    if masked != text:
+        Path(path).write_text(masked)
 
 
 def leftover_servers(registry: str | os.PathLike) -> list[dict]:
