@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from servebook.backends import _overridden, engine_error, force_each_backend
-from servebook.engines import CLIRejected, EngineAdapter, get_engine
-from servebook.engines.vllm import reported_from_log
+from servebook.engines import CLIRejected, EngineAdapter, forcing, get_engine, user_command
+from servebook.engines.vllm import attention_mechanism_of, reported_from_log
 from servebook.errors import EngineError, ServerError
 from servebook.results import RunStore
 from servebook.servers import Launch, Server, free_port, port_listening
@@ -58,6 +58,30 @@ def test_sglang_reports_and_overridden():
     r = sg.reported_backend(None, new)
     assert (r["attention"], r["prefill"]) == ("triton", "fa3") and _overridden(sg, "triton", r)
     assert sg.reported_backend(None, "nothing here")["attention"] is None
+
+
+def test_user_command_is_the_launch_in_paste_form(tmp_path):
+    """The command a chapter shows is the adapter's own launch, with the interpreter replaced by the engine's command."""
+    import shlex
+
+    sg = get_engine("sglang")
+    launch = sg.launch(str(tmp_path), attention="triton", tp=2, check=False)
+    assert user_command("sglang", str(tmp_path), attention="triton", tp=2, host="127.0.0.1", port=launch.port) == \
+        "python -m sglang.launch_server " + shlex.join(launch.cmd[3:])
+    # tp 1, no host or port: the engine's defaults; env sorted and quoted in front; extra arguments last
+    assert user_command("sglang", "org/m", tp=2, env={"X": "a b", "NCCL_PROTO": "LL"}, extra_args=["--disable-custom-all-reduce"]) == \
+        "NCCL_PROTO=LL X='a b' python -m sglang.launch_server --model-path org/m --tensor-parallel-size 2 --disable-custom-all-reduce"
+    assert user_command("sglang", "org/m") == "python -m sglang.launch_server --model-path org/m"
+    # vLLM versions not installed here: the variable up to 0.12 (0.12.0 envs.py:652), the flag from 0.13.0 (arg_utils.py:727)
+    assert [attention_mechanism_of(v) for v in ("0.10.2", "0.11.0", "0.12.0", "0.13.0", "0.33.0", None)] == \
+        ["env", "env", "env", "flag", "flag", "flag"]
+    assert user_command("vllm", "org/m", attention="FLASHINFER", tp=2, version="0.10.2") == \
+        "VLLM_ATTENTION_BACKEND=FLASHINFER vllm serve org/m --tensor-parallel-size 2"
+    assert user_command("vllm==0.13.0", "org/m", attention="FLASHINFER") == "vllm serve org/m --attention-backend FLASHINFER"
+    assert forcing("vllm", "TRITON_ATTN", version="0.12.0") == "VLLM_ATTENTION_BACKEND=TRITON_ATTN"
+    assert forcing("sglang", "flashinfer", version="0.5.9") == "--attention-backend flashinfer"
+    # transformers: the command its launcher wraps, without the options servebook sets for itself; it has no TP flag
+    assert user_command("transformers", "m", attention="sdpa", tp=4) == "transformers serve m --attn-implementation sdpa"
 
 
 def test_engine_error_is_the_engines_own_line():

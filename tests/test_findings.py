@@ -75,7 +75,22 @@ def test_backends_separated_intervals_support_a_change(tmp_path):
     (b,) = f.backends
     assert b["best"] == "eager" and b["change_supported"] is True
     (launch,) = f.launch
-    assert launch["command"] == "transformers serve --attn-implementation eager"
+    assert launch["command"] == "transformers serve MODEL --attn-implementation eager"
+
+
+def test_forced_backend_is_spelled_as_the_recorded_version_takes_it(tmp_path):
+    """vLLM 0.12 reads VLLM_ATTENTION_BACKEND and has no --attention-backend (0.13.0 adds it): the command follows
+    the version the run recorded, even where vLLM is not installed (servebook.engines.vllm.attention_mechanism_of)."""
+    commands = {}
+    for version in ("0.12.0", "0.13.0"):
+        store = RunStore.at(tmp_path / version)
+        for att, rate, rep in (("auto", 40.0, "FLASH_ATTN"), ("FLASHINFER", 60.0, "FLASHINFER")):
+            store.append("backends", {"engine": "vllm", "engine_version": version, "attention": att, "outcome": "ok",
+                                      "decode_tok_s": rate, "decode_tok_s_ci95": 1.0, "reported": rep, "agreement": 1.0})
+        (launch,) = sbf.collect(store).launch
+        commands[version] = launch["command"]
+    assert commands == {"0.12.0": "VLLM_ATTENTION_BACKEND=FLASHINFER vllm serve MODEL",
+                        "0.13.0": "vllm serve MODEL --attention-backend FLASHINFER"}
 
 
 def test_nccl_recommendation_from_recorded_grid(h200):
@@ -243,7 +258,7 @@ def test_launch_command_for_a_tp_engine(tmp_path):
     assert f.nccl["setting"] == "NCCL_PROTO=LL" and f.nccl["predicted_delta_ms"] < 0
     (launch,) = f.launch
     # predicted by the grid, not measured end to end: no variable is exported
-    assert launch["command"] == "python -m sglang.launch_server --model-path MODEL --tp 2 --attention-backend flashinfer"
+    assert launch["command"] == "python -m sglang.launch_server --model-path MODEL --tensor-parallel-size 2 --attention-backend flashinfer"
     assert any("not confirmed end to end" in w and "NCCL_PROTO=LL" in w for w in launch["why"])
     # chapter 04's end-to-end rows: the engine restarted at TP=2; the block beats "custom all-reduce off" and the default
     for setting, rate, ci, env, args in (("engine default", 50.0, 1.0, {}, []), ("custom all-reduce off", 45.0, 1.0, {}, ["--disable-custom-all-reduce"]),
@@ -252,7 +267,7 @@ def test_launch_command_for_a_tp_engine(tmp_path):
                                 "env": env, "args": args, "outcome": "ok"})
     f = sbf.collect(store)
     (launch,) = f.launch
-    assert launch["command"] == ("NCCL_PROTO=LL python -m sglang.launch_server --model-path MODEL --tp 2 --attention-backend flashinfer "
+    assert launch["command"] == ("NCCL_PROTO=LL python -m sglang.launch_server --model-path MODEL --tensor-parallel-size 2 --attention-backend flashinfer "
                                  "--disable-custom-all-reduce")
     assert any(c.chapter == "04" and c.supported and "NCCL_PROTO=LL" in c.text and "separate" in c.text for c in f.claims)
     # overlapping intervals: nothing is exported, the engine's all-reduce stays

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .engines import user_command
 from .errors import ParameterError
 from .results import RunStore
 
@@ -362,22 +363,6 @@ def throughput(store: RunStore) -> list[dict]:
     return out
 
 
-# Public command forms of each engine (what a user types; chapter 03 launched the same flags on 127.0.0.1).
-_COMMANDS = {
-    "transformers": ("transformers serve", None, "--attn-implementation", None),
-    "sglang": ("python -m sglang.launch_server --model-path {model}", "--tp {tp}", "--attention-backend", None),
-    "vllm": ("vllm serve {model}", "--tensor-parallel-size {tp}", "--attention-backend", "VLLM_ATTENTION_BACKEND"),
-}
-
-
-def _vtuple(v: str | None) -> tuple[int, ...]:
-    out = []
-    for part in str(v or "0").split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits or 0))
-    return tuple(out)
-
-
 def launch_commands(store: RunStore, found_backends: list[dict] | None = None, found_nccl: dict | None = None,
                     host: dict | None = None) -> list[dict]:
     """A recommended launch command per engine the run studied: a forced backend only where it was measurably
@@ -405,19 +390,12 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
     tp = max(1, int(host.get("gpu_count") or 1))
     out = []
     for eng in dict.fromkeys(engines):
-        base, tp_flag, flag, env_var = _COMMANDS.get(eng, (f"{eng} serve {{model}}", None, "--attention-backend", None))
         b = next((x for x in found_backends if x["engine"] == eng), {})
-        cmd = [base.format(model=model_ref)]
+        attention, extra = None, []
         env: dict[str, str] = {}
         why = []
-        if tp_flag and tp > 1:
-            cmd.append(tp_flag.format(tp=tp))
         if b.get("change_supported"):
-            version = b.get("version")
-            if env_var and version and _vtuple(version) < (0, 11, 0):
-                env[env_var] = b["best"]
-            else:
-                cmd += [flag, b["best"]]
+            attention = b["best"]
             why.append(f"{b['best']} was faster than the default beyond both 95% intervals and agreed with it on "
                        f"{(b.get('best_agreement') or 0):.0%} of greedy tokens")
         elif b.get("correct"):
@@ -435,7 +413,7 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
             off = next((x for x in e2e if x["setting"] == "custom all-reduce off"), None)
             if best is not None and (best["setting"] == "custom all-reduce off" or (off and off["supported"]) or
                                      best["setting"] != "custom all-reduce off" and _beats_default(e2e, best)):
-                cmd += list(best["args"])
+                extra += list(best["args"])
                 env.update({k: str(v) for k, v in best["env"].items()})
                 why.append(f"at TP={best['tp']}, {best['setting']}: {best['verdict']} against {best['vs']} (chapter 04, measured end to end)")
             else:
@@ -445,7 +423,8 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
             why.append("NCCL: not confirmed end to end in this run, so no variables are set"
                        + (f" (the grid predicts `{n['setting']}`: {n.get('reason')}; chapter 04 with tp_check measures it)"
                           if n.get("setting") not in (None, "default") else f" ({n.get('reason')})"))
-        text = " ".join([*(f"{k}={v}" for k, v in env.items()), *cmd])
+        text = user_command(eng, model_ref, attention=attention, tp=tp, env=env,
+                            extra_args=extra, version=b.get("version"))
         out.append({"engine": eng, "command": text, "env": env, "why": why})
     return out
 

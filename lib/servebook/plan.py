@@ -56,12 +56,12 @@ def _adapter(facts: dict):
 
 
 def _engine_cmd(facts: dict, attention: str | None, env: dict | None = None) -> str:
-    """The engine's own launch line (its adapter, its flag names), with the interpreter written as `python`."""
-    eng = _adapter(facts)
-    launch = eng.launch(facts["model_ref"], port=_PORT, attention=attention, tp=facts["gpus"], env=env)
-    cmd = ["python"] + launch.cmd[1:] if launch.cmd and launch.cmd[0] == eng.python else launch.cmd
-    pre = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((env or {}).items()))
-    return (pre + " " if pre else "") + " ".join(shlex.quote(c) for c in cmd)
+    """The engine's own launch line on the profiled host (:func:`servebook.engines.user_command`), checked against
+    the prepared environment's own parser."""
+    from .engines import user_command
+
+    return user_command(facts["engine"], facts["model_ref"], attention=attention, tp=facts["gpus"], env=env,
+                        host="127.0.0.1", port=_PORT, python=facts.get("engine_python"), check=True)
 
 
 def recommended_launch(facts: dict, attention: str | None, env: dict | None = None) -> str:

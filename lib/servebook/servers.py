@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 from .errors import ServerError
 from .secrets import is_secret_name, mask_value
 
-__all__ = ["Launch", "Server", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner"]
+__all__ = ["Launch", "Server", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner"]
 
 
 @dataclass
@@ -55,10 +55,15 @@ class Launch:
 
     def shell(self) -> str:
         """The launch as a copy-pasteable shell line (secrets masked)."""
-        import shlex
+        return shell_line(self.cmd, self.env)
 
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(mask_value(self.env).items()))
-        return (env + " " if env else "") + " ".join(shlex.quote(c) for c in self.cmd)
+
+def shell_line(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    """``cmd`` as one copy-pasteable shell line, ``env`` as a sorted prefix (secrets masked, words quoted)."""
+    import shlex
+
+    words = [f"{k}={shlex.quote(v)}" for k, v in sorted(mask_value(env or {}).items())]
+    return " ".join(words + [shlex.quote(str(c)) for c in cmd])
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -4,6 +4,12 @@
     eng.version()                              # installed version in this interpreter, or None
     launch = eng.launch(model_dir, attention="sdpa")   # a servers.Launch on 127.0.0.1:<free port>
     eng.attention_choices()                    # the engine's own list of valid backends
+    user_command("sglang", "org/model", attention="flashinfer", tp=2)
+    # 'python -m sglang.launch_server --model-path org/model --tensor-parallel-size 2 --attention-backend flashinfer'
+    forcing("vllm", "FLASHINFER", version="0.10.2")   # 'VLLM_ATTENTION_BACKEND=FLASHINFER'
+
+Every command a chapter shows a user comes from :func:`user_command`, built by the adapter that launches the
+engine's servers (``_command``), so the two cannot disagree.
 
 ``python=`` names another interpreter where the engine is installed (how GPU hosts are
 usually laid out); without it, ``SERVEBOOK_PYTHON_SGLANG`` / ``SERVEBOOK_PYTHON_VLLM`` (see
@@ -12,13 +18,16 @@ usually laid out); without it, ``SERVEBOOK_PYTHON_SGLANG`` / ``SERVEBOOK_PYTHON_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..errors import ParameterError
 from ._base import CLIRejected, EngineAdapter, EngineSpec, parse_engine_spec
 from .sglang import SGLangEngine
 from .transformers import TransformersEngine
 from .vllm import VLLMEngine
 
-__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec", "python_from_env", "args_for"]
+__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec", "python_from_env", "args_for",
+           "user_command", "forcing"]
 
 ENGINES: dict[str, type[EngineAdapter]] = {
     "transformers": TransformersEngine,
@@ -43,6 +52,45 @@ def get_engine(spec: str, python: str | None = None) -> EngineAdapter:
     if python is None and parsed.name != "transformers":
         python = _prepared_python(parsed)
     return ENGINES[parsed.name](python=python, wanted_version=parsed.version)
+
+
+def user_command(engine: str, model_ref: str, *, attention: str | None = None, tp: int = 1, env: dict[str, str] | None = None,
+                 extra_args: Sequence[str] = (), version: str | None = None, host: str | None = None, port: int | None = None,
+                 python: str | None = None, check: bool = False) -> str:
+    """The ready-to-paste launch of ``engine``'s server (``"name"`` or ``"name==VERSION"``): the engine's own
+    command (``python -m sglang.launch_server``, ``vllm serve``, ``transformers serve``), ``env`` as a sorted
+    prefix, every word shell-quoted.
+
+    ``attention`` is forced the way ``version`` takes it (:func:`forcing`); ``tp`` 1, ``host`` and ``port`` None
+    are left to the engine's defaults; ``extra_args`` go last. ``check``: every option must exist in the installed
+    version's own parser (:meth:`EngineAdapter.check_command`); leave it off for a recorded run rendered where the
+    engine is not installed.
+    """
+    from ..servers import shell_line
+
+    eng, version = _for_user(engine, version, python)
+    argv, cmd_env = eng.user_argv(str(model_ref), attention=attention, tp=tp, host=host, port=port, version=version)
+    argv += [str(a) for a in extra_args]
+    if check and eng.checks_cli:
+        eng.check_command(argv[len(eng.public_command):], version or eng.version())
+    return shell_line(argv, {**cmd_env, **(env or {})})
+
+
+def forcing(engine: str, attention: str, *, version: str | None = None, python: str | None = None) -> str:
+    """How a user forces ``attention`` on ``engine`` at ``version``: the words :func:`user_command` adds for it
+    (``--attention-backend flashinfer``; ``VLLM_ATTENTION_BACKEND=FLASHINFER`` for vLLM before 0.13)."""
+    from ..servers import shell_line
+
+    eng, version = _for_user(engine, version, python)
+    args, env = eng.user_attention(attention, version)
+    return shell_line(args, env)
+
+
+def _for_user(engine: str, version: str | None, python: str | None) -> tuple[EngineAdapter, str | None]:
+    """The adapter for a user's command and the version it is for (``version``, else the one ``engine`` pins)."""
+    parsed = parse_engine_spec(engine)
+    version = version or parsed.version
+    return get_engine(f"{parsed.name}=={version}" if version else parsed.name, python=python), version
 
 
 def _prepared_python(parsed: EngineSpec) -> str | None:

@@ -208,11 +208,11 @@ class EngineAdapter:
         against the installed version's own CLI (:meth:`check_command`)."""
         port = port or free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1")
         version = self.wanted_version or self.version()
-        cmd, launch_env = self._command(model, port=port, host=host, attention=attention, tp=tp)
+        cmd, cmd_env = self._command(model, port=port, host=host, attention=attention, tp=tp)
         cmd = cmd + list(extra)
         if check and self.checks_cli:
             self.check_command(cmd[self._args_start:], version)
-        launch_env.update(env or {})
+        launch_env = {**self._server_env(), **cmd_env, **(env or {})}
         return Launch(cmd=cmd, port=port, host=host, env=launch_env, ready_path=self.ready_path,
                       engine=self.name, description=f"{self.name} attention={attention or 'auto'}", fatal_log=self.fatal_log)
 
@@ -256,8 +256,51 @@ class EngineAdapter:
     def same_backend(asked: str, reported: str) -> bool:
         return asked.strip().lower() == reported.strip().lower()
 
-    def _command(self, model: str, *, port: int, host: str, attention: str | None, tp: int) -> tuple[list[str], dict]:
+    # -- the command, as servebook runs it and as a user types it -----------------------------
+    # What a user types in place of the first ``_args_start`` words of the command (the interpreter and the
+    # module or script servebook runs), e.g. ("python", "-m", "sglang.launch_server").
+    public_command: tuple[str, ...] = ()
+    tp_flag: str | None = None  # the server flag for the tensor-parallel size; None: the engine has none
+    # Options servebook adds for its own reading of the server (log level, ...): left out of a user's command.
+    servebook_options: tuple[str, ...] = ()
+
+    def _command(self, model: str, *, port: int | None, host: str | None, attention: str | None,
+                 tp: int | None) -> tuple[list[str], dict]:
+        """The server's command and the environment it needs; ``host``, ``port`` and ``tp`` None: not written
+        (the engine's default)."""
         raise NotImplementedError
+
+    def _where_args(self, host: str | None, port: int | None, tp: int | None) -> list[str]:
+        """``--host``, ``--port`` and the tensor-parallel flag, each only when given."""
+        out = ["--host", host] if host is not None else []
+        out += ["--port", str(port)] if port is not None else []
+        return out + ([self.tp_flag, str(tp)] if self.tp_flag and tp is not None else [])
+
+    def _attention_args(self, attention: str) -> tuple[list[str], dict[str, str]]:
+        """The flags and environment that force ``attention`` in this installation."""
+        return [self.attention_flag, attention], {}
+
+    def _server_env(self) -> dict[str, str]:
+        """Environment servebook gives its own servers of this engine (not part of a user's command)."""
+        return {}
+
+    def user_attention(self, attention: str, version: str | None = None) -> tuple[list[str], dict[str, str]]:
+        """How a user forces ``attention`` on a server of ``version``: (flags, environment). Engines whose spelling
+        changed between versions override this (see :mod:`.vllm`)."""
+        return self._attention_args(attention)
+
+    def user_argv(self, model: str, *, attention: str | None = None, tp: int = 1, host: str | None = None,
+                  port: int | None = None, version: str | None = None) -> tuple[list[str], dict[str, str]]:
+        """The server's command as a user types it (:attr:`public_command`, no servebook options) and the
+        environment it needs; ``tp`` 1, ``host`` and ``port`` None: left to the engine's default."""
+        cmd, env = self._command(model, port=port, host=host, attention=None, tp=tp if tp and tp > 1 else None)
+        args = cmd[self._args_start:]
+        for opt in self.servebook_options:
+            while opt in args:
+                i = args.index(opt)
+                del args[i:i + 2]
+        forced, forced_env = self.user_attention(attention, version) if attention else ([], {})
+        return [*self.public_command, *args, *forced], {**env, **forced_env}
 
     def served_model_name(self, model: str) -> str:
         """The name requests must carry in their ``model`` field."""

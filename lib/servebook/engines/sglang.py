@@ -43,15 +43,16 @@ class SGLangEngine(EngineAdapter):
     def preflight(self, model, launches):
         return self._run_preflight({"argv": {label: argv for label, argv in launches.items()}})
 
+    public_command = ("python", "-m", "sglang.launch_server")
+    # --tensor-parallel-size: spelled so in 0.5.2 (server_args.py:1125), 0.5.9 (server_args.py:3302, with
+    # --tp-size) and 0.5.23 (arg_groups/fields/parallel.py:49, an alias); "--tp" only works as an argparse
+    # abbreviation, so it is not used.
+    tp_flag = "--tensor-parallel-size"
+
     def _command(self, model, *, port, host, attention, tp):
-        # --tensor-parallel-size: spelled so in 0.5.2 (server_args.py:1125), 0.5.9 (server_args.py:3302, with
-        # --tp-size) and 0.5.23 (arg_groups/fields/parallel.py:49, an alias); "--tp" only works as an argparse
-        # abbreviation, so it is not used.
-        cmd = [self.python, "-m", "sglang.launch_server", "--model-path", str(model), "--host", host, "--port", str(port),
-               "--tensor-parallel-size", str(tp)]
-        if attention:
-            cmd += [self.attention_flag, attention]
-        return cmd, {}
+        cmd = [self.python, "-m", "sglang.launch_server", "--model-path", str(model), *self._where_args(host, port, tp)]
+        forced, env = self._attention_args(attention) if attention else ([], {})
+        return cmd + forced, env
 
     def reported_backend(self, server_info, log_text):
         """The backend the server resolved: from /server_info when it answered, else its startup log.

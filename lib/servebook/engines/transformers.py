@@ -43,14 +43,21 @@ class TransformersEngine(EngineAdapter):
         super().__init__(python, wanted_version)
         self.device = device
 
+    # the launcher wraps `transformers serve` (it only adds a log line): a user types the command itself
+    public_command = ("transformers", "serve")
+    _args_start = 2  # [python, launchers/transformers_serve.py, model, ...]
+    # --device: where servebook ran it ("auto" is the server's own default); --log-level info: so that servebook
+    # can read what the server loaded
+    servebook_options = ("--device", "--log-level")
+
     def _command(self, model, *, port, host, attention, tp):
         script = str(Path(__file__).parent / "launchers" / "transformers_serve.py")
-        cmd = [self.python, script, str(model), "--host", host, "--port", str(port), "--device", self.device, "--log-level", "info"]
-        if attention:
-            cmd += [self.attention_flag, attention]
-        env = {"TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-        env.update(_hub_cache_env())
-        return cmd, env
+        cmd = [self.python, script, str(model), *self._where_args(host, port, None), "--device", self.device, "--log-level", "info"]
+        forced, env = self._attention_args(attention) if attention else ([], {})
+        return cmd + forced, env
+
+    def _server_env(self):
+        return {"TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", **_hub_cache_env()}
 
     def attention_choices(self) -> list[str]:
         """Read the server's own list of valid implementations from its source.

@@ -8,6 +8,9 @@ How a backend is forced depends on the version, and is decided from the installe
 - else the ``VLLM_ATTENTION_BACKEND`` environment variable when the version's ``vllm/envs.py`` reads it
   (0.10.2: envs.py:478; its parser has no attention flag); 0.33.0 no longer mentions the variable anywhere;
 - else an :class:`EngineError`.
+
+Where the version is not installed (a recorded run rendered on a laptop), :func:`attention_mechanism_of` gives the
+same answer from the version number, by the releases read for it (see ``FLAG_SINCE``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,30 @@ import ast
 import re
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from ..errors import EngineError
 from ._base import CLIRejected, EngineAdapter
 
 ENV_VAR = "VLLM_ATTENTION_BACKEND"
+
+# The first release whose parser defines --attention-backend, read in the released wheels:
+#   0.10.2 envs.py:478, 0.11.2 envs.py:637 and 0.12.0 envs.py:652 read VLLM_ATTENTION_BACKEND; their
+#          engine/arg_utils.py defines no attention option;
+#   0.13.0 engine/arg_utils.py:727 adds "--attention-backend" (PR #26315; envs.py:671 still reads the variable,
+#          deprecated); 0.33.0 has the flag (engine/arg_utils.py:1114) and no longer reads the variable.
+FLAG_SINCE = (0, 13)
+
+
+def attention_mechanism_of(version: str | None) -> str:
+    """"flag" or "env": how vLLM ``version`` takes a forced backend, for a version not installed here
+    (None or unreadable: the current form, the flag). Where it is installed, ask
+    :meth:`VLLMEngine.attention_mechanism` (its own parser and ``envs.py``)."""
+    try:
+        release = Version(str(version)).release if version else None
+    except InvalidVersion:
+        release = None
+    return "env" if release is not None and release[:2] < FLAG_SINCE else "flag"
 
 # What the workers log once the backend is chosen (cuda platform):
 #   0.33.0 vllm/platforms/cuda.py:448  logger.info("Using %s backend.", selected_backend)   (forced; an enum member:
@@ -80,24 +103,35 @@ class VLLMEngine(EngineAdapter):
     def preflight(self, model, launches):
         return self._run_preflight({"model": str(model), "backends": [b for b in launches if b != "auto"]})
 
+    # `vllm serve` (vllm/entrypoints/cli/main.py in 0.10.2 and 0.33.0; the `vllm` console script runs its main);
+    # the api_server module is deprecated in 0.33.0 (entrypoints/openai/api_server.py:50).
+    public_command = ("vllm", "serve")
+    tp_flag = "--tensor-parallel-size"
+
     def _command(self, model, *, port, host, attention, tp):
-        # `vllm serve` (vllm/entrypoints/cli/main.py in 0.10.2 and 0.33.0); the api_server module is deprecated
-        # in 0.33.0 (entrypoints/openai/api_server.py:50).
-        cmd = [self.python, "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--host", host, "--port", str(port),
-               "--tensor-parallel-size", str(tp)]
-        env: dict[str, str] = {}
-        if attention:
-            how = self.attention_mechanism()
-            if how == "flag":
-                cmd += [self.attention_flag, attention]  # its value is checked with the parser's choices
-            else:
-                # the variable is read late, by the workers: check the value against the version's own enum now
-                choices = self.attention_choices()
-                if attention not in choices:
-                    raise CLIRejected(f"vllm {self.version()} has no attention backend {attention} ({ENV_VAR} takes one of "
-                                      f"{', '.join(choices)}); pick one of those")
-                env[ENV_VAR] = attention
-        return cmd, env
+        cmd = [self.python, "-m", "vllm.entrypoints.cli.main", "serve", str(model), *self._where_args(host, port, tp)]
+        forced, env = self._attention_args(attention) if attention else ([], {})
+        return cmd + forced, env
+
+    def _attention_args(self, attention, how=None, check=True):
+        """``how`` None: this installation decides (:meth:`attention_mechanism`); ``check``: a value for the variable
+        must be a member of the installed version's enum."""
+        if (how or self.attention_mechanism()) == "flag":
+            return [self.attention_flag, attention], {}  # its value is checked with the parser's choices
+        if check:  # the variable is read late, by the workers: check the value against the version's own enum now
+            choices = self.attention_choices()
+            if attention not in choices:
+                raise CLIRejected(f"vllm {self.version()} has no attention backend {attention} ({ENV_VAR} takes one of "
+                                  f"{', '.join(choices)}); pick one of those")
+        return [], {ENV_VAR: attention}
+
+    def user_attention(self, attention, version=None):
+        """The installed code decides when it is ``version`` (or no version is given); a version not installed here
+        is answered by :func:`attention_mechanism_of`, without checking the value."""
+        installed = self.version()
+        if installed is not None and version in (None, installed):
+            return self._attention_args(attention)
+        return self._attention_args(attention, how=attention_mechanism_of(version), check=False)
 
     def attention_mechanism(self) -> str:
         """"flag" or "env": how this installed version takes a forced backend (see the module docstring)."""

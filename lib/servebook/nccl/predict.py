@@ -75,15 +75,18 @@ def recommend(pred, noise: float = 0.05) -> dict:
 
 
 def env_block(setting_label: str | None, model_ref: str = "<model>", tp: int = 2) -> str:
-    """A shell env block and launch commands per engine for the recommended setting."""
+    """A shell env block and launch commands per engine for the recommended setting (the engines' own commands,
+    :func:`servebook.engines.user_command`)."""
     s = parse_grid(setting_label) if setting_label and setting_label != "default" else [Setting()]
     env = dict(s[0] if s else {})
     lines = [f"export {k}={v}" for k, v in env.items()]
     if not env:
         lines.insert(0, "# NCCL's own choices measured best here: nothing to force")
+    from ..engines import user_command
+
     lines += ["", "# vLLM (its custom all-reduce serves small messages on NVLink unless --disable-custom-all-reduce)",
-              f"vllm serve {model_ref} --tensor-parallel-size {tp}",
+              user_command("vllm", model_ref, tp=tp),
               "# SGLang (same note: --disable-custom-all-reduce routes decode all-reduces through NCCL)",
-              f"python -m sglang.launch_server --model-path {model_ref} --tp {tp}"]
+              user_command("sglang", model_ref, tp=tp)]
     return "\n".join(lines)
 

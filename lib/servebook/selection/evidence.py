@@ -55,7 +55,11 @@ def missed_outside_priorities(row: dict) -> list[dict]:
 
 
 def settle_by(row: dict, backend: str) -> str:
-    """What measurement on the real host decides whether ``backend`` would be faster there."""
-    flag = "--attention-backend"
-    return (f"on the real host (chapter 03): force `{flag} {backend}`; it must start, report `{backend}` as the backend "
+    """What measurement on the real host decides whether ``backend`` would be faster there (forced as the engine's
+    own command takes it, :func:`servebook.engines.forcing`)."""
+    from ..engines import forcing
+
+    engine = str(row.get("engine") or "")
+    how = forcing(engine, str(backend), version=row.get("version")) if engine else f"--attention-backend {backend}"
+    return (f"on the real host (chapter 03): force `{how}`; it must start, report `{backend}` as the backend "
             f"used, agree with the default's greedy tokens, and its decode rate must beat `{row.get('attention_backend')}`'s")
