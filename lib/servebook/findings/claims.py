@@ -1,0 +1,201 @@
+"""Chapter 06's statements: everything a run found, each claim with the chapter heading that shows it.
+
+    f = collect(store)
+    what_we_found(f)     # markdown bullets, each linking to the chapter cell that shows it
+
+When two confidence intervals overlap, the claim says no change is supported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..results import RunStore
+from .intervals import _num
+from .launch import launch_commands
+from .links import (H_BACKENDS_FOUND, H_BENCH, H_ENGINES, H_HOST, H_NCCL, H_NCCL_PRED, H_SELECTION, H_SELECTION_FOUND,
+                    H_SWEEP, H_SWEEP_C, Claim)
+from .tables import backends, failures, host_summary, nccl, selection, throughput
+
+__all__ = ["Findings", "collect", "what_we_found"]
+
+
+@dataclass
+class Findings:
+    run: str
+    host: dict
+    selection: list[dict]
+    backends: list[dict]
+    nccl: dict | None
+    throughput: list[dict]
+    launch: list[dict]
+    failures: list[dict]
+    claims: list[Claim] = field(default_factory=list)
+
+
+def _fmt(v: float | None, digits: int = 1) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def collect(store: RunStore) -> Findings:
+    """Everything chapter 06 states, with its claims."""
+    host = host_summary(store)
+    sel = selection(store)
+    bk = backends(store)
+    nc = nccl(store)
+    tp = throughput(store)
+    lc = launch_commands(store, bk, nc, host)
+    f = Findings(run=host["run_id"], host=host, selection=sel, backends=bk, nccl=nc, throughput=tp, launch=lc, failures=failures(store))
+    f.claims = _claims(f)
+    return f
+
+
+def _host_text(h: dict) -> str:
+    if not h.get("gpu") and not h.get("probed"):
+        return "not probed in this run (chapter 01 recorded nothing)"
+    if not h.get("gpu"):
+        return f"{h.get('hostname') or 'this host'}: no GPU seen; the engines ran on the CPU"
+    links = f", linked by {'/'.join(h['links'])}" if h.get("links") else (", one GPU: no GPU-to-GPU link" if h.get("gpu_count") == 1 else "")
+    p2p = f" ({h['p2p_gbs']:.0f} GB/s measured peer copies)" if h.get("p2p_gbs") else ""
+    cap = (f"compute capability {h.get('capability')} ({h.get('family')})" if h.get("capability")
+           else "compute capability not probed in this run")
+    return (f"{h.get('gpu_count')} x {h['gpu']}, {cap}{links}{p2p}; "
+            f"driver {h.get('driver')}, CUDA {h.get('cuda')}, NCCL {h.get('nccl')}")
+
+
+def _claims(f: Findings) -> list[Claim]:
+    """Every statement, chapter by chapter."""
+    return [*_host_claims(f), *_selection_claims(f), *_backend_claims(f), *_nccl_claims(f), *_bench_claims(f)]
+
+
+def _host_claims(f: Findings) -> list[Claim]:
+    """Chapter 01: the host, and the engine helpers that disagree with it."""
+    c = [Claim("01", "Host: " + _host_text(f.host), H_HOST)]
+    bad = [e for e in f.host["engines"] if (e.get("mismatches") or 0) or (e.get("gaps") or 0)]
+    if bad:
+        c.append(Claim("01", "Engine helpers that disagree with the hardware or leave this GPU out: "
+                       + ", ".join(f"{e['engine']} ({e.get('mismatches') or 0} mismatches, {e.get('gaps') or 0} gaps)" for e in bad), H_ENGINES))
+    return c
+
+
+def _selection_claims(f: Findings) -> list[Claim]:
+    """Chapter 02: what each engine picks and the line that decides it."""
+    c: list[Claim] = []
+    for s in f.selection:
+        where = f"{s.get('gpu')}, capability {s.get('capability')}"
+        who = ("On this host" if s["case"] == "this-host" else f"Seed case ({where})" if s["case"] == "seed"
+               else f"Profile {where}, asked of the engine's own code without the GPU")
+        if s.get("method") == "dynamic" and s.get("where"):
+            rule = "; ".join(s["rule"][-3:]) or "no condition on the way"
+            c.append(Claim("02", f"{who}, {s['engine']} {s['version']} picks `{s['backend']}` for `{s['model']}`: written at "
+                           f"`{s['where']}` in `{s['function']}` because {rule} (a {'/'.join(s['kinds']) or 'unconditional'} "
+                           f"decision; {s['sites']} assignment sites read in its code)", H_SELECTION))
+        else:
+            c.append(Claim("02", f"{who}, {s['engine']} {s['version']}: only a static reading ({s.get('reason')})", H_SELECTION, False))
+    if not f.selection:
+        c.append(Claim("02", "No backend selection was recorded in this run", H_SELECTION_FOUND, False))
+    return c
+
+
+def _backend_claims(f: Findings) -> list[Claim]:
+    """Chapter 03: the fastest correct backend against the default, and what failed or did not run."""
+    c: list[Claim] = []
+    for b in f.backends:
+        if not b.get("correct"):
+            c.append(Claim("03", f"{b['engine']}: no forced backend served correct output ({len(b['failed'])} failed)", H_SWEEP, False))
+            continue
+        best = (f"{b['engine']}: the fastest correct backend was `{b['best']}` at {_fmt(b['best_tok_s'])} ± {_fmt(b['best_ci95'])} tok/s "
+                f"single stream (greedy output {(_num(b.get('best_agreement')) or 0):.0%} equal to the default's)")
+        if b.get("default_tok_s") is not None:
+            best += f"; the default (`{b.get('default_reported') or 'auto'}`) ran {_fmt(b['default_tok_s'])} ± {_fmt(b['default_ci95'])}"
+        if b.get("best_reported") and b.get("best_reported") == b.get("default_reported") and b.get("best") != f"auto ({b['best_reported']})":
+            best += (f"; forced `{b['best']}` loads the same implementation as the default, so their difference is "
+                     "run-to-run noise")
+        if b["change_supported"]:
+            c.append(Claim("03", best + ": faster beyond both 95% intervals, a change is supported", H_SWEEP))
+        elif str(b.get("best", "")).startswith("auto") and b.get("others"):
+            c.append(Claim("03", f"{b['engine']}: its own choice (`{b.get('default_reported') or 'auto'}`, {_fmt(b['default_tok_s'])} ± "
+                           f"{_fmt(b['default_ci95'])} tok/s single stream) was the fastest correct backend; against it: "
+                           + "; ".join(f"`{o['attention']}` {_fmt(o['tok_s'])} ± {_fmt(o['ci95'])}, {o['verdict']}" for o in b["others"])
+                           + ". Keep the default", H_SWEEP, False))
+        else:
+            ties = f" (overlaps {', '.join(map(str, b['ties']))})" if b.get("ties") else ""
+            c.append(Claim("03", best + f": the 95% intervals overlap{ties}, so no change of backend is supported", H_SWEEP, False))
+        for x in b["failed"]:
+            c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({str(x.get('error'))[:160]})", H_BACKENDS_FOUND, False))
+        if b["not_run"]:
+            c.append(Claim("03", f"{b['engine']}: not run here: " + ", ".join(f"`{x['attention']}` ({x['reason']})" for x in b["not_run"]),
+                           H_BACKENDS_FOUND, False))
+    if not f.backends:
+        c.append(Claim("03", "No backend was forced in this run", H_BACKENDS_FOUND, False))
+    return c
+
+
+def _nccl_claims(f: Findings) -> list[Claim]:
+    """Chapter 04: the NCCL setting for decode-sized all-reduces, predicted and measured end to end."""
+    c: list[Claim] = []
+    n = f.nccl
+    if n is None:
+        c.append(Claim("04", "No all-reduce was measured in this run", H_NCCL, False))
+    elif n["backend"] != "nccl":
+        c.append(Claim("04", f"All-reduce measured with {n['backend']} ({n.get('world_size')} processes), not NCCL: "
+                       f"{_fmt(n.get('default_us'))} us at {n['b1_bytes']} B; NCCL settings do not apply here", H_NCCL, False))
+    else:
+        head = (f"NCCL ({n.get('world_size')} GPUs, {n['settings']} settings, {n['mode']}-replayed): at the batch-1 message "
+                f"({n['b1_bytes']} B) the default took {_fmt(n.get('default_us'))} us per all-reduce")
+        if n.get("setting") in (None, "default"):
+            ru = n.get("runner_up")
+            alt = (f"; the best other setting, `{ru['setting']}`, took {_fmt(ru['us'])} us, a predicted "
+                   f"{_fmt(ru['delta_ms'], 3)} ms per token against {_fmt(n.get('default_ms_per_token'), 3)} ms with the defaults "
+                   f"({n.get('allreduces_per_token')} all-reduces per token, {n.get('layers')} layers of {n.get('model')})"
+                   if ru and n.get("default_ms_per_token") is not None else "")
+            if ru and ru.get("slower_at_batches"):
+                verdict = (f": but it is more than 5% slower than the defaults at decode batch "
+                           f"{', '.join(map(str, ru['slower_at_batches']))}, so keep NCCL's defaults")
+            else:
+                verdict = ": within the 5% the book treats as noise, so keep NCCL's defaults"
+            c.append(Claim("04", head + alt + verdict, H_NCCL_PRED, False))
+        else:
+            c.append(Claim("04", head + f"; best: `{n['setting']}` at {_fmt(n.get('best_us'))} us. Predicted effect: "
+                           f"{_fmt(n.get('predicted_delta_ms'), 3)} ms per token ({n.get('allreduces_per_token')} all-reduces per token, "
+                           f"{n.get('layers')} layers of {n.get('model')})", H_NCCL_PRED))
+        for x in n.get("measured_effect") or []:
+            if x["vs"]:
+                c.append(Claim("04", f"End to end, {x['engine']} at TP={x['tp']}, {x['setting']}: "
+                               + (f"{_fmt(x['tok_s'])} ± {_fmt(x['ci95'])} tok/s, {x['verdict']} against {x['vs']}"
+                                  if x["tok_s"] else f"{x['outcome']}"), H_NCCL_PRED, x["supported"]))
+        if not n.get("measured_effect"):
+            c.append(Claim("04", "Measured end-to-end effect: not measured in this run (chapter 04's tp_check restarts an engine at "
+                           "TP>1 under each setting)", H_NCCL_PRED, False))
+    return c
+
+
+def _bench_claims(f: Findings) -> list[Claim]:
+    """Chapter 05: single stream and the concurrency sweep."""
+    c: list[Claim] = []
+    for t in f.throughput:
+        roof = (f"; {t['pct_of_roofline']:.3g}% of the {_fmt(t['roofline_tok_s'], 0)} tok/s bandwidth roofline"
+                if t.get("pct_of_roofline") is not None else "; no roofline recorded")
+        c.append(Claim("05", f"{t['label']}: single stream {_fmt(t['single_tok_s'])} ± {_fmt(t['single_ci95'])} tok/s "
+                       f"(95% CI over {t.get('runs')} runs){roof}", H_BENCH))
+        if t.get("peak_tok_s") is not None:
+            gain = (t["peak_tok_s"] / t["c1_tok_s"]) if t.get("c1_tok_s") else None
+            c.append(Claim("05", f"{t['label']}: {_fmt(t['c1_tok_s'])} tok/s at C=1, peak {_fmt(t['peak_tok_s'])} tok/s at "
+                           f"C={t['peak_c']}" + (f" ({gain:.2f}x)" if gain else "") + f", each user then getting "
+                           f"{_fmt(t.get('peak_per_user_tok_s'))} tok/s" + (" (some levels hit their time budget)" if t["truncated"] else ""),
+                           H_SWEEP_C))
+    if not f.throughput:
+        c.append(Claim("05", "No benchmark was recorded in this run", H_BENCH, False))
+    return c
+
+
+def what_we_found(f: Findings) -> str:
+    """Markdown bullets: every claim with its link, then what to run, then the failures."""
+    lines = [f"- {c.markdown()}" for c in f.claims]
+    for lc in f.launch:
+        lines.append(f"- Launch {lc['engine']}: `{lc['command']}` — " + "; ".join(lc["why"]) + ".")
+    if f.failures:
+        n = sum(x["times"] for x in f.failures)
+        lines.append(f"- {n} recorded failures ({len(f.failures)} distinct), listed above; a failed measurement is a finding, not a result.")
+    return "\n".join(lines)
+

@@ -1,0 +1,133 @@
+"""'Check yourself': the questions each chapter ends with, answered from the run.
+
+    check_yourself(store, "06")                  # [(question, answer)]
+    check_yourself_markdown(qa)                  # numbered, each answer folded
+"""
+
+from __future__ import annotations
+
+from ..results import RunStore
+from .claims import _fmt, collect
+from .tables import host_summary, selection
+
+__all__ = ["check_yourself", "check_yourself_markdown"]
+
+
+def check_yourself(store: RunStore, chapter: str) -> list[tuple[str, str]]:
+    """Two or three questions a new engineer should now answer, with answers computed from this run."""
+    ask = {"01": _questions_01, "02": _questions_02, "06": _questions_06}.get(str(chapter)[:2])
+    return ask(store) if ask else []
+
+
+def _questions_01(store: RunStore) -> list[tuple[str, str]]:
+    """The host: its capability and family, what the engines' helpers said about it, how its GPUs are linked."""
+    h = host_summary(store)
+    qa = []
+    if not h.get("probed"):
+        return [("What does this run tell you about the host's GPUs?",
+                 "Nothing: chapter 01 recorded no probe in this run (see its page and the failures table); run it before trusting any later chapter.")]
+    if h.get("gpu"):
+        qa.append(("What compute capability does this host's GPU report, and which family is that? Why does the family matter more than the marketing name?",
+                   f"{h['capability']}: {h['family']}. Engines branch on the capability (major, minor), not the name: "
+                   "the seed case's RTX PRO 6000 and a B200 are both called Blackwell, but report 12.0 and 10.0."))
+    else:
+        qa.append(("What compute capability does this host report, and what follows for the engines' GPU paths?",
+                   "None: no GPU was seen, so no capability check can pass; the engines' GPU kernels cannot run and the book runs on the CPU."))
+    eng = [e for e in h["engines"] if e.get("status") == "ok"]
+    helpers = store.rows("engine_helpers")
+    judged = [r for r in helpers if r.get("verdict") not in (None, "unknown")]
+    bad = [r for r in helpers if r.get("verdict") not in (None, "unknown", "agrees")]
+    qa.append(("Did any engine's own helper contradict the hardware or leave this GPU out (a mismatch or a gap)?",
+               (f"{len(helpers)} helpers asked in {', '.join(e['engine'] + ' ' + str(e.get('version')) for e in eng) or 'no engine'}; "
+                f"{len(judged)} could be judged against the hardware and "
+                + (f"{len(bad)} did not agree: " + "; ".join(f"{r.get('helper')} -> {r.get('answer')} ({r.get('verdict')})" for r in bad[:4])
+                   if bad else "all agreed")
+                + ". The rest depend on installed packages, not on the GPU.") if helpers else
+               "No engine helper was recorded in this run (no engine could be asked)."))
+    if (h.get("gpu_count") or 0) >= 2:
+        qa.append(("How are the GPUs linked, and what does that predict for decode-time all-reduces under tensor parallelism?",
+                   f"{'/'.join(h['links']) or 'unknown'}" + (f", {h['p2p_gbs']:.0f} GB/s measured peer copies" if h.get("p2p_gbs") else "")
+                   + ". Decode all-reduces are a few KB, so their cost is latency, not bandwidth: the link sets a floor of microseconds "
+                   "per call, paid twice per layer per token (chapter 04 measures it)."))
+    elif h.get("gpu"):
+        qa.append(("This host has one GPU. Which chapter's question does not arise here, and why?",
+                   "Chapter 04's: a model that fits one GPU runs without tensor parallelism and makes no all-reduce, so there is no NCCL setting to tune."))
+    return qa
+
+
+def _questions_02(store: RunStore) -> list[tuple[str, str]]:
+    """The selection: which backend, which line decides it, and why the seed case falls back."""
+    sel = [s for s in selection(store) if s.get("case") == "this-host"]
+    seed = [s for s in selection(store) if s.get("case") == "seed"]
+    qa = []
+    if sel:
+        s = sel[0]
+        qa.append((f"Which attention backend does {s['engine']} {s['version']} pick for `{s['model']}` on this host, and which line decides it?",
+                   f"`{s['backend']}`, written at `{s.get('where')}` in `{s.get('function')}` ({s['method']} reading)."))
+        kinds = s.get("kinds") or []
+        qa.append(("Is that choice driven by the GPU, the model, an installed kernel library, or a user flag? What would change it?",
+                   f"Conditions on the way: {'; '.join(s['rule']) or 'none'} (kinds: {', '.join(kinds) or 'none'}). "
+                   + ("No hardware condition is involved, so another GPU would get the same answer; "
+                      if "hardware" not in kinds else "A hardware condition is involved: another GPU can get another backend; ")
+                   + "passing the engine's attention flag changes it (chapter 03 forces each value)."))
+    else:
+        qa.append(("Which attention backend does the engine pick on this host?", "Not recorded in this run: chapter 02's what-if failed or did not run (see failures)."))
+    if seed and seed[0].get("method") == "dynamic":
+        s = seed[0]
+        qa.append((f"In the seed case ({s['engine']} {s['version']}, {s['model']} on {s['gpu']}), which backend is picked and why is that a problem?",
+                   f"`{s['backend']}` at `{s.get('where')}`, because {'; '.join(s['rule'][-3:])}: the fast branch's check does not "
+                   f"cover capability {s.get('capability')}."))
+    else:
+        qa.append(("Why does this chapter run the engine's own resolution instead of reading its documentation?",
+                   "Because the decision is code, and it moves between releases: write-ups about it can be wrong or out of date, "
+                   "while the traced line and the conditions on the way are what this version actually does."))
+    return qa
+
+
+def _questions_06(store: RunStore) -> list[tuple[str, str]]:
+    """The findings: a backend to force, NCCL variables to export, where single-stream time goes."""
+    f = collect(store)
+    qa = []
+    b = f.backends[0] if f.backends else None
+    if b and b.get("correct"):
+        qa.append((f"Should you force a different attention backend for {b['engine']} on this host?",
+                   (f"Yes: `{b['best']}` was faster than the default beyond both 95% intervals, with correct output."
+                    if b["change_supported"] else
+                    f"No: the fastest, `{b['best']}` ({_fmt(b['best_tok_s'])} ± {_fmt(b['best_ci95'])} tok/s), overlaps the default "
+                    f"({_fmt(b.get('default_tok_s'))} ± {_fmt(b.get('default_ci95'))}); the data supports no change. More runs would narrow the intervals.")))
+    n = f.nccl
+    if n and n.get("backend") == "nccl":
+        qa.append(("Which NCCL variables would you export for tensor parallelism on this host, and what is the predicted gain per token?",
+                   ("None. " + next((c.text for c in f.claims if c.chapter == "04"), "") + "."
+                    if n.get("setting") in (None, "default") else
+                    f"`{n['setting']}`: {_fmt(n.get('predicted_delta_ms'), 3)} ms per token predicted; "
+                    + ("measured end to end: " + "; ".join(f"{x['engine']} {x['setting']}: {x['verdict']}" for x in n["measured_effect"] if x["vs"])
+                       if n.get("measured_effect") else "not confirmed end to end, so none is exported yet."))))
+    elif n:
+        qa.append(("Why does this run give no NCCL recommendation?",
+                   f"Its all-reduces ran with {n['backend']} on {n.get('world_size')} processes: NCCL variables do not apply to it, "
+                   "and a one-GPU deployment makes no all-reduce at all."))
+    t = next((x for x in f.throughput if x.get("pct_of_roofline") is not None), None)
+    if t:
+        qa.append(("How close is single-stream decode to the memory-bandwidth roofline, and what does that say about where the time goes?",
+                   f"{t['pct_of_roofline']:.3g}% ({_fmt(t['single_tok_s'])} of {_fmt(t['roofline_tok_s'], 0)} tok/s): "
+                   + ("far below it, so the weights' bytes are not the limit; per-token overhead (framework, kernel launches, "
+                      "the serving path) is, and a faster attention kernel or NCCL setting cannot close that gap alone."
+                      if t["pct_of_roofline"] < 25 else "close to it: memory bandwidth is the limit; only fewer bytes per token "
+                      "(quantization, batching) raise it.")))
+    if not qa:
+        qa.append(("Why does this chapter recommend nothing for this run?",
+                   "Chapters 03 to 05 recorded no measurement here (see the failures and each chapter's page); a recommendation "
+                   "without a measurement would be a guess."))
+    return qa[:3]
+
+
+def check_yourself_markdown(qa: list[tuple[str, str]]) -> str:
+    """Numbered questions, each answer folded in a <details> block."""
+    if not qa:
+        return "_Nothing recorded in this run to ask about._"
+    out = []
+    for i, (q, a) in enumerate(qa, 1):
+        out.append(f"{i}. {q}\n\n   <details><summary>Answer (from this run)</summary>\n\n   {a}\n\n   </details>\n")
+    return "\n".join(out)
+

@@ -1,0 +1,284 @@
+"""Chapters 01 to 05's recorded tables, read into plain dicts: the host, the selection, the forced backends,
+NCCL, the benchmark and the failures (nothing is measured here).
+
+    host_summary(store)     # GPUs, capability, links, software
+    backends(store)         # per engine: the fastest correct backend against the default, with intervals
+    nccl(store)             # the best setting for decode-sized all-reduces and its predicted per-token effect
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import ParameterError
+from ..results import RunStore
+from .intervals import _num, _overlap, separated
+
+__all__ = ["open_run", "host_summary", "selection", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
+
+
+def open_run(path: str | Path, name: str = "run") -> RunStore:
+    """An existing run directory (manifest.json or recorded tables), else a one-line error."""
+    p = Path(path).expanduser()
+    if not p.is_dir() or not ((p / "manifest.json").exists() or any(p.glob("*.jsonl"))):
+        raise ParameterError(name, str(path), "a run directory with manifest.json and its tables, e.g. data/runs/h200x2-book")
+    return RunStore(p)
+
+
+def _probe(store: RunStore) -> dict:
+    path = store.path / "probe.json"
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def host_summary(store: RunStore) -> dict:
+    """What the host is: GPUs, capability, links, software; from chapter 01's tables, else the manifest."""
+    m = store.manifest
+    probe = _probe(store)
+    gpus = store.rows("gpus") or probe.get("gpus") or []
+    fp = m.get("host_fingerprint") or {}
+    versions = {**(m.get("versions") or {}), **{k: v for k, v in (store.rows("versions") or [{}])[-1].items()
+                                                if k in ("driver", "cuda", "torch", "nccl", "nccl_loaded") and v}}
+    links = sorted({r.get("link") for r in store.rows("topology") if r.get("link") and r.get("src") != r.get("dst")})
+    p2p = [r.get("bandwidth_gbs") for r in store.rows("p2p") if _num(r.get("bandwidth_gbs"))]
+    names = sorted({g.get("name") for g in gpus if g.get("name")}) or sorted(set(fp.get("gpus") or []))
+    caps = sorted({str(g.get("capability")) for g in gpus if g.get("capability")})
+    engines = [{"engine": r.get("engine"), "version": r.get("version"), "status": r.get("status"),
+                "mismatches": r.get("mismatches"), "gaps": r.get("gaps")} for r in store.rows("engines")]
+    return {
+        "run_id": m.get("run_id") or store.path.name,
+        "probed": bool(probe) or (store.table_path("gpus").exists()),
+        "hostname": probe.get("hostname") or fp.get("hostname"),
+        "source": probe.get("source") or ("measured" if gpus else None),
+        "profile": probe.get("profile"),
+        "gpu_count": len(gpus) if gpus else len(fp.get("gpus") or []),
+        "gpu": ", ".join(names) or None,
+        "capability": ", ".join(caps) or None,
+        "family": (gpus[0].get("family") if gpus else None),
+        "memory_gib": (gpus[0].get("memory_gib") if gpus else None),
+        "links": links,
+        "p2p_gbs": max(p2p) if p2p else None,
+        "driver": versions.get("driver"), "cuda": versions.get("cuda") or versions.get("torch_cuda"),
+        "torch": versions.get("torch"), "nccl": versions.get("nccl_loaded") or versions.get("nccl"),
+        "engines": engines,
+        "date": m.get("started") or m.get("created") or probe.get("created"),
+        "engine_under_study": (m.get("parameters") or {}).get("engine"),
+        "model": (m.get("parameters") or {}).get("model"),
+    }
+
+
+def selection(store: RunStore) -> list[dict]:
+    """What each engine picks and the rule that decides it (chapter 02's ``selection`` and ``selection_sites``)."""
+    sites = store.rows("selection_sites")
+    out = []
+    for r in store.rows("selection"):
+        d = r.get("decided_by") or {}
+        conds = r.get("conditions") or []
+        n_sites = len({s.get("where") for s in sites if s.get("engine") == r.get("engine") and s.get("version") == r.get("version")})
+        kinds = sorted({k for c in conds for k in (c.get("kinds") or [])})
+        out.append({
+            "case": r.get("case"), "engine": r.get("engine"), "version": r.get("version"), "model": r.get("model"),
+            "gpu": r.get("gpu"), "capability": r.get("capability"), "method": r.get("method"),
+            "backend": r.get("attention_backend"), "moe": r.get("moe_runner_backend"),
+            "where": d.get("where"), "function": d.get("function"), "value": d.get("value"),
+            "rule": [c.get("text") for c in conds if c.get("text")], "kinds": kinds, "sites": n_sites,
+            "reason": r.get("reason"),
+        })
+    return out
+
+
+def backends(store: RunStore) -> list[dict]:
+    """Per engine: the fastest forced backend whose output was correct, against the engine's default (chapter 03).
+
+    ``change_supported`` is True only when the fastest backend's 95% interval lies entirely above the default's.
+    """
+    rows = store.rows("backends")
+    not_run = store.rows("backends_not_run")
+    out = []
+    for eng in sorted({r.get("engine") for r in rows if r.get("engine")}):
+        mine = [r for r in rows if r.get("engine") == eng]
+        ok = [r for r in mine if r.get("outcome") == "ok" and _num(r.get("decode_tok_s"))]
+        for mode in ("graph", "default", "eager"):  # compare within one mode, the one users run first
+            same = [r for r in ok if r.get("mode", "default") == mode]
+            if any(r.get("attention") == "auto" for r in same):
+                ok = same
+                break
+        failed = [{"attention": r.get("attention"), "outcome": r.get("outcome"), "error": r.get("error")} for r in mine
+                  if r.get("outcome") != "ok"]
+        item: dict[str, Any] = {"engine": eng, "version": next((r.get("engine_version") for r in mine if r.get("engine_version")), None),
+                                "tried": len(mine), "correct": len(ok), "failed": failed,
+                                "not_run": [{"attention": r.get("attention"), "reason": r.get("reason")} for r in not_run
+                                            if r.get("engine") == eng]}
+        if ok:
+            best = max(ok, key=lambda r: r["decode_tok_s"])
+            default = next((r for r in ok if r.get("attention") == "auto"), None)
+            ci = lambda r: _num(r.get("decode_tok_s_ci95")) or 0.0  # noqa: E731
+            ties = [r.get("attention") for r in ok if r is not best
+                    and _overlap(best["decode_tok_s"], ci(best), r["decode_tok_s"], ci(r))]
+            item.update({
+                "best": best.get("attention") if best.get("attention") != "auto" else f"auto ({best.get('reported') or 'default'})", "best_reported": best.get("reported"), "best_tok_s": best["decode_tok_s"],
+                "best_ci95": ci(best), "best_agreement": best.get("agreement"), "best_launch": best.get("launch"),
+                "default_reported": default.get("reported") if default else None,
+                "default_tok_s": default["decode_tok_s"] if default else None, "default_ci95": ci(default) if default else None,
+                "ties": ties,
+                "agreement_min": min((_num(r.get("agreement")) for r in ok if _num(r.get("agreement")) is not None), default=None),
+            })
+            item["others"] = [{"attention": r.get("attention"), "tok_s": r["decode_tok_s"], "ci95": ci(r),
+                               "verdict": separated(r["decode_tok_s"], ci(r), default["decode_tok_s"], ci(default))}
+                              for r in sorted(ok, key=lambda r: -r["decode_tok_s"]) if default and r is not default]
+            same_as_default = default is None or best is default or best.get("reported") == (default or {}).get("reported")
+            item["change_supported"] = bool(default and not same_as_default
+                                            and not _overlap(best["decode_tok_s"], ci(best), default["decode_tok_s"], ci(default)))
+        else:
+            item["change_supported"] = False
+        out.append(item)
+    return out
+
+
+def _model_layers(manifest: dict) -> tuple[int | None, str]:
+    """Layers of the run's model, without building or loading it."""
+    model = (manifest.get("parameters") or {}).get("model") or manifest.get("model")
+    if not model:
+        return None, "unknown model"
+    try:
+        from ..nccl import model_dims
+
+        if model == "embedded":
+            from ..embedded import EMBEDDED_CONFIG
+
+            return model_dims(EMBEDDED_CONFIG)["num_hidden_layers"], "embedded"
+        from ..params import resolve_model
+
+        resolved = resolve_model(model, build=False)
+        config = resolved if isinstance(resolved, dict) else json.loads((Path(resolved) / "config.json").read_text())
+        return model_dims(config)["num_hidden_layers"] or None, str(model)
+    except Exception:  # noqa: BLE001 - a model dir recorded on another host is not here: the prediction is then skipped
+        return None, str(model)
+
+
+def nccl(store: RunStore) -> dict | None:
+    """The best NCCL setting for decode-sized all-reduces, its predicted per-token effect, and what was measured (chapter 04)."""
+    import pandas as pd
+
+    rows = store.rows("allreduce")
+    if not rows:
+        return None
+    ar = pd.DataFrame(rows)
+    if "setting" not in ar:  # older runs and gloo measurements record no setting: NCCL's (or gloo's) defaults
+        ar["setting"] = "default"
+    ar["setting"] = ar["setting"].fillna("default")
+    backend = str(ar["backend"].dropna().iloc[0]) if "backend" in ar and ar["backend"].notna().any() else "?"
+    world = int(ar["world_size"].dropna().max()) if "world_size" in ar and ar["world_size"].notna().any() else None
+    out: dict[str, Any] = {"backend": backend, "world_size": world, "settings": int(ar["setting"].nunique()) if "setting" in ar else 1,
+                           "sum_ok": bool(ar["sum_ok"].fillna(False).all()) if "sum_ok" in ar else None}
+    model_sizes = ar[(ar.get("size_source") == "model")] if "size_source" in ar else ar.iloc[0:0]
+    sizes = (model_sizes[["batch", "bytes"]].dropna().drop_duplicates().sort_values("bytes")
+             .astype({"batch": int, "bytes": int}).to_dict("records"))
+    out["b1_bytes"] = sizes[0]["bytes"] if sizes else int(ar["bytes"].min())
+    graph = ar[(ar["mode"] == "graph") & (ar["path"] == "torch")] if {"mode", "path"} <= set(ar.columns) else ar.iloc[0:0]
+    if "shape_study" in graph:
+        graph = graph[graph["shape_study"] != True]  # noqa: E712
+    mode = "graph" if len(graph) else "eager"
+    pts = graph if len(graph) else ar[ar.get("mode") == "eager"] if "mode" in ar else ar
+    at_b1 = pts[pts["bytes"] == out["b1_bytes"]].groupby("setting")["us_median"].median()
+    out["mode"] = mode
+    out["default_us"] = _num(at_b1.get("default"))
+    layers, model = _model_layers(store.manifest)
+    out["layers"], out["model"] = layers, model
+    if backend != "nccl":
+        out.update({"setting": None, "reason": f"measured with {backend}, not NCCL: NCCL settings do not apply on this host",
+                    "predicted_ms_per_token": None, "measured_effect": None})
+        return out
+    from ..nccl import per_token_prediction, recommend
+
+    pred = per_token_prediction(ar, layers, sizes) if layers and sizes and len(graph) else None
+    pick = recommend(pred) if pred is not None and len(pred) else {"setting": None, "reason": "no graph-replayed model-size points to predict from"}
+    out["setting"], out["reason"] = pick.get("setting"), pick.get("reason")
+    out["excluded"] = pick.get("excluded") or []
+    best_us = _num(at_b1.get(pick.get("setting"))) if pick.get("setting") else None
+    out["best_us"] = best_us
+    if pred is not None and len(pred):
+        b1 = pred[pred["batch"] == pred["batch"].min()].set_index("setting")
+        out["default_ms_per_token"] = _num(b1["ms_per_token"].get("default"))
+        chosen = b1.loc[pick["setting"]] if pick.get("setting") in b1.index else None
+        out["predicted_ms_per_token"] = _num(chosen["ms_per_token"]) if chosen is not None else None
+        out["predicted_delta_ms"] = _num(chosen["delta_ms_vs_default"]) if chosen is not None else None
+        out["allreduces_per_token"] = int(b1["allreduces_per_token"].iloc[0])
+        others = b1[(b1.index != "default") & b1["sum_ok"]].sort_values("ms_per_token")
+        if len(others):
+            r = others.iloc[0]
+            mine = pred[pred["setting"] == others.index[0]]
+            slower = mine[mine["delta_ms_vs_default"] > mine["ms_per_token"] * 0.05]  # recommend()'s no-regression rule
+            out["runner_up"] = {"setting": others.index[0], "us": _num(r["us_per_allreduce"]), "ms_per_token": _num(r["ms_per_token"]),
+                                "delta_ms": _num(r["delta_ms_vs_default"]),
+                                "slower_at_batches": sorted(int(b) for b in slower["batch"].unique())}
+    out["measured_effect"] = tp_end_to_end(store) or None
+    return out
+
+
+def tp_end_to_end(store: RunStore) -> list[dict]:
+    """Chapter 04's end-to-end rows (table ``tp_e2e``), each compared with its reference: "custom all-reduce off" with
+    the engine's default, every NCCL setting with "custom all-reduce off" (the path NCCL variables reach).
+    ``supported`` is True only where the setting is faster and the 95% intervals separate."""
+    rows = store.rows("tp_e2e")
+    out = []
+    for r in rows:
+        ref_name = None if r.get("setting") == "engine default" else (
+            "engine default" if r.get("setting") == "custom all-reduce off" else "custom all-reduce off")
+        ref = next((x for x in rows if x.get("engine") == r.get("engine") and x.get("tp") == r.get("tp")
+                    and x.get("setting") == ref_name), None) if ref_name else None
+        a, b = _num(r.get("decode_tok_s")), _num((ref or {}).get("decode_tok_s"))
+        item = {"engine": r.get("engine"), "tp": r.get("tp"), "setting": r.get("setting"), "outcome": r.get("outcome"),
+                "tok_s": a, "ci95": _num(r.get("decode_tok_s_ci95")), "env": r.get("env") or {}, "args": r.get("args") or [],
+                "vs": ref_name, "vs_tok_s": b, "vs_ci95": _num((ref or {}).get("decode_tok_s_ci95")),
+                "allreduce_log": r.get("allreduce_log") or [], "from_grid": r.get("from_grid")}
+        item["verdict"] = separated(a, item["ci95"], b, item["vs_ci95"]) if ref else None
+        item["supported"] = bool(ref and a and b and a > b and not _overlap(a, item["ci95"] or 0, b, item["vs_ci95"] or 0))
+        out.append(item)
+    return out
+
+
+def throughput(store: RunStore) -> list[dict]:
+    """Per served configuration: single-stream decode with its interval, C=1 and peak throughput, % of roofline (chapter 05)."""
+    rows = store.rows("bench_summary")
+    roofs = [r for r in store.rows("bench_roofline") if r.get("source") == "measured here"]
+    out = []
+    for label in sorted({r.get("label") for r in rows if r.get("label")}):
+        mine = [r for r in rows if r.get("label") == label]
+        single = [r for r in mine if r.get("phase") == "single"]
+        sweep = sorted((r for r in mine if r.get("phase") == "sweep" and _num(r.get("throughput_tok_s"))),
+                       key=lambda r: r.get("concurrency") or 0)
+        s = single[-1] if single else {}
+        peak = max(sweep, key=lambda r: r["throughput_tok_s"]) if sweep else {}
+        c1 = next((r for r in sweep if r.get("concurrency") == 1), {})
+        roof = next((r for r in reversed(roofs) if str(r.get("case", "")).startswith(label)), {})
+        out.append({
+            "label": label, "engine": (s or (mine[0] if mine else {})).get("engine"), "attention": (s or mine[0]).get("attention"),
+            "single_tok_s": _num(s.get("decode_tok_s_mean")), "single_ci95": _num(s.get("decode_tok_s_ci95")), "runs": s.get("runs"),
+            "ttft_ms": (_num(s.get("ttft_s_mean")) or 0) * 1e3 if s else None,
+            "c1_tok_s": _num(c1.get("throughput_tok_s")), "peak_tok_s": _num(peak.get("throughput_tok_s")),
+            "peak_c": peak.get("concurrency"), "peak_per_user_tok_s": _num(peak.get("per_user_tok_s")),
+            "truncated": any(r.get("truncated") for r in sweep), "levels": [r.get("concurrency") for r in sweep],
+            "roofline_tok_s": _num(roof.get("roofline_tok_s")), "pct_of_roofline": _num(roof.get("pct_of_roofline")),
+            "roofline_source": roof.get("bandwidth_source"),
+        })
+    return out
+
+
+def failures(store: RunStore) -> list[dict]:
+    """Distinct recorded failures (by error text), how often each happened, and the steps it hit."""
+    seen: dict[str, dict] = {}
+    for r in store.rows("failures"):
+        err = " ".join(str(r.get("error")).split())[:200]
+        item = seen.setdefault(err, {"error": err, "times": 0, "steps": []})
+        item["times"] += 1
+        if str(r.get("step")) not in item["steps"]:
+            item["steps"].append(str(r.get("step")))
+    return [{"error": v["error"], "times": v["times"],
+             "steps": ", ".join(v["steps"][:3]) + (f" and {len(v['steps']) - 3} more" if len(v["steps"]) > 3 else "")}
+            for v in seen.values()]
+
