@@ -129,6 +129,7 @@ def _install_stubs(present, absent, visible=()):
 
 # -- the fake GPU ---------------------------------------------------------------------------
 def _fake_gpu(gpu):
+    """Make torch (and pynvml, and nvidia-smi on PATH) report the profile's GPU; the names of what was patched."""
     import torch
 
     if not gpu:
@@ -150,7 +151,27 @@ def _fake_gpu(gpu):
         setattr(obj, attr, value)
         patched.append(f"{getattr(obj, '__name__', type(obj).__name__)}.{attr}")
 
-    # nvidia-smi, when the engine asks it (SGLang reads total memory that way): a stand-in on PATH
+    _fake_nvidia_smi(name, major, minor, total, count)
+    patched.append("PATH: nvidia-smi stand-in")
+    c = torch.cuda
+    setp(c, "is_available", lambda: True)
+    setp(c, "device_count", lambda: count)
+    setp(c, "current_device", lambda: 0)
+    setp(c, "set_device", lambda *a, **k: None)
+    setp(c, "get_device_capability", lambda device=None: (major, minor))
+    setp(c, "get_device_name", lambda device=None: name)
+    setp(c, "get_device_properties", lambda device=None: props)
+    setp(c, "mem_get_info", lambda device=None: (total - (1 << 30), total))
+    setp(c, "is_bf16_supported", lambda *a, **k: True)
+    setp(c, "get_arch_list", lambda: [f"sm_{major}{minor}"])
+    setp(torch.version, "cuda", cuda)
+    torch.version.hip = None
+    _fake_pynvml(setp, name, major, minor, total, count, cuda)
+    return patched
+
+
+def _fake_nvidia_smi(name, major, minor, total, count):
+    """nvidia-smi, when the engine asks it (SGLang reads total memory that way): a stand-in first on PATH."""
     import tempfile
 
     fake_bin = tempfile.mkdtemp(prefix="servebook-nvsmi-")
@@ -174,22 +195,11 @@ def _fake_gpu(gpu):
         fh.write(script)
     os.chmod(path, 0o755)
     os.environ["PATH"] = fake_bin + os.pathsep + os.environ.get("PATH", "")
-    patched.append("PATH: nvidia-smi stand-in")
 
-    c = torch.cuda
-    setp(c, "is_available", lambda: True)
-    setp(c, "device_count", lambda: count)
-    setp(c, "current_device", lambda: 0)
-    setp(c, "set_device", lambda *a, **k: None)
-    setp(c, "get_device_capability", lambda device=None: (major, minor))
-    setp(c, "get_device_name", lambda device=None: name)
-    setp(c, "get_device_properties", lambda device=None: props)
-    setp(c, "mem_get_info", lambda device=None: (total - (1 << 30), total))
-    setp(c, "is_bf16_supported", lambda *a, **k: True)
-    setp(c, "get_arch_list", lambda: [f"sm_{major}{minor}"])
-    setp(torch.version, "cuda", cuda)
-    torch.version.hip = None
-    try:  # pynvml, when the engine asks NVML directly (memory, topology)
+
+def _fake_pynvml(setp, name, major, minor, total, count, cuda):
+    """pynvml, when the engine asks NVML directly (memory, topology); nothing when it is not installed."""
+    try:
         import pynvml
 
         def _mem(_h):
@@ -210,7 +220,6 @@ def _fake_gpu(gpu):
             setp(pynvml, k, v)
     except Exception:
         pass
-    return patched
 
 
 # -- line tracing of the statically found sites --------------------------------------------

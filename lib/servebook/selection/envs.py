@@ -358,22 +358,45 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
         _reprobe(_meta_path(d), engine, say)
         return resolve_engine(f"{engine}=={version}")
     t0 = time.monotonic()
-    steps = {}
+    steps: dict = {}
+    py, pin = _new_venv(d, engine, version, say, steps)
+    _install_engine_alone(py, d, engine, version, say, steps)
+    keep, drop = install_plan(_wheel_requires(py, engine))
+    if not requirements:
+        why = "static-only environment: built without the engine's requirements (add_engine(..., requirements=True) to resolve)"
+        meta = _write_meta(d, py, engine, t0, steps, {"requires_installed": [], "requires_dropped": drop, "requires_not_installed": keep,
+                                                      "stubs": [], "importable": False, "import_error": why})
+        say(f"[{engine} {version}] static-only environment ready in {meta['built_seconds']}s")
+        return EngineEnv(engine, meta["version"], py, meta["package_dir"], "cached", (), meta["cuda"], meta["cuda_source"], why)
+    say(f"[{engine} {version}] {len(keep)} requirements from its METADATA; dropped (GPU-only/heavy): {', '.join(drop)}")
+    _install_requirements(py, pin, engine, version, keep, say, steps)
+    t = time.monotonic()
+    installed, import_error, used_stubs = _install_until_it_resolves(py, pin, engine, version, max_rounds, say)
+    steps["probe"] = round(time.monotonic() - t, 1)
+    meta = _write_meta(d, py, engine, t0, steps, {"requires_installed": keep, "requires_dropped": drop, "installed_for_import": installed,
+                                                  "stubs": used_stubs, "torch": _TORCH_PIN, "importable": import_error is None,
+                                                  "import_error": import_error})
+    say(f"[{engine} {version}] ready in {meta['built_seconds']}s {steps}; stubbed GPU-only modules: {', '.join(used_stubs) or 'none'}")
+    return EngineEnv(engine, meta["version"], py, meta["package_dir"], "cached", tuple(used_stubs), meta["cuda"], meta["cuda_source"])
 
-    def lap(name, t):
-        steps[name] = round(time.monotonic() - t, 1)
 
+def _new_venv(d: Path, engine: str, version: str, say, steps: dict) -> tuple[str, Path]:
+    """A fresh virtual environment in ``d`` (its python) and the constraint file holding torch to the CPU wheel."""
     if d.exists():
         shutil.rmtree(d)
     d.parent.mkdir(parents=True, exist_ok=True)
     say(f"[{engine} {version}] creating {d}")
     t = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(d)], check=True, capture_output=True)
-    py = str(d / "bin" / "python")
     pin = d / "servebook-constraints.txt"
     # torch held to the local CPU wheel for every package that asks for torch (never a CUDA download)
     pin.write_text(_TORCH_PIN + "\n")
-    lap("venv", t)
+    steps["venv"] = round(time.monotonic() - t, 1)
+    return str(d / "bin" / "python"), pin
+
+
+def _install_engine_alone(py: str, d: Path, engine: str, version: str, say, steps: dict) -> None:
+    """``pip install --no-deps engine==version``; on failure the environment is removed and the error lists the versions."""
     t = time.monotonic()
     p = _pip(py, "--no-deps", f"{engine}=={version}", say=say)
     if p.returncode:
@@ -381,21 +404,11 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
         shutil.rmtree(d, ignore_errors=True)
         raise EngineError(f"{engine}=={version} could not be installed; versions on the index: "
                           f"{', '.join(versions[:40]) or 'none found (is the index reachable?)'}")
-    lap("engine_no_deps", t)
-    requires = _wheel_requires(py, engine)
-    keep, drop = install_plan(requires)
-    if not requirements:
-        found, pkg = _package_dir(py, engine)
-        cuda, cuda_source = engine_cuda(py, engine)
-        why = "static-only environment: built without the engine's requirements (add_engine(..., requirements=True) to resolve)"
-        meta = {"engine": engine, "version": found, "python": py, "package_dir": pkg, "cuda": cuda, "cuda_source": cuda_source,
-                "requires_installed": [], "requires_dropped": drop, "requires_not_installed": keep, "stubs": [],
-                "importable": False, "import_error": why, "built_seconds": round(time.monotonic() - t0, 1),
-                "build_steps_seconds": steps, "built": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        _meta_path(d).write_text(json.dumps(meta, indent=2) + "\n")
-        say(f"[{engine} {version}] static-only environment ready in {meta['built_seconds']}s")
-        return EngineEnv(engine, found, py, pkg, "cached", (), cuda, cuda_source, why)
-    say(f"[{engine} {version}] {len(keep)} requirements from its METADATA; dropped (GPU-only/heavy): {', '.join(drop)}")
+    steps["engine_no_deps"] = round(time.monotonic() - t, 1)
+
+
+def _install_requirements(py: str, pin: Path, engine: str, version: str, keep: list[str], say, steps: dict) -> None:
+    """The kept requirements in one pip install; if that fails, one by one (the failures are recorded in ``steps``)."""
     t = time.monotonic()
     # triton: not declared by the engines (the CUDA torch wheel brings it on a GPU host), but imported by
     # their kernels modules at import time; it installs and imports without a GPU.
@@ -407,11 +420,15 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
         _pip(py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, say=say)
         failed = [r for r in keep if _pip(py, "--prefer-binary", "-c", str(pin), r, say=lambda _m: None).returncode]
         steps["failed_requirements"] = failed
-    lap("requirements", t)
-    installed = []
+    steps["requirements"] = round(time.monotonic() - t, 1)
+
+
+def _install_until_it_resolves(py: str, pin: Path, engine: str, version: str, max_rounds: int, say) -> tuple[list[str], str | None, list[str]]:
+    """Import the engine and run its resolution; install each undeclared module it misses, up to ``max_rounds``.
+    Returns (modules installed, the last error or None, the GPU-only modules stubbed)."""
+    installed: list[str] = []
     import_error = None
-    t = time.monotonic()
-    r = {}
+    r: dict = {}
     for _ in range(max_rounds + 1):
         r = probe_import(py, engine)
         if r.get("ok"):
@@ -428,15 +445,16 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
         say(f"[{engine} {version}] imports undeclared {top!r}: pip install {dist}")
         _pip(py, "--prefer-binary", "-c", str(pin), dist, say=say)
         installed.append(top)
-    lap("probe", t)
+    return installed, import_error, r.get("stubbed_modules", [])
+
+
+def _write_meta(d: Path, py: str, engine: str, t0: float, steps: dict, fields: dict) -> dict:
+    """Write the environment's metadata: what it holds (the engine's version, package dir, CUDA pin), ``fields``
+    (what was installed, dropped, stubbed; whether it imports), and the build times; returns it."""
     found, pkg = _package_dir(py, engine)
-    used_stubs = r.get("stubbed_modules", [])
     cuda, cuda_source = engine_cuda(py, engine)
     meta = {"engine": engine, "version": found, "python": py, "package_dir": pkg, "cuda": cuda, "cuda_source": cuda_source,
-            "requires_installed": keep,
-            "requires_dropped": drop, "installed_for_import": installed, "stubs": used_stubs, "torch": _TORCH_PIN,
-            "importable": import_error is None, "import_error": import_error, "built_seconds": round(time.monotonic() - t0, 1),
-            "build_steps_seconds": steps, "built": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            **fields, "built_seconds": round(time.monotonic() - t0, 1), "build_steps_seconds": steps,
+            "built": time.strftime("%Y-%m-%dT%H:%M:%S")}
     _meta_path(d).write_text(json.dumps(meta, indent=2) + "\n")
-    say(f"[{engine} {version}] ready in {meta['built_seconds']}s {steps}; stubbed GPU-only modules: {', '.join(used_stubs) or 'none'}")
-    return EngineEnv(engine, found, py, pkg, "cached", tuple(used_stubs), cuda, cuda_source)
+    return meta
