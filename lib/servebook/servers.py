@@ -142,35 +142,8 @@ def stop_process_group(pgid: int, grace_s: float = 10.0) -> None:
             time.sleep(0.1)
 
 
-_REAPER = r"""
-import os, signal, sys, time
-parent, pgid = int(sys.argv[1]), int(sys.argv[2])
-def alive(pid):
-    try:
-        os.kill(pid, 0); return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-def group_alive():
-    try:
-        os.killpg(pgid, 0); return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-while alive(parent) and group_alive():
-    time.sleep(0.5)
-if group_alive():
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        end = time.time() + wait
-        while time.time() < end and group_alive():
-            time.sleep(0.1)
-"""
+# The watcher that stops a server's process group once this process dies (a real file, run by this interpreter).
+_REAPER = Path(__file__).parent / "hosts" / "scripts" / "reaper.py"
 
 
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation", re.I)
@@ -179,7 +152,7 @@ _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memor
 def _start_reaper(pgid: int) -> subprocess.Popen:
     """A watcher that stops process group ``pgid`` once this process dies (kill -9 included)."""
     return subprocess.Popen(
-        [sys.executable, "-c", _REAPER, str(os.getpid()), str(pgid)],
+        [sys.executable, str(_REAPER), str(os.getpid()), str(pgid)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )

@@ -71,6 +71,14 @@ class EngineAdapter:
             raise EngineError(f"{failure}: {res.stderr.strip()[-300:]}")
         return json.loads(res.stdout.strip().splitlines()[-1])
 
+    def _script_json(self, argv: list[str], failure: str, timeout: float = 60.0):
+        """Run one of servebook's scripts (``argv``, shipped to a remote host) in the engine's interpreter and parse
+        the JSON of its last output line."""
+        res = self._py_script(argv, timeout=timeout)
+        if res.returncode != 0:
+            raise EngineError(f"{failure}: {res.stderr.strip()[-300:]}")
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
     def version(self) -> str | None:
         """The installed version in ``self.python``, or None when not installed."""
         code = (

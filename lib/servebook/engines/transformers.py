@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
@@ -60,32 +59,10 @@ class TransformersEngine(EngineAdapter):
         return {"TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", **_hub_cache_env()}
 
     def attention_choices(self) -> list[str]:
-        """Read the server's own list of valid implementations from its source.
-
-        ``transformers serve`` validates ``--attn-implementation`` against a set literal in
-        its model manager (5.x), plus the hub kernel its own error message gives as the example of the other
-        accepted form; older layouts fall back to the attention registry.
-        """
-        code = r"""
-import ast, json, importlib.util
-names = []
-spec = importlib.util.find_spec("transformers.cli.serving.model_manager")
-if spec and spec.origin:
-    tree = ast.parse(open(spec.origin).read())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "VALID_ATTN_IMPLEMENTATIONS" for t in node.targets):
-            names = sorted(ast.literal_eval(node.value))
-    # hub kernels are accepted too (is_kernel); the server's own error message names its example one
-    import re
-    m = re.search(r"hub kernel \(e\.g\. '([\w.-]+/[\w.-]+)'\)", open(spec.origin).read())
-    if names and m:
-        names.append(m.group(1))
-if not names:
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    names = sorted(set(["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]))
-print(json.dumps(names))
-"""
-        return self._py_json(code, "could not read transformers' attention implementations", timeout=120)
+        """The server's own list of valid implementations, read from its source in its interpreter
+        (``launchers/transformers_attention.py``)."""
+        script = str(Path(__file__).parent / "launchers" / "transformers_attention.py")
+        return self._script_json([script], "could not read transformers' attention implementations", timeout=120)
 
     @staticmethod
     def loaded_from_log(log_text: str) -> list[dict]:
