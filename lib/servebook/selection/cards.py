@@ -80,10 +80,7 @@ def load_card(name: str) -> dict:
     path = cards_dir() / f"{name}.json"
     if not path.is_file():
         raise ModelError(f"no model card {name!r}; cards: {', '.join(list_cards())} (or pass a model directory)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"model card {path} is not valid JSON ({exc}); fix or restore it") from exc
+    return _read_json(path, f"model card {path}", "; fix or restore it")
 
 
 def model_config(card_or_path: str | os.PathLike) -> dict:
@@ -93,11 +90,16 @@ def model_config(card_or_path: str | os.PathLike) -> dict:
         cfg = p / "config.json"
         if not cfg.is_file():
             raise ModelError(f"{p} has no config.json; pass a model directory (with config.json) or a card: {', '.join(list_cards())}")
-        try:
-            return json.loads(cfg.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelError(f"{cfg} is not valid JSON ({exc})") from exc
+        return _read_json(cfg, str(cfg))
     return load_card(str(card_or_path))["config"]
+
+
+def _read_json(path: Path, what: str, fix: str = "") -> dict:
+    """The JSON in ``path``; a ``ModelError`` naming ``what`` (and how to ``fix`` it) when it does not parse."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{what} is not valid JSON ({exc}){fix}") from exc
 
 
 def architecture_of(config: dict) -> str:

@@ -15,19 +15,11 @@ import sys
 import time
 
 
-def alive(pid: int) -> bool:
+def exists(probe, ident: int) -> bool:
+    """Whether ``probe(ident, 0)`` finds it: ``os.kill`` for a process, ``os.killpg`` for a group (one that is not
+    ours to signal still exists)."""
     try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
+        probe(ident, 0)
         return True
     except ProcessLookupError:
         return False
@@ -36,9 +28,9 @@ def group_alive(pgid: int) -> bool:
 
 
 def main(parent: int, pgid: int) -> None:
-    while alive(parent) and group_alive(pgid):
+    while exists(os.kill, parent) and exists(os.killpg, pgid):
         time.sleep(0.5)
-    if not group_alive(pgid):
+    if not exists(os.killpg, pgid):
         return
     for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
         try:
@@ -46,7 +38,7 @@ def main(parent: int, pgid: int) -> None:
         except ProcessLookupError:
             break
         end = time.time() + wait
-        while time.time() < end and group_alive(pgid):
+        while time.time() < end and exists(os.killpg, pgid):
             time.sleep(0.1)
 
 
