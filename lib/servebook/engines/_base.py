@@ -66,18 +66,12 @@ class EngineAdapter:
 
     def _py_json(self, code: str, failure: str, timeout: float = 60.0):
         """Run ``code`` in the engine's interpreter and parse the JSON of its last output line."""
-        res = self._py(code, timeout=timeout)
-        if res.returncode != 0:
-            raise EngineError(f"{failure}: {res.stderr.strip()[-300:]}")
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        return _last_json(self._py(code, timeout=timeout), failure)
 
     def _script_json(self, argv: list[str], failure: str, timeout: float = 60.0):
         """Run one of servebook's scripts (``argv``, shipped to a remote host) in the engine's interpreter and parse
         the JSON of its last output line."""
-        res = self._py_script(argv, timeout=timeout)
-        if res.returncode != 0:
-            raise EngineError(f"{failure}: {res.stderr.strip()[-300:]}")
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        return _last_json(self._py_script(argv, timeout=timeout), failure)
 
     def version(self) -> str | None:
         """The installed version in ``self.python``, or None when not installed."""
@@ -269,7 +263,8 @@ class EngineAdapter:
     # module or script servebook runs), e.g. ("python", "-m", "sglang.launch_server").
     public_command: tuple[str, ...] = ()
     tp_flag: str | None = None  # the server flag for the tensor-parallel size; None: the engine has none
-    # Options servebook adds for its own reading of the server (log level, ...): left out of a user's command.
+    # Options servebook adds for its own reading of the server (log level, ...), each with its value: left out of
+    # a user's command.
     servebook_options: tuple[str, ...] = ()
 
     def _command(self, model: str, *, port: int | None, host: str | None, attention: str | None,
@@ -316,6 +311,13 @@ class EngineAdapter:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(python={self.python!r})"
+
+
+def _last_json(res: subprocess.CompletedProcess, failure: str):
+    """The JSON of a finished run's last output line; an :class:`EngineError` saying ``failure`` when it failed."""
+    if res.returncode != 0:
+        raise EngineError(f"{failure}: {res.stderr.strip()[-300:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def fetch_server_info(base_url: str, paths: list[str], timeout: float = 10) -> dict | None:
