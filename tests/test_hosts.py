@@ -158,6 +158,20 @@ def test_ssh_runs_commands_python_and_processes(ssh_env):
         assert "GET / HTTP" in p.log_text()
 
 
+@needs_sshd
+def test_transformers_attention_list_is_read_on_the_ssh_host(ssh_env, tmp_path):
+    """The script that reads transformers' accepted implementations is a file that travels to the host."""
+    from servebook.engines import get_engine
+    from servebook.hosts._ssh import SSHHost
+
+    with RecordingHost(SSHHost(f"ssh://sbtest?python={os.sys.executable}"), tmp_path) as h:
+        there = get_engine("transformers", python=os.sys.executable)
+        there.host = h
+        assert there.attention_choices() == get_engine("transformers").attention_choices()
+    keys = [json.loads(ln).get("key", "") for ln in (tmp_path / CASSETTE).read_text().splitlines()[1:]]
+    assert "ship transformers_attention.py" in keys
+
+
 def _ssh(spec):
     from servebook.hosts._ssh import SSHHost
 
