@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -178,8 +179,16 @@ def test_only_a_whatif_with_a_pinned_engine_missing_its_environment_prepares_one
     book._prepare_engine({"profile": "rtx-pro-6000", "engine": "sglang"}, {}, say)  # no version pinned
     book._prepare_engine({"profile": "rtx-pro-6000", "engine": "sglang==0.5.9"}, {"engine_python": "/opt/py"}, say)
     assert asked == []
-    book._prepare_engine({"profile": "rtx-pro-6000", "engine": "vllm==0.26.0"}, {}, say)
+    # a long build says it is still working
+    monkeypatch.setattr(envs, "add_engine", lambda spec, progress=None, **_kw: (asked.append(spec), time.sleep(0.5)))
+    monkeypatch.setattr(book, "_HEARTBEAT_S", 0.1)
+    lines = []
+    book._prepare_engine({"profile": "rtx-pro-6000", "engine": "vllm==0.26.0"}, {}, lines.append)
     assert asked == ["vllm==0.26.0"]
+    assert any(line.strip().startswith("still preparing vllm==0.26.0") for line in lines), lines
+    n = len(lines)
+    time.sleep(0.3)
+    assert len(lines) == n  # and stops when the build is done
     # prepared already: nothing is built again
     d = envs._env_dir("sglang", "0.5.9")
     d.mkdir(parents=True)

@@ -23,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -337,6 +338,9 @@ def _check_extra(extra: dict[str, Any], declared: dict[str, dict]) -> dict[str, 
     return extra
 
 
+_HEARTBEAT_S = 60  # while an engine environment is built, a line this often
+
+
 def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> None:
     """A what-if with a pinned engine version reads that version in its own cached environment: prepare it
     now, with pip's steps shown, so that chapter 01 finds it (a failure stops here, naming the command)."""
@@ -354,11 +358,20 @@ def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> No
     except EngineError:
         pass
     say(f"{spec}: no environment prepared yet; preparing one (once per version, a few minutes) ...")
+    done, t0 = threading.Event(), time.monotonic()
+
+    def heartbeat():  # pip is quiet for minutes at a time: say that it is still working
+        while not done.wait(_HEARTBEAT_S):
+            say(f"      still preparing {spec} ({time.monotonic() - t0:.0f}s)")
+
+    threading.Thread(target=heartbeat, daemon=True).start()
     try:
         add_engine(spec, progress=say)
     except ServebookError as exc:
         raise EngineError(f"the what-if reads {spec} in its own environment, and preparing it failed: {exc}; "
                           f"prepare it with `servebook engines add {spec}`, then run this command again") from exc
+    finally:
+        done.set()
 
 
 def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[str], None]) -> RunStore:
