@@ -35,6 +35,8 @@ def repo(tmp_path) -> Path:
     (r / "README.md").write_text("the book\n")
     (r / ".gitignore").write_text("__pycache__/\n/runs/\n")
     _git(r, "init", "-q")
+    for key, value in (("diff.noprefix", "true"), ("color.ui", "always")):  # a user's taste must not break the diff
+        _git(r, "config", key, value)
     _git(r, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
     _git(r, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
     return r

@@ -124,6 +124,10 @@ def notebook_parameters(path: Path) -> dict[str, dict]:
 _CODE_DIRS = ("lib", "notebooks")
 
 
+# A diff git apply takes, whatever the user's git config says (external diff tools, colour, prefixes, textconv).
+_PLAIN_DIFF = ("--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/")
+
+
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60)
 
@@ -152,13 +156,13 @@ def git_provenance(root: str | os.PathLike | None = None, exclude: str | os.Path
                 skip = [f":(exclude){Path(exclude).resolve().relative_to(top.resolve()).as_posix()}"]
             except ValueError:  # outside the checkout: nothing of it is in the diff anyway
                 pass
-        tracked = _git(top, "diff", "HEAD", "--binary", "--", ".", *skip)
+        tracked = _git(top, "diff", *_PLAIN_DIFF, "HEAD", "--", ".", *skip)
         listed = _git(root, "ls-files", "--others", "--exclude-standard", "--full-name", "-z", "--", *_CODE_DIRS)
         if tracked.returncode != 0 or listed.returncode != 0:
             return None, b""
         untracked = sorted(p for p in listed.stdout.decode().split("\0") if p)
         # git diff --no-index exits 1 when the files differ, which a new file always does
-        diff = tracked.stdout + b"".join(_git(top, "diff", "--no-index", "--binary", "--", os.devnull, p).stdout for p in untracked)
+        diff = tracked.stdout + b"".join(_git(top, "diff", *_PLAIN_DIFF, "--no-index", "--", os.devnull, p).stdout for p in untracked)
     except (OSError, subprocess.SubprocessError):
         return None, b""
     info: dict[str, Any] = {"commit": head.stdout.decode().strip(), "dirty": bool(diff)}
