@@ -3,7 +3,7 @@
     servebook book [--host local|ssh://user@box[:port]|replay:RUN_DIR] [--record] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
     servebook html RUN_DIR [--out build/book] [--refresh-findings [--compare-with DIR,...]]
     servebook compare RUN_A RUN_B [...]                 (chapter 06)
-    servebook probe [--profile NAME] [--json]          (chapter 01)
+    servebook probe [--profile NAME | --host replay:RUN_DIR] [--json]   (chapter 01)
     servebook whatif --engine sglang==0.5.9 --gpu rtx-pro-6000 --model kimi-k2.5   (chapter 02)
 
 Errors a user can cause print one line naming the problem and the fix, exit status 2.

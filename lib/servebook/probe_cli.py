@@ -56,7 +56,7 @@ __all__ = ["register", "main", "run"]
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="local", help="host to probe: local, ssh://[user@]host[:port] or replay:RUN_DIR (default: local)")
+    p.add_argument("--host", default="local", help="host to probe: local, ssh://[user@]host[:port], or replay:RUN_DIR for the probe that run recorded (default: local)")
     p.add_argument("--profile", default="", help="a hardware profile in data/hardware for a what-if, e.g. rtx-pro-6000")
     p.add_argument("--json", action="store_true", help="print the report as JSON (schema servebook.probe/1)")
     p.add_argument("--engine", action="append", default=None, metavar="NAME",
