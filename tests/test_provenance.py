@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from servebook import book
-from servebook.book import describe_revision, git_provenance, render_book
+from servebook import book, provenance
+from servebook.book import render_book
+from servebook.provenance import describe_revision, git_provenance
 from servebook.cli import main
 from servebook.errors import EngineError
 from servebook.paths import book_root
@@ -102,7 +103,7 @@ def test_the_run_saves_its_diff_and_leaves_its_own_directory_out(repo, monkeypat
     _dirty(repo)
     store = RunStore.at(repo / "data" / "runs" / "r1")
     store.write_manifest({"resumed": True})  # a change inside the run itself: not code
-    info = book._record_code(store)
+    info = provenance.record_code(store)
     saved = (store.path / info["diff"]).read_bytes()
     assert hashlib.sha256(saved).hexdigest() == info["diff_sha256"]
     assert b"data/runs/r1" not in saved and b"lib/pkg/new.py" in saved
