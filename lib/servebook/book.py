@@ -17,12 +17,9 @@ import hashlib
 import html
 import json
 import os
-import platform
 import re
-import shutil
-import socket
-import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +29,7 @@ from . import __version__
 from .errors import ParameterError, ServebookError
 from .params import PARAMS, check_chapter_param, coerce, validate
 from .paths import book_root, notebooks_dir
+from .provenance import describe_revision, host_fingerprint, record_code, software_versions
 from .results import RunStore
 
 __all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "refresh_findings", "refresh_chapter", "host_fingerprint",
@@ -118,74 +116,6 @@ def notebook_parameters(path: Path) -> dict[str, dict]:
         return papermill.inspect_notebook(str(ipynb))
 
 
-def _git_revision() -> str | None:
-    try:
-        res = subprocess.run(["git", "-C", str(book_root()), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        if res.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(book_root()), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return res.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _nvidia_smi_facts() -> dict:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return {"driver": None, "gpus": []}
-    try:
-        res = subprocess.run([exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return {"driver": None, "gpus": [], "error": str(exc)}
-    rows = [[c.strip() for c in line.split(",")] for line in res.stdout.strip().splitlines() if line.strip()]
-    return {"driver": rows[0][1] if rows else None, "gpus": [r[0] for r in rows]}
-
-
-def software_versions() -> dict:
-    """Versions of servebook, the engines, torch, CUDA, NCCL and the driver, as this interpreter sees them."""
-    import importlib.metadata as md
-
-    out: dict[str, Any] = {"servebook": __version__, "python": platform.python_version()}
-    for dist in ("torch", "transformers", "sglang", "vllm", "flashinfer-python", "sgl-kernel", "flash-attn", "triton", "papermill"):
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = None
-    try:
-        import torch
-
-        out["torch_cuda"] = torch.version.cuda
-        nccl = None
-        if torch.cuda.is_available():
-            try:
-                v = torch.cuda.nccl.version()
-                nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-            except Exception:  # noqa: BLE001
-                nccl = None
-        out["nccl"] = nccl
-    except ImportError:
-        out["torch_cuda"] = out["nccl"] = None
-    out["driver"] = _nvidia_smi_facts().get("driver")
-    return out
-
-
-def host_fingerprint() -> dict:
-    """What identifies this host's hardware for comparing runs."""
-    import psutil
-
-    smi = _nvidia_smi_facts()
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "gpus": smi.get("gpus", []),
-    }
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -213,46 +143,19 @@ def run_book(
     """Execute the chapters (``only``: numbers or slugs) and render the book under ``out``.
 
     ``record``: every host interaction of the chapters goes to ``<run_dir>/cassette.jsonl``, so that
-    ``host='replay:<run_dir>'`` can rebuild the book later without the host.
+    ``host='replay:<run_dir>'`` can rebuild the book later without the host. A what-if (``profile``) with a
+    pinned engine (``sglang==0.5.9``) first prepares that version's cached environment, as
+    ``servebook engines add`` does.
     """
     say = progress or (lambda _m: None)
     _require_notebook_tools()
     values = validate(params or {})
-    extra = dict(extra or {})
-    all_chapters = chapters()
-    if only:
-        wanted = {str(o).strip() for o in only}
-        known = {c.number for c in all_chapters} | {c.slug for c in all_chapters} | {c.stem for c in all_chapters}
-        bad = sorted(wanted - known)
-        if bad:
-            raise ParameterError("only", bad[0], f"valid chapters: {', '.join(c.stem for c in all_chapters)}")
-        selected = [c for c in all_chapters if {c.number, c.slug, c.stem} & wanted]
-    else:
-        selected = all_chapters
+    selected = _select_chapters(only)
     # Check chapter-specific parameters before anything runs.
     declared = {c.stem: notebook_parameters(c.source) for c in selected}
-    known_extra = {name: spec for d in declared.values() for name, spec in d.items()}
-    for name, value in list(extra.items()):
-        if name in PARAMS:
-            raise ParameterError(name, value, f"pass --{name.replace('_', '-')} instead of -p {name}=...")
-        if name not in known_extra:
-            raise ParameterError(name, value, f"no chapter declares it; chapter parameters: {', '.join(sorted(set(known_extra) - set(PARAMS) - {'run_dir'}))}")
-        extra[name] = _coerce_declared(name, value, known_extra[name])
-        check_chapter_param(name, extra[name])
-
-    store = RunStore.open(runs_root, host=values["host"], run_id=run_id)
-    previous = store.manifest
-    resumed = "started" in previous
-    here = {"servebook_version": __version__, "git_revision": _git_revision(), "versions": software_versions(),
-            "host_fingerprint": host_fingerprint()}
-    if not resumed:
-        store.write_manifest({"parameters": {**values, **extra}, **here, "started": _now(), "finished": None})
-    else:
-        # The run's identity (where and with what it was measured) stays as first recorded;
-        # each resumption is logged with its own fingerprint.
-        resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": {**values, **extra}, **here}]
-        store.write_manifest({"resumptions": resumptions, "finished": None})
-    say(f"run directory: {store.path}" + (" (resuming)" if resumed else ""))
+    extra = _check_extra(dict(extra or {}), declared)
+    _prepare_engine(values, extra, say)
+    store = _open_run(runs_root, run_id, {**values, **extra}, say)
     if record:
         from .hosts import start_recording
 
@@ -263,8 +166,96 @@ def run_book(
         from .embedded import build_embedded_model
 
         build_embedded_model(progress=say)
+    results = _run_chapters(selected, declared, values, extra, store, cell_timeout, say)
+    store.write_manifest({"finished": _now(), "chapters": results})
+    index = _render_run(store, Path(out))
+    say(f"book: {index.resolve()}")
+    return BookResult(run_dir=store.path, out=Path(out), index=index, chapters=results)
 
-    out = Path(out)
+
+def _select_chapters(only: list[str] | None) -> list[Chapter]:
+    """The chapters ``only`` names (numbers, slugs or stems), in reading order; all of them for none."""
+    all_chapters = chapters()
+    if not only:
+        return all_chapters
+    wanted = {str(o).strip() for o in only}
+    known = {c.number for c in all_chapters} | {c.slug for c in all_chapters} | {c.stem for c in all_chapters}
+    bad = sorted(wanted - known)
+    if bad:
+        raise ParameterError("only", bad[0], f"valid chapters: {', '.join(c.stem for c in all_chapters)}")
+    return [c for c in all_chapters if {c.number, c.slug, c.stem} & wanted]
+
+
+def _check_extra(extra: dict[str, Any], declared: dict[str, dict]) -> dict[str, Any]:
+    """Chapter parameters (``-p NAME=VALUE``) coerced to the type a selected chapter declares, and checked."""
+    known_extra = {name: spec for d in declared.values() for name, spec in d.items()}
+    for name, value in list(extra.items()):
+        if name in PARAMS:
+            raise ParameterError(name, value, f"pass --{name.replace('_', '-')} instead of -p {name}=...")
+        if name not in known_extra:
+            raise ParameterError(name, value, f"no chapter declares it; chapter parameters: {', '.join(sorted(set(known_extra) - set(PARAMS) - {'run_dir'}))}")
+        extra[name] = _coerce_declared(name, value, known_extra[name])
+        check_chapter_param(name, extra[name])
+    return extra
+
+
+_HEARTBEAT_S = 60  # while an engine environment is built, a line this often
+
+
+def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> None:
+    """A what-if with a pinned engine version reads that version in its own cached environment: prepare it
+    now, with pip's steps shown, so that chapter 01 finds it (a failure stops here, naming the command)."""
+    spec = values["engine"]
+    if not values.get("profile") or "==" not in spec or extra.get("engine_python"):
+        return
+    from .errors import EngineError
+    from .selection.envs import add_engine, parse_engine_spec, resolve_engine
+
+    if parse_engine_spec(spec)[0] == "transformers":
+        return
+    try:
+        resolve_engine(spec)
+        return
+    except EngineError:
+        pass
+    say(f"{spec}: no environment prepared yet; preparing one (once per version, a few minutes) ...")
+    done, t0 = threading.Event(), time.monotonic()
+
+    def heartbeat():  # pip is quiet for minutes at a time: say that it is still working
+        while not done.wait(_HEARTBEAT_S):
+            say(f"      still preparing {spec} ({time.monotonic() - t0:.0f}s)")
+
+    threading.Thread(target=heartbeat, daemon=True).start()
+    try:
+        add_engine(spec, progress=say)
+    except ServebookError as exc:
+        raise EngineError(f"the what-if reads {spec} in its own environment, and preparing it failed: {exc}; "
+                          f"prepare it with `servebook engines add {spec}`, then run this command again") from exc
+    finally:
+        done.set()
+
+
+def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[str], None]) -> RunStore:
+    """The run directory, new or resumed, with its manifest: where and with what code it runs."""
+    store = RunStore.open(runs_root, host=parameters["host"], run_id=run_id)
+    previous = store.manifest
+    resumed = "started" in previous
+    here = {"servebook_version": __version__, "git_revision": record_code(store), "versions": software_versions(),
+            "host_fingerprint": host_fingerprint()}
+    if not resumed:
+        store.write_manifest({"parameters": parameters, **here, "started": _now(), "finished": None})
+    else:
+        # The run's identity (where and with what it was measured) stays as first recorded;
+        # each resumption is logged with its own fingerprint.
+        resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": parameters, **here}]
+        store.write_manifest({"resumptions": resumptions, "finished": None})
+    say(f"run directory: {store.path}" + (" (resuming)" if resumed else ""))
+    return store
+
+
+def _run_chapters(selected: list[Chapter], declared: dict, values: dict, extra: dict, store: RunStore,
+                  cell_timeout: int | None, say: Callable[[str], None]) -> list[dict]:
+    """Execute each chapter in turn; a failed one is recorded and the next one runs."""
     executed_dir = store.path / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
     results = []
@@ -276,16 +267,18 @@ def run_book(
         results.append({"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error, "seconds": seconds})
         store.append("chapters", results[-1])
         say(f"      {status} in {seconds}s" + (f": {error}" if error else ""))
-    store.write_manifest({"finished": _now(), "chapters": results})
+    return results
+
+
+def _render_run(store: RunStore, out: Path) -> Path:
+    """``render_book`` for a run just executed: a render problem must not read as a lost run."""
     try:
-        index = render_book(store.path, out)
-    except Exception as exc:  # the run's results are on disk: a render problem must not read as a lost run
+        return render_book(store.path, out)
+    except Exception as exc:  # the run's results are on disk
         store.record_failure("render book", exc)
         raise ServebookError(f"the chapters ran and their results are in {store.path}, but rendering the book failed: "
                              f"{type(exc).__name__}: {str(exc)[:300]}. Render it here once fixed, or on another machine, "
                              f"with: servebook html {store.path}") from exc
-    say(f"book: {index.resolve()}")
-    return BookResult(run_dir=store.path, out=out, index=index, chapters=results)
 
 
 def _coerce_declared(name: str, value: Any, spec: dict) -> Any:
@@ -490,7 +483,7 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
         run_dir_arg = None
     status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout, run_dir_arg)
     row = {"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error,
-           "seconds": round(time.monotonic() - t0, 1), "refreshed": True}
+           "seconds": round(time.monotonic() - t0, 1), "refreshed": True, "git_revision": record_code(store)}
     store.append("chapters", row)
     return row
 
@@ -551,6 +544,15 @@ def _shared_stylesheet(page: str, out: Path) -> str:
     return page[:first.start()] + link + kept + page[last.end():]
 
 
+def _code_cell(manifest: dict, status: dict) -> str:
+    """The code the run ran (``describe_revision``), and the code of chapters executed again later on its tables."""
+    lines = [html.escape(describe_revision(manifest.get("git_revision")))]
+    for stem, row in sorted(status.items()):
+        if row.get("refreshed") and "git_revision" in row:
+            lines.append(f"{html.escape(stem[:2])} executed again on these tables: {html.escape(describe_revision(row['git_revision']))}")
+    return "<br>".join(lines)
+
+
 def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     from .findings import host_summary
 
@@ -585,7 +587,8 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"
         f"<tr><th>date</th><td>{html.escape(date)} (finished {html.escape(str(manifest.get('finished')))})</td></tr>"
         f"<tr><th>run</th><td>{html.escape(str(manifest.get('run_id') or store.path.name))} &middot; servebook "
-        f"{html.escape(str(manifest.get('servebook_version')))} ({html.escape(str(manifest.get('git_revision') or 'git revision not recorded'))})</td></tr></table>"
+        f"{html.escape(str(manifest.get('servebook_version')))}</td></tr>"
+        f"<tr><th>code</th><td>{_code_cell(manifest, status)}</td></tr></table>"
     )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook: {html.escape(str(manifest.get('run_id') or ''))}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5}}th{{text-align:left;padding-right:1em;vertical-align:top}}li{{margin:.3em 0}}

@@ -3,7 +3,7 @@
     servebook book [--host local|ssh://user@box[:port]|replay:RUN_DIR] [--record] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
     servebook html RUN_DIR [--out build/book] [--refresh-findings [--compare-with DIR,...]]
     servebook compare RUN_A RUN_B [...]                 (chapter 06)
-    servebook probe [--profile NAME] [--json]          (chapter 01)
+    servebook probe [--profile NAME | --host replay:RUN_DIR] [--json]   (chapter 01)
     servebook whatif --engine sglang==0.5.9 --gpu rtx-pro-6000 --model kimi-k2.5   (chapter 02)
 
 Errors a user can cause print one line naming the problem and the fix, exit status 2.
@@ -62,18 +62,26 @@ def _add_book(sub) -> None:
     h.set_defaults(func=_cmd_html)
 
 
+def _chapter_params(items: list[str]) -> dict[str, str]:
+    """``-p NAME=VALUE`` arguments as a dict (values stay strings: the chapter's declared type coerces them)."""
+    from .errors import ParameterError
+
+    extra = {}
+    for item in items:
+        if "=" not in item:
+            raise ParameterError("param", item, "expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        extra[k.strip()] = v
+    return extra
+
+
 def _cmd_book(args) -> int:
     from .book import run_book
     from .errors import ParameterError
     from .params import validate
 
     params = validate({name: getattr(args, name) for name in PARAMS})
-    extra = {}
-    for item in args.param:
-        if "=" not in item:
-            raise ParameterError("param", item, "expected NAME=VALUE")
-        k, v = item.split("=", 1)
-        extra[k.strip()] = v
+    extra = _chapter_params(args.param)
     if args.run_id is not None:
         from .params import _check_run_id
 
@@ -91,27 +99,19 @@ def _cmd_book(args) -> int:
 
 
 def _cmd_html(args) -> int:
-    from .book import refresh_findings, render_book
+    from .book import chapters, notebook_parameters, refresh_chapter, render_book
     from .errors import ParameterError
 
     if args.compare_with and not (args.refresh_findings or "06" in args.refresh):
         raise ParameterError("compare_with", args.compare_with, "it takes effect with --refresh-findings (chapter 06 is executed again)")
-    from .book import refresh_chapter
-
-    extra = {}
-    for item in args.param:
-        if "=" not in item:
-            raise ParameterError("param", item, "expected NAME=VALUE")
-        k, v = item.split("=", 1)
-        extra[k.strip()] = v
+    extra = _chapter_params(args.param)
     todo = [c.strip() for c in args.refresh.split(",") if c.strip()]
     if args.refresh_findings and "06" not in todo:
         todo.append("06")
     for number in sorted(todo):
         mine = dict(extra, **({"compare_with": args.compare_with} if number == "06" and args.compare_with else {}))
-        from .book import chapters as _chapters, notebook_parameters
-
-        declared = notebook_parameters(next(c for c in _chapters() if c.stem.startswith(number)).source)
+        chapter = next((c for c in chapters() if c.stem.startswith(number)), None)  # none: refresh_chapter names the valid ones
+        declared = notebook_parameters(chapter.source) if chapter else {}
         row = refresh_chapter(args.run_dir, number, {k: v for k, v in mine.items() if k in declared})
         if row["status"] != "ok":
             print(f"servebook: chapter {number} failed: {row['error']}; its page shows where", file=sys.stderr)

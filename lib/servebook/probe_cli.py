@@ -3,6 +3,7 @@
     servebook probe                              # a readable table for this host
     servebook probe --json > probe.json          # the stable JSON schema below
     servebook probe --profile rtx-pro-6000       # the same report for a GPU from data/hardware (what-if)
+    servebook probe --host replay:data/runs/h200x1-rec   # the probe a recorded run took (its probe.json), no host needed
     python -m servebook.probe_cli --json         # the same, without the servebook entry point
 
 JSON schema ``servebook.probe/1`` (keys are only ever added; a removed or renamed key means a new schema name):
@@ -55,7 +56,7 @@ __all__ = ["register", "main", "run"]
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="local", help="host to probe: local, ssh://[user@]host[:port] or replay:RUN_DIR (default: local)")
+    p.add_argument("--host", default="local", help="host to probe: local, ssh://[user@]host[:port], or replay:RUN_DIR for the probe that run recorded (default: local)")
     p.add_argument("--profile", default="", help="a hardware profile in data/hardware for a what-if, e.g. rtx-pro-6000")
     p.add_argument("--json", action="store_true", help="print the report as JSON (schema servebook.probe/1)")
     p.add_argument("--engine", action="append", default=None, metavar="NAME",
@@ -66,17 +67,41 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-p2p", action="store_true", help="skip the P2P copy measurement")
 
 
+def _recorded(args: argparse.Namespace) -> dict | None:
+    """``--host replay:RUN_DIR``: the probe that run recorded (its ``probe.json``, chapter 01's report), as it was
+    taken; None where the run kept no probe.json (its cassette is then asked, as for the book)."""
+    from pathlib import Path
+
+    from .errors import ParameterError
+
+    if not args.host.startswith("replay:"):
+        return None
+    path = Path(args.host[len("replay:"):]) / "probe.json"
+    if not path.is_file():
+        return None
+    changed = [f"--{k.replace('_', '-')}" for k in ("profile", "engine", "engine_python", "gpus", "no_p2p")
+               if getattr(args, k) not in (None, "", False)]
+    if changed:
+        raise ParameterError("host", args.host, f"a replay prints the probe {path.parent} recorded, as it was taken; drop {', '.join(changed)}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ParameterError("host", args.host, f"{path} is not a probe report ({exc}); record the run again") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from .errors import ParameterError
     from .probe import format_report, probe
 
     if args.gpus is not None and args.gpus < 1:
         raise ParameterError("gpus", args.gpus, "give a GPU count of 1 or more")
-    engines = tuple(e.strip().lower() for e in args.engine) if args.engine else None
-    kwargs = {"host": args.host, "python": args.engine_python, "measure_p2p": not args.no_p2p, "gpu_count": args.gpus}
-    if engines:
-        kwargs["engines"] = engines
-    report = probe(args.profile or None, **kwargs)
+    report = _recorded(args)
+    if report is None:
+        engines = tuple(e.strip().lower() for e in args.engine) if args.engine else None
+        kwargs = {"host": args.host, "python": args.engine_python, "measure_p2p": not args.no_p2p, "gpu_count": args.gpus}
+        if engines:
+            kwargs["engines"] = engines
+        report = probe(args.profile or None, **kwargs)
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
