@@ -82,6 +82,28 @@ if len(fails):
 Markdown("\n".join(lines))
 
 # %% [markdown] tags=["whatif"]
+# ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
+
+# %% tags=["whatif"]
+from servebook.findings import check_yourself_markdown
+
+first = cmds.iloc[0] if len(cmds) else None
+qa = [("Nothing was measured on this page. What would you run first on the real host, and how would you know the backend "
+       "you forced is the one that ran?",
+       (f"The engine's default, `{first['command']}`, then one launch per backend (the table above). " if first is not None else
+        "The launches of the table above (none was planned here). ")
+       + "A forced backend counts only when the engine reports loading it (its server info or its log), its teacher-forced "
+         "tokens agree with the default's, and its decode rate is measured: a flag alone proves nothing.")]
+if len(rc):
+    last = rc.iloc[-1]
+    qa.append(("Which backend does chapter 02 predict the engine's default resolves to here, and is that a measurement?",
+               f"`{last['attention_backend']}`, from {last['engine']} {last['version']}'s own resolution with the GPU faked "
+               f"({(last.get('decided_by') or {}).get('where')}). A prediction from the engine's code: chapter 03 on the real "
+               "host checks it against what the server reports."))
+Markdown(check_yourself_markdown(qa))
+
+# %% [markdown] tags=["whatif"]
 # Next: [04. Tune NCCL](04_tune_nccl.html) — the communication floor for this profile.
 
 # %%
@@ -272,15 +294,30 @@ if len(plot):
 # %%
 from IPython.display import Markdown
 
-from servebook.findings import separated
+from servebook.findings import backends as compared_backends, separated
+from servebook.stated import q
 
 lines = []
+verdicts = {b["engine"]: b for b in compared_backends(store)}  # chapter 06's definition: the fastest correct start vs the default
 for name in names:
     t = table[table["engine"] == name]
     ok = t[t["outcome"] == "ok"]
     if not len(t):
         continue
     lines.append(f"**{name}**: {len(ok)} of {len(t)} starts served output that agrees with the default backend.")
+    b = verdicts.get(name) or {}
+    if b.get("correct") and b.get("default_tok_s") is not None:
+        best_name = b.get("best_reported") or b.get("best")
+        same = b.get("best_tok_s") == b.get("default_tok_s")
+        lines.append(f"- The answer: the default loaded {q('default_backend', b['default_reported'], of=name, code=True)} and ran "
+                     f"{q('default_tok_s', b['default_tok_s'], ',.1f', of=name)} ± {q('default_ci95', b['default_ci95'], ',.1f', of=name)} "
+                     f"tok/s single stream; the fastest correct start was {q('best_backend', best_name, of=name, code=True)} at "
+                     f"{q('best_tok_s', b['best_tok_s'], ',.1f', of=name)} ± {q('best_ci95', b['best_ci95'], ',.1f', of=name)}"
+                     + (" (the default itself)" if same else
+                        f", {separated(b['best_tok_s'], b['best_ci95'], b['default_tok_s'], b['default_ci95'])} against the default")
+                     + f". A change of backend is {q('change_supported', b['change_supported'], 'supported|not supported', of=name)}"
+                     + (": both 95% intervals separate and its output agreed." if b["change_supported"] else
+                        ": keep the engine's own choice.") + " Each start against the default:")
     for mode, g in ok.groupby("mode"):
         auto = g[g["attention"] == "auto"]
         if not len(auto):
@@ -321,6 +358,14 @@ qa.append(("Why compare teacher-forced top-1 tokens, and not only greedy text, a
            + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['tf_top1_agreement']:.0%}" for _, r in tf.iterrows()) or "not measured")
            + "; greedy: " + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['agreement']:.0%}" for _, r in agree.iterrows())
                              or "not measured") + "."))
+for name, b in verdicts.items():
+    if name in names and b.get("correct") and b.get("default_tok_s") is not None:
+        qa.append((f"Should you force a different attention backend for {name} on this host?",
+                   (f"Yes: `{b.get('best_reported') or b['best']}` was faster than the default beyond both 95% intervals, with correct output."
+                    if b["change_supported"] else
+                    f"No: the fastest correct start, `{b.get('best_reported') or b['best']}` ({b['best_tok_s']:,.1f} ± {b['best_ci95']:,.1f} "
+                    f"tok/s), is not faster than the default (`{b['default_reported']}`, {b['default_tok_s']:,.1f} ± "
+                    f"{b['default_ci95']:,.1f}) beyond both intervals; the data supports no change. Chapter 06 says the same.")))
 Markdown(check_yourself_markdown(qa))
 
 # %% [markdown]

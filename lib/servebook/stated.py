@@ -28,7 +28,7 @@ from typing import Any, Callable
 from .paths import book_root, data_dir
 
 __all__ = [
-    "q", "text_of", "Quantity", "QUANTITIES", "Stated", "Report", "reference", "seed_case", "site_count", "selection_of",
+    "q", "text_of", "seed_sentence", "Quantity", "QUANTITIES", "Stated", "Report", "reference", "seed_case", "site_count", "selection_of",
     "card_roofline", "expected", "stated_on", "check_render", "MISSING",
 ]
 
@@ -90,6 +90,18 @@ def seed_case() -> dict:
     tok = ref["single_stream_tok_s"]
     return {**ref, "loss": 1 - tok["sglang"] / tok["vllm"], "vllm_faster": tok["vllm"] / tok["sglang"] - 1,
             "file": "data/reference/seed-case.json"}
+
+
+def seed_sentence() -> str:
+    """The seed case's gap in one sentence, every figure tagged and quoted from its file (chapters 01, 02 and 05)."""
+    s = seed_case()
+    tok = s["single_stream_tok_s"]
+    return (f"In the seed case ({s['model']} on {s['tp']}x {s['profile']}), SGLang decoded "
+            f"{q('seed_tok_s', tok['sglang'], '.1f', of='sglang')} tok/s single stream against vLLM's "
+            f"{q('seed_tok_s', tok['vllm'], '.1f', of='vllm')}, {q('seed_loss', s['loss'], '.0%')} less "
+            f"(put the other way, vLLM was "
+            f"{q('seed_vllm_faster', s['vllm_faster'], '.0%')} faster). The figures are the seed's own measurements, quoted "
+            f"from `{s['file']}`; this book never measured them.")
 
 
 def site_count(store, engine: str, version: str) -> int:
@@ -228,6 +240,8 @@ _SEED = {"seed_loss": lambda store: {None: seed_case()["loss"]},
 QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     # the seed case (reference figures, data/reference/seed-case.json)
     Quantity("seed_loss", "share of vLLM's single-stream rate SGLang did not reach in the seed case", _SEED["seed_loss"], ("01", "02")),
+    Quantity("seed_vllm_faster", "how much faster vLLM's single-stream rate was than SGLang's in the seed case",
+             lambda store: {None: seed_case()["vllm_faster"]}),
     Quantity("seed_tok_s", "single-stream tok/s the seed case measured, by engine", _SEED["seed_tok_s"]),
     Quantity("seed_allreduce_share", "all-reduce's share of SGLang's decode time in the seed case's profile",
              lambda store: {None: seed_case()["allreduce_share_of_sglang_decode"]}),
