@@ -53,7 +53,7 @@ print("servebook", servebook.__version__, "| run:", store.path)
 # %%
 from IPython.display import Markdown, display
 
-from servebook.stated import q, seed_sentence, selection_of, site_count
+from servebook.stated import q, say_selection, seed_sentence, site_count
 
 
 def append_once(table, row, *key):
@@ -324,24 +324,8 @@ else:
 # ## What we found
 
 # %%
-# Read back from the stored answers (every case this run recorded), each stated once.
-found, answers = [], {}
-for r in store.rows("selection"):
-    answers.setdefault(selection_of(r) if r.get("method") == "dynamic" else (selection_of(r), "static"), []).append(r)
-names = {"this-host": "On this host", "seed": "Seed case"}
-for subject, rows in answers.items():
-    r = rows[-1]
-    who = " and ".join(dict.fromkeys(names.get(x["case"], str(x["case"]).capitalize()) for x in rows))
-    if r.get("method") != "dynamic":
-        found.append(f"- {who}: {r['engine']} {r['version']}, `{r.get('model')}` on {r.get('gpu')}: static reading only ({r.get('reason')}).")
-        continue
-    n_sites, code_of = site_count(store, r["engine"], r["version"]), f"{r['engine']} {r['version']}"
-    sites = (f"{q('selection_sites', n_sites, 'd', of=code_of)} lines of its code write the backend" if n_sites else
-             "its code was not read statically in this run")
-    found.append(f"- {who}: {r['engine']} {r['version']} picks {q('selected_backend', r['attention_backend'], of=subject, code=True)} "
-                 f"for `{r.get('model')}` on {r.get('gpu')} (capability {r.get('capability') or 'of this host'}), written at "
-                 f"`{(r.get('decided_by') or {}).get('where')}` because " + "; ".join(f"`{c['text']}`" for c in (r.get("conditions") or [])[-3:])
-                 + f" ({sites}).")
+# Read back from the stored answers (every case this run recorded), each stated once; chapter 06 states the same lines.
+found = say_selection(store)
 if seed_pair:
     found.append(f"- Seed case, both engines (tensor parallel 8): {seed_pair['verdict']} Other decode-path settings each engine's "
                  "code fixes, to measure: " + "; ".join(f"{h['aspect']} (chapter {h['measure_in']})" for h in seed_pair["hypotheses"]) + ".")

@@ -295,7 +295,7 @@ if len(plot):
 from IPython.display import Markdown
 
 from servebook.findings import backends as compared_backends, separated
-from servebook.stated import q
+from servebook.stated import say_backends
 
 lines = []
 verdicts = {b["engine"]: b for b in compared_backends(store)}  # chapter 06's definition: the fastest correct start vs the default
@@ -307,17 +307,7 @@ for name in names:
     lines.append(f"**{name}**: {len(ok)} of {len(t)} starts served output that agrees with the default backend.")
     b = verdicts.get(name) or {}
     if b.get("correct") and b.get("default_tok_s") is not None:
-        best_name = b.get("best_reported") or b.get("best")
-        same = b.get("best_tok_s") == b.get("default_tok_s")
-        lines.append(f"- The answer: the default loaded {q('default_backend', b['default_reported'], of=name, code=True)} and ran "
-                     f"{q('default_tok_s', b['default_tok_s'], ',.1f', of=name)} ± {q('default_ci95', b['default_ci95'], ',.1f', of=name)} "
-                     f"tok/s single stream; the fastest correct start was {q('best_backend', best_name, of=name, code=True)} at "
-                     f"{q('best_tok_s', b['best_tok_s'], ',.1f', of=name)} ± {q('best_ci95', b['best_ci95'], ',.1f', of=name)}"
-                     + (" (the default itself)" if same else
-                        f", {separated(b['best_tok_s'], b['best_ci95'], b['default_tok_s'], b['default_ci95'])} against the default")
-                     + f". A change of backend is {q('change_supported', b['change_supported'], 'supported|not supported', of=name)}"
-                     + (": both 95% intervals separate and its output agreed." if b["change_supported"] else
-                        ": keep the engine's own choice.") + " Each start against the default:")
+        lines.append(f"- The answer (chapter 06 states the same): {say_backends(b)} Each start against the default:")
     for mode, g in ok.groupby("mode"):
         auto = g[g["attention"] == "auto"]
         if not len(auto):

@@ -210,31 +210,17 @@ if len(ar):
 # %% [markdown]
 # ## This run's answer
 # The setting this run's own grid picks for the batch-1 decode message, by the rule chapter 06 states too
-# (`servebook.findings.nccl`: a setting must beat NCCL's defaults by more than 5% at batch 1 and be no slower at any
-# measured decode batch), and its latency.
+# (`servebook.findings.nccl`: a setting must beat NCCL's defaults by more than 5% per token at batch 1, be no more than
+# 5% slower at any measured decode batch, and pass every sum check), and its latency.
 
 # %%
 from servebook.findings import nccl as nccl_answer
-from servebook.stated import REFERENCE_NCCL_RUN, q, reference
+from servebook.stated import REFERENCE_NCCL_RUN, q, reference, say_allreduce
 
 here = nccl_answer(store) or {}
 ref_answer = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
-answer_lines = []
-if not here:
-    answer_lines.append("- No all-reduce was recorded in this run (see the failures table): nothing to pick from.")
-elif here["backend"] != "nccl":
-    answer_lines.append(
-        f"- Measured with {q('allreduce_backend', here['backend'], code=True)} on the CPU ({here.get('world_size')} processes): "
-        f"{q('allreduce_us', here.get('default_us'), ',.1f')} us per all-reduce at the smallest message ({here['b1_bytes']} B, "
-        f"{here['mode']}). NCCL settings do not apply to gloo, and these microseconds say nothing about NCCL on GPUs: do not compare "
-        "them with the NCCL figures below.")
-else:
-    setting = here.get("setting") or "default"
-    answer_lines.append(
-        f"- {q('allreduce_backend', here['backend'], code=True)} on {here.get('world_size')} GPUs, {here['settings']} settings, "
-        f"{here['mode']}-replayed, at the batch-1 message ({here['b1_bytes']} B): this run's grid picks "
-        f"{q('allreduce_setting', setting, code=True)} at {q('allreduce_us', here.get('best_us') if setting != 'default' else here.get('default_us'), ',.1f')} us "
-        f"per all-reduce (NCCL's defaults: {here.get('default_us') or float('nan'):,.1f} us). Why: {here.get('reason')}.")
+answer_lines = [f"- {say_allreduce(here)}"]
+if here.get("backend") == "nccl":
     tried = set(ar["setting"].dropna().unique()) if len(ar) and "setting" in ar else set()
     ref_pick = ref_answer.get("setting")
     if ref_pick and ref_pick not in (None, "default") and ref_pick not in tried:
