@@ -471,6 +471,7 @@ class Report:
     pages: dict[str, str] = field(default_factory=dict)  # page -> "tagged" | "predates the tags" | "failed chapter"
     stated: list[Stated] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (page, or "" for a disagreement between pages; what)
+    box_problems: list[tuple[str, str]] = field(default_factory=list)  # (page, what): the box "This run, in short"
 
     def of_page(self, page: str) -> list[str]:
         return [m for p, m in self.problems if p == page]
@@ -557,8 +558,7 @@ def check_render(render: str | Path, run: str | Path | None = None) -> Report:
         box = _answer_box(text)
         if box is not None:
             boxes = answers(store) if boxes is None else boxes
-            for p in _box_problems(page, box, boxes.get(page[:2], [])):
-                problem(page, p)
+            report.box_problems += [(page, p) for p in _box_problems(page, box, boxes.get(page[:2], []))]
         found = stated_on(text, page)
         if not found and not _uses_tags(text):
             report.pages[page] = "predates the tags"
