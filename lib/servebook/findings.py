@@ -508,15 +508,21 @@ def _claims(f: Findings) -> list[Claim]:
     if bad:
         c.append(Claim("01", "Engine helpers that disagree with the hardware or leave this GPU out: "
                        + ", ".join(f"{e['engine']} ({e.get('mismatches') or 0} mismatches, {e.get('gaps') or 0} gaps)" for e in bad), H_ENGINES))
+    said = set()
     for s in f.selection:
         where = f"{s.get('gpu')}, capability {s.get('capability')}"
         who = ("On this host" if s["case"] == "this-host" else f"Seed case ({where})" if s["case"] == "seed"
                else f"Profile {where}, asked of the engine's own code without the GPU")
+        answer = (s.get("engine"), s.get("version"), s.get("model"), s.get("gpu"), s.get("backend"), s.get("where"))
+        if s.get("method") == "dynamic" and s.get("where") and answer in said:
+            continue  # the same answer under two cases (a what-if on the seed's own GPU): stated once
+        said.add(answer)
         if s.get("method") == "dynamic" and s.get("where"):
             rule = "; ".join(s["rule"][-3:]) or "no condition on the way"
+            sites = f"{s['sites']} assignment sites read in its code" if s["sites"] else "its code not read statically in this run"
             c.append(Claim("02", f"{who}, {s['engine']} {s['version']} picks `{s['backend']}` for `{s['model']}`: written at "
                            f"`{s['where']}` in `{s['function']}` because {rule} (a {'/'.join(s['kinds']) or 'unconditional'} "
-                           f"decision; {s['sites']} assignment sites read in its code)", H_SELECTION))
+                           f"decision; {sites})", H_SELECTION))
         else:
             c.append(Claim("02", f"{who}, {s['engine']} {s['version']}: only a static reading ({s.get('reason')})", H_SELECTION, False))
     if not f.selection:
@@ -736,7 +742,8 @@ def _summary(store: RunStore) -> dict:
         "links": "/".join(h["links"]) if h.get("links") else (None if (h.get("gpu_count") or 0) >= 2 else ("none (one GPU)" if h.get("gpu") else None)),
         "selected backends": ", ".join(f"{s['engine']} {s['version']}: {s['backend']}" for s in sel) or None,
         "best NCCL setting": (n.get("setting") or n.get("reason")) if n else None,
-        "all-reduce at batch 1 (us)": n.get("best_us") or n.get("default_us") if n else None,
+        # named by its backend: a gloo all-reduce on a CPU and an NCCL one on GPUs are different quantities, never a delta
+        f"{n.get('backend') if n else 'nccl'} all-reduce at batch 1 (us)": n.get("best_us") or n.get("default_us") if n else None,
     }
     for t in tp:
         row[f"{t['label']} tok/s at C=1 (single stream)"] = t.get("single_tok_s")
