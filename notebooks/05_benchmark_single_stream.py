@@ -372,8 +372,9 @@ if model_dir is not None:
     bw = roofline.host_memory_bandwidth(size_mib=256 if smoke else 1024, repeats=3 if smoke else 5)
     print(f"weights: {weights['total_bytes'] / 1e6:.1f} MB in {weights['total_params'] / 1e6:.1f}M parameters; "
           f"{weights['bytes_per_token'] / 1e6:.1f} MB read per decode token")
-    display(Markdown(f"Bandwidth for this run's roofline: **{bw['bandwidth_tbs'] * 1e3:,.1f} GB/s**, {bw['method']}." if bw["bandwidth_tbs"]
-                     else f"No bandwidth for a roofline: {bw['method']}."))
+    display(Markdown(f"Bandwidth for this run's roofline: **{bw['bandwidth_tbs'] * 1e3:,.1f} GB/s**, "
+                     + (f"measured on this host's CPU ({bw['method']})." if bw.get("source") == "measured" else f"the {bw['method']}.")
+                     if bw["bandwidth_tbs"] else f"No bandwidth for a roofline: {bw['method']}."))
     if bw["bandwidth_tbs"]:
         roof = roofline.decode_roofline(weights["bytes_per_token"], bw["bandwidth_tbs"],
                                         context_tokens=input_len + max_tokens // 2,
