@@ -68,13 +68,16 @@ cmds[["purpose", "command"]]
 # ## What we found
 
 # %% tags=["whatif"]
+from servebook.stated import q, selection_of
+
 rc = store.table("selection")
 lines = [f"- Planned, not measured: {len(cmds) - 1} launches of {facts['engine']} for {facts['model']} on "
          f"{facts['gpus']}x {facts['profile']} (capability {facts['capability']}), the default plus one per backend "
          f"its own parser accepts."]
 if len(rc):
     last = rc.iloc[-1]
-    lines.append(f"- Chapter 02 predicts the default resolves to `{last['attention_backend']}`; chapter 06 names the backends "
+    lines.append(f"- Chapter 02 predicts the default resolves to "
+                 f"{q('selected_backend', last['attention_backend'], of=selection_of(last.to_dict()), code=True)}; chapter 06 names the backends "
                  "the engine's code would have picked had its hardware helpers answered otherwise: force those first.")
 fails = store.table("failures")
 if len(fails):

@@ -86,8 +86,8 @@ from servebook.stated import q
 measured = floor[~floor["latency_source"].str.startswith("1 us")]
 for _, r in measured.iterrows():
     setting = r["case"].split("latency ")[-1]
-    lines.append(f"- At {q('ref_allreduce_us', r['allreduce_us'], ',.1f', of=setting)} us (`{setting}`, measured in "
-                 f"`{r['latency_source']}`) that is {r['t_comm_ms']:.2f} ms per token."
+    lines.append(f"- At {q('ref_allreduce_us', r['allreduce_us'], ',.1f', of=setting)} us with `{setting}`, measured in "
+                 f"{r['latency_source']}, that is {r['t_comm_ms']:.2f} ms per token."
                  + (f" {r['caveat'][0].upper() + r['caveat'][1:]}." if r["caveat"] else ""))
 Markdown("\n".join(lines) or "- No prediction: the model card gives no layer count.")
 
