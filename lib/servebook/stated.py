@@ -56,6 +56,8 @@ def text_of(value: Any, fmt: str = "") -> str:
         return yes if value else no
     if value is None:
         return "n/a"
+    if fmt.endswith("d") and isinstance(value, float) and value.is_integer():
+        value = int(value)  # a count read back from a table as 5.0
     return format(value, fmt)
 
 
