@@ -504,22 +504,17 @@ def _answer_box(page_html: str) -> list[str] | None:
     return [" ".join(html.unescape(re.sub(r"<[^>]+>", "", li)).split()) for li in re.findall(r"<li>(.*?)</li>", m.group(1), flags=re.S)]
 
 
-def answers(store) -> dict[str, list[str]]:
-    """Each chapter's answer for the run as the box at the top of its page states it: chapter 06's statements
-    (``servebook.findings``), recomputed from the run's tables."""
-    from .findings import collect
+def answers(store) -> dict[str, list[str] | None]:
+    """The box "This run, in short" each chapter's page would show if rendered now: the renderer's own box
+    (``servebook.book``, chapter 06's statements from ``servebook.findings``) for the run's tables as they are."""
+    from . import book
 
-    found = collect(store)
-    out: dict[str, list[str]] = {}
-    for c in found.claims:
-        out.setdefault(c.chapter, []).append(c.text)
-    out["06"] = [f"Launch for {lc['engine']}: {lc['command']}" for lc in found.launch] + out.get("06", [])
-    return out
+    found = book._answers(store)
+    return {n: _answer_box(book._answer_box(found, n) or "<none>") for n in ("01", "02", "03", "04", "05", "06")}
 
 
-def _box_problems(page: str, box: list[str], want: list[str]) -> list[str]:
-    want = [" ".join(t.replace("`", "").split()) for t in want]
-    expect = want[:6] + ([f"... {len(want) - 6} more in chapter 06"] if len(want) > 6 else [])
+def _box_problems(page: str, box: list[str], expect: list[str] | None) -> list[str]:
+    expect = expect or []
     if box == expect:
         return []
     for a, b in zip(box, expect):
