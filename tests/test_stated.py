@@ -4,7 +4,7 @@ Each prose number a chapter states is written by ``servebook.stated.q``: one hel
 quantity it is (``<span class="sb-q" data-q=... data-of=... data-v=...>``). ``check_render`` reads every page of a
 render, recomputes each tagged quantity from the run directory its ``run.json`` names (registry
 ``servebook.stated.QUANTITIES``), and groups the pages' statements by quantity. The answer box at the top of each page
-("This run, in short") is checked against chapter 06's statements recomputed from the same tables.
+("This run, in short") is checked against the box the renderer would make from the same tables now.
 
 A committed page whose code never used ``q`` predates the tags: its test is skipped, naming the page to regenerate.
 The tests below the committed ones make a fresh render from a copy of a recorded run, then damage a copy of a page
