@@ -14,7 +14,8 @@
 # The investigation this book follows turned on one number. Eight RTX PRO 6000 Blackwell GPUs
 # reported **compute capability 12.0**, and SGLang's fast attention paths were guarded by a check for
 # **major == 10** (datacenter Blackwell, B200/GB200). Both are "Blackwell", so nobody suspected the
-# check; the GPUs fell through to a slower backend and single-stream decode trailed vLLM by a quarter.
+# check; the GPUs fell through to a slower backend and single-stream decode trailed vLLM (by how much: the
+# first computed cell below, from the seed's own figures).
 #
 # So before measuring anything we write down two things side by side:
 #
@@ -52,6 +53,14 @@ from servebook.results import RunStore
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
 print(f"servebook {servebook.__version__}, Python {platform.python_version()}, run: {store.path}")
+
+# %% [markdown]
+# ## The case this book follows
+
+# %%
+from servebook.stated import seed_sentence
+
+Markdown(seed_sentence())
 
 # %%
 # What-if with a pinned engine (e.g. sglang==0.5.9): that version's helpers are asked in its prepared environment.

@@ -13,11 +13,12 @@
 #
 # Chapter 01 told us which GPU we have. The next question decides most of the performance:
 # **which attention kernel will the engine run on it, and which rule in its code made that choice?**
-# The original case lost a third of its decode speed here: SGLang picked a slow attention backend
-# on an RTX PRO 6000 (compute capability 12.0), because a branch for a faster one was guarded by
-# a check for another GPU family. Prose about this contradicts itself; the engine's code does not.
-# So this chapter reads that code (statically, with Python's AST) and runs it (the engine's own
-# resolution, with the GPU faked from a hardware profile), for this host and for GPUs we do not have.
+# The original case's first suspect was here: SGLang picked a slow attention backend on an RTX PRO 6000
+# (compute capability 12.0), because a branch for a faster one was guarded by a check for another GPU
+# family (what it cost the case: the cell below). Prose about this contradicts itself; the engine's code
+# does not. So this chapter reads that code (statically, with Python's AST) and runs it (the engine's own
+# resolution, with the GPU faked from a hardware profile), for this host and for GPUs we do not have, and
+# says whether the choice explains the gap between the two engines.
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
@@ -49,6 +50,21 @@ store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
 store.write_manifest({"chapter": "02", "engine": engine, "model": model, "profile": profile, "smoke": smoke})
 print("servebook", servebook.__version__, "| run:", store.path)
 
+# %%
+from IPython.display import Markdown, display
+
+from servebook.stated import q, say_selection, seed_sentence, site_count
+
+
+def append_once(table, row, *key):
+    """Append ``row`` unless an equal row (on ``key``) is already recorded: executing this chapter again on a recorded
+    run (servebook html --refresh 02) must not state each answer twice."""
+    if not store.done(table, **{k: row.get(k) for k in key}):
+        store.append(table, row)
+
+
+Markdown(seed_sentence())
+
 # %% [markdown]
 # ## 1. Where does the engine choose? (static reading)
 # We parse the engine's source with the AST and list every assignment of the attention backend,
@@ -67,10 +83,13 @@ try:
     env = resolve_engine(tree_engine, engine_python or None if tree_engine == engine else None)
     reading = static_reading(env)
     for s in reading.attention_sites():
-        store.append("selection_sites", {"engine": env.engine, "version": env.version, "where": s.where, "function": s.function,
-                                         "target": s.target, "value": s.value, "hardware": s.hardware, "model": s.model,
-                                         "conditions": [str(c) for c in s.conditions]})
-    print(f"{env.engine} {env.version}: {len(reading.attention_sites())} attention-backend sites in {len(reading.files)} files")
+        append_once("selection_sites", {"engine": env.engine, "version": env.version, "where": s.where, "function": s.function,
+                                        "target": s.target, "value": s.value, "hardware": s.hardware, "model": s.model,
+                                        "conditions": [str(c) for c in s.conditions]}, "engine", "version", "where", "target", "value")
+    n_lines = site_count(store, env.engine, env.version)
+    display(Markdown(f"{env.engine} {env.version}: {q('selection_sites', n_lines, 'd', of=f'{env.engine} {env.version}')} lines of "
+                     f"its code, in {len(reading.files)} files, write the attention backend ({len(reading.attention_sites())} "
+                     "assignments: a line that sets two targets, or sets one twice, counts once; chapter 06 counts the same way)."))
     print(render_tree(reading.attention_sites())[: 2500 if smoke else 6000])
     for name in ("is_sm100_supported", "is_hopper_with_cuda_12_3"):
         if name in reading.helpers:
@@ -109,12 +128,12 @@ def show(ans):
 
 
 def record(ans, case):
-    store.append("selection", {k: ans.get(k) for k in ("engine", "version", "model", "architecture", "mla", "gpu", "capability",
-                                                       "method", "attention_backend", "prefill_attention_backend",
-                                                       "decode_attention_backend", "moe_runner_backend", "decided_by",
-                                                       "conditions", "logs", "assumptions", "reason", "helper_answers",
-                                                       "alternatives", "resolved", "decode_path", "candidates_checked")}
-                 | {"case": case})
+    append_once("selection", {k: ans.get(k) for k in ("engine", "version", "model", "architecture", "mla", "gpu", "capability",
+                                                      "method", "attention_backend", "prefill_attention_backend",
+                                                      "decode_attention_backend", "moe_runner_backend", "decided_by",
+                                                      "conditions", "logs", "assumptions", "reason", "helper_answers",
+                                                      "alternatives", "resolved", "decode_path", "candidates_checked")}
+                | {"case": case}, "case", "engine", "version", "model", "gpu", "method", "attention_backend", "decided_by")
 
 
 answer = None
@@ -305,16 +324,8 @@ else:
 # ## What we found
 
 # %%
-found = []
-if answer:
-    found.append(f"- On this host, {answer['engine']} {answer['version']} resolves `{answer['attention_backend']}` for `{model}` "
-                 f"({answer['method']}; decided at {(answer.get('decided_by') or {}).get('where', 'n/a')}).")
-if seed and seed.get("method") == "dynamic":
-    found.append(f"- Seed case: {seed['engine']} {seed['version']} picks `{seed['attention_backend']}` for {seed_model} on "
-                 f"{seed_profile} (capability {seed['capability']}), written at {(seed.get('decided_by') or {}).get('where')} "
-                 f"because " + "; ".join(c["text"] for c in seed.get("conditions", [])[-3:]) + ".")
-elif seed:
-    found.append(f"- Seed case: static reading only ({seed.get('reason')}).")
+# Read back from the stored answers (every case this run recorded), each stated once; chapter 06 states the same lines.
+found = say_selection(store)
 if seed_pair:
     found.append(f"- Seed case, both engines (tensor parallel 8): {seed_pair['verdict']} Other decode-path settings each engine's "
                  "code fixes, to measure: " + "; ".join(f"{h['aspect']} (chapter {h['measure_in']})" for h in seed_pair["hypotheses"]) + ".")
@@ -336,7 +347,7 @@ if not matrices:
                  "(`servebook engines add sglang==0.5.9`).")
 failures = store.rows("failures")
 found.append(f"- {len(failures)} step(s) failed and were recorded in {store.table_path('failures').name}." if failures else "- No step failed.")
-print("\n".join(found))
+Markdown("\n".join(found))
 
 # %% [markdown]
 # Whatever backend the engine picks, the next question is what it costs: chapter 03

@@ -68,18 +68,43 @@ cmds[["purpose", "command"]]
 # ## What we found
 
 # %% tags=["whatif"]
+from servebook.stated import q, selection_of
+
 rc = store.table("selection")
 lines = [f"- Planned, not measured: {len(cmds) - 1} launches of {facts['engine']} for {facts['model']} on "
          f"{facts['gpus']}x {facts['profile']} (capability {facts['capability']}), the default plus one per backend "
          f"its own parser accepts."]
 if len(rc):
     last = rc.iloc[-1]
-    lines.append(f"- Chapter 02 predicts the default resolves to `{last['attention_backend']}`; chapter 06 names the backends "
+    lines.append(f"- Chapter 02 predicts the default resolves to "
+                 f"{q('selected_backend', last['attention_backend'], of=selection_of(last.to_dict()), code=True)}; chapter 06 names the backends "
                  "the engine's code would have picked had its hardware helpers answered otherwise: force those first.")
 fails = store.table("failures")
 if len(fails):
     lines.append(f"- {len(fails)} recorded failure(s) so far, e.g. {fails.iloc[-1]['step']}: {str(fails.iloc[-1]['error'])[:160]}")
 Markdown("\n".join(lines))
+
+# %% [markdown] tags=["whatif"]
+# ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
+
+# %% tags=["whatif"]
+from servebook.findings import check_yourself_markdown
+
+first = cmds.iloc[0] if len(cmds) else None
+qa = [("Nothing was measured on this page. What would you run first on the real host, and how would you know the backend "
+       "you forced is the one that ran?",
+       (f"The engine's default, `{first['command']}`, then one launch per backend (the table above). " if first is not None else
+        "The launches of the table above (none was planned here). ")
+       + "A forced backend counts only when the engine reports loading it (its server info or its log), its teacher-forced "
+         "tokens agree with the default's, and its decode rate is measured: a flag alone proves nothing.")]
+if len(rc):
+    last = rc.iloc[-1]
+    qa.append(("Which backend does chapter 02 predict the engine's default resolves to here, and is that a measurement?",
+               f"`{last['attention_backend']}`, from {last['engine']} {last['version']}'s own resolution with the GPU faked "
+               f"({(last.get('decided_by') or {}).get('where')}). A prediction from the engine's code: chapter 03 on the real "
+               "host checks it against what the server reports."))
+Markdown(check_yourself_markdown(qa))
 
 # %% [markdown] tags=["whatif"]
 # Next: [04. Tune NCCL](04_tune_nccl.html) — the communication floor for this profile.
@@ -272,15 +297,20 @@ if len(plot):
 # %%
 from IPython.display import Markdown
 
-from servebook.findings import separated
+from servebook.findings import backends as compared_backends, separated
+from servebook.stated import say_backends
 
 lines = []
+verdicts = {b["engine"]: b for b in compared_backends(store)}  # chapter 06's definition: the fastest correct start vs the default
 for name in names:
     t = table[table["engine"] == name]
     ok = t[t["outcome"] == "ok"]
     if not len(t):
         continue
     lines.append(f"**{name}**: {len(ok)} of {len(t)} starts served output that agrees with the default backend.")
+    b = verdicts.get(name) or {}
+    if b.get("correct") and b.get("default_tok_s") is not None:
+        lines.append(f"- The answer (chapter 06 states the same): {say_backends(b)} Each start against the default:")
     for mode, g in ok.groupby("mode"):
         auto = g[g["attention"] == "auto"]
         if not len(auto):
@@ -321,6 +351,14 @@ qa.append(("Why compare teacher-forced top-1 tokens, and not only greedy text, a
            + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['tf_top1_agreement']:.0%}" for _, r in tf.iterrows()) or "not measured")
            + "; greedy: " + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['agreement']:.0%}" for _, r in agree.iterrows())
                              or "not measured") + "."))
+for name, b in verdicts.items():
+    if name in names and b.get("correct") and b.get("default_tok_s") is not None:
+        qa.append((f"Should you force a different attention backend for {name} on this host?",
+                   (f"Yes: `{b.get('best_reported') or b['best']}` was faster than the default beyond both 95% intervals, with correct output."
+                    if b["change_supported"] else
+                    f"No: the fastest correct start, `{b.get('best_reported') or b['best']}` ({b['best_tok_s']:,.1f} ± {b['best_ci95']:,.1f} "
+                    f"tok/s), is not faster than the default (`{b['default_reported']}`, {b['default_tok_s']:,.1f} ± "
+                    f"{b['default_ci95']:,.1f}) beyond both intervals; the data supports no change. Chapter 06 says the same.")))
 Markdown(check_yourself_markdown(qa))
 
 # %% [markdown]

@@ -15,7 +15,8 @@
 # all-reduce of the residual stream: `hidden_size x batch x 2 bytes`, 14 KB for a 7,168-wide
 # model at batch 1. Those messages are tiny, so their cost is latency, not bandwidth, and
 # latency is what NCCL's protocol (LL, LL128, Simple), algorithm and transport settings change.
-# In the seed case profiling put all-reduce at about half of SGLang's decode time on PCIe GPUs.
+# In the seed case, profiling found all-reduce to be the largest single part of SGLang's decode time on PCIe GPUs
+# (its share is in `data/reference/seed-case.json`).
 #
 # This chapter measures exactly those message sizes, the way engines issue them (replayed from
 # CUDA graphs), over a grid of NCCL settings, checks every result, reads back what NCCL actually
@@ -80,10 +81,36 @@ if len(per_us):
     lines.append(f"- Predicted, not measured: {int(per_us.iloc[0]['allreduces_per_token'])} all-reduces per token, so every "
                  f"microsecond of all-reduce latency costs {per_us.iloc[0]['t_comm_ms']:.3f} ms per token at batch 1 on "
                  f"{facts['gpus']}x {facts['profile']} ({facts['interconnect']}).")
-for _, r in floor[~floor["latency_source"].str.startswith("1 us")].iterrows():
-    lines.append(f"- At {r['allreduce_us']:.1f} us ({r['case'].split('latency ')[-1]}, measured on H200 x2 NVLink) that is "
-                 f"{r['t_comm_ms']:.2f} ms per token." + (f" {r['caveat'][0].upper() + r['caveat'][1:]}." if r["caveat"] else ""))
+from servebook.stated import q
+
+measured = floor[~floor["latency_source"].str.startswith("1 us")]
+for _, r in measured.iterrows():
+    setting = r["case"].split("latency ")[-1]
+    lines.append(f"- At {q('ref_allreduce_us', r['allreduce_us'], ',.1f', of=setting)} us with `{setting}`, measured in "
+                 f"{r['latency_source']}, that is {r['t_comm_ms']:.2f} ms per token."
+                 + (f" {r['caveat'][0].upper() + r['caveat'][1:]}." if r["caveat"] else ""))
 Markdown("\n".join(lines) or "- No prediction: the model card gives no layer count.")
+
+# %% [markdown] tags=["whatif"]
+# ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
+
+# %% tags=["whatif"]
+from servebook.findings import check_yourself_markdown
+
+qa = []
+if len(measured):
+    r0 = measured.iloc[0]
+    qa.append(("Which all-reduce latency does this page's communication floor use, and why is it not this profile's own?",
+               f"{r0['allreduce_us']:.1f} us, recorded in `{r0['latency_source']}`: a lent H200 x2 over NVLink, the only grid the book "
+               f"has measured. The profile's {facts['gpus']} GPUs talk over {facts['interconnect']}, so its real latency comes only from "
+               "this chapter's grid run on that host (the commands above)."))
+if len(per_us):
+    qa.append(("What does one microsecond of all-reduce latency cost per token here, and why does that make a small latency "
+               "difference matter?",
+               f"{per_us.iloc[0]['t_comm_ms']:.3f} ms per token at batch 1: {int(per_us.iloc[0]['allreduces_per_token'])} all-reduces "
+               "per token, each paid in series, so a few microseconds per call add up to a large share of a token's time."))
+Markdown(check_yourself_markdown(qa) if qa else "_Nothing was predicted here to ask about: the model card gives no layer count._")
 
 # %% [markdown] tags=["whatif"]
 # Next: [05. Benchmark single stream](05_benchmark_single_stream.html) — the roofline for this profile.
@@ -166,29 +193,65 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 if len(ar):
-    fig, ax = plt.subplots(figsize=(6, 3))
-    sns.lineplot(data=ar, x="bytes", y="us_median", hue="mode", style="setting", marker="o", ax=ax)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    sns.lineplot(data=ar, x="bytes", y="us_median", hue="setting", style="mode", marker="o", ax=ax)
     ax.set_xscale("log")
+    ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("latency per all-reduce (us)")
     label = "NCCL" if backend == "nccl" else "CPU/gloo, not NCCL"
     ax.set_title(f"all-reduce latency here ({label}, {world} processes)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="setting / mode", title_fontsize=8)
     plt.tight_layout()
+    plt.show()
 
 # %% [markdown]
-# ## The recorded run: H200 x2 (NV18), NCCL 2.28.9
-# `data/runs/h200x2-nccl/` holds the whole grid as measured on the lent 2x H200 machine
-# (`python -m servebook.nccl --model kimi-k2.5`, the command and host facts are in its manifest):
-# 15 settings, 13 sizes (the Kimi-K2.5 / DeepSeek-V3 decode sizes for batch 1-64 plus the sweep),
-# the torch and raw paths, eager and graph.
+# One line per setting (colour) and mode (dash): graph-replayed is how engines issue decode all-reduces.
+
+# %% [markdown]
+# ## This run's answer
+# The setting this run's own grid picks for the batch-1 decode message, by the rule chapter 06 states too
+# (`servebook.findings.nccl`: a setting must beat NCCL's defaults by more than 5% per token at batch 1, be no more than
+# 5% slower at any measured decode batch, and pass every sum check), and its latency.
 
 # %%
-rec = RunStore(data_dir() / "runs" / "h200x2-nccl")
+from servebook.findings import nccl as nccl_answer
+from servebook.stated import REFERENCE_NCCL_RUN, q, reference, say_allreduce
+
+here = nccl_answer(store) or {}
+ref_answer = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
+answer_lines = [f"- {say_allreduce(here)}"]
+if here.get("backend") == "nccl":
+    tried = set(ar["setting"].dropna().unique()) if len(ar) and "setting" in ar else set()
+    ref_pick = ref_answer.get("setting")
+    if ref_pick and ref_pick not in (None, "default") and ref_pick not in tried:
+        answer_lines.append(f"- This run's grid did not include `{ref_pick}`, the setting the reference grid below "
+                            f"(`data/runs/{REFERENCE_NCCL_RUN}`) picks on its host: run this chapter again with "
+                            f"`-p nccl_grid=\"{ref_pick}\"` to measure it here before using it.")
+display(Markdown("\n".join(answer_lines)))
+
+# %% [markdown]
+# ## The reference run: `data/runs/h200x2-nccl`
+# One grid measured on the lent 2x H200 machine (`python -m servebook.nccl --model kimi-k2.5`; the command and host
+# facts are in its manifest), shown in every book as a worked example of reading a grid. Its numbers are that host's,
+# not this run's: the section above is this run's answer.
+
+# %%
+import re
+
+rec = RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)
 rar = rec.table("allreduce")
 rused = rec.table("nccl_used")
 rfail = rec.table("failures")
 rman = rec.manifest
+rinfo = rec.table("launch_info")
 std = rar[(rar["shape_study"] != True) & (rar["path"] != "raw-single-process")]  # noqa: E712
 b1 = rman["hidden_size"] * 2
+links = sorted(set(re.findall(r"\bNV\d+\b", rman.get("topology") or "")))
+nccl_version = ", ".join(sorted(rinfo["nccl_torch"].dropna().unique())) if "nccl_torch" in rinfo else "not recorded"
+display(Markdown(f"{rman.get('world_size')} GPUs ({', '.join(sorted({g.split(', ')[1] for g in str(rman.get('gpus', '')).splitlines() if ', ' in g}))}), "
+                 f"linked by {'/'.join(links) or 'not recorded'}, NCCL {nccl_version}: {rar['setting'].nunique()} settings, "
+                 f"{std['bytes'].nunique()} message sizes ({rman.get('model')}'s decode sizes for batch {min(rman['batches'])}-"
+                 f"{max(rman['batches'])} plus a sweep), the torch and raw paths, eager and graph-replayed."))
 grid_tbl = std[std["bytes"].isin([b1, b1 * 4, b1 * 16, b1 * 64])].pivot_table(
     index="setting", columns=["bytes", "path", "mode"], values="us_median").round(1)
 used = rused[(rused["launch"] == "torchrun")].drop_duplicates(["setting", "bytes", "algo", "proto"])
@@ -199,46 +262,64 @@ grid_tbl
 
 # %% [markdown]
 # ### Fidelity against nccl-tests
-# The target: servebook's graph-replayed latency at 14 KB within 15% of nccl-tests `all_reduce_perf -g 2 -G 20`
-# on the same hardware (shared/measurements-h200.md; nccl-tests is not installed on the lent machine and
-# it has no internet to build it, so those published figures are the reference).
+# The target: servebook's graph-replayed latency at the batch-1 size within 15% of nccl-tests `all_reduce_perf -g 2 -G 20`
+# on the same hardware. nccl-tests is not installed on the lent machine and it has no internet to build it, so its
+# figures come from a reference file, `data/reference/nccl-tests-h200.json` (what it holds and how it was measured is
+# written in it).
 
 # %%
-NCCL_TESTS_14KB = {"default": 7.44, "NCCL_PROTO=LL": 7.56, "NCCL_PROTO=LL128": 12.18, "NCCL_PROTO=Simple": 19.90,
-                   "NCCL_P2P_DISABLE=1": 12.84}
+nccl_tests = reference("nccl-tests-h200")
+NCCL_TESTS_B1 = {s: by[str(b1)] for s, by in nccl_tests["us"].items() if str(b1) in by}
 g14 = std[(std["bytes"] == b1) & (std["mode"] == "graph")].pivot_table(index="setting", columns="path", values="us_median")
-mix = g14.loc["NCCL_GRAPH_MIXING_SUPPORT=0", "torch"] if "NCCL_GRAPH_MIXING_SUPPORT=0" in g14.index else float("nan")
+mix_name = ref_answer.get("setting") if ref_answer.get("setting") not in (None, "default") else "NCCL_GRAPH_MIXING_SUPPORT=0"
+mix = g14.loc[mix_name, "torch"] if mix_name in g14.index else float("nan")
+ref_default = NCCL_TESTS_B1.get("default", float("nan"))
 fid = pd.DataFrame([{"setting": s, "nccl-tests -G (us)": ref, "servebook torch graph (us)": g14.loc[s, "torch"],
                      "ratio": g14.loc[s, "torch"] / ref,
                      "raw ncclAllReduce graph (us)": g14.loc[s].get("raw-per-process")}
-                    for s, ref in NCCL_TESTS_14KB.items() if s in g14.index])
-fid.loc[len(fid)] = {"setting": "NCCL_GRAPH_MIXING_SUPPORT=0 vs default", "nccl-tests -G (us)": 7.44,
-                     "servebook torch graph (us)": mix, "ratio": mix / 7.44,
-                     "raw ncclAllReduce graph (us)": g14.loc["NCCL_GRAPH_MIXING_SUPPORT=0"].get("raw-per-process")}
+                    for s, ref in NCCL_TESTS_B1.items() if s in g14.index])
+fid.loc[len(fid)] = {"setting": f"{mix_name} vs default", "nccl-tests -G (us)": ref_default,
+                     "servebook torch graph (us)": mix, "ratio": mix / ref_default,
+                     "raw ncclAllReduce graph (us)": g14.loc[mix_name].get("raw-per-process") if mix_name in g14.index else None}
 fid.round(2)
 
 # %% [markdown]
-# Where the gap comes from, hypothesis by hypothesis (each row of this run measured it):
-#
-# * **ProcessGroupNCCL's event record/wait around each captured collective**: refuted. `ncclAllReduce`
-#   called directly through CuPy on torch's stream, captured the same way, is within 1% of
-#   `torch.distributed.all_reduce` (compare the two graph columns above).
-# * **Timing method**: refuted. CUDA events on rank 0 and the host clock around the launches agree
-#   within 1% (`us_median` vs `us_wall`), because 400 calls are timed per sample.
-# * **Graph shape**: large, see the shape table below. With NCCL's defaults the per-call latency *grows*
-#   with the number of all-reduces captured in one graph (about 11 us for 1 per graph, 13 us for 20,
-#   18 us for 50, 29 us for 400). The 50-per-graph shape used before is why it read 11-13 us.
-# * **NCCL's graph-mixing support** (`NCCL_GRAPH_MIXING_SUPPORT`, on by default): with it off the same
-#   measurement drops from about 13 us to 6.7 us at 14 KB, within 15% of nccl-tests' 7.44 us (10% below).
-#   With mixing support NCCL orders every captured launch against other graphs and uncaptured work on the
-#   communicator; that costs a few microseconds per all-reduce in this multi-process, captured setting.
-# * **One process driving both GPUs** (the nccl-tests `-g 2` shape): not measured. The single-process
-#   CuPy path ran its eager loops but every graph capture failed with
-#   `cudaErrorStreamCaptureUnsupported` (failures table), so whether nccl-tests' 7.44 us with mixing
-#   support on comes from its single-process launch remains open.
+# ### Where the gap comes from
+# Hypothesis by hypothesis, each measured in the reference run; every figure below is computed from its tables.
 
 # %%
+both = g14.dropna(subset=["torch", "raw-per-process"]) if {"torch", "raw-per-process"} <= set(g14.columns) else g14.iloc[0:0]
+raw_gap = (both["raw-per-process"] / both["torch"] - 1).abs()
+gstd = std[(std["bytes"] == b1) & (std["mode"] == "graph")]
+clock_gap = (gstd["us_wall"] / gstd["us_median"] - 1).abs()
 shape = rar[(rar["setting"] == "default") & (rar["bytes"] == b1) & (rar["mode"] == "graph")]
+per_graph = shape[shape["path"] == "torch"].sort_values("iters")
+capture_failed = rfail[rfail["error"].str.contains("StreamCaptureUnsupported", na=False)] if len(rfail) else rfail
+d14 = g14.loc["default", "torch"]
+gap_lines = [
+    f"- **ProcessGroupNCCL's event record/wait around each captured collective**: refuted. `ncclAllReduce` called directly "
+    f"through CuPy on torch's stream, captured the same way, is within {raw_gap.max():.1%} of `torch.distributed.all_reduce` "
+    f"across the {len(both)} settings measured both ways ({raw_gap.get('default', float('nan')):.1%} with the defaults; the two "
+    "graph columns above).",
+    f"- **Timing method**: refuted. CUDA events on rank 0 and the host clock around the launches agree within "
+    f"{clock_gap.max():.1%} (`us_median` against `us_wall`, {len(gstd)} graph-replayed rows at {b1} B), because "
+    f"{int(per_graph['iters'].mul(per_graph['launches']).max()) if len(per_graph) else 'many'} calls are timed per sample.",
+    "- **Graph shape**: large (the shape table below). With NCCL's defaults the per-call latency grows with the number of "
+    "all-reduces captured in one graph: " + ", ".join(f"{r['us_median']:.1f} us with {int(r['iters'])} per graph"
+                                                      for _, r in per_graph.iterrows()) + ".",
+    f"- **NCCL's graph-mixing support** (`NCCL_GRAPH_MIXING_SUPPORT`, on by default): with `{mix_name}` the same measurement "
+    f"drops from {q('ref_allreduce_us', d14, ',.1f', of='default')} us to {q('ref_allreduce_us', mix, ',.1f', of=mix_name)} us at "
+    f"{b1} B, {abs(mix / ref_default - 1):.0%} {'below' if mix < ref_default else 'above'} nccl-tests' {ref_default:.2f} us with "
+    "mixing on. With mixing support NCCL orders every captured launch against other graphs and uncaptured work on the "
+    "communicator; that costs a few microseconds per all-reduce in this multi-process, captured setting.",
+    f"- **One process driving both GPUs** (the nccl-tests `-g 2` shape): not measured. The single-process CuPy path ran its "
+    f"eager loops but its graph capture failed in {capture_failed['setting'].nunique()} of {rar['setting'].nunique()} settings "
+    f"with `cudaErrorStreamCaptureUnsupported` (failures table), so whether nccl-tests' {ref_default:.2f} us with mixing "
+    "support on comes from its single-process launch remains open.",
+]
+Markdown("\n".join(gap_lines))
+
+# %%
 shape[["path", "iters", "launches", "us_median", "us_wall"]].rename(
     columns={"iters": "all-reduces per graph", "launches": "graph launches"}).sort_values(["path", "all-reduces per graph"]).round(2)
 
@@ -248,12 +329,15 @@ rfail[[c for c in ("setting", "step", "error") if c in rfail]].assign(error=lamb
 # %% [markdown]
 # ## From microseconds to tokens
 # Per token each layer does two all-reduces (after attention, after the MLP), so per-token communication
-# time = `2 x layers x latency` at the model's message size. The prediction below uses the recorded
-# H200 x2 graph latencies (torch path, the nccl-tests graph shape) with this chapter's model when it is
-# the same width as the recorded one, else the recorded Kimi-K2.5 shape (7,168 wide, 61 layers).
+# time = `2 x layers x latency` at the model's message size. The prediction below uses the reference run's
+# graph latencies (torch path, the nccl-tests graph shape) with this chapter's model when it is the same width as
+# the reference's model, else the reference model's own shape.
 
 # %%
-use_layers, use_hidden = (layers, hidden) if hidden == rman["hidden_size"] and layers else (rman["num_hidden_layers"], rman["hidden_size"])
+same_shape = bool(hidden == rman["hidden_size"] and layers)
+use_layers, use_hidden = (layers, hidden) if same_shape else (rman["num_hidden_layers"], rman["hidden_size"])
+print(f"shape used: {use_layers} layers, hidden size {use_hidden} "
+      + ("(this chapter's model)" if same_shape else f"({rman.get('model')}, the reference's model: this model is {hidden} wide)"))
 pred_sizes = [s for s in message_sizes(use_hidden, 2, rman["batches"], sweep=())]
 pred = per_token_prediction(rar, use_layers, pred_sizes)
 rec_pick = recommend(pred)
@@ -261,21 +345,28 @@ pred_tbl = pred.pivot_table(index="setting", columns="batch", values="ms_per_tok
 pred_tbl
 
 # %% [markdown]
-# ### Env block and launch commands
+# ### Env blocks: the reference's pick, and this run's
 
 # %%
-print(f"recommended: {rec_pick['setting']}  ({rec_pick['reason']})")
 rcard = resolve_model(rman.get("model", ""), build=False) if rman.get("model") else {}
+print(f"the reference grid (data/runs/{REFERENCE_NCCL_RUN}, its host) picks: {rec_pick['setting']}  ({rec_pick['reason']})")
 print(env_block(rec_pick["setting"], model_ref=(rcard.get("hf_repo") if isinstance(rcard, dict) else None) or "<model>"))
+here_setting = here.get("setting") if here.get("backend") == "nccl" else None
+if here_setting and here_setting != "default":
+    print(f"\nthis run's grid picks: {here_setting}  ({here.get('reason')})")
+    print(env_block(here_setting, model_ref=model if model != "embedded" else "<model>"))
+else:
+    print("\nthis run's grid picks nothing to export: "
+          + (here.get("reason") or "no all-reduce recorded") if here else "\nthis run recorded no all-reduce")
 
 # %% [markdown]
 # Caveats the data cannot remove: `NCCL_GRAPH_MIXING_SUPPORT=0` is only safe when NCCL work captured in
 # one graph is never outstanding at the same time as work from another graph or uncaptured NCCL calls on
 # the same communicator (engines that replay decode graphs and run prefill eagerly on one stream satisfy
 # that; check yours). vLLM and SGLang route small all-reduces on NVLink through their own custom
-# all-reduce kernels unless told not to, in which case NCCL settings do not reach those calls.
-# Confirming the prediction end to end needs an engine with TP=2 restarted with this env and chapter 05's
-# single-stream benchmark; that run has not been made yet.
+# all-reduce kernels unless told not to, in which case NCCL settings do not reach those calls. A grid's pick is
+# a prediction until the engine itself, at TP=2 with that env, is measured faster: the next section does that
+# where `tp_check` names an engine, and says what this run measured.
 
 # %% [markdown]
 # ## End to end: the engine itself at tensor parallelism
@@ -352,34 +443,7 @@ elif tp_engines:
 # ## What we found
 
 # %%
-lines = []
-if len(ar):
-    one = ar[ar["bytes"] == ar["bytes"].min()].iloc[0]
-    where = "NCCL on GPUs" if backend == "nccl" else "CPU/gloo, not NCCL"
-    lines.append(f"- Here ({where}): the smallest message, {int(one['bytes'])} bytes, took {one['us_median']:.1f} us per call "
-                 f"({one['mode']}); sum checks {'all passed' if ar['sum_ok'].all() else 'FAILED somewhere, see wrong_sums'}.")
-else:
-    lines.append("- No all-reduce measurement succeeded here; see the failures table of this run.")
-d14 = g14.loc["default", "torch"]
-lines.append(f"- H200 x2, {b1} B (batch 1): NCCL's default graph-replayed all-reduce took {d14:.1f} us, "
-             f"{d14 / 7.44:.2f}x nccl-tests' 7.44 us; with NCCL_GRAPH_MIXING_SUPPORT=0 it took {mix:.1f} us "
-             f"({mix / 7.44:.2f}x, {'within' if abs(mix / 7.44 - 1) <= 0.15 else 'outside'} the 15% target).")
-lines.append(f"- ProcessGroupNCCL adds nothing measurable: raw ncclAllReduce on the same stream took "
-             f"{g14.loc['default', 'raw-per-process']:.1f} us.")
-forced = used[(used["bytes"] == b1) & (used["setting"] == "NCCL_PROTO=LL128")]
-if len(forced):
-    lines.append(f"- Forcing NCCL_PROTO=LL128 also changed the algorithm at {b1} B: NCCL ran {forced['algo'].iloc[0]}/"
-                 f"{forced['proto'].iloc[0]} (from its debug output); forced protocols are slower here: LL128 "
-                 f"{g14.loc['NCCL_PROTO=LL128', 'torch']:.1f} us, Simple {g14.loc['NCCL_PROTO=Simple', 'torch']:.1f} us.")
-big = std[(std["bytes"] == 16777216) & (std["mode"] == "graph") & (std["path"] == "torch")].set_index("setting")["us_median"]
-seed = [s for s in big.index if s.startswith("NCCL_PROTO=LL,NCCL_ALGO=Ring")]
-if seed:
-    lines.append(f"- The seed's PCIe recipe is {g14.loc[seed[0], 'torch']:.1f} us at {b1} B but {big[seed[0]]:.0f} us at 16 MB "
-                 f"against {big['default']:.0f} us default: LL forced onto large messages halves bandwidth.")
-if "failures" in rec.tables() and (rfail["setting"] == "NCCL_ALGO=Tree").any():
-    lines.append("- NCCL_ALGO=Tree alone breaks Broadcast (no algorithm available): torch's object broadcast failed under it.")
-lines.append(f"- Prediction for TP=2, {use_layers} layers, batch 1: {pred_tbl.loc['default'].iloc[0]:.2f} ms/token of all-reduce "
-             f"with defaults; recommended: {rec_pick['setting']} ({rec_pick['reason']}).")
+lines = ["**This run**", ""] + answer_lines
 if len(e2e):
     for _, r in e2e_view.iterrows():
         if r["vs"]:
@@ -390,6 +454,26 @@ if len(e2e):
                             if r["predicted_ms_per_token"] is not None and r["measured_ms_per_token"] is not None else "") + ".")
 else:
     lines.append("- Not measured here: the end-to-end engine confirmation (`tp_check` names the engines to restart at TP>1).")
+lines += ["", f"**The reference run** (`data/runs/{REFERENCE_NCCL_RUN}`, its host, not this one)", ""]
+lines.append(f"- {b1} B (batch 1): NCCL's default graph-replayed all-reduce took {d14:.1f} us, {d14 / ref_default:.2f}x "
+             f"nccl-tests' {ref_default:.2f} us; with `{mix_name}` it took {mix:.1f} us ({mix / ref_default:.2f}x, "
+             f"{'within' if abs(mix / ref_default - 1) <= 0.15 else 'outside'} the 15% target).")
+lines.append(f"- ProcessGroupNCCL adds nothing measurable: raw ncclAllReduce on the same stream took "
+             f"{g14.loc['default', 'raw-per-process']:.1f} us.")
+forced = used[(used["bytes"] == b1) & (used["setting"] == "NCCL_PROTO=LL128")]
+if len(forced):
+    lines.append(f"- Forcing NCCL_PROTO=LL128 also changed the algorithm at {b1} B: NCCL ran {forced['algo'].iloc[0]}/"
+                 f"{forced['proto'].iloc[0]} (from its debug output); forced protocols are slower there: LL128 "
+                 f"{g14.loc['NCCL_PROTO=LL128', 'torch']:.1f} us, Simple {g14.loc['NCCL_PROTO=Simple', 'torch']:.1f} us.")
+big = std[(std["bytes"] == 16777216) & (std["mode"] == "graph") & (std["path"] == "torch")].set_index("setting")["us_median"]
+seed = [s for s in big.index if s.startswith("NCCL_PROTO=LL,NCCL_ALGO=Ring")]
+if seed:
+    lines.append(f"- The seed's PCIe recipe is {g14.loc[seed[0], 'torch']:.1f} us at {b1} B but {big[seed[0]]:.0f} us at 16 MB "
+                 f"against {big['default']:.0f} us default: LL forced onto large messages halves bandwidth.")
+if "failures" in rec.tables() and (rfail["setting"] == "NCCL_ALGO=Tree").any():
+    lines.append("- NCCL_ALGO=Tree alone breaks Broadcast (no algorithm available): torch's object broadcast failed under it.")
+lines.append(f"- Prediction for TP=2, {use_layers} layers, batch 1: {pred_tbl.loc['default'].iloc[0]:.2f} ms/token of all-reduce "
+             f"with defaults; that grid picks {q('ref_allreduce_setting', rec_pick['setting'], code=True)} ({rec_pick['reason']}).")
 lines.append("- Not done: nccl-tests on the same grid (not installed, no internet to build) and the single-process graph path "
              "(capture failed).")
 Markdown("\n".join(lines))
@@ -401,16 +485,28 @@ Markdown("\n".join(lines))
 # %%
 from servebook.findings import check_yourself_markdown
 
-qa = [
+if here.get("backend") == "nccl":
+    pick = here.get("setting") or "default"
+    pick_us = here.get("best_us") if pick != "default" else here.get("default_us")
+    mine = f"`{pick}`" + (f" at {pick_us:,.1f} us per all-reduce at {here['b1_bytes']} B" if pick_us is not None else "")
+    qa = [("Which NCCL setting does this run's own grid pick for the batch-1 decode message, and why not simply copy the reference "
+           "run's pick?", f"{mine} ({here.get('reason')}). A grid's pick is a property of its host (links, NCCL version, topology): "
+           "the reference run's is measured on its H200 x2, this one here; and either stays a prediction until the engine at TP>1 "
+           "is measured faster with it (end to end above).")]
+elif here:
+    qa = [("This run measured all-reduce with gloo on the CPU. What can you conclude about NCCL from it?",
+           f"Nothing: {here.get('default_us') or float('nan'):,.1f} us per gloo all-reduce over loopback is not an NCCL latency on GPUs, and "
+           "a one-GPU deployment makes no all-reduce at all. The method is the same; only a host with two or more GPUs measures NCCL.")]
+else:
+    qa = [("This run recorded no all-reduce. What would you check first?", "The failures table of this run, then run chapter 04 on "
+           "a host with two or more GPUs.")]
+qa += [
     ("Why is a decode all-reduce small, and what sets its size?",
      f"It carries one hidden-state vector per sequence in the batch: batch x hidden x 2 bytes in BF16, not the weights. "
-     f"For the recorded shape at batch 1 that is {b1} bytes, so latency, not bandwidth, decides its cost."),
-    ("What did NCCL_GRAPH_MIXING_SUPPORT=0 change on the recorded H200 x2 host, and when would you not use it?",
+     f"For this run's model at batch 1 that is {hidden * 2} bytes (the reference's model: {b1}), so latency, not bandwidth, decides its cost."),
+    (f"What did `{mix_name}` change on the reference H200 x2 host, and when would you not use it?",
      f"Graph-replayed {b1} B all-reduce: {d14:.1f} us with defaults, {mix:.1f} us with it. Not safe when NCCL work from one "
      "CUDA graph can be outstanding at the same time as work from another graph or eager calls on the same communicator."),
-    ("What does the per-token prediction say communication costs at batch 1, and how would you confirm it?",
-     f"{pred_tbl.loc['default'].iloc[0]:.2f} ms/token of all-reduce with defaults for {use_layers} layers at TP=2 "
-     f"(recommended: {rec_pick['setting']}); confirm by restarting the engine with TP=2 and that env and re-running chapter 05."),
 ]
 Markdown(check_yourself_markdown(qa))
 

@@ -12,7 +12,8 @@
 # # 05. Benchmark single stream and concurrency, against the roofline
 #
 # The seed case began with one number: a single user streaming from Kimi-K2.5 on 8x RTX PRO 6000
-# got 82.5 tok/s from vLLM and 63.6 tok/s from SGLang. Single-stream decode speed is what one
+# got fewer tokens per second from SGLang than from vLLM (the seed's own figures are quoted, with their file, in
+# "The seed case on paper" below). Single-stream decode speed is what one
 # user feels, and it is the number this book keeps coming back to. This chapter measures it
 # properly (warm-up, repeated runs, a confidence interval), then loads the server with 1, 2, 4, ...
 # concurrent users to see what throughput costs each user, and finally asks how far the single-stream
@@ -45,8 +46,8 @@ client_check: bool = True  # on a live SGLang server, also run SGLangs own clien
 seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
 seed_tp: int = 8  # tensor-parallel size of the seed case
-seed_allreduce_us: float = 24.0  # per-all-reduce latency (us) for the seed cases communication floor; published 8x RTX PRO 6000 PCIe NCCL figure, chapter 04 measures yours
-seed_reported_tok_s: str = "vllm:82.5,sglang:63.6"  # single-stream tok/s the seed case reported, engine:value pairs; not measured here
+seed_allreduce_us: float = 0.0  # per-all-reduce latency (us) assumed for the seed case communication floor; 0: the latencies recorded in data/runs/h200x2-nccl (H200 NVLink, as in the what-if book); chapter 04 measures yours
+seed_reported_tok_s: str = ""  # single-stream tok/s of the seed case, engine:value pairs (e.g. vllm:82.5,sglang:63.6); empty: the seed's own figures in data/reference/seed-case.json
 
 
 # %% [markdown] tags=["whatif"]
@@ -82,12 +83,43 @@ cmds[cmds["chapter"] == "05"][["purpose", "command"]]
 # ## What we found
 
 # %% tags=["whatif"]
+from servebook.stated import q, seed_case, seed_sentence
+
+subject = f"{facts['model']} on {facts['gpus']}x {facts['profile']}"
 lines = []
 for _, r in roof.iterrows():
-    lines.append(f"- {r['case']}: at most {r['tok_s']:,.0f} tok/s ({r['bytes_per_token'] / 1e9:.1f} GB per token over "
+    limit = (q("card_roofline_tok_s", r["tok_s"], ",.0f", of=subject) if r["case"].endswith(": bandwidth only")
+             else f"{r['tok_s']:,.0f}")
+    lines.append(f"- {r['case']}: at most {limit} tok/s ({r['bytes_per_token'] / 1e9:.1f} GB per token over "
                  f"{int(r['tp'])} GPUs at {r['bandwidth_tbs']} TB/s each, plus {r['t_comm_ms']:.2f} ms of all-reduce).")
 lines.append("- Predicted from data files, not measured: the benchmark commands above measure the real rate on the host.")
+seed = seed_case()
+if (facts["model"], facts["profile"], facts["gpus"]) == (seed["model"], seed["profile"], seed["tp"]):
+    lines.append(f"- This profile is the seed case's host. {seed_sentence()}")
 Markdown("\n".join(lines))
+
+# %% [markdown] tags=["whatif"]
+# ## Check yourself
+# Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
+
+# %% tags=["whatif"]
+from servebook.findings import check_yourself_markdown
+
+bw_only = roof[roof["case"].str.endswith(": bandwidth only")]
+with_comm = roof[~roof["case"].str.endswith(": bandwidth only")]
+qa = []
+if len(bw_only):
+    b = bw_only.iloc[0]
+    qa.append(("What bounds single-stream decode on this profile before any overhead, and from which files?",
+               f"{b['tok_s']:,.0f} tok/s: {b['bytes_per_token'] / 1e9:.1f} GB read per token (data/models/{facts['model']}.json, "
+               f"counted layer by layer) over {int(b['tp'])} GPUs at {b['bandwidth_tbs']} TB/s each (data/hardware/{facts['profile']}.json)."))
+if len(with_comm):
+    lo, hi = with_comm["tok_s"].min(), with_comm["tok_s"].max()
+    qa.append(("Why does this page give several limits, and which one will the real host reach?",
+               f"Each adds the all-reduce floor at one latency recorded on another host ({lo:,.0f} to {hi:,.0f} tok/s); the profile's own "
+               "latency is unmeasured, so none of them is its limit. Chapter 04 on the real host gives the latency, chapter 05 there the "
+               "real rate: far below every line means the time goes to overhead, not to bytes or all-reduces."))
+Markdown(check_yourself_markdown(qa) if qa else "_No roofline was predicted here to ask about._")
 
 # %% [markdown] tags=["whatif"]
 # Next: [06. Findings](06_findings.html) — the root causes, from the engine's own code.
@@ -326,7 +358,8 @@ else:
 # At batch 1 every new token reads every active weight once, so
 # `time per token >= bytes per token / memory bandwidth`. Bytes come from the model's safetensors
 # headers (routed experts scaled by how many are active per token, one embedding row); bandwidth is
-# the GPU's datasheet figure on a GPU host, or measured on the CPU here.
+# the GPU's datasheet figure on a GPU host, or measured on the CPU where there is no GPU: the cell below says
+# which one this run used.
 
 # %%
 roof_rows = []
@@ -339,7 +372,9 @@ if model_dir is not None:
     bw = roofline.host_memory_bandwidth(size_mib=256 if smoke else 1024, repeats=3 if smoke else 5)
     print(f"weights: {weights['total_bytes'] / 1e6:.1f} MB in {weights['total_params'] / 1e6:.1f}M parameters; "
           f"{weights['bytes_per_token'] / 1e6:.1f} MB read per decode token")
-    print(f"bandwidth: {bw['bandwidth_tbs'] * 1e3 if bw['bandwidth_tbs'] else float('nan'):.1f} GB/s ({bw['method']})")
+    display(Markdown(f"Bandwidth for this run's roofline: **{bw['bandwidth_tbs'] * 1e3:,.1f} GB/s**, "
+                     + (f"measured on this host's CPU ({bw['method']})." if bw.get("source") == "measured" else f"the {bw['method']}.")
+                     if bw["bandwidth_tbs"] else f"No bandwidth for a roofline: {bw['method']}."))
     if bw["bandwidth_tbs"]:
         roof = roofline.decode_roofline(weights["bytes_per_token"], bw["bandwidth_tbs"],
                                         context_tokens=input_len + max_tokens // 2,
@@ -424,10 +459,17 @@ breakdown
 
 # %% [markdown]
 # ### The seed case on paper
-# Kimi-K2.5 (INT4) with TP=8 on RTX PRO 6000: the bandwidth bound alone, and with the
-# communication floor (two all-reduces per layer, at the latency given as a parameter).
+# Kimi-K2.5 (INT4) with TP=8 on RTX PRO 6000, from data files only: the bandwidth bound (the card's bytes per token
+# over the profile's bandwidth; the what-if book states the same figure), then with the communication floor added
+# (two all-reduces per layer, at a latency measured elsewhere or assumed: each line says which).
 
 # %%
+from servebook.findings import nccl as nccl_answer
+from servebook.paths import data_dir
+from servebook.stated import REFERENCE_NCCL_RUN, card_roofline, q, seed_case, seed_sentence
+
+display(Markdown(seed_sentence()))
+seed_rows, floors, seed_roof = [], [], None
 try:
     card = roofline.load_model_card(seed_model)
     arch = roofline.config_bytes_per_token(card)   # layer by layer from the card's config
@@ -435,26 +477,50 @@ try:
     from servebook.profiles import load_profile
 
     prof = load_profile(seed_profile)
-    seed_roof = roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp,
-                                         allreduce_us=seed_allreduce_us, allreduces_per_token=roofline.allreduces_per_token(card))
-    reported = dict(kv.split(":") for kv in seed_reported_tok_s.split(",") if ":" in kv)
+    bound = card_roofline(seed_model, seed_tp, seed_profile)
+    if seed_allreduce_us > 0:
+        latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us)]
+    else:
+        ref_nccl = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
+        latencies = [(f"{ref_nccl['default_us']:.1f} us, NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)",
+                      ref_nccl["default_us"])] if ref_nccl.get("default_us") else []
+        if ref_nccl.get("setting") not in (None, "default") and ref_nccl.get("best_us"):
+            latencies.append((f"{ref_nccl['best_us']:.1f} us, `{ref_nccl['setting']}` measured there", ref_nccl["best_us"]))
+    n_ar = roofline.allreduces_per_token(card)
+    floors = [(label, roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp, allreduce_us=us,
+                                               allreduces_per_token=n_ar)) for label, us in latencies]
+    seed_roof = floors[0][1] if floors else roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp,
+                                                                     allreduce_us=0.0, allreduces_per_token=n_ar)
+    reported = ({k.strip(): float(v) for k, v in (kv.split(":") for kv in seed_reported_tok_s.split(",") if ":" in kv)}
+                if seed_reported_tok_s else seed_case()["single_stream_tok_s"])
     for eng_name, tok_s in reported.items():
         row = {"case": f"{seed_model} on {seed_tp}x {seed_profile} ({eng_name}, reported by the seed)", "measured_tok_s": float(tok_s),
-               "roofline_tok_s": seed_roof["tok_s"], "roofline_bandwidth_only_tok_s": seed_roof["tok_s_bandwidth"],
-               "pct_of_roofline": 100 * float(tok_s) / seed_roof["tok_s"], "bytes_per_token": seed_roof["bytes_per_token"],
+               "roofline_tok_s": bound["tok_s"], "roofline_with_comm_tok_s": seed_roof["tok_s"],
+               "pct_of_roofline": 100 * float(tok_s) / bound["tok_s"], "bytes_per_token": bound["bytes_per_token"],
                "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": seed_roof["t_mem_ms"], "t_comm_ms": seed_roof["t_comm_ms"],
-               "tp": seed_tp, "allreduce_us": seed_allreduce_us, "bytes_method": arch["method"],
-               "source": "reported by the seed case; roofline from the card and the profile"}
-        store.append("bench_roofline", row)
-        for part in roofline.time_breakdown(float(tok_s), seed_roof):
-            store.append("bench_breakdown", {"label": row["case"], **part})
-    print(f"{seed_model}: {arch['active_params'] / 1e9:.1f}B active parameters, {arch['bytes_per_token'] / 1e9:.1f} GB read per token "
-          f"(card average {avg['bytes_per_param']} B/param would say {avg['bytes_per_token'] / 1e9:.1f} GB: it undercounts the BF16 attention and shared experts)")
-    print(f"per token: memory {seed_roof['t_mem_ms']:.2f} ms on {seed_tp} GPUs + {seed_roof['allreduces_per_token']} all-reduces x "
-          f"{seed_allreduce_us} us = {seed_roof['t_comm_ms']:.2f} ms -> limit {seed_roof['tok_s']:.0f} tok/s (bandwidth alone {seed_roof['tok_s_bandwidth']:.0f})")
-    larger = "communication" if seed_roof["t_comm_ms"] > seed_roof["t_mem_ms"] else "memory"
-    print(f"at batch 1 the {larger} floor is the larger of the two "
-          f"({seed_roof['t_comm_ms'] / (seed_roof['t_mem_ms'] + seed_roof['t_comm_ms']):.0%} of the limit's time is all-reduce latency)")
+               "tp": seed_tp, "allreduce_us": seed_roof["allreduce_us"], "allreduce_source": floors[0][0] if floors else None,
+               "bytes_method": arch["method"],
+               "source": "reported by the seed case" + ("" if seed_reported_tok_s else " (data/reference/seed-case.json)")
+                         + "; roofline from the card and the profile"}
+        if not store.done("bench_roofline", case=row["case"], roofline_tok_s=row["roofline_tok_s"], t_comm_ms=row["t_comm_ms"]):
+            store.append("bench_roofline", row)
+            for part in roofline.time_breakdown(float(tok_s), seed_roof):
+                store.append("bench_breakdown", {"label": row["case"], **part})
+        seed_rows.append(row)
+    crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
+    seed_lines = [
+        f"- {seed_model}: {arch['active_params'] / 1e9:.1f}B active parameters, {arch['bytes_per_token'] / 1e9:.1f} GB read per token "
+        f"(the card's average {avg['bytes_per_param']} B/param would say {avg['bytes_per_token'] / 1e9:.1f} GB: it undercounts the BF16 "
+        "attention and shared experts).",
+        f"- Bandwidth alone: at most {q('card_roofline_tok_s', bound['tok_s'], ',.0f', of=bound['subject'])} tok/s "
+        f"({bound['bytes_per_token'] / 1e9:.1f} GB per token over {seed_tp} GPUs at {bound['bandwidth_tbs']} TB/s each; "
+        f"`data/models/{seed_model}.json` x `data/hardware/{seed_profile}.json`).",
+        *[f"- With the communication floor, {n_ar} all-reduces per token at {label}: at most {r['tok_s']:,.0f} tok/s "
+          f"({r['t_comm_ms']:.2f} ms of all-reduce per token beside {r['t_mem_ms']:.2f} ms of memory time)." for label, r in floors],
+        f"- The two floors are equal at {crossover_us:.1f} us per all-reduce: above that latency, all-reduce is the larger part of the "
+        "limit. The seed's GPUs talk over PCIe, whose latency only chapter 04 run on that host measures.",
+    ]
+    display(Markdown("\n".join(seed_lines)))
 except ServebookError as exc:
     store.record_failure("seed roofline", exc)
     print(f"seed roofline not computed: {exc}")
@@ -476,11 +542,17 @@ roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]]
 # ## What we found
 
 # %%
+from servebook.findings import throughput as measured_throughput
+from servebook.stated import say_throughput
+
 lines = []
-for _, r in single_df.iterrows():
-    ci = f" ± {r['decode_tok_s_ci95']:.1f}" if pd.notna(r.get("decode_tok_s_ci95")) else ""
-    lines.append(f"- **{r['label']}** single stream: {r['decode_tok_s_mean']:.1f}{ci} tok/s (95% CI over {int(r['runs'])} runs), "
-                 f"TTFT {r['ttft_s_mean'] * 1e3:.0f} ms, TPOT {r['tpot_s_mean'] * 1e3:.1f} ms, {r['tokens_per_chunk']:.2f} tokens per streamed chunk.")
+for t in measured_throughput(store):  # chapter 06's definition and sentences: per label, the recorded single-stream row, its roofline
+    if t["single_tok_s"] is None:
+        continue
+    lines += say_throughput(t, runs=runs)
+    r = single_df[single_df["label"] == t["label"]].iloc[-1]
+    lines.append(f"- {t['label']}: TTFT {r['ttft_s_mean'] * 1e3:.0f} ms, TPOT {r['tpot_s_mean'] * 1e3:.1f} ms, "
+                 f"{r['tokens_per_chunk']:.2f} tokens per streamed chunk.")
 for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if len(single_all) else []):
     errors = r.get("errors") if isinstance(r.get("errors"), list) else []
     lines.append(f"- **{r['label']}** single stream: no request succeeded ({int(r['failed'])} failed)"
@@ -488,15 +560,10 @@ for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if le
 for label, g in (sweep_df.groupby("label") if len(sweep_df) else []):
     if not g["throughput_tok_s"].notna().any():
         lines.append(f"- {label}: no request of the concurrency sweep succeeded ({int(g['failed'].sum())} failed).")
-        continue
-    g = g[g["throughput_tok_s"].notna()]
-    best = g.sort_values("throughput_tok_s", ascending=False).iloc[0]
-    one = g.sort_values("concurrency").iloc[0]
-    lines.append(f"- {label}: {one['throughput_tok_s']:.1f} tok/s at C=1; peak {best['throughput_tok_s']:.1f} tok/s at "
-                 f"C={int(best['concurrency'])} ({best['throughput_tok_s'] / one['throughput_tok_s']:.2f}x C=1), each user then getting "
-                 f"{best['per_user_tok_s']:.1f} tok/s" + (" (some levels hit their time budget)" if g["truncated"].any() else "") + ".")
-for _, r in (roofs.iterrows() if len(roofs) else []):
-    lines.append(f"- {r['case']}: {r['measured_tok_s']:.1f} tok/s is {r['pct_of_roofline']:.1f}% of its roofline ({r['roofline_tok_s']:,.0f} tok/s).")
+for row in seed_rows:
+    lines.append(f"- {row['case']}: {row['measured_tok_s']:.1f} tok/s is {row['pct_of_roofline']:.1f}% of its bandwidth roofline "
+                 f"({row['roofline_tok_s']:,.0f} tok/s); with the communication floor at {row['allreduce_source'] or 'no latency'}, "
+                 f"{100 * row['measured_tok_s'] / row['roofline_with_comm_tok_s']:.1f}% of {row['roofline_with_comm_tok_s']:,.0f} tok/s.")
 breakdown = store.table("bench_breakdown")
 for label, g in (breakdown.groupby("label", sort=False) if len(breakdown) else []):
     top = g.sort_values("ms_per_token", ascending=False).iloc[0]
@@ -537,13 +604,12 @@ qa.append(("At C=4 with all requests arriving at once, why is `ttft_s` larger th
            "Requests beyond the free slots wait in the client's queue; `ttft_s` counts that wait, which is what the user feels"
            + (f". Here at C=4: ttft_s p50 {c4.iloc[0]['ttft_s_p50'] * 1e3:.0f} ms, ttft_server_s p50 {c4.iloc[0]['ttft_server_s_p50'] * 1e3:.0f} ms."
               if len(c4) else "; this run's sweep did not reach C=4.")))
-seedrows = roofs[roofs["source"].str.startswith("reported")] if len(roofs) else roofs
-if len(seedrows):
-    sr = seedrows.iloc[0]
-    qa.append(("The seed case's limit: which floor dominates, memory or communication, and what does that predict?",
-               f"Memory {sr['t_mem_ms']:.2f} ms vs all-reduce {sr['t_comm_ms']:.2f} ms per token at TP={int(sr['tp'])}; "
-               + ("communication dominates, so faster all-reduce (custom kernels, NCCL settings) matters more than faster memory."
-                  if sr["t_comm_ms"] > sr["t_mem_ms"] else "memory dominates, so bandwidth sets the limit and all-reduce tuning helps less.")))
+if seed_roof is not None and seed_rows:
+    qa.append(("The seed case's limit: which floor dominates, memory or communication, and what would settle it?",
+               f"Memory takes {seed_roof['t_mem_ms']:.2f} ms per token on {seed_tp} GPUs; {n_ar} all-reduces take "
+               f"{seed_roof['t_comm_ms']:.2f} ms at {seed_rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
+               f"{crossover_us:.1f} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
+               "all-reduce (custom kernels, NCCL settings) matters more. Only chapter 04 on the seed's PCIe host measures its latency."))
 qa.append(("When would a benchmark number be the client's, not the server's? How does this chapter check it?",
            "When the rate uses much of what the client can stream on its core. Each rate is compared with the client ceiling at the "
            + (f"nearest concurrency; here the busiest used {ceiling_check['share_of_ceiling'].max():.2%} of it." if len(ceiling_check) else "nearest concurrency.")))

@@ -191,9 +191,12 @@ show("05")
 Markdown("\n\n".join(f"**{lc['engine']}**\n\n```\n{lc['command']}\n```\n\n" + "\n".join(f"- {w}" for w in lc["why"])
                      for lc in f.launch) or "No engine was studied in this run, so there is nothing to recommend.")
 
-# %% [markdown]
-# A flag or variable appears only where this run measured that it helps; otherwise the engine's own
-# choice stands. Add your usual `--host`, `--port` and model arguments.
+# %%
+Markdown(f"This is a what-if run on the `{params['profile']}` profile: nothing was measured, so a launch above is a hypothesis "
+         "to try first on the real host (it comes from the root causes above), not a measured recommendation; chapter 03 run "
+         "there settles it." if params.get("profile") else
+         "A flag or variable appears only where this run measured that it helps; otherwise the engine's own choice stands. "
+         "Add your usual `--host`, `--port` and model arguments.")
 
 # %% [markdown]
 # ## Failures recorded
@@ -213,9 +216,24 @@ pd.DataFrame(f.failures) if f.failures else Markdown("No step failed in this run
 
 # %%
 others = [p.strip() for p in compare_with.split(",") if p.strip()]
+across = []  # single stream of the same engine in another run, by the one comparison every chapter uses
 if others:
     comparison = sbf.compare_runs([str(store.path), *others], name="compare_with")
     display(Markdown(sbf.compare_markdown(comparison)))
+    mine = {t["engine"]: t for t in f.throughput if t.get("single_tok_s") is not None}
+    for other in others:
+        for t in sbf.throughput(sbf.open_run(other, "compare_with")):
+            base = mine.get(t.get("engine"))
+            if base is None or t.get("single_tok_s") is None:
+                continue
+            verdict = sbf.separated(t["single_tok_s"], t.get("single_ci95"), base["single_tok_s"], base.get("single_ci95"))
+            extra = t["label"][len(base["label"]):].strip() if t["label"].startswith(base["label"]) else ""
+            across.append({"run": other, "label": t["label"], "base": base["label"], "engine": t["engine"], "extra": extra,
+                           "faster": verdict.startswith("faster"), "verdict": verdict,
+                           "text": f"`{t['label']}` in `{other}`: {t['single_tok_s']:,.1f} ± {t.get('single_ci95') or 0:,.1f} tok/s single stream "
+                                   f"against this run's `{base['label']}` {base['single_tok_s']:,.1f} ± {base.get('single_ci95') or 0:,.1f}: "
+                                   f"{verdict}; {t['single_tok_s'] / base['single_tok_s']:.2f}x"})
+    display(Markdown("\n".join(f"- {a['text']}." for a in across) or "No other run measured the same engine single stream."))
 else:
     print("compare_with is empty: no other run to compare with (servebook book ... -p compare_with=DIR1,DIR2)")
 
@@ -223,10 +241,44 @@ else:
 # ## What we found
 
 # %%
-Markdown(sbf.what_we_found(f))
+from servebook.stated import say_allreduce, say_backends, say_selection, say_throughput
+
+found = ["**What each engine picks** (chapter 02)", ""] + (say_selection(store) or ["- No backend selection was recorded in this run."])
+found += ["", "**The fastest correct backend** (chapter 03)", ""]
+found += ([f"- {b['engine']}: {say_backends(b)}" for b in f.backends if b.get("correct") and b.get("default_tok_s") is not None]
+          or ["- No backend was forced in this run, or none served correct output."])
+found += ["", "**All-reduce** (chapter 04)", "", f"- {say_allreduce(f.nccl)}"]
+found += ["", "**Throughput and the roofline** (chapter 05)", ""]
+found += [line for t in f.throughput for line in say_throughput(t)] or ["- No benchmark was recorded in this run."]
+found += ["", "**What to run**", ""]
+found += [f"- {lc['engine']}: `{lc['command']}` — " + "; ".join(lc["why"]) + "." for lc in f.launch if lc.get("command")]
+for a in across:
+    if a["faster"] and a["extra"]:
+        cmd = next((lc["command"] for lc in f.launch if lc["engine"] == a["engine"] and lc.get("command")), a["engine"])
+        found.append(f"- {a['engine']} with `{a['extra']}` (measured in `{a['run']}`, not in this run): `{cmd} {a['extra']}` — "
+                     f"{a['verdict']} against this run's `{a['base']}`; confirm it on this host with chapter 05 "
+                     f"(`-p engine_args=\"{a['extra']}\"`).")
+if f.failures:
+    found.append(f"- {sum(x['times'] for x in f.failures)} recorded failures ({len(f.failures)} distinct), listed above; a failed "
+                 "measurement is a finding, not a result.")
+Markdown("\n".join(found))
 
 # %% [markdown]
 # ## Check yourself
 
 # %%
-Markdown(sbf.check_yourself_markdown(sbf.check_yourself(store, "06")))
+qa = sbf.check_yourself(store, "06")
+if params.get("profile"):  # a what-if run measured nothing: its questions are about what to try and what settles it
+    first = launch_first[0] if launch_first else None
+    qa = [("This page names a launch to try first. Is that a measured recommendation, and what settles it?",
+           (f"No: nothing was measured on the `{params['profile']}` profile. The launch comes from a root cause: {first['why']}. "
+            "On the real host, chapter 03 settles it: the backend the server reports, teacher-forced agreement with the default, "
+            "and a decode rate faster beyond both 95% intervals." if first else
+            f"It names none: no hardware helper on the engine's path kept a backend from the `{params['profile']}` GPU, so the "
+            "engine's default stands until chapters 03 and 05 measure it on the real host."))]
+    cause = next((c for c in causes if c["decision"] in ("fallback", "hypothesis")), None)
+    if cause:
+        qa.append(("Is the engine's fallback here a root cause or a hypothesis, and what is the difference?",
+                   f"A {cause['decision']}: {cause['cause']} A root cause needs the engine's or kernel library's own code to say the "
+                   "missed backend supports this GPU; without that it is a hypothesis for the real host."))
+Markdown(sbf.check_yourself_markdown(qa))

@@ -45,3 +45,16 @@ def test_story_shape(stem):
     i = EXPECTED.index(stem)
     if i + 1 < len(EXPECTED):
         assert EXPECTED[i + 1] in text, "ends with a pointer to the next chapter"
+
+
+@pytest.mark.parametrize("stem", EXPECTED)
+def test_check_yourself_in_every_mode(stem):
+    """Every page a reader can get ends with questions: on a real host, and in a what-if run (its own cells)."""
+    import nbformat
+
+    from servebook.book import _read_notebook, _select_cells
+
+    chapter = next(c for c in chapters() if c.stem == stem)
+    for whatif in (False, True):
+        nb = _select_cells(nbformat.from_dict(_read_notebook(chapter.source)), whatif=whatif)
+        assert any("## Check yourself" in c.source for c in nb.cells if c.cell_type == "markdown"), (stem, "what-if" if whatif else "host")

@@ -81,15 +81,21 @@ def _host_claims(f: Findings) -> list[Claim]:
 def _selection_claims(f: Findings) -> list[Claim]:
     """Chapter 02: what each engine picks and the line that decides it."""
     c: list[Claim] = []
+    said = set()
     for s in f.selection:
         where = f"{s.get('gpu')}, capability {s.get('capability')}"
         who = ("On this host" if s["case"] == "this-host" else f"Seed case ({where})" if s["case"] == "seed"
                else f"Profile {where}, asked of the engine's own code without the GPU")
+        answer = (s.get("engine"), s.get("version"), s.get("model"), s.get("gpu"), s.get("backend"), s.get("where"))
+        if s.get("method") == "dynamic" and s.get("where") and answer in said:
+            continue  # the same answer under two cases (a what-if on the seed's own GPU): stated once
+        said.add(answer)
         if s.get("method") == "dynamic" and s.get("where"):
             rule = "; ".join(s["rule"][-3:]) or "no condition on the way"
+            sites = f"{s['sites']} assignment sites read in its code" if s["sites"] else "its code not read statically in this run"
             c.append(Claim("02", f"{who}, {s['engine']} {s['version']} picks `{s['backend']}` for `{s['model']}`: written at "
                            f"`{s['where']}` in `{s['function']}` because {rule} (a {'/'.join(s['kinds']) or 'unconditional'} "
-                           f"decision; {s['sites']} assignment sites read in its code)", H_SELECTION))
+                           f"decision; {sites})", H_SELECTION))
         else:
             c.append(Claim("02", f"{who}, {s['engine']} {s['version']}: only a static reading ({s.get('reason')})", H_SELECTION, False))
     if not f.selection:

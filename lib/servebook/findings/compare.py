@@ -34,7 +34,8 @@ def _summary(store: RunStore) -> dict:
         "links": "/".join(h["links"]) if h.get("links") else (None if (h.get("gpu_count") or 0) >= 2 else ("none (one GPU)" if h.get("gpu") else None)),
         "selected backends": ", ".join(f"{s['engine']} {s['version']}: {s['backend']}" for s in sel) or None,
         "best NCCL setting": (n.get("setting") or n.get("reason")) if n else None,
-        "all-reduce at batch 1 (us)": n.get("best_us") or n.get("default_us") if n else None,
+        # named by its backend: a gloo all-reduce on a CPU and an NCCL one on GPUs are different quantities, never a delta
+        f"{n.get('backend') if n else 'nccl'} all-reduce at batch 1 (us)": n.get("best_us") or n.get("default_us") if n else None,
     }
     for t in tp:
         row[f"{t['label']} tok/s at C=1 (single stream)"] = t.get("single_tok_s")
