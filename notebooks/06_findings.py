@@ -46,6 +46,8 @@ print("tables recorded:", ", ".join(store.tables()) or "none")
 # ## This run
 
 # %%
+from servebook.provenance import describe_revision
+
 params = manifest.get("parameters", {})
 versions = manifest.get("versions", {})
 fp = manifest.get("host_fingerprint", {})
@@ -54,7 +56,7 @@ pd.DataFrame([
     {"what": "engine under study", "value": params.get("engine")},
     {"what": "model", "value": params.get("model")},
     {"what": "versions", "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v)},
-    {"what": "git revision", "value": manifest.get("git_revision")},
+    {"what": "code", "value": describe_revision(manifest.get("git_revision"))},
 ])
 
 # %% [markdown]

@@ -121,7 +121,12 @@ def test_gloo_end_to_end():
 
 
 def _workers():
-    return [p for p in psutil.process_iter(["cmdline"]) if "allreduce_worker.py" in " ".join(p.info["cmdline"] or [])]
+    """This checkout's all-reduce workers (by the worker file's absolute path: another checkout's tests running on the
+    same machine at the same time are not ours)."""
+    from servebook.nccl.launch import _WORKERS
+
+    ours = str((_WORKERS / "allreduce_worker.py").resolve())
+    return [p for p in psutil.process_iter(["cmdline"]) if ours in " ".join(p.info["cmdline"] or [])]
 
 
 def test_hung_worker_is_killed_and_recorded():
