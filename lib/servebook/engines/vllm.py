@@ -218,20 +218,8 @@ class VLLMEngine(EngineAdapter):
     _choices: list[str] | None = None
 
     def _read_choices(self) -> list[str]:
-        code = r"""
-import json
-E = None
-for mod, attr in (("vllm.v1.attention.backends.registry", "AttentionBackendEnum"),
-                  ("vllm.attention.backends.registry", "AttentionBackendEnum"),
-                  ("vllm.attention.backends.registry", "_Backend"), ("vllm.platforms.interface", "_Backend")):
-    try:
-        E = getattr(__import__(mod, fromlist=[attr]), attr)
-        break
-    except Exception:
-        continue
-print(json.dumps(sorted(m.name for m in E) if E is not None else None))
-"""
-        names = self._py_json(code, "could not read vLLM's attention backends", timeout=300)
+        script = str(Path(__file__).parent / "launchers" / "vllm_backends.py")
+        names = self._script_json([script], "could not read vLLM's attention backends", timeout=300)
         if names is None:
             raise EngineError(f"vLLM's attention backend enum could not be imported in {self.python}; install its requirements there")
         return names
