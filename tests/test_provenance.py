@@ -88,6 +88,21 @@ def test_only_an_untracked_file_under_lib_makes_the_tree_dirty(repo):
     assert git_provenance(repo)[0]["dirty"] is True
 
 
+def test_recorded_runs_and_renders_are_outputs_not_code(repo):
+    # re-rendering one committed run rewrites its tables and its rendered pages: the next run's code is still clean
+    for rel in ("data/runs/r1/chapters.jsonl", "rendered/r1/index.html", "data/models/card.json"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("first\n")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a run, its render, a card")
+    (repo / "data" / "runs" / "r1" / "chapters.jsonl").write_text("first\nrefreshed\n")
+    (repo / "rendered" / "r1" / "index.html").unlink()
+    assert git_provenance(repo) == ({"commit": _git(repo, "rev-parse", "HEAD").strip(), "dirty": False}, b"")
+    (repo / "data" / "models" / "card.json").write_text("changed\n")  # an input of the run: it counts
+    info, diff = git_provenance(repo)
+    assert info["dirty"] is True and b"data/models/card.json" in diff and b"rendered" not in diff
+
+
 def test_not_a_checkout(tmp_path):
     assert git_provenance(tmp_path) == (None, b"")
     assert describe_revision(None) == "git revision not recorded"

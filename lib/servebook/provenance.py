@@ -26,6 +26,9 @@ __all__ = ["git_provenance", "record_code", "describe_revision", "software_versi
 # Untracked files under these folders of the book are code the run ran (a new module, a new chapter): they count as
 # changes, and go into the saved diff as new files.
 _CODE_DIRS = ("lib", "notebooks")
+# What runs produce, never what they run: the book's recorded runs and their renders. Left out of the diff, so that
+# re-rendering one recorded run does not make the next one look like it ran changed code.
+_OUTPUT_DIRS = ("data/runs", "rendered")
 
 
 # A diff git apply takes, whatever the user's git config says (external diff tools, colour, prefixes, textconv).
@@ -45,8 +48,9 @@ def git_provenance(root: str | os.PathLike | None = None, exclude: str | os.Path
 
     The diff is ``git diff HEAD --binary`` (staged and unstaged changes of tracked files) followed by every untracked
     file under lib/ and notebooks/ as a new file: ``git apply`` on a checkout of the commit rebuilds the tree that
-    ran, and ``diff_sha256`` is the SHA-256 of exactly those bytes. ``exclude``: a folder left out (the run's own
-    directory, when runs are kept inside the checkout). ``(None, b"")`` where ``root`` is not a git checkout.
+    ran, and ``diff_sha256`` is the SHA-256 of exactly those bytes. Recorded runs and renders (data/runs/, rendered/)
+    are outputs, never in it; ``exclude``: another folder left out (the run's own directory, when runs are kept inside
+    the checkout). ``(None, b"")`` where ``root`` is not a git checkout.
     """
     root = Path(root) if root is not None else book_root()
     try:
@@ -55,9 +59,9 @@ def git_provenance(root: str | os.PathLike | None = None, exclude: str | os.Path
             return None, b""
         top = Path(_git(root, "rev-parse", "--show-toplevel").stdout.decode().strip())
         skip = []
-        if exclude is not None:
+        for folder in [*(Path(root) / d for d in _OUTPUT_DIRS), *([Path(exclude)] if exclude is not None else [])]:
             try:
-                skip = [f":(exclude){Path(exclude).resolve().relative_to(top.resolve()).as_posix()}"]
+                skip.append(f":(exclude){folder.resolve().relative_to(top.resolve()).as_posix()}")
             except ValueError:  # outside the checkout: nothing of it is in the diff anyway
                 pass
         tracked = _git(top, "diff", *_PLAIN_DIFF, "HEAD", "--", ".", *skip)
