@@ -572,6 +572,7 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         state = "failed" if errors.get(chapter.stem) and info.get("status") == "ok" else info.get("status", "?")
         mark = "&#10003;" if state == "ok" else f"&#10007; {html.escape(str(state))}"
         secs = f" {info['seconds']}s" if info.get("seconds") is not None else ""
+        secs += f", executed again on the recorded tables {html.escape(str(info.get('recorded_at') or ''))}" if info.get("refreshed") else ""
         rows.append(f'<li><a href="{chapter.stem}.html">{html.escape(chapter.title)}</a> <small class="sb-status">{mark}{secs}</small></li>')
     missing = [c for c in chapters() if c.stem not in {p[0].stem for p in pages}]
     for c in missing:

@@ -81,18 +81,6 @@ def _book_cmd(facts: dict, only: str, extra: str = "") -> str:
             f" --only {only}" + (f" {extra}" if extra else ""))
 
 
-_SGLANG_CHOICES = r"""
-import argparse, json, sys
-sys.path.insert(0, %(runner_dir)r)
-import _runner
-_runner._install_stubs(%(stubs)r, %(absent)r, %(visible)r)  # GPU-only wheels a prepared environment lacks, stubbed as the what-if does
-from sglang.srt.server_args import ServerArgs
-p = argparse.ArgumentParser()
-ServerArgs.add_cli_args(p)
-print(json.dumps(sorted(next((a.choices or [] for a in p._actions if %(flag)r in a.option_strings), []))))
-"""
-
-
 def _attention_choices(eng) -> list[str]:
     """The engine's own valid values for its attention flag. A prepared environment (no GPU wheels) cannot import
     every module the parser's file imports; SGLang's parser is then read with those modules stubbed."""
@@ -108,10 +96,11 @@ def _attention_choices(eng) -> list[str]:
     from .selection.envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY
 
     libs = DEFAULT_KERNEL_LIBS.get("sglang", {})
-    code = _SGLANG_CHOICES % {"runner_dir": str(Path(__file__).parent / "selection"), "flag": eng.attention_flag,
-                              "stubs": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
-                              "visible": [m for m, v in libs.items() if v], "absent": [m for m, v in libs.items() if not v]}
-    return eng._py_json(code, "could not read SGLang's --attention-backend choices (GPU-only modules stubbed)", timeout=300)
+    request = {"flag": eng.attention_flag, "stubs": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
+               "visible": [m for m, v in libs.items() if v], "absent": [m for m, v in libs.items() if not v]}
+    script = str(Path(__file__).parent / "selection" / "_sglang_choices.py")
+    return eng._script_json([script, json.dumps(request)], "could not read SGLang's --attention-backend choices "
+                            "(GPU-only modules stubbed)", timeout=300)
 
 
 def plan_backends(store, facts: dict) -> list[dict]:

@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import shlex
 import sys
 import traceback
 import types
@@ -178,18 +179,9 @@ def _fake_nvidia_smi(name, major, minor, total, count):
     values = {"memory.total": str(total >> 20), "memory.used": "1024", "memory.free": str((total >> 20) - 1024),
               "name": name, "compute_cap": f"{major}.{minor}", "driver_version": "999.0", "count": str(count),
               "index": "{i}", "pci.bus_id": "00000000:{i:02d}:00.0", "uuid": "GPU-servebook-{i}"}
-    script = (
-        "#!" + sys.executable + "\n"
-        "import sys\n"
-        f"V = {values!r}\nN = {count}\n"
-        "q = [a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--query-gpu=')]\n"
-        "if q:\n"
-        "    for i in range(N):\n"
-        "        print(', '.join(V.get(f.strip(), 'N/A').format(i=i) for f in q[0].split(',')))\n"
-        "else:\n"
-        "    for i in range(N):\n"
-        "        print(f'GPU {i}: ' + V['name'] + f' (UUID: GPU-servebook-{i})')\n"
-    )
+    os.environ["SERVEBOOK_FAKE_NVIDIA_SMI"] = json.dumps({"values": values, "count": count})
+    stand_in = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fake_nvidia_smi.py")
+    script = f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(stand_in)} \"$@\"\n"  # the program is a file
     path = os.path.join(fake_bin, "nvidia-smi")
     with open(path, "w") as fh:
         fh.write(script)

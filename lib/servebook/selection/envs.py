@@ -363,7 +363,8 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
     _install_engine_alone(py, d, engine, version, say, steps)
     keep, drop = install_plan(_wheel_requires(py, engine))
     if not requirements:
-        why = "static-only environment: built without the engine's requirements (add_engine(..., requirements=True) to resolve)"
+        why = (f"static-only environment: built without the engine's requirements; `servebook engines add {engine}=={version} "
+               "--force` builds one that resolves")
         meta = _write_meta(d, py, engine, t0, steps, {"requires_installed": [], "requires_dropped": drop, "requires_not_installed": keep,
                                                       "stubs": [], "importable": False, "import_error": why})
         say(f"[{engine} {version}] static-only environment ready in {meta['built_seconds']}s")
