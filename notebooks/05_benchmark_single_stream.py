@@ -43,6 +43,7 @@ level_time_budget_s: int = 120  # a sweep level starts no new request after this
 saturation_patience: int = 2  # stop the sweep after this many levels without 10 percent more throughput; 0 runs every level
 seed: int = 0  # seed of the prompt set
 client_check: bool = True  # on a live SGLang server, also run SGLangs own client - sglang.bench_serving in turns with servebooks, at concurrency 1 and 8
+ceiling_sglang_version: str = "0.5.9"  # SGLang version whose prepared environment (servebook engines add, never built here) runs sglang.bench_serving against the fake server beside servebooks client and httpx; empty skips it
 seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
 seed_tp: int = 8  # tensor-parallel size of the seed case
@@ -161,15 +162,19 @@ print(f"run {store.path}\nmodel: {model_dir or model}\nengines: {', '.join(engin
 # carry several tokens), TPOT, end-to-end latency and the output tokens.
 #
 # Before trusting it with a server, we measure how fast the client itself can go: a local fake SSE
-# server (not an engine) streams tokens as fast as it can, pinned to another core.
+# server (not an engine) streams tokens as fast as it can, pinned to another core. Two other clients stream the same
+# requests from the same fake server at the same levels, for the comparison below: httpx, and SGLang's own benchmark
+# client.
 
 # %%
 tokenizer = bench.load_tokenizer(model_dir) if model_dir else None
 ceiling = None if len(store.rows("client_ceiling")) else bench.client_ceiling(store=store, tokenizer=tokenizer,
-                               concurrencies=(1, 8) if smoke else (1, 64),
-                               tokens_per_request=256 if smoke else 2048,
-                               requests_per_level=1 if smoke else 2)
-ceiling_df = store.table("client_ceiling")
+                               concurrencies=(1, 8) if smoke else (1, 64), tokens_per_request=2048, requests_per_level=2,
+                               clients=bench.CLIENTS, bench_serving=f"sglang=={ceiling_sglang_version}" if ceiling_sglang_version else "",
+                               tokenizer_dir=model_dir,
+                               workdir=store.path / "bench_serving_ceiling")
+ceiling_all = store.table("client_ceiling")
+ceiling_df = ceiling_all[ceiling_all["client"].fillna("servebook") == "servebook"] if "client" in ceiling_all else ceiling_all
 ceiling_df[["concurrency", "events_per_write", "tokens", "stream_tok_s", "client_cpu_us_per_token", "parse_us_per_token", "ttft_server_p50_s"]]
 
 # %%
@@ -180,6 +185,61 @@ print(f"client ceiling: {ceiling_tok_s:,.0f} streamed tokens/s; {per_read_us:.1f
 # %% [markdown]
 # That is the client's limit on this host. Each measurement below is checked against it after the sweep: a rate that
 # uses much of it would be measuring the client, not the server.
+
+# %% [markdown]
+# ### Why servebook has an HTTP client of its own
+# servebook's transport is its own asyncio code (httptools parses the HTTP), not a library. It earns that only if its
+# ceiling is a set multiple of `sglang.bench_serving`'s (the goal, `bench.CEILING_GOAL`) and a library client's is not.
+# The three clients took the same levels against the same fake servers, pinned to the same CPU: servebook's; httpx as
+# its documentation shows it (one `AsyncClient`, `client.stream`, `aiter_bytes`, each chunk timestamped and parsed after
+# the batch by the same code as servebook's); and `sglang.bench_serving` (aiohttp), run in SGLang's own interpreter.
+# A client's ceiling is its highest rate over the levels; `client_busy` is the share of its core it used (servebook and
+# httpx; where it is well below one, the fake server set the pace, not the client).
+
+# %%
+compare_df = pd.DataFrame(bench.ceiling_comparison(store.rows("client_ceiling")))
+verdict = bench.ceiling_verdict(store.rows("client_ceiling"))
+if "client" in ceiling_all:
+    display(compare_df.round(2))
+    display(ceiling_all.sort_values(["events_per_write", "concurrency"], kind="stable")[
+        ["events_per_write", "concurrency", "client", "ok", "requests", "stream_tok_s", "client_cpu_us_per_token", "client_busy",
+         "ttft_server_p50_s"]].round(3))
+    for client, why in verdict["skipped"].items():
+        print(f"{client} not measured: {why}")
+print(f"goal: servebook's ceiling at least {verdict['goal']}x sglang.bench_serving's; {verdict['reason']}")
+
+# %%
+from servebook.stated import q
+
+
+def ceiling_sentence(v: dict) -> str:
+    """The verdict on servebook's own transport, every figure from the rows of `client_ceiling`."""
+    if not v["compared"]:
+        return f"Not compared in this run: {v['reason']}."
+    rates = ", ".join(f"{k} {q('client_ceiling_tok_s', t, ',.0f', of=k)}" for k, t in v["ceilings"].items())
+    out = f"Client ceilings against the fake server: {rates} tok/s."
+    if not v["bench_serving_measured"]:
+        return f"{out} {v['reason']}: this run does not decide whether the hand-written transport is justified."
+    for k in ("servebook", "httpx"):
+        if v["ratios"][k] is not None:
+            out += (f" {k}'s is {q('ceiling_ratio', v['ratios'][k], '.1f', of=k)}x bench_serving's: it "
+                    f"{'reaches' if v['reaches'][k] else 'misses'} the goal of {v['goal']}x.")
+    lo = v["regimes"][0] if v["regimes"] else {}  # the fewest events per write: each token its own network read
+    per_read = (f" With {lo['events_per_write']} event(s) per socket write alone, servebook's best is "
+                f"{lo['servebook_ratio']:.1f}x bench_serving's and httpx's {lo['httpx_ratio']:.1f}x."
+                if lo.get("servebook_ratio") and lo.get("httpx_ratio") and len(v["regimes"]) > 1 else "")
+    if v["justified"] is None:
+        return f"{out} {v['reason']}.{per_read}"
+    return (f"{out} The hand-written transport is {q('fast_path_justified', v['justified'], 'justified|not justified')} on "
+            f"this host ({v['reason']}).{per_read}")
+
+
+display(Markdown(ceiling_sentence(verdict)))
+
+# %% [markdown]
+# The verdict is this host's: a slower or busier CPU moves all three ceilings. The per-level table shows where the
+# clients part: compare the levels with one event per write, where every token is its own network read, with those
+# where many tokens share one.
 
 # %% [markdown]
 # ## Prompts
@@ -577,6 +637,7 @@ if n_near:
 elif len(ceiling_check):
     lines.append(f"- The client sustained up to {ceiling_tok_s:,.0f} tokens/s against a fake server; the busiest measurement used "
                  f"{ceiling_check['share_of_ceiling'].max():.2%} of it, so the client is not what these numbers measure.")
+lines.append(f"- {ceiling_sentence(verdict)}")
 fails = store.table("failures")
 if len(fails):
     lines.append(f"- {len(fails)} recorded failures in this run (table `failures`), e.g. {fails.iloc[-1]['step']}: {str(fails.iloc[-1]['error'])[:160]}")
@@ -610,6 +671,14 @@ if seed_roof is not None and seed_rows:
                f"{seed_roof['t_comm_ms']:.2f} ms at {seed_rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
                f"{crossover_us:.1f} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
                "all-reduce (custom kernels, NCCL settings) matters more. Only chapter 04 on the seed's PCIe host measures its latency."))
+if verdict["bench_serving_measured"]:
+    r = verdict["ratios"]
+    qa.append(("Why does servebook stream with an HTTP client of its own instead of httpx, and what would make you replace it?",
+               f"Only a measurement keeps it: its ceiling must be at least {verdict['goal']}x sglang.bench_serving's while a library "
+               f"client's is not. Here servebook's is {r['servebook']:.1f}x and httpx's "
+               + (f"{r['httpx']:.1f}x" if r["httpx"] is not None else "not measured")
+               + f": {verdict['reason']}. Where httpx reaches the goal" + (" (as here)" if verdict["reaches"]["httpx"] else "")
+               + ", the library client should replace servebook's own."))
 qa.append(("When would a benchmark number be the client's, not the server's? How does this chapter check it?",
            "When the rate uses much of what the client can stream on its core. Each rate is compared with the client ceiling at the "
            + (f"nearest concurrency; here the busiest used {ceiling_check['share_of_ceiling'].max():.2%} of it." if len(ceiling_check) else "nearest concurrency.")))

@@ -7,6 +7,7 @@ import math
 import os
 import struct
 
+import pandas as pd
 import pytest
 
 from servebook import bench, roofline
@@ -183,9 +184,79 @@ def test_client_ceiling_is_measured(tmp_path, tok):
                                 requests_per_level=1)
     assert len(store.rows("client_ceiling")) == 2
     for r in rows:
+        assert r["client"] == "servebook" and "httptools" in r["method"]
         assert r["ok"] == r["requests"] and r["tokens"] == 512 * r["requests"]
         assert r["stream_tok_s"] > 5_000  # far above any engine on this host
         assert r["client_cpu_us_per_token"] > 0 and r["parse_us_per_token"] > 0
+
+
+def test_client_ceilings_compared_with_httpx(tmp_path):
+    """servebook's transport and httpx take turns on the same fake server and levels; bench_serving, whose environment
+    is not there, is a row that says why; the verdict then says the run cannot decide."""
+    import httpx
+
+    store = RunStore.at(tmp_path / "run")
+    rows = bench.client_ceiling(store=store, concurrencies=(1, 4), events_per_write=(1, 16), tokens_per_request=512,
+                                requests_per_level=1, clients=bench.CLIENTS, bench_serving="sglang==0.0.1",
+                                tokenizer_dir=tmp_path, workdir=tmp_path / "bs")
+    assert [(r["events_per_write"], r["concurrency"], r["client"]) for r in rows] == [
+        (e, c, k) for e in (1, 16) for c in (1, 4) for k in bench.CLIENTS]
+    assert len(store.rows("client_ceiling")) == len(rows) == 12
+    for r in rows:
+        assert r["method"].startswith(f"fake SSE server (1 token per event, {r['events_per_write']} events per socket write)")
+        if r["client"] == "sglang.bench_serving":
+            assert r["stream_tok_s"] is None and "sglang==0.0.1" in r["skipped"] and "not prepared" in r["skipped"]
+            continue
+        assert r["ok"] == r["requests"] and r["tokens"] == 512 * r["requests"], r
+        assert r["stream_tok_s"] > 5_000, r                   # far above any engine on this host, for both clients
+        assert 0 < r["client_cpu_us_per_token"] < 1e3 and 0 < r["client_busy"] <= 1.5, r
+        assert r["ttft_server_p50_s"] < 1.0
+    assert all(f"httpx {httpx.__version__}" in r["method"] for r in rows if r["client"] == "httpx")
+    v = bench.ceiling_verdict(store.rows("client_ceiling"))
+    assert v["compared"] and not v["bench_serving_measured"] and v["justified"] is None
+    assert "sglang.bench_serving was not measured" in v["reason"] and "not prepared" in v["reason"]
+    assert set(v["ceilings"]) == {"servebook", "httpx"} and v["ratios"] == {"servebook": None, "httpx": None}
+    assert v["ceilings"]["httpx"] == max(r["stream_tok_s"] for r in rows if r["client"] == "httpx")
+    # the page's ceiling check reads servebook's rows only
+    summary = pd.DataFrame([{"label": "a", "phase": "single", "concurrency": 1, "decode_tok_s_mean": 100.0}])
+    (check,) = bench.ceiling_check(summary, store.table("client_ceiling"))
+    sb_c1 = [r["stream_tok_s"] for r in rows if r["client"] == "servebook" and r["concurrency"] == 1]
+    assert check["ceiling_tok_s"] == pytest.approx(min(sb_c1))
+
+
+def _level(client, epw, c, tok_s, ok=2, requests=2):
+    return {"client": client, "events_per_write": epw, "concurrency": c, "stream_tok_s": tok_s, "ok": ok, "requests": requests}
+
+
+@pytest.mark.parametrize("rates, justified, reason", [
+    # (servebook, httpx, bench_serving) at (1, 1), (1, 8), (64, 8)
+    ([(50e3, 40e3, 60e3), (150e3, 60e3, 70e3), (2e6, 90e3, 70e3)], True, "httpx does not"),
+    ([(50e3, 40e3, 60e3), (150e3, 60e3, 70e3), (2e6, 1e6, 70e3)], False, "httpx reaches the goal too"),
+    ([(50e3, 40e3, 60e3), (90e3, 60e3, 70e3), (100e3, 60e3, 70e3)], False, "misses the goal"),
+    ([(50e3, 40e3, None), (90e3, None, None), (2e6, 1e6, None)], None, "sglang.bench_serving was not measured"),
+    ([(50e3, None, 60e3), (150e3, None, 70e3), (2e6, None, 70e3)], None, "httpx was not measured"),
+])
+def test_ceiling_verdict_is_computed_from_the_rows(rates, justified, reason):
+    rows = [_level(k, epw, c, x) for (epw, c), trio in zip([(1, 1), (1, 8), (64, 8)], rates)
+            for k, x in zip(bench.CLIENTS, trio) if x is not None]
+    v = bench.ceiling_verdict(rows)
+    assert v["justified"] is justified and reason in v["reason"], v
+    if v["bench_serving_measured"]:
+        best = {k: max(t[i] for t in rates if t[i] is not None) for i, k in enumerate(bench.CLIENTS) if any(t[i] for t in rates)}
+        assert v["ceilings"] == best
+        assert v["ratios"]["servebook"] == pytest.approx(best["servebook"] / best["sglang.bench_serving"])
+        assert v["reaches"]["servebook"] == (v["ratios"]["servebook"] >= bench.CEILING_GOAL)
+
+
+def test_ceiling_verdict_counts_only_complete_levels_and_old_rows():
+    # bench_serving lost a request at its fastest level: that level is not its ceiling, nor anyone's
+    rows = [_level("servebook", 64, 8, 3e6), _level("httpx", 64, 8, 1e6), _level("sglang.bench_serving", 64, 8, 2e6, ok=1),
+            _level("servebook", 1, 8, 150e3), _level("httpx", 1, 8, 60e3), _level("sglang.bench_serving", 1, 8, 70e3)]
+    v = bench.ceiling_verdict(rows)
+    assert v["levels"] == [(1, 8)] and v["ceilings"]["sglang.bench_serving"] == 70e3 and v["justified"] is True
+    # rows recorded before the comparison carry no client: servebook's, and nothing is decided
+    old = bench.ceiling_verdict([{k: x for k, x in r.items() if k != "client"} for r in rows[:1]])
+    assert not old["compared"] and old["justified"] is None and "predates" in old["reason"]
 
 
 def test_cli_against_the_fake_server(tmp_path, embedded_model, capsys):

@@ -100,3 +100,28 @@ def test_agreement_with_bench_serving_and_ceilings(sglang_env, server, embedded_
               f"bench_serving {r['bench_serving_tok_s']:.0f} tok/s ({r['bench_serving_us_per_token']:.2f} us/tok), ratio {r['ratio']:.1f}x")
         assert r["servebook_ok"] == r["bench_serving_ok"] == r["requests"]
         assert r["ratio"] >= 1.5, r
+
+
+def test_three_client_ceilings_on_one_fake_server(sglang_env, embedded_model, tmp_path):
+    """Chapter 05's comparison as the book runs it: servebook, httpx and sglang.bench_serving (one process for every
+    level) on the same fake servers; every level measured, and the verdict read from the rows. The verdict itself is
+    this host's, so it is printed, not asserted."""
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path / "run")
+    rows = bench.client_ceiling(store=store, concurrencies=(1, 8), events_per_write=(1, 64), tokens_per_request=2048,
+                                requests_per_level=2, clients=bench.CLIENTS, bench_serving=sglang_env,
+                                tokenizer_dir=embedded_model, workdir=tmp_path / "bs")
+    assert len(rows) == 12
+    for r in rows:
+        print(f"epw={r['events_per_write']} C={r['concurrency']} {r['client']}: {r['stream_tok_s'] or 0:,.0f} tok/s "
+              f"({r['ok']}/{r['requests']}; {r['skipped'] or ''})")
+        assert r["skipped"] is None and r["ok"] == r["requests"] and r["tokens"] == 2048 * r["requests"], r
+        assert r["stream_tok_s"] > 5_000, r
+    bs = [r for r in rows if r["client"] == "sglang.bench_serving"]
+    assert all(f"sglang {sglang_env.version}" in r["method"] for r in bs)
+    v = bench.ceiling_verdict(store.rows("client_ceiling"))
+    print(v["ceilings"], v["ratios"], v["reason"])
+    assert v["bench_serving_measured"] and v["justified"] in (True, False)
+    assert v["ratios"]["servebook"] == pytest.approx(max(r["stream_tok_s"] for r in rows if r["client"] == "servebook")
+                                                     / max(r["stream_tok_s"] for r in bs))

@@ -28,6 +28,8 @@ def test_parameters_cell(stem):
         assert isinstance(node, (ast.Assign, ast.AnnAssign)), ast.dump(node)
         ast.literal_eval(node.value)
     declared = notebook_parameters(chapter.source)
+    assigned = [n.target.id if isinstance(n, ast.AnnAssign) else n.targets[0].id for n in ast.parse(tagged[0].source).body]
+    assert sorted(declared) == sorted(assigned), "papermill must read every parameter (a line with two '=' is skipped)"
     assert "run_dir" in declared
     for name, p in PARAMS.items():
         assert name in declared, f"{stem} does not declare {name}"

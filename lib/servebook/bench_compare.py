@@ -4,8 +4,8 @@
     rows = agreement(env.python, url, model, model_dir, tok, input_len=32, output_len=32, concurrency=8)
     ceil = ceilings(env.python, model_dir, tok)                 # both clients against FakeSSEServer
 
-``sglang.bench_serving`` runs under the engine environment's interpreter, in its own process,
-through a small shim (``bench_compare_patches/bench_serving_shim.py``) that (1) pins the process to one CPU when asked and (2)
+``sglang.bench_serving`` runs under the engine environment's interpreter, in its own process
+(``servebook.bench.bench_serving``), through a small shim (``bench_compare_patches/bench_serving_shim.py``) that (1) pins the process to one CPU when asked and (2)
 drops named fields from the JSON bodies it posts. The shim is needed because bench_serving
 always sends ``ignore_eos`` (its ``--extra-request-body`` can change the value, not remove the key)
 and ``transformers serve`` answers any unknown field with HTTP 422 ("Unexpected fields in the
@@ -32,22 +32,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Sequence
 
 from . import bench
+from .bench.bench_serving import DEFAULT_SPEC, compat_tokenizer_dir, run_bench_serving, write_sharegpt
 
 __all__ = ["ensure_bench_serving", "write_sharegpt", "compat_tokenizer_dir", "run_bench_serving", "servebook_metrics", "agreement", "ceilings"]
 
-# Runs inside the engine env: pin, strip fields, then bench_serving's own __main__ (a real file).
-_SHIM = Path(__file__).parent / "bench_compare_patches" / "bench_serving_shim.py"
 
 
-def ensure_bench_serving(spec: str = "sglang==0.5.9", progress=None):
+def ensure_bench_serving(spec: str = DEFAULT_SPEC, progress=None):
     """The cached SGLang environment (built through the envs API when absent) where bench_serving runs."""
     from .errors import EngineError
     from .selection import envs
@@ -57,67 +54,6 @@ def ensure_bench_serving(spec: str = "sglang==0.5.9", progress=None):
     except EngineError:
         env = envs.add_engine(spec, progress=progress)
     return env
-
-
-def write_sharegpt(prompts: Sequence[bench.Prompt | str], path: str | os.PathLike) -> Path:
-    """A ShareGPT-format JSON (two turns per conversation) holding ``prompts``: bench_serving's local dataset."""
-    rows = [{"id": f"servebook-{i}", "conversations": [
-        {"from": "human", "value": p.text if isinstance(p, bench.Prompt) else str(p)},
-        {"from": "gpt", "value": "ok"}]} for i, p in enumerate(prompts)]
-    path = Path(path)
-    path.write_text(json.dumps(rows))
-    return path
-
-
-def compat_tokenizer_dir(model_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """A copy of the model's tokenizer files that transformers 4.x can load.
-
-    transformers 5 writes ``tokenizer_class: TokenizersBackend``, which the engine env's transformers
-    (4.57 in sglang 0.5.9) does not know; the same ``tokenizer.json`` loads as ``PreTrainedTokenizerFast``.
-    Unchanged when the class is another one."""
-    src, dest = Path(model_dir), Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.json", "special_tokens_map.json", "chat_template.jinja"):
-        if (src / name).is_file():
-            (dest / name).write_bytes((src / name).read_bytes())
-    cfg = json.loads((src / "tokenizer_config.json").read_text())
-    if cfg.get("tokenizer_class") == "TokenizersBackend":
-        cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-        cfg.pop("backend", None)
-    (dest / "tokenizer_config.json").write_text(json.dumps(cfg))
-    return dest
-
-
-def run_bench_serving(python: str, url: str, model: str, tokenizer_dir: str, dataset_path: str | os.PathLike, *,
-                      input_len: int, output_len: int, num_prompts: int, max_concurrency: int,
-                      extra_body: dict | None = None, drop_fields: Sequence[str] = ("ignore_eos",),
-                      pin_cpu: int | None = None, warmup_requests: int = 1, timeout: float = 600.0,
-                      workdir: str | os.PathLike | None = None) -> dict:
-    """Run ``sglang.bench_serving`` once; its JSONL result line (``--output-details``: per-request lists too)."""
-    wd = Path(workdir or tempfile.mkdtemp(prefix="bench-serving-"))
-    wd.mkdir(parents=True, exist_ok=True)
-    tokenizer_dir = compat_tokenizer_dir(tokenizer_dir, wd / "tokenizer")
-    out = wd / f"bs-c{max_concurrency}-{time.time_ns()}.jsonl"
-    args = ["--backend", "vllm", "--base-url", url.rstrip("/"), "--model", model, "--tokenizer", str(tokenizer_dir),
-            "--dataset-name", "random", "--dataset-path", str(dataset_path), "--random-input-len", str(input_len),
-            "--random-output-len", str(output_len), "--random-range-ratio", "1", "--num-prompts", str(num_prompts),
-            "--max-concurrency", str(max_concurrency), "--request-rate", "inf", "--warmup-requests", str(warmup_requests),
-            "--output-file", str(out), "--output-details", "--disable-tqdm", "--seed", "1"]
-    if extra_body:
-        args += ["--extra-request-body", json.dumps(extra_body)]
-    env = dict(os.environ, SERVEBOOK_PIN_CPU=str(-1 if pin_cpu is None else pin_cpu),
-               SERVEBOOK_DROP_FIELDS=",".join(drop_fields), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONUNBUFFERED="1")
-    env.pop("PYTHONPATH", None)
-    t0 = time.perf_counter()
-    proc = subprocess.run([python, str(_SHIM), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=wd)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0 or not out.is_file():
-        raise RuntimeError(f"sglang.bench_serving failed (rc={proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
-    res = json.loads(out.read_text().strip().splitlines()[-1])
-    res["_process_wall_s"] = wall
-    res["_log_tail"] = proc.stdout[-2000:]
-    return res
 
 
 def _bs_metrics(res: dict) -> dict:
@@ -183,30 +119,28 @@ def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, t
 def ceilings(python: str, model_dir: str | os.PathLike, tokenizer=None, *, concurrencies: Sequence[int] = (1, 64),
              events_per_write: int = 64, tokens_per_request: int = 2048, requests_per_level: int = 2,
              workdir: str | os.PathLike | None = None) -> list[dict]:
-    """Streamed tokens/s each client sustains against :class:`bench.FakeSSEServer` (server on the last CPU,
-    client on the first), same requests for both; rows per concurrency with the ratio servebook / bench_serving."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    client_cpu, server_cpu = (cpus[0], cpus[-1]) if len(cpus) >= 2 else (None, None)
-    wd = Path(workdir or tempfile.mkdtemp(prefix="bench-ceiling-"))
-    wd.mkdir(parents=True, exist_ok=True)
-    # bench_serving takes at most one request per conversation in the file
-    data = write_sharegpt(["hi there, this is a prompt " * 4] * (requests_per_level * max(concurrencies)), wd / "sharegpt.json")
-    sb_rows = bench.client_ceiling(tokenizer=None, concurrencies=concurrencies, events_per_write=(events_per_write,),
-                                   tokens_per_request=tokens_per_request, requests_per_level=requests_per_level)
+    """Streamed tokens/s each client sustains against :class:`bench.FakeSSEServer` (``bench.client_ceiling``: server
+    on the last CPU, client on the first, the clients taking turns level by level), same requests for both; rows per
+    concurrency with the ratio servebook / bench_serving."""
+    from .selection.envs import resolve_engine
+
+    env = resolve_engine("sglang", engine_python=python)
+    rows = bench.client_ceiling(tokenizer=tokenizer, concurrencies=concurrencies, events_per_write=(events_per_write,),
+                                tokens_per_request=tokens_per_request, requests_per_level=requests_per_level,
+                                clients=("servebook", "sglang.bench_serving"), bench_serving=env, tokenizer_dir=model_dir,
+                                workdir=workdir)
     out = []
-    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=events_per_write, cpu=server_cpu) as fake:
-        for c, sbr in zip(concurrencies, sb_rows):
-            res = run_bench_serving(python, fake.url, "fake-sse", str(model_dir), data, input_len=8,
-                                    output_len=tokens_per_request, num_prompts=requests_per_level * c, max_concurrency=c,
-                                    drop_fields=(), pin_cpu=client_cpu, workdir=wd)
-            bs_tok_s = res["output_throughput"]
-            out.append({"concurrency": c, "events_per_write": events_per_write, "tokens_per_request": tokens_per_request,
-                        "requests": requests_per_level * c,
-                        "servebook_tok_s": sbr["stream_tok_s"], "servebook_us_per_token": 1e6 / sbr["stream_tok_s"],
-                        "servebook_ttft_p50_s": sbr["ttft_p50_s"], "servebook_ok": sbr["ok"],
-                        "bench_serving_tok_s": bs_tok_s, "bench_serving_us_per_token": 1e6 / bs_tok_s,
-                        "bench_serving_ttft_mean_s": res["mean_ttft_ms"] / 1e3, "bench_serving_ok": res["completed"],
-                        "ratio": sbr["stream_tok_s"] / bs_tok_s, "client_cpu": client_cpu, "server_cpu": server_cpu})
+    for c in concurrencies:
+        sbr, bsr = (next(r for r in rows if r["concurrency"] == c and r["client"] == k) for k in ("servebook", "sglang.bench_serving"))
+        if bsr["stream_tok_s"] is None:
+            raise RuntimeError(f"sglang.bench_serving at C={c}: {bsr['skipped']}")
+        out.append({"concurrency": c, "events_per_write": events_per_write, "tokens_per_request": tokens_per_request,
+                    "requests": sbr["requests"],
+                    "servebook_tok_s": sbr["stream_tok_s"], "servebook_us_per_token": 1e6 / sbr["stream_tok_s"],
+                    "servebook_ttft_p50_s": sbr["ttft_p50_s"], "servebook_ok": sbr["ok"],
+                    "bench_serving_tok_s": bsr["stream_tok_s"], "bench_serving_us_per_token": 1e6 / bsr["stream_tok_s"],
+                    "bench_serving_ttft_p50_s": bsr["ttft_p50_s"], "bench_serving_ok": bsr["ok"],
+                    "ratio": sbr["stream_tok_s"] / bsr["stream_tok_s"], "client_cpu": sbr["client_cpu"], "server_cpu": sbr["server_cpu"]})
     return out
 
 

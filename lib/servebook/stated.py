@@ -277,6 +277,28 @@ def _nccl(store) -> dict:
     return _memo("nccl", store, lambda: nccl(store) or {})
 
 
+def _ceilings(store) -> dict:
+    """Chapter 05's comparison of client ceilings (``servebook.bench.ceiling_verdict``), when the run has one."""
+    from .bench.ceiling import ceiling_verdict
+
+    return _memo("ceilings", store, lambda: ceiling_verdict(store.rows("client_ceiling")))
+
+
+def _ceiling_values(store) -> dict:
+    v = _ceilings(store)
+    return dict(v["ceilings"]) if v["compared"] else {}
+
+
+def _ceiling_ratios(store) -> dict:
+    v = _ceilings(store)
+    return {k: r for k, r in v["ratios"].items() if r is not None} if v["compared"] else {}
+
+
+def _fast_path(store) -> dict:
+    v = _ceilings(store)
+    return {None: v["justified"]} if v["justified"] is not None else {}
+
+
 def _chosen_setting(n: dict):
     if n.get("backend") != "nccl":
         return None
@@ -374,6 +396,12 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              ("05", "06")),
     Quantity("peak_tok_s", "highest throughput of the concurrency sweep", _per(_throughput, "peak_tok_s"), ("05", "06")),
     Quantity("peak_c", "concurrency of the sweep's highest throughput", _per(_throughput, "peak_c")),
+    # chapter 05: the client ceilings, servebook's transport against httpx and sglang.bench_serving
+    Quantity("client_ceiling_tok_s", "a client's ceiling: highest streamed tok/s against the fake server over the levels "
+             "compared (servebook, httpx, sglang.bench_serving)", _ceiling_values, ("05",)),
+    Quantity("ceiling_ratio", "a client's ceiling over sglang.bench_serving's on the same fake server", _ceiling_ratios, ("05",)),
+    Quantity("fast_path_justified", "whether servebook's own HTTP transport is justified: its ceiling reaches the goal "
+             "(CEILING_GOAL x bench_serving's) and httpx's does not", _fast_path, ("05",)),
     Quantity("card_roofline_tok_s", "bandwidth-only roofline of a model card on N GPUs of a profile (the seed case's, or "
              "the what-if's), from data/models and data/hardware", lambda store: {}, lookup=_roofline_lookup),
 ]}

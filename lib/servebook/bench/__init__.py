@@ -5,12 +5,14 @@
     results = run_requests(url, model, prompts, max_tokens=128, concurrency=4, engine="transformers", tokenizer=tok)
     summary = single_stream(url, model, prompts, store=store, tokenizer=tok, runs=5, warmup=2)
     levels = concurrency_sweep(url, model, prompts, store=store, tokenizer=tok, max_concurrency=128)
-    ceiling = client_ceiling(store=store, tokenizer=tok)
+    ceiling = client_ceiling(store=store, tokenizer=tok, clients=CLIENTS, tokenizer_dir=model_dir)
+    verdict = ceiling_verdict(store.rows("client_ceiling"))   # servebook, httpx and bench_serving on one fake server
 
 Modules, one job each: ``prompts`` (prompts and tokenizer), ``payload`` (request bodies), ``transport`` (the
 asyncio HTTP/1.1 client, httptools), ``sse`` (events -> measurements), ``client`` (``run_requests``, here or
 on a host), ``runs`` (single stream, sweep), ``stats`` (t-intervals, percentiles), ``fake`` and ``ceiling``
-(the client's own limit), ``inprocess`` (decode without a server), ``plots``, ``cli`` (``servebook bench``).
+(the client's own limit), ``httpx_stream`` and ``bench_serving`` (a library client and SGLang's, measured beside it),
+``inprocess`` (decode without a server), ``plots``, ``cli`` (``servebook bench``).
 
 Fixed output lengths: ``ignore_eos`` for vLLM/SGLang, a ``generation_config`` with ``min_new_tokens`` for
 ``transformers serve``; otherwise the real length is reported.
@@ -18,7 +20,7 @@ Fixed output lengths: ``ignore_eos`` for vLLM/SGLang, a ``generation_config`` wi
 
 from __future__ import annotations
 
-from .ceiling import ceiling_check, client_ceiling
+from .ceiling import CEILING_GOAL, CLIENTS, ceiling_check, ceiling_comparison, ceiling_verdict, client_ceiling
 from .cli import _run_cli, main, register
 from .client import _host_batch, _host_models, check_server, run_requests
 from .fake import FakeSSEServer
@@ -49,6 +51,10 @@ __all__ = [
     "inprocess_decode_rate",
     "FakeSSEServer",
     "client_ceiling",
+    "ceiling_comparison",
+    "ceiling_verdict",
+    "CLIENTS",
+    "CEILING_GOAL",
     "plot_pareto",
     "plot_latency",
     "register",

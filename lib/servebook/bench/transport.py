@@ -8,9 +8,12 @@ While a stream runs the client only timestamps each network read (``time.perf_co
 has ended. Everything else (chunked framing, SSE events, JSON) is parsed after the batch, off the hot path,
 by :meth:`RawStream.body_pieces` and ``servebook.bench.sse``.
 
-Why not httpx: measured here it spent ~2 ms of CPU per request and 10-140 us per network read inside
-httpcore/h11, which capped it near 60k tokens/s; this transport spends one timestamp, one list append and one
-C parser call per read (``client_ceiling`` measures it).
+Why not httpx: issue #19 keeps a transport of servebook's own only where a measurement shows that a library client
+cannot reach the client-ceiling goal (``ceiling.CEILING_GOAL`` x ``sglang.bench_serving``'s ceiling). Chapter 05
+measures it on each host: ``client_ceiling(clients=CLIENTS)`` streams the same requests from the same fake server
+with this transport, with httpx (``httpx_stream``) and with ``sglang.bench_serving``; ``ceiling_verdict`` reads the
+rows (table ``client_ceiling``) and the chapter states whether this transport is justified there. Per network read
+it spends one timestamp, one list append and one C parser call; the same table gives each client's CPU per token.
 """
 
 from __future__ import annotations
