@@ -245,43 +245,29 @@ class Quantity:
     lookup: Callable[[str], Any] | None = None
 
 
-_MEMO: dict[tuple, Any] = {}
-
-
-def _memo(kind: str, store, make: Callable[[], Any]) -> Any:
-    """One computation per run and table state: the registry asks chapter 06's functions many times per page."""
-    stamp = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in Path(store.path).glob("*.jsonl")))
-    key = (kind, str(Path(store.path).resolve()), stamp)
-    if key not in _MEMO:
-        if len(_MEMO) > 64:
-            _MEMO.clear()
-        _MEMO[key] = make()
-    return _MEMO[key]
-
-
 def _backends(store) -> dict:
     from .findings import backends
 
-    return _memo("backends", store, lambda: {b["engine"]: b for b in backends(store) if b.get("correct")})
+    return {b["engine"]: b for b in backends(store) if b.get("correct")}
 
 
 def _throughput(store) -> dict:
     from .findings import throughput
 
-    return _memo("throughput", store, lambda: {t["label"]: t for t in throughput(store)})
+    return {t["label"]: t for t in throughput(store)}
 
 
 def _nccl(store) -> dict:
     from .findings import nccl
 
-    return _memo("nccl", store, lambda: nccl(store) or {})
+    return nccl(store) or {}
 
 
 def _ceilings(store) -> dict:
     """Chapter 05's comparison of client ceilings (``servebook.bench.ceiling_verdict``), when the run has one."""
     from .bench.ceiling import ceiling_verdict
 
-    return _memo("ceilings", store, lambda: ceiling_verdict(store.rows("client_ceiling")))
+    return ceiling_verdict(store.rows("client_ceiling"))
 
 
 def _ceiling_values(store) -> dict:
@@ -409,8 +395,11 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
 
 def expected(store, name: str, of: str | None = None) -> Any:
     """The quantity ``name`` (of ``of``) recomputed from the run's tables, or ``MISSING``."""
-    quantity = QUANTITIES[name]
-    values = quantity.compute(store)
+    return _pick(QUANTITIES[name], QUANTITIES[name].compute(store), of)
+
+
+def _pick(quantity: Quantity, values: dict, of: str | None) -> Any:
+    """``of``'s value among a quantity's computed ``values`` (or its lookup), or ``MISSING``."""
     if of in values and _plain(values[of]) is not None:
         return _plain(values[of])
     if quantity.lookup is not None:
@@ -565,13 +554,15 @@ def check_render(render: str | Path, run: str | Path | None = None) -> Report:
     run_path = Path(run) if run is not None else _run_of(render)
     store = RunStore(run_path)
     report = Report(render=str(render), run=str(run_path))
-    cache: dict[tuple, Any] = {}
-    computed: dict[str, dict] = {}
+    computed: dict[str, dict] = {}  # each quantity computed once per check
+
+    def values_of(name):
+        if name not in computed:
+            computed[name] = QUANTITIES[name].compute(store)
+        return computed[name]
 
     def want(name, of):
-        if (name, of) not in cache:
-            cache[(name, of)] = expected(store, name, of)
-        return cache[(name, of)]
+        return _pick(QUANTITIES[name], values_of(name), of)
 
     def problem(page, text):
         report.problems.append((page, text))
@@ -610,9 +601,7 @@ def check_render(render: str | Path, run: str | Path | None = None) -> Report:
         for name, quantity in QUANTITIES.items():
             if page[:2] not in quantity.chapters:
                 continue
-            if name not in computed:
-                computed[name] = quantity.compute(store)
-            for of, value in computed[name].items():
+            for of, value in values_of(name).items():
                 if _plain(value) is not None and (name, of) not in present:
                     problem(page, f"{page} does not state {name}[{of}] ({quantity.what}); the run's tables give {_plain(value)!r}")
     groups: dict[tuple, list[Stated]] = {}
