@@ -55,18 +55,13 @@ def _adapter(facts: dict):
     return get_engine(facts["engine"], python=facts.get("engine_python"))
 
 
-def _engine_cmd(facts: dict, attention: str | None, env: dict | None = None) -> str:
-    """The engine's own launch line on the profiled host (:func:`servebook.engines.user_command`), checked against
-    the prepared environment's own parser."""
+def recommended_launch(facts: dict, attention: str | None, env: dict | None = None) -> str:
+    """The engine's launch command on the profiled host with ``attention`` forced (None: the engine's default),
+    from :func:`servebook.engines.user_command`, checked against the prepared environment's own parser."""
     from .engines import user_command
 
     return user_command(facts["engine"], facts["model_ref"], attention=attention, tp=facts["gpus"], env=env,
                         host="127.0.0.1", port=_PORT, python=facts.get("engine_python"), check=True)
-
-
-def recommended_launch(facts: dict, attention: str | None, env: dict | None = None) -> str:
-    """The engine's launch command on the profiled host with ``attention`` forced (None: the engine's default)."""
-    return _engine_cmd(facts, attention, env)
 
 
 def _cmd(store, chapter: str, purpose: str, command: str, **extra: Any) -> dict:
@@ -121,10 +116,10 @@ def plan_backends(store, facts: dict) -> list[dict]:
             for m in c["missed"]:
                 for b in m["would_write"]:
                     missed.setdefault(b, f"{m['helper']} kept it from this GPU ({', '.join(m['at'])})")
-    rows.append(_cmd(store, "03", "the engine's default (reference for token agreement)", _engine_cmd(facts, None), attention="auto"))
+    rows.append(_cmd(store, "03", "the engine's default (reference for token agreement)", recommended_launch(facts, None), attention="auto"))
     for name in sorted(choices, key=lambda b: (b not in missed, b)):
         why = f": first, {missed[name]}" if name in missed else ""
-        rows.append(_cmd(store, "03", f"force {eng.attention_flag} {name}{why}", _engine_cmd(facts, name), attention=name,
+        rows.append(_cmd(store, "03", f"force {eng.attention_flag} {name}{why}", recommended_launch(facts, name), attention=name,
                          flag=eng.attention_flag))
     rows.append(_cmd(store, "03", "the whole sweep, checked (reported backend, greedy agreement, decode rate)",
                      _book_cmd(facts, "01,02,03")))
@@ -216,7 +211,7 @@ def plan_bench(store, facts: dict) -> list[dict]:
         if not store.done("roofline", chapter="05", case=row["case"]):
             store.append("roofline", row)
         rows.append(row)
-    _cmd(store, "05", "start the engine as it would run by default", _engine_cmd(facts, None), attention="auto")
+    _cmd(store, "05", "start the engine as it would run by default", recommended_launch(facts, None), attention="auto")
     _cmd(store, "05", "single stream and concurrency sweep against it (same client for every engine)",
          f"servebook bench --url http://127.0.0.1:{_PORT} --engine {facts['engine'].split('==')[0]} --concurrency 1,2,4,8,16,32,64 "
          f"--out runs/bench-{facts['profile']}")
