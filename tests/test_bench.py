@@ -6,6 +6,7 @@ import json
 import math
 import os
 import struct
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -335,3 +336,23 @@ def test_ceiling_check_flags_a_rate_near_the_client_limit(tmp_path):
     assert rows[1]["ceiling_concurrency"] == 1 and rows[2]["ceiling_concurrency"] == 64
     assert rows[2]["client_core_share"] == pytest.approx(0.45)
     assert len(store.table("bench_ceiling_check")) == 3
+
+
+def test_bench_serving_shim_fixes_the_warmup_body_sglang_refuses():
+    """bench_serving's warm-up asks at most 32 tokens but carries --extra-request-body; SGLang 0.5.16 answered
+    min_tokens=128 with HTTP 400 and bench_serving stopped (the h200x1-live recording). The shim lowers min_tokens to
+    max_tokens, leaves a measured request (min == max) as it is, and drops only the fields it is told to."""
+    import importlib.util
+
+    from servebook import bench_compare
+
+    path = Path(bench_compare.__file__).parent / "bench_compare_patches" / "bench_serving_shim.py"
+    spec = importlib.util.spec_from_file_location("bench_serving_shim_under_test", path)
+    shim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shim)  # definitions only: the run is under __main__
+    warm = {"max_tokens": 32, "min_tokens": 128, "ignore_eos": True}
+    assert shim.fix_body(warm, []) == {"max_tokens": 32, "min_tokens": 32, "ignore_eos": True}
+    measured = {"max_tokens": 128, "min_tokens": 128, "ignore_eos": True}
+    assert shim.fix_body(dict(measured), []) == measured
+    assert shim.fix_body(dict(measured), ["ignore_eos"]) == {"max_tokens": 128, "min_tokens": 128}
+    assert bench_compare._refused_fields("sglang==0.5.16") == () and bench_compare._refused_fields("transformers") == ("ignore_eos",)

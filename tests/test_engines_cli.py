@@ -12,6 +12,8 @@ import sys
 import textwrap
 import time
 
+from pathlib import Path
+
 import psutil
 import pytest
 
@@ -314,3 +316,121 @@ def test_two_sweeps_in_threads_of_a_fresh_interpreter(embedded_model, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "['failed to start', 'failed to start']"
+
+
+def test_a_host_named_interpreter_answers_a_spec_no_prepared_env_holds(tmp_path, monkeypatch):
+    """On a GPU host whose engine lives in its own interpreter (SERVEBOOK_PYTHON_SGLANG), `sglang==V` resolves to that
+    interpreter when it holds V (chapter 05's bench_serving ceiling asks this way), and is not claimed for another V."""
+    import sys
+
+    from servebook.errors import EngineError
+    from servebook.selection.envs import resolve_engine
+
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    dist = site / "sglang-0.5.16.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.16\nRequires-Dist: torch==2.11.0\n")
+    py = tmp_path / "py-sglang"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    py.chmod(0o755)
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SERVEBOOK_PYTHON_SGLANG", str(py))
+    env = resolve_engine("sglang==0.5.16")
+    assert (env.python, env.version, env.source) == (str(py), "0.5.16", "engine-python")
+    assert env.package_dir == str(site / "sglang")
+    with pytest.raises(EngineError, match="sglang==0.5.9 is not prepared"):
+        resolve_engine("sglang==0.5.9")
+
+
+_FAKE_VLLM = {
+    "vllm/__init__.py": "",
+    "vllm/platforms/__init__.py": '''
+import collections
+Cap = collections.namedtuple("Cap", "major minor")
+class _P:
+    def get_device_capability(self):
+        return Cap(9, 0)
+    def get_attn_backend_cls(self, selected, sel, heads):
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum as E
+        for m in (E.FLASHINFER_MLA, E.FLASH_ATTN_MLA):  # vLLM walks its priority list through the same checks
+            if not m.get_class().validate_configuration(device_capability=self.get_device_capability(), **sel._asdict()):
+                return m.value
+current_platform = _P()
+''',
+    "vllm/v1/__init__.py": "", "vllm/v1/attention/__init__.py": "", "vllm/v1/attention/backends/__init__.py": "",
+    "vllm/v1/attention/selector.py": '''
+import collections
+AttentionSelectorConfig = collections.namedtuple("AttentionSelectorConfig", "head_size dtype kv_cache_dtype block_size use_mla")
+''',
+    "vllm/v1/attention/backends/registry.py": '''
+import enum
+class FlashAttnMLA:
+    @classmethod
+    def validate_configuration(cls, device_capability, **kw):
+        return []
+class FlashInferMLA:  # 0.26.0: supports_combination reads the current config, and asserts without one
+    @classmethod
+    def validate_configuration(cls, device_capability, **kw):
+        from vllm.config import get_current_vllm_config
+        get_current_vllm_config()
+        return [] if device_capability.major == 10 else ["compute capability not supported"]
+class AttentionBackendEnum(enum.Enum):
+    FLASH_ATTN_MLA = "x.FlashAttnMLA"
+    FLASHINFER_MLA = "x.FlashInferMLA"
+    def get_class(self):
+        return {"FLASH_ATTN_MLA": FlashAttnMLA, "FLASHINFER_MLA": FlashInferMLA}[self.name]
+''',
+}
+_FAKE_VLLM_CONFIG = {
+    "with": '''
+import contextlib
+_cur = None
+class VllmConfig:
+    model_config = None
+def get_current_vllm_config():
+    assert _cur is not None, "Current vLLM config is not set."
+    return _cur
+@contextlib.contextmanager
+def set_current_vllm_config(c):
+    global _cur
+    old, _cur = _cur, c
+    try:
+        yield
+    finally:
+        _cur = old
+''',
+    "without": '''
+def get_current_vllm_config():
+    raise AssertionError("Current vLLM config is not set.")
+''',
+}
+
+
+@pytest.mark.parametrize("layout", ["with", "without"])
+def test_vllm_preflight_counts_only_the_engines_own_refusals(tmp_path, layout):
+    """On an H200, vLLM 0.26.0's FLASHINFER_MLA check asserted because the preflight set no vLLM config; the harness
+    filed that as vLLM refusing the backend (h200x1-live). Now the checks run inside vLLM's config context, where
+    the backend gives its own reason, and a harness fault (an AssertionError) is 'cannot judge': it is started."""
+    from servebook.engines import _base
+
+    site = tmp_path / "site"
+    for rel, text in {**_FAKE_VLLM, "vllm/config/__init__.py": _FAKE_VLLM_CONFIG[layout]}.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(textwrap.dedent(text))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"kv_lora_rank": 512, "qk_rope_head_dim": 64, "num_attention_heads": 64}))
+    script = Path(_base.__file__).parent / "launchers" / "preflight.py"
+    p = subprocess.run([sys.executable, str(script), "vllm", json.dumps({"model": str(model), "backends": ["FLASH_ATTN_MLA", "FLASHINFER_MLA"]})],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)}, timeout=120)
+    line = next(l for l in p.stdout.splitlines() if l.startswith("SERVEBOOK_PREFLIGHT "))
+    res = json.loads(line.split(" ", 1)[1])["results"]
+    assert res["FLASH_ATTN_MLA"]["ok"] is True
+    if layout == "with":
+        assert res["FLASHINFER_MLA"] == {"ok": False, "error": "vLLM's FlashInferMLA.validate_configuration: compute capability not supported"}
+        assert res["auto"]["resolved"]["attention_backend"] == "FLASH_ATTN_MLA"
+    else:
+        assert res["FLASHINFER_MLA"]["ok"] is None and "AssertionError" in res["FLASHINFER_MLA"]["error"]
+        assert res["auto"]["ok"] is None

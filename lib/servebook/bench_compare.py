@@ -74,6 +74,12 @@ def servebook_metrics(results: Sequence[bench.RequestResult]) -> dict:
             "errors": sorted({r.error for r in results if r.error})[:3]}
 
 
+def _refused_fields(engine: str) -> tuple[str, ...]:
+    """Fields of bench_serving's requests the server refuses: ``transformers serve`` answers ``ignore_eos`` with HTTP 422
+    (its fixed length comes in ``generation_config``); SGLang and vLLM take it, so both clients send the same body."""
+    return ("ignore_eos",) if (engine or "").split("==")[0].strip().lower() == "transformers" else ()
+
+
 def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, tokenizer, *, input_len: int = 32,
               output_len: int = 32, concurrency: int = 1, num_prompts: int | None = None, seed: int = 0,
               engine: str = "transformers", repeats: int = 1, pin_cpu: int | None = None,
@@ -99,7 +105,8 @@ def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, t
     def bs_run() -> dict:
         return _bs_metrics(run_bench_serving(python, url, model, str(model_dir), data, input_len=input_len,
                                              output_len=output_len, num_prompts=n, max_concurrency=concurrency,
-                                             extra_body=gen or None, pin_cpu=pin_cpu, workdir=wd))
+                                             extra_body=gen or None, pin_cpu=pin_cpu, workdir=wd,
+                                             drop_fields=_refused_fields(engine)))
 
     sbs, bss = [sb_run()], []
     for _ in range(max(1, repeats)):

@@ -12,6 +12,9 @@
 #   auto [S]    prep and main as soon as what they need is unpacked, then wait up to S seconds (default 0)
 #   wait S      wait up to S seconds (or until the background jobs end), printing their progress
 #   status      print the state of the jobs
+#   one [S]     a one-GPU machine (nvidia-h200): build the models as soon as the notebook tools are unpacked, and
+#               once both engines are: chapter 01, 05 (SGLang and vLLM side by side) and 03 (vLLM's MLA backends
+#               beside SGLang's default), RUN_ID h200x1-live unless set; then wait up to S seconds
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
 step=${1:-status}; secs=${2:-0}
@@ -28,7 +31,7 @@ export SERVEBOOK_HOST_POLICY_ENV="NCCL_NVLS_ENABLE=0,TORCH_SYMM_MEM_DISABLE_MULT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SERVEBOOK_CACHE=/tmp/sbcache
 [ -x /tmp/py-sglang ] && export SERVEBOOK_PYTHON_SGLANG=/tmp/py-sglang
 [ -x /tmp/py-vllm ] && export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-RUN_ID=${RUN_ID:-h200x2-live}
+RUN_ID=${RUN_ID:-$([ "$step" = one ] && echo h200x1-live || echo h200x2-live)}
 SLICE=/tmp/models/kimi-slice            # full-width Kimi-K2.5 text slice, seeded bf16 weights (chapter 03: agreement)
 DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-format dummy (chapters 04, 05: speed)
 FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
@@ -63,7 +66,9 @@ $BOOK --engine sglang --model $DUMMY --only 04 -p timeout_s=120"
 }
 do_main() {
     [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 1; }
-    for e in sglang vllm; do (t=$(date +%s); /tmp/py-$e -c "import importlib.metadata as m; import $e; print('$e', m.version('$e'), 'imports in', $(date +%s) - $t, 's')" 2>&1 | tail -2) & done; wait
+    # what the servers and SGLang's own client import, not just the package (a staging gap shows here, not minutes later)
+    for m in sglang:sglang.srt.entrypoints.http_server sglang:sglang.bench_serving vllm:vllm.entrypoints.openai.api_server; do
+      (e=${m%%:*}; /tmp/py-$e -c "import time, importlib, importlib.metadata as md; t = time.time(); importlib.import_module('${m#*:}'); print('${m#*:}', md.version('$e'), 'imports in %.0f s' % (time.time() - t))" 2>&1 | tail -2) & done; wait
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
 $BOOK --engine sglang --model $SLICE --only 01,03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3
@@ -97,7 +102,27 @@ $BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engin
 $BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
 $BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
 }
+VLLM_MLA=${VLLM_MLA:-FLASH_ATTN_MLA,FLASHMLA,FLASHINFER_MLA,TRITON_MLA,CUTLASS_MLA}  # vLLM 0.26.0's MLA list for SM90 (platforms/cuda.py:135-143) and one SM100-only
+do_one() {
+    if [ ! -f /tmp/jobs/prep.pid ]; then
+      have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 0; }
+      job prep "cd $REPO
+python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
+python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE"
+    fi
+    [ -f /tmp/jobs/main.pid ] && return 0
+    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 0; }
+    # what the servers and SGLang's own client import, not just the package (a staging gap shows here, not minutes later)
+    for m in sglang:sglang.srt.entrypoints.http_server sglang:sglang.bench_serving vllm:vllm.entrypoints.openai.api_server; do
+      (e=${m%%:*}; /tmp/py-$e -c "import time, importlib, importlib.metadata as md; t = time.time(); importlib.import_module('${m#*:}'); print('${m#*:}', md.version('$e'), 'imports in %.0f s' % (time.time() - t))" 2>&1 | tail -2) & done; wait
+    job main "cd $REPO
+while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
+$BOOK --engine sglang --model $DUMMY --only 01
+$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p ceiling_sglang_version=0.5.16
+$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=sglang: ; vllm: $VLLM_MLA'"
+}
 case "$step" in
+  one) do_one; do_wait ;;
   all) [ -f /tmp/jobs/all.pid ] || do_all; do_wait ;;
   restart) do_restart; do_wait ;;
   prep) do_prep ;;

@@ -27,10 +27,11 @@ R="$PY $HERE/resolve.py --download"
 log "resolve sglang";  $R --engine sglang --whl "$W/whl-s" --out "$W/ship-sglang.txt" sglang==0.5.16 tokenizers==0.22.2 \
   dill datasets > "$W/resolve-sglang.txt"   # server_args imports dill; sglang.bench_serving imports datasets
 log "resolve vllm";    $R --engine vllm --whl "$W/whl-v" --prefer "$W/whl-s" --out "$W/ship-vllm.txt" vllm==0.26.0 "nvidia-cudnn-frontend>=1.19.1,<1.26" \
-  "openai>=2.25.0" > "$W/resolve-vllm.txt"   # vLLM's tool parsers import openai.types.responses.NamespaceTool (2.25.0 on)
-log "resolve book";    $R --engine book --whl "$W/whl-b" --prefer "$W/whl-s" --prefer "$W/whl-v" --out "$W/ship-book.txt" \
-  "transformers[serving]==5.17.0" "papermill>=2.6" "jupytext>=1.16" "nbconvert>=7.16" "nbformat>=5.10" "ipykernel>=6.29" \
-  "asyncssh>=2.14" "httpx>=0.27" "pandas>=2.1" "seaborn>=0.13" "matplotlib>=3.8" "psutil>=5.9" "nvidia-ml-py>=12.535" > "$W/resolve-book.txt"
+  "openai>=2.25.0,<3" > "$W/resolve-vllm.txt"   # vLLM's tool parsers import openai.types.responses.NamespaceTool (2.25.0 on); 3.x is a new major that vLLM 0.26.0 was not released against
+# the book's own requirements, read from pyproject.toml (a hand-kept list here once missed httptools); torch is the host's
+BOOK_REQS=$($PY -c "import tomllib; print('\n'.join(d for d in tomllib.load(open('$ROOT/pyproject.toml', 'rb'))['project']['dependencies'] if not d.startswith('torch')))")
+log "resolve book";    mapfile -t book_reqs <<< "$BOOK_REQS"; $R --engine book --whl "$W/whl-b" --prefer "$W/whl-s" --prefer "$W/whl-v" --out "$W/ship-book.txt" \
+  "${book_reqs[@]}" > "$W/resolve-book.txt"
 tail -n1 "$W"/resolve-*.txt
 
 # 2. split the wheel lists: common = the same wheel file wanted by two or more of sglang/vllm/book AND absent from the

@@ -3,7 +3,9 @@
     SERVEBOOK_PIN_CPU=0 SERVEBOOK_DROP_FIELDS=ignore_eos python bench_serving_shim.py --backend sglang ... [--servebook-next ...]
 
 (1) pins the process to one CPU when asked; (2) drops request fields the server would refuse from every aiohttp
-POST; then runs bench_serving's own ``__main__`` with the remaining arguments, once per group of arguments between
+POST, and lowers a ``min_tokens`` above the request's ``max_tokens`` to it (bench_serving's warm-up request asks at most
+32 tokens but carries the same ``--extra-request-body``, and SGLang refuses ``min_new_tokens > max_new_tokens`` with
+HTTP 400, which stops bench_serving before it measures: seen on SGLang 0.5.16, benchmark/serving.py:1390-1413); then runs bench_serving's own ``__main__`` with the remaining arguments, once per group of arguments between
 ``--servebook-next`` markers (one process, so its imports, some seconds, are paid once). A run that fails is reported
 on stderr and the next one runs; the exit status is 1 when any failed. Started by ``servebook.bench.bench_serving``.
 """
@@ -13,36 +15,51 @@ import sys
 if sys.path and sys.path[0].rstrip("/").endswith("bench_compare_patches"):
     sys.path.pop(0)
 
-import os, sys, runpy, traceback
-cpu = int(os.environ.get("SERVEBOOK_PIN_CPU", "-1"))
-if cpu >= 0 and hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, {cpu})
-drop = [f for f in os.environ.get("SERVEBOOK_DROP_FIELDS", "").split(",") if f]
-if drop:
+import os, runpy, traceback
+
+
+def fix_body(j, drop):
+    """The JSON body of one request as the server should get it: ``drop`` fields removed, ``min_tokens`` at most
+    ``max_tokens``."""
+    if isinstance(j, dict):
+        for f in drop:
+            j.pop(f, None)
+        if isinstance(j.get("min_tokens"), int) and isinstance(j.get("max_tokens"), int) and j["min_tokens"] > j["max_tokens"]:
+            j["min_tokens"] = j["max_tokens"]
+    return j
+
+
+def main() -> int:
+    cpu = int(os.environ.get("SERVEBOOK_PIN_CPU", "-1"))
+    if cpu >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+    drop = [f for f in os.environ.get("SERVEBOOK_DROP_FIELDS", "").split(",") if f]
     import aiohttp
     _post = aiohttp.ClientSession.post
+
     def post(self, url, *, data=None, **kw):
-        j = kw.get("json")
-        if isinstance(j, dict):
-            for f in drop:
-                j.pop(f, None)
+        fix_body(kw.get("json"), drop)
         return _post(self, url, data=data, **kw)
     aiohttp.ClientSession.post = post
-groups, failed = [[]], 0
-for a in sys.argv[1:]:
-    if a == "--servebook-next":
-        groups.append([])
-    else:
-        groups[-1].append(a)
-for g in groups:
-    sys.argv = ["sglang.bench_serving", *g]
-    try:
-        runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        if exc.code not in (0, None):
+    groups, failed = [[]], 0
+    for a in sys.argv[1:]:
+        if a == "--servebook-next":
+            groups.append([])
+        else:
+            groups[-1].append(a)
+    for g in groups:
+        sys.argv = ["sglang.bench_serving", *g]
+        try:
+            runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                failed += 1
+                print(f"servebook shim: bench_serving exited with {exc.code}", file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 - reported, and the next run goes on
             failed += 1
-            print(f"servebook shim: bench_serving exited with {exc.code}", file=sys.stderr, flush=True)
-    except Exception:  # noqa: BLE001 - reported, and the next run goes on
-        failed += 1
-        traceback.print_exc()
-sys.exit(1 if failed else 0)
+            traceback.print_exc()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

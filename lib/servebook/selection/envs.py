@@ -140,6 +140,20 @@ def _package_dir(python: str, engine: str) -> tuple[str, str]:
     return lines[0], lines[1]
 
 
+def _named_by_host(engine: str, version: str | None) -> EngineEnv | None:
+    """The environment a host names with ``SERVEBOOK_PYTHON_<ENGINE>`` (the one its servers run in), when no prepared
+    environment answers ``spec``: used only if it holds ``version`` (any version when None)."""
+    from ..engines import python_from_env
+
+    py = python_from_env(engine)
+    if py is None:
+        return None
+    found, pkg = _package_dir(py, engine)
+    if version and found != version:
+        return None
+    return EngineEnv(engine, found, py, pkg, "engine-python", (), *engine_cuda(py, engine))
+
+
 def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) -> EngineEnv:
     """Find the interpreter for ``spec`` (``engine[==version]``)."""
     engine, version = parse_engine_spec(spec)
@@ -157,6 +171,8 @@ def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) ->
             return EngineEnv(engine, found, sys.executable, pkg, "this-python")
         except EngineError:
             cached = [e for e in list_engines() if e["engine"] == engine]
+            if not cached and (named := _named_by_host(engine, None)) is not None:
+                return named
             if not cached:
                 raise EngineError(f"{engine} is not installed here and no environment is prepared; "
                                   f"run: servebook engines add {engine}==VERSION (or pass --engine-python)") from None
@@ -167,6 +183,8 @@ def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) ->
             return EngineEnv(engine, found, sys.executable, pkg, "this-python")
     d = _env_dir(engine, version)
     meta = _meta_path(d)
+    if not meta.is_file() and (named := _named_by_host(engine, version)) is not None:
+        return named
     if not meta.is_file():
         have = [f"{e['engine']}=={e['version']}" for e in list_engines()]
         raise EngineError(f"{engine}=={version} is not prepared (prepared: {', '.join(have) or 'none'}); "

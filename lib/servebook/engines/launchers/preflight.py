@@ -61,27 +61,52 @@ def _vllm(req: dict) -> dict:
         cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
     sel = AttentionSelectorConfig(head_size=head_size, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=None, use_mla=use_mla)
     cap = current_platform.get_device_capability()
-    out = {}
-    for name in req["backends"]:
+    with _vllm_config_context():
+        out = _vllm_judge(req["backends"], AttentionBackendEnum, sel, cap)
         try:
-            member = AttentionBackendEnum[name]
+            path = current_platform.get_attn_backend_cls(None, sel, cfg.get("num_attention_heads"))
+            auto = next((m.name for m in AttentionBackendEnum if m.value == path or (m.value and path.startswith(m.value))), path)
+            out["auto"] = {"ok": True, "resolved": {"attention_backend": auto, "class": path}}
+        except BaseException as exc:  # noqa: BLE001
+            out["auto"] = {"ok": None, "error": _last_error(exc)}
+    return {"method": "vLLM backend classes' validate_configuration and CudaPlatform.get_attn_backend_cls "
+                      f"(capability {cap.major}.{cap.minor}, head_size {head_size}, use_mla {use_mla}, bfloat16)", "results": out}
+
+
+def _vllm_config_context():
+    """The context vLLM's workers build attention layers in: some backends' checks read the current config
+    (0.26.0 FlashInferMLABackend.supports_combination calls get_current_vllm_config(), mla/flashinfer_mla.py:108-110,
+    and asserts when none is set). A default VllmConfig has no model config, so such checks fall back to their
+    model-free answer. No context where this version has none."""
+    import contextlib
+
+    try:
+        from vllm.config import VllmConfig, set_current_vllm_config
+
+        return set_current_vllm_config(VllmConfig())
+    except Exception:  # noqa: BLE001 - older layouts, or a config that cannot be built here
+        return contextlib.nullcontext()
+
+
+def _vllm_judge(names, backends, sel, cap) -> dict:
+    """Each named backend's own verdict. Only the engine's answers count as refusals: the reasons its
+    ``validate_configuration`` returns, an ImportError (what vLLM's selector itself counts as invalid,
+    platforms/cuda.py:404), or an error the backend raises on purpose. A TypeError or an AssertionError says this
+    harness did not set the backend up the way vLLM does: ``ok: null``, and the backend is started like any other."""
+    out = {}
+    for name in names:
+        try:
+            member = backends[name]
             cls = member.get_class()
             reasons = cls.validate_configuration(device_capability=cap, **sel._asdict())
             out[name] = {"ok": not reasons, **({"error": f"vLLM's {cls.__name__}.validate_configuration: {', '.join(reasons)}"} if reasons else {})}
         except ImportError as exc:  # what vLLM's own selector counts as invalid (platforms/cuda.py:404)
             out[name] = {"ok": False, "error": f"ImportError: {exc}"[:400]}
-        except TypeError as exc:  # this harness does not fit this version's signature: start it instead
+        except (TypeError, AssertionError) as exc:  # this harness, not the backend: start it instead
             out[name] = {"ok": None, "error": _last_error(exc)}
         except Exception as exc:  # noqa: BLE001 - the backend's own code refused (e.g. CUSTOM: "must be registered")
             out[name] = {"ok": False, "error": _last_error(exc)}
-    try:
-        path = current_platform.get_attn_backend_cls(None, sel, cfg.get("num_attention_heads"))
-        auto = next((m.name for m in AttentionBackendEnum if m.value == path or (m.value and path.startswith(m.value))), path)
-        out["auto"] = {"ok": True, "resolved": {"attention_backend": auto, "class": path}}
-    except BaseException as exc:  # noqa: BLE001
-        out["auto"] = {"ok": None, "error": _last_error(exc)}
-    return {"method": "vLLM backend classes' validate_configuration and CudaPlatform.get_attn_backend_cls "
-                      f"(capability {cap.major}.{cap.minor}, head_size {head_size}, use_mla {use_mla}, bfloat16)", "results": out}
+    return out
 
 
 def main() -> None:
