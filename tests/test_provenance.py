@@ -191,15 +191,17 @@ def test_only_a_whatif_with_a_pinned_engine_missing_its_environment_prepares_one
 
     monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
     asked = []
+    add_engine = envs.add_engine  # the real one: its heartbeat is checked below
     monkeypatch.setattr(envs, "add_engine", lambda spec, progress=None, **_kw: asked.append(spec))
     say = lambda _m: None  # noqa: E731
     book._prepare_engine({"profile": "", "engine": "sglang==0.5.9"}, {}, say)  # a real host: its own environment
     book._prepare_engine({"profile": "rtx-pro-6000", "engine": "sglang"}, {}, say)  # no version pinned
     book._prepare_engine({"profile": "rtx-pro-6000", "engine": "sglang==0.5.9"}, {"engine_python": "/opt/py"}, say)
     assert asked == []
-    # a long build says it is still working
-    monkeypatch.setattr(envs, "add_engine", lambda spec, progress=None, **_kw: (asked.append(spec), time.sleep(0.5)))
-    monkeypatch.setattr(book, "_HEARTBEAT_S", 0.1)
+    # a long build says it is still working (add_engine's heartbeat, which `servebook engines add` shows too)
+    monkeypatch.setattr(envs, "add_engine", add_engine)
+    monkeypatch.setattr(envs, "_build_env", lambda d, engine, version, *_a: (asked.append(f"{engine}=={version}"), time.sleep(0.5)))
+    monkeypatch.setattr(envs, "_HEARTBEAT_S", 0.1)
     lines = []
     book._prepare_engine({"profile": "rtx-pro-6000", "engine": "vllm==0.26.0"}, {}, lines.append)
     assert asked == ["vllm==0.26.0"]
@@ -214,6 +216,25 @@ def test_only_a_whatif_with_a_pinned_engine_missing_its_environment_prepares_one
                                                       "package_dir": "/x/sglang", "cuda": None, "cuda_source": ""}))
     book._prepare_engine({"profile": "rtx-pro-6000", "engine": "sglang==0.5.9"}, {}, say)
     assert asked == ["vllm==0.26.0"]
+
+
+def test_engines_add_says_it_is_still_preparing(tmp_path, monkeypatch, capsys):
+    """`servebook engines add` hears the heartbeat the book does while pip is quiet, and it stops with the build."""
+    from servebook.selection import envs
+
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(envs, "_HEARTBEAT_S", 0.1)
+
+    def build(d, engine, version, *_a):
+        time.sleep(0.5)
+        return envs.EngineEnv(engine, version, "/x/python", "/x/sglang", "cached")
+
+    monkeypatch.setattr(envs, "_build_env", build)
+    assert main(["engines", "add", "sglang==0.5.9"]) == 0
+    out = capsys.readouterr().out
+    assert "still preparing sglang==0.5.9" in out and "sglang 0.5.9: /x/python" in out
+    time.sleep(0.3)
+    assert "still preparing" not in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ def _at_the_book_root(monkeypatch):
 def test_every_render_names_its_run():
     assert RENDERS, "no committed render under rendered/"
     for render in RENDERS:
-        run = stated._run_of(render)
+        run = stated.run_of(render)
         assert (run / "manifest.json").exists(), f"{render.name}/run.json names {run}, which is not a run directory"
 
 
@@ -72,7 +72,7 @@ def test_pages_agree(render):
 def test_answer_boxes_state_the_run(render):
     """The box at the top of every page equals chapter 06's statements recomputed from the run's tables now."""
     report = _report(render)
-    assert any(stated._answer_box(p.read_text()) is not None for p in render.glob("0[0-9]_*.html")), "no page has its answer box"
+    assert any(stated.box_items(p.read_text()) is not None for p in render.glob("0[0-9]_*.html")), "no page has its answer box"
     problems = [f"{p}: {m}" for p, m in report.box_problems]
     if problems and not report.tagged:
         pytest.skip(f"rendered/{render.name} predates the stated-quantity tags on every page, and its answer boxes differ from chapter 06's "

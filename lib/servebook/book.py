@@ -19,7 +19,6 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +31,8 @@ from .paths import book_root, notebooks_dir
 from .provenance import describe_revision, host_fingerprint, record_code, software_versions
 from .results import RunStore
 
-__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "refresh_findings", "refresh_chapter", "host_fingerprint",
-           "software_versions"]
+__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "answer_boxes", "refresh_findings", "refresh_chapter",
+           "host_fingerprint", "software_versions"]
 
 _CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
 
@@ -199,9 +198,6 @@ def _check_extra(extra: dict[str, Any], declared: dict[str, dict]) -> dict[str, 
     return extra
 
 
-_HEARTBEAT_S = 60  # while an engine environment is built, a line this often
-
-
 def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> None:
     """A what-if with a pinned engine version reads that version in its own cached environment: prepare it
     now, with pip's steps shown, so that chapter 01 finds it (a failure stops here, naming the command)."""
@@ -219,20 +215,11 @@ def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> No
     except EngineError:
         pass
     say(f"{spec}: no environment prepared yet; preparing one (once per version, a few minutes) ...")
-    done, t0 = threading.Event(), time.monotonic()
-
-    def heartbeat():  # pip is quiet for minutes at a time: say that it is still working
-        while not done.wait(_HEARTBEAT_S):
-            say(f"      still preparing {spec} ({time.monotonic() - t0:.0f}s)")
-
-    threading.Thread(target=heartbeat, daemon=True).start()
     try:
-        add_engine(spec, progress=say)
+        add_engine(spec, progress=say)  # with a "still preparing" line every minute: pip is quiet for minutes at a time
     except ServebookError as exc:
         raise EngineError(f"the what-if reads {spec} in its own environment, and preparing it failed: {exc}; "
                           f"prepare it with `servebook engines add {spec}`, then run this command again") from exc
-    finally:
-        done.set()
 
 
 def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[str], None]) -> RunStore:
@@ -412,10 +399,13 @@ def _answers(store: RunStore) -> dict[str, list[str]]:
     return out
 
 
-def _answer_box(answers: dict[str, list[str]], number: str) -> str:
-    lines = answers.get(number) or []
-    if not lines:
-        return ""
+def answer_boxes(store: RunStore) -> dict[str, str]:
+    """The box "This run, in short" at the top of each chapter's page, by chapter number (``"03"``): its HTML, the
+    chapter's answer as chapter 06 states it. ``servebook.stated`` checks a rendered page's box against it."""
+    return {number: _answer_box(lines) for number, lines in _answers(store).items() if lines}
+
+
+def _answer_box(lines: list[str]) -> str:
     code = lambda t: re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(t))  # noqa: E731 - the claims' markdown spans
     items = "".join(f"<li>{code(t)}</li>" for t in lines[:6])
     more = f"<li>... {len(lines) - 6} more in chapter 06</li>" if len(lines) > 6 else ""
@@ -503,7 +493,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         if executed.exists():
             pages.append((chapter, executed))
     exporter = _exporter()
-    answers = _answers(store)
+    boxes = answer_boxes(store)
     errors: dict[str, int] = {}
     for i, (chapter, executed) in enumerate(pages):
         nb = nbformat.read(executed, as_version=4)
@@ -518,7 +508,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             why = html.escape(str(info.get("error") or "a cell raised an error"))
             banner = (f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}. '
                       f'<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.</div>')
-        nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner + _answer_box(answers, chapter.stem[:2])
+        nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner + boxes.get(chapter.stem[:2], "")
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
         body = _shared_stylesheet(body, out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")

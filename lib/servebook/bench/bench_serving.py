@@ -1,6 +1,6 @@
 """SGLang's own benchmark client, ``sglang.bench_serving``, run in an engine environment's interpreter.
 
-    env = find_bench_serving("sglang==0.5.9")          # the prepared environment, never built here
+    env = resolve_engine("sglang==0.5.9")              # servebook.selection.envs: the prepared environment, never built here
     data = write_sharegpt(["hi"] * 8, workdir / "sharegpt.json")
     res = run_bench_serving(env.python, url, "fake-sse", model_dir, data, input_len=8, output_len=256,
                             num_prompts=8, max_concurrency=8, drop_fields=(), pin_cpu=0)
@@ -24,19 +24,11 @@ from typing import Sequence
 
 from .prompts import Prompt
 
-__all__ = ["DEFAULT_SPEC", "find_bench_serving", "write_sharegpt", "compat_tokenizer_dir", "run_bench_serving", "run_bench_serving_many"]
+__all__ = ["DEFAULT_SPEC", "write_sharegpt", "compat_tokenizer_dir", "run_bench_serving", "run_bench_serving_many"]
 
 DEFAULT_SPEC = "sglang==0.5.9"  # the SGLang whose bench_serving the fidelity tests and chapter 05 run
 # Runs inside the engine env: pin, strip fields, then bench_serving's own __main__ (a real file).
 SHIM = Path(__file__).parent.parent / "bench_compare_patches" / "bench_serving_shim.py"
-
-
-def find_bench_serving(spec: str = DEFAULT_SPEC):
-    """The prepared SGLang environment for ``spec`` (an ``EngineEnv``); ``EngineError`` saying how to prepare it when
-    there is none. Nothing is built: ``servebook.bench_compare.ensure_bench_serving`` builds one."""
-    from ..selection.envs import resolve_engine
-
-    return resolve_engine(spec)
 
 
 def write_sharegpt(prompts: Sequence[Prompt | str], path: str | os.PathLike) -> Path:

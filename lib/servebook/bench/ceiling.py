@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..errors import ServebookError
-from .bench_serving import DEFAULT_SPEC, find_bench_serving, run_bench_serving_many, write_sharegpt
+from .bench_serving import DEFAULT_SPEC, run_bench_serving_many, write_sharegpt
 from .fake import FakeSSEServer
 from .httpx_stream import httpx_batch
 from .payload import request_body
@@ -153,8 +153,10 @@ def _bench_serving_env(spec: Any, tokenizer_dir, api: str) -> dict:
         return {"skip": f"measured on the completions API only (this ceiling streams {api!r})"}
     if tokenizer_dir is None:
         return {"skip": "needs a local model's tokenizer for its dataset, and the model here is a card"}
+    from ..selection.envs import resolve_engine  # the prepared environment; nothing is built here
+
     try:
-        env = find_bench_serving(spec) if isinstance(spec, str) else spec
+        env = resolve_engine(spec) if isinstance(spec, str) else spec
     except ServebookError as exc:
         return {"skip": f"{spec}: {exc}"}
     if getattr(env, "import_error", None):

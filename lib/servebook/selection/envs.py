@@ -16,6 +16,7 @@ import stubs, and says so.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -24,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -62,6 +64,7 @@ _DIST_OF = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "sklearn": "sciki
             "sentencepiece": "sentencepiece", "multipart": "python-multipart", "msgspec": "msgspec", "cpuinfo": "py-cpuinfo",
             "blake3": "blake3", "cbor2": "cbor2", "attr": "attrs", "dotenv": "python-dotenv", "pydantic_core": "pydantic-core",
             "typing_extensions": "typing-extensions", "importlib_metadata": "importlib-metadata"}
+_HEARTBEAT_S = 60  # while an environment is built, a "still preparing" line this often (pip is quiet for minutes at a time)
 _TORCH_PIN = "torch==2.13.0"  # the CPU wheel this machine's pip finds locally; never a CUDA download
 _RUNNER = Path(__file__).with_name("_runner.py")
 
@@ -363,7 +366,8 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
     comments there), go to ONE pip install with the engine's pins, under a constraint that holds torch
     to the local CPU wheel. ``requirements=False`` installs the engine alone (static reading only, seconds).
     A few rounds (``max_rounds``) then install modules the engine imports without
-    declaring them; the metadata records each step and its time.
+    declaring them; the metadata records each step and its time. While it builds, ``progress`` hears every
+    minute that it is still working.
     """
     say = progress or (lambda _m: None)
     engine, version = parse_engine_spec(spec)
@@ -375,6 +379,31 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
     if _meta_path(d).is_file() and not force:
         _reprobe(_meta_path(d), engine, say)
         return resolve_engine(f"{engine}=={version}")
+    with _heartbeat(spec, progress):
+        return _build_env(d, engine, version, say, max_rounds, requirements)
+
+
+@contextlib.contextmanager
+def _heartbeat(spec: str, progress: Callable[[str], None] | None):
+    """A line to ``progress`` every ``_HEARTBEAT_S`` while the block runs: "still preparing SPEC (Ns)"."""
+    if progress is None:
+        yield
+        return
+    done, t0 = threading.Event(), time.monotonic()
+
+    def beat():
+        while not done.wait(_HEARTBEAT_S):
+            progress(f"      still preparing {spec} ({time.monotonic() - t0:.0f}s)")
+
+    threading.Thread(target=beat, daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def _build_env(d: Path, engine: str, version: str, say, max_rounds: int, requirements: bool) -> EngineEnv:
+    """A fresh environment in ``d``: the engine alone, then (``requirements``) what it needs to import."""
     t0 = time.monotonic()
     steps: dict = {}
     py, pin = _new_venv(d, engine, version, say, steps)

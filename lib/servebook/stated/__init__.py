@@ -1,0 +1,34 @@
+"""The numbers the book states in prose, each tagged with the quantity it is, and the registry that recomputes them.
+
+    from servebook.stated import q
+    Markdown(f"single stream {q('single_tok_s', t['single_tok_s'], ',.1f', of=t['label'])} tok/s")
+    #  -> single stream <span class="sb-q" data-q="single_tok_s" data-v="78.2416..." data-f=",.1f" data-of="...">78.2</span> tok/s
+    expected(store, "single_tok_s", "transformers/default")   # the same quantity recomputed from the run's tables
+    check_render("rendered/h200x2-live")                       # Report: every page against the tables and the other pages
+
+One helper formats and tags a number (``q``), so a page can never show a figure other than the value it tags; one
+registry (``QUANTITIES``) says how each quantity is computed from a run's tables (or, for a reference figure, from
+its file in ``data/reference/``) and on which chapter pages it must appear; ``check_render`` reads every page of a
+rendered book, groups what the pages state by quantity, and compares each with the recomputation and with the
+other pages (``tests/test_stated.py`` runs it on every committed render). A page whose code never used ``q``
+predates the tags: ``check_render`` reports it as such instead of checking it.
+
+One job per module: ``text`` says what a page shows for a value, ``figures`` holds the reference figures and the
+definitions the others share, ``registry`` recomputes each quantity, ``tags`` writes and reads the tag (``q``,
+``stated_on``), ``say`` writes the statements two chapters share, ``check`` checks a rendered book.
+"""
+
+from __future__ import annotations
+
+from .check import Report, answers, box_items, check_render, run_of
+from .figures import REFERENCE_NCCL_RUN, card_roofline, reference, seed_case, selection_of, site_count
+from .registry import QUANTITIES, Quantity, expected
+from .say import say_allreduce, say_backends, say_selection, say_throughput, seed_sentence
+from .tags import Stated, q, stated_on
+from .text import MISSING, text_of
+
+__all__ = [
+    "q", "text_of", "seed_sentence", "Quantity", "QUANTITIES", "Stated", "Report", "reference", "seed_case", "site_count", "selection_of",
+    "card_roofline", "expected", "stated_on", "check_render", "answers", "box_items", "run_of", "MISSING", "REFERENCE_NCCL_RUN",
+    "say_selection", "say_backends", "say_allreduce", "say_throughput",
+]

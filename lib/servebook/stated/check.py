@@ -1,0 +1,170 @@
+"""Checking a rendered book against the run it was made from: every tagged number against its recomputation and the
+other pages, every page's box "This run, in short" against the box the renderer makes from the run's tables now.
+
+    report = check_render("rendered/h200x2-live")   # the run: the one its run.json names
+    report.of_page("06_findings.html"), report.across(), report.box_problems, report.predating
+    box_items(page_html)                              # the lines of a page's box, or None
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..paths import book_root
+from .registry import QUANTITIES, pick
+from .tags import Stated, stated_on, uses_tags
+from .text import MISSING, plain, text_of
+
+__all__ = ["Report", "check_render", "answers", "box_items", "run_of"]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """One value: numbers equal but for float rounding; anything else equal."""
+    if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or isinstance(b, str):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+@dataclass
+class Report:
+    """What ``check_render`` found: the pages read, the pages that predate the tags, and every disagreement."""
+
+    render: str
+    run: str
+    pages: dict[str, str] = field(default_factory=dict)  # page -> "tagged" | "predates the tags" | "failed chapter"
+    stated: list[Stated] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (page, or "" for a disagreement between pages; what)
+    box_problems: list[tuple[str, str]] = field(default_factory=list)  # (page, what): the box "This run, in short"
+
+    def of_page(self, page: str) -> list[str]:
+        return [m for p, m in self.problems if p == page]
+
+    def across(self) -> list[str]:
+        return [m for p, m in self.problems if not p]
+
+    @property
+    def tagged(self) -> list[str]:
+        return [p for p, s in self.pages.items() if s != "predates the tags"]
+
+    @property
+    def predating(self) -> list[str]:
+        return [p for p, s in self.pages.items() if s == "predates the tags"]
+
+
+def run_of(render: Path) -> Path:
+    """The run directory a render was made from (its ``run.json`` names it; relative to the book's root)."""
+    meta = json.loads((render / "run.json").read_text())
+    run = Path(meta["run_dir"])
+    return run if run.is_absolute() else book_root() / run
+
+
+def box_items(page_html: str) -> list[str] | None:
+    """The items of the page's "This run, in short" box (their text), or None when the page has none."""
+    m = re.search(r'<div class="sb-answer">(.*?)</div>', page_html, flags=re.S)
+    if not m:
+        return None
+    return [" ".join(html.unescape(re.sub(r"<[^>]+>", "", li)).split()) for li in re.findall(r"<li>(.*?)</li>", m.group(1), flags=re.S)]
+
+
+def answers(store) -> dict[str, list[str] | None]:
+    """The box "This run, in short" each chapter's page would show if rendered now: the renderer's own box
+    (``servebook.book``, chapter 06's statements from ``servebook.findings``) for the run's tables as they are."""
+    from ..book import answer_boxes
+
+    boxes = answer_boxes(store)
+    return {n: box_items(boxes.get(n) or "<none>") for n in ("01", "02", "03", "04", "05", "06")}
+
+
+def _box_problems(page: str, box: list[str], expect: list[str] | None) -> list[str]:
+    expect = expect or []
+    if box == expect:
+        return []
+    for a, b in zip(box, expect):
+        if a != b:
+            return [f"{page}'s box \"This run, in short\" states {a!r}; recomputed from the run's tables: {b!r}"]
+    return [f"{page}'s box \"This run, in short\" has {len(box)} lines, the run's tables give {len(expect)}: "
+            f"{(expect[len(box):] or box[len(expect):])[0]!r} differs"]
+
+
+def check_render(render: str | Path, run: str | Path | None = None) -> Report:
+    """Check every page of a rendered book against the run it was made from (``run.json`` names it).
+
+    Every page: its box "This run, in short" states what the run's tables give now. Every page whose code used ``q``:
+    each tagged number shows what its value formats to and equals the quantity recomputed from the run's tables, and
+    every quantity the registry requires on that chapter is there (unless the chapter failed in the run). Across
+    pages: one quantity, one value."""
+    from ..results import RunStore
+
+    render = Path(render)
+    run_path = Path(run) if run is not None else run_of(render)
+    store = RunStore(run_path)
+    report = Report(render=str(render), run=str(run_path))
+    computed: dict[str, dict] = {}  # each quantity computed once per check
+
+    def values_of(name):
+        if name not in computed:
+            computed[name] = QUANTITIES[name].compute(store)
+        return computed[name]
+
+    def want(name, of):
+        return pick(QUANTITIES[name], values_of(name), of)
+
+    def problem(page, text):
+        report.problems.append((page, text))
+
+    boxes = None
+    for page_path in sorted(render.glob("0[0-9]_*.html")):
+        page = page_path.name
+        text = page_path.read_text(encoding="utf-8")
+        box = box_items(text)
+        if box is not None:
+            boxes = answers(store) if boxes is None else boxes
+            report.box_problems += [(page, p) for p in _box_problems(page, box, boxes.get(page[:2], []))]
+        found = stated_on(text, page)
+        if not found and not uses_tags(text):
+            report.pages[page] = "predates the tags"
+            continue
+        failed = 'id="sb-failed"' in text
+        report.pages[page] = "failed chapter" if failed else "tagged"
+        report.stated += found
+        for s in found:
+            if s.name not in QUANTITIES:
+                problem(page, f"{s.where()} tagged as {s.name!r}, a quantity the registry does not know")
+                continue
+            shown = text_of(s.value, s.fmt)
+            if s.text != shown:
+                problem(page, f"{s.where()} for {s.name}[{s.of}] but its value {s.value!r} formats to {shown!r}")
+            truth = want(s.name, s.of)
+            if truth is MISSING:
+                problem(page, f"{s.where()} for {s.name}[{s.of}], which the run's tables do not give")
+            elif not _same(s.value, truth):
+                problem(page, f"{s.where()} for {s.name}[{s.of}] (value {s.value!r}); recomputed from "
+                              f"{run_path.name}'s tables: {truth!r} ({text_of(truth, s.fmt)})")
+        if failed:
+            continue
+        present = {s.key() for s in found}
+        for name, quantity in QUANTITIES.items():
+            if page[:2] not in quantity.chapters:
+                continue
+            for of, value in values_of(name).items():
+                if plain(value) is not None and (name, of) not in present:
+                    problem(page, f"{page} does not state {name}[{of}] ({quantity.what}); the run's tables give {plain(value)!r}")
+    groups: dict[tuple, list[Stated]] = {}
+    for s in report.stated:
+        groups.setdefault(s.key(), []).append(s)
+    for (name, of), items in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        values: list = []
+        for s in items:
+            if not any(_same(s.value, v) for v in values):
+                values.append(s.value)
+        if len(values) > 1:
+            problem("", f"pages disagree on {name}[{of}]: " + "; ".join(f"{s.where()} ({s.value!r})" for s in items))
+    return report

@@ -1,0 +1,102 @@
+"""The tag a stated number carries on a page: ``q`` writes it, ``stated_on`` reads it back.
+
+    q("single_tok_s", 78.2416, ",.1f", of="transformers/default")
+    #  -> <span class="sb-q" data-q="single_tok_s" data-v="78.2416" data-f=",.1f" data-of="transformers/default">78.2</span>
+    stated_on(page_html, "05_benchmark_single_stream.html")   # [Stated(page, name, of, value, fmt, text), ...]
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+
+from .registry import QUANTITIES
+from .text import plain, text_of
+
+__all__ = ["q", "Stated", "stated_on", "uses_tags"]
+
+
+def q(name: str, value: Any, fmt: str = "", of: str | None = None, code: bool = False) -> str:
+    """``value`` formatted with ``fmt`` and tagged as the quantity ``name`` (of ``of``), for a Markdown or HTML output.
+
+    ``code=True`` shows it as inline code (a backend or setting name). A value that is None is shown as "n/a" and
+    not tagged: the run did not give it. ``name`` must be in ``QUANTITIES``.
+    """
+    if name not in QUANTITIES:
+        raise KeyError(f"{name!r} is not a quantity servebook.stated knows; add it to QUANTITIES with how to recompute it")
+    value = plain(value)
+    shown = html.escape(text_of(value, fmt))
+    if value is None:
+        return shown
+    attrs = {"class": "sb-q", "data-q": name, "data-v": json.dumps(value), "data-f": fmt}
+    if of is not None:
+        attrs["data-of"] = str(of)
+    span = "<span " + " ".join(f'{k}="{html.escape(str(v), quote=True)}"' for k, v in attrs.items()) + f">{shown}</span>"
+    return f"<code>{span}</code>" if code else span
+
+
+@dataclass
+class Stated:
+    """One tagged number on one page."""
+
+    page: str
+    name: str
+    of: str | None
+    value: Any
+    fmt: str
+    text: str
+
+    def key(self) -> tuple[str, str | None]:
+        return (self.name, self.of)
+
+    def where(self) -> str:
+        return f"{self.page} shows {self.text!r}"
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[dict] = []
+        self._open: list[dict | None] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "span":
+            item = {**a, "_text": ""} if "sb-q" in (a.get("class") or "").split() else None
+            self._open.append(item)
+
+    def handle_endtag(self, tag):
+        if tag == "span" and self._open:
+            item = self._open.pop()
+            if item is not None:
+                self.found.append(item)
+
+    def handle_data(self, data):
+        for item in self._open:
+            if item is not None:
+                item["_text"] += data
+
+
+def stated_on(page_html: str, page: str = "") -> list[Stated]:
+    """Every tagged number of one rendered page."""
+    parser = _Tags()
+    parser.feed(page_html)
+    out = []
+    for a in parser.found:
+        try:
+            value = json.loads(a.get("data-v", "null"))
+        except json.JSONDecodeError:
+            value = a.get("data-v")
+        out.append(Stated(page=page, name=a.get("data-q") or "", of=a.get("data-of"), value=value, fmt=a.get("data-f") or "",
+                          text=a["_text"]))
+    return out
+
+
+def uses_tags(page_html: str) -> bool:
+    """Whether the page's code used the tagging helper (its folded code is in the page)."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", page_html))
+    return "servebook.stated" in text or "import stated" in text
