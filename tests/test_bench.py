@@ -225,14 +225,17 @@ def test_client_ceilings_compared_with_httpx(tmp_path):
     assert check["ceiling_tok_s"] == pytest.approx(min(sb_c1))
 
 
-def _level(client, epw, c, tok_s, ok=2, requests=2):
-    return {"client": client, "events_per_write": epw, "concurrency": c, "stream_tok_s": tok_s, "ok": ok, "requests": requests}
+def _level(client, epw, c, tok_s, ok=2, requests=2, busy=0.95):
+    return {"client": client, "events_per_write": epw, "concurrency": c, "stream_tok_s": tok_s, "ok": ok, "requests": requests,
+            **({"client_busy": busy} if client != "sglang.bench_serving" else {})}
 
 
 @pytest.mark.parametrize("rates, justified, reason", [
-    # (servebook, httpx, bench_serving) at (1, 1), (1, 8), (64, 8)
+    # (servebook, httpx, bench_serving) at (1, 1), (1, 8), (64, 8); judged at 1 event per write, as engines stream
     ([(50e3, 40e3, 60e3), (150e3, 60e3, 70e3), (2e6, 90e3, 70e3)], True, "httpx does not"),
-    ([(50e3, 40e3, 60e3), (150e3, 60e3, 70e3), (2e6, 1e6, 70e3)], False, "httpx reaches the goal too"),
+    # httpx reaches the goal at 64 events per write but not at one token per read: the fast path is still needed
+    ([(50e3, 40e3, 60e3), (150e3, 60e3, 70e3), (2e6, 1e6, 70e3)], True, "httpx does not"),
+    ([(50e3, 40e3, 60e3), (150e3, 120e3, 70e3), (2e6, 1e6, 70e3)], False, "httpx reaches the goal too"),
     ([(50e3, 40e3, 60e3), (90e3, 60e3, 70e3), (100e3, 60e3, 70e3)], False, "misses the goal"),
     ([(50e3, 40e3, None), (90e3, None, None), (2e6, 1e6, None)], None, "sglang.bench_serving was not measured"),
     ([(50e3, None, 60e3), (150e3, None, 70e3), (2e6, None, 70e3)], None, "httpx was not measured"),
@@ -247,6 +250,20 @@ def test_ceiling_verdict_is_computed_from_the_rows(rates, justified, reason):
         assert v["ceilings"] == best
         assert v["ratios"]["servebook"] == pytest.approx(best["servebook"] / best["sglang.bench_serving"])
         assert v["reaches"]["servebook"] == (v["ratios"]["servebook"] >= bench.CEILING_GOAL)
+
+
+def test_ceiling_verdict_needs_the_clients_to_set_the_pace():
+    """On a 2-core machine the one-core fake server caps every client at one token per read: no verdict from there,
+    whatever the ratios say; the H200 host's 16 cores (h200x1-live) decide it."""
+    rows = [_level("servebook", 1, 8, 150e3, busy=0.45), _level("httpx", 1, 8, 60e3, busy=0.8), _level("sglang.bench_serving", 1, 8, 70e3),
+            _level("servebook", 64, 8, 2e6), _level("httpx", 64, 8, 1e6), _level("sglang.bench_serving", 64, 8, 90e3)]
+    v = bench.ceiling_verdict(rows)
+    assert v["justified"] is None and "set the pace" in v["reason"] and "45% busy" in v["reason"], v
+    assert v["reaches"] == {"servebook": True, "httpx": True}  # the best level alone would have said "httpx does"
+    live = RunStore.at(Path(__file__).resolve().parents[1] / "data" / "runs" / "h200x1-live")
+    v = bench.ceiling_verdict(live.rows("client_ceiling"))
+    assert v["justified"] is True and v["decided_in"]["client_bound"], v
+    assert v["decided_in"]["servebook_ratio"] >= bench.CEILING_GOAL > v["decided_in"]["httpx_ratio"]
 
 
 def test_ceiling_verdict_counts_only_complete_levels_and_old_rows():
@@ -356,3 +373,41 @@ def test_bench_serving_shim_fixes_the_warmup_body_sglang_refuses():
     assert shim.fix_body(dict(measured), []) == measured
     assert shim.fix_body(dict(measured), ["ignore_eos"]) == {"max_tokens": 128, "min_tokens": 128}
     assert bench_compare._refused_fields("sglang==0.5.16") == () and bench_compare._refused_fields("transformers") == ("ignore_eos",)
+
+
+def test_sweep_stalls_tell_a_stall_from_saturation():
+    S = [{"phase": "sweep", "label": "a", "concurrency": c, "throughput_tok_s": t} for c, t in ((1, 100.0), (2, 190.0), (4, 200.0), (8, 40.0))]
+    R = [{"phase": "sweep", "label": "a", "concurrency": c, "ok": True, "ttft_s": x}
+         for c, xs in ((2, [0.1, 0.1]), (4, [0.2, 0.2, 0.2]), (8, [0.3, 0.3, 0.3, 9.0])) for x in xs]
+    (st,) = bench.sweep_stalls(S, R)
+    assert (st["concurrency"], st["best_before_concurrency"], st["stalled"]) == (8, 4, True) and st["ttft_max_s"] == 9.0
+    # a flat plateau is saturation, not a fall
+    assert bench.sweep_stalls(S[:3], R) == []
+    # a fall whose first tokens only queue a little is reported but not called a stall
+    R2 = [r for r in R if r["ttft_s"] != 9.0]
+    assert bench.sweep_stalls(S, R2)[0]["stalled"] is False
+
+
+def test_each_sweep_level_is_warmed_before_it_is_measured(tmp_path, monkeypatch):
+    """level_warmup sends C untimed requests at concurrency C before each level, from the other end of the prompt
+    list; only the measured requests are recorded. Against the real fake SSE server."""
+    from servebook.bench import runs
+
+    calls = []
+    real = runs.run_requests
+
+    def counting(url, model, prompts, **kw):
+        calls.append(([p.text for p in prompts], kw["concurrency"]))
+        return real(url, model, prompts, **kw)
+    monkeypatch.setattr(runs, "run_requests", counting)
+    store = RunStore.at(tmp_path / "run")
+    prompts = [bench.Prompt(text=f"p{i}", tokens=2) for i in range(8)]
+    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=1) as srv:
+        out = bench.concurrency_sweep(srv.url, "m", prompts, store=store, levels=(1, 2), requests_per_level=2, max_tokens=8,
+                                      saturation_patience=0, progress=False)
+    assert [r["ok"] for r in out] == [2, 4] and len(store.rows("bench_requests")) == 6
+    assert calls == [(["p7"], 1), (["p0", "p1"], 1), (["p7", "p6"], 2), (["p0", "p1", "p2", "p3"], 2)]
+    calls.clear()
+    bench.concurrency_sweep("http://127.0.0.1:9", "m", prompts, store=RunStore.at(tmp_path / "r2"), levels=(1,), level_warmup=False,
+                            requests_per_level=1, max_tokens=8, progress=False, request_timeout=2)
+    assert [c for _, c in calls] == [1]  # no warm-up asked: the level alone

@@ -66,3 +66,50 @@ def test_chapter_02s_prediction_is_what_ran(store):
     assert pred["version"] == "0.5.16" and pred["method"] == "dynamic"
     live = {r["reported"] for r in store.rows("backends") if r["attention"] == "auto" and r["outcome"] == "ok"}
     assert live == {pred["attention_backend"]}
+
+
+# ---- data/runs/h200x1-live: SGLang 0.5.16 and vLLM 0.26.0 on one H200, the same slice -----------------------------
+RUN1 = Path(__file__).resolve().parents[1] / "data" / "runs" / "h200x1-live"
+
+
+def test_vllm_ran_what_its_own_code_predicts():
+    """vLLM 0.26.0 live on an H200: its default reported FLASH_ATTN_MLA in its own startup log, the backend chapter 02
+    resolves from vLLM's code with the GPU faked as an H200 (on a CPU); every forced backend reported itself."""
+    s = RunStore.at(RUN1)
+    rows = [r for r in s.rows("backends") if r["engine"] == "vllm"]
+    assert {r["engine_version"] for r in rows} == {"0.26.0"}
+    (auto,) = [r for r in rows if r["attention"] == "auto"]
+    (pred,) = [r for r in s.rows("selection_matrix") if r["engine"] == "vllm==0.26.0" and r["gpu"] == "h200" and r["model"] == "kimi-k2.5"]
+    assert pred["method"] == "dynamic" and auto["reported"] == pred["attention_backend"] == "FLASH_ATTN_MLA"
+    assert auto["reported_source"].startswith("startup log")
+    for r in rows:
+        if r["outcome"] == "ok":
+            assert r["reported"] == (r["attention"] if r["attention"] != "auto" else "FLASH_ATTN_MLA") and r["tf_top1_agreement"] >= 0.9
+    (cut,) = [r for r in rows if r["attention"] == "CUTLASS_MLA"]
+    assert cut["outcome"] == "rejected" and "compute capability not supported" in cut["error"]
+    # the harness fault of that session is not filed as vLLM's refusal
+    assert not [r for r in rows if r["attention"] == "FLASHINFER_MLA"]
+    (ni,) = [r for r in s.rows("backends_not_run") if r["attention"] == "FLASHINFER_MLA"]
+    assert "harness" in ni["reason"]
+
+
+def test_chapter_05_refreshed_from_the_recorded_rates_starts_nothing(tmp_path):
+    """`servebook html RUN --refresh 05` executes chapter 05 again with measure=False: the same tables, no server, no
+    new row, and the page's verdicts computed by today's code (the fast path judged at one token per read)."""
+    import shutil
+
+    from servebook.book import refresh_chapter
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN1, run)
+    tables = {p.name: p.read_text() for p in run.glob("*.jsonl") if p.name != "chapters.jsonl"}
+    row = refresh_chapter(run, "05", {"compare_engines": "vllm", "max_tokens": 128, "input_len": 128})
+    assert row["status"] == "ok", row
+    assert {p.name: p.read_text() for p in run.glob("*.jsonl") if p.name != "chapters.jsonl"} == tables
+    out = tmp_path / "book"
+    render_book(run, out)
+    page = re.sub(r"<[^>]+>", "", (out / "05_benchmark_single_stream.html").read_text())
+    assert "measure=False: nothing is started or measured" in page
+    assert "The hand-written transport is justified on this host" in page
+    assert "against sglang/default" in page and "no change supported" in page  # vLLM vs SGLang, by the intervals
+    assert "looks like a stall" in page and "Hypothesis" in page

@@ -216,14 +216,15 @@ def _rate(r: dict) -> float | None:
     return float(v)
 
 
-def _levels(rows: Iterable[dict]) -> dict[str, dict[tuple[int, int], float]]:
-    """client -> {(events per write, concurrency): tokens/s}; rows from before the comparison are servebook's."""
+def _levels(rows: Iterable[dict], field: str = "stream_tok_s") -> dict[str, dict[tuple[int, int], float]]:
+    """client -> {(events per write, concurrency): tokens/s} (or another ``field`` of the same complete levels); rows
+    from before the comparison are servebook's."""
     out: dict[str, dict[tuple[int, int], float]] = {}
     for r in rows:
         rate = _rate(r)
         client = r.get("client") if isinstance(r.get("client"), str) else "servebook"
         if rate is not None:
-            out.setdefault(client, {})[(int(r["events_per_write"]), int(r["concurrency"]))] = rate
+            out.setdefault(client, {})[(int(r["events_per_write"]), int(r["concurrency"]))] = rate if field == "stream_tok_s" else r.get(field)
     return out
 
 
@@ -246,14 +247,15 @@ def ceiling_comparison(rows: Any) -> list[dict]:
 def ceiling_verdict(rows: Any, goal: float = CEILING_GOAL) -> dict:
     """Whether servebook's own HTTP transport is justified on this host, from the rows of ``client_ceiling``.
 
-    Only levels where servebook and bench_serving both completed every request count. A client's ceiling is its highest
-    streamed tokens/s over those levels (chapter 05's definition of the client ceiling); its ratio is that over
-    bench_serving's ceiling, and it reaches the goal when the ratio is at least ``goal``. ``regimes`` gives the same per
-    streaming regime (events per socket write) for the reader: where every client gets about the same rate, the fake
-    server set it, not the clients. The fast path is ``justified`` when servebook reaches the goal and httpx does not;
-    None when the run cannot say (bench_serving or httpx not measured), with the reason."""
+    Only levels where servebook and bench_serving both completed every request count. Per streaming regime (events
+    per socket write) each client's ceiling is its highest streamed tokens/s at that regime's levels, and its ratio is
+    that over bench_serving's; ``ceilings``/``ratios``/``reaches`` are the same over all levels (the best level).
+    The verdict is judged in the regime engines stream in, one token per network read (``ENGINE_REGIME``: SGLang and
+    vLLM sent 1.0 token per chunk in the recorded H200 runs), and only where that regime measured the clients: both
+    servebook's and httpx's core at least ``BOUND_AT`` busy there. Otherwise the fake server set the pace, and the run
+    cannot say (None, with the reason). Justified when servebook reaches the goal there and httpx does not."""
     recs = _records(rows)
-    by = _levels(recs)
+    by, busy = _levels(recs), _levels(recs, "client_busy")
     compared = any(isinstance(r.get("client"), str) and r.get("client") != "servebook" for r in recs)
     skips: dict = {}
     for r in recs:
@@ -261,42 +263,73 @@ def ceiling_verdict(rows: Any, goal: float = CEILING_GOAL) -> dict:
             skips.setdefault(r.get("client"), r["skipped"])
     bs, sb = by.get("sglang.bench_serving", {}), by.get("servebook", {})
     levels = sorted(set(sb) & set(bs)) or sorted(sb)
-    ceilings, regimes = {}, []
-    for client in CLIENTS:
-        at = [by.get(client, {}).get(lv) for lv in levels]
-        if any(x is not None for x in at):
-            ceilings[client] = max(x for x in at if x is not None)
-    for epw in sorted({e for e, _ in levels}):
-        regime: dict[str, Any] = {"events_per_write": epw}
-        for client in CLIENTS:
-            at = [by.get(client, {}).get(lv) for lv in levels if lv[0] == epw]
-            regime[client] = max((x for x in at if x is not None), default=None)
-        base = regime["sglang.bench_serving"]
-        for client in ("servebook", "httpx"):
-            regime[f"{client}_ratio"] = regime[client] / base if regime[client] and base else None
-        regimes.append(regime)
+    ceilings = {}
+    for c in CLIENTS:
+        at = [x for x in (by.get(c, {}).get(lv) for lv in levels) if x is not None]
+        if at:
+            ceilings[c] = max(at)
+    regimes = [_regime(by, busy, [lv for lv in levels if lv[0] == epw], epw, goal) for epw in sorted({e for e, _ in levels})]
     base = ceilings.get("sglang.bench_serving")
     ratios = {k: (ceilings[k] / base if base and k in ceilings else None) for k in ("servebook", "httpx")}
-    reaches = {k: (None if v is None else v >= goal) for k, v in ratios.items()}
     out = {"goal": goal, "compared": compared, "levels": levels, "ceilings": ceilings, "regimes": regimes, "ratios": ratios,
-           "reaches": reaches, "bench_serving_measured": bool(bs and set(sb) & set(bs)), "skipped": skips,
-           "justified": None}
-    if not compared:
-        out["reason"] = "this run's ceiling predates the comparison of clients (only servebook's own was measured)"
-    elif not out["bench_serving_measured"]:
-        why = skips.get("sglang.bench_serving") or "no level where it and servebook completed every request"
-        out["reason"] = f"sglang.bench_serving was not measured ({why}), so the goal cannot be checked on this host"
-    elif not reaches["servebook"]:
-        out["justified"] = False
-        out["reason"] = "servebook's own client misses the goal, so the goal gives no reason to keep it"
-    elif reaches["httpx"] is None:
-        why = skips.get("httpx") or "no level where it completed every request"
-        out["reason"] = f"servebook's client reaches the goal but httpx was not measured ({why}), so it is undecided"
-    else:
-        out["justified"] = not reaches["httpx"]
-        out["reason"] = ("servebook's client reaches the goal and httpx does not, so a library client cannot reach it here"
-                         if out["justified"] else "httpx reaches the goal too, so a library client would do here")
+           "reaches": {k: (None if v is None else v >= goal) for k, v in ratios.items()},
+           "bench_serving_measured": bool(bs and set(sb) & set(bs)), "skipped": skips, "justified": None,
+           "decided_in": next((r for r in regimes if r["events_per_write"] == ENGINE_REGIME), None)}
+    out["reason"], out["justified"] = _judge(out, skips)
     return out
+
+
+ENGINE_REGIME = 1  # events per network read the verdict is judged in: how SGLang and vLLM stream (one token a chunk)
+BOUND_AT = 0.75    # a client's core at least this busy at a level: that level measured the client, not the fake server
+
+
+def _regime(by: dict, busy: dict, levels: list, epw: int, goal: float) -> dict:
+    """One streaming regime: each client's best rate there, its ratio to bench_serving's, and the busy share of
+    servebook's and httpx's core at their best level (``client_bound`` when both are at least ``BOUND_AT``)."""
+    regime: dict[str, Any] = {"events_per_write": epw}
+    for client in CLIENTS:
+        at = {lv: by.get(client, {}).get(lv) for lv in levels}
+        best = max((lv for lv, x in at.items() if x is not None), key=lambda lv: at[lv], default=None)
+        regime[client] = at[best] if best else None
+        if client != "sglang.bench_serving":
+            regime[f"{client}_busy"] = busy.get(client, {}).get(best) if best else None
+    base = regime["sglang.bench_serving"]
+    for client in ("servebook", "httpx"):
+        regime[f"{client}_ratio"] = regime[client] / base if regime[client] and base else None
+        regime[f"{client}_reaches"] = None if regime[f"{client}_ratio"] is None else regime[f"{client}_ratio"] >= goal
+    regime["client_bound"] = all(isinstance(regime[f"{c}_busy"], (int, float)) and regime[f"{c}_busy"] >= BOUND_AT
+                                 for c in ("servebook", "httpx"))
+    return regime
+
+
+def _judge(v: dict, skips: dict) -> tuple[str, bool | None]:
+    """(reason, justified) for :func:`ceiling_verdict`."""
+    if not v["compared"]:
+        return "this run's ceiling predates the comparison of clients (only servebook's own was measured)", None
+    if not v["bench_serving_measured"]:
+        why = skips.get("sglang.bench_serving") or "no level where it and servebook completed every request"
+        return f"sglang.bench_serving was not measured ({why}), so the goal cannot be checked on this host", None
+    r = v["decided_in"]
+    if r is None or r["servebook_ratio"] is None:
+        return f"no level with {ENGINE_REGIME} event per write, the regime engines stream in, was measured by both", None
+    if r["httpx_ratio"] is None:
+        why = skips.get("httpx") or "no level where it completed every request"
+        return f"httpx was not measured at {ENGINE_REGIME} event per write ({why}), so it is undecided", None
+    if not r["client_bound"]:
+        return (f"at {ENGINE_REGIME} event per write the fake server, not the clients, set the pace (servebook's core "
+                f"{_pct(r['servebook_busy'])} busy, httpx's {_pct(r['httpx_busy'])}, below {BOUND_AT:.0%}): this host cannot "
+                "say whether a library client would do"), None
+    at = (f"at {ENGINE_REGIME} event per write, as engines stream, servebook's client reaches {r['servebook_ratio']:.2f}x "
+          f"bench_serving's and httpx {r['httpx_ratio']:.2f}x (both client-bound)")
+    if not r["servebook_reaches"]:
+        return f"{at}: servebook's client misses the goal, so the goal gives no reason to keep it", False
+    if r["httpx_reaches"]:
+        return f"{at}: httpx reaches the goal too, so a library client would do here", False
+    return f"{at}: servebook's client reaches the goal and httpx does not, so a library client cannot reach it here", True
+
+
+def _pct(x) -> str:
+    return f"{x:.0%}" if isinstance(x, (int, float)) else "unmeasured"
 
 
 def ceiling_check(summary, ceiling, *, warn_at: float = 0.5, store=None) -> list[dict]:

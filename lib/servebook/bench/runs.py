@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..errors import ParameterError
 from .client import run_requests
@@ -17,7 +17,7 @@ from .prompts import Prompt
 from .sse import RequestResult
 from .stats import mean_ci, percentile
 
-__all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level"]
+__all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls"]
 
 
 def summarize_level(results: Sequence[RequestResult], wall_s: float | None = None) -> dict:
@@ -174,9 +174,15 @@ def concurrency_sweep(
     resume: bool = True,
     progress: bool = True,
     saturation_patience: int = 2,
+    level_warmup: bool = True,
     host=None,
 ) -> list[dict]:
     """For each concurrency C: ``max(min_requests, requests_per_level x C)`` requests, at most C in flight.
+
+    With ``level_warmup`` each level first sends C untimed requests at concurrency C, from the other end of the
+    prompt list (so the measured prompts find no cached prefix): an engine that compiles kernels on the first use of
+    a batch shape pays that there, not inside the measured level (h200x1-live: one SGLang request at C=8 waited
+    10 s for its first token without it, and the level's throughput fell 8x).
 
     The sweep stops early once throughput has not grown by 10% over the best level for
     ``saturation_patience`` levels in a row (the server is saturated: more concurrency only
@@ -194,8 +200,12 @@ def concurrency_sweep(
     best, flat = 0.0, 0
     for i, c in enumerate(levels):
         if saturation_patience and flat >= saturation_patience:
+            last = out[-1].get("throughput_tok_s") if out else None
+            fell = last is not None and best and last < 0.5 * best
             stop = {**cfg, "stopped_before": c, "levels_run": levels[:i], "best_throughput_tok_s": best,
-                    "reason": f"throughput grew less than 10% over {best:.1f} tok/s for {flat} levels: saturated"}
+                    "reason": (f"throughput fell to {last:.1f} tok/s from a best of {best:.1f}: not saturation by itself (a stall or "
+                               "failing requests; see the level's slowest first token)" if fell else
+                               f"throughput grew less than 10% over {best:.1f} tok/s for {flat} levels: saturated")}
             if store is not None:
                 store.append("bench_sweep_stops", stop)
             break
@@ -207,6 +217,10 @@ def concurrency_sweep(
             continue
         n = max(min_requests, requests_per_level * c)
         batch = [prompts[i % len(prompts)] for i in range(n)]
+        if level_warmup:
+            run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], max_tokens=max_tokens, concurrency=c,
+                         api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length, request_timeout=request_timeout,
+                         time_budget_s=level_time_budget_s, progress=False, desc=f"{cfg['label']} C={c} warm-up", host=host)
         t0 = time.perf_counter()
         res = run_requests(url, model, batch, max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer,
                            fixed_length=fixed_length, request_rate=request_rate, request_timeout=request_timeout,
@@ -225,6 +239,38 @@ def concurrency_sweep(
             store.append("bench_summary", s)
         out.append(s)
         best, flat = _saturation(best, flat, s.get("throughput_tok_s"))
+    return out
+
+
+def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], drop: float = 0.75, ratio: float = 5.0) -> list[dict]:
+    """Sweep levels whose throughput fell below ``drop`` x the best level before them, with their first tokens next to
+    that level's. ``stalled`` when the level's slowest first token took over ``2 x ratio`` x its median (one request
+    stuck) or its median over ``ratio`` x the best level's (every request waited): a saturated server queues each
+    request a little and holds its throughput, so a fall like this asks for another cause. Rows: label,
+    concurrency, throughput_tok_s, best_before_tok_s, best_before_concurrency, ttft_median_s, ttft_max_s,
+    ttft_median_best_s, stalled."""
+    by_level: dict = {}
+    for r in requests:
+        if r.get("phase") == "sweep" and r.get("ok") and r.get("ttft_s") is not None:
+            by_level.setdefault((r.get("label"), r.get("concurrency")), []).append(float(r["ttft_s"]))
+
+    def median(key):
+        t = sorted(by_level.get(key, []))
+        return (t[len(t) // 2], t[-1]) if t else (None, None)
+    out, best = [], {}
+    for s in sorted((s for s in summary if s.get("phase") == "sweep"), key=lambda s: (str(s.get("label")), s.get("concurrency") or 0)):
+        lab, thr = s.get("label"), s.get("throughput_tok_s")
+        if thr is None:
+            continue
+        b = best.get(lab)
+        if b and thr < drop * b[0]:
+            med, top = median((lab, s.get("concurrency")))
+            bmed, _ = median((lab, b[1]))
+            out.append({"label": lab, "concurrency": s.get("concurrency"), "throughput_tok_s": thr, "best_before_tok_s": b[0],
+                        "best_before_concurrency": b[1], "ttft_median_s": med, "ttft_max_s": top, "ttft_median_best_s": bmed,
+                        "stalled": bool(med and ((top > max(1.0, 2 * ratio * med)) or (bmed and med > ratio * bmed)))})
+        if not b or thr > b[0]:
+            best[lab] = (thr, s.get("concurrency"))
     return out
 
 

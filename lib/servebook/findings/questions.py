@@ -111,10 +111,7 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
     if t:
         qa.append(("How close is single-stream decode to the memory-bandwidth roofline, and what does that say about where the time goes?",
                    f"{t['pct_of_roofline']:.3g}% ({_fmt(t['single_tok_s'])} of {_fmt(t['roofline_tok_s'], 0)} tok/s): "
-                   + ("far below it, so the weights' bytes are not the limit; per-token overhead (framework, kernel launches, "
-                      "the serving path) is, and a faster attention kernel or NCCL setting cannot close that gap alone."
-                      if t["pct_of_roofline"] < 25 else "close to it: memory bandwidth is the limit; only fewer bytes per token "
-                      "(quantization, batching) raise it.")))
+                   + _roofline_reading(t)))
     if not qa:
         qa.append(("Why does this chapter recommend nothing for this run?",
                    "Chapters 03 to 05 recorded no measurement here (see the failures and each chapter's page); a recommendation "
@@ -131,3 +128,18 @@ def check_yourself_markdown(qa: list[tuple[str, str]]) -> str:
         out.append(f"{i}. {q}\n\n   <details><summary>Answer (from this run)</summary>\n\n   {a}\n\n   </details>\n")
     return "\n".join(out)
 
+
+def _roofline_reading(t: dict) -> str:
+    """What a share of the bandwidth floor says, in three bands, with the 95% interval's range where it spans two."""
+    pct, roof = t["pct_of_roofline"], t.get("roofline_tok_s")
+    ci = t.get("single_ci95") or 0.0
+    lo, hi = ((t["single_tok_s"] - ci) / roof * 100, (t["single_tok_s"] + ci) / roof * 100) if roof and ci else (pct, pct)
+    span = f" (the 95% interval spans {lo:.0f}% to {hi:.0f}%)" if hi - lo >= 10 else ""
+    if pct < 25:
+        return ("far below it, so the weights' bytes are not the limit; per-token overhead (framework, kernel launches, "
+                f"the serving path) is, and a faster attention kernel or NCCL setting cannot close that gap alone{span}.")
+    if pct >= 80:
+        return f"close to it: memory bandwidth is the limit; only fewer bytes per token (quantization, batching) raise it{span}."
+    return (f"between the two: the bytes explain about {pct:.0f}% of each token's time and something else the rest{span}. "
+            "Which part (attention, the MoE layers, launches, sampling) is not settled by a rate; a per-kernel profile of one "
+            "decode step would settle it.")
