@@ -36,6 +36,7 @@ modes: str = "graph,eager"  # graph: the engine's default (CUDA graphs); eager: 
 eager_backends: str = ""  # backends that also run in eager mode, comma-separated ("auto" is the default); empty: every backend
 preflight: bool = True  # ask the engine's own validation about every candidate first; refused ones start no server
 compare_engines: str = ""  # more engine specs, comma-separated, swept the same way (each on its own GPU, in parallel, when the host has enough)
+measure: bool = True  # False: start nothing, re-read this run's tables (servebook html RUN --refresh 03)
 
 
 # %% [markdown] tags=["whatif"]
@@ -125,11 +126,18 @@ store = RunStore.at(run_dir) if run_dir else RunStore.open()
 on_host = get_host(host, run_dir=store.path)  # the servers, and every request to them, run there
 specs = [e.strip() for e in [engine, *compare_engines.split(",")] if e.strip()]
 engines = []
-for spec in specs:
+for spec in specs if measure else []:
     e = get_engine(spec, python=None if on_host.in_process else on_host.python_exe)
     e.host = on_host
     engines.append(e)
     print(f"engine: {e.name} {e.version()} in {e.python}")
+if not measure:  # the recorded rows only: no engine is asked anything here
+    from types import SimpleNamespace
+
+    from servebook.selection.envs import parse_engine_spec
+
+    engines = [SimpleNamespace(name=parse_engine_spec(spec)[0]) for spec in specs]
+    print(f"measure=False: nothing is started or asked; the rows of {', '.join(e.name for e in engines)} as recorded")
 
 # %% [markdown]
 # ## The candidates
@@ -172,9 +180,11 @@ def candidates_for(eng):
 
 
 plans, skipped = {}, []
-for eng in engines:
+for eng in engines if measure else []:
     plans[eng.name], sk = candidates_for(eng)
     skipped += sk
+if not measure:
+    skipped = [r for r in store.rows("backends_not_run") if r["engine"] in {e.name for e in engines}]
 for s in skipped:
     if not store.done("backends_not_run", engine=s["engine"], attention=s["attention"]):
         store.append("backends_not_run", s)
@@ -224,7 +234,9 @@ def sweep(i, eng):
                               progress=(lambda m, n=eng.name: print(f"[{n}] {m}", flush=True)))
 
 
-if parallel:
+if not measure:
+    outcomes = {}
+elif parallel:
     import transformers  # noqa: F401 - resolved once here, before the threads (its lazy imports are not thread-safe)
 
     with cf.ThreadPoolExecutor(len(engines)) as pool:
@@ -325,6 +337,9 @@ for name in names:
                          f"(`{a.get('reported')}`) {a['decode_tok_s']:.1f} ± {a.get('decode_tok_s_ci95') or 0:.1f}: {verdict}")
     for _, r in t[t["outcome"] != "ok"].iterrows():
         lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {str(r.get('error'))[:300]}")
+for f in store.rows("failures"):  # a sweep that stopped: its rows so far are above, the rest never ran
+    if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
+        lines.append(f"- **{f['engine']}**: the sweep stopped: {str(f['error'])[:400]}")
 if skipped:
     lines.append("- Not run here: " + ", ".join(f"{s['engine']} {s['attention']} ({s['reason']})" for s in skipped) + ".")
 Markdown("\n".join(lines) or "No backend ran.")

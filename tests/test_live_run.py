@@ -113,3 +113,25 @@ def test_chapter_05_refreshed_from_the_recorded_rates_starts_nothing(tmp_path):
     assert "The hand-written transport is justified on this host" in page
     assert "against sglang/default" in page and "no change supported" in page  # vLLM vs SGLang, by the intervals
     assert "looks like a stall" in page and "Hypothesis" in page
+
+
+def test_chapter_03_refreshed_from_the_recorded_rows_asks_no_engine(tmp_path, monkeypatch):
+    """`--refresh 03` (measure=False) needs no engine here: with no interpreter for either engine reachable, the page is
+    computed from the rows, says what stopped SGLang's sweep, and no longer files the harness fault as vLLM's refusal."""
+    import shutil
+
+    from servebook.book import refresh_chapter
+
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "no-engines"))  # no prepared engine environment at all
+    run = tmp_path / "run"
+    shutil.copytree(RUN1, run)
+    tables = {p.name: p.read_text() for p in run.glob("*.jsonl") if p.name != "chapters.jsonl"}
+    row = refresh_chapter(run, "03", {"compare_engines": "vllm", "model": str(RUN1 / "models" / "kimi-slice")})
+    assert row["status"] == "ok", row
+    assert {p.name: p.read_text() for p in run.glob("*.jsonl") if p.name != "chapters.jsonl"} == tables
+    out = tmp_path / "book"
+    render_book(run, out)
+    page = re.sub(r"<[^>]+>", "", (out / "03_force_each_backend.html").read_text())
+    assert "measure=False: nothing is started or asked" in page
+    assert "the sweep stopped: ModuleNotFoundError: No module named 'httptools'" in page
+    assert "FLASHINFER_MLA (graph): rejected" not in page and "FLASHINFER_MLA (not started: servebook's preflight" in page
