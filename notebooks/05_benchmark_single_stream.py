@@ -670,6 +670,8 @@ for row in seed_rows:
                  f"({row['roofline_tok_s']:,.0f} tok/s); with the communication floor at {row['allreduce_source'] or 'no latency'}, "
                  f"{100 * row['measured_tok_s'] / row['roofline_with_comm_tok_s']:.1f}% of {row['roofline_with_comm_tok_s']:,.0f} tok/s.")
 breakdown = store.table("bench_breakdown")
+if len(breakdown):  # a row computed again by a later execution (the seed's, from today's reference figures) supersedes its older one
+    breakdown = breakdown.drop_duplicates(["label", "part"], keep="last")
 for label, g in (breakdown.groupby("label", sort=False) if len(breakdown) else []):
     top = g.sort_values("ms_per_token", ascending=False).iloc[0]
     total = g["ms_per_token"].sum()
