@@ -337,9 +337,11 @@ for name in names:
                          f"(`{a.get('reported')}`) {a['decode_tok_s']:.1f} ± {a.get('decode_tok_s_ci95') or 0:.1f}: {verdict}")
     for _, r in t[t["outcome"] != "ok"].iterrows():
         lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {str(r.get('error'))[:300]}")
-for f in store.rows("failures"):  # a sweep that stopped: its rows so far are above, the rest never ran
+for f in store.rows("failures"):  # a sweep (or the chapter) that stopped: its rows so far are above, the rest never ran
     if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
         lines.append(f"- **{f['engine']}**: the sweep stopped: {str(f['error'])[:400]}")
+    elif str(f.get("step", "")).startswith("chapter 03_"):
+        lines.append(f"- An execution of this chapter stopped in this run: {str(f['error'])[:400]}")
 if skipped:
     lines.append("- Not run here: " + ", ".join(f"{s['engine']} {s['attention']} ({s['reason']})" for s in skipped) + ".")
 Markdown("\n".join(lines) or "No backend ran.")
