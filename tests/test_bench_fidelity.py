@@ -122,6 +122,14 @@ def test_three_client_ceilings_on_one_fake_server(sglang_env, embedded_model, tm
     assert all(f"sglang {sglang_env.version}" in r["method"] for r in bs)
     v = bench.ceiling_verdict(store.rows("client_ceiling"))
     print(v["ceilings"], v["ratios"], v["reason"])
-    assert v["bench_serving_measured"] and v["justified"] in (True, False)
+    assert v["bench_serving_measured"]
+    # decided only where both clients set the pace at one token per read; a 2-core machine usually cannot (its one-core
+    # fake server caps them), and then the verdict says so instead of deciding
+    r1 = v["decided_in"]
+    assert r1["events_per_write"] == 1 and r1["servebook_busy"] is not None and r1["httpx_busy"] is not None
+    if r1["client_bound"]:
+        assert v["justified"] is (r1["servebook_reaches"] and not r1["httpx_reaches"])
+    else:
+        assert v["justified"] is None and "set the pace" in v["reason"]
     assert v["ratios"]["servebook"] == pytest.approx(max(r["stream_tok_s"] for r in rows if r["client"] == "servebook")
                                                      / max(r["stream_tok_s"] for r in bs))
