@@ -200,14 +200,8 @@ def concurrency_sweep(
     best, flat = 0.0, 0
     for i, c in enumerate(levels):
         if saturation_patience and flat >= saturation_patience:
-            last = out[-1].get("throughput_tok_s") if out else None
-            fell = last is not None and best and last < 0.5 * best
-            stop = {**cfg, "stopped_before": c, "levels_run": levels[:i], "best_throughput_tok_s": best,
-                    "reason": (f"throughput fell to {last:.1f} tok/s from a best of {best:.1f}: not saturation by itself (a stall or "
-                               "failing requests; see the level's slowest first token)" if fell else
-                               f"throughput grew less than 10% over {best:.1f} tok/s for {flat} levels: saturated")}
             if store is not None:
-                store.append("bench_sweep_stops", stop)
+                store.append("bench_sweep_stops", _stop_row(cfg, c, levels[:i], best, flat, out))
             break
         key = {**cfg, "phase": "sweep", "concurrency": c, "max_tokens": max_tokens}
         if store is not None and resume and store.done("bench_summary", **key):
@@ -217,14 +211,13 @@ def concurrency_sweep(
             continue
         n = max(min_requests, requests_per_level * c)
         batch = [prompts[i % len(prompts)] for i in range(n)]
-        if level_warmup:
-            run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], max_tokens=max_tokens, concurrency=c,
-                         api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length, request_timeout=request_timeout,
-                         time_budget_s=level_time_budget_s, progress=False, desc=f"{cfg['label']} C={c} warm-up", host=host)
+        common = dict(max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
+                      request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
+        if level_warmup:  # untimed, from the other end of the prompt list
+            run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], progress=False,
+                         desc=f"{cfg['label']} C={c} warm-up", **common)
         t0 = time.perf_counter()
-        res = run_requests(url, model, batch, max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer,
-                           fixed_length=fixed_length, request_rate=request_rate, request_timeout=request_timeout,
-                           time_budget_s=level_time_budget_s, progress=progress, desc=f"{cfg['label']} C={c}", host=host)
+        res = run_requests(url, model, batch, request_rate=request_rate, progress=progress, desc=f"{cfg['label']} C={c}", **common)
         wall = time.perf_counter() - t0
         if store is not None:
             _store_requests(store, res, {**key, "run": 0}, ptoks)
@@ -240,6 +233,17 @@ def concurrency_sweep(
         out.append(s)
         best, flat = _saturation(best, flat, s.get("throughput_tok_s"))
     return out
+
+
+def _stop_row(cfg: dict, c: int, levels_run: list, best: float, flat: int, out: list) -> dict:
+    """The row of ``bench_sweep_stops``: why the sweep stopped before level ``c``. A fall to half the best is not called
+    saturation (see :func:`sweep_stalls`)."""
+    last = out[-1].get("throughput_tok_s") if out else None
+    fell = last is not None and best and last < 0.5 * best
+    return {**cfg, "stopped_before": c, "levels_run": levels_run, "best_throughput_tok_s": best,
+            "reason": (f"throughput fell to {last:.1f} tok/s from a best of {best:.1f}: not saturation by itself (a stall or "
+                       "failing requests; see the level's slowest first token)" if fell else
+                       f"throughput grew less than 10% over {best:.1f} tok/s for {flat} levels: saturated")}
 
 
 def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], drop: float = 0.75, ratio: float = 5.0) -> list[dict]:
