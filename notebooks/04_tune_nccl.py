@@ -39,6 +39,7 @@ tp: int = 0  # tensor-parallel size of that check; 0 means every GPU of this hos
 tp_engine_args: str = ""  # server flags for that check, e.g. "sglang: --cuda-graph-max-bs 16; vllm: --max-num-seqs 16"
 tp_runs: int = 5  # single-stream runs per setting in that check (after two warm-up requests)
 tp_seed_block: bool = True  # also measure the seed case's NCCL block (copied there from a vLLM unit tuned for PCIe)
+measure: bool = True  # False: start nothing, re-read this run's tables (servebook html RUN --refresh 04)
 
 
 # %% [markdown] tags=["whatif"]
@@ -137,8 +138,13 @@ config = resolved if isinstance(resolved, dict) else json.loads((resolved / "con
 dims = model_dims(config)
 hidden, layers = dims["hidden_size"], dims["num_hidden_layers"]
 settings = (_builtin() if builtin_grid else []) + parse_grid(nccl_grid)  # a bad grid stops here with a one-line error
-backend, world = available_backend(on_host)
-print(f"model {model}: hidden size {hidden}, {layers} layers; collective backend here: {backend} with {world} processes")
+if measure:
+    backend, world = available_backend(on_host)
+else:  # the collective backend and process count the host measured with, from its rows
+    recorded = store.rows("allreduce")
+    backend, world = (recorded[0].get("backend"), int(recorded[0].get("world_size") or 0)) if recorded else ("none", 0)
+    print("measure=False: nothing is started; every table below is this run's, as recorded")
+print(f"model {model}: hidden size {hidden}, {layers} layers; collective backend {'here' if measure else 'on the recording host'}: {backend} with {world} processes")
 
 # %% [markdown]
 # ## What can be measured on this host
@@ -179,10 +185,10 @@ pd.DataFrame(sizes)
 # is killed with its process group and recorded; the grid goes on.
 
 # %%
-arp = find_all_reduce_perf(all_reduce_perf, host=on_host)
+arp = find_all_reduce_perf(all_reduce_perf, host=on_host) if measure else None
 summary = run_grid(store, sizes, settings, timeout_s=timeout_s, backend=backend, world_size=world,
-                   all_reduce_perf=arp if backend == "nccl" else None, smoke=smoke, host=on_host)
-if backend == "nccl" and not arp:
+                   all_reduce_perf=arp if backend == "nccl" else None, smoke=smoke, host=on_host) if measure else "as recorded"
+if backend == "nccl" and not arp and measure:
     store.record_failure("nccl-tests", "all_reduce_perf not found (PATH or the all_reduce_perf parameter)", setting="nccl-tests")
 ar = store.table("allreduce")
 print(summary)
@@ -386,16 +392,18 @@ from servebook.nccl_e2e import tp_decode_check, tp_settings
 e2e = pd.DataFrame()
 tp_engines = [e.strip() for e in tp_check.split(",") if e.strip()]
 tp_size = tp or world
-if tp_engines and (backend != "nccl" or tp_size < 2 or not on_host.in_process or isinstance(resolved, dict)):
+ar_here = store.table("allreduce")
+graph_here = ar_here[(ar_here["mode"] == "graph") & (ar_here["path"] == "torch")] if len(ar_here) else ar_here
+pred_here = per_token_prediction(ar_here, layers, message_sizes(hidden, 2, [1], sweep=())) if len(graph_here) else pd.DataFrame()
+rec_here = recommend(pred_here) if len(pred_here) else {"setting": None, "reason": "no graph-replayed NCCL rows in this run"}
+if not measure:
+    print("measure=False: the end-to-end rows as recorded" if len(store.rows("tp_e2e")) else "no end-to-end row was recorded in this run")
+elif tp_engines and (backend != "nccl" or tp_size < 2 or not on_host.in_process or isinstance(resolved, dict)):
     why = ("this host has fewer than two CUDA GPUs" if backend != "nccl" or tp_size < 2 else
            "the model is a card, not a model directory" if isinstance(resolved, dict) else "it runs on this machine only (not through a remote host yet)")
     store.record_failure("tp end to end", f"not measured: {why}")
     print(f"end-to-end check not run: {why}")
 elif tp_engines:
-    here = store.table("allreduce")
-    here_g = here[(here["mode"] == "graph") & (here["path"] == "torch")] if len(here) else here
-    pred_here = per_token_prediction(here, layers, message_sizes(hidden, 2, [1], sweep=())) if len(here_g) else pd.DataFrame()
-    rec_here = recommend(pred_here) if len(pred_here) else {"setting": None, "reason": "no graph-replayed NCCL rows in this run"}
     print(f"this run's grid recommends: {rec_here['setting']} ({rec_here['reason']})")
     plan_tp = []
     for spec in tp_engines:
@@ -408,7 +416,8 @@ elif tp_engines:
             if i < len(sets):
                 tp_decode_check(teng, resolved, store, [sets[i]], tp=tp_size, runs=tp_runs, extra_args=extra,
                                 progress=lambda m, n=teng.name: print(f"[{n}] {m}", flush=True))
-    e2e = store.table("tp_e2e")
+e2e = store.table("tp_e2e")
+if len(e2e):
     n_ar = 2 * layers  # after attention and after the MLP, per layer (chapter 05's count)
     rows = []
     for (eng_name, tpn), g in e2e.groupby(["engine", "tp"]):
@@ -454,6 +463,9 @@ if len(e2e):
                             if r["predicted_ms_per_token"] is not None and r["measured_ms_per_token"] is not None else "") + ".")
 else:
     lines.append("- Not measured here: the end-to-end engine confirmation (`tp_check` names the engines to restart at TP>1).")
+for c in store.rows("chapters"):  # an execution of this chapter that stopped on the host: what it had measured is above
+    if c.get("chapter") == "04_tune_nccl" and c.get("status") == "failed":
+        lines.append(f"- An execution of this chapter stopped in this run: {str(c.get('error'))[:300]}")
 lines += ["", f"**The reference run** (`data/runs/{REFERENCE_NCCL_RUN}`, its host, not this one)", ""]
 lines.append(f"- {b1} B (batch 1): NCCL's default graph-replayed all-reduce took {d14:.1f} us, {d14 / ref_default:.2f}x "
              f"nccl-tests' {ref_default:.2f} us; with `{mix_name}` it took {mix:.1f} us ({mix / ref_default:.2f}x, "
