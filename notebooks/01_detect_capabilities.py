@@ -36,6 +36,7 @@ model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5
 profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
 smoke: bool = False  # small workloads for tests and CI
 engine_python: str = ""  # interpreter where the engines are installed; empty means this kernel
+measure: bool = True  # False: probe nothing, re-read this run's probe (servebook html RUN --refresh 01)
 
 # %%
 import json
@@ -64,7 +65,7 @@ Markdown(seed_sentence())
 
 # %%
 # What-if with a pinned engine (e.g. sglang==0.5.9): that version's helpers are asked in its prepared environment.
-if profile and not engine_python and "==" in engine:
+if profile and not engine_python and "==" in engine and measure:
     from servebook.selection import resolve_engine
 
     try:
@@ -81,10 +82,13 @@ if profile and not engine_python and "==" in engine:
 
 # %%
 report = None
+if not measure:
+    print("measure=False: nothing is probed; the probe and tables below are this run's, as recorded on its host")
 try:
-    report = sbp.probe(profile or None, host=get_host(host, run_dir=store.path), python=engine_python or None,
+    report = None if not measure else sbp.probe(profile or None, host=get_host(host, run_dir=store.path), python=engine_python or None,
                        p2p_bytes=(16 if smoke else 256) * 2**20)
-    sbp.record(store, report)
+    if report is not None:
+        sbp.record(store, report)
 except servebook.ServebookError as exc:
     store.record_failure("probe", exc)
     print(f"probe failed: {exc}")

@@ -159,3 +159,24 @@ def test_chapter_04_refreshed_reads_the_hosts_backend_not_this_machines(tmp_path
     page = re.sub(r"<[^>]+>", "", (out / "04_tune_nccl.html").read_text())
     assert "2 CUDA GPUs: NCCL all-reduce over" in page and "collective backend on the recording host: nccl with 2 processes" in page
     assert "measure=False: nothing is started" in page
+
+
+def test_chapter_01_refreshed_reads_the_hosts_probe(tmp_path):
+    """`--refresh 01` on a recorded H200 run, here without a GPU: the page shows the host's GPUs from its probe and
+    tables (not this machine's "no GPU"), probes nothing, and changes no table."""
+    import shutil
+
+    from servebook.book import refresh_chapter
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN.parent / "h200x1-book", run)
+    tables = {p.name: p.read_text() for p in sorted(run.glob("*.jsonl")) if p.name != "chapters.jsonl"}
+    probe = (run / "probe.json").read_text()
+    row = refresh_chapter(run, "01", {})
+    assert row["status"] == "ok", row
+    assert {p.name: p.read_text() for p in sorted(run.glob("*.jsonl")) if p.name != "chapters.jsonl"} == tables
+    assert (run / "probe.json").read_text() == probe
+    out = tmp_path / "book"
+    render_book(run, out)
+    page = re.sub(r"<[^>]+>", "", (out / "01_detect_capabilities.html").read_text())
+    assert "measure=False: nothing is probed" in page and "NVIDIA H200" in page and "source: measured" in page

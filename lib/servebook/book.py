@@ -434,9 +434,9 @@ def _mark_error_cells(nb) -> int:
 
 
 # Chapters that read code and recorded tables and measure nothing: they can be executed again on a recorded run anywhere.
-_OFFLINE = {"02": "read_backend_selection", "03": "force_each_backend", "04": "tune_nccl", "05": "benchmark_single_stream",
-            "06": "findings"}
-_OFFLINE_FIXED = {n: {"measure": False} for n in ("03", "04", "05")}  # they measure; executed again, they re-read the tables
+_OFFLINE = {"01": "detect_capabilities", "02": "read_backend_selection", "03": "force_each_backend", "04": "tune_nccl",
+            "05": "benchmark_single_stream", "06": "findings"}
+_OFFLINE_FIXED = {n: {"measure": False} for n in ("01", "03", "04", "05")}  # they measure; executed again, they re-read the tables
 
 
 def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_timeout: int | None = 600) -> dict:
@@ -445,11 +445,11 @@ def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_ti
 
 
 def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None = None, cell_timeout: int | None = 600) -> dict:
-    """Execute chapter 02, 03, 04, 05 or 06 again on a recorded run; ``extra``: chapter parameters (``-p``).
+    """Execute a chapter again on a recorded run; ``extra``: chapter parameters (``-p``).
 
     Its executed notebook replaces ``run_dir/notebooks/<chapter>.ipynb``; the outcome is appended to
-    the run's ``chapters`` table. Chapters 03, 04 and 05 start nothing then (``measure=False``): their prose and
-    verdicts are computed again from what the host recorded. Chapter 01 runs on its host only.
+    the run's ``chapters`` table. Chapters 01, 03, 04 and 05 measure nothing then (``measure=False``): their prose and
+    verdicts are computed again from what the host recorded (chapter 01 from its ``probe.json`` and tables).
     """
     store = RunStore(Path(run_dir))
     if not store.manifest_path.exists():

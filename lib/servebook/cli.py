@@ -56,8 +56,8 @@ def _add_book(sub) -> None:
     h.add_argument("--refresh-findings", action="store_true",
                    help="execute chapter 06 again on the recorded tables first (it measures nothing)")
     h.add_argument("--compare-with", default="", help="with --refresh-findings: other run dirs for 06's comparison, comma separated")
-    h.add_argument("--refresh", default="", metavar="02[,03,04,05,06]",
-                   help="execute these chapters again on the recorded run first (02-06: nothing is measured; 03, 04 and 05 re-read what the host recorded)")
+    h.add_argument("--refresh", default="", metavar="01[,02,...,06]",
+                   help="execute these chapters again on the recorded run first (nothing is measured: 01, 03, 04 and 05 re-read what the host recorded)")
     h.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="a parameter of a refreshed chapter")
     h.set_defaults(func=_cmd_html)
 
