@@ -15,6 +15,7 @@
 #   one [S]     a one-GPU machine (nvidia-h200): build the models as soon as the notebook tools are unpacked, and
 #               once both engines are: chapter 01, 05 (SGLang and vLLM side by side) and 03 (vLLM's MLA backends
 #               beside SGLang's default), RUN_ID h200x1-live unless set; then wait up to S seconds
+#               (a run carried in .devout/runs/local-vm/RUN_ID is resumed: what it holds is not measured again)
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
 step=${1:-status}; secs=${2:-0}
@@ -112,6 +113,8 @@ python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE"
     fi
     [ -f /tmp/jobs/main.pid ] && return 0
     [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 0; }
+    # a recorded run carried in .devout/runs (as the `all` step does) is resumed: what it holds is not measured again
+    [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     # what the servers and SGLang's own client import, not just the package (a staging gap shows here, not minutes later)
     for m in sglang:sglang.srt.entrypoints.http_server sglang:sglang.bench_serving vllm:vllm.entrypoints.openai.api_server; do
       (e=${m%%:*}; /tmp/py-$e -c "import time, importlib, importlib.metadata as md; t = time.time(); importlib.import_module('${m#*:}'); print('${m#*:}', md.version('$e'), 'imports in %.0f s' % (time.time() - t))" 2>&1 | tail -2) & done; wait
