@@ -213,7 +213,8 @@ def concurrency_sweep(
         batch = [prompts[i % len(prompts)] for i in range(n)]
         common = dict(max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
                       request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
-        if level_warmup:  # untimed, from the other end of the prompt list
+        if level_warmup and not str(getattr(host, "spec", "")).startswith("replay:"):  # untimed, other end of the prompts
+            # (a replay answers only the recorded measurements; a warm-up asks the engine nothing worth replaying)
             run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], progress=False,
                          desc=f"{cfg['label']} C={c} warm-up", **common)
         t0 = time.perf_counter()
