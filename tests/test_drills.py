@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from servebook.errors import ParameterError
 from servebook.results import RunStore
@@ -589,6 +589,7 @@ def test_bench_arguments_fuzzed(cli_sandbox, capsys, flag, value):
 
 @settings(max_examples=200, deadline=None)
 @given(name=st.sampled_from(["engine", "host", "model", "profile", "smoke", "colour"]), value=_junk | st.integers() | st.floats() | st.none())
+@example(name="model", value="~0")  # a ~user with no home here once raised RuntimeError from pathlib
 def test_notebook_parameters_fuzzed(name, value):
     from servebook.params import coerce, validate
 

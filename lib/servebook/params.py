@@ -133,7 +133,10 @@ def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict
         from .selection.cards import load_card
 
         return load_card(model)
-    path = Path(model).expanduser()
+    try:
+        path = Path(model).expanduser()
+    except RuntimeError:  # "~name" for a user this machine does not have
+        raise ParameterError("model", model, "its ~user has no home directory here; give the model directory's full path") from None
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ParameterError("model", model, "the directory has no config.json; point at a Hugging Face model directory")
