@@ -315,7 +315,7 @@ def bench_engine(spec: str) -> None:
                 print(f"note: {exc}")
             common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=attention, label=label, api=api,
                           max_tokens=max_tokens, host=on_host)
-            done = store.find("bench_summary", label=label, phase="single", max_tokens=max_tokens)
+            done = store.find("bench_summary", label=label, phase="single", max_tokens=max_tokens, warmup=warmup)
             if done:  # resuming this run: the single-stream measurement is already recorded
                 single = done[-1]
             else:
@@ -341,7 +341,10 @@ def bench_engine(spec: str) -> None:
 if model_dir is not None and measure:
     for spec in engines:
         bench_engine(spec)
-summary = store.table("bench_summary")
+# a resumed run that measured again with another method (more warm-up, each sweep level warmed first) keeps the older
+# rows; the last of each measurement stands (`bench.current`), the pairs are shown below (`bench.remeasured`)
+summary_rows, request_rows = bench.current(store.rows("bench_summary"), store.rows("bench_requests"))
+summary = pd.DataFrame(summary_rows)
 single_all = summary[summary["phase"] == "single"] if len(summary) else summary
 single_df = single_all[single_all["decode_tok_s_mean"].notna()] if len(single_all) else single_all  # measured configs
 single_df[["label", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_mean", "tpot_s_mean", "itl_ms_p50", "chunk_gap_ms_p50", "tokens_per_chunk", "failed"]] if len(single_df) else "no single-stream result"
@@ -350,7 +353,7 @@ single_df[["label", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_mean", "tp
 # The single-stream rate is the mean over runs of (output tokens - 1) / (end - first token), with a 95% t-interval over runs.
 
 # %%
-req = store.table("bench_requests")
+req = pd.DataFrame(request_rows)
 if len(req):
     single_req = req[(req["phase"] == "single") & req["ok"]]
     fig, ax = plt.subplots(figsize=(6, 3))
@@ -387,9 +390,12 @@ if len(sweep_df):
 # Up and to the right is better: a server that batches trades a little per-user speed for much more total throughput; one that serializes requests stays flat.
 
 # %%
-if not len(store.rows("bench_ceiling_check")):
-    bench.ceiling_check(summary, ceiling_df, store=store)
-ceiling_check = store.table("bench_ceiling_check")
+again = bench.remeasured(store.rows("bench_summary"))  # measurements this run took twice, with another method the second time
+if again:
+    display(pd.DataFrame(again)[["label", "phase", "concurrency", "before", "before_method", "after", "after_method"]].round(1))
+
+# %%
+ceiling_check = pd.DataFrame(bench.ceiling_check(summary, ceiling_df, store=store))  # rates already checked are not checked again
 near = ceiling_check[ceiling_check["near_ceiling"]] if len(ceiling_check) else ceiling_check
 for _, r in near.iterrows():
     print(f"WARNING: {r['label']} {r['phase']} C={r['concurrency']}: {r['tok_s']:,.1f} tok/s is {r['share_of_ceiling']:.0%} of the "
@@ -649,7 +655,7 @@ for _, r in single_df.iterrows():  # a rate still climbing over the runs is warm
         lines.append(f"- {r['label']}: the single-stream rate rose in every run, {xs[0]:,.0f} to {xs[-1]:,.0f} tok/s, so its interval "
                      f"measures warm-up as much as spread. Hypothesis: the server was still warming after {warmup} warm-up requests; "
                      "settled by more warm-up requests (`warmup`) and the same runs again.")
-for st in bench.sweep_stalls(store.rows("bench_summary"), store.rows("bench_requests")):
+for st in bench.sweep_stalls(summary_rows, request_rows):
     lines.append(f"- {st['label']}: throughput fell from {st['best_before_tok_s']:,.0f} tok/s at C={st['best_before_concurrency']} to "
                  f"{st['throughput_tok_s']:,.0f} at C={st['concurrency']}; first tokens there took {st['ttft_median_s']:.2f} s "
                  f"(median) and up to {st['ttft_max_s']:.2f} s, against {st['ttft_median_best_s']:.2f} s at C={st['best_before_concurrency']}. "
@@ -658,6 +664,25 @@ for st in bench.sweep_stalls(store.rows("bench_summary"), store.rows("bench_requ
                     "same level measured again after a warm-up at that concurrency, which the sweep now does before every level "
                     "(`level_warmup`). Until then the sweep's peak is a lower bound and its stop is not a saturation point."
                     if st["stalled"] else "The first tokens do not show a stall; the cause is not settled by this run."))
+for label, g in pd.DataFrame(again).groupby("label", sort=False) if again else []:  # what measuring again changed
+    single, sweep = g[g["phase"] == "single"], g[g["phase"] == "sweep"].sort_values("concurrency")
+    if len(single):
+        r = single.iloc[-1]
+        lines.append(f"- {label}: single stream measured again with {r['after_method']} (before: {r['before_method']}): "
+                     f"{r['before']:,.0f} -> {r['after']:,.0f} tok/s.")
+    if len(sweep):
+        fell = [r for _, r in sweep.iterrows() if pd.notna(r["before"]) and r["before"] < 0.75 * max(
+            [x for x in sweep[sweep["concurrency"] < r["concurrency"]]["before"] if pd.notna(x)] or [0])]
+        levels = ", ".join(f"C={int(r['concurrency'])} {r['before']:,.0f} -> {r['after']:,.0f}" for _, r in sweep.iterrows()
+                           if pd.notna(r["before"]) and pd.notna(r["after"]))
+        text = f"- {label}: sweep measured again with {sweep.iloc[-1]['after_method']} (before: {sweep.iloc[-1]['before_method']}), tok/s: {levels}."
+        for r in fell:
+            best_after = max([x for x in sweep[sweep["concurrency"] < r["concurrency"]]["after"] if pd.notna(x)] or [0])
+            text += (f" The fall at C={int(r['concurrency'])} " + (
+                "did not recur once the level was warmed first (one batch each way): it was a first-use cost at that concurrency, "
+                "not saturation; which kernel or cache paid it is not measured here." if pd.notna(r["after"]) and r["after"] >= 0.75 * best_after
+                else "recurred with the level warmed first, so first use does not explain it; the cause is not settled by this run."))
+        lines.append(text)
 for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if len(single_all) else []):
     errors = r.get("errors") if isinstance(r.get("errors"), list) else []
     lines.append(f"- **{r['label']}** single stream: no request succeeded ({int(r['failed'])} failed)"

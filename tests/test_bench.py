@@ -6,6 +6,7 @@ import json
 import math
 import os
 import struct
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -353,6 +354,12 @@ def test_ceiling_check_flags_a_rate_near_the_client_limit(tmp_path):
     assert rows[1]["ceiling_concurrency"] == 1 and rows[2]["ceiling_concurrency"] == 64
     assert rows[2]["client_core_share"] == pytest.approx(0.45)
     assert len(store.table("bench_ceiling_check")) == 3
+    # executed again (a resumed run, a refresh without the ceiling measured): rates already checked are not checked twice,
+    # a new rate is, and without a ceiling only the stored checks come back
+    more = pd.concat([summary, pd.DataFrame([{"label": "a", "phase": "sweep", "concurrency": 2, "throughput_tok_s": 100.0}])])
+    again = bench.ceiling_check(more, ceiling, store=store)
+    assert [r["tok_s"] for r in again] == [100.0, 6_000.0, 30_000.0, 100.0] and len(store.table("bench_ceiling_check")) == 4
+    assert [r["tok_s"] for r in bench.ceiling_check(more, None, store=store)] == [100.0, 6_000.0, 30_000.0, 100.0]
 
 
 def test_bench_serving_shim_fixes_the_warmup_body_sglang_refuses():
@@ -411,3 +418,27 @@ def test_each_sweep_level_is_warmed_before_it_is_measured(tmp_path, monkeypatch)
     bench.concurrency_sweep("http://127.0.0.1:9", "m", prompts, store=RunStore.at(tmp_path / "r2"), levels=(1,), level_warmup=False,
                             requests_per_level=1, max_tokens=8, progress=False, request_timeout=2)
     assert [c for _, c in calls] == [1]  # no warm-up asked: the level alone
+
+
+def test_a_sweep_measured_without_level_warmup_is_measured_again_and_the_last_stands(tmp_path):
+    """A run resumed with each level warmed first measures its levels again (they were measured another way); the older
+    rows stay in the tables, `current` keeps the last of each measurement and its own requests, `remeasured` pairs them.
+    Against the real fake SSE server; the first sweep runs without warm-up, the second with it."""
+    store = RunStore.at(tmp_path / "run")
+    prompts = [bench.Prompt(text=f"p{i}", tokens=2) for i in range(8)]
+    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=1) as srv:
+        kw = dict(store=store, levels=(1, 2), requests_per_level=1, max_tokens=8, saturation_patience=0, progress=False, label="a")
+        bench.concurrency_sweep(srv.url, "m", prompts, level_warmup=False, **kw)
+        bench.concurrency_sweep(srv.url, "m", prompts, level_warmup=False, **kw)   # resumed the same way: nothing new
+        assert len(store.rows("bench_summary")) == 2 and len(store.rows("bench_requests")) == 3
+        time.sleep(1.1)  # rows carry their time to the second: the second measurement is recorded later
+        again = bench.concurrency_sweep(srv.url, "m", prompts, level_warmup=True, **kw)
+    assert all(r.get("level_warmup") for r in again) and len(store.rows("bench_summary")) == 4
+    summary, requests = bench.current(store.rows("bench_summary"), store.rows("bench_requests"))
+    assert [r["level_warmup"] for r in summary] == [True, True]
+    assert len(requests) == 3 and all(q.get("level_warmup") for q in requests)
+    pairs = bench.remeasured(store.rows("bench_summary"))
+    assert [(p["concurrency"], p["before_method"], p["after_method"]) for p in pairs] == [
+        (1, "no warm-up per level", "each level warmed first"), (2, "no warm-up per level", "each level warmed first")]
+    # a measurement taken once stands as it is
+    assert bench.current(summary, requests) == (summary, requests) and bench.remeasured(summary) == []

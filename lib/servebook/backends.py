@@ -251,7 +251,8 @@ def _preflight(ctx: _Sweep, backends: list[str | None], modes: list[str]) -> dic
     res = ctx.engine.preflight(ctx.served_from, launches)
     secs = round(time.monotonic() - t0, 1)
     for label, verdict in res.get("results", {}).items():
-        if not ctx.store.done("backends_preflight", engine=ctx.engine.name, attention=label):
+        judged = [r for r in ctx.store.find("backends_preflight", engine=ctx.engine.name, attention=label) if r.get("ok") is not None]
+        if not judged:  # first asked, or asked before only by a harness that could not judge it
             ctx.store.append("backends_preflight", {"engine": ctx.engine.name, "attention": label, "method": res.get("method"),
                                                     "seconds": secs, **verdict})
     if res.get("error"):

@@ -16,6 +16,11 @@
 #               once both engines are: chapter 01, 05 (SGLang and vLLM side by side) and 03 (vLLM's MLA backends
 #               beside SGLang's default), RUN_ID h200x1-live unless set; then wait up to S seconds
 #               (a run carried in .devout/runs/local-vm/RUN_ID is resumed: what it holds is not measured again)
+#   more [S]    a one-GPU machine resuming the carried run (RUN_ID h200x1-live unless set): chapter 03 for what it lacks,
+#               then chapter 05 again with WARMUP (default 10) warm-up requests and every sweep level warmed first (both
+#               are measured again: another method) and SGLang's own client beside servebook's; meanwhile, on the CPU,
+#               chapter 02 of each run named in PAGES (default h200x1-book h200x2-book) executed again with this host's
+#               engines (pages and tables to pages.tgz); then wait up to S seconds
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
 step=${1:-status}; secs=${2:-0}
@@ -42,6 +47,7 @@ snap() {
   for m in /tmp/models/*/; do [ -f "$m/config.json" ] && mkdir -p "/tmp/runs/models/$(basename "$m")" && \
     cp "$m/config.json" "$m/servebook_model.json" "/tmp/runs/models/$(basename "$m")/" 2>/dev/null; done
   tar czf "$OUT/runs.tgz" -C /tmp/runs . 2>/dev/null
+  [ -d /tmp/pages ] && tar czf "$OUT/pages.tgz" -C /tmp/pages . 2>/dev/null
   for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
   echo "[device.sh] $(date -u +%T) snapshot: $(du -sh "$OUT/runs.tgz" | cut -f1) in runs.tgz ($(( $(date +%s) - T0 ))s this call)"
@@ -104,27 +110,41 @@ $BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engin
 $BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
 }
 VLLM_MLA=${VLLM_MLA:-FLASH_ATTN_MLA,FLASHMLA,FLASHINFER_MLA,TRITON_MLA,CUTLASS_MLA}  # vLLM 0.26.0's MLA list for SM90 (platforms/cuda.py:135-143) and one SM100-only
-do_one() {
+do_one_models() {  # models once the notebook tools are in; 0 once both engines are in too (the carried run resumed, imports checked)
     if [ ! -f /tmp/jobs/prep.pid ]; then
-      have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 0; }
+      have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 1; }
       job prep "cd $REPO
 python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
 python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE"
     fi
-    [ -f /tmp/jobs/main.pid ] && return 0
-    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 0; }
+    [ -f /tmp/jobs/main.pid ] && return 1
+    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 1; }
     # a recorded run carried in .devout/runs (as the `all` step does) is resumed: what it holds is not measured again
     [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     # what the servers and SGLang's own client import, not just the package (a staging gap shows here, not minutes later)
     for m in sglang:sglang.srt.entrypoints.http_server sglang:sglang.bench_serving vllm:vllm.entrypoints.openai.api_server; do
       (e=${m%%:*}; /tmp/py-$e -c "import time, importlib, importlib.metadata as md; t = time.time(); importlib.import_module('${m#*:}'); print('${m#*:}', md.version('$e'), 'imports in %.0f s' % (time.time() - t))" 2>&1 | tail -2) & done; wait
+}
+do_one() {
+    do_one_models || return 0
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
 $BOOK --engine sglang --model $DUMMY --only 01
 $BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p ceiling_sglang_version=0.5.16
 $BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=sglang: ; vllm: $VLLM_MLA'"
 }
+do_more() {
+    [ -f /tmp/jobs/pages.pid ] || { have book.tar.xz && have common.tar.xz && job pages "cd $REPO
+for r in ${PAGES:-h200x1-book h200x2-book}; do rm -rf /tmp/pages/\$r; mkdir -p /tmp/pages; cp -r data/runs/\$r /tmp/pages/\$r
+env -u SERVEBOOK_PYTHON_SGLANG -u SERVEBOOK_PYTHON_VLLM python3 -m servebook.cli html /tmp/pages/\$r --refresh 02 --out /tmp/pages/rendered-\$r || echo \"pages: \$r failed\"; done"; }
+    do_one_models || return 0
+    job main "cd $REPO
+while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
+$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=sglang: ; vllm: $VLLM_MLA'
+$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p warmup=${WARMUP:-10} -p ceiling_sglang_version=0.5.16 -p max_tokens=128 -p input_len=128"
+}
 case "$step" in
+  more) do_more; do_wait ;;
   one) do_one; do_wait ;;
   all) [ -f /tmp/jobs/all.pid ] || do_all; do_wait ;;
   restart) do_restart; do_wait ;;

@@ -328,6 +328,10 @@ def _judge(v: dict, skips: dict) -> tuple[str, bool | None]:
     return f"{at}: servebook's client reaches the goal and httpx does not, so a library client cannot reach it here", True
 
 
+def _checked(label, phase, concurrency, tok_s) -> tuple:
+    return (label, phase, int(concurrency or 1), round(float(tok_s), 6))
+
+
 def _pct(x) -> str:
     return f"{x:.0%}" if isinstance(x, (int, float)) else "unmeasured"
 
@@ -338,18 +342,29 @@ def ceiling_check(summary, ceiling, *, warn_at: float = 0.5, store=None) -> list
     Two ways a benchmark can measure its client instead of the server: the rate approaches the
     tokens/s the client sustained against the fake server at the nearest measured concurrency (log scale), or the
     client's CPU per token (worst case: one network read per token) times the rate fills its core.
-    Rows (one per summary row, single-stream and sweep levels) go to ``bench_ceiling_check``."""
+    Rows (one per summary row, single-stream and sweep levels) go to ``bench_ceiling_check``; with ``store``, a rate
+    already checked there is not checked again and its stored row is returned (a resumed run checks only what it
+    measured since)."""
     rows: list[dict] = []
     if ceiling is not None and "client" in getattr(ceiling, "columns", ()):  # servebook's own ceiling, not the other clients'
         ceiling = ceiling[ceiling["client"].fillna("servebook") == "servebook"]
-    if summary is None or not len(summary) or ceiling is None or not len(ceiling):
+    if summary is None or not len(summary):
         return rows
-    levels = sorted({int(c) for c in ceiling["concurrency"]})
+    have = {_checked(r["label"], r["phase"], r["concurrency"], r["tok_s"]): r
+            for r in (store.rows("bench_ceiling_check") if store is not None else [])}
+    measured = ceiling is not None and len(ceiling)
+    levels = sorted({int(c) for c in ceiling["concurrency"]}) if measured else []
     for _, r in summary.iterrows():
         rate = r.get("throughput_tok_s") if r.get("phase") == "sweep" else r.get("decode_tok_s_mean")
         if rate is None or rate != rate:
             continue
         c = int(r.get("concurrency") or 1)
+        k = _checked(r.get("label"), r.get("phase"), c, rate)
+        if k in have:
+            rows.append(have[k])
+            continue
+        if not measured:
+            continue
         near = min(levels, key=lambda lv: (abs(math.log(lv / c)), lv))  # levels double: nearest on a log scale
         at = ceiling[ceiling["concurrency"] == near]
         ceil_tok_s = float(at["stream_tok_s"].min())

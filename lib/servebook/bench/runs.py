@@ -17,7 +17,7 @@ from .prompts import Prompt
 from .sse import RequestResult
 from .stats import mean_ci, percentile
 
-__all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls"]
+__all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured"]
 
 
 def summarize_level(results: Sequence[RequestResult], wall_s: float | None = None) -> dict:
@@ -99,7 +99,7 @@ def single_stream(
     if warmup:
         w = run_requests(url, model, [prompts[i % len(prompts)] for i in range(warmup)], desc="warm-up", progress=False, **common)
         if store is not None:
-            _store_requests(store, w, {**cfg, "phase": "warmup", "concurrency": 1, "run": -1, "max_tokens": max_tokens}, ptoks)
+            _store_requests(store, w, {**cfg, "phase": "warmup", "concurrency": 1, "run": -1, "max_tokens": max_tokens, "warmup": warmup}, ptoks)
     per_run = []
     all_results: list[RequestResult] = []
     it = range(runs)
@@ -113,7 +113,8 @@ def single_stream(
         k += requests_per_run
         res = run_requests(url, model, batch, progress=False, desc=f"single run {run}", **common)
         if store is not None:
-            _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": max_tokens}, ptoks)
+            _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": max_tokens, "warmup": warmup},
+                            ptoks)
         ok = [r for r in res if r.ok]
         all_results.extend(res)
         per_run.append({
@@ -195,15 +196,18 @@ def concurrency_sweep(
     """
     cfg = bench_config(engine, attention, label, api)
     levels = list(levels) if levels else concurrency_levels(max_concurrency)
+    # a replay answers only the recorded measurements; a warm-up asks the engine nothing worth replaying
+    warm = bool(level_warmup) and not str(getattr(host, "spec", "")).startswith("replay:")
     out = []
     ptoks = [p.tokens for p in prompts]
     best, flat = 0.0, 0
     for i, c in enumerate(levels):
         if saturation_patience and flat >= saturation_patience:
-            if store is not None:
-                store.append("bench_sweep_stops", _stop_row(cfg, c, levels[:i], best, flat, out))
+            wkey = {"level_warmup": True} if warm else {}
+            if store is not None and not store.done("bench_sweep_stops", **cfg, stopped_before=c, **wkey):  # once, resumed or not
+                store.append("bench_sweep_stops", {**_stop_row(cfg, c, levels[:i], best, flat, out), **wkey})
             break
-        key = {**cfg, "phase": "sweep", "concurrency": c, "max_tokens": max_tokens}
+        key = {**cfg, "phase": "sweep", "concurrency": c, "max_tokens": max_tokens, **({"level_warmup": True} if warm else {})}
         if store is not None and resume and store.done("bench_summary", **key):
             found = store.find("bench_summary", **key)
             out.extend(found)
@@ -213,8 +217,7 @@ def concurrency_sweep(
         batch = [prompts[i % len(prompts)] for i in range(n)]
         common = dict(max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
                       request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
-        if level_warmup and not str(getattr(host, "spec", "")).startswith("replay:"):  # untimed, other end of the prompts
-            # (a replay answers only the recorded measurements; a warm-up asks the engine nothing worth replaying)
+        if warm:  # untimed, from the other end of the prompts
             run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], progress=False,
                          desc=f"{cfg['label']} C={c} warm-up", **common)
         t0 = time.perf_counter()
@@ -285,3 +288,52 @@ def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float
     if throughput > best * 1.10:
         return throughput, 0
     return max(best, throughput), flat + 1
+
+
+_SAME = ("label", "phase", "concurrency", "max_tokens")  # one measurement; a later row of it is the same measured again
+
+
+def current(summary: Iterable[dict], requests: Iterable[dict] = ()) -> tuple[list[dict], list[dict]]:
+    """The rows of ``bench_summary`` and ``bench_requests`` that stand: for each measurement (label, phase, concurrency,
+    max_tokens) the last one recorded, and the requests recorded after any earlier summary of it (a resumed run that
+    measured again with another method, e.g. more warm-up requests or each sweep level warmed first, keeps the older rows
+    in its tables; :func:`remeasured` pairs them)."""
+    summary, requests = list(summary), list(requests)
+    last: dict = {}
+    cut: dict = {}
+    for r in summary:
+        k = tuple(r.get(f) for f in _SAME)
+        if k in last:
+            cut[k] = str(last[k].get("recorded_at") or "")
+        last[k] = r
+
+    def stands(q: dict) -> bool:
+        phase = "single" if q.get("phase") == "warmup" else q.get("phase")
+        k = (q.get("label"), phase, q.get("concurrency"), q.get("max_tokens"))
+        return k not in cut or str(q.get("recorded_at") or "") > cut[k]
+
+    keep = {id(r) for r in last.values()}
+    return [r for r in summary if id(r) in keep], [q for q in requests if stands(q)]
+
+
+def remeasured(summary: Iterable[dict]) -> list[dict]:
+    """Each measurement recorded more than once: the first and the last, with the method of each (rows: label, phase,
+    concurrency, before, after, before_method, after_method, metric)."""
+    seen: dict = {}
+    for r in summary:
+        seen.setdefault(tuple(r.get(f) for f in _SAME), []).append(r)
+    out = []
+    for k, rs in seen.items():
+        if len(rs) < 2:
+            continue
+        metric = "decode_tok_s_mean" if k[1] == "single" else "throughput_tok_s"
+        a, b = rs[0], rs[-1]
+        out.append({"label": k[0], "phase": k[1], "concurrency": k[2], "metric": metric, "before": a.get(metric), "after": b.get(metric),
+                    "before_method": _method(a), "after_method": _method(b), "before_at": a.get("recorded_at"), "after_at": b.get("recorded_at")})
+    return out
+
+
+def _method(r: dict) -> str:
+    if r.get("phase") == "single":
+        return f"{r.get('warmup')} warm-up request(s), {r.get('runs')} runs"
+    return "each level warmed first" if r.get("level_warmup") else "no warm-up per level"
