@@ -418,10 +418,16 @@ if len(ceiling_check):
 # %%
 cc = store.table("bench_client_check")
 if len(cc):
+    if "harness_fault" not in cc:
+        cc["harness_fault"] = None
     display(cc[["label", "concurrency", "metric", "servebook", "bench_serving", "rel_diff", "servebook_spread"]].round(4))
-    worst = cc.loc[cc["rel_diff"].abs().idxmax()]
-    print(f"largest difference: {worst['metric']} at C={int(worst['concurrency'])}: {worst['rel_diff']:+.1%} "
-          f"(servebook's own run-to-run spread there: {worst['servebook_spread']:.1%})")
+    judged = cc[cc["harness_fault"].isna()]  # a row servebook measured wrongly compares nothing
+    for _, r in cc[cc["harness_fault"].notna()].drop_duplicates("metric").iterrows():
+        print(f"{r['metric']}: not compared, servebook's value is a harness fault: {r['harness_fault']}")
+    if len(judged):
+        worst = judged.loc[judged["rel_diff"].abs().idxmax()]
+        print(f"largest difference: {worst['metric']} at C={int(worst['concurrency'])}: {worst['rel_diff']:+.1%} "
+              f"(servebook's own run-to-run spread there: {worst['servebook_spread']:.1%})")
 else:
     tried = [f for f in store.rows("failures") if str(f.get("step", "")).startswith("bench_serving check")]
     if tried:  # it ran and failed: say so with bench_serving's own last error line
@@ -702,6 +708,14 @@ for label, g in (breakdown.groupby("label", sort=False) if len(breakdown) else [
     total = g["ms_per_token"].sum()
     lines.append(f"- {label}: {total:.2f} ms per token, of which the largest part is {top['part']} ({top['share']:.0%}); "
                  + ", ".join(f"{r['part'].split(' (')[0]} {r['ms_per_token']:.2f} ms" for _, r in g.iterrows() if r["ms_per_token"]) + ".")
+cc = store.table("bench_client_check")
+if len(cc):  # servebook's client against SGLang's own on the live server, each metric both ways
+    cc = cc[cc["harness_fault"].isna()] if "harness_fault" in cc else cc
+    per = ", ".join(f"{m} " + " / ".join(f"{r['rel_diff']:+.1%} at C={int(r['concurrency'])}" for _, r in g.iterrows())
+                    for m, g in cc.groupby("metric", sort=False))
+    lines.append(f"- servebook's client against `sglang.bench_serving`, taking turns on the live server (servebook - bench_serving, "
+                 f"relative): {per}. A difference beyond servebook's own run-to-run spread is the clients' or the server's between "
+                 "turns; which, this run does not settle (more alternating turns would).")
 n_near = int(ceiling_check["near_ceiling"].sum()) if len(ceiling_check) else 0
 if n_near:
     lines.append(f"- **{n_near} measurement(s) came within {ceiling_check['warn_at'].iloc[0]:.0%} of the client's own ceiling** "

@@ -442,3 +442,22 @@ def test_a_sweep_measured_without_level_warmup_is_measured_again_and_the_last_st
         (1, "no warm-up per level", "each level warmed first"), (2, "no warm-up per level", "each level warmed first")]
     # a measurement taken once stands as it is
     assert bench.current(summary, requests) == (summary, requests) and bench.remeasured(summary) == []
+
+
+def test_per_token_itl_follows_the_servers_count_not_a_retokenized_text(tok):
+    """A chunk's text need not re-tokenize into the tokens that made it (random weights emit fragments: on the H200,
+    1,217 re-counted for 128 generated, and servebook's ITL came out 7-10x too small beside sglang.bench_serving's).
+    With the server's usage, each chunk gap is spread over the tokens the server says it generated."""
+    from servebook.bench import sse
+
+    texts = ["hello there general kenobi"] * 9          # several tokens each by the real tokenizer
+    assert sum(sse._count_tokens(tok, texts)) > 9
+    r = sse.RequestResult(index=0)
+    counts = sse._count_output(r, texts, {"completion_tokens": 9, "prompt_tokens": 4}, tok)
+    assert counts == [1] * 9 and r.output_tokens == 9 and r.chunk_count_source == "one per chunk (the server's count)"
+    r2 = sse.RequestResult(index=0)
+    counts = sse._count_output(r2, texts, {"completion_tokens": 18}, tok)   # two per chunk, by the server
+    assert sum(counts) == 18 and counts == [2] * 9 and "scaled" in r2.chunk_count_source
+    assert sse._scaled([5, 1, 1], 5, 3) == [3, 1, 1] and sum(sse._scaled([3, 3, 3], 4, 3)) == 4
+    r3 = sse.RequestResult(index=0)   # no usage: the tokenizer's counts, as before
+    assert sse._count_output(r3, texts, None, tok) == sse._count_tokens(tok, texts) and r3.count_source == "tokenizer"

@@ -10,7 +10,8 @@ Runs after the batch, off the hot path. An event is timestamped by the network r
 * per-token inter-token latency (``itl_ms``): each inter-chunk gap divided evenly over the tokens
   that chunk carried, kept apart from the raw inter-chunk gaps (``chunk_gaps_ms``);
 * ``output_tokens``: the server's ``usage.completion_tokens`` when it sends one, else the
-  model tokenizer's count of the streamed text; tokens per chunk from the tokenizer.
+  model tokenizer's count of the streamed text; tokens per chunk from the tokenizer, scaled to the server's count
+  when it sent one (one per chunk when it streamed as many chunks as tokens).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class RequestResult:
     output_tokens_usage: int | None = None
     output_tokens_tokenizer: int | None = None
     count_source: str = ""
+    chunk_count_source: str = "the tokenizer's"  # tokens per chunk, over which each chunk gap is spread for the ITL
     finish_reason: str | None = None
     n_chunks: int = 0
     n_reads: int = 0
@@ -173,7 +175,27 @@ def _count_output(r: RequestResult, texts: list[str], usage: dict | None, tokeni
     if counts is None:  # no tokenizer: one token per chunk is assumed for the per-token ITL
         counts = [1] * len(texts)
         r.count_source += " (ITL assumes one token per chunk: no tokenizer)"
+        r.chunk_count_source = "one per chunk, assumed (no tokenizer)"
+    elif r.output_tokens_usage is not None and texts and sum(counts) != r.output_tokens_usage:
+        # the server's count is the truth; text does not always re-tokenize into the tokens that made it (random weights
+        # emit fragments: h200x1-live, 1,217 re-counted for 128 generated), which would split each gap over too many tokens
+        counts = _scaled(counts, int(r.output_tokens_usage), len(texts))
+        r.chunk_count_source = "one per chunk (the server's count)" if r.output_tokens_usage == len(texts) else \
+            "the tokenizer's, scaled to the server's count"
     return counts
+
+
+def _scaled(counts: list[int], total: int, n: int) -> list[int]:
+    """Per-chunk token counts summing to the server's ``total``: one per chunk when it streamed one chunk per token,
+    else the tokenizer's counts scaled (largest remainders)."""
+    if total == n:
+        return [1] * n
+    s = sum(counts) or n
+    raw = [c * total / s if sum(counts) else total / n for c in counts]
+    out = [int(x) for x in raw]
+    for i in sorted(range(n), key=lambda i: raw[i] - out[i], reverse=True)[:total - sum(out)]:
+        out[i] += 1
+    return out
 
 
 def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[int]) -> None:
