@@ -335,11 +335,19 @@ for name in names:
             verdict = separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"))
             lines.append(f"- {mode}: **{r['attention']}** {r['decode_tok_s']:.1f} ± {r.get('decode_tok_s_ci95') or 0:.1f} tok/s vs the default "
                          f"(`{a.get('reported')}`) {a['decode_tok_s']:.1f} ± {a.get('decode_tok_s_ci95') or 0:.1f}: {verdict}")
+    modes_auto = {m: g[g["attention"] == "auto"].iloc[0] for m, g in ok.groupby("mode") if len(g[g["attention"] == "auto"])}
+    if "eager" in modes_auto and ("graph" in modes_auto or "default" in modes_auto):  # what CUDA graphs are worth here
+        e, gr = modes_auto["eager"], modes_auto.get("graph", modes_auto.get("default"))
+        lines.append(f"- CUDA graphs off (eager), the default `{e.get('reported')}`: {e['decode_tok_s']:.1f} ± {e.get('decode_tok_s_ci95') or 0:.1f} "
+                     f"tok/s against {gr['decode_tok_s']:.1f} ± {gr.get('decode_tok_s_ci95') or 0:.1f} with them: "
+                     f"{separated(e['decode_tok_s'], e.get('decode_tok_s_ci95'), gr['decode_tok_s'], gr.get('decode_tok_s_ci95'))}.")
     for _, r in t[t["outcome"] != "ok"].iterrows():
         lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {str(r.get('error'))[:300]}")
 for f in store.rows("failures"):  # a sweep (or the chapter) that stopped: its rows so far are above, the rest never ran
     if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
-        lines.append(f"- **{f['engine']}**: the sweep stopped: {str(f['error'])[:400]}")
+        later = [r for r in store.rows("backends") if r.get("engine") == f["engine"] and str(r.get("recorded_at")) > str(f.get("recorded_at"))]
+        lines.append(f"- **{f['engine']}**: " + ("an earlier sweep of this run stopped (measured again later: the rows above): "
+                                                 if later else "the sweep stopped: ") + str(f["error"])[:400])
     elif str(f.get("step", "")).startswith("chapter 03_"):
         lines.append(f"- An execution of this chapter stopped in this run: {str(f['error'])[:400]}")
 if skipped:

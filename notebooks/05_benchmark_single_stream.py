@@ -661,7 +661,8 @@ for _, r in single_df.iterrows():  # a rate still climbing over the runs is warm
         lines.append(f"- {r['label']}: the single-stream rate rose in every run, {xs[0]:,.0f} to {xs[-1]:,.0f} tok/s, so its interval "
                      f"measures warm-up as much as spread. Hypothesis: the server was still warming after {warmup} warm-up requests; "
                      "settled by more warm-up requests (`warmup`) and the same runs again.")
-for st in bench.sweep_stalls(summary_rows, request_rows):
+stalls = bench.sweep_stalls(summary_rows, request_rows)
+for st in stalls:
     lines.append(f"- {st['label']}: throughput fell from {st['best_before_tok_s']:,.0f} tok/s at C={st['best_before_concurrency']} to "
                  f"{st['throughput_tok_s']:,.0f} at C={st['concurrency']}; first tokens there took {st['ttft_median_s']:.2f} s "
                  f"(median) and up to {st['ttft_max_s']:.2f} s, against {st['ttft_median_best_s']:.2f} s at C={st['best_before_concurrency']}. "
@@ -684,11 +685,25 @@ for label, g in pd.DataFrame(again).groupby("label", sort=False) if again else [
         text = f"- {label}: sweep measured again with {sweep.iloc[-1]['after_method']} (before: {sweep.iloc[-1]['before_method']}), tok/s: {levels}."
         for r in fell:
             best_after = max([x for x in sweep[sweep["concurrency"] < r["concurrency"]]["after"] if pd.notna(x)] or [0])
+            gone = pd.notna(r["after"]) and r["after"] >= 0.75 * best_after
             text += (f" The fall at C={int(r['concurrency'])} " + (
-                "did not recur once the level was warmed first (one batch each way): it was a first-use cost at that concurrency, "
-                "not saturation; which kernel or cache paid it is not measured here." if pd.notna(r["after"]) and r["after"] >= 0.75 * best_after
+                ("did not recur once the level was warmed first, a " + f"{r['after'] / r['before']:.1f}x change: it was a first-use "
+                 "cost at that concurrency, not saturation (which kernel or cache paid it is not measured here)."
+                 if r["after"] >= 3 * r["before"] else
+                 "did not recur once the level was warmed first: consistent with a first-use cost, a hypothesis only (one batch "
+                 "per level each way, no interval; more batches per level would settle it).") if gone
                 else "recurred with the level warmed first, so first use does not explain it; the cause is not settled by this run."))
         lines.append(text)
+for _, r in (sweep_ok.iterrows() if len(sweep_ok) else []):  # a level held back by first-token waits, not by decode
+    p50, p99, user = r.get("ttft_server_s_p50"), r.get("ttft_server_s_p99"), r.get("per_user_tok_s")
+    stalled = any(st["label"] == r["label"] and st["concurrency"] == r["concurrency"] for st in stalls)  # said above
+    if not stalled and pd.notna(p99) and pd.notna(p50) and pd.notna(user) and p99 > 0.5 and p99 > 10 * p50 \
+            and r["throughput_tok_s"] < 0.6 * r["concurrency"] * user:
+        lines.append(f"- {r['label']} at C={int(r['concurrency'])}: each user decoded at {user:,.0f} tok/s, yet a request waited up to "
+                     f"{p99:.2f} s for its first token after it was sent (median {p50 * 1e3:.0f} ms), so the level's {r['throughput_tok_s']:,.0f} "
+                     f"tok/s is well below {int(r['concurrency'])} users at that rate ({r['concurrency'] * user:,.0f}): the waits, not decode, "
+                     "limit it, so this level is no saturation point. The cause is not settled by this run (a trace of the "
+                     "engine's scheduler at that level would).")
 for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if len(single_all) else []):
     errors = r.get("errors") if isinstance(r.get("errors"), list) else []
     lines.append(f"- **{r['label']}** single stream: no request succeeded ({int(r['failed'])} failed)"
