@@ -196,8 +196,9 @@ def concurrency_sweep(
     """
     cfg = bench_config(engine, attention, label, api)
     levels = list(levels) if levels else concurrency_levels(max_concurrency)
-    # a replay answers only the recorded measurements; a warm-up asks the engine nothing worth replaying
-    warm = bool(level_warmup) and not str(getattr(host, "spec", "")).startswith("replay:")
+    # the method is recorded as asked; a replay answers only the recorded measurements, so it sends no warm-up
+    warm = bool(level_warmup)
+    send_warmup = warm and not str(getattr(host, "spec", "")).startswith("replay:")
     out = []
     ptoks = [p.tokens for p in prompts]
     best, flat = 0.0, 0
@@ -217,7 +218,7 @@ def concurrency_sweep(
         batch = [prompts[i % len(prompts)] for i in range(n)]
         common = dict(max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
                       request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
-        if warm:  # untimed, from the other end of the prompts
+        if send_warmup:  # untimed, from the other end of the prompts
             run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], progress=False,
                          desc=f"{cfg['label']} C={c} warm-up", **common)
         t0 = time.perf_counter()
