@@ -16,6 +16,8 @@
 #               once both engines are: chapter 01, 05 (SGLang and vLLM side by side) and 03 (vLLM's MLA backends
 #               beside SGLang's default), RUN_ID h200x1-live unless set; then wait up to S seconds
 #               (a run carried in .devout/runs/local-vm/RUN_ID is resumed: what it holds is not measured again)
+#   check [S]   SGLang only (the parts up to SGLang's archive): chapter 05 resumed for SGLang (what it lacks, e.g. the
+#               client check measured again after a fault), RUN_ID h200x1-live unless set; then wait up to S seconds
 #   more [S]    a one-GPU machine resuming the carried run (RUN_ID h200x1-live unless set): chapter 03 for what it lacks,
 #               then chapter 05 again with WARMUP (default 10) warm-up requests and every sweep level warmed first (both
 #               are measured again: another method) and SGLang's own client beside servebook's; meanwhile, on the CPU,
@@ -37,7 +39,7 @@ export SERVEBOOK_HOST_POLICY_ENV="NCCL_NVLS_ENABLE=0,TORCH_SYMM_MEM_DISABLE_MULT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SERVEBOOK_CACHE=/tmp/sbcache
 [ -x /tmp/py-sglang ] && export SERVEBOOK_PYTHON_SGLANG=/tmp/py-sglang
 [ -x /tmp/py-vllm ] && export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-RUN_ID=${RUN_ID:-$(case "$step" in one|more) echo h200x1-live;; *) echo h200x2-live;; esac)}
+RUN_ID=${RUN_ID:-$(case "$step" in one|more|check) echo h200x1-live;; *) echo h200x2-live;; esac)}
 SLICE=/tmp/models/kimi-slice            # full-width Kimi-K2.5 text slice, seeded bf16 weights (chapter 03: agreement)
 DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-format dummy (chapters 04, 05: speed)
 FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
@@ -143,7 +145,16 @@ while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
 $BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=sglang: ; vllm: $VLLM_MLA'
 $BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p warmup=${WARMUP:-10} -p ceiling_sglang_version=0.5.16 -p max_tokens=128 -p input_len=128"
 }
+do_check() {  # SGLang only (parts with book, common, sglang): chapter 05 resumed for SGLang, which measures what it lacks
+    have book.tar.xz && have common.tar.xz && [ -x /tmp/py-sglang ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] \
+      || { echo "[device.sh] notebook tools or SGLang not unpacked yet"; return 0; }
+    [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
+    job check "cd $REPO
+python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
+$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines= -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p warmup=${WARMUP:-10} -p ceiling_sglang_version=0.5.16 -p max_tokens=128 -p input_len=128"
+}
 case "$step" in
+  check) do_check; do_wait ;;
   more) do_more; do_wait ;;
   one) do_one; do_wait ;;
   all) [ -f /tmp/jobs/all.pid ] || do_all; do_wait ;;
