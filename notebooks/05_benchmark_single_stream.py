@@ -734,7 +734,15 @@ cc = store.table("bench_client_check")
 if len(cc):  # servebook's client against SGLang's own on the live server, each metric both ways (the last of each)
     cc = cc.drop_duplicates(["label", "concurrency", "metric"], keep="last")
     cc = cc[cc["harness_fault"].isna()] if "harness_fault" in cc else cc
-    per = ", ".join(f"{m} " + " / ".join(f"{r['rel_diff']:+.1%} at C={int(r['concurrency'])}" for _, r in g.iterrows())
+    def turn(r) -> str:  # a metric whose two servebook runs disagree: the run after bench_serving's, against it
+        xs = r.get("servebook_runs") if isinstance(r.get("servebook_runs"), list) else []
+        if r["servebook_spread"] <= 0.5 or len(xs) < 2:
+            return ""
+        return (f" (servebook's runs {', '.join(f'{x:,.0f}' if x >= 100 else f'{x:.3g}' for x in xs)}: its run after bench_serving's is "
+                f"{(xs[-1] - r['bench_serving']) / r['bench_serving']:+.1%}; hypothesis: its first run, at a concurrency the server had "
+                "not served since it started, paid a first-use cost like the first sweep's; the check now warms the server at its "
+                "concurrency first)")
+    per = ", ".join(f"{m} " + " / ".join(f"{r['rel_diff']:+.1%} at C={int(r['concurrency'])}{turn(r)}" for _, r in g.iterrows())
                     for m, g in cc.groupby("metric", sort=False))
     lines.append(f"- servebook's client against `sglang.bench_serving`, taking turns on the live server (servebook - bench_serving, "
                  f"relative): {per}. A difference beyond servebook's own run-to-run spread is the clients' or the server's between "

@@ -95,8 +95,10 @@ def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, t
     prompts = bench.build_prompts(tokenizer, input_len, n, seed=seed)
     data = write_sharegpt(prompts, wd / "sharegpt.json")
     gen = bench.fixed_length_fields(engine, output_len)
-    # warm the server once (bench_serving does the same with its warmup request)
-    bench.run_requests(url, model, prompts[:1], max_tokens=output_len, engine=engine, tokenizer=tokenizer)
+    # warm the server at this concurrency first: an engine pays a first-use cost for a batch size it has not served yet
+    # (h200x1-live, C=8: servebook's first run waited 466 ms for first tokens, its run after bench_serving 21 ms)
+    bench.run_requests(url, model, prompts[:concurrency], max_tokens=output_len, concurrency=concurrency, engine=engine,
+                       tokenizer=tokenizer)
 
     def sb_run() -> dict:
         return servebook_metrics(bench.run_requests(url, model, prompts, max_tokens=output_len, concurrency=concurrency,
