@@ -323,11 +323,12 @@ for name in names:
     b = verdicts.get(name) or {}
     if b.get("correct") and b.get("default_tok_s") is not None:
         lines.append(f"- The answer (chapter 06 states the same): {say_backends(b)} Each start against the default:")
+    modes_auto = {}  # the default's start in each mode
     for mode, g in ok.groupby("mode"):
         auto = g[g["attention"] == "auto"]
         if not len(auto):
             continue
-        a = auto.iloc[0]
+        a = modes_auto[mode] = auto.iloc[0]
         ranked = g.sort_values("decode_tok_s", ascending=False)
         for _, r in ranked.iterrows():
             if r["attention"] == "auto":
@@ -335,7 +336,6 @@ for name in names:
             verdict = separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"))
             lines.append(f"- {mode}: **{r['attention']}** {r['decode_tok_s']:.1f} ± {r.get('decode_tok_s_ci95') or 0:.1f} tok/s vs the default "
                          f"(`{a.get('reported')}`) {a['decode_tok_s']:.1f} ± {a.get('decode_tok_s_ci95') or 0:.1f}: {verdict}")
-    modes_auto = {m: g[g["attention"] == "auto"].iloc[0] for m, g in ok.groupby("mode") if len(g[g["attention"] == "auto"])}
     if "eager" in modes_auto and ("graph" in modes_auto or "default" in modes_auto):  # what CUDA graphs are worth here
         e, gr = modes_auto["eager"], modes_auto.get("graph", modes_auto.get("default"))
         lines.append(f"- CUDA graphs off (eager), the default `{e.get('reported')}`: {e['decode_tok_s']:.1f} ± {e.get('decode_tok_s_ci95') or 0:.1f} "
@@ -345,7 +345,7 @@ for name in names:
         lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {str(r.get('error'))[:300]}")
 for f in store.rows("failures"):  # a sweep (or the chapter) that stopped: its rows so far are above, the rest never ran
     if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
-        later = [r for r in store.rows("backends") if r.get("engine") == f["engine"] and str(r.get("recorded_at")) > str(f.get("recorded_at"))]
+        later = len(table) and ((table["engine"] == f["engine"]) & (table["recorded_at"].astype(str) > str(f.get("recorded_at")))).any()
         lines.append(f"- **{f['engine']}**: " + ("an earlier sweep of this run stopped (measured again later: the rows above): "
                                                  if later else "the sweep stopped: ") + str(f["error"])[:400])
     elif str(f.get("step", "")).startswith("chapter 03_"):

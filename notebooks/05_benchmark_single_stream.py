@@ -685,20 +685,17 @@ for label, g in pd.DataFrame(again).groupby("label", sort=False) if again else [
         lines.append(f"- {label}: single stream measured again with {r['after_method']} (before: {r['before_method']}): "
                      f"{r['before']:,.0f} -> {r['after']:,.0f} tok/s.")
     if len(sweep):
-        fell = [r for _, r in sweep.iterrows() if pd.notna(r["before"]) and r["before"] < 0.75 * max(
-            [x for x in sweep[sweep["concurrency"] < r["concurrency"]]["before"] if pd.notna(x)] or [0])]
+        fell = [r for _, r in sweep.iterrows() if r["fell"]]  # bench.remeasured: sweep_stalls' rule, both times
         levels = ", ".join(f"C={int(r['concurrency'])} {r['before']:,.0f} -> {r['after']:,.0f}" for _, r in sweep.iterrows()
                            if pd.notna(r["before"]) and pd.notna(r["after"]))
         text = f"- {label}: sweep measured again with {sweep.iloc[-1]['after_method']} (before: {sweep.iloc[-1]['before_method']}), tok/s: {levels}."
         for r in fell:
-            best_after = max([x for x in sweep[sweep["concurrency"] < r["concurrency"]]["after"] if pd.notna(x)] or [0])
-            gone = pd.notna(r["after"]) and r["after"] >= 0.75 * best_after
             text += (f" The fall at C={int(r['concurrency'])} " + (
                 ("did not recur once the level was warmed first, a " + f"{r['after'] / r['before']:.1f}x change: it was a first-use "
                  "cost at that concurrency, not saturation (which kernel or cache paid it is not measured here)."
                  if r["after"] >= 3 * r["before"] else
                  "did not recur once the level was warmed first: consistent with a first-use cost, a hypothesis only (one batch "
-                 "per level each way, no interval; more batches per level would settle it).") if gone
+                 "per level each way, no interval; more batches per level would settle it).") if not r["recurred"]
                 else "recurred with the level warmed first, so first use does not explain it; the cause is not settled by this run."))
         lines.append(text)
 for _, r in (sweep_ok.iterrows() if len(sweep_ok) else []):  # a level held back by first-token waits, not by decode
@@ -730,10 +727,8 @@ for label, g in (breakdown.groupby("label", sort=False) if len(breakdown) else [
     total = g["ms_per_token"].sum()
     lines.append(f"- {label}: {total:.2f} ms per token, of which the largest part is {top['part']} ({top['share']:.0%}); "
                  + ", ".join(f"{r['part'].split(' (')[0]} {r['ms_per_token']:.2f} ms" for _, r in g.iterrows() if r["ms_per_token"]) + ".")
-cc = store.table("bench_client_check")
-if len(cc):  # servebook's client against SGLang's own on the live server, each metric both ways (the last of each)
-    cc = cc.drop_duplicates(["label", "concurrency", "metric"], keep="last")
-    cc = cc[cc["harness_fault"].isna()] if "harness_fault" in cc else cc
+if len(cc):  # servebook's client against SGLang's own on the live server, each metric both ways (the last of each, above)
+    cc = cc[cc["harness_fault"].isna()]
     def turn(r) -> str:  # a metric whose two servebook runs disagree: the run after bench_serving's, against it
         xs = r.get("servebook_runs") if isinstance(r.get("servebook_runs"), list) else []
         if r["servebook_spread"] <= 0.5 or len(xs) < 2:

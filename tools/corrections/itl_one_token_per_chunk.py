@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
+from servebook.bench.runs import requests_of  # noqa: E402
 from servebook.bench.stats import percentile  # noqa: E402
-
-SAME = ("label", "phase", "concurrency", "max_tokens")
 
 
 def _rows(path: Path) -> list[dict]:
@@ -43,36 +42,28 @@ def correct(run: Path) -> dict:
             q["itl_ms"] = list(q["chunk_gaps_ms"])
             q["itl_p50_ms"], q["itl_p99_ms"] = percentile(q["itl_ms"], 50), percentile(q["itl_ms"], 99)
             q["chunk_count_source"] = "one per chunk (the server's count; recomputed by tools/corrections/itl_one_token_per_chunk.py)"
-    by_id: dict = {}
-    for s in summ:
-        by_id.setdefault(tuple(s.get(f) for f in SAME), []).append(s)
     redone = 0
-    for k, ss in by_id.items():
-        prev = ""
-        for s in ss:
-            at = str(s.get("recorded_at") or "")
-            mine = [q for q in reqs if q.get("ok") and (q.get("label"), q.get("phase"), q.get("concurrency"), q.get("max_tokens")) == k
-                    and prev < str(q.get("recorded_at") or "") <= at]
-            prev = at
-            odd = [q for q in mine if not str(q.get("chunk_count_source", "")).startswith("one per chunk")]
-            if not mine or s.get("itl_corrected"):
-                continue
-            if odd:  # the per-chunk split of those requests is unknown: no ITL rather than a wrong one
-                for f in ("itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "itl_ms_mean"):
-                    if f in s:
-                        s[f] = None
-                s["itl_corrected"] = (f"not recomputable: {len(odd)} request(s) streamed a number of chunks other than their "
-                                      "tokens, so how their gaps split per token is unknown (tools/corrections/itl_one_token_per_chunk.py)")
-                redone += 1
-                continue
-            itl = [x for q in mine for x in q["itl_ms"]]
-            for p in (50, 90, 99):
-                if f"itl_ms_p{p}" in s:
-                    s[f"itl_ms_p{p}"] = percentile(itl, p)
-            if "itl_ms_mean" in s:
-                s["itl_ms_mean"] = statistics.mean(itl)
-            s["itl_corrected"] = "recomputed from chunk gaps, one token per chunk (tools/corrections/itl_one_token_per_chunk.py)"
+    for s, mine in requests_of(summ, reqs):  # each summary with the requests recorded for it (as bench.current assigns them)
+        mine = [q for q in mine if q.get("ok")]
+        odd = [q for q in mine if not str(q.get("chunk_count_source", "")).startswith("one per chunk")]
+        if not mine or s.get("itl_corrected"):
+            continue
+        if odd:  # the per-chunk split of those requests is unknown: no ITL rather than a wrong one
+            for f in ("itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "itl_ms_mean"):
+                if f in s:
+                    s[f] = None
+            s["itl_corrected"] = (f"not recomputable: {len(odd)} request(s) streamed a number of chunks other than their "
+                                  "tokens, so how their gaps split per token is unknown (tools/corrections/itl_one_token_per_chunk.py)")
             redone += 1
+            continue
+        itl = [x for q in mine for x in q["itl_ms"]]
+        for p in (50, 90, 99):
+            if f"itl_ms_p{p}" in s:
+                s[f"itl_ms_p{p}"] = percentile(itl, p)
+        if "itl_ms_mean" in s:
+            s["itl_ms_mean"] = statistics.mean(itl)
+        s["itl_corrected"] = "recomputed from chunk gaps, one token per chunk (tools/corrections/itl_one_token_per_chunk.py)"
+        redone += 1
     _write(run / "bench_requests.jsonl", reqs)
     _write(run / "bench_summary.jsonl", summ)
     return {"run": str(run), "requests": len(reqs), "requests_fixed": fixed, "summaries": len(summ), "summaries_recomputed": redone}

@@ -44,6 +44,10 @@ SLICE=/tmp/models/kimi-slice            # full-width Kimi-K2.5 text slice, seede
 DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-format dummy (chapters 04, 05: speed)
 FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
 BOOK="python3 -m servebook.cli book --runs /tmp/runs --run-id $RUN_ID --out /tmp/book"
+# one GPU (one, more, check): chapter 05 on the dummy-weight slice, chapter 03 on the seeded one (add the engines' backends)
+CH05="--engine sglang --model $DUMMY --only 05 -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p ceiling_sglang_version=0.5.16"
+CH03="--engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3"
+AGAIN="-p warmup=${WARMUP:-10} -p max_tokens=128 -p input_len=128"   # chapter 05 measured again with more warm-up
 
 snap() {
   for m in /tmp/models/*/; do [ -f "$m/config.json" ] && mkdir -p "/tmp/runs/models/$(basename "$m")" && \
@@ -132,8 +136,8 @@ do_one() {
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
 $BOOK --engine sglang --model $DUMMY --only 01
-$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p ceiling_sglang_version=0.5.16
-$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=sglang: ; vllm: $VLLM_MLA'"
+$BOOK $CH05 -p compare_engines=vllm
+$BOOK $CH03 -p 'backends=sglang: ; vllm: $VLLM_MLA'"
 }
 do_more() {
     [ -f /tmp/jobs/pages.pid ] || { have book.tar.xz && have common.tar.xz && job pages "cd $REPO
@@ -142,8 +146,8 @@ env -u SERVEBOOK_PYTHON_SGLANG -u SERVEBOOK_PYTHON_VLLM python3 -m servebook.cli
     do_one_models || return 0
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
-$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=sglang: ; vllm: $VLLM_MLA'
-$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p warmup=${WARMUP:-10} -p ceiling_sglang_version=0.5.16 -p max_tokens=128 -p input_len=128"
+$BOOK $CH03 -p 'backends=sglang: ; vllm: $VLLM_MLA'
+$BOOK $CH05 -p compare_engines=vllm $AGAIN"
 }
 do_check() {  # SGLang only (parts with book, common, sglang): chapter 05 resumed for SGLang, which measures what it lacks
     have book.tar.xz && have common.tar.xz && [ -x /tmp/py-sglang ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] \
@@ -151,7 +155,7 @@ do_check() {  # SGLang only (parts with book, common, sglang): chapter 05 resume
     [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     job check "cd $REPO
 python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
-$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines= -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p warmup=${WARMUP:-10} -p ceiling_sglang_version=0.5.16 -p max_tokens=128 -p input_len=128"
+$BOOK $CH05 -p compare_engines= $AGAIN"
 }
 case "$step" in
   check) do_check; do_wait ;;

@@ -17,7 +17,8 @@ from .prompts import Prompt
 from .sse import RequestResult
 from .stats import mean_ci, percentile
 
-__all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured"]
+__all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
+           "requests_of"]
 
 
 def summarize_level(results: Sequence[RequestResult], wall_s: float | None = None) -> dict:
@@ -272,7 +273,7 @@ def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], drop: float 
         if thr is None:
             continue
         b = best.get(lab)
-        if b and thr < drop * b[0]:
+        if b and _fell(thr, [b[0]], drop):
             med, top = median((lab, s.get("concurrency")))
             bmed, _ = median((lab, b[1]))
             out.append({"label": lab, "concurrency": s.get("concurrency"), "throughput_tok_s": thr, "best_before_tok_s": b[0],
@@ -291,7 +292,32 @@ def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float
     return max(best, throughput), flat + 1
 
 
-_SAME = ("label", "phase", "concurrency", "max_tokens")  # one measurement; a later row of it is the same measured again
+def _key(r: dict) -> tuple:
+    """The measurement a summary row (or a request, its warm-ups counted with the single stream) belongs to: label, phase,
+    concurrency, max_tokens. A later row of the same measurement is that measurement taken again."""
+    phase = "single" if r.get("phase") == "warmup" else r.get("phase")
+    return r.get("label"), phase, r.get("concurrency"), r.get("max_tokens")
+
+
+def _takes(summary: list[dict]) -> dict:
+    """Per measurement, each recording of it in order with the time of the one before it: [(row, previous_at), ...]."""
+    out: dict = {}
+    for r in summary:
+        takes = out.setdefault(_key(r), [])
+        takes.append((r, str(takes[-1][0].get("recorded_at") or "") if takes else None))
+    return out
+
+
+def requests_of(summary: Iterable[dict], requests: Iterable[dict]) -> list[tuple[dict, list[dict]]]:
+    """Each summary row with the requests recorded for it: those of its measurement recorded after the summary before it
+    and not after it (warm-ups excluded)."""
+    summary, requests = list(summary), [q for q in requests if q.get("phase") != "warmup"]
+    out = []
+    for takes in _takes(summary).values():
+        for row, prev in takes:
+            at = str(row.get("recorded_at") or "")
+            out.append((row, [q for q in requests if _key(q) == _key(row) and (prev or "") < str(q.get("recorded_at") or "") <= at]))
+    return out
 
 
 def current(summary: Iterable[dict], requests: Iterable[dict] = ()) -> tuple[list[dict], list[dict]]:
@@ -299,39 +325,43 @@ def current(summary: Iterable[dict], requests: Iterable[dict] = ()) -> tuple[lis
     max_tokens) the last one recorded, and the requests recorded after any earlier summary of it (a resumed run that
     measured again with another method, e.g. more warm-up requests or each sweep level warmed first, keeps the older rows
     in its tables; :func:`remeasured` pairs them)."""
-    summary, requests = list(summary), list(requests)
-    last: dict = {}
-    cut: dict = {}
-    for r in summary:
-        k = tuple(r.get(f) for f in _SAME)
-        if k in last:
-            cut[k] = str(last[k].get("recorded_at") or "")
-        last[k] = r
+    summary = list(summary)
+    last = {k: takes[-1] for k, takes in _takes(summary).items()}
+    keep = {id(row) for row, _ in last.values()}
+    cut = {k: prev for k, (_, prev) in last.items() if prev is not None}
 
     def stands(q: dict) -> bool:
-        phase = "single" if q.get("phase") == "warmup" else q.get("phase")
-        k = (q.get("label"), phase, q.get("concurrency"), q.get("max_tokens"))
+        k = _key(q)
         return k not in cut or str(q.get("recorded_at") or "") > cut[k]
 
-    keep = {id(r) for r in last.values()}
     return [r for r in summary if id(r) in keep], [q for q in requests if stands(q)]
 
 
-def remeasured(summary: Iterable[dict]) -> list[dict]:
+def remeasured(summary: Iterable[dict], drop: float = 0.75) -> list[dict]:
     """Each measurement recorded more than once: the first and the last, with the method of each (rows: label, phase,
-    concurrency, before, after, before_method, after_method, metric)."""
-    seen: dict = {}
-    for r in summary:
-        seen.setdefault(tuple(r.get(f) for f in _SAME), []).append(r)
+    concurrency, before, after, before_method, after_method, metric). A sweep level also says whether it ``fell`` the
+    first time (below ``drop`` x the best lower level measured both times, :func:`sweep_stalls`' rule) and whether the
+    fall ``recurred`` the last time (or the last time measured nothing)."""
     out = []
-    for k, rs in seen.items():
-        if len(rs) < 2:
+    for k, takes in _takes(list(summary)).items():
+        if len(takes) < 2:
             continue
         metric = "decode_tok_s_mean" if k[1] == "single" else "throughput_tok_s"
-        a, b = rs[0], rs[-1]
+        a, b = takes[0][0], takes[-1][0]
         out.append({"label": k[0], "phase": k[1], "concurrency": k[2], "metric": metric, "before": a.get(metric), "after": b.get(metric),
                     "before_method": _method(a), "after_method": _method(b), "before_at": a.get("recorded_at"), "after_at": b.get("recorded_at")})
+    for pair in out:
+        if pair["phase"] == "sweep":
+            lower = [p for p in out if p["phase"] == "sweep" and p["label"] == pair["label"] and p["concurrency"] < pair["concurrency"]]
+            pair["fell"] = _fell(pair["before"], [p["before"] for p in lower], drop)
+            pair["recurred"] = pair["after"] is None or _fell(pair["after"], [p["after"] for p in lower], drop)
     return out
+
+
+def _fell(value, lower, drop: float) -> bool:
+    """A level's throughput below ``drop`` x the best of the lower levels (a fall: a saturated server holds its throughput)."""
+    best = max([x for x in lower if x is not None] or [0])
+    return value is not None and value < drop * best
 
 
 def _method(r: dict) -> str:

@@ -190,8 +190,8 @@ def _scaled(counts: list[int], total: int, n: int) -> list[int]:
     else the tokenizer's counts scaled (largest remainders)."""
     if total == n:
         return [1] * n
-    s = sum(counts) or n
-    raw = [c * total / s if sum(counts) else total / n for c in counts]
+    weights = counts if sum(counts) else [1] * n
+    raw = [w * total / sum(weights) for w in weights]
     out = [int(x) for x in raw]
     for i in sorted(range(n), key=lambda i: raw[i] - out[i], reverse=True)[:total - sum(out)]:
         out[i] += 1
