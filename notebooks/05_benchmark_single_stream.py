@@ -49,6 +49,8 @@ seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
 seed_tp: int = 8  # tensor-parallel size of the seed case
 seed_allreduce_us: float = 0.0  # per-all-reduce latency (us) assumed for the seed case communication floor; 0: the latencies recorded in data/runs/h200x2-nccl (H200 NVLink, as in the what-if book); chapter 04 measures yours
+profile_steps: int = 40  # decode steps to profile per engine with its own profiler (0: no profile)
+profile_depths: str = "2,3"  # slice depths (layers) profiled for the full-model prediction; empty: only the model as given
 seed_reported_tok_s: str = ""  # single-stream tok/s of the seed case, engine:value pairs (e.g. vllm:82.5,sglang:63.6); empty: the seed's own figures in data/reference/seed-case.json
 
 
@@ -638,6 +640,54 @@ roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]]
 
 # %% [markdown]
 # Measured (or reported) rates next to their limits; the seed rows' time split is in the table `bench_breakdown`.
+
+# %% [markdown]
+# ## Where a decode step's time goes
+# Method: each engine's own profiler (SGLang's `/start_profile`, vLLM's `--profiler-config`; for `transformers`,
+# torch's profiler around the same model decoding in this process) records tens of steady decode steps of one greedy
+# stream, CUDA graphs on where the engine uses them. Steps are found in the trace by the kernel that runs once per step;
+# every kernel is put in a category by the rule below (first match wins), and the time inside a step when no kernel runs
+# is "gpu idle" (host scheduling, launch gaps, waiting for the sampled token; on a CPU host: time outside any operator).
+# The same server is first timed without the profiler, so the profiler's own cost shows.
+
+# %%
+from servebook import profile as sbprof
+
+if measure and model_dir is not None and profile_steps > 0 and not profile:
+    sbprof.measure_chapter(store, engines, model_dir, engine_args=engine_args, steps=profile_steps, depths=profile_depths,
+                           host=host, smoke=smoke)
+prof = sbprof.chapter_tables(store)
+prof["rules"]
+
+# %%
+if len(prof["breakdown"]):
+    display(prof["breakdown"].round(3))
+    sbprof.plot_breakdown(prof["breakdown_long"])
+else:
+    print("no decode-step profile in this run" + ("" if not len(prof["failed"]) else ": " + "; ".join(
+        f"{r['label']}: {str(r.get('error'))[:160]}" for _, r in prof["failed"].iterrows())))
+
+# %% [markdown]
+# Each bar is one server's profiled step; the black tick is its time per token without the profiler. Where the bar is
+# longer, the profiler's own cost is the difference.
+
+# %% [markdown]
+# ### The whole model, predicted from two slices
+# Two slices of the same card that differ only in their repeated layers give the GPU time of one more layer (busy time
+# per step, deeper minus shallower) and the rest (embedding, dense layers, LM head, sampling). The full model's time per
+# token is the deeper slice's unprofiled time plus the missing layers' GPU time (point; host work kept as it was), with
+# the larger of that slice's time and the full model's GPU time as the low end (host work hidden behind the GPU). Where
+# the whole model was run too, its measured time and the signed error stand beside it; the bytes rule (bytes read per
+# token over the bandwidth, datasheet and measured) is the roofline bound, not a prediction.
+
+# %%
+cols = ["card", "engine", "backend", "quant", "layers_measured", "predicted_ms", "low_ms", "high_ms", "measured_ms", "error_pct",
+        "within_interval", "slope_ms_per_layer", "fixed_ms", "roofline_ms_datasheet", "roofline_ms_measured"]
+display(prof["bandwidth"][["device", "read_tbs", "copy_tbs", "method"]] if len(prof["bandwidth"]) else "GPU memory bandwidth not measured in this run")
+prof["predictions"][[c for c in cols if c in prof["predictions"]]].round(3) if len(prof["predictions"]) else "no two slice depths profiled: no prediction"
+
+# %%
+display(Markdown("\n".join(sbprof.findings(store)) or "Nothing profiled in this run."))
 
 # %% [markdown]
 # ## What we found

@@ -60,10 +60,17 @@ def _text_config(card: dict) -> dict:
     return dict(cfg.get("text_config", cfg)) if isinstance(cfg.get("text_config"), dict) else dict(cfg)
 
 
-def slice_config(card: dict, layers: int | None = None, scale: int = 1, max_positions: int = 8192) -> dict:
+# The card's quantization applied to the routed experts only (what the card's bytes_per_param_note says of Kimi-K2.5:
+# INT4 routed experts, BF16 attention, shared experts and dense layers): compressed-tensors' own ignore syntax.
+_ROUTED_ONLY_IGNORE = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj$",
+                       "re:.*mlp\\.gate$"]
+
+
+def slice_config(card: dict, layers: int | None = None, scale: int = 1, max_positions: int = 8192, quant: str = "bf16") -> dict:
     """The config.json of a slice of ``card``: ``layers`` layers (default: the dense ones plus one MoE layer,
     or 2), width divided by ``scale`` (hidden and intermediate sizes, heads and experts; MLA ranks and head
-    dims kept), bf16, no quantization."""
+    dims kept), bf16; ``quant="card"`` keeps the card's quantization config for the routed experts (the
+    engines' own quantized MoE kernels then run; only with dummy weights)."""
     full = _text_config(card)
     family = _family(full)
     if scale < 1:
@@ -97,6 +104,13 @@ def slice_config(card: dict, layers: int | None = None, scale: int = 1, max_posi
         cfg["architectures"], cfg["model_type"] = ["LlamaForCausalLM"], "llama"
     cfg["max_position_embeddings"] = min(int(full.get("max_position_embeddings") or max_positions), max_positions)
     cfg["torch_dtype"] = "bfloat16"
+    if quant == "card":
+        q = full.get("quantization_config")
+        if not q:
+            raise ParameterError("quant", quant, "'bf16': this card has no quantization config")
+        cfg["quantization_config"] = {**q, "ignore": list(q.get("ignore") or _ROUTED_ONLY_IGNORE)}
+    elif quant != "bf16":
+        raise ParameterError("quant", quant, "'bf16' (default) or 'card' (the card's quantization for the routed experts)")
     cfg["tie_word_embeddings"] = False
     cfg.pop("dtype", None)
     return cfg
@@ -158,7 +172,7 @@ def model_facts(card: dict, cfg: dict) -> dict:
     from .roofline import config_bytes_per_token
 
     full = _text_config(card)
-    sl = config_bytes_per_token(cfg, dense_bytes=2.0, expert_bytes=2.0)
+    sl = config_bytes_per_token(cfg, dense_bytes=2.0, expert_bytes=None if cfg.get("quantization_config") else 2.0)
     full_bf16 = config_bytes_per_token(full, dense_bytes=2.0, expert_bytes=2.0)
     full_card = config_bytes_per_token(full, dense_bytes=2.0)
     lm_head = full["vocab_size"] * full["hidden_size"] * 2.0  # read once per token whatever the depth
@@ -260,7 +274,7 @@ def _numel(shape) -> int:
     return n
 
 
-def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights: str = "random", seed: int = 0,
+def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights: str = "random", seed: int = 0, quant: str = "bf16",
                 out: str | os.PathLike | None = None, device: str = "auto", force: bool = False,
                 progress: Callable[[str], None] | None = print) -> Path:
     """Build (once; cached by its parameters) a model directory from the card ``card``; returns its path."""
@@ -273,7 +287,9 @@ def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights
         card_d = load_card(card)
     except Exception as exc:  # an unknown card: the cards module's own message names the known ones
         raise ParameterError("card", card, str(exc)) from exc
-    cfg = slice_config(card_d, layers=layers, scale=scale)
+    if quant != "bf16" and weights != "dummy":
+        raise ParameterError("quant", quant, "'bf16' with random weights: quantized slices are built with weights='dummy' only")
+    cfg = slice_config(card_d, layers=layers, scale=scale, quant=quant)
     target = Path(out) if out else cache_dir() / "models" / f"{card}-L{cfg['num_hidden_layers']}-s{scale}-{weights}-{_cache_key(card, cfg, weights, seed)}"
     meta_path = target / "servebook_model.json"
     if meta_path.exists() and not force:
@@ -346,6 +362,8 @@ def register(sub) -> None:
     b.add_argument("--weights", choices=("random", "dummy"), default="random",
                    help="random: seeded bf16 safetensors; dummy: none, start the engine with --load-format dummy")
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--quant", choices=("bf16", "card"), default="bf16",
+                   help="card: keep the card's quantization for the routed experts (with --weights dummy)")
     b.add_argument("--device", default="auto", help="where random weights are generated (auto: a GPU if there is one)")
     b.add_argument("--out", default=None, help="the model directory (default: a cache directory named by the parameters)")
     b.add_argument("--force", action="store_true", help="build again even if built")
@@ -354,6 +372,6 @@ def register(sub) -> None:
 
 def _cmd_build(args) -> int:
     path = build_model(args.card, layers=args.layers, scale=args.scale, weights=args.weights, seed=args.seed,
-                       out=args.out, device=args.device, force=args.force)
+                       quant=args.quant, out=args.out, device=args.device, force=args.force)
     print(path)
     return 0

@@ -27,6 +27,7 @@ from .errors import ModelError, ParameterError
 from .paths import data_dir
 
 __all__ = [
+    "measure_gpu_bandwidth",
     "measure_memory_bandwidth",
     "host_memory_bandwidth",
     "weight_bytes",
@@ -84,6 +85,39 @@ def measure_memory_bandwidth(size_mib: int = 512, repeats: int = 5) -> dict:
         "method": (f"torch float32 tensor of {size_mib} MiB: read = x.sum(), copy = y.copy_(x) counted as read+write; "
                    f"best of {repeats} after a warm-up pass, {torch.get_num_threads()} threads"),
     }
+
+
+def measure_gpu_bandwidth(size_gib: float = 4.0, repeats: int = 10, device: int = 0) -> dict:
+    """The GPU's read bandwidth, measured: ``x.sum()`` over a bf16 tensor of ``size_gib`` GiB timed with CUDA
+    events (bytes read / time, best of ``repeats`` after a warm-up), and a copy counted as read + write."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ParameterError("device", "cuda", "a CUDA GPU: this host has none (the CPU's bandwidth: measure_memory_bandwidth)")
+    dev = torch.device("cuda", device)
+    n = int(size_gib * (1 << 30)) // 2
+    x = torch.ones(n, dtype=torch.bfloat16, device=dev)
+    y = torch.empty_like(x)
+    nbytes = x.numel() * 2
+    x.sum(dtype=torch.float32)
+    y.copy_(x)
+    torch.cuda.synchronize(dev)
+    read, copy = [], []
+    for _ in range(max(1, repeats)):
+        for fn, out in ((lambda: x.sum(dtype=torch.float32), read), (lambda: y.copy_(x), copy)):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b) / 1e3)
+    name = torch.cuda.get_device_name(dev)
+    del x, y
+    torch.cuda.empty_cache()
+    return {"device": name, "read_tbs": nbytes / min(read) / 1e12, "copy_tbs": 2 * nbytes / min(copy) / 1e12,
+            "size_gib": size_gib, "repeats": repeats,
+            "method": f"torch bf16 tensor of {size_gib:g} GiB on {name}: read = x.sum() (fp32 accumulate), copy = y.copy_(x) "
+                      f"counted as read+write; CUDA events, best of {repeats} after a warm-up"}
 
 
 def host_memory_bandwidth(size_mib: int = 512, repeats: int = 5) -> dict:

@@ -18,6 +18,9 @@
 #               (a run carried in .devout/runs/local-vm/RUN_ID is resumed: what it holds is not measured again)
 #   check [S]   SGLang only (the parts up to SGLang's archive): chapter 05 resumed for SGLang (what it lacks, e.g. the
 #               client check measured again after a fault), RUN_ID h200x1-live unless set; then wait up to S seconds
+#   profile [S] a one-GPU machine: chapter 05's decode-step profiles (servebook profile run) of the servers in
+#               tools/gpu-stage/profile-plan.json - Kimi-K2.5 slices of 1 and 2 layers (bf16, and INT4 experts), Moonlight
+#               and Llama-3.1-8B slices and whole models - RUN_ID h200x1-prof unless set; traces to traces.tgz
 #   more [S]    a one-GPU machine resuming the carried run (RUN_ID h200x1-live unless set): chapter 03 for what it lacks,
 #               then chapter 05 again with WARMUP (default 10) warm-up requests and every sweep level warmed first (both
 #               are measured again: another method) and SGLang's own client beside servebook's; meanwhile, on the CPU,
@@ -39,7 +42,7 @@ export SERVEBOOK_HOST_POLICY_ENV="NCCL_NVLS_ENABLE=0,TORCH_SYMM_MEM_DISABLE_MULT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SERVEBOOK_CACHE=/tmp/sbcache
 [ -x /tmp/py-sglang ] && export SERVEBOOK_PYTHON_SGLANG=/tmp/py-sglang
 [ -x /tmp/py-vllm ] && export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-RUN_ID=${RUN_ID:-$(case "$step" in one|more|check) echo h200x1-live;; *) echo h200x2-live;; esac)}
+RUN_ID=${RUN_ID:-$(case "$step" in one|more|check) echo h200x1-live;; profile) echo h200x1-prof;; *) echo h200x2-live;; esac)}
 SLICE=/tmp/models/kimi-slice            # full-width Kimi-K2.5 text slice, seeded bf16 weights (chapter 03: agreement)
 DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-format dummy (chapters 04, 05: speed)
 FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
@@ -52,7 +55,8 @@ AGAIN="-p warmup=${WARMUP:-10} -p max_tokens=128 -p input_len=128"   # chapter 0
 snap() {
   for m in /tmp/models/*/; do [ -f "$m/config.json" ] && mkdir -p "/tmp/runs/models/$(basename "$m")" && \
     cp "$m/config.json" "$m/servebook_model.json" "/tmp/runs/models/$(basename "$m")/" 2>/dev/null; done
-  tar czf "$OUT/runs.tgz" -C /tmp/runs . 2>/dev/null
+  tar czf "$OUT/runs.tgz" --exclude=traces -C /tmp/runs . 2>/dev/null
+  (cd /tmp/runs && find . -path '*/traces/*' -not -path '*/traces/raw/*' -type f | tar czf "$OUT/traces.tgz" -T - 2>/dev/null)
   [ -d /tmp/pages ] && tar czf "$OUT/pages.tgz" -C /tmp/pages . 2>/dev/null
   for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
@@ -157,7 +161,27 @@ do_check() {  # SGLang only (parts with book, common, sglang): chapter 05 resume
 python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
 $BOOK $CH05 -p compare_engines= $AGAIN"
 }
+do_profile() {  # models (dummy weights: config and tokenizer only, seconds) as soon as the notebook tools are in, then the plan
+    if [ ! -f /tmp/jobs/pmodels.pid ]; then
+      have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 0; }
+      job pmodels "cd $REPO
+B='python3 -m servebook.cli model build'
+\$B kimi-k2.5 --layers 1 --weights dummy --out /tmp/models/kimi-1L
+\$B kimi-k2.5 --layers 2 --weights dummy --out /tmp/models/kimi-2L
+\$B kimi-k2.5 --layers 2 --weights dummy --quant card --out /tmp/models/kimi-2L-int4
+for n in 2 5 27; do \$B moonlight-16b-a3b --layers \$n --weights dummy --out /tmp/models/moonlight-\${n}L; done
+for n in 2 4 32; do \$B llama-3.1-8b --layers \$n --weights dummy --out /tmp/models/llama-\${n}L; done"
+    fi
+    [ -f /tmp/jobs/prof.pid ] && return 0
+    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 0; }
+    job prof "cd $REPO
+while [ ! -f /tmp/jobs/pmodels.done ]; do sleep 2; done
+rm -rf /tmp/sblib-prof; cp -r $REPO/lib /tmp/sblib-prof; cp tools/gpu-stage/profile-plan.json /tmp/profile-plan.json
+export PYTHONPATH=/tmp/sblib-prof:\$PYTHONPATH   # a copy: the device tool re-copies the tree under a running job
+python3 -m servebook.cli profile run --plan /tmp/profile-plan.json --runs /tmp/runs --run-id $RUN_ID --budget-gb \${BUDGET_GB:-138} \${ONLY:+--only \"\$ONLY\"}"
+}
 case "$step" in
+  profile) do_profile; do_wait ;;
   check) do_check; do_wait ;;
   more) do_more; do_wait ;;
   one) do_one; do_wait ;;

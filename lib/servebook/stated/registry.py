@@ -111,6 +111,24 @@ def _per(getter: Callable[[Any], dict], field_: str | Callable[[dict], Any]) -> 
     return lambda store: {k: pick_(d) for k, d in getter(store).items()}
 
 
+def _profiles(store) -> dict:
+    from ..profile.tables import latest_ok
+
+    return {r["label"]: r for r in latest_ok(store.rows("profile_runs"))}
+
+
+def _profile_categories(store) -> dict:
+    from ..profile.tables import latest_breakdown
+
+    return {f"{r['label']} | {r['category']}": r["ms_per_step"]
+            for r in latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs"))}
+
+
+def _predictions(field_: str) -> Callable[[Any], dict]:
+    return lambda store: {f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}": p.get(field_)
+                          for p in store.rows("prediction_check")}
+
+
 _SEED = {"seed_loss": lambda store: {None: seed_case()["loss"]},
          "seed_tok_s": lambda store: dict(seed_case()["single_stream_tok_s"])}
 
@@ -163,6 +181,14 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("ceiling_ratio", "a client's ceiling over sglang.bench_serving's on the same fake server", _ceiling_ratios, ("05",)),
     Quantity("fast_path_justified", "whether servebook's own HTTP transport is justified: its ceiling reaches the goal "
              "(CEILING_GOAL x bench_serving's) and httpx's does not", _fast_path, ("05",)),
+    # chapter 05: where a decode step's time goes
+    Quantity("profile_step_ms", "profiled decode step (ms) of one server, from its trace", _per(_profiles, "step_ms"), ("05",)),
+    Quantity("profile_tpot_ms", "time per token (ms) of the profiled server without the profiler", _per(_profiles, "tpot_ms"), ("05",)),
+    Quantity("profile_category_ms", "ms per decode step of one kernel category (label | category)", _profile_categories),
+    Quantity("predicted_ms", "full model's time per token (ms) predicted from two slices (card | engine | backend | mode | quant)",
+             _predictions("predicted_ms"), ("05",)),
+    Quantity("measured_full_ms", "full model's measured time per token (ms)", _predictions("measured_ms")),
+    Quantity("prediction_error_pct", "error of the full-model prediction, signed (%)", _predictions("error_pct")),
     Quantity("card_roofline_tok_s", "bandwidth-only roofline of a model card on N GPUs of a profile (the seed case's, or "
              "the what-if's), from data/models and data/hardware", lambda store: {}, lookup=_roofline_lookup),
 ]}

@@ -1,0 +1,101 @@
+"""Where a decode step's time goes (chapter 05): engine profiles broken down by kernel category, and the full
+model's time per token predicted from two slices and checked against the full model where it fits one GPU.
+
+    servebook profile run --plan plan.json --runs runs --run-id h200x1-prof    # on the GPU host
+    servebook profile predict runs/local-vm/h200x1-prof                        # recompute prediction_check
+
+Modules: ``kernels`` (traces, the classification rule), ``steps`` (steps of a trace, per-step breakdown),
+``capture`` (the engines' profiler endpoints), ``run`` (a plan of servers), ``predict`` and ``tables`` (the
+full model from two slices; tables derived from the recorded ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .chapter import chapter_tables, findings, measure_chapter, plot_breakdown, record_inprocess
+from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
+from .kernels import CATEGORIES, RULES, Kernel, TraceError, classify, kernel_events, load_trace, rules_table
+from .predict import predict_full
+from .steps import busy_time, find_anchor, step_breakdown
+from .tables import breakdown_check, latest_breakdown, latest_ok, prediction_rows
+
+__all__ = ["CATEGORIES", "RULES", "Kernel", "TraceError", "ProfilerUnavailable", "classify", "kernel_events", "load_trace",
+           "rules_table", "find_anchor", "step_breakdown", "busy_time", "capture", "keep_trace", "profiler_launch",
+           "predict_full", "prediction_rows", "measure_chapter", "chapter_tables", "findings", "plot_breakdown", "record_inprocess",
+           "write_predictions", "breakdown_check", "latest_breakdown", "latest_ok", "register"]
+
+
+def register(sub) -> None:
+    """``servebook profile run`` / ``servebook profile predict``."""
+    p = sub.add_parser("profile", help="profile decode steps of engine servers; predict a full model from slices")
+    ps = p.add_subparsers(dest="profile_command", required=True)
+    r = ps.add_parser("run", help="start each server of a plan, time it, profile its decode steps (GPU host)")
+    r.add_argument("--plan", required=True, help="a JSON list of servers: label, engine, model_dir, backend, mode, role, card")
+    r.add_argument("--runs", default="runs")
+    r.add_argument("--run-id", default=None)
+    r.add_argument("--budget-gb", type=float, default=120.0, help="GPU memory for servers started together (default 120)")
+    r.add_argument("--steps", type=int, default=40, help="decode steps to profile (default 40)")
+    r.add_argument("--tpot-runs", type=int, default=5)
+    r.add_argument("--ready-timeout", type=float, default=600.0)
+    r.add_argument("--only", default="", help="comma-separated labels of the plan to run (default: all)")
+    r.set_defaults(func=_cmd_run)
+    q = ps.add_parser("predict", help="recompute the table prediction_check of a run from its profiles")
+    q.add_argument("run_dir")
+    q.set_defaults(func=_cmd_predict)
+
+
+def _datasheet_tbs(device: str | None) -> float | None:
+    from ..profiles import list_profiles, load_profile
+
+    for name in list_profiles():
+        prof = load_profile(name)
+        if device and (prof.get("gpu_name") or "").lower() == device.lower():
+            return float(prof["memory_bandwidth_tbs"])
+    return None
+
+
+def write_predictions(store) -> list[dict]:
+    """Derive ``prediction_check`` from the run's ``profile_runs`` and ``memory_bandwidth`` (rewritten whole)."""
+    bw = store.rows("memory_bandwidth")
+    rows = prediction_rows(store.rows("profile_runs"), bw, _datasheet_tbs(bw[-1]["device"] if bw else None))
+    path = store.table_path("prediction_check")
+    if path.exists():
+        path.unlink()
+    for row in rows:
+        store.append("prediction_check", row)
+    return rows
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ..results import RunStore
+    from ..roofline import measure_gpu_bandwidth
+    from .run import load_plan, run_plan
+
+    specs = load_plan(args.plan)
+    if args.only:
+        want = {s.strip() for s in args.only.split(",") if s.strip()}
+        specs = [s for s in specs if s["label"] in want]
+    store = RunStore.open(args.runs, run_id=args.run_id)
+    print(f"run directory: {store.path}")
+    if not store.rows("memory_bandwidth"):
+        try:
+            m = measure_gpu_bandwidth()
+            store.append("memory_bandwidth", m)
+            print(f"memory bandwidth: read {m['read_tbs']:.2f} TB/s, copy {m['copy_tbs']:.2f} TB/s ({m['device']})")
+        except Exception as exc:  # noqa: BLE001 - a finding, the profiles go on
+            store.record_failure("memory bandwidth", exc)
+            print(f"memory bandwidth not measured: {exc}")
+    run_plan(store, specs, budget_gb=args.budget_gb, steps=args.steps, tpot_runs=args.tpot_runs, ready_timeout=args.ready_timeout)
+    for row in write_predictions(store):
+        err = f", measured {row['measured_ms']:.3f} ms, error {row['error_pct']:+.1f}%" if row["measured_ms"] else ""
+        print(f"prediction {row['card']} {row['engine']} {row['backend']}: {row['predicted_ms']:.3f} ms per token{err}")
+    return 0
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from ..results import RunStore
+
+    for row in write_predictions(RunStore.at(args.run_dir)):
+        print(row)
+    return 0

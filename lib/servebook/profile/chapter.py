@@ -1,0 +1,190 @@
+"""Chapter 05's section "Where a decode step's time goes": measure (on a live host), then the tables and figure.
+
+    measure_chapter(store, ["sglang", "vllm"], model_dir, engine_args="sglang: --cuda-graph-max-bs 16", steps=40, depths="1,2")
+    t = chapter_tables(store)            # runs, breakdown (wide), predictions, rules, bandwidth: DataFrames
+    fig = plot_breakdown(t["breakdown_long"])
+    lines = findings(store)              # Markdown sentences with every number tagged (servebook.stated.q)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .kernels import CATEGORIES, rules_table
+from .tables import latest_breakdown, latest_ok, prediction_rows
+
+__all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "findings", "record_inprocess"]
+
+
+def _args_for(engine_args: str, engine: str) -> list[str]:
+    from ..engines import args_for
+
+    return args_for(engine_args, engine)
+
+
+def record_inprocess(store, model_dir, depths, *, steps: int, card: str = "embedded", say=print) -> list[dict]:
+    """Profile ``model_dir`` in this process (transformers, torch profiler) at each depth and store the rows as the
+    served engines' are (``profile_runs``, ``decode_breakdown``; engine "transformers (in process)")."""
+    import time
+
+    from .inprocess import inprocess_profiles
+
+    rows = inprocess_profiles(model_dir, depths=depths, steps=steps, trace_dir=store.path / "traces", say=say)
+    out = []
+    for r in rows:
+        b = r["breakdown"]
+        full = r["layers"] == r["full_layers"]
+        label = f"transformers in process {card}-{r['layers']}L"
+        row = {"label": label, "engine": "transformers (in process)", "backend": "auto", "mode": "eager", "card": card,
+               "role": "full" if full else "slice", "quant": "bf16", "layers": r["layers"], "full_layers": r["full_layers"],
+               "dense_layers": None, "ok": True, "taken_at": round(time.time(), 3), "tpot_ms": r["tpot_ms"],
+               "tpot_ci_ms": None, "tpot_runs": r["tpot_runs"], "steps": b["steps"], "step_ms": b["step_ms"],
+               "step_ms_sd": b["step_ms_sd"], "busy_ms": b["busy_ms"], "idle_ms": b["categories"]["gpu idle"],
+               "kernel_ms": b["kernel_ms"], "overlap_ms": b["overlap_ms"], "kernels_per_step": b["kernels_per_step"],
+               "anchor": b["anchor"], "trace": str(Path(r["trace"]).relative_to(store.path)) if str(r["trace"]).startswith(str(store.path)) else r["trace"],
+               "profiler_overhead_pct": 100 * (b["step_ms"] / r["tpot_ms"] - 1), "threads": r["threads"],
+               "method": "torch.profiler in this process (CPU operators), greedy decode with the KV cache, one token per step"}
+        store.append("profile_runs", row)
+        for cat, ms in b["categories"].items():
+            store.append("decode_breakdown", {"label": label, "engine": row["engine"], "backend": "auto", "reported_backend": None,
+                                              "mode": "eager", "card": card, "layers": r["layers"], "quant": "bf16", "category": cat,
+                                              "ms_per_step": ms, "share": ms / b["step_ms"], "steps": b["steps"],
+                                              "tpot_unprofiled_ms": r["tpot_ms"], "step_ms": b["step_ms"], "taken_at": row["taken_at"]})
+        out.append(row)
+    return out
+
+
+def measure_chapter(store, engines, model_dir, *, engine_args: str = "", steps: int = 40, depths: str = "", host: str = "local",
+                    smoke: bool = False, say=print) -> None:
+    """Profile each engine of the chapter on its model (and, with ``depths``, on slices of the model's card, for the
+    full-model prediction). A failure is recorded and the chapter goes on."""
+    from ..engines import get_engine
+    from ..models import build_model
+    from .run import run_plan
+
+    meta_p = Path(model_dir) / "servebook_model.json"
+    meta = json.loads(meta_p.read_text()) if meta_p.is_file() else {}
+    want = [int(d) for d in str(depths).replace(" ", "").split(",") if d]
+    served = []
+    for spec in engines:
+        name = get_engine(spec).name
+        if name == "transformers":
+            have = {r["label"] for r in latest_ok(store.rows("profile_runs")) if r["engine"] == "transformers (in process)"}
+            if have:
+                say("in-process profiles already recorded in this run")
+                continue
+            try:
+                from transformers import AutoConfig
+
+                total = AutoConfig.from_pretrained(str(model_dir)).num_hidden_layers
+                ds = sorted({d for d in want if 1 <= d < total}) + [None]
+                record_inprocess(store, model_dir, ds, steps=max(8, steps // (3 if smoke else 1)), say=say)
+            except Exception as exc:  # noqa: BLE001 - a finding; the chapter goes on
+                store.record_failure("profile transformers (in process)", exc)
+                say(f"in-process profile failed: {exc}")
+            continue
+        if host not in ("", "local"):
+            store.record_failure(f"profile {name}", f"profiles are taken on the host the book runs on; {host} is remote")
+            continue
+        extra = _args_for(engine_args, name)
+        served.append({"label": f"{name} {Path(model_dir).name}", "engine": spec, "model_dir": str(model_dir), "card": meta.get("card"),
+                       "role": "full" if meta.get("layers") and meta.get("facts", {}).get("full_layers") == meta.get("layers") else "slice",
+                       "extra": extra})
+        if want and meta.get("card"):
+            for d in want:
+                if d == meta.get("layers"):
+                    continue
+                try:
+                    sl = build_model(meta["card"], layers=d, weights="dummy", progress=say)
+                except Exception as exc:  # noqa: BLE001
+                    store.record_failure(f"profile slice {meta['card']} {d}L", exc)
+                    continue
+                served.append({"label": f"{name} {meta['card']}-{d}L", "engine": spec, "model_dir": str(sl), "card": meta["card"],
+                               "role": "slice", "extra": extra})
+    if served:
+        run_plan(store, served, steps=steps, say=say)
+    from . import write_predictions
+
+    write_predictions(store)
+
+
+def chapter_tables(store) -> dict:
+    """The recorded profiles as the chapter shows them (pandas DataFrames)."""
+    import pandas as pd
+
+    runs = pd.DataFrame(latest_ok(store.rows("profile_runs")))
+    failed = pd.DataFrame([r for r in store.rows("profile_runs") if not r.get("ok")])
+    long = pd.DataFrame(latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs")))
+    wide = pd.DataFrame()
+    if len(long):
+        wide = long.pivot_table(index="label", columns="category", values="ms_per_step", aggfunc="sum")
+        wide = wide[[c for c in CATEGORIES if c in wide.columns]]
+        wide["step (profiled)"] = wide.sum(axis=1)
+        tp = long.groupby("label")["tpot_unprofiled_ms"].first()
+        wide["time per token (unprofiled)"] = tp
+        wide["profiled - unprofiled"] = wide["step (profiled)"] - tp
+    preds = pd.DataFrame(store.rows("prediction_check"))
+    return {"runs": runs, "failed": failed, "breakdown_long": long, "breakdown": wide, "predictions": preds,
+            "rules": pd.DataFrame(rules_table()), "bandwidth": pd.DataFrame(store.rows("memory_bandwidth"))}
+
+
+_COLORS = {"attention": "#4C72B0", "moe experts": "#DD8452", "moe routing": "#937860", "dense gemm": "#55A868",
+           "communication": "#C44E52", "norm/rope/elementwise": "#8172B3", "sampling": "#DA8BC3", "other": "#8C8C8C",
+           "gpu idle": "#DDDDDD"}
+
+
+def plot_breakdown(long, ax=None, title: str = "one decode step, by kernel category"):
+    """A stacked horizontal bar per profiled server (ms per step), categories in the chapter's order; the
+    unprofiled time per token as a black tick."""
+    import matplotlib.pyplot as plt
+
+    if long is None or not len(long):
+        return None
+    wide = long.pivot_table(index="label", columns="category", values="ms_per_step", aggfunc="sum")
+    wide = wide[[c for c in CATEGORIES if c in wide.columns]]
+    tp = long.groupby("label")["tpot_unprofiled_ms"].first()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.45 * len(wide) + 1.4))
+    left = [0.0] * len(wide)
+    for cat in wide.columns:
+        vals = wide[cat].fillna(0).tolist()
+        ax.barh(range(len(wide)), vals, left=left, color=_COLORS.get(cat), label=cat, edgecolor="white", linewidth=0.4)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.scatter(tp.reindex(wide.index).tolist(), range(len(wide)), marker="|", s=300, color="black", label="unprofiled time per token", zorder=3)
+    ax.set_yticks(range(len(wide)))
+    ax.set_yticklabels(wide.index, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per decode step")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+    plt.tight_layout()
+    return ax
+
+
+def findings(store) -> list[str]:
+    """The section's findings in sentences; each number tagged with the quantity it is (``servebook.stated.q``)."""
+    from ..stated import q
+
+    lines = []
+    runs = latest_ok(store.rows("profile_runs"))
+    long = latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    for r in runs:
+        cats = {b["category"]: b["ms_per_step"] for b in long if b["label"] == r["label"]}
+        top = sorted(((v, k) for k, v in cats.items()), reverse=True)[:3]
+        parts = ", ".join(f"{k} {q('profile_category_ms', v, '.3f', of=r['label'] + ' | ' + k)} ms" for v, k in top)
+        lines.append(f"- {r['label']}: {q('profile_step_ms', r['step_ms'], '.3f', of=r['label'])} ms per profiled step "
+                     f"against {q('profile_tpot_ms', r['tpot_ms'], '.3f', of=r['label'])} ms per token without the profiler; "
+                     f"the largest parts: {parts}.")
+    for p in store.rows("prediction_check"):
+        subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
+        text = (f"- {p['card']} with {p['engine']} ({p['backend']}): predicted from the {p['layers_measured']}-layer slices "
+                f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all {p['full_layers']} layers")
+        if p.get("measured_ms") is not None:
+            text += (f"; measured {q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms, error "
+                     f"{q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%"
+                     + (" (inside the predicted interval)" if p.get("within_interval") else " (outside the predicted interval)"))
+        else:
+            text += " (the whole model was not run here: a prediction only)"
+        lines.append(text + ".")
+    return lines

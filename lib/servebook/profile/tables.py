@@ -1,0 +1,104 @@
+"""Tables derived from the recorded profiles: the full-model predictions and their check.
+
+    rows = prediction_rows(store.rows("profile_runs"), store.rows("memory_bandwidth"))   # table prediction_check
+
+Derived rows carry the labels of the measurements they come from (``from_labels``), so a profile taken again
+(a new row of the same label) supersedes them: only the last ok row of each label is used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+from .predict import predict_full
+
+__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check"]
+
+
+def latest_breakdown(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]) -> list[dict]:
+    """The rows of ``decode_breakdown`` taken with the last ok profile of each label."""
+    latest = {p["label"]: p.get("taken_at") for p in latest_ok(profile_rows)}
+    return [r for r in breakdown_rows if r["label"] in latest and r.get("taken_at") == latest[r["label"]]]
+
+
+def latest_ok(rows: Iterable[dict]) -> list[dict]:
+    """The last ok row of each label (a profile taken again replaces the earlier one)."""
+    last: dict[str, dict] = {}
+    for r in rows:
+        if r.get("ok"):
+            last[r["label"]] = r
+    return list(last.values())
+
+
+def _card_full(card: str) -> dict:
+    from ..models import _text_config, model_facts, slice_config
+    from ..selection.cards import load_card
+
+    c = load_card(card)
+    full = _text_config(c)
+    facts = model_facts(c, slice_config(c, layers=full["num_hidden_layers"]))
+    return {"layers": full["num_hidden_layers"], "dense": int(full.get("first_k_dense_replace") or 0) if full.get("n_routed_experts") else 0,
+            "moe": bool(full.get("n_routed_experts")), "bytes_bf16": facts["full_bytes_per_token_bf16"],
+            "bytes_card": facts["full_bytes_per_token_card"]}
+
+
+def prediction_rows(profile_rows: Iterable[dict], bandwidth_rows: Iterable[dict] = (), datasheet_tbs: float | None = None) -> list[dict]:
+    """One row per (card, engine, backend, mode, quant) with two slice depths: the full model predicted from them
+    (:func:`predict_full`), the full model's measured time per token where it was run, the error with its sign,
+    and the bytes rule (roofline bound) at the datasheet's and at the measured bandwidth."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in latest_ok(profile_rows):
+        groups[(r["card"], r["engine"], r["backend"], r["mode"], r.get("quant", "bf16"))].append(r)
+    measured_bw = None
+    for b in bandwidth_rows:
+        if b.get("read_tbs"):
+            measured_bw = float(b["read_tbs"])
+    out = []
+    for (card, engine, backend, mode, quant), rows in sorted(groups.items()):
+        slices = sorted((r for r in rows if r.get("role") == "slice"), key=lambda r: int(r["layers"]))
+        fulls = [r for r in rows if r.get("role") == "full"]
+        if len(slices) < 2:
+            continue
+        info = _card_full(card)
+        shallow, deep = slices[0], slices[-1]
+        p = predict_full(shallow, deep, full_layers=info["layers"], dense_layers=info["dense"], moe=info["moe"])
+        full_bytes = info["bytes_card"] if quant == "card" else info["bytes_bf16"]
+        row = {"card": card, "engine": engine, "backend": backend, "mode": mode, "quant": quant,
+               "layers_measured": p["layers_measured"], "full_layers": info["layers"],
+               "predicted_ms": p["predicted_ms"], "low_ms": p["low_ms"], "high_ms": p["high_ms"],
+               "slope_ms_per_layer": p["slope_ms"], "fixed_ms": p["fixed_ms"], "gpu_full_ms": p["gpu_full_ms"],
+               "host_ms": p["host_ms"], "predicted_tok_s": 1e3 / p["predicted_ms"],
+               "measured_ms": None, "measured_ci_ms": None, "error_pct": None, "within_interval": None,
+               "full_bytes_per_token": full_bytes,
+               "roofline_ms_datasheet": full_bytes / (datasheet_tbs * 1e12) * 1e3 if datasheet_tbs else None,
+               "roofline_ms_measured": full_bytes / (measured_bw * 1e12) * 1e3 if measured_bw else None,
+               "method": p["method"], "from_labels": [shallow["label"], deep["label"]]}
+        if fulls:
+            f = fulls[-1]
+            m = float(f["tpot_ms"])
+            row.update({"measured_ms": m, "measured_ci_ms": f.get("tpot_ci_ms"), "measured_tok_s": 1e3 / m,
+                        "error_pct": 100 * (p["predicted_ms"] - m) / m,
+                        "within_interval": p["low_ms"] - (f.get("tpot_ci_ms") or 0) <= m <= p["high_ms"] + (f.get("tpot_ci_ms") or 0),
+                        "from_labels": row["from_labels"] + [f["label"]]})
+        out.append(row)
+    return out
+
+
+def breakdown_check(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict], tol_ms: float = 1e-6) -> list[dict]:
+    """For each profiled server: the categories of ``decode_breakdown`` summed, against its profiled step time
+    (they must be equal: idle is the step minus the busy time). Rows with ``ok`` False are inconsistencies."""
+    latest = {p["label"]: p for p in latest_ok(profile_rows)}
+    sums: dict[str, float] = defaultdict(float)
+    for r in breakdown_rows:
+        p = latest.get(r["label"])
+        if p is not None and r.get("taken_at") == p.get("taken_at"):
+            sums[r["label"]] += float(r["ms_per_step"])
+    out = []
+    for p in latest.values():
+        s = sums.get(p["label"])
+        out.append({"label": p["label"], "sum_ms": s, "step_ms": p["step_ms"],
+                    "ok": s is not None and abs(s - p["step_ms"]) <= max(tol_ms, 1e-6 * p["step_ms"])})
+    return out

@@ -1,0 +1,160 @@
+"""servebook.profile: the kernel rule, steps in a trace, the per-step breakdown, traces kept, the full-model
+prediction, and the in-process profile of the embedded model (a real torch profiler trace)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from servebook.profile import (CATEGORIES, Kernel, TraceError, breakdown_check, classify, find_anchor, keep_trace,
+                               kernel_events, load_trace, predict_full, prediction_rows, step_breakdown)
+
+
+def _steps(n_steps=20, layers=3, idle=40.0, t0=1000.0):
+    ks, t = [], t0
+    for _ in range(n_steps):
+        ks.append(Kernel("void at::native::indexSelectLargeIndex<>", t, 5)); t += 6
+        for _ in range(layers):
+            ks.append(Kernel("fused_add_rmsnorm_kernel", t, 3)); t += 3
+            ks.append(Kernel("void flash::FlashAttnFwdSm90<>", t, 10)); t += 11
+            ks.append(Kernel("moe_align_block_size_kernel", t, 2)); t += 2
+            ks.append(Kernel("fused_moe_kernel", t, 20)); t += 20
+        ks.append(Kernel("nvjet_tst_lm_head", t, 30)); t += 30
+        ks.append(Kernel("reduce_kernel<ArgMaxOps>", t, 2)); t += 2
+        t += idle
+    return ks
+
+
+def test_breakdown_sums_to_the_step_and_idle_is_the_gap():
+    b = step_breakdown(_steps())
+    assert b["steps"] == 19
+    per_step_us = 6 + 3 * (3 + 11 + 2 + 20) + 30 + 2 + 40
+    assert b["step_ms"] == pytest.approx(per_step_us / 1e3)
+    assert sum(b["categories"].values()) == pytest.approx(b["step_ms"])
+    assert b["categories"]["gpu idle"] == pytest.approx((40 + 3 + 1) / 1e3)   # the gap, plus 1 us after each attention and embedding kernel
+    assert b["categories"]["moe experts"] == pytest.approx(60 / 1e3)
+    assert b["categories"]["moe routing"] == pytest.approx(6 / 1e3)
+    assert b["categories"]["sampling"] == pytest.approx(2 / 1e3)
+    assert set(b["categories"]) == set(CATEGORIES)
+
+
+def test_the_anchor_is_a_once_per_step_kernel_not_a_per_layer_one():
+    a = find_anchor(_steps(layers=4))
+    assert a["period_us"] == pytest.approx(6 + 4 * 36 + 32 + 40)
+
+
+def test_overlapping_streams_are_counted_once():
+    ks = _steps()
+    ks += [Kernel("ncclDevKernel_AllReduce", k.ts, k.dur, stream=9) for k in ks if k.name == "fused_moe_kernel"]
+    b = step_breakdown(sorted(ks, key=lambda k: k.ts))
+    assert sum(b["categories"].values()) == pytest.approx(b["step_ms"])
+    assert b["overlap_ms"] == pytest.approx(60 / 1e3)
+
+
+def test_too_few_steps_is_a_clear_error():
+    with pytest.raises(TraceError, match="profile more decode steps"):
+        step_breakdown(_steps(n_steps=4))
+    with pytest.raises(TraceError, match="no GPU kernels"):
+        step_breakdown([])
+
+
+@pytest.mark.parametrize("name, category", [
+    ("void flash::FlashAttnFwdSm90<cutlass::bfloat16_t>", "attention"),
+    ("_fwd_grouped_kernel_stage1", "attention"),
+    ("concat_and_cache_mla_kernel", "attention"),
+    ("fused_moe_kernel", "moe experts"),
+    ("marlin_moe_wna16::Marlin<>", "moe experts"),
+    ("moe_align_block_size_kernel", "moe routing"),
+    ("topkGatingSoftmax", "moe routing"),
+    ("nvjet_tst_128x64_64x8_1x1_v_bz_TNT", "dense gemm"),
+    ("triton_tem_fused_mm_0", "dense gemm"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "communication"),
+    ("cross_device_reduce_1stage", "communication"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>>>", "sampling"),
+    ("flashinfer::sampling::TopKTopPSamplingFromProbKernel", "sampling"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "norm/rope/elementwise"),
+    ("rotary_embedding_kernel", "norm/rope/elementwise"),
+    ("cub::DeviceRadixSortOnesweepKernel", "other"),
+])
+def test_the_rule(name, category):
+    assert classify(name) == category
+
+
+def test_memcpy_is_other_whatever_its_name():
+    assert classify("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy") == "other"
+
+
+def _trace(kernels, extra=()):
+    ev = [{"ph": "X", "cat": "kernel", "name": k.name, "ts": k.ts, "dur": k.dur, "args": {"device": 0, "stream": 7}} for k in kernels]
+    return {"traceEvents": ev + list(extra), "schemaVersion": 1}
+
+
+def test_traces_plain_or_gzip_and_bad_ones(tmp_path):
+    data = _trace(_steps())
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    (tmp_path / "b.json.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
+    assert len(kernel_events(load_trace(tmp_path / "a.json"))) == len(kernel_events(load_trace(tmp_path / "b.json.gz")))
+    (tmp_path / "cut.json.gz").write_bytes(gzip.compress(json.dumps(data).encode())[:200])
+    with pytest.raises(TraceError, match="cut off"):
+        load_trace(tmp_path / "cut.json.gz")
+    with pytest.raises(TraceError, match="no trace at"):
+        load_trace(tmp_path / "missing.json")
+
+
+def test_a_trace_over_the_cap_keeps_the_measured_steps(tmp_path):
+    ks = _steps(n_steps=400)
+    filler = [{"ph": "X", "cat": "python_function", "name": f"py{i}" * 20, "ts": 1000.0 + i, "dur": 1.0} for i in range(40000)]
+    (tmp_path / "t.json").write_text(json.dumps(_trace(ks, filler)))
+    kept = keep_trace(tmp_path / "t.json", tmp_path / "kept.json.gz", cap_bytes=200_000, window=(ks[0].ts, ks[0].ts + 20_000))
+    assert kept["bytes"] <= 200_000 and "measured steps" in kept["kept"]
+    back = kernel_events(load_trace(tmp_path / "kept.json.gz"))
+    assert back and all(k.ts <= ks[0].ts + 20_000 for k in back)
+    small = keep_trace(tmp_path / "kept.json.gz", tmp_path / "again.json.gz")
+    assert small["kept"] == "whole trace"
+
+
+def _run(label, layers, busy, tpot, role="slice", card="moonlight-16b-a3b", engine="sglang"):
+    return {"label": label, "ok": True, "card": card, "engine": engine, "backend": "auto", "mode": "graph", "quant": "bf16",
+            "role": role, "layers": layers, "busy_ms": busy, "tpot_ms": tpot, "step_ms": tpot * 1.05, "taken_at": 1.0}
+
+
+def test_prediction_from_two_slices_and_its_signed_error():
+    p = predict_full(_run("a", 2, 1.0, 3.0), _run("b", 5, 1.6, 3.2), full_layers=27, dense_layers=1, moe=True)
+    assert p["slope_ms"] == pytest.approx(0.2)          # (1.6 - 1.0) / (4 - 1) MoE layers
+    assert p["fixed_ms"] == pytest.approx(0.8)
+    assert p["predicted_ms"] == pytest.approx(3.2 + 22 * 0.2)
+    assert p["low_ms"] == pytest.approx(max(3.2, 0.8 + 26 * 0.2))
+    rows = prediction_rows([_run("a", 2, 1.0, 3.0), _run("b", 5, 1.6, 3.2), _run("c", 27, 6.0, 8.0, role="full")])
+    (r,) = rows
+    assert r["measured_ms"] == 8.0 and r["error_pct"] == pytest.approx(100 * (7.6 - 8.0) / 8.0)
+    assert r["from_labels"] == ["a", "b", "c"]
+    # a profile taken again (same label, later row) supersedes the earlier one
+    again = prediction_rows([_run("a", 2, 1.0, 3.0), _run("b", 5, 1.6, 3.2), _run("b", 5, 1.9, 3.2)])
+    assert again[0]["slope_ms_per_layer"] == pytest.approx(0.3)
+    with pytest.raises(ValueError):
+        predict_full(_run("b", 5, 1.6, 3.2), _run("a", 2, 1.0, 3.0), full_layers=27, dense_layers=1, moe=True)
+
+
+def test_breakdown_check_finds_a_changed_row():
+    prof = [_run("a", 2, 1.0, 3.0)]
+    prof[0]["step_ms"] = 3.0
+    rows = [{"label": "a", "category": c, "ms_per_step": 3.0 / len(CATEGORIES), "taken_at": 1.0} for c in CATEGORIES]
+    assert all(r["ok"] for r in breakdown_check(rows, prof))
+    rows[0]["ms_per_step"] += 0.1
+    assert not breakdown_check(rows, prof)[0]["ok"]
+
+
+def test_inprocess_profile_of_the_embedded_model(tmp_path):
+    """A real torch-profiler trace of the embedded model decoding in this process, at two depths and whole."""
+    from servebook.embedded import build_embedded_model
+    from servebook.profile.inprocess import inprocess_profiles
+
+    rows = inprocess_profiles(build_embedded_model(progress=None), depths=[2, None], steps=10, trace_dir=tmp_path, say=lambda m: None)
+    assert [r["layers"] for r in rows] == [2, 4]
+    for r in rows:
+        b = r["breakdown"]
+        assert b["steps"] == 10 and sum(b["categories"].values()) == pytest.approx(b["step_ms"])
+        assert b["categories"]["dense gemm"] > 0 and b["categories"]["attention"] > 0
+    assert rows[1]["breakdown"]["busy_ms"] > rows[0]["breakdown"]["busy_ms"]
