@@ -158,3 +158,29 @@ def test_inprocess_profile_of_the_embedded_model(tmp_path):
         assert b["steps"] == 10 and sum(b["categories"].values()) == pytest.approx(b["step_ms"])
         assert b["categories"]["dense gemm"] > 0 and b["categories"]["attention"] > 0
     assert rows[1]["breakdown"]["busy_ms"] > rows[0]["breakdown"]["busy_ms"]
+
+
+def test_capture_drives_the_profiler_endpoints_of_a_live_server(tmp_path):
+    """capture() against a paced server with SGLang's endpoints: the request is sized from the time per token, the
+    profile started past the prefill and stopped, and the trace the server wrote is found and broken down."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from servebook.profile import capture
+    from servebook.servers import free_port, stop_process_group
+
+    port, trace_dir = free_port(), tmp_path / "traces"
+    script = Path(__file__).parent / "harness" / "fake_profiler_engine.py"
+    proc = subprocess.Popen([sys.executable, str(script), str(port), "0.004"], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "SGLANG_TORCH_PROFILER_DIR": str(trace_dir)}, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        path = capture("sglang", f"http://127.0.0.1:{port}", "fake", "hi", trace_dir, tpot_s=0.004, steps=20, lead_s=0.3,
+                       write_timeout_s=20, say=lambda m: None)
+        b = step_breakdown(kernel_events(load_trace(path)))
+        assert b["steps"] >= 15 and b["step_ms"] == pytest.approx(4.0, rel=0.01)
+        assert b["categories"]["moe experts"] == pytest.approx(0.080)
+    finally:
+        stop_process_group(proc.pid)

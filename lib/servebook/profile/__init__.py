@@ -18,12 +18,12 @@ from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
 from .kernels import CATEGORIES, RULES, Kernel, TraceError, classify, kernel_events, load_trace, rules_table
 from .predict import predict_full
 from .steps import busy_time, find_anchor, step_breakdown
-from .tables import breakdown_check, latest_breakdown, latest_ok, prediction_rows
+from .tables import breakdown_check, engine_difference, latest_breakdown, latest_ok, prediction_rows
 
 __all__ = ["CATEGORIES", "RULES", "Kernel", "TraceError", "ProfilerUnavailable", "classify", "kernel_events", "load_trace",
            "rules_table", "find_anchor", "step_breakdown", "busy_time", "capture", "keep_trace", "profiler_launch",
            "predict_full", "prediction_rows", "measure_chapter", "chapter_tables", "findings", "plot_breakdown", "record_inprocess",
-           "write_predictions", "breakdown_check", "latest_breakdown", "latest_ok", "register"]
+           "write_predictions", "engine_difference", "breakdown_check", "latest_breakdown", "latest_ok", "register"]
 
 
 def register(sub) -> None:

@@ -67,10 +67,11 @@ def _traces(trace_dir: Path) -> dict[Path, int]:
 
 
 def capture(engine: str, base_url: str, model: str, prompt: str, trace_dir: str | os.PathLike, *, tpot_s: float,
-            steps: int = 40, lead_s: float = 1.5, write_timeout_s: float = 180.0, say=print) -> Path:
+            steps: int = 40, lead_s: float = 1.5, tail_s: float = 3.0, write_timeout_s: float = 180.0, say=print) -> Path:
     """Profile about ``steps`` decode steps of one greedy stream; the path of the trace with the most kernels.
 
-    ``tpot_s``: the unprofiled time per token, to size the request and the profiling window. Raises
+    ``tpot_s``: the unprofiled time per token, to size the request (``lead_s`` before the profile starts, the window,
+    ``tail_s`` after it: both engines stop the profile before /stop_profile answers) and the profiling window. Raises
     :class:`TraceError` (with the engine's own answer) when the profiler cannot be started, stopped, or wrote nothing.
     """
     from ..bench import run_requests
@@ -79,7 +80,7 @@ def capture(engine: str, base_url: str, model: str, prompt: str, trace_dir: str 
     trace_dir.mkdir(parents=True, exist_ok=True)
     before = _traces(trace_dir)
     window_s = max(0.3, steps * tpot_s * 1.5)
-    max_tokens = int(min(8000, max(256, (lead_s + window_s + 30.0) / max(tpot_s, 1e-4))))
+    max_tokens = int(min(8000, max(64, (lead_s + window_s + tail_s) / max(tpot_s, 1e-4))))
     result: dict = {}
 
     def stream():

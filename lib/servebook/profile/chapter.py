@@ -172,7 +172,9 @@ def findings(store) -> list[str]:
     for r in runs:
         cats = {b["category"]: b["ms_per_step"] for b in long if b["label"] == r["label"]}
         top = sorted(((v, k) for k, v in cats.items()), reverse=True)[:3]
-        parts = ", ".join(f"{k} {q('profile_category_ms', v, '.3f', of=r['label'] + ' | ' + k)} ms" for v, k in top)
+        idle = "time outside any operator" if "in process" in r["engine"] else "GPU idle"
+        parts = ", ".join(f"{idle if k == 'gpu idle' else k} {q('profile_category_ms', v, '.3f', of=r['label'] + ' | ' + k)} ms"
+                          for v, k in top)
         lines.append(f"- {r['label']}: {q('profile_step_ms', r['step_ms'], '.3f', of=r['label'])} ms per profiled step "
                      f"against {q('profile_tpot_ms', r['tpot_ms'], '.3f', of=r['label'])} ms per token without the profiler; "
                      f"the largest parts: {parts}.")

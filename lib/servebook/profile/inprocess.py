@@ -48,9 +48,14 @@ def inprocess_profiles(model_dir: str | os.PathLike, depths=(None,), *, steps: i
                        threads: int | None = None, trace_dir: str | os.PathLike | None = None, say=print) -> list[dict]:
     """Profile ``steps`` decode steps at each depth (a number of layers, None for all); one row per depth with the
     unprofiled time per token, the profiled step and its breakdown (``categories``), and the trace's path."""
+    import warnings
+
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=".*past_key_values.*")   # the 5.x rename; the old name works on every 5.x
     if threads:
         torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))

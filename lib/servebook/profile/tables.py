@@ -15,7 +15,7 @@ from typing import Iterable
 
 from .predict import predict_full
 
-__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check"]
+__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference"]
 
 
 def latest_breakdown(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]) -> list[dict]:
@@ -101,4 +101,34 @@ def breakdown_check(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]
         s = sums.get(p["label"])
         out.append({"label": p["label"], "sum_ms": s, "step_ms": p["step_ms"],
                     "ok": s is not None and abs(s - p["step_ms"]) <= max(tol_ms, 1e-6 * p["step_ms"])})
+    return out
+
+
+def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict], a: str = "sglang", b: str = "vllm") -> list[dict]:
+    """Per category, engine ``a``'s ms per step minus engine ``b``'s, for every model both engines were profiled on
+    with the same layers, mode and quantization (each engine's backend named): what the measured gap between the
+    engines consists of. The "total" row is the difference of the unprofiled times per token."""
+    latest = latest_ok(profile_rows)
+    rows = latest_breakdown(breakdown_rows, profile_rows)
+    by: dict[tuple, dict] = {}
+    for p in latest:
+        key = (p["card"], p["layers"], p["mode"], p.get("quant", "bf16"))
+        by.setdefault(key, {}).setdefault(p["engine"], []).append(p)
+    out = []
+    for (card, layers, mode, quant), engines in sorted(by.items(), key=lambda kv: str(kv[0])):
+        if a not in engines or b not in engines:
+            continue
+        pa = next((p for p in engines[a] if p["backend"] == "auto"), engines[a][0])
+        pb = next((p for p in engines[b] if p["backend"] == "auto"), engines[b][0])
+        ca = {r["category"]: r["ms_per_step"] for r in rows if r["label"] == pa["label"]}
+        cb = {r["category"]: r["ms_per_step"] for r in rows if r["label"] == pb["label"]}
+        base = {"card": card, "layers": layers, "mode": mode, "quant": quant, "a": pa["label"], "b": pb["label"],
+                "a_backend": pa.get("reported_backend") or pa["backend"], "b_backend": pb.get("reported_backend") or pb["backend"]}
+        for cat in sorted(set(ca) | set(cb), key=lambda c: list(ca).index(c) if c in ca else 99):
+            out.append({**base, "category": cat, "a_ms": ca.get(cat, 0.0), "b_ms": cb.get(cat, 0.0),
+                        "diff_ms": ca.get(cat, 0.0) - cb.get(cat, 0.0)})
+        out.append({**base, "category": "total (profiled step)", "a_ms": pa["step_ms"], "b_ms": pb["step_ms"],
+                    "diff_ms": pa["step_ms"] - pb["step_ms"]})
+        out.append({**base, "category": "time per token (unprofiled)", "a_ms": pa["tpot_ms"], "b_ms": pb["tpot_ms"],
+                    "diff_ms": pa["tpot_ms"] - pb["tpot_ms"]})
     return out
