@@ -48,8 +48,8 @@ def profiler_launch(engine, trace_dir: str | os.PathLike) -> tuple[list[str], di
             cfg = {"profiler": "torch", "torch_profiler_dir": d, "torch_profiler_with_stack": False, "ignore_frontend": True}
             return ["--profiler-config", json.dumps(cfg)], {}
         return [], {"VLLM_TORCH_PROFILER_DIR": d}
-    raise ProfilerUnavailable(f"{name} serve has no profiler endpoint (no /start_profile): its decode step can only be "
-                              "profiled in process (servebook.profile.inprocess_profile)")
+    raise ProfilerUnavailable(f"{name} has no profiler endpoint (no /start_profile) in its server: chapter 05 profiles "
+                              "its model decoding in the notebook's process instead (servebook.profile.inprocess_profiles)")
 
 
 def _post(url: str, body: dict | None, timeout: float) -> tuple[int, str]:

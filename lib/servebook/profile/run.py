@@ -183,8 +183,10 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
     row = {**_base_row(s), "ready_s": srv.ready_s, "version": engine.version(), "taken_at": round(time.time(), 3)}
     name = engine.served_model_name(s["model_dir"])
     try:
-        reported = engine.reported_backend(engine.server_info(srv.base_url), srv.log_tail(4000))
-        row["reported_backend"] = reported.get("backend") if isinstance(reported, dict) else reported
+        log_text = Path(srv.log_path).read_text(errors="replace")
+        reported = engine.reported_backend(engine.server_info(srv.base_url), log_text)
+        row["reported_backend"] = reported.get("attention") if isinstance(reported, dict) else reported
+        row["moe_kernel"] = _moe_method(log_text)
     except Exception as exc:  # noqa: BLE001
         row["reported_backend"] = None
         row["reported_error"] = str(exc)[:300]
@@ -237,6 +239,14 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
                                           "taken_at": row["taken_at"]})
     say(f"  {s['label']}: profiled step {b['step_ms']:.3f} ms over {b['steps']} steps (GPU busy {b['busy_ms']:.3f} ms)")
     return row
+
+
+def _moe_method(log_text: str) -> str | None:
+    """The quantized MoE method an engine names in its log (e.g. SGLang's CompressedTensorsWNA16MarlinMoEMethod)."""
+    import re
+
+    found = re.findall(r"\b(\w*(?:MoEMethod|MoeMethod|MarlinMoE|FusedMoE\w*Method))\b", log_text)
+    return found[-1] if found else None
 
 
 def _fail_row(store, row: dict, phase: str, error: str) -> dict:
