@@ -83,7 +83,7 @@ def test_floor_from_smallest_kernel_applies():
     dg = _row(rows, "dense gemm")
     assert "floor applies: per MoE layer" in dg["rule"]
     assert dg["ms_per_token"] >= 60 * 0.02
-    no_exc = pj.project(_tables(two=t2["decode_breakdown"] and None), "sglang", allreduce_us=20.0)
+    no_exc = pj.project(_tables(), "sglang", allreduce_us=20.0)
     assert "no floor" in _row(no_exc, "dense gemm")["rule"]
 
 
