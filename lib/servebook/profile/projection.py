@@ -1,0 +1,521 @@
+"""The seed case projected from H200 slice profiles: Kimi-K2.5 on 8x RTX PRO 6000 (PCIe, TP=8), per category.
+
+    rows = project(RunStore.at("runs/local-vm/prof"), "sglang")           # table seed_projection
+    fixes = ranked_fixes(rows + project(store, "vllm"))                  # table seed_fixes (predicted)
+
+Nothing here is measured on the target: every number is an H200 profile (table ``decode_breakdown``) carried to
+the full model and onto the target GPU by the rules below, each named in the row it produced (``rule``) with the
+figures it used (``source``). A part that has no recorded input is ``None`` with the reason, never 0.
+
+The rules, in order:
+
+1. Full model on the H200 (per decode step, per category): the 1-layer slice (embedding, the dense layer, LM head,
+   sampling) is the *fixed* part; the 2-layer slice minus the 1-layer slice is *one MoE layer*; the full model is
+   fixed + 60 MoE layers (61 layers, ``first_k_dense_replace`` 1). Where the INT4 2-layer slice (``quant`` card) was
+   recorded, the MoE experts of one layer are that slice's experts minus the 1-layer slice's; otherwise the bf16
+   experts times the INT4/bf16 bytes ratio of a routed-expert weight (labelled as such).
+2. Memory-bound categories (attention, MoE experts, dense GEMM) onto the target: times the bandwidth ratio (H200 /
+   target, datasheet TB/s, or the H200's measured read bandwidth from table ``memory_bandwidth``) times the TP share
+   of the bytes each rank reads (MoE experts 1/tp: every expert's intermediate dimension is split; dense GEMM counted
+   from the config: q_a/kv_a projections and the router are replicated, the rest split, LM head vocab-parallel;
+   attention 1: MLA's latent KV cache is read whole by every rank), and never below a floor: the category's kernels
+   per step (from the trace excerpts) x the smallest duration of a kernel of that category in the H200 excerpts (a
+   kernel that short does not get shorter with fewer bytes). No excerpt: no floor, and the row says so.
+3. Latency-bound categories (MoE routing, norm/rope/elementwise, sampling, other) kept as measured on the H200
+   (no clock scaling unless ``clock_ratio`` is given).
+4. Communication: the H200 slices ran at TP=1, so their communication is replaced by collectives per token (2
+   all-reduces per decoder layer + 1 for the vocab-parallel embedding + 1 gather of the logits; read in SGLang
+   0.5.16 and vLLM 0.26.0 ``models/deepseek_v2.py``, ``layers/vocab_parallel_embedding.py``,
+   ``layers/logits_processor.py``) x one all-reduce's latency at the decode message (hidden 7168 x bf16 = 14,336 B)
+   from a published series in ``data/reference/allreduce-pcie-published.json`` (or the caller's figure).
+5. Host / GPU idle: the deeper slice's unprofiled time per token minus its GPU busy time, kept (the target's host
+   CPU is unknown).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Iterable
+
+from .kernels import CATEGORIES, classify
+from .tables import latest_breakdown, latest_ok
+
+__all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
+           "tp_shares", "kernel_floors", "select_slices", "h200_parts", "project", "ranked_fixes", "seed_figures"]
+
+MEMORY_BOUND = ("attention", "moe experts", "dense gemm")
+LATENCY_BOUND = ("moe routing", "norm/rope/elementwise", "sampling", "other")
+_REFERENCE = "allreduce-pcie-published.json"
+
+
+# -- published figures ---------------------------------------------------------------------------
+def _data_dir() -> Path:
+    from ..paths import data_dir
+
+    return data_dir()
+
+
+def load_allreduce_reference(path: str | Path | None = None) -> dict:
+    """The published PCIe all-reduce figures (``data/reference/allreduce-pcie-published.json``)."""
+    return json.loads(Path(path or _data_dir() / "reference" / _REFERENCE).read_text())
+
+
+def allreduce_latency(us_by_bytes: dict, message_bytes: float) -> float:
+    """One all-reduce's latency at ``message_bytes`` from a recorded series ``{bytes: us}``: linear in log2(bytes)
+    between the two nearest recorded sizes; outside the recorded range, the nearest end's value."""
+    pts = sorted((float(b), float(u)) for b, u in us_by_bytes.items())
+    if not pts:
+        raise ValueError("an empty all-reduce series")
+    if message_bytes <= pts[0][0]:
+        return pts[0][1]
+    if message_bytes >= pts[-1][0]:
+        return pts[-1][1]
+    for (b0, u0), (b1, u1) in zip(pts, pts[1:]):
+        if b0 <= message_bytes <= b1:
+            f = (math.log2(message_bytes) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
+            return u0 + f * (u1 - u0)
+    raise AssertionError("unreachable")
+
+
+def _figure(ref: dict, key: str, field: str = "us_by_bytes") -> dict:
+    """The figure ``ref['default'][key]`` (or the figure of that id) with the series ``field``."""
+    fid = ref.get("default", {}).get(key, key)
+    fig = next(f for f in ref["figures"] if f["id"] == fid)
+    return {"id": fid, "series": fig[field], "source": fig["source"], "hardware": fig["hardware"], "ranks": fig["ranks"],
+            "path": fig["path"]}
+
+
+def _default_allreduce(message_bytes: float, key: str = "nccl", field: str = "us_by_bytes") -> tuple[float, str]:
+    """The default latency (us) and its label: the reference's ``key`` series interpolated at ``message_bytes``."""
+    fig = _figure(load_allreduce_reference(), key, field)
+    us = allreduce_latency(fig["series"], message_bytes)
+    sizes = ", ".join(f"{int(float(b))} B {u} us" for b, u in sorted(fig["series"].items(), key=lambda kv: float(kv[0])))
+    return us, (f"published, {fig['ranks']} ranks, {fig['hardware']}; {fig['path']}; series {sizes}; "
+                f"{us:.2f} us interpolated at {int(message_bytes)} B; {fig['source']}")
+
+
+# -- the model card ------------------------------------------------------------------------------
+def _text(card: dict) -> dict:
+    cfg = card.get("config", card)
+    return cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+
+
+def _card_facts(card: dict) -> dict:
+    """Layers, MoE layers, decode message bytes and the INT4/bf16 bytes ratio of a routed-expert weight."""
+    from ..roofline import _quant_bytes
+
+    c = _text(card)
+    layers = int(c["num_hidden_layers"])
+    dense = min(layers, int(c.get("first_k_dense_replace") or 0)) if c.get("n_routed_experts") else layers
+    qb = _quant_bytes(c)
+    return {"layers": layers, "dense_layers": dense, "moe_layers": layers - dense, "hidden": int(c["hidden_size"]),
+            "message_bytes": int(c["hidden_size"]) * 2, "expert_bytes_ratio": (qb / 2.0) if qb else None,
+            "expert_bytes_card": qb}
+
+
+def collectives_per_token(card: dict, tp: int) -> dict:
+    """Collectives one decode token pays at ``tp`` ranks: 2 all-reduces per decoder layer (after attention's o_proj,
+    after the MLP/MoE), 1 for the vocab-parallel embedding, 1 gather of the vocab-parallel logits."""
+    if tp <= 1:
+        return {"count": 0, "allreduces": 0, "gathers": 0, "rule": "tp 1: no collectives"}
+    from ..roofline import allreduces_per_token
+
+    per_layer = allreduces_per_token(_text(card))
+    return {"count": per_layer + 2, "allreduces": per_layer + 1, "gathers": 1,
+            "rule": (f"{per_layer} all-reduces (2 per decoder layer) + 1 (vocab-parallel embedding) + 1 logits gather "
+                     "(SGLang 0.5.16 / vLLM 0.26.0: models/deepseek_v2.py, layers/vocab_parallel_embedding.py, "
+                     "layers/logits_processor.py); the gather is costed at the all-reduce latency")}
+
+
+def tp_shares(card: dict, tp: int) -> dict:
+    """The share of each memory-bound category's bytes one rank reads at ``tp``, for the fixed part and one MoE
+    layer: MoE experts 1/tp; attention 1 (MLA's latent KV cache is read whole by every rank); dense GEMM counted
+    from the config (replicated: q_a, kv_a, router; split: q_b, kv_b, o_proj, MLPs, shared experts, LM head)."""
+    c = _text(card)
+    h, heads = c["hidden_size"], c["num_attention_heads"]
+    rope, nope, v = c.get("qk_rope_head_dim", 0), c.get("qk_nope_head_dim", 0), c.get("v_head_dim", 0)
+    rep_attn = h * (c.get("q_lora_rank") or 0) + h * (c.get("kv_lora_rank", 0) + rope)
+    split_attn = ((c.get("q_lora_rank") or h) * heads * (nope + rope) + c.get("kv_lora_rank", 0) * heads * (nope + v)
+                  + heads * v * h)
+    shared = (c.get("n_shared_experts") or 0) * 3 * h * (c.get("moe_intermediate_size") or 0)
+    fixed_rep, fixed_split = rep_attn, split_attn + 3 * h * c["intermediate_size"] + c["vocab_size"] * h
+    moe_rep, moe_split = rep_attn + (c.get("n_routed_experts") or 0) * h, split_attn + shared
+
+    def share(rep: float, split: float) -> float:
+        return (rep + split / tp) / (rep + split)
+
+    return {"fixed": {"attention": 1.0, "moe experts": 1.0 / tp, "dense gemm": share(fixed_rep, fixed_split)},
+            "moe": {"attention": 1.0, "moe experts": 1.0 / tp, "dense gemm": share(moe_rep, moe_split)}}
+
+
+# -- recorded tables -----------------------------------------------------------------------------
+def _tables(source) -> tuple[list[dict], list[dict], list[dict], dict]:
+    """(profile_runs, decode_breakdown, memory_bandwidth, excerpts by label) from a RunStore, a run directory or a
+    dict of tables (``{"profile_runs": [...], "decode_breakdown": [...], "excerpts": {label: excerpt}}``)."""
+    if isinstance(source, dict):
+        return (list(source.get("profile_runs", [])), list(source.get("decode_breakdown", [])),
+                list(source.get("memory_bandwidth", [])), dict(source.get("excerpts", {})))
+    if isinstance(source, (str, Path)):
+        from ..results import RunStore
+
+        source = RunStore.at(source)
+    profiles = source.rows("profile_runs")
+    excerpts = {}
+    for p in profiles:
+        path = Path(source.path) / "traces" / (p["label"].replace(" ", "_").replace("/", "_") + ".excerpt.json")
+        if path.is_file():
+            excerpts[p["label"]] = json.loads(path.read_text())
+    return profiles, source.rows("decode_breakdown"), source.rows("memory_bandwidth"), excerpts
+
+
+def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "auto", mode: str = "graph",
+                  card: str = "kimi-k2.5") -> dict:
+    """The last ok profiles an engine's projection uses: the 1- and 2-layer bf16 slices with ``backend`` (the
+    1-layer slice of the default backend where ``backend`` has none; said in ``notes``), and the INT4 2-layer slice
+    (quant card; same mode preferred). Missing ones are None."""
+    rows = [r for r in latest_ok(profile_rows) if r["engine"] == engine and r.get("card") == card
+            and r.get("role", "slice") == "slice"]
+
+    def pick(layers: int, quant: str, be: str | None, modes: tuple[str, ...]) -> dict | None:
+        for m in modes:
+            for r in rows:
+                if int(r["layers"]) == layers and r.get("quant", "bf16") == quant and r.get("mode") == m and \
+                        (be is None or r.get("backend", "auto") == be):
+                    return r
+        return None
+
+    notes = []
+    deep = pick(2, "bf16", backend, (mode,))
+    shallow = pick(1, "bf16", backend, (mode,))
+    if shallow is None and backend != "auto":
+        shallow = pick(1, "bf16", "auto", (mode,))
+        if shallow is not None:
+            notes.append(f"no 1-layer slice with backend {backend}: the fixed part comes from the default backend's "
+                         f"1-layer slice ({shallow['label']}); attention per layer = the 2-layer slice's attention / 2")
+    int4 = pick(2, "card", backend, (mode, "eager", "graph")) or pick(2, "card", None, (mode, "eager", "graph"))
+    return {"shallow": shallow, "deep": deep, "int4": int4, "notes": notes}
+
+
+def _cats(breakdown_rows: list[dict], row: dict | None) -> dict:
+    """``{category: ms per step}`` of one profile (only the categories the table holds)."""
+    if row is None:
+        return {}
+    return {r["category"]: float(r["ms_per_step"]) for r in breakdown_rows
+            if r["label"] == row["label"] and r.get("taken_at") == row.get("taken_at")}
+
+
+def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: float | None) -> dict:
+    """Per category ``{"fixed", "moe", "how"}`` in ms per step on the H200 (``None`` where unknown, with the reason):
+    fixed = the 1-layer slice; one MoE layer = 2-layer minus 1-layer (experts from the INT4 slice where recorded)."""
+    s, d, q = slices["shallow"], slices["deep"], slices["int4"]
+    cs, cd, cq = _cats(breakdown_rows, s), _cats(breakdown_rows, d), _cats(breakdown_rows, q)
+    mixed = bool(slices["notes"]) and s is not None and d is not None and s.get("backend") != d.get("backend")
+    out = {}
+    for cat in CATEGORIES:
+        if cat in ("gpu idle", "communication"):
+            continue
+        if s is None or d is None or cat not in cs or cat not in cd:
+            missing = [n for n, r, c in (("1-layer", s, cs), ("2-layer", d, cd)) if r is None or cat not in c]
+            out[cat] = {"fixed": None, "moe": None, "how": f"unknown: no {' / '.join(missing)} slice row for {cat}"}
+            continue
+        fixed, moe = cs[cat], cd[cat] - cs[cat]
+        how = f"fixed = {s['label']}; one MoE layer = {d['label']} - {s['label']}"
+        if cat == "attention" and mixed:
+            fixed, moe = cd[cat] / 2, cd[cat] / 2
+            how = f"attention per layer = {d['label']} / 2 (every layer's MLA is the same)"
+        if cat == "moe experts":
+            if q is not None and cat in cq:
+                moe = cq[cat] - cs[cat]
+                how = f"fixed = {s['label']}; experts of one MoE layer = {q['label']} (INT4, mode {q.get('mode')}) - {s['label']}"
+            elif expert_bytes_ratio:
+                moe = moe * expert_bytes_ratio
+                how += f"; no INT4 slice: bf16 experts x {expert_bytes_ratio:.4f} (INT4 group-32 bytes / bf16 bytes per weight)"
+            else:
+                out[cat] = {"fixed": fixed, "moe": None, "how": "unknown: no INT4 slice and no bytes ratio for the card"}
+                continue
+        out[cat] = {"fixed": fixed, "moe": moe, "how": how}
+    return out
+
+
+def kernel_floors(excerpts: dict, slices: dict, floor_us: float | None = None) -> dict:
+    """Per memory-bound category ``{"fixed_ms", "moe_ms", "floor_us", "how"}``: kernels per step of the category in
+    the 1-layer excerpt (fixed) and the 2-layer minus the 1-layer (one MoE layer), x the floor per kernel (default:
+    the smallest duration of a kernel of that category in these H200 excerpts). ``None`` where no excerpt."""
+    s, d = slices["shallow"], slices["deep"]
+    es, ed = excerpts.get(s["label"]) if s else None, excerpts.get(d["label"]) if d else None
+    out = {}
+    for cat in MEMORY_BOUND:
+        if es is None or ed is None:
+            out[cat] = {"fixed_ms": None, "moe_ms": None, "floor_us": None,
+                        "how": "no floor: no trace excerpt of " + (" / ".join(
+                            r["label"] for r, e in ((s, es), (d, ed)) if r is not None and e is None) or "the slices")}
+            continue
+        ks = [k for k in es["kernels"] if classify(k["name"], k.get("cat", "")) == cat]
+        kd = [k for k in ed["kernels"] if classify(k["name"], k.get("cat", "")) == cat]
+        n_s, n_d = len(ks) / max(1, es.get("steps", 1)), len(kd) / max(1, ed.get("steps", 1))
+        durs = [float(k["dur"]) for k in ks + kd]
+        f = floor_us if floor_us is not None else (min(durs) if durs else None)
+        if f is None:
+            out[cat] = {"fixed_ms": 0.0, "moe_ms": 0.0, "floor_us": None, "how": f"no {cat} kernel in the excerpts"}
+            continue
+        src = "given" if floor_us is not None else "smallest H200 kernel of the category in the excerpts"
+        out[cat] = {"fixed_ms": n_s * f / 1e3, "moe_ms": max(0.0, n_d - n_s) * f / 1e3, "floor_us": f,
+                    "how": f"floor {f:.2f} us per kernel ({src}) x {n_s:g} kernels (fixed), {max(0.0, n_d - n_s):g} per MoE layer"}
+    return out
+
+
+# -- the projection ------------------------------------------------------------------------------
+def _bandwidths(profile_name: str, measured_on: str, bandwidth_rows: list[dict], bandwidth: str) -> tuple[float, float, str]:
+    """(source GPU TB/s, target GPU TB/s, label)."""
+    from ..profiles import load_profile
+
+    src, dst = load_profile(measured_on), load_profile(profile_name)
+    src_bw, label = float(src["memory_bandwidth_tbs"]), f"{measured_on} datasheet {src['memory_bandwidth_tbs']} TB/s"
+    if bandwidth == "measured":
+        got = [float(b["read_tbs"]) for b in bandwidth_rows if b.get("read_tbs")]
+        if not got:
+            raise ValueError("bandwidth='measured' but the run holds no memory_bandwidth row")
+        src_bw, label = got[-1], f"{measured_on} measured read {got[-1]:.2f} TB/s (table memory_bandwidth)"
+    return src_bw, float(dst["memory_bandwidth_tbs"]), label + f" / {profile_name} datasheet {dst['memory_bandwidth_tbs']} TB/s"
+
+
+def _memory_row(cat: str, part: dict, floor: dict, shares: dict, ratio: float, n_moe: int, bw_label: str, tp: int) -> dict:
+    """One memory-bound category on the target: each part x bandwidth ratio x TP share, floored."""
+    if part["fixed"] is None or part["moe"] is None:
+        return {"ms_per_token": None, "source": part["how"], "rule": "memory-bound; unknown input"}
+    fx = part["fixed"] * ratio * shares["fixed"][cat]
+    mo = part["moe"] * ratio * shares["moe"][cat]
+    floored = []
+    if floor["fixed_ms"] is not None:
+        if floor["fixed_ms"] > fx:
+            floored.append("fixed")
+        if floor["moe_ms"] > mo:
+            floored.append("per MoE layer")
+        fx, mo = max(fx, floor["fixed_ms"]), max(mo, floor["moe_ms"])
+    return {"ms_per_token": fx + n_moe * mo, "h200_full_ms": part["fixed"] + n_moe * part["moe"],
+            "source": f"{part['how']}; {bw_label}; {floor['how']}",
+            "rule": (f"memory-bound: x {ratio:.3f} (bandwidth ratio) x TP share {shares['fixed'][cat]:.3f} fixed / "
+                     f"{shares['moe'][cat]:.3f} per MoE layer at tp {tp}, floored" +
+                     (f" (floor applies: {', '.join(floored)})" if floored else " (floor below the scaled time)")
+                     if floor["fixed_ms"] is not None else
+                     f"memory-bound: x {ratio:.3f} (bandwidth ratio) x TP share {shares['fixed'][cat]:.3f} / "
+                     f"{shares['moe'][cat]:.3f} at tp {tp}; no floor (no excerpt)")}
+
+
+def _latency_row(cat: str, part: dict, n_moe: int, clock_ratio: float) -> dict:
+    if part["fixed"] is None or part["moe"] is None:
+        return {"ms_per_token": None, "source": part["how"], "rule": "latency-bound; unknown input"}
+    full = part["fixed"] + n_moe * part["moe"]
+    return {"ms_per_token": full / clock_ratio, "h200_full_ms": full, "source": part["how"],
+            "rule": "latency-bound: kept as measured on the H200" + (f", / SM clock ratio {clock_ratio:g}" if clock_ratio != 1
+                                                                    else " (no clock scaling)")}
+
+
+def seed_figures() -> dict:
+    """The seed's single-stream tok/s per engine (``data/reference/seed-case.json``): compared against, never an input."""
+    return json.loads((_data_dir() / "reference" / "seed-case.json").read_text())["single_stream_tok_s"]
+
+
+def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", card: str = "kimi-k2.5",
+            profile: str = "rtx-pro-6000", measured_on: str = "h200", tp: int = 8, allreduce_us: float | None = None,
+            allreduce_source: str | None = None, bandwidth: str = "datasheet", floor_us: float | None = None,
+            clock_ratio: float = 1.0, seed_tok_s: float | None = None) -> list[dict]:
+    """Rows of the table ``seed_projection`` for ``engine``: one per category (engine, backend, category,
+    ms_per_token, source, rule) and a total (predicted_ms, predicted_tok_s, seed_tok_s, error_pct = 100 x
+    (predicted - seed) / seed tok/s, positive where the projection is faster than the seed's figure).
+    ``allreduce_us`` None: the published 8-rank RTX PRO 6000 NCCL series at the decode message (labelled)."""
+    from ..selection.cards import load_card
+
+    c = load_card(card)
+    facts = _card_facts(c)
+    profiles, breakdown, bw_rows, excerpts = _tables(source)
+    slices = select_slices(profiles, engine, backend=backend, mode=mode, card=card)
+    bd = latest_breakdown(breakdown, profiles)
+    parts = h200_parts(bd, slices, facts["expert_bytes_ratio"])
+    floors = kernel_floors(excerpts, slices, floor_us)
+    base = {"engine": engine, "backend": backend, "card": card, "profile": profile, "tp": tp, "measured_on": measured_on}
+    out = []
+    if slices["shallow"] is not None and slices["deep"] is not None:
+        src_bw, dst_bw, bw_label = _bandwidths(profile, measured_on, bw_rows, bandwidth)
+        ratio, shares = src_bw / dst_bw, tp_shares(c, tp)
+    for cat in CATEGORIES:
+        if cat == "communication":
+            row = _comm_row(c, tp, facts, allreduce_us, allreduce_source)
+        elif cat == "gpu idle":
+            row = _idle_row(slices["deep"])
+        elif slices["shallow"] is None or slices["deep"] is None:
+            row = {"ms_per_token": None, "source": parts[cat]["how"], "rule": "unknown: the slice profiles are missing"}
+        elif cat in MEMORY_BOUND:
+            row = _memory_row(cat, parts[cat], floors[cat], shares, ratio, facts["moe_layers"], bw_label, tp)
+        else:
+            row = _latency_row(cat, parts[cat], facts["moe_layers"], clock_ratio)
+        out.append({**base, "category": cat, "h200_full_ms": None, **row})
+    out.append(_total_row(base, out, slices, engine, seed_tok_s))
+    return out
+
+
+def _comm_row(card: dict, tp: int, facts: dict, allreduce_us: float | None, allreduce_source: str | None) -> dict:
+    coll = collectives_per_token(card, tp)
+    if coll["count"] == 0:
+        return {"ms_per_token": 0.0, "source": coll["rule"], "rule": "communication: none at tp 1", "collectives": 0}
+    if allreduce_us is None:
+        allreduce_us, label = _default_allreduce(facts["message_bytes"])
+        allreduce_source = "default: " + label
+    return {"ms_per_token": coll["count"] * allreduce_us / 1e3, "collectives": coll["count"], "allreduce_us": allreduce_us,
+            "source": allreduce_source or "given by the caller (no source stated)",
+            "rule": f"communication floor: {coll['rule']} = {coll['count']} x {allreduce_us:.2f} us "
+                    f"(the H200 slices ran at TP=1: their communication is not used)"}
+
+
+def _idle_row(deep: dict | None) -> dict:
+    if deep is None or deep.get("tpot_ms") is None or deep.get("busy_ms") is None:
+        return {"ms_per_token": None, "source": "unknown: no 2-layer slice profile", "rule": "host / gpu idle; unknown input"}
+    host = max(0.0, float(deep["tpot_ms"]) - float(deep["busy_ms"]))
+    return {"ms_per_token": host, "source": f"{deep['label']}: unprofiled {float(deep['tpot_ms']):.3f} ms per token - "
+                                            f"GPU busy {float(deep['busy_ms']):.3f} ms per step",
+            "rule": "host / gpu idle: kept as measured on the H200 host (the target's host CPU is unknown)"}
+
+
+def _total_row(base: dict, rows: list[dict], slices: dict, engine: str, seed_tok_s: float | None) -> dict:
+    unknown = [r["category"] for r in rows if r["ms_per_token"] is None]
+    seed = seed_tok_s if seed_tok_s is not None else seed_figures().get(engine)
+    total = None if unknown else sum(r["ms_per_token"] for r in rows)
+    tok_s = 1e3 / total if total else None
+    return {**base, "category": "total", "ms_per_token": total, "predicted_ms": total, "predicted_tok_s": tok_s,
+            "seed_tok_s": seed, "error_pct": 100 * (tok_s - seed) / seed if tok_s and seed else None,
+            "unknown": unknown, "notes": slices["notes"],
+            "from_labels": [r["label"] for r in (slices["shallow"], slices["deep"], slices["int4"]) if r],
+            "source": "sum of the categories" + (f"; unknown: {', '.join(unknown)}" if unknown else ""),
+            "rule": "predicted; error_pct = 100 x (predicted - seed) / seed tok/s (positive: faster than the seed's figure); "
+                    "the seed's figures are compared against, never an input"}
+
+
+# -- candidate changes ---------------------------------------------------------------------------
+_MODEL = "moonshotai/Kimi-K2.5"
+_VERSIONS = {"sglang": "0.5.16", "vllm": "0.26.0"}
+
+
+def _cat(rows: list[dict], engine: str, cat: str) -> float | None:
+    return next((r["ms_per_token"] for r in rows if r["engine"] == engine and r["category"] == cat), None)
+
+
+def _launch(engine: str, tp: int, **kw) -> str:
+    from ..engines import user_command
+
+    return user_command(engine, _MODEL, tp=tp, version=_VERSIONS.get(engine), **kw)
+
+
+def _fix(engine: str, total: float, change: str, gain_ms: float | None, basis: str, command: str, **extra) -> dict:
+    after = None if gain_ms is None else total - gain_ms
+    return {"engine": engine, "change": change, "gain_ms_per_token": gain_ms,
+            "gain_tok_s": None if gain_ms is None or not after else 1e3 / after - 1e3 / total,
+            "label": "predicted", "basis": basis, "check_command": command, **extra}
+
+
+def ranked_fixes(projection_rows: list[dict], *, tp: int = 8, attention_alternatives: dict | None = None,
+                 custom_allreduce_us: float | None = None, nccl_tuned_us: float | None = None,
+                 message_bytes: int = 14336, expert_floor_ms: dict | None = None) -> list[dict]:
+    """Candidate changes per engine with their predicted gain (ms and tok/s per token) from the projection, largest
+    first, each labelled "predicted" with the command that checks it on the real host. Never a cause.
+
+    ``attention_alternatives``: ``{engine: (backend, ms per token or None)}``; None ms = as fast as the other
+    engine's projected attention. ``custom_allreduce_us`` / ``nccl_tuned_us``: default the published custom PCIe
+    kernel and the tuned-NCCL (LL) series at ``message_bytes``. ``expert_floor_ms``: ``{engine: ms}`` the MoE experts
+    would take at the bandwidth roofline (default: the card's INT4 expert bytes / tp / the target's datasheet bandwidth).
+    """
+    alts = attention_alternatives if attention_alternatives is not None else {"sglang": ("flashinfer", None)}
+    cust_us, cust_label = (custom_allreduce_us, "given") if custom_allreduce_us is not None else \
+        _default_allreduce(message_bytes, "custom")
+    ll_us, ll_label = (nccl_tuned_us, "given") if nccl_tuned_us is not None else _default_allreduce(message_bytes, "nccl_tuned")
+    out = []
+    totals = {r["engine"]: r for r in projection_rows if r["category"] == "total" and r["ms_per_token"]}
+    for eng, tot in totals.items():
+        total = tot["ms_per_token"]
+        comm = next(r for r in projection_rows if r["engine"] == eng and r["category"] == "communication")
+        out += _attention_fix(projection_rows, eng, total, alts, tp)
+        out += _comm_fixes(eng, total, comm, cust_us, cust_label, ll_us, ll_label, tp)
+        out.append(_graph_fix(projection_rows, eng, total, tp))
+        out.append(_moe_fix(projection_rows, eng, total, tp, (expert_floor_ms or {}).get(eng)))
+    return sorted(out, key=lambda f: -(f["gain_ms_per_token"] if f["gain_ms_per_token"] is not None else -1e9))
+
+
+def _attention_fix(rows: list[dict], eng: str, total: float, alts: dict, tp: int) -> list[dict]:
+    if eng not in alts or alts[eng] is None:
+        return []
+    backend, target_ms = alts[eng]
+    mine = _cat(rows, eng, "attention")
+    basis = f"attention backend {backend}"
+    if target_ms is None:
+        others = [(_cat(rows, e, "attention"), e) for e in {r["engine"] for r in rows} if e != eng]
+        others = [(ms, e) for ms, e in others if ms is not None]
+        if not others or mine is None:
+            return [_fix(eng, total, f"--attention-backend {backend}", None, basis + ": no figure to compare with",
+                         _launch(eng, tp, attention=backend))]
+        target_ms, other = min(others)
+        basis += f" as fast as {other}'s projected attention ({target_ms:.3f} ms per token)"
+    gain = None if mine is None else max(0.0, mine - target_ms)
+    return [_fix(eng, total, f"attention backend {backend}", gain, basis + f"; now {mine} ms per token",
+                 _launch(eng, tp, attention=backend))]
+
+
+def _comm_fixes(eng: str, total: float, comm: dict, cust_us: float, cust_label: str, ll_us: float, ll_label: str,
+                tp: int) -> list[dict]:
+    n, cur = comm.get("collectives"), comm.get("allreduce_us")
+    if not n or cur is None:
+        return []
+    pcie_env = {"sglang": ({"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "SGLang PR #34528 (open): not in 0.5.16"),
+                "vllm": ({"VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC": "1"}, "vLLM PR #53576: not in 0.26.0's envs.py")}
+    env, avail = pcie_env.get(eng, ({}, "no PCIe custom all-reduce known for this engine"))
+    nccl_env = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_MIN_NCHANNELS": "8", "NCCL_DEBUG": "INFO"}
+    return [
+        _fix(eng, total, "custom PCIe all-reduce instead of NCCL", n * max(0.0, cur - cust_us) / 1e3,
+             f"{n} collectives x ({cur:.2f} - {cust_us:.2f}) us; {cust_label}; availability: {avail}",
+             _launch(eng, tp, env=env)),
+        _fix(eng, total, "NCCL_PROTO=LL, NCCL_P2P_LEVEL=SYS, NCCL_MIN_NCHANNELS=8", n * max(0.0, cur - ll_us) / 1e3,
+             f"{n} collectives x max(0, {cur:.2f} - {ll_us:.2f}) us; {ll_label}; gains only where the host's NCCL "
+             "picked a slower protocol (confirm with NCCL_DEBUG=INFO); nccl-tests on the host: "
+             "NCCL_PROTO=LL all_reduce_perf -b 8K -e 32K -f 2 -g 8 -G 20 -d bfloat16",
+             _launch(eng, tp, env=nccl_env)),
+    ]
+
+
+def _graph_fix(rows: list[dict], eng: str, total: float, tp: int) -> dict:
+    idle = _cat(rows, eng, "gpu idle")
+    extra = ["--cuda-graph-bs-decode", "1", "2", "4", "8"] if eng == "sglang" else ["--cudagraph-capture-sizes", "1", "2", "4", "8"]
+    return _fix(eng, total, "CUDA-graph capture sizes covering batch 1", idle,
+                f"upper bound: the projection's host / gpu idle ({idle} ms per token, kept from the H200 host); "
+                "graphs change launch gaps, not kernel time", _launch(eng, tp, extra_args=extra), bound="upper")
+
+
+def _moe_fix(rows: list[dict], eng: str, total: float, tp: int, floor_ms: float | None) -> dict:
+    mine = _cat(rows, eng, "moe experts")
+    if floor_ms is None:
+        floor_ms, basis = _expert_roofline_ms(rows, eng, tp)
+    else:
+        basis = f"given floor {floor_ms:.3f} ms per token"
+    extra = ["--moe-runner-backend", "triton"] if eng == "sglang" else ["--moe-backend", "marlin"]
+    gain = None if mine is None or floor_ms is None else max(0.0, mine - floor_ms)
+    return _fix(eng, total, "MoE expert kernel at the bandwidth roofline", gain,
+                f"projected experts {mine} ms per token against {basis}; the alternative kernel named in the command "
+                "is one to try, read the default's kernel names in the trace first", _launch(eng, tp, extra_args=extra))
+
+
+def _expert_roofline_ms(rows: list[dict], eng: str, tp: int) -> tuple[float | None, str]:
+    """The routed experts' INT4 bytes per token / tp / the target's datasheet bandwidth."""
+    from ..profiles import load_profile
+    from ..selection.cards import load_card
+
+    r = next((x for x in rows if x["engine"] == eng), None)
+    if r is None:
+        return None, "no projection"
+    c = _text(load_card(r["card"]))
+    facts = _card_facts(load_card(r["card"]))
+    if not facts["expert_bytes_card"]:
+        return None, "no quantized expert bytes in the card"
+    bytes_ = facts["moe_layers"] * c["num_experts_per_tok"] * 3 * c["hidden_size"] * c["moe_intermediate_size"] * \
+        facts["expert_bytes_card"]
+    bw = float(load_profile(r["profile"])["memory_bandwidth_tbs"])
+    ms = bytes_ / tp / (bw * 1e12) * 1e3
+    return ms, f"roofline {ms:.3f} ms ({bytes_ / 1e9:.2f} GB of active INT4 experts / {tp} ranks / {bw} TB/s datasheet)"
