@@ -224,3 +224,25 @@ def test_transformers_serve_default_eager_and_a_broken_decode_kernel(embedded_mo
     assert noisy.get("reported") == "sdpa", {k: v for k, v in noisy.items() if k in ("outcome", "error", "launch", "log_tail")}
     assert noisy["outcome"] == "wrong output" and noisy["decode_agreement"] < agreement.MIN_AGREEMENT, noisy.get("decode_agreement")
     assert noisy["decode_prefill_agreement"] == 1.0  # prefill untouched: only the decode steps were broken
+
+
+@pytest.mark.slow
+def test_a_recorded_run_without_the_check_still_renders_and_says_so(tmp_path, monkeypatch):
+    """Chapter 03 executed again (measure=False) on a run recorded before the decode check: the page renders and states
+    that decode agreement was not recorded in that run."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    from servebook.book import refresh_chapter, render_book
+
+    recorded = Path(__file__).resolve().parents[1] / "data" / "runs" / "h200x1-live"
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "no-engines"))
+    run = tmp_path / "run"
+    shutil.copytree(recorded, run)
+    row = refresh_chapter(run, "03", {"compare_engines": "vllm", "model": str(recorded / "models" / "kimi-slice")})
+    assert row["status"] == "ok", row
+    render_book(run, tmp_path / "book")
+    page = re.sub(r"<[^>]+>", "", (tmp_path / "book" / "03_force_each_backend.html").read_text())
+    assert "Decode agreement: not recorded in this run" in page
+    assert "decode: not recorded in this run" in page  # the check-yourself answer too
