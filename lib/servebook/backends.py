@@ -5,8 +5,9 @@
 
 For each backend: start the server with it forced, read the engine's own report of what
 it loaded, run greedy completions of a fixed prompt set and compare their tokens with the
-engine's default, take a short single-stream measurement, stop the server, and check the
-port is free again. Each outcome (ok, rejected, failed to start, crashed, wrong output)
+engine's default, compare its decode-step token ids with the default's (``agreement.py``: the
+check that runs the forced decode kernel), take a short single-stream measurement, stop the
+server, and check the port is free again. Each outcome (ok, rejected, failed to start, crashed, wrong output)
 is a row in the run's ``backends`` table; a failure never stops the sweep.
 
 With a ``host`` that is not this process (``servebook.hosts``: SSH, or a recording) every server
