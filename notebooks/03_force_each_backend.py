@@ -97,8 +97,8 @@ qa = [("Nothing was measured on this page. What would you run first on the real 
        "you forced is the one that ran?",
        (f"The engine's default, `{first['command']}`, then one launch per backend (the table above). " if first is not None else
         "The launches of the table above (none was planned here). ")
-       + "A forced backend counts only when the engine reports loading it (its server info or its log), its teacher-forced "
-         "tokens agree with the default's, and its decode rate is measured: a flag alone proves nothing.")]
+       + "A forced backend counts only when the engine reports loading it (its server info or its log), its decode-step "
+         "token ids agree with the default's, and its decode rate is measured: a flag alone proves nothing.")]
 if len(rc):
     last = rc.iloc[-1]
     qa.append(("Which backend does chapter 02 predict the engine's default resolves to here, and is that a measurement?",
@@ -261,18 +261,30 @@ table = store.table("backends")
 table = table[table["engine"].isin(names)] if len(table) else table
 if len(table) and "mode" not in table:
     table["mode"] = "default"
-cols = [c for c in ["engine", "attention", "mode", "outcome", "reported", "reported_source", "tf_top1_agreement", "tf_logprob_mad", "agreement",
+cols = [c for c in ["engine", "attention", "mode", "outcome", "reported", "reported_source", "decode_agreement", "decode_positions",
+                    "decode_tolerance", "tf_top1_agreement", "tf_logprob_mad", "agreement",
                     "decode_tok_s", "decode_tok_s_ci95", "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
 pd.set_option("display.max_colwidth", 160)
 table[cols]
 
 # %% [markdown]
 # Each row is one server start (or a refusal before one). `reported` is what the engine itself said it loaded
-# (`reported_source`: its server-info endpoint or the log line it came from). `tf_top1_agreement` is teacher-forced:
-# the default backend's completions, prompt included, are fed back to each backend and the most likely next token at
-# every position is compared with the default's (one near-tie flips one position, not the rest of a greedy run);
-# `tf_logprob_mad` is the mean absolute difference of the log-probabilities there. `agreement` is the share of greedy
-# tokens equal to the default's.
+# (`reported_source`: its server-info endpoint or the log line it came from). `decode_agreement` is the check of the
+# kernel that was forced, on the decode path, by token ids (`servebook.agreement`; how it ran, below).
+# `tf_top1_agreement` is teacher-forced on the prefill path only: the default's completions, prompt included, sent back
+# as text and scored in one forward pass (`tf_logprob_mad`: the mean |log-prob difference| there). `agreement` is the
+# share of greedy tokens equal to the default's.
+
+# %%
+from IPython.display import Markdown
+
+from servebook.agreement import describe
+
+Markdown(describe(table))
+
+# %% [markdown]
+# A start whose decode kernel gives other tokens than the default's, beyond a near-tie, is `wrong output` even when its
+# prefill agrees.
 
 # %%
 pre = store.table("backends_preflight")
@@ -370,9 +382,14 @@ qa.append(("How do you know the backend that ran is the one you forced, and not 
            + ". A forced backend whose report differs is classified `overridden`."))
 tf = table.dropna(subset=["tf_top1_agreement"]) if "tf_top1_agreement" in table else table.iloc[0:0]
 agree = table.dropna(subset=["agreement"]) if "agreement" in table else table.iloc[0:0]
-qa.append(("Why compare teacher-forced top-1 tokens, and not only greedy text, against the default backend?",
+dec = table.dropna(subset=["decode_agreement"]) if "decode_agreement" in table else table.iloc[0:0]
+qa.append(("Why compare decode-step token ids at the default's prefix, and not only greedy text, against the default backend?",
            "The weights are random, so no text reads well, and near-tied logits let two correct kernels pick different argmaxes; "
-           "in a greedy run one flip changes every later token. Teacher-forced, a flip costs one position. Here, teacher-forced: "
+           "in a greedy run one flip changes every later token. Compared at the default's prefix, with near-ties tolerated, a "
+           "flip costs one position; and only tokens from decode steps run the decode kernel that was forced. Here, decode: "
+           + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['decode_agreement']:.0%} of {r['decode_positions']:.0f}"
+                        for _, r in dec.iterrows()) or "not recorded in this run")
+           + "; teacher-forced (prefill only): "
            + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['tf_top1_agreement']:.0%}" for _, r in tf.iterrows()) or "not measured")
            + "; greedy: " + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['agreement']:.0%}" for _, r in agree.iterrows())
                              or "not measured") + "."))

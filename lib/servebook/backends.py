@@ -5,8 +5,9 @@
 
 For each backend: start the server with it forced, read the engine's own report of what
 it loaded, run greedy completions of a fixed prompt set and compare their tokens with the
-engine's default, take a short single-stream measurement, stop the server, and check the
-port is free again. Each outcome (ok, rejected, failed to start, crashed, wrong output)
+engine's default, compare its decode-step token ids with the default's (``agreement.py``: the
+check that runs the forced decode kernel), take a short single-stream measurement, stop the
+server, and check the port is free again. Each outcome (ok, rejected, failed to start, crashed, wrong output)
 is a row in the run's ``backends`` table; a failure never stops the sweep.
 
 With a ``host`` that is not this process (``servebook.hosts``: SSH, or a recording) every server
@@ -29,6 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+from . import agreement
 from .engines import CLIRejected, EngineAdapter
 from .errors import EngineError, ServebookError, ServerError
 from .results import RunStore
@@ -170,9 +172,11 @@ def force_each_backend(
     ctx = _Sweep(engine=engine, store=store, say=say, host=host, remote=remote, max_tokens=max_tokens, runs=runs,
                  ready_timeout=ready_timeout, tokenizer=_load_tokenizer(model_dir),
                  served_from=str(host_model or model_dir), version=engine.version(), extra=list(extra_args), env=dict(env or {}))
+    ctx.prompt_ids = agreement.prompt_ids(ctx.tokenizer, PROBE_PROMPTS)
     for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
         ctx.reference = prior.get("completions")
         ctx.reference_lp = prior.get("teacher_forced")
+        ctx.reference_decode = prior.get("decode_reference")
     _report_stale(ctx)
     modes = [m for m in modes if m != "eager" or engine.eager_args is not None] or ["default"]
     checked = _preflight(ctx, backends, modes) if preflight else {}
@@ -214,6 +218,8 @@ class _Sweep:
         self.__dict__.update(kw)
         self.reference: list[str] | None = None
         self.reference_lp: list | None = None
+        self.reference_decode: list | dict | None = None  # the default backend's greedy decode by token ids (agreement.py)
+        self.prompt_ids: list[list[int]] = []
 
 
 def _report_stale(ctx: _Sweep) -> None:
@@ -338,6 +344,7 @@ def _exercise(ctx: _Sweep, srv, backend: str | None, row: dict) -> None:
         ctx.reference = completions
     if ctx.reference is not None:
         row.update(compare_tokens(ctx.tokenizer, ctx.reference, completions))
+    _decode_check(ctx, srv, backend, row, name)
     row.update(_decode_rate(srv.base_url, name, engine.name, row["attention"], ctx.max_tokens * 2, ctx.runs, ctx.tokenizer, host=ctx.host))
     if not srv.alive() or (not ctx.remote and srv.fatal_line()):
         row.update(outcome="crashed", error=engine_error(srv.log_tail(400)) or "the server exited during the run", log_tail=srv.log_tail(15))
@@ -352,15 +359,45 @@ def _exercise(ctx: _Sweep, srv, backend: str | None, row: dict) -> None:
         row["outcome"] = "ok"
 
 
+def _decode_check(ctx: _Sweep, srv, backend: str | None, row: dict, name: str) -> None:
+    """The decode-path agreement (``agreement.py``): the default's greedy decode by token ids is the reference (asked
+    once, from the first default start), and every start, the default's included, is compared with it."""
+    engine = ctx.engine
+
+    def ask(fn: str, kwargs: dict):
+        kwargs = {"engine": engine.name, "base_url": srv.base_url, "model": name, "prompts": ctx.prompt_ids, **kwargs}
+        if ctx.remote:
+            return ctx.host.call(f"servebook.agreement:{fn}", kwargs, timeout=120 * 10 * len(ctx.prompt_ids) + 60,
+                                 label=f"decode {fn} {engine.name} {row['attention']}")
+        return _watched(srv, lambda: getattr(agreement, fn)(**kwargs))
+
+    try:
+        if backend is None and ctx.reference_decode is None:
+            ctx.reference_decode = row["decode_reference"] = ask("reference_decodes", {"max_tokens": ctx.max_tokens})
+        row.update(ask("decode_agreement", {"reference": ctx.reference_decode}))
+    except ServebookError as exc:
+        if (not ctx.remote and srv.fatal_line()) or not srv.alive():
+            row.update(outcome="crashed", error=engine_error(srv.log_tail(400)) or str(exc), log_tail=srv.log_tail(15))
+            raise _Recorded() from exc
+        row.update(decode_agreement=None, decode_note=f"the decode check failed: {str(exc)[:300]}")
+
+
 def _disagrees(row: dict) -> bool:
-    """Wrong output: teacher-forced top-1 agreement under 90% where it was measured, else greedy agreement under 50%."""
-    tf = row.get("tf_top1_agreement")
-    if tf is not None:
-        return tf < 0.9
+    """Wrong output: decode agreement under ``agreement.MIN_AGREEMENT`` or teacher-forced (prefill) top-1 agreement
+    under 90%, where measured; where neither was, greedy agreement under 50%."""
+    dec, tf = row.get("decode_agreement"), row.get("tf_top1_agreement")
+    if dec is not None or tf is not None:
+        return (dec is not None and dec < agreement.MIN_AGREEMENT) or (tf is not None and tf < 0.9)
     return row.get("agreement") is not None and row["agreement"] < 0.5
 
 
 def _disagreement(row: dict) -> str:
+    dec = row.get("decode_agreement")
+    if dec is not None and dec < agreement.MIN_AGREEMENT:
+        first = row.get("decode_first_divergence") or {}
+        return (f"decode agreement with the default backend is {dec:.0%} over {row['decode_positions']} decode positions "
+                f"(tolerance {row['decode_tolerance']} nats); first difference: prompt {first.get('prompt')} position "
+                f"{first.get('position')}, token {first.get('forced')} where the default decoded {first.get('default')}")
     if row.get("tf_top1_agreement") is not None:
         return (f"teacher-forced top-1 agreement with the default backend is {row['tf_top1_agreement']:.0%} over {row['tf_positions']} "
                 f"positions (mean |log-prob difference| {row.get('tf_logprob_mad')})")
