@@ -184,3 +184,61 @@ def test_capture_drives_the_profiler_endpoints_of_a_live_server(tmp_path):
         assert b["categories"]["moe experts"] == pytest.approx(0.080)
     finally:
         stop_process_group(proc.pid)
+
+
+# -- recorded on an H200 (data/runs/h200x1-prof) --------------------------------------------------------------------
+from pathlib import Path as _Path
+
+_REC = _Path(__file__).parent / "data" / "profile"
+_RUN = _Path(__file__).parents[1] / "data" / "runs" / "h200x1-prof"
+
+
+@pytest.mark.parametrize("excerpt", sorted(p.name for p in _REC.glob("*.excerpt.json")))
+def test_the_rule_on_recorded_steps_of_both_engines(excerpt):
+    """Every kernel of two recorded decode steps gets a category; the kernels that define a decode step land where
+    they belong, and what no rule names ("other") stays a sliver of the step."""
+    d = json.loads((_REC / excerpt).read_text())
+    ks = [Kernel(k["name"], k["ts"], k["dur"], k.get("stream", 0), k["cat"]) for k in d["kernels"]]
+    cats = {}
+    for k in ks:
+        cats.setdefault(classify(k.name, k.cat), []).append(k.name)
+    names = " ".join(k.name for k in ks)
+    assert "FlashAttnFwdSm90" in names or "_fwd_grouped_kernel" in names or "mla" in names.lower()
+    assert all(classify(n) == "attention" for n in cats.get("attention", []))
+    assert any("FlashAttn" in n or "_fwd_" in n or "mla" in n.lower() for n in cats["attention"])
+    assert any("nvjet" in n or "gemm" in n.lower() for n in cats["dense gemm"])
+    assert any("ArgMax" in n for n in cats["sampling"])
+    if d["card"] != "llama-3.1-8b":
+        assert any("moe" in n.lower() for n in cats["moe experts"])
+        assert cats.get("moe routing"), "the router and the expert sort are routing"
+        assert not any("marlin" in n.lower() or n == "fused_moe_kernel" for c, ns in cats.items() if c != "moe experts" for n in ns)
+    other = sum(k.dur for k in ks if classify(k.name, k.cat) == "other")
+    assert other < 0.05 * sum(k.dur for k in ks)
+
+
+def test_recorded_breakdowns_sum_to_their_steps_and_recompute_from_the_kept_traces():
+    from servebook.profile.tables import latest_ok
+    from servebook.results import RunStore
+
+    store = RunStore.at(_RUN)
+    checks = breakdown_check(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    assert len(checks) >= 20 and all(c["ok"] for c in checks)
+    for r in latest_ok(store.rows("profile_runs")):
+        if r.get("trace_kept") != "whole trace":
+            continue      # cut to stay under the cap: its first steps only
+        b = step_breakdown(kernel_events(load_trace(_RUN / r["trace"])))
+        assert b["steps"] == r["steps"] and b["step_ms"] == pytest.approx(r["step_ms"]) and b["busy_ms"] == pytest.approx(r["busy_ms"])
+
+
+def test_recorded_predictions_recompute_from_the_recorded_profiles():
+    from servebook.results import RunStore
+
+    store = RunStore.at(_RUN)
+    again = prediction_rows(store.rows("profile_runs"), store.rows("memory_bandwidth"), 4.8)
+    recorded = store.rows("prediction_check")
+    assert len(again) == len(recorded) >= 4
+    for a, r in zip(again, recorded):
+        for k in ("predicted_ms", "low_ms", "high_ms", "measured_ms", "error_pct", "slope_ms_per_layer"):
+            assert a[k] == pytest.approx(r[k]), (a["card"], a["engine"], k)
+    checked = [r for r in recorded if r["measured_ms"] is not None]
+    assert len(checked) >= 2 and {r["engine"] for r in checked} == {"sglang", "vllm"}

@@ -37,6 +37,8 @@ CATEGORIES = ("attention", "moe experts", "moe routing", "dense gemm", "communic
 # First match wins (lower-cased kernel name, searched, not anchored). Order matters: communication and
 # routing are tested before the broad "moe" and "gemm" words, sampling before the elementwise catch-all.
 RULES: tuple[tuple[str, str], ...] = (
+    # kernels torch.compile generated name the operators they fuse: a norm fused with its neighbours is a norm
+    ("norm/rope/elementwise", r"^triton_(?:poi|red|per)_fused\w*(?:rms_norm|layer_norm|rotary|rope)"),
     ("communication", r"nccl|all_?reduce|allgather|all_gather|reduce_scatter|cross_device_reduce|custom_?ar|one_?shot|"
                       r"two_?shot|multimem|symm_mem|lamport|trtllm_allreduce"),
     ("sampling", r"argmax|argmin|sampl|top_p|topp|multinomial|exponential_|gumbel|penalt|log_softmax|cunn_softmax"),

@@ -60,9 +60,14 @@ def prediction_rows(profile_rows: Iterable[dict], bandwidth_rows: Iterable[dict]
     for (card, engine, backend, mode, quant), rows in sorted(groups.items()):
         slices = sorted((r for r in rows if r.get("role") == "slice"), key=lambda r: int(r["layers"]))
         fulls = [r for r in rows if r.get("role") == "full"]
+        info = _card_full(card)
+        if quant != "bf16" and len(slices) == 1:
+            # a slice of the dense layers only holds no routed expert: its bf16 profile is the quantized card's too
+            dense_only = [r for r in groups.get((card, engine, backend, mode, "bf16"), [])
+                          if r.get("role") == "slice" and int(r["layers"]) <= info["dense"] < int(slices[0]["layers"])]
+            slices = dense_only[:1] + slices
         if len(slices) < 2:
             continue
-        info = _card_full(card)
         shallow, deep = slices[0], slices[-1]
         p = predict_full(shallow, deep, full_layers=info["layers"], dense_layers=info["dense"], moe=info["moe"])
         full_bytes = info["bytes_card"] if quant == "card" else info["bytes_bf16"]
