@@ -36,11 +36,19 @@ _DQ = r'"(?:[^"\\\n]|\\.)*"'
 _VALUE = rf"(?P<value>{_SQ}|{_DQ}|\[[ \t]*(?:(?:{_SQ}|{_DQ})[ \t]*,?[ \t]*)+\]|[^\s'\",;&)}}\]]+)"
 # The words that make a key or an option secret (its last part): api_key, hf_token, NCCL_IB_PASSWORD, --api-key.
 _KEYWORD = r"(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|token|password|passwd|secret|passphrase)"
-# key=value, key: value, 'key': value, "key": "value" (one line: [ \t], so a key at a line's end never takes the next line)
-_KEY_VALUE = re.compile(
-    rf"(?P<pre>(?P<q>['\"]?)(?<![\w.-])(?P<key>(?:[A-Za-z0-9]+[_.-])*{_KEYWORD})(?P=q)[ \t]*[=:][ \t]*){_VALUE}", re.I)
+_WORDS = ["api_key", "api-key", "apikey", "access_key", "access-key", "secret_key", "secret-key", "private_key", "private-key",
+          "token", "password", "passwd", "secret", "passphrase"]
+# each word as written in lower, UPPER, Title-Case and camelCase (api_key, API_KEY, Api-Key, ApiKey): spelled out,
+# the pattern starts with literals, which the regex engine scans for several times faster than a case-blind one
+_CASES = sorted({v for w in _WORDS for v in (w, w.upper(), "-".join(p.capitalize() for p in w.split("-")),
+                                              "_".join(p.capitalize() for p in w.split("_")))} | {"ApiKey", "apiKey"},
+                key=len, reverse=True)
+# key=value, key: value, 'key': value, "key": "value" (one line: [ \t], so a key at a line's end never takes the
+# next line). The pattern starts at the key's last word; the callback reads the rest of the key before it.
+_KEY_VALUE = re.compile(rf"(?P<kw>{'|'.join(map(re.escape, _CASES))})(?P<q>['\"]?)[ \t]*[=:][ \t]*{_VALUE}")
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 # --api-key VALUE, --api-key=VALUE, --hf-token VALUE (a value is not another option)
-_OPTION = re.compile(rf"(?P<pre>(?<![\w-])--(?P<key>(?:[A-Za-z0-9]+-)*{_KEYWORD})(?:=|[ \t]+))(?!-){_VALUE}", re.I)
+_OPTION = re.compile(rf"--(?P<key>(?i:(?:[A-Za-z0-9]+-)*{_KEYWORD}))(?:=|[ \t]+)(?!-){_VALUE}")
 _OPTION_WORD = re.compile(rf"--(?:[A-Za-z0-9]+-)*{_KEYWORD}", re.I)
 # A tokenizer's special tokens (bos_token='<s>', "pad_token": "<pad>") are not credentials, nor are empty values.
 _SPECIAL_TOKEN = re.compile(r"(?:^|[_.-])(?:bos|eos|pad|unk|sep|cls|mask|special|additional|image|video|audio|vision|"
@@ -48,19 +56,23 @@ _SPECIAL_TOKEN = re.compile(r"(?:^|[_.-])(?:bos|eos|pad|unk|sep|cls|mask|special
 _NOT_A_VALUE = re.compile(r"^(?:['\"]?(?:None|null|nil|true|false|\*\*\*)?['\"]?|\[\s*\])$", re.I)
 _NUMBER = re.compile(r"^['\"]?[-+]?\d[\d.,]*(?:e[-+]?\d+)?[a-z%/]{0,3}['\"]?$", re.I)
 
-# Values that look like credentials even under an innocent name.
+# Values that look like credentials even under an innocent name (a literal start, no \\b: the callback checks the
+# word boundary, which keeps the regex engine's fast literal scan).
 _SECRET_VALUE = [
-    re.compile(r"\bhf_[A-Za-z0-9]{8,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{8,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{12,}"),
-    re.compile(r"(?i)(\bbearer[ \t]+)[A-Za-z0-9._~+/=-]{6,}"),
-    re.compile(r"(?i)(\bauthorization[ \t]*[:=][ \t]*(?:basic|token)[ \t]+)[A-Za-z0-9._~+/=-]{4,}"),
-    re.compile(r"(?i)(://[^/\s:@]+:)[^@\s/]+(@)"),  # user:password@host in URLs
+    re.compile(r"hf_[A-Za-z0-9]{8,}"),
+    re.compile(r"sk-[A-Za-z0-9_-]{8,}"),
+    re.compile(r"gh[pousr]_[A-Za-z0-9]{8,}"),
+    re.compile(r"AKIA[0-9A-Z]{12,}"),
+    re.compile(r"(?i)(bearer[ \t]+)[A-Za-z0-9._~+/=-]{6,}"),
+    re.compile(r"(?i)(authorization[ \t]*[:=][ \t]*(?:basic|token)[ \t]+)[A-Za-z0-9._~+/=-]{4,}"),
+    re.compile(r"(://[^/\s:@]+:)[^@\s/]+(@)"),  # user:password@host in URLs
 ]
-# Cheap first look: text without any of these needs no pattern (server logs are large, most lines hold none).
-_HINT = re.compile(r"hf_|sk-|gh[pousr]_|AKIA|bearer|authorization|token|passw|secret|api[_-]?key|apikey|"
-                   r"access[_-]?key|private[_-]?key|passphrase|://[^/\s]*@", re.I)
+# Cheap first look (str.find on the lowered text, far faster than any pattern): only the lines holding one of these
+# words go through the patterns; server logs are large and most of their lines hold none. "token" in "tokens" and
+# "tokenizer" is no hint (engines print throughput in tokens/s on every line).
+_HINT_WORDS = ("hf_", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "akia", "bearer", "authorization", "token", "passw",
+               "secret", "api_key", "api-key", "apikey", "access_key", "access-key", "private_key", "private-key", "://")
+_NOT_HINT_AFTER = {"token": ("s", "izer")}
 
 
 # Names that match a secret word but are not secrets: the shell's working directories (PWD is also the
@@ -81,14 +93,90 @@ def _masked_value(value: str) -> str:
     return MASK
 
 
-def _sub_key_value(m: re.Match) -> str:
-    key, value = m.group("key"), m.group("value")
+def _masked_pair(key: str, pre: str, value: str) -> str:
+    """``pre`` (the key and what joins it to its value) and the value masked, unless the value is none."""
     if _NOT_A_VALUE.match(value):
-        return m.group(0)
+        return pre + value
     if key.lower().endswith("token"):  # a count or a tokenizer's token is no credential: "max_token: 12", "eos_token='</s>'"
         if _SPECIAL_TOKEN.search(key) or _NUMBER.match(value) or value.strip("'\"").startswith("<") or len(value.strip("'\"")) < 8:
-            return m.group(0)
-    return m.group("pre") + _masked_value(value)
+            return pre + value
+    return pre + _masked_value(value)
+
+
+def _starts_word(m: re.Match) -> bool:
+    i = m.start()
+    return i == 0 or not (m.string[i - 1].isalnum() or m.string[i - 1] == "_")
+
+
+def _sub_secret_value(m: re.Match) -> str:
+    if not _starts_word(m) and m.group(0)[:3] != "://":
+        return m.group(0)
+    if m.re.groups == 2:
+        return m.group(1) + MASK + m.group(2)
+    return (m.group(1) if m.re.groups == 1 else "") + MASK
+
+
+def _sub_keyword_value(m: re.Match) -> str:
+    """``_KEY_VALUE``'s match, its key read back to where it starts (``hf_token``, ``NCCL_IB_PASSWORD``, ``x-api-key``)."""
+    text, start, kw = m.string, m.start(), m.group("kw")
+    i = start
+    while i > 0 and start - i < 200 and text[i - 1] in _KEY_CHARS:
+        i -= 1
+    prefix = text[i:start]
+    if prefix and prefix[-1] not in "_.-" and not (kw[0].isupper() and prefix[-1].islower()):  # "mytoken", not "accessToken"
+        return m.group(0)
+    before = text[start - len(prefix) - 1] if start - len(prefix) > 0 else ""
+    if m.group("q") and before != m.group("q"):  # a closing quote with no opening one
+        return m.group(0)
+    if before.isalnum() or before == "_":  # within a word of other letters ("é_token")
+        return m.group(0)
+    return _masked_pair(prefix + kw, m.group(0)[:m.start("value") - start], m.group("value"))
+
+
+def _sub_option_value(m: re.Match) -> str:
+    i = m.start()
+    if i and (m.string[i - 1].isalnum() or m.string[i - 1] in "_-"):
+        return m.group(0)
+    return _masked_pair(m.group("key"), m.group(0)[:m.start("value") - i], m.group("value"))
+
+
+def _mask_patterns(text: str) -> str:
+    for pattern in _SECRET_VALUE:
+        text = pattern.sub(_sub_secret_value, text)
+    text = _KEY_VALUE.sub(_sub_keyword_value, text)
+    return _OPTION.sub(_sub_option_value, text)
+
+
+def _hinted_lines(text: str) -> list[tuple[int, int]] | None:
+    """The (start, end) spans of the lines of ``text`` that hold a hint word, merged and in order; None: look at all
+    of it (lowering changed its length, as some non-ASCII letters do, so the positions would not match)."""
+    low = text.lower()
+    if len(low) != len(text):
+        return None
+    spans = []
+    for word in _HINT_WORDS:
+        skip = _NOT_HINT_AFTER.get(word, ())
+        i = low.find(word)
+        while i >= 0:
+            after = i + len(word)
+            if skip and low.startswith(skip, after):
+                i = low.find(word, after)
+                continue
+            start = low.rfind("\n", 0, i) + 1
+            end = low.find("\n", after)
+            end = len(low) if end < 0 else end + 1
+            spans.append((start, end))
+            i = low.find(word, end)
+    if len(spans) < 2:
+        return spans
+    spans.sort()
+    merged = [spans[0]]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def env_secret_values(env: dict | None = None, min_len: int = 6) -> list[str]:
@@ -101,16 +189,16 @@ def mask_text(text: str, values: list[str] | None = None) -> str:
     """``text`` with secrets masked: credential-looking values, secret keys' and options' values, and ``values``
     (default: this process's secret-named environment variables)."""
     values = env_secret_values() if values is None else values
-    if _HINT.search(text):
-        for pattern in _SECRET_VALUE:
-            if pattern.groups == 2:
-                text = pattern.sub(lambda m: m.group(1) + MASK + m.group(2), text)
-            elif pattern.groups == 1:
-                text = pattern.sub(lambda m: m.group(1) + MASK, text)
-            else:
-                text = pattern.sub(MASK, text)
-        text = _KEY_VALUE.sub(_sub_key_value, text)
-        text = _OPTION.sub(_sub_key_value, text)
+    spans = _hinted_lines(text)
+    if spans is None:
+        text = _mask_patterns(text)
+    elif spans:
+        parts, at = [], 0
+        for start, end in spans:
+            parts += [text[at:start], _mask_patterns(text[start:end])]
+            at = end
+        parts.append(text[at:])
+        text = "".join(parts)
     for value in values:  # the literal values of secret-named variables
         if value in text:
             text = text.replace(value, MASK)
