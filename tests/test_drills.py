@@ -635,3 +635,93 @@ def test_a_token_an_engine_prints_is_masked_in_its_log(tmp_path):
         pass
     text = log.read_text()
     assert "hf_drillTOKEN12345" not in text and "plainvalue-9876" not in text and "***" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# secrets an engine prints (api_key='..', {'api_key': [..]}, JSON, --api-key, HF_TOKEN=, Bearer, password=, URL
+# passwords): masked as the log is written, so the run directory never holds them: while the server runs, after it
+# stopped, and after the process that started it was killed with SIGKILL (tests/harness/leaky_engine.py prints them)
+# ---------------------------------------------------------------------------------------------
+def _leaky():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("leaky_engine", ROOT / "tests" / "harness" / "leaky_engine.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+LEAKY = _leaky()
+LEAKY_PATH = str(ROOT / "tests" / "harness" / "leaky_engine.py")
+
+
+def _leaky_launch(port: int) -> Launch:
+    return Launch(cmd=[sys.executable, LEAKY_PATH, str(port), *LEAKY.LAUNCH_ARGS], port=port, ready_path="/",
+                  engine="leaky", env=dict(LEAKY.LAUNCH_ENV))
+
+
+def _raw_secrets_in(root: Path) -> list[tuple[str, str]]:
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            found += [(str(path.relative_to(root)), form) for form, raw in LEAKY.SECRETS.items() if raw in text]
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_secrets_an_engine_prints_are_masked_while_it_runs_and_after_it_stops(tmp_path):
+    from servebook.servers import Server
+
+    store = RunStore.at(tmp_path / "run")
+    launch = _leaky_launch(free_port())
+    log = store.path / "logs" / "leaky.log"
+    with Server.start(launch, log, ready_timeout=30, registry=store.path / "servers.jsonl", progress=None) as srv:
+        assert _wait(lambda: "READY-MARKER" in log.read_text(), 15), log.read_text()
+        LEAKY.check(log.read_text(), final=False)  # (a) the server runs: its log is already masked
+        assert srv.alive() and not _raw_secrets_in(store.path)
+        store.append("backends", {"engine": "leaky", "launch": launch.shell(), "argv": launch.cmd, "env": launch.env})
+    LEAKY.check(log.read_text(), final=True)  # (b) stopped: its last words (a secret at exit) masked too
+    assert not _raw_secrets_in(store.path)
+    row = store.rows("backends")[0]
+    assert "--api-key '***'" in row["launch"] and row["argv"][row["argv"].index("--api-key") + 1] == "***"
+    assert row["env"] == {"HF_TOKEN": "***", "MY_API_KEY": "***"}
+    assert all("--api-key '***'" in e["cmd"] for e in _events(store.path / "servers.jsonl"))
+
+
+@pytest.mark.timeout(120)
+def test_secrets_an_engine_prints_are_masked_when_its_parent_is_killed(tmp_path):
+    """SIGKILL of the process that started the server: the copier outlives it, writes the server's last output
+    (masked) once the reaper stopped the server, and ends; nothing is left running."""
+    run = tmp_path / "run"
+    log = run / "logs" / "leaky.log"
+    port = free_port()
+    driver = textwrap.dedent(f"""
+        import sys, time
+        from servebook.servers import Launch, Server
+        launch = Launch(cmd={[sys.executable, LEAKY_PATH, str(port), *LEAKY.LAUNCH_ARGS]!r}, port={port}, ready_path="/",
+                        engine="leaky", env={dict(LEAKY.LAUNCH_ENV)!r})
+        srv = Server.start(launch, {str(log)!r}, ready_timeout=30, registry={str(run / 'servers.jsonl')!r}, progress=None)
+        print(srv.pgid, srv._copier.pid, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
+    pgid = copier = None
+    try:
+        pgid, copier = (int(x) for x in proc.stdout.readline().split())
+        assert _wait(lambda: "READY-MARKER" in log.read_text(), 15), log.read_text()
+        LEAKY.check(log.read_text(), final=False)  # (a) while it runs
+        proc.kill()  # (c) SIGKILL of the parent
+        proc.wait(timeout=10)
+        assert _wait(lambda: not _alive(pgid) and not _alive(copier), 30), (_cmd(pgid), _cmd(copier))
+        LEAKY.check(log.read_text(), final=True)  # the reaper's SIGTERM made the server speak once more: masked
+        assert not _raw_secrets_in(run)
+        assert not port_listening(port)
+    finally:  # nothing of this drill may outlive it
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        if pgid and _alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+        if copier and _alive(copier):
+            os.kill(copier, signal.SIGKILL)

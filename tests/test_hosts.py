@@ -506,3 +506,105 @@ def test_engine_cli_is_read_on_the_ssh_host(ssh_env, tmp_path):
     keys = [json.loads(ln).get("key", "") for ln in (tmp_path / CASSETTE).read_text().splitlines()[1:]]
     assert "ship cli_options.py" in keys and "ship _runner.py" in keys  # copied to the host, even under recording
     assert any(k.startswith("engine sglang script cli_options.py") for k in keys)
+
+
+# -- secrets an engine prints on a remote host: masked as the host writes the log, and in the run's copy ---------
+
+def _leaky():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("leaky_engine", ROOT / "tests" / "harness" / "leaky_engine.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _wait_for(cond, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return cond()
+
+
+@needs_sshd
+@pytest.mark.timeout(180)
+def test_secrets_an_engine_prints_on_an_ssh_host_are_masked_there_and_in_the_run(ssh_env, tmp_path):
+    from servebook.servers import Launch
+
+    leaky = _leaky()
+    run = tmp_path / "run"
+    h = _ssh(f"ssh://sbtest?python={os.sys.executable}")
+    try:
+        port = h.free_port()
+        launch = Launch(cmd=[os.sys.executable, str(ROOT / "tests" / "harness" / "leaky_engine.py"), str(port), *leaky.LAUNCH_ARGS],
+                        port=port, ready_path="/", engine="leaky", env=dict(leaky.LAUNCH_ENV))
+        with h.serve(launch, run / "logs" / "leaky.log", registry=run / "servers.jsonl", ready_timeout=60, progress=None) as srv:
+            remote = srv._remote_log
+            assert _wait_for(lambda: "READY-MARKER" in h.read_text(remote, missing_ok=True), 20)
+            leaky.check(h.read_text(remote), final=False)  # the host's own log, while the server runs
+            srv.log_tail()  # the run's copy
+            leaky.check((run / "logs" / "leaky.log").read_text(), final=False)
+        leaky.check(h.read_text(remote), final=True)  # stopped: its last words are in the host's log, masked
+        leaky.check((run / "logs" / "leaky.log").read_text(), final=True)
+        for path in run.rglob("*"):
+            text = path.read_text(errors="replace") if path.is_file() else ""
+            assert not [f for f, raw in leaky.SECRETS.items() if raw in text], path
+        with pytest.raises(ProcessLookupError):
+            os.killpg(srv.proc.pgid, 0)
+    finally:
+        h.close()
+
+
+@needs_sshd
+@pytest.mark.timeout(180)
+def test_secrets_on_an_ssh_host_stay_masked_when_the_book_is_killed(ssh_env, tmp_path):
+    """SIGKILL of the process holding the SSH connection: the watchdog stops the server, its copier writes the last
+    output masked and ends; the host's log never holds a raw secret, and nothing is left running there."""
+    leaky = _leaky()
+    run = tmp_path / "run"
+    driver = (
+        "import os, sys, time\n"
+        "from servebook.hosts._ssh import SSHHost\n"
+        "from servebook.servers import Launch\n"
+        f"h = SSHHost('ssh://sbtest?python={os.sys.executable}')\n"
+        "port = h.free_port()\n"
+        f"launch = Launch(cmd=[{os.sys.executable!r}, {str(ROOT / 'tests' / 'harness' / 'leaky_engine.py')!r}, str(port), *{leaky.LAUNCH_ARGS!r}],"
+        f" port=port, ready_path='/', engine='leaky', env={dict(leaky.LAUNCH_ENV)!r})\n"
+        f"srv = h.serve(launch, {str(run / 'logs' / 'leaky.log')!r}, ready_timeout=60, progress=None)\n"
+        "print(srv.proc.pgid, srv._remote_log, flush=True)\n"
+        "time.sleep(600)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "lib"))
+    proc = subprocess.Popen([os.sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    pgid = None
+    try:
+        line = proc.stdout.readline().split()
+        assert line, "the driver did not start the server"
+        pgid, remote = int(line[0]), line[1]
+        assert _wait_for(lambda: "READY-MARKER" in Path(remote).read_text(), 20)  # the host is this machine
+        leaky.check(Path(remote).read_text(), final=False)
+        proc.kill()
+        proc.wait(timeout=10)
+
+        def gone():
+            try:
+                os.killpg(pgid, 0)
+                return False
+            except ProcessLookupError:
+                return True
+        assert _wait_for(gone, 30), "the watchdog did not stop the server when the connection dropped"
+        assert _wait_for(lambda: "BYE-MARKER" in Path(remote).read_text(), 15), Path(remote).read_text()
+        leaky.check(Path(remote).read_text(), final=True)
+        for path in run.rglob("*"):  # what the run fetched before the kill
+            text = path.read_text(errors="replace") if path.is_file() else ""
+            assert not [f for f, raw in leaky.SECRETS.items() if raw in text], path
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        if pgid:
+            try:
+                os.killpg(pgid, 9)
+            except ProcessLookupError:
+                pass

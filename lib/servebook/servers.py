@@ -5,6 +5,9 @@
         ...                   # stopped on success, exception, KeyboardInterrupt
 
 The server runs in its own process group, so stopping it stops every worker it forked.
+Its output reaches the log through a pipe and a small copier process (``secrets.copy_masked``) that masks
+secrets line by line as it writes, so the log in the run directory never holds a raw secret, also while the
+server runs or after the process that started it was killed (the copier ends when the server's output ends).
 A small reaper process watches the Python process that started the server: if that
 process dies without cleaning up (a kernel killed on a cell timeout, kill -9), the reaper
 stops the server's process group. Every start and stop is logged to ``servers.jsonl``
@@ -28,9 +31,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import ServerError
-from .secrets import is_secret_name, mask_value
+from . import secrets as _secrets
+from .secrets import mask_argv, mask_text, mask_value
 
-__all__ = ["Launch", "Server", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner"]
+__all__ = ["Launch", "Server", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
 
 
 @dataclass
@@ -63,7 +67,7 @@ def shell_line(cmd: list[str], env: dict[str, str] | None = None) -> str:
     import shlex
 
     words = [f"{k}={shlex.quote(v)}" for k, v in sorted(mask_value(env or {}).items())]
-    return " ".join(words + [shlex.quote(str(c)) for c in cmd])
+    return mask_text(" ".join(words + [shlex.quote(str(c)) for c in mask_argv([str(c) for c in cmd])]))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -168,6 +172,29 @@ def _stop_reaper(reaper: subprocess.Popen | None) -> None:
         pass
 
 
+# The log copier: secrets.py run as it is (it imports only the standard library), isolated (-I) from this
+# environment's paths, its stdin the server's output; ``_copier_main`` ignores TERM/INT/HUP and ends at end of file.
+_COPIER = ("import sys; ns = {'__name__': 'servebook_log_copier'}; "
+           "exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'), ns); ns['_copier_main']()")
+
+
+def start_log_copier(log_path: str | os.PathLike, env: dict | None = None) -> tuple[int, subprocess.Popen]:
+    """A masking copier appending to ``log_path``: returns the write end of its pipe (give it to the server as
+    stdout/stderr, then close it here) and the copier. It runs in a session of its own, so a signal to this
+    process's group does not end it before the server; it masks the secret-named values of ``env`` too."""
+    r, w = os.pipe()
+    try:
+        copier = subprocess.Popen([sys.executable, "-I", "-c", _COPIER, _secrets.__file__, str(log_path)],
+                                  stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env=env, start_new_session=True)
+    except BaseException:
+        os.close(w)
+        raise
+    finally:
+        os.close(r)
+    return w, copier
+
+
 def _tail(path: Path, n: int = 40) -> str:
     try:
         lines = path.read_text(errors="replace").splitlines()
@@ -188,6 +215,7 @@ class Server:
         self.started_at = time.time()
         self.ready_s: float | None = None
         self._reaper: subprocess.Popen | None = None
+        self._copier: subprocess.Popen | None = None
 
     @property
     def base_url(self) -> str:
@@ -222,20 +250,21 @@ class Server:
         env = dict(os.environ)
         env.update(launch.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        log = open(log_path, "ab")
-        log.write(f"$ {launch.shell()}\n".encode())
-        log.flush()
-        log_start = log.tell()  # the engine's own output starts here (the command line above may quote anything)
+        with open(log_path, "ab") as log:
+            log.write(f"$ {launch.shell()}\n".encode())
+            log_start = log.tell()  # the engine's own output starts here (the command line above may quote anything)
+        out, copier = start_log_copier(log_path, env)
         try:
             proc = subprocess.Popen(
-                launch.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                launch.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
             )
         except FileNotFoundError as exc:
             raise ServerError(f"cannot start {launch.engine or 'the server'}: {launch.cmd[0]!r} was not found; is the engine installed in this environment?") from exc
         finally:
-            log.close()
+            os.close(out)  # the server (and its workers) hold the pipe now: the copier ends when they all have ended
         srv = cls(launch, proc, log_path, Path(registry) if registry else None)
+        srv._copier = copier
         srv._scan_from = log_start
         srv._reaper = _start_reaper(srv.pgid)
         srv._record("started")
@@ -254,6 +283,7 @@ class Server:
         while True:
             code = self.proc.poll()
             if code is not None:
+                self._drain(3.0)
                 tail = _tail(self.log_path)
                 oom = "the GPU ran out of memory: free it (nvidia-smi lists what holds it) or lower the engine's memory use; " \
                     if _OOM.search(tail) else ""
@@ -307,6 +337,15 @@ class Server:
 
     _scan_from = 0
 
+    def _drain(self, timeout: float) -> None:
+        """Wait until the copier wrote the server's last output (it ends when every process holding the pipe has
+        ended; one that left the process group keeps it running, and it is left to finish then)."""
+        if self._copier is not None:
+            try:
+                self._copier.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop the whole process group and wait until the port is free."""
         stop_process_group(self.pgid, grace_s)
@@ -315,7 +354,7 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         _stop_reaper(self._reaper)
-        _mask_log(self.log_path, [v for k, v in self.launch.env.items() if is_secret_name(k) and v])
+        self._drain(10.0)
         deadline = time.monotonic() + 15
         host = "127.0.0.1" if self.launch.host in ("0.0.0.0", "") else self.launch.host
         while port_listening(self.launch.port, host) and time.monotonic() < deadline:
@@ -329,7 +368,7 @@ class Server:
                "engine": self.launch.engine, "cmd": self.launch.shell(), "time": time.time()}
         try:
             with open(self._registry, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+                fh.write(json.dumps(mask_value(row)) + "\n")
         except OSError:
             pass
 
@@ -338,21 +377,6 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _mask_log(path: Path, values: list[str] = ()) -> None:
-    """Secrets an engine printed (a token in its environment, a URL with a password) are masked in its log once it
-    stopped: the log lives in the run directory, which is meant to be shared."""
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
-        return
-    masked = mask_value(text)
-    for v in values:  # the server's own secret variables, which this process may not have
-        if len(v) >= 4:
-            masked = masked.replace(v, "***")
-    if masked != text:
-        Path(path).write_text(masked)
 
 
 def leftover_servers(registry: str | os.PathLike) -> list[dict]:

@@ -87,11 +87,10 @@ class Host:
 
     def spawn(self, argv: Sequence[str], *, log_path: str, env: dict | None = None, label: str | None = None) -> HostProcess:
         """Start a long-running process in its own process group (output to ``log_path`` on the host)."""
-        from ..secrets import mask_value
+        from ..servers import shell_line
 
-        shell = " ".join(shlex.quote(str(a)) for a in argv)
-        env_s = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(mask_value(dict(env or {})).items()))
-        return self._spawn([str(a) for a in argv], env, log_path, (env_s + " " if env_s else "") + shell, label or shell)
+        shell = shell_line([str(a) for a in argv], {k: str(v) for k, v in (env or {}).items()})  # secrets masked
+        return self._spawn([str(a) for a in argv], env, log_path, shell, label or shell)
 
     def python(self, code: str, args: Sequence[str] = (), *, python: str | None = None, timeout: float | None = None,
                label: str | None = None) -> Completed:
@@ -150,6 +149,12 @@ class Host:
 
 
 def watchdog_command(python: str, argv: Sequence[str], env: dict | None, log_path: str, shell: str) -> tuple[list[str], bytes]:
-    """The watchdog's command line (``scripts/watchdog.py`` as ``python -c``) and the spec line to send on its stdin."""
-    spec = json.dumps({"argv": list(argv), "env": dict(env or {}), "log": log_path, "shell": shell}) + "\n"
+    """The watchdog's command line (``scripts/watchdog.py`` as ``python -c``) and the spec line to send on its stdin.
+
+    The spec carries ``servebook/secrets.py``'s source as ``masker``: the watchdog writes the process's output to
+    the log through it, masked as it is written (the host need not have servebook)."""
+    from .. import secrets
+
+    spec = json.dumps({"argv": list(argv), "env": dict(env or {}), "log": log_path, "shell": shell,
+                       "masker": Path(secrets.__file__).read_text()}) + "\n"
     return [python, "-c", (_SCRIPTS / "watchdog.py").read_text()], spec.encode()

@@ -36,12 +36,19 @@ class HostServer:
         return self.launch.base_url
 
     def _fetch_log(self) -> None:
+        if self._remote_log == str(self.log_path):  # this machine: the watchdog writes the run's log itself, masked
+            return
         try:
             text = self.host.read_text(self._remote_log, missing_ok=True, label=f"log {self._label}")
         except HostError:
             return
+        from ..secrets import env_secret_values, mask_text
+
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path.write_text(text)
+        # the watchdog masked the log as it wrote it; masked again here, so no copy path can bring a secret in
+        # (the server's secret variables included: this process may not have them)
+        values = env_secret_values({k: str(v) for k, v in self.launch.env.items()}, min_len=4) + env_secret_values()
+        self.log_path.write_text(mask_text(text, values))
 
     def log_tail(self, n: int = 40) -> str:
         self._fetch_log()
@@ -55,8 +62,10 @@ class HostServer:
             return
         row = {"event": event, "host": self.host.spec, "pgid": self.proc.pgid, "port": self.launch.port,
                "engine": self.launch.engine, "cmd": self.launch.shell(), "time": time.time()}
+        from ..secrets import mask_value
+
         with open(self._registry, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+            fh.write(json.dumps(mask_value(row)) + "\n")
 
     def _ship(self, argv: list[str]) -> list[str]:
         return ship_scripts(self.host, argv)

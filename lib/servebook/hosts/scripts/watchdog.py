@@ -5,6 +5,8 @@ the JSON spec ``{"argv", "env", "log", "shell"}`` (so the environment never show
 the command in its own session (process group), output to the log, prints ``{"pgid": N}``, then waits on its
 own stdin. A line ``stop GRACE`` or EOF on stdin (the caller asked to stop, closed the channel, or the
 connection dropped) stops the group: TERM, grace, KILL; it prints ``{"stopped": N, "returncode": RC}``.
+With ``masker`` in the spec (servebook/secrets.py's source) the output reaches the log through a pipe and a thread
+that masks secrets line by line as it writes: the log on the host never holds a raw secret either.
 """
 
 import json
@@ -12,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -47,19 +50,36 @@ def main() -> None:
     env = dict(os.environ)
     env.update(spec.get("env") or {})
     env.setdefault("PYTHONUNBUFFERED", "1")
-    log = open(spec["log"], "ab")
-    log.write(("$ " + spec.get("shell", "") + "\n").encode())
-    log.flush()
+    masker = None
+    if spec.get("masker"):  # servebook/secrets.py's source: the output goes through its copy_masked
+        masker = {"__name__": "servebook_log_copier"}
+        exec(compile(spec["masker"], "servebook/secrets.py", "exec"), masker)
+    shell = spec.get("shell", "")
+    with open(spec["log"], "ab") as log:
+        log.write(("$ " + (masker["mask_text"](shell, []) if masker else shell) + "\n").encode())
+    if masker:
+        r, out = os.pipe()
+    else:
+        out = os.open(spec["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        proc = subprocess.Popen(spec["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        proc = subprocess.Popen(spec["argv"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
     except OSError as exc:
         print(json.dumps({"error": f"{spec['argv'][0]}: {exc}"}), flush=True)
         sys.exit(127)
+    finally:
+        os.close(out)
+    copier = None
+    if masker:  # ends when the group's last process closes the pipe
+        values = masker["env_secret_values"](env, min_len=4)
+        copier = threading.Thread(target=masker["copy_masked"], args=(r, spec["log"], values), daemon=True)
+        copier.start()
     print(json.dumps({"pgid": proc.pid}), flush=True)
     line = sys.stdin.readline()
     _stop(proc, float(line.split()[1]) if line.startswith("stop ") else 10.0)
     proc.poll()
+    if copier is not None:
+        copier.join(timeout=10)  # the last output is in the log before the caller reads it
     print(json.dumps({"stopped": proc.pid, "returncode": proc.returncode}), flush=True)
 
 
