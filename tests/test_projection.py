@@ -46,8 +46,11 @@ def test_bandwidth_ratio_and_tp_share_experts():
     rows = pj.project(_tables(), "sglang", allreduce_us=20.0, allreduce_source="test")
     # experts: fixed 0, one MoE layer 0.15 (INT4 slice) -> 60 x 0.15 x ratio / 8
     assert _row(rows, "moe experts")["ms_per_token"] == pytest.approx(60 * 0.15 * RATIO / 8)
-    # attention: share 1 (latent KV read by every rank): (0.1 + 60 x 0.1) x ratio
-    assert _row(rows, "attention")["ms_per_token"] == pytest.approx((0.1 + 60 * 0.1) * RATIO)
+    # attention, latency-bound by default: kept as measured, 0.1 + 60 x 0.1
+    assert _row(rows, "attention")["ms_per_token"] == pytest.approx(0.1 + 60 * 0.1)
+    # attention_rule='bandwidth': share 1 (latent KV read by every rank): (0.1 + 60 x 0.1) x ratio
+    bw = pj.project(_tables(), "sglang", allreduce_us=20.0, allreduce_source="test", attention_rule="bandwidth")
+    assert _row(bw, "attention")["ms_per_token"] == pytest.approx((0.1 + 60 * 0.1) * RATIO)
 
 
 def test_measured_bandwidth_changes_the_ratio():
