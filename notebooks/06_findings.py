@@ -23,6 +23,8 @@ model: str = "embedded"  # embedded, a model card in data/models (e.g. kimi-k2.5
 profile: str = ""  # a hardware profile in data/hardware for what-if; empty means this host
 smoke: bool = False  # small workloads for tests and CI
 compare_with: str = ""  # other run dirs, comma separated
+sbseed_profile: str = "rtx-pro-6000"  # the seed case's hardware profile: a what-if book on it opens with the seed's projection
+sbseed_model: str = "kimi-k2.5"  # the seed case's model card
 
 # %%
 import pandas as pd
@@ -58,6 +60,26 @@ pd.DataFrame([
     {"what": "versions", "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v)},
     {"what": "code", "value": describe_revision(manifest.get("git_revision"))},
 ])
+
+# %% [markdown]
+# ## The verdict
+# What is slow, by how much, and why - each statement says whether it is measured, read from an engine's code, or
+# predicted - and what to run next. For the seed case (the what-if book on the RTX PRO 6000) the numbers are a
+# projection of this book's H200 profiles; for a live run they are that run's own profiles (chapter 05).
+
+# %%
+from servebook import profile as sbprof
+from servebook.profile import seed as sbseed
+
+seed_rows, seed_fixes = [], []
+if params.get("profile") == sbseed_profile and str(params.get("model", "")).startswith(sbseed_model):
+    seed_rows, seed_fixes = sbseed.record_seed(store)
+    display(Markdown(sbseed.verdict(seed_rows, seed_fixes)))
+elif sbprof.where_time_goes(store):
+    display(Markdown("**Where each engine's time goes (measured, chapter 05's profiles):**\n\n" + sbprof.where_time_goes(store)))
+else:
+    display(Markdown("**Verdict:** no decode-step profile in this run (chapter 05 records one where the engine has a profiler "
+                     "endpoint), so this chapter can say how fast each configuration was, not where its time went."))
 
 # %% [markdown]
 # ## Root causes
@@ -185,6 +207,34 @@ show("05")
 # %% [markdown]
 # `pct_of_roofline` compares single-stream decode with the bandwidth bound: every token reads every
 # active weight once, so it cannot beat bytes per token / memory bandwidth.
+
+# %% [markdown]
+# ## The seed case in numbers
+# Shown in the what-if book of the seed case. Each category of the H200 profiles (both engines' Triton MLA backends, the
+# kernel they run on capability 12.0) carried to Kimi-K2.5 on 8x RTX PRO 6000 at TP=8 (`servebook.profile.projection`):
+# weights-bound kernels (MoE experts, dense GEMMs) by the bandwidth ratio and each rank's share of the bytes, never below
+# the smallest such kernel measured; attention, routing, norms and sampling kept as measured (latency-bound at batch 1);
+# host time kept (the seed's CPU is unknown); communication = all-reduces per token (read from both engines' model code)
+# x a published 8-rank PCIe latency (`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.
+
+# %%
+if seed_rows:
+    proj = pd.DataFrame(seed_rows)
+    display(proj[proj["category"] != "total"].pivot_table(index="category", columns="engine", values="ms_per_token").round(3))
+    display(proj[proj["category"] == "total"][["engine", "backend", "predicted_ms", "predicted_tok_s", "seed_tok_s", "error_pct"]].round(2))
+    display(Markdown("The seed's own profile put all-reduce at "
+                     f"{100 * sbseed.seed_allreduce_share():.1f}% of SGLang's decode time; the projection's communication row "
+                     "is lower. Where that figure holds, the host's all-reduce is slower than the published one (for example "
+                     "NCCL choosing its SIMPLE protocol, as the published dual-CPU host did): the same cost for both engines "
+                     "unless their all-reduce paths differ - chapter 02's decode-path table reads which path each takes."))
+else:
+    print("not the seed case's what-if book: no projection here")
+
+# %% [markdown]
+# Candidate changes, ranked by their predicted gain; each is a prediction with the command that checks it on the real host.
+
+# %%
+pd.DataFrame(seed_fixes)[["engine", "change", "gain_ms_per_token", "gain_tok_s", "label", "check_command"]].round(2) if seed_fixes else "no candidate changes: not the seed case"
 
 # %% [markdown]
 # ## Recommended launch commands

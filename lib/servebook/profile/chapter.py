@@ -14,7 +14,7 @@ from pathlib import Path
 from .kernels import CATEGORIES, rules_table
 from .tables import latest_breakdown, latest_ok, prediction_rows
 
-__all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "findings", "record_inprocess"]
+__all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "findings", "record_inprocess", "where_time_goes"]
 
 
 def _args_for(engine_args: str, engine: str) -> list[str]:
@@ -190,3 +190,46 @@ def findings(store) -> list[str]:
             text += " (the whole model was not run here: a prediction only)"
         lines.append(text + ".")
     return lines
+
+
+def where_time_goes(store) -> str:
+    """Chapter 06's account of the profiles of a live run: per model both engines ran, their GPU time per step, what
+    the difference between them consists of, and the full-model checks (Markdown; figures tagged)."""
+    from ..stated import q
+    from .tables import engine_difference
+
+    rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    if not rows:
+        return ""
+    lines = []
+    seen = set()
+    for r in sorted(rows, key=lambda x: (x["card"], int(x["layers"] or 0), x["quant"])):
+        key = (r["card"], r["layers"], r["mode"], r["quant"])
+        if key in seen:
+            continue
+        seen.add(key)
+        mine = [x for x in rows if (x["card"], x["layers"], x["mode"], x["quant"]) == key]
+        step = next(x for x in mine if x["category"] == "total (profiled step)")
+        tpot = next(x for x in mine if x["category"] == "time per token (unprofiled)")
+        gpu = [x for x in mine if x["category"] not in ("gpu idle", "total (profiled step)", "time per token (unprofiled)")]
+        busy_a, busy_b = sum(x["a_ms"] for x in gpu), sum(x["b_ms"] for x in gpu)
+        top = max(gpu, key=lambda x: abs(x["diff_ms"]))
+        lines.append(
+            f"- {r['card']}, {r['layers']} layers ({r['quant']}, {r['mode']}): SGLang ({r['a_backend']}) "
+            f"{q('profile_tpot_ms', tpot['a_ms'], '.3f', of=r['a'])} ms per token, vLLM ({r['b_backend']}) "
+            f"{q('profile_tpot_ms', tpot['b_ms'], '.3f', of=r['b'])} ms; kernels {busy_a:.3f} against {busy_b:.3f} ms per step "
+            f"(largest difference: {top['category']} {top['diff_ms']:+.3f} ms); "
+            + ("the GPU is busy for nearly all of the time per token: GPU-bound, so the kernels decide"
+               if min(busy_a / tpot['a_ms'], busy_b / tpot['b_ms']) > 0.9 else
+               "the rest of each token's time has no kernel running (host work, launch gaps): host-bound, so the "
+               "difference between the engines here is on the host, not in their kernels (one server start each; this host's "
+               "starts vary by 13-30% on such slices)") + ".")
+    for p in store.rows("prediction_check"):
+        if p.get("measured_ms") is None:
+            continue
+        subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
+        lines.append(f"- {p['card']} whole, {p['engine']}: predicted from two slices "
+                     f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token, measured "
+                     f"{q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms "
+                     f"({q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%).")
+    return "\n".join(lines)

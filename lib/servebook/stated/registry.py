@@ -129,6 +129,11 @@ def _predictions(field_: str) -> Callable[[Any], dict]:
                           for p in store.rows("prediction_check")}
 
 
+def _seed_gap(store) -> dict:
+    tot = {r["engine"]: r.get("predicted_ms") for r in store.rows("seed_projection") if r["category"] == "total"}
+    return {None: tot["sglang"] - tot["vllm"]} if tot.get("sglang") and tot.get("vllm") else {}
+
+
 _SEED = {"seed_loss": lambda store: {None: seed_case()["loss"]},
          "seed_tok_s": lambda store: dict(seed_case()["single_stream_tok_s"])}
 
@@ -189,6 +194,13 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _predictions("predicted_ms"), ("05",)),
     Quantity("measured_full_ms", "full model's measured time per token (ms)", _predictions("measured_ms")),
     Quantity("prediction_error_pct", "error of the full-model prediction, signed (%)", _predictions("error_pct")),
+    Quantity("seed_projected_tok_s", "seed case: single-stream tok/s projected onto 8x RTX PRO 6000 from the H200 profiles",
+             lambda store: {r["engine"]: r.get("predicted_tok_s") for r in store.rows("seed_projection") if r["category"] == "total"},
+             ("06",)),
+    Quantity("seed_projection_error_pct", "seed case: the projection's signed error against the seed's own figure (%)",
+             lambda store: {r["engine"]: r.get("error_pct") for r in store.rows("seed_projection") if r["category"] == "total"}),
+    Quantity("seed_projected_gap_ms", "seed case: SGLang's projected ms per token minus vLLM's",
+             lambda store: _seed_gap(store)),
     Quantity("card_roofline_tok_s", "bandwidth-only roofline of a model card on N GPUs of a profile (the seed case's, or "
              "the what-if's), from data/models and data/hardware", lambda store: {}, lookup=_roofline_lookup),
 ]}
