@@ -11,11 +11,13 @@
 # %% [markdown]
 # # 01. Detect capabilities, and what the engines conclude about them
 #
-# The investigation this book follows turned on one number. Eight RTX PRO 6000 Blackwell GPUs
-# reported **compute capability 12.0**, and SGLang's fast attention paths were guarded by a check for
-# **major == 10** (datacenter Blackwell, B200/GB200). Both are "Blackwell", so nobody suspected the
-# check; the GPUs fell through to a slower backend and single-stream decode trailed vLLM (by how much: the
-# first computed cell below, from the seed's own figures).
+# The investigation this book follows began with one number. Eight RTX PRO 6000 Blackwell GPUs
+# reported **compute capability 12.0**, SGLang's single-stream decode trailed vLLM's (by how much: the first
+# computed cell below, from the seed's own figures), and **the seed suspected** that SGLang's fast attention
+# paths, guarded by a check for **major == 10** (datacenter Blackwell, B200/GB200), let those GPUs fall through to
+# a slower backend. What the book found: chapter 02 reads from both engines' own code that *both* fall back to a
+# Triton MLA kernel on 12.0, so the fallback alone cannot explain the gap; chapter 06 states what the measured
+# profiles predict instead (a prediction, with the measurement that would settle it).
 #
 # So before measuring anything we write down two things side by side:
 #

@@ -13,9 +13,11 @@
 #
 # Chapter 02 showed which backend the engine *picks*. Picking is not running: a forced flag
 # can be silently overridden, a kernel can refuse this GPU, and a fast backend can give wrong
-# tokens. In the seed case the fix was `--attention-backend flashinfer` instead of the triton
-# fallback, and it had to be checked three ways before it counted: the engine must *report*
-# the backend it loaded, its greedy output must agree with the default's, and it must be faster.
+# tokens. The seed case's first suspicion was SGLang's triton fallback, and the change it tried was
+# `--attention-backend flashinfer`; any such change has to be checked three ways before it counts: the engine
+# must *report* the backend it loaded, its output must agree with the default's on the decode path, and it must be
+# faster beyond the noise. (Chapter 02 shows both engines fall back to Triton MLA on 12.0; chapter 06 says what the
+# profiles predict of the kernels' share in the seed's gap.)
 #
 # Here every candidate is started in turn, on 127.0.0.1, and stopped (with its whole process
 # group) before the next one starts.

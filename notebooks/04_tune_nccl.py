@@ -15,8 +15,9 @@
 # all-reduce of the residual stream: `hidden_size x batch x 2 bytes`, 14 KB for a 7,168-wide
 # model at batch 1. Those messages are tiny, so their cost is latency, not bandwidth, and
 # latency is what NCCL's protocol (LL, LL128, Simple), algorithm and transport settings change.
-# In the seed case, profiling found all-reduce to be the largest single part of SGLang's decode time on PCIe GPUs
-# (its share is in `data/reference/seed-case.json`).
+# The seed's own profile put all-reduce at about half of SGLang's decode time on its PCIe GPUs (the share is in
+# `data/reference/seed-case.json`, quoted, not measured here); chapter 05's profiles and chapter 06's projection say
+# how large a part it is predicted to be, and this chapter measures the latency that part is made of.
 #
 # This chapter measures exactly those message sizes, the way engines issue them (replayed from
 # CUDA graphs), over a grid of NCCL settings, checks every result, reads back what NCCL actually
