@@ -189,7 +189,7 @@ _FILES = {
     "vllm": {"custom_ar": ["vllm/distributed/device_communicators/custom_all_reduce.py"],
              "dispatch": "vllm/distributed/device_communicators/cuda_communicator.py",
              "model": ["vllm/model_executor/models/deepseek_v2.py"], "communicator": [],
-             "sampler": "vllm/v1/sample/sampler.py", "env_roots": ["vllm/envs.py", "vllm/distributed"],
+             "sampler": "vllm/v1/sample/sampler.py", "env_roots": ["vllm"],
              "graph_sizes": ("vllm/config/vllm.py", r"def _set_cudagraph_sizes|def _set_compile_ranges|cudagraph_capture_sizes ="),
              "graph_roots": ["vllm/config/vllm.py", "vllm/config/compilation.py"]},
 }
