@@ -514,18 +514,21 @@ def decode_path(engine: str, model: str = "kimi-k2.5", gpu: str | dict = "rtx-pr
 
 
 def decode_path_table(engines: list[str], model: str = "kimi-k2.5", gpu: str = "rtx-pro-6000", tp_size: int = 8,
-                      on_error=None) -> list[dict]:
-    """``decode_path`` for several engine versions, one list; a version that cannot be read gives one row saying why
-    (``on_error(engine, exc)`` hears it too)."""
-    out = []
-    for e in engines:
+                      on_error=None, workers: int = 2) -> list[dict]:
+    """``decode_path`` for several engine versions (``workers`` engine processes side by side), one list in the order
+    given; a version that cannot be read gives one row saying why (``on_error(engine, exc)`` hears it too)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(e):
         try:
-            out += decode_path(e, model, gpu, tp_size)
+            return decode_path(e, model, gpu, tp_size)
         except ServebookError as exc:
             if on_error:
                 on_error(e, exc)
             name, _, version = str(e).partition("==")
-            out.append({"engine": name, "version": version or None, "setting": "(all)", "choice": None, "where": None,
-                        "condition": None, "source": "not read", "why": str(exc), "model": str(model), "gpu": gpu,
-                        "tp_size": tp_size})
-    return out
+            return [{"engine": name, "version": version or None, "setting": "(all)", "choice": None, "where": None,
+                     "condition": None, "source": "not read", "why": " ".join(str(exc).split()), "model": str(model),
+                     "gpu": gpu, "tp_size": tp_size}]
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return [row for rows in pool.map(one, engines) for row in rows]
