@@ -48,7 +48,12 @@ def _fake_world(world):
     for k, v in fakes.items():
         setattr(dist, k, v)
     torch.cuda.can_device_access_peer = lambda a, b: True
-    return [f"torch.distributed.{k}" for k in fakes]
+    patched = [f"torch.distributed.{k}" for k in fakes]
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None:  # binding a device (symmetric memory does, before asking the capability)
+        acc.set_device_index = lambda *a, **k: None
+        patched.append("torch.accelerator.set_device_index")
+    return patched
 
 
 def _traced_return(fn, code, *a, **k):
@@ -66,9 +71,26 @@ def _traced_return(fn, code, *a, **k):
     sys.settrace(glob)
     try:
         out = fn(*a, **k)
+    except BaseException as exc:
+        exc.servebook_traced_at = list(where)  # where the deciding function was when it raised
+        raise
     finally:
         sys.settrace(None)
     return out, where
+
+
+def _returned_class(where):
+    """The class a ``return Cls(...)`` at ``where`` constructs (read from that line), or None."""
+    import ast
+
+    if len(where) < 2:
+        return None
+    with open(where[0], encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.lineno <= where[1] <= node.end_lineno and isinstance(node.value, ast.Call):
+            return ast.unparse(node.value.func) + " (constructor not run)"
+    return None
 
 
 def _logs_since(logs, n, words=()):
@@ -253,7 +275,8 @@ def _vllm(req, logs, out):
                 err = None
             except BaseException as exc:  # noqa: BLE001 - the method's constructor needs a real FusedMoEConfig
                 method, name, err = None, None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                where = []
+                where = getattr(exc, "servebook_traced_at", [])  # the return line whose constructor raised
+                name = _returned_class(where)
         return {"class": name, "returned_at": where, "error_after_choice": err, "logs": _logs_since(logs, n, ("using", "moe"))}
 
     _probe("moe", moe, out["probes"])

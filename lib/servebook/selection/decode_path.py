@@ -182,13 +182,16 @@ def read_greedy_sampling(source: str, rel: str) -> dict | None:
 _FILES = {
     "sglang": {"custom_ar": ["sglang/srt/distributed/device_communicators/custom_all_reduce.py"],
                "dispatch": "sglang/srt/distributed/parallel_state.py",
-               "model": ["sglang/srt/models/deepseek_v2.py"], "communicator": ["sglang/srt/layers/communicator.py"],
+               "model": ["sglang/srt/models/deepseek_v2.py"],
+               "communicator": [("sglang/srt/layers/communicator.py", r"AllReduce|Communicat")],
                "sampler": "sglang/srt/layers/sampler.py", "env_roots": ["sglang/srt"],
                "graph_sizes": ("sglang/srt/server_args.py", r"def _generate_cuda_graph_batch_sizes|def _resolve_cuda_graph"),
                "graph_roots": ["sglang/srt/server_args.py", "sglang/srt/arg_groups"]},
     "vllm": {"custom_ar": ["vllm/distributed/device_communicators/custom_all_reduce.py"],
              "dispatch": "vllm/distributed/device_communicators/cuda_communicator.py",
-             "model": ["vllm/model_executor/models/deepseek_v2.py"], "communicator": [],
+             "model": ["vllm/model_executor/models/deepseek_v2.py"],
+             "communicator": [("vllm/model_executor/layers/fused_moe/runner/moe_runner.py", r"Runner"),
+                              ("vllm/model_executor/layers/fused_moe/layer.py", r"FusedMoE|RoutedExperts")],
              "sampler": "vllm/v1/sample/sampler.py", "env_roots": ["vllm"],
              "graph_sizes": ("vllm/config/vllm.py", r"def _set_cudagraph_sizes|def _set_compile_ranges|cudagraph_capture_sizes ="),
              "graph_roots": ["vllm/config/vllm.py", "vllm/config/compilation.py"]},
@@ -289,10 +292,10 @@ def _moe_rows(env, root: Path, r: dict, qc: dict | None) -> list[dict]:
     kind = _quant_kind(qc)
     if p.get("class"):
         where, cond = _ran_at(p, root)
-        cls = p["class"].rsplit(".", 1)[1]
+        cls = p["class"].rsplit(".", 1)[-1]
         kernel = _moe_kernel(root, p, env.engine)
         note = f"; then: {p['error_after_choice']}" if p.get("error_after_choice") else ""
-        return [_row(env, setting, f"{cls} ({kind}){kernel}", where, cond, "run",
+        return [_row(env, setting, f"{cls} ({kind}){kernel}", where, cond, "run" if where else "read",
                      why=("the method's constructor needs the layer's real FusedMoEConfig (GPU model load); the choice "
                           "is the traced return" + note) if p.get("error_after_choice") else None,
                      logs=[l["message"] for l in p.get("logs", [])])]
@@ -339,7 +342,7 @@ def _moe_kernel(root: Path, p: dict, engine: str) -> str:
     src = _read(root, rel) if rel else None
     if not src:
         return ""
-    cls = p["class"].rsplit(".", 1)[1]
+    cls = p["class"].rsplit(".", 1)[-1]
     node = next((n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ClassDef) and n.name == cls), None)
     if node is None:
         return ""
@@ -416,19 +419,18 @@ def _pcie_rows(env, root: Path) -> list[dict]:
 def _collective_rows(env, root: Path) -> list[dict]:
     files = _FILES[env.engine]
     sites = []
-    for rel in files["model"] + files["communicator"]:
+    for rel in files["model"]:
         src = _read(root, rel)
-        if src:
-            if rel in files["model"]:
-                sites += read_collectives(src, rel, r"DecoderLayer|MLP|MoE|Attention")
-            else:  # the layer communicator: its all-reduce sites (its gathers/scatters serve DP attention and scattered input)
-                sites += [s for s in read_collectives(src, rel, r"AllReduce|Communicat") if "all_reduce" in s["call"]]
-    if not sites:
+        sites += read_collectives(src, rel, r"DecoderLayer|MLP|MoE|Attention") if src else []
+    model_read = bool(sites)
+    for rel, classes in files["communicator"]:  # where the layer's reductions happen outside the model file (all-reduces only)
+        src = _read(root, rel)
+        sites += [s for s in read_collectives(src, rel, classes) if "all_reduce" in s["call"]] if src else []
+    if not model_read:
         return [_row(env, SETTINGS[3], None, source="not read", why="the model file is not in this version: "
                      + ", ".join(files["model"]))]
-    roles = {"attention output": [s for s in sites if "Attention" in s["function"] or "Communicat" in s["function"]
-                                  or "AllReduce" in s["function"]],
-             "MLP/MoE output": [s for s in sites if re.search(r"MLP|MoE", s["function"])]}
+    roles = {"attention output": [s for s in sites if re.search(r"Attention|Communicat|AllReduce", s["function"])],
+             "MLP/MoE output": [s for s in sites if re.search(r"MLP|MoE|Runner|Experts", s["function"])]}
     found = [k for k, v in roles.items() if v]
     choice = (f"{len(found)} reductions per decoder layer at TP ({', '.join(found)}), each an all-reduce unless a fusion or "
               f"reduce-scatter condition below holds; {len(sites)} collective sites read")
