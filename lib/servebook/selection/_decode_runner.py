@@ -130,7 +130,8 @@ def _experts_target(cfg):
 # -- SGLang ---------------------------------------------------------------------------------------
 _SG_ARGS = ("cuda_graph_bs", "cuda_graph_max_bs", "disable_cuda_graph", "enable_torch_compile", "sampling_backend",
             "disable_custom_all_reduce", "enable_torch_symm_mem", "enable_mscclpp", "enable_flashinfer_allreduce_fusion",
-            "moe_runner_backend", "quantization", "attention_backend", "enable_dp_attention", "moe_a2a_backend")
+            "moe_runner_backend", "quantization", "attention_backend", "enable_dp_attention", "moe_a2a_backend",
+            "cuda_graph_config")
 
 
 def _sglang(req, logs, out):
@@ -146,6 +147,12 @@ def _sglang(req, logs, out):
             sa.resolve_once()
             resolved = sa.resolved_dict() if hasattr(sa, "resolved_dict") else {}
         vals = {k: _scalar(resolved.get(k, getattr(sa, k, None))) for k in _SG_ARGS if k in resolved or hasattr(sa, k)}
+        graphs = resolved.get("cuda_graph_config", getattr(sa, "cuda_graph_config", None))
+        decode = graphs.get("decode") if isinstance(graphs, dict) else getattr(graphs, "decode", None)
+        if decode is not None:  # newer: per-phase CUDA-graph configuration (decode: bs list, max_bs, backend)
+            get = decode.get if isinstance(decode, dict) else (lambda k, d=decode: getattr(d, k, None))
+            vals["cuda_graph_decode"] = {k: _scalar(get(k)) for k in ("bs", "max_bs", "backend", "enabled") if get(k) is not None}
+            vals.pop("cuda_graph_config", None)
         out["_sa"] = sa
         return vals
 
@@ -154,23 +161,33 @@ def _sglang(req, logs, out):
     out["patched"] += _fake_world(int(req["tp_size"]))
 
     def custom_ar():
+        import importlib
+        import inspect
+
+        import torch
+
         import sglang.srt.distributed.device_communicators.custom_all_reduce as car
 
-        car.in_the_same_node_as = lambda group, source_rank=0: [True] * int(req["tp_size"])
-        cls = car.CustomAllreduce
-        try:  # newer versions choose between implementations first (the same dispatch GroupCoordinator calls)
-            from sglang.srt.distributed.device_communicators.custom_all_reduce import dispatch_custom_allreduce
-
-            cls = dispatch_custom_allreduce()
+        try:  # newer versions' JIT implementation, imported lazily by the dispatch: patched like the rest
+            importlib.import_module("sglang.srt.distributed.device_communicators.custom_all_reduce_v2")
         except ImportError:
             pass
-        mod = sys.modules[cls.__module__]
-        if hasattr(mod, "in_the_same_node_as"):
-            mod.in_the_same_node_as = car.in_the_same_node_as
+        same_node = lambda group, source_rank=0: [True] * int(req["tp_size"])  # noqa: E731
+        for name, mod in list(sys.modules.items()):
+            if name.startswith("sglang.srt.distributed") and hasattr(mod, "in_the_same_node_as"):
+                mod.in_the_same_node_as = same_node
+        group, device = object(), torch.device("cuda", 0)
         n = len(logs)
-        obj, where = _traced_return(cls, cls.__init__.__code__, group=object(), device=0)
+        cls, dispatched_at = car.CustomAllreduce, []
+        dispatch = getattr(car, "dispatch_custom_allreduce", None)
+        if dispatch is not None:  # the choice of implementation GroupCoordinator makes first
+            params = inspect.signature(dispatch).parameters
+            kw = {"group": group, "device": device} if "group" in params else {}
+            cls, dispatched_at = _traced_return(dispatch, dispatch.__code__, **kw)
+        obj, where = _traced_return(cls, cls.__init__.__code__, group=group, device=device)
         return {"class": f"{cls.__module__}.{cls.__qualname__}", "disabled": bool(getattr(obj, "disabled", True)),
-                "returned_at": where, "logs": _logs_since(logs, n, ("allreduce", "all-reduce", "all_reduce", "nvlink", "p2p"))}
+                "returned_at": where, "dispatched_at": dispatched_at,
+                "logs": _logs_since(logs, n, ("allreduce", "all-reduce", "all_reduce", "nvlink", "p2p"))}
 
     _probe("custom_all_reduce", custom_ar, out["probes"])
 
@@ -179,13 +196,15 @@ def _sglang(req, logs, out):
 
         from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
 
-        if sa is not None:
+        if sa is not None:  # the MoE flags the scheduler seeds from the resolved arguments (older: passed; newer: published)
             try:
+                import inspect
+
                 from sglang.srt.layers.moe import initialize_moe_config
 
-                initialize_moe_config(sa)
-            except ImportError:
-                pass
+                initialize_moe_config(*([sa] if inspect.signature(initialize_moe_config).parameters else []))
+            except Exception as exc:  # noqa: BLE001 - the engine's default flags then apply; said in the answer
+                out["probes"]["moe_config_note"] = f"initialize_moe_config failed: {type(exc).__name__}: {exc}"[:300]
         cfg = CompressedTensorsConfig.from_config(req["quantization_config"])
         layer = type(_experts_target(cfg), (torch.nn.Module,), {})()  # matched by class name, as the engine's FusedMoE is
         n = len(logs)
@@ -199,10 +218,39 @@ def _sglang(req, logs, out):
 
 
 # -- vLLM -----------------------------------------------------------------------------------------
+class _Op:
+    """A stubbed custom op with overloads: ``torch.ops._C.name.default`` is the same stub (modules take it at import)."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def __call__(self, *a, **k):
+        return self._fn(*a, **k)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+
+def _op_overloads():
+    import torch._ops as ops
+
+    real = ops._OpNamespace.__getattr__
+
+    def getattr_(self, name):
+        f = real(self, name)
+        return _Op(f) if isinstance(f, types.FunctionType) else f
+
+    ops._OpNamespace.__getattr__ = getattr_
+    return ["torch.ops stubs of vLLM's unloadable extensions: overloads (.default) answer the same stub"]
+
+
 def _vllm(req, logs, out):
     import _vllm_runner
 
     out["patched"] += _vllm_runner.prepare(req) or []
+    out["patched"] += _op_overloads()
     import vllm.third_party.pynvml as nvml
 
     out["patched"] += _no_nvlink(nvml)
@@ -251,6 +299,20 @@ def _vllm(req, logs, out):
 
     _probe("symm_mem", symm_mem, out["probes"])
 
+    def flashinfer_ar():
+        import vllm.distributed.device_communicators.flashinfer_all_reduce as fa
+
+        if hasattr(fa, "_node_count"):
+            fa._node_count = lambda group: 1  # one node
+        n = len(logs)
+        cls = fa.FlashInferAllReduce
+        obj, where = _traced_return(cls, cls.__init__.__code__, group=object(), device=0)
+        return {"class": f"{cls.__module__}.{cls.__qualname__}", "disabled": bool(getattr(obj, "disabled", True)),
+                "returned_at": where, "logs": _logs_since(logs, n, ("flashinfer",))}
+
+    if (c is not None and out["probes"].get("config", {}).get("VLLM_ALLREDUCE_USE_FLASHINFER")):  # built only when switched on
+        _probe("flashinfer_all_reduce", flashinfer_ar, out["probes"])
+
     def moe():
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
@@ -264,7 +326,8 @@ def _vllm(req, logs, out):
                                            hidden_dim=hf.hidden_size, num_experts=hf.n_routed_experts,
                                            experts_per_token=hf.num_experts_per_tok, moe_backend="auto")
         layer = type(_experts_target(qc), (), {})()  # matched by class name, as the engine's experts layer is
-        layer.__dict__.update(hidden_size=hf.hidden_size, apply_router_weight_on_input=False, moe_config=moe_config)
+        layer.__dict__.update(hidden_size=hf.hidden_size, apply_router_weight_on_input=False, moe_config=moe_config,
+                              ckpt_gate_proj_name="gate_proj", ckpt_up_proj_name="up_proj", ckpt_down_proj_name="down_proj")
         fn = CompressedTensorsMoEMethod.get_moe_method
         fn = getattr(fn, "__func__", fn)
         n = len(logs)

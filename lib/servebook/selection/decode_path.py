@@ -185,7 +185,7 @@ _FILES = {
                "model": ["sglang/srt/models/deepseek_v2.py"],
                "communicator": [("sglang/srt/layers/communicator.py", r"AllReduce|Communicat")],
                "sampler": "sglang/srt/layers/sampler.py", "env_roots": ["sglang/srt"],
-               "graph_sizes": ("sglang/srt/server_args.py", r"def _generate_cuda_graph_batch_sizes|def _resolve_cuda_graph"),
+               "graph_sizes": ("sglang/srt/server_args.py", r"def _generate_cuda_graph_batch_sizes|def parse_cuda_graph_config"),
                "graph_roots": ["sglang/srt/server_args.py", "sglang/srt/arg_groups"]},
     "vllm": {"custom_ar": ["vllm/distributed/device_communicators/custom_all_reduce.py"],
              "dispatch": "vllm/distributed/device_communicators/cuda_communicator.py",
@@ -329,14 +329,16 @@ def _moe_kernel(root: Path, p: dict, engine: str) -> str:
     """The experts kernel the chosen method names in its own source (read): Marlin, Triton, an oracle ..."""
     rel = _rel(p.get("scheme_file") or "", root) if p.get("scheme_file") else None
     if engine == "vllm":
-        src = _read(root, "vllm/model_executor/layers/fused_moe/oracle/int_wna16.py")
+        rel = next(iter(sorted(str(p.relative_to(root)) for p in (root / "vllm/model_executor/layers/fused_moe").rglob("*wna16*.py")
+                               if "_AVAILABLE_BACKENDS" in p.read_text(encoding="utf-8", errors="replace"))), None)
+        src = _read(root, rel) if rel else None
         if src:
             m = re.search(r"_AVAILABLE_BACKENDS = \[(.*?)\]", src, re.S)
             if m:
                 order = ", ".join(x.strip().rsplit(".", 1)[-1] for x in m.group(1).split(",") if x.strip())
                 line = src[:m.start()].count("\n") + 1
                 return (f"; experts kernel: the first of [{order}] whose is_supported_config passes "
-                        f"(vllm/model_executor/layers/fused_moe/oracle/int_wna16.py:{line}, read: each kernel's check needs "
+                        f"({rel}:{line}, read: each kernel's check needs "
                         "the layer's FusedMoEConfig, built at model load)")
         return ""
     src = _read(root, rel) if rel else None
@@ -363,8 +365,17 @@ def _allreduce_rows(env, root: Path, r: dict, tp_size: int) -> list[dict]:
     where, cond = (rule or {}).get("where"), (rule or {}).get("condition")
     if "disabled" in ca:
         w, c = _ran_at(ca, root)
+        off = [l for l in ca.get("logs", []) if "disabled" in l["message"]]
+        if off:  # the engine's own warning names the rule; its if-chain is the condition
+            rel = _rel(off[-1]["file"], root)
+            src = _read(root, rel)
+            w, c = f"{rel}:{off[-1]['line']}", " and ".join(conditions_at(src, int(off[-1]["line"]))) if src else c
         where, cond, source = w or where, c or cond, "run"
-        parts.append(f"custom all-reduce {'OFF' if ca['disabled'] else 'ON'} at TP={tp_size}, no NVLink")
+        cls = ca.get("class", "").rsplit(".", 1)[-1]
+        parts.append(f"custom all-reduce ({cls}) {'OFF' if ca['disabled'] else 'ON'} at TP={tp_size}, no NVLink")
+        if ca.get("dispatched_at"):
+            d, _ = _ran_at({"returned_at": ca["dispatched_at"]}, root)
+            parts.append(f"dispatch_custom_allreduce returned {cls} at {d}")
     elif rule:
         parts.append(f"custom all-reduce OFF at TP={tp_size} on PCIe only (the rule's condition holds: world_size {tp_size} > 2, "
                      "no NVLink)")
@@ -392,8 +403,17 @@ def _allreduce_rows(env, root: Path, r: dict, tp_size: int) -> list[dict]:
             parts.append(f"symmetric memory {'OFF' if sm['disabled'] else 'ON'} (SymmMemCommunicator returned at {w}"
                          + (f" under `{c}`" if c else "") + ")")
             extra["symm_mem_logs"] = [l["message"] for l in sm.get("logs", [])]
+        fi = probes.get("flashinfer_all_reduce") or {}
+        if "disabled" in fi:
+            w, c = _ran_at(fi, root)
+            parts.append(f"FlashInfer all-reduce {'OFF' if fi['disabled'] else 'ON'} (FlashInferAllReduce returned at {w}"
+                         + (f" under `{c}`" if c else "") + ")")
+            extra["flashinfer_logs"] = [l["message"] for l in fi.get("logs", [])]
+        elif fi.get("error"):
+            parts.append(f"FlashInfer all-reduce not run here ({fi['error'][:120]})")
         extra["flags"] = flags
-        if ca.get("disabled") and sm.get("disabled") and not flags.get("VLLM_ALLREDUCE_USE_FLASHINFER"):
+        if ca.get("disabled") and sm.get("disabled") and (not flags.get("VLLM_ALLREDUCE_USE_FLASHINFER") or fi.get("disabled")) \
+                and not flags.get("VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC"):
             parts.append("so all_reduce falls through to PyNCCL")
     disp = _read(root, files["dispatch"])
     if disp:
@@ -452,10 +472,15 @@ def _graph_rows(env, root: Path, r: dict) -> list[dict]:
             break
     if env.engine == "sglang":
         sa = probes.get("server_args") or {}
-        if "cuda_graph_bs" in sa or "cuda_graph_max_bs" in sa:
-            sizes = sa.get("cuda_graph_bs")
-            choice = (f"{'disabled' if sa.get('disable_cuda_graph') else 'on'}; max bs {sa.get('cuda_graph_max_bs')}; sizes "
-                      f"{_sizes(sizes)}; batch 1 {'captured' if isinstance(sizes, list) and 1 in sizes else 'not in the list' if isinstance(sizes, list) else 'list set at model load'}")
+        dec = sa.get("cuda_graph_decode") or {}
+        if "cuda_graph_bs" in sa or "cuda_graph_max_bs" in sa or dec:
+            sizes = sa.get("cuda_graph_bs") if "cuda_graph_bs" in sa else dec.get("bs")
+            sizes = json.loads(sizes) if isinstance(sizes, str) and sizes.startswith("[") else sizes
+            off = sa.get("disable_cuda_graph") or dec.get("enabled") is False
+            one = ("captured" if isinstance(sizes, list) and 1 in sizes else "not in the list" if isinstance(sizes, list)
+                   else "the list is made at model load (not resolved by the arguments)")
+            choice = (f"{'disabled' if off else 'on'}; max bs {sa.get('cuda_graph_max_bs', dec.get('max_bs'))}; sizes "
+                      f"{_sizes(sizes)}; batch 1 {one}" + (f"; decode backend {dec['backend']}" if dec.get("backend") else ""))
             return [_row(env, SETTINGS[4], choice, where, None, "run", None, sizes=sizes)]
     else:
         cfg = probes.get("config") or {}
@@ -467,7 +492,9 @@ def _graph_rows(env, root: Path, r: dict) -> list[dict]:
                       f"{'captured' if isinstance(sizes, list) and 1 in sizes else 'not in the list'}; the attention backend "
                       "may lower the mode at model load (its cudagraph support)")
             return [_row(env, SETTINGS[4], choice, where, None, "run", None, sizes=sizes)]
-    return [_row(env, SETTINGS[4], None, where, None, "not read", _why_not_run(r, "server_args" if env.engine == "sglang" else "config"))]
+    why = _why_not_run(r, "server_args" if env.engine == "sglang" else "config")
+    return [_row(env, SETTINGS[4], None, where, None, "not read",
+                 why or "the engine's resolved arguments carry no CUDA-graph sizes in this version")]
 
 
 def _sizes(sizes) -> str:
