@@ -106,7 +106,7 @@ def _probe(name, fn, results):
         results[name] = fn()
     except BaseException as exc:  # noqa: BLE001 - a probe that fails is reported, and read statically instead
         sys.settrace(None)
-        results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+        results[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300], "detail": " ".join(str(exc).split())[:800],
                          "traceback": traceback.format_exc()[-1500:]}
 
 
@@ -342,7 +342,11 @@ def _vllm(req, logs, out):
                 name = _returned_class(where)
         return {"class": name, "returned_at": where, "error_after_choice": err, "logs": _logs_since(logs, n, ("using", "moe"))}
 
-    _probe("moe", moe, out["probes"])
+    if c is None:  # the experts' shapes come from the resolved model config
+        out["probes"]["moe"] = {"error": "needs the resolved VllmConfig, which failed: " + out["probes"]["config"]["error"][:200],
+                                "detail": out["probes"]["config"].get("detail", "")}
+    else:
+        _probe("moe", moe, out["probes"])
 
 
 def main():

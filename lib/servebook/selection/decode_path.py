@@ -280,7 +280,10 @@ def _why_not_run(r: dict, name: str) -> str | None:
     if not r.get("ok"):
         return f"the engine's code could not run here: {r.get('error')}"
     p = (r.get("probes") or {}).get(name) or {}
-    return f"{name} probe failed: {p['error']}" if p.get("error") else None
+    if not p.get("error"):
+        return None
+    unknown = re.search(r"architectures? \[?'?(\w+)'?\]? (are|is) not supported", p.get("detail", "") + p.get("traceback", ""))
+    return f"{name} probe failed: {p['error']}" + (f" (this version does not know {unknown.group(1)})" if unknown else "")
 
 
 def _moe_rows(env, root: Path, r: dict, qc: dict | None) -> list[dict]:
@@ -299,18 +302,24 @@ def _moe_rows(env, root: Path, r: dict, qc: dict | None) -> list[dict]:
                      why=("the method's constructor needs the layer's real FusedMoEConfig (GPU model load); the choice "
                           "is the traced return" + note) if p.get("error_after_choice") else None,
                      logs=[l["message"] for l in p.get("logs", [])])]
-    # static: the return of the WNA16 branch in the compressed-tensors MoE selection
+    # static: the returns of the WNA16 branch in the compressed-tensors MoE selection (all of them: which one a host
+    # takes depends on conditions that need the layer or the platform, so none is picked here)
     why = _why_not_run(r, "moe")
     for rel in _glob(root, env.engine, "compressed_tensors"):
         src = _read(root, rel)
+        cands = []
         for node in ast.walk(ast.parse(src)):
             if isinstance(node, ast.Return) and isinstance(node.value, ast.Call) and re.search(
                     r"WNA16.*MoE", _seg(node.value.func, src)):
                 conds = conditions_at(src, node.lineno)
-                if any("wNa16" in c or "WNA16" in c for c in conds) and not any(re.search(r"\bis_rocm|_is_hip\b|_is_npu\b", c)
-                                                                                 and not c.startswith("not") for c in conds):
-                    return [_row(env, setting, f"{_seg(node.value.func, src)} ({kind})", f"{rel}:{node.lineno}",
-                                 " and ".join(conds), "read", why)]
+                if any(re.search(r"wNa16", c, re.I) for c in conds) and not any(
+                        re.match(r"(current_platform\.)?(is_rocm|is_xpu|is_cpu)\(\)$|_is_hip$|_is_npu$", c) for c in conds):
+                    cands.append((node.lineno, _seg(node.value.func, src), conds))
+        if cands:
+            choice = (f"{cands[0][1]} ({kind})" if len(cands) == 1 else
+                      f"one of {', '.join(c[1] for c in cands)} ({kind}): the conditions decide, and need the model load")
+            return [_row(env, setting, choice, f"{rel}:{cands[0][0]}",
+                         " | ".join(f"{rel}:{ln} {name} if {' and '.join(conds)}" for ln, name, conds in cands), "read", why)]
     return [_row(env, setting, None, source="not read", why=(why or "") + "; no WNA16 MoE return found in the source")]
 
 
