@@ -134,3 +134,23 @@ def test_sglang_059_decode_path_runs_its_own_code(sglang_env):
     assert "custom all-reduce OFF" in ar["choice"] and "enable_flashinfer_allreduce_fusion=False" in ar["choice"]
     assert rows["CUDA-graph capture sizes"]["source"] == "run" and 1 in rows["CUDA-graph capture sizes"]["sizes"]
     assert rows["PCIe all-reduce options"]["choice"].startswith("none")
+
+
+def test_a_static_moe_reading_lists_each_method_the_branch_can_return(tmp_path):
+    """vLLM 0.10.2 does not know Kimi-K2.5's architecture, so its MoE selection cannot run for it: the reading lists both
+    WNA16 methods with their conditions (Marlin when check_moe_marlin_supports_layer passes), and picks neither."""
+    from servebook.selection import decode_path as dp
+    from servebook.selection.envs import EngineEnv
+
+    src, rel, off = _excerpt("vllm-0.10.2-get_moe_method.py")
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_text(src)
+    env = EngineEnv("vllm", "0.10.2", sys.executable, str(tmp_path / "vllm"), "cached")
+    failed = {"ok": True, "probes": {"moe": {"error": "needs the resolved VllmConfig, which failed: ValidationError"}}}
+    row = dp._moe_rows(env, tmp_path, failed, {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                                               "config_groups": {"g": {"weights": {"num_bits": 4, "group_size": 32}}}})[0]
+    assert row["source"] == "read" and row["choice"].startswith("one of CompressedTensorsWNA16MoEMethod, "
+                                                                "CompressedTensorsWNA16MarlinMoEMethod")
+    assert "int4 g32" in row["choice"] and "ValidationError" in row["why"]
+    assert "CompressedTensorsWNA16MarlinMoEMethod if quant_config._is_wNa16_group_channel(weight_quant, input_quant) and " \
+           "check_moe_marlin_supports_layer(layer, group_size)" in row["condition"]
