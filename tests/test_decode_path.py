@@ -131,7 +131,7 @@ def test_sglang_059_decode_path_runs_its_own_code(sglang_env):
     assert moe["where"] == "sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py:685"
     assert ar["source"] == "run" and ar["condition"] == "world_size > 2 and not full_nvlink"
     assert ar["where"] == "sglang/srt/distributed/device_communicators/custom_all_reduce.py:147"  # the warning under the rule
-    assert "custom all-reduce OFF" in ar["choice"] and "enable_flashinfer_allreduce_fusion=False" in ar["choice"]
+    assert "custom all-reduce (CustomAllreduce) OFF at TP=8" in ar["choice"] and "enable_flashinfer_allreduce_fusion=False" in ar["choice"]
     assert rows["CUDA-graph capture sizes"]["source"] == "run" and 1 in rows["CUDA-graph capture sizes"]["sizes"]
     assert rows["PCIe all-reduce options"]["choice"].startswith("none")
 
