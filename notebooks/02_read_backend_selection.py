@@ -207,7 +207,7 @@ if seed and seed_other:
 # %%
 import pandas as pd
 
-from servebook.selection.decode_path import decode_path_table
+from servebook.selection.decode_path import SETTINGS, decode_path_table
 
 sglang_specs = [f"{compare_engine}=={v.strip()}" for v in compare_versions.split(",") if v.strip()]
 dp_specs = [s for s in dict.fromkeys([seed_spec] + ([] if smoke else sglang_specs) + vllm_specs[:1 if smoke else None])
@@ -219,6 +219,8 @@ for r in dp_rows:
 if dp_rows:
     dp = pd.DataFrame(dp_rows)
     dp["engine"] = dp["engine"] + " " + dp["version"].astype(str)
+    dp["setting"] = pd.Categorical(dp["setting"], [*SETTINGS, "(all)"], ordered=True)
+    dp = dp.sort_values("setting", kind="stable")  # setting -> each engine's choice
     with pd.option_context("display.max_colwidth", 120, "display.width", 250):
         print(dp[["setting", "engine", "choice", "where", "source"]].to_string(index=False))
         print(dp[["setting", "engine", "condition", "why"]].to_string(index=False, max_colwidth=160))
