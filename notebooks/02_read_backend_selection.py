@@ -221,9 +221,8 @@ if dp_rows:
     dp["engine"] = dp["engine"] + " " + dp["version"].astype(str)
     dp["setting"] = pd.Categorical(dp["setting"], [*SETTINGS, "(all)"], ordered=True)
     dp = dp.sort_values("setting", kind="stable")  # setting -> each engine's choice
-    with pd.option_context("display.max_colwidth", 120, "display.width", 250):
-        print(dp[["setting", "engine", "choice", "where", "source"]].to_string(index=False))
-        print(dp[["setting", "engine", "condition", "why"]].to_string(index=False, max_colwidth=160))
+    print(dp[["setting", "engine", "choice", "where", "source"]].to_string(index=False, max_colwidth=110))
+    print(dp[["setting", "engine", "condition", "why"]].to_string(index=False, max_colwidth=110))
 else:
     print("decode path skipped: no cached SGLang/vLLM environment (servebook engines add sglang==0.5.9)")
 
