@@ -400,6 +400,13 @@ def _allreduce_rows(env, root: Path, r: dict, tp_size: int) -> list[dict]:
         extra["flags"] = flags
         if flags and not any(flags.get(k) for k in ("enable_torch_symm_mem", "enable_mscclpp")) and ca.get("disabled", rule is not None):
             parts.append("so the in-place all-reduce goes to PyNCCL")
+        fusion = _fusion_rule(root, _FILES["sglang"]["graph_roots"])
+        if fusion and not flags.get("enable_flashinfer_allreduce_fusion"):
+            parts.append(f"FlashInfer all-reduce+norm fusion is switched on only at {fusion['where']}, under "
+                         f"`{fusion['condition'][:300]}`")
+            extra["fusion_rule"] = fusion
+        elif not fusion and "enable_flashinfer_allreduce_fusion" in flags:
+            parts.append("no line of this version switches the FlashInfer all-reduce+norm fusion on by itself")
     else:
         cfg = probes.get("config") or {}
         sm = probes.get("symm_mem") or {}
@@ -431,6 +438,16 @@ def _allreduce_rows(env, root: Path, r: dict, tp_size: int) -> list[dict]:
             extra["pynccl_at"] = sites[0]["where"]
     return [_row(env, SETTINGS[1], "; ".join(parts), where, cond, source, why if source != "run" else None,
                  rule=rule, logs=[l["message"] for l in ca.get("logs", [])], **extra)]
+
+
+def _fusion_rule(root: Path, roots: list[str]) -> dict | None:
+    """Where SGLang switches its FlashInfer all-reduce fusion on by itself (``enable_flashinfer_allreduce_fusion = True``)
+    and the if-chain there (read)."""
+    for rel, src in _py_files(root, roots).items():
+        for i, text in enumerate(src.splitlines(), 1):
+            if re.search(r"\benable_flashinfer_allreduce_fusion\b\s*=\s*True", text):
+                return {"where": f"{rel}:{i}", "condition": " and ".join(conditions_at(src, i))}
+    return None
 
 
 def _pcie_rows(env, root: Path) -> list[dict]:
