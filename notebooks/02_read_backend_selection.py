@@ -221,8 +221,13 @@ if dp_rows:
     dp["engine"] = dp["engine"] + " " + dp["version"].astype(str)
     dp["setting"] = pd.Categorical(dp["setting"], [*SETTINGS, "(all)"], ordered=True)
     dp = dp.sort_values("setting", kind="stable")  # setting -> each engine's choice
-    print(dp[["setting", "engine", "choice", "where", "source"]].to_string(index=False, max_colwidth=110))
-    print(dp[["setting", "engine", "condition", "why"]].to_string(index=False, max_colwidth=110))
+    for setting, rows in dp.groupby("setting", observed=True):  # setting -> each engine's choice, where, and the condition
+        print(f"\n{setting}")
+        for r in rows.itertuples():
+            print(f"  {r.engine:<14} [{r.source}] {r.choice}"
+                  + (f"\n{'':17}at {r.where}" if isinstance(r.where, str) else "")
+                  + (f"\n{'':17}condition: {r.condition[:300]}" if isinstance(r.condition, str) and r.condition else "")
+                  + (f"\n{'':17}({r.why})" if isinstance(r.why, str) and r.source != "run" else ""))
 else:
     print("decode path skipped: no cached SGLang/vLLM environment (servebook engines add sglang==0.5.9)")
 
