@@ -198,6 +198,45 @@ if seed and seed_other:
 # `get_correct_attn_implementation` takes `sdpa` when the model class supports it, else `eager`.
 
 # %% [markdown]
+# ### Beyond attention: the rest of the seed case's decode path, from each engine's own code
+# The MoE method for the card's INT4 routed experts, the all-reduce path at tensor parallel 8 and the rule that decides
+# it, the PCIe all-reduce switches each version carries, the collectives a decoder layer issues, the CUDA-graph sizes and
+# the greedy sampling path. `run`: the engine's own function ran with the GPU faked and no NVLink between the 8 GPUs;
+# `read`: read from its source (the row says why it could not run); `not read`: the row says what is missing.
+
+# %%
+import pandas as pd
+
+from servebook.selection.decode_path import SETTINGS, decode_path_table
+
+sglang_specs = [f"{compare_engine}=={v.strip()}" for v in compare_versions.split(",") if v.strip()]
+dp_specs = [s for s in dict.fromkeys([seed_spec] + ([] if smoke else sglang_specs) + vllm_specs[:1 if smoke else None])
+            if s in prepared]
+dp_rows = decode_path_table(dp_specs, seed_model, seed_profile, tp_size=8,
+                            on_error=lambda e, exc: store.record_failure("decode_path", exc, engine=e))
+for r in dp_rows:
+    append_once("decode_path", r, "engine", "version", "setting", "model", "gpu")
+if dp_rows:
+    dp = pd.DataFrame(dp_rows)
+    dp["engine"] = dp["engine"] + " " + dp["version"].astype(str)
+    dp["setting"] = pd.Categorical(dp["setting"], [*SETTINGS, "(all)"], ordered=True)
+    dp = dp.sort_values("setting", kind="stable")  # setting -> each engine's choice
+    for setting, rows in dp.groupby("setting", observed=True):  # setting -> each engine's choice, where, and the condition
+        print(f"\n{setting}")
+        for r in rows.itertuples():
+            print(f"  {r.engine:<14} [{r.source}] {r.choice}"
+                  + (f"\n{'':17}at {r.where}" if isinstance(r.where, str) else "")
+                  + (f"\n{'':17}condition: {r.condition[:300]}" if isinstance(r.condition, str) and r.condition else "")
+                  + (f"\n{'':17}({r.why})" if isinstance(r.why, str) and r.source != "run" else ""))
+else:
+    print("decode path skipped: no cached SGLang/vLLM environment (servebook engines add sglang==0.5.9)")
+
+# %% [markdown]
+# Read the all-reduce row first: where an engine's own rule turns custom all-reduce off on PCIe-only GPUs, every
+# reduction of every decoder layer goes through NCCL, and the per-step cost is what chapter 04 times; the rows in table
+# `decode_path` are what chapter 05's measurements are set against.
+
+# %% [markdown]
 # ## 3. The decision matrix: model cards x GPUs, for the engine versions to compare
 # Kimi-K2.5 and DeepSeek-V3 use MLA attention; Llama and Qwen3 use GQA. We ask each engine version
 # what it would pick on each GPU. In smoke mode: two GPUs and two models, and only cached environments.
