@@ -9,6 +9,7 @@ HOST ?= local
 ENGINE ?= transformers
 MODEL ?= embedded
 ARGS ?=
+JOBS ?= 2
 RUN ?=
 RECORD ?=
 TORCH_WHEELS ?= /opt/wheels
@@ -17,7 +18,7 @@ TORCH_WHEELS ?= /opt/wheels
 
 help:
 	@echo "make book   - create the environment if missing, build the embedded model, run every chapter, render $(OUT)"
-	@echo "make test   - the full test suite"
+	@echo "make test   - the full test suite, in $(JOBS) processes (JOBS=1: one)"
 	@echo "make html   - re-render the newest run as the book (RUN=DIR for another, e.g. RUN=data/runs/h200x2-book)"
 	@echo "make env    - create/refresh the environment ($(VENV))"
 
@@ -48,7 +49,7 @@ html: env
 	$(VENV)/bin/servebook html $$run --out $(OUT)
 
 test: env
-	$(PY) -m pytest -q -ra $(ARGS)
+	$(PY) -m pytest -q -ra $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadgroup) $(ARGS)
 
 clean:
 	rm -rf build

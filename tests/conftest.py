@@ -1,4 +1,10 @@
-"""Shared fixtures: the real embedded model, built once per session into a test cache."""
+"""Shared fixtures: the real embedded model, built once per session into a test cache; and how the suite is
+spread over processes (``make test`` runs ``pytest -n 2 --dist loadgroup``).
+
+Each test file is one group that runs whole on one worker, so a file's module fixtures (a book run, a server, an sshd)
+are built once; the files that take longest are handed out first. Caches that several files build (the embedded model,
+engine environments) are built by one process while the others wait (``servebook.paths.build_lock``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,19 @@ import os
 from pathlib import Path
 
 import pytest
+
+# The longest files first (seconds on a 2-core machine, from ``pytest --durations``), so that neither worker is left
+# with a long file at the end; the others follow in their usual order.
+_LONGEST_FIRST = ()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: file order otherwise kept
+    for item in items:
+        if not any(True for _ in item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(Path(str(item.fspath)).stem))
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +45,7 @@ def no_leftover_servers():
 
     # Only this checkout's servers: another checkout's tests on the same machine start their own at any time.
     launcher = os.path.join(os.path.dirname(servebook.__file__), "engines", "launchers", "transformers_serve.py")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     before = {p.pid for p in psutil.process_iter()}
     yield
     left = []
@@ -34,5 +54,10 @@ def no_leftover_servers():
             continue
         cmd = " ".join(p.info["cmdline"] or [])
         if launcher in cmd or ("transformers serve" in cmd and p.info["cwd"] == os.getcwd()):
+            try:  # another test worker's server (servers inherit the environment) is not this test's
+                if p.environ().get("PYTEST_XDIST_WORKER", worker) != worker:
+                    continue
+            except psutil.Error:  # gone meanwhile, or not ours to read
+                continue
             left.append((p.info["pid"], cmd))
     assert not left, f"servers left running: {left}"

@@ -33,7 +33,7 @@ from typing import Callable
 from ..errors import EngineError
 from ..interpreters import GPU_ONLY, python_from_env
 from ..interpreters import SELECTION_LIBS as _SELECTION_LIBS
-from ..paths import cache_dir
+from ..paths import build_lock, cache_dir
 
 __all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
            "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions", "engine_cuda", "install_plan"]
@@ -363,11 +363,12 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
     if not version:
         raise EngineError(f"say which version: servebook engines add {engine}==VERSION")
     d = _env_dir(engine, version)
-    if _meta_path(d).is_file() and not force:
-        _reprobe(_meta_path(d), engine, say)
-        return resolve_engine(f"{engine}=={version}")
-    with _heartbeat(spec, progress):
-        return _build_env(d, engine, version, say, max_rounds, requirements)
+    with build_lock(d):  # one builder per environment: a parallel one waits, then finds it built
+        if _meta_path(d).is_file() and not force:
+            _reprobe(_meta_path(d), engine, say)
+            return resolve_engine(f"{engine}=={version}")
+        with _heartbeat(spec, progress):
+            return _build_env(d, engine, version, say, max_rounds, requirements)
 
 
 @contextlib.contextmanager
