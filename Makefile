@@ -62,7 +62,7 @@ html: book-env
 	$(VENV)/bin/servebook html $$run --out $(OUT)
 
 test: env
-	$(PY) -m pytest -q -ra $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadgroup) $(ARGS)
+	$(PY) -m pytest -q -ra $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile) $(ARGS)
 
 clean:
 	rm -rf build

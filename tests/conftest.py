@@ -1,9 +1,9 @@
 """Shared fixtures: the real embedded model, built once per session into a test cache; and how the suite is
-spread over processes (``make test`` runs ``pytest -n 2 --dist loadgroup``).
+spread over processes (``make test`` runs ``pytest -n 2 --dist loadfile``).
 
-Each test file is one group that runs whole on one worker, so a file's module fixtures (a book run, a server, an sshd)
-are built once; the files that take longest are handed out first. Caches that several files build (the embedded model,
-engine environments) are built by one process while the others wait (``servebook.paths.build_lock``).
+Each test file runs whole on one worker, so a file's module fixtures (a book run, a server, an sshd) are built once;
+the files that take longest are handed out first. Caches that several files build (the embedded model, engine
+environments) are built by one process while the others wait (``servebook.paths.build_lock``).
 """
 
 from __future__ import annotations
@@ -19,13 +19,9 @@ _LONGEST_FIRST = ("test_book.py", "test_selection.py", "test_drills.py", "test_e
                   "test_bench_fidelity.py", "test_whatif_vllm.py", "test_rendered_book.py", "test_hosts.py", "test_bench.py")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: file order otherwise kept
-    for item in items:
-        if not any(True for _ in item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(Path(str(item.fspath)).stem))
 
 
 @pytest.fixture(scope="session")
