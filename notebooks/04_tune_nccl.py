@@ -388,7 +388,7 @@ else:
 from servebook.engines import args_for, get_engine
 from servebook.findings import separated
 from servebook.models import engine_args_of
-from servebook.nccl_e2e import tp_decode_check, tp_settings
+from servebook.nccl.e2e import tp_decode_check, tp_settings
 
 e2e = pd.DataFrame()
 tp_engines = [e.strip() for e in tp_check.split(",") if e.strip()]

@@ -276,7 +276,7 @@ else:
 def check_client(eng, url: str, name: str, label: str) -> None:
     """servebook's client and SGLang's own (``sglang.bench_serving``, run in the engine's interpreter) taking turns on this
     live server and workload; each metric's difference, both directions kept (table ``bench_client_check``)."""
-    from servebook import bench_compare
+    from servebook.bench import compare as bench_compare
 
     for c in (1, 8):
         have = {r["metric"] for r in store.find("bench_client_check", label=label, concurrency=c) if not r.get("harness_fault")}

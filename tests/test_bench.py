@@ -368,9 +368,9 @@ def test_bench_serving_shim_fixes_the_warmup_body_sglang_refuses():
     max_tokens, leaves a measured request (min == max) as it is, and drops only the fields it is told to."""
     import importlib.util
 
-    from servebook import bench_compare
+    from servebook.bench import compare as bench_compare
 
-    path = Path(bench_compare.__file__).parent / "bench_compare_patches" / "bench_serving_shim.py"
+    path = Path(bench_compare.__file__).parent / "compare_patches" / "bench_serving_shim.py"
     spec = importlib.util.spec_from_file_location("bench_serving_shim_under_test", path)
     shim = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(shim)  # definitions only: the run is under __main__

@@ -11,7 +11,8 @@ import os
 
 import pytest
 
-from servebook import bench, bench_compare
+from servebook import bench
+from servebook.bench import compare as bench_compare
 
 pytestmark = [pytest.mark.slow, pytest.mark.envs]
 

@@ -481,12 +481,10 @@ def test_engine_cli_is_read_on_the_ssh_host(ssh_env, tmp_path):
     from servebook.engines import get_engine
     from servebook.errors import EngineError
     from servebook.hosts._ssh import SSHHost
-    from servebook.selection.envs import resolve_engine
+    from servebook.selection.envs import add_engine
 
-    try:
-        python = resolve_engine("sglang==0.5.9").python
-    except EngineError as exc:
-        pytest.skip(f"no prepared sglang 0.5.9 environment ({exc})")
+    # prepared here when no other test has yet (tests run in parallel: add_engine lets one build it, the others wait)
+    python = add_engine("sglang==0.5.9", progress=None).python
     with RecordingHost(SSHHost("ssh://sbtest"), tmp_path) as h:
         eng = get_engine("sglang==0.5.9", python=str(python))
         eng.host = h
@@ -494,7 +492,7 @@ def test_engine_cli_is_read_on_the_ssh_host(ssh_env, tmp_path):
         launch = eng.launch(str(tmp_path), attention="triton", port=h.free_port())
         assert launch.cmd[-2:] == ["--attention-backend", "triton"]
         try:  # vLLM: its parser, or (without its requirements) its option strings read from its source on the host
-            vpython = resolve_engine("vllm==0.33.0").python
+            vpython = add_engine("vllm==0.33.0", progress=None, requirements=False).python
         except EngineError:
             vpython = None
         if vpython is not None:

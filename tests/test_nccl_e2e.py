@@ -4,7 +4,7 @@ transformers serve on the embedded model; at TP=1 here, since CI has no GPU), an
 import pytest
 
 from servebook.engines import get_engine
-from servebook.nccl_e2e import SEED_ENV, allreduce_lines, tp_decode_check, tp_settings
+from servebook.nccl.e2e import SEED_ENV, allreduce_lines, tp_decode_check, tp_settings
 from servebook.results import RunStore
 
 

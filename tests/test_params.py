@@ -64,3 +64,16 @@ def test_chapter_parameters_are_checked_before_anything_runs(tmp_path, extra, na
         run_book({"smoke": True}, out=tmp_path / "site", runs_root=tmp_path / "runs", extra=extra, progress=None)
     assert err.value.name == name and "\n" not in str(err.value)
     assert not (tmp_path / "runs").exists()  # nothing ran, no run directory
+
+
+def test_embedded_model_sizes_chapter_05_and_p_wins():
+    """The embedded CPU model runs chapter 05's method on its own workload sizes; -p NAME=VALUE overrides them."""
+    from servebook.book import _sized_defaults, chapters
+
+    selected = [c for c in chapters() if c.number in ("03", "05")]
+    declared = {c.stem: {"max_tokens": {}, "input_len": {}, "runs": {}} for c in selected}
+    said = []
+    sized = _sized_defaults(selected, declared, {"model": "embedded"}, {"input_len": 64}, said.append)
+    assert sized == {"05_benchmark_single_stream": {"max_tokens": 32}}
+    assert said and "max_tokens=32" in said[0]
+    assert _sized_defaults(selected, declared, {"model": "/models/llama"}, {}, said.append) == {}

@@ -107,7 +107,7 @@ def test_unknown_profile_error():
         load_profile("x200")
     msg = str(err.value)
     assert "\n" not in msg and "x200" in msg and "rtx-pro-6000" in msg and "h200" in msg
-    from servebook.probe_cli import main
+    from servebook.probe.cli import main
 
     assert main(["--profile", "x200"]) == 2
 
@@ -186,7 +186,7 @@ def test_env_secrets_masked():
 
 
 def test_cli_register_and_host():
-    from servebook.probe_cli import register
+    from servebook.probe.cli import register
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()

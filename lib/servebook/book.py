@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .errors import ParameterError, ServebookError
-from .params import PARAMS, check_chapter_param, coerce, validate
+from .params import PARAMS, check_chapter_param, coerce, model_defaults, validate
 from .paths import book_root, notebooks_dir
 from .provenance import describe_revision, host_fingerprint, record_code, software_versions
 from .results import RunStore
@@ -154,7 +154,8 @@ def run_book(
     declared = {c.stem: notebook_parameters(c.source) for c in selected}
     extra = _check_extra(dict(extra or {}), declared)
     _prepare_engine(values, extra, say)
-    store = _open_run(runs_root, run_id, {**values, **extra}, say)
+    sized = _sized_defaults(selected, declared, values, extra, say)
+    store = _open_run(runs_root, run_id, {**values, **extra}, say, sized)
     if record:
         from .hosts import start_recording
 
@@ -165,7 +166,7 @@ def run_book(
         from .embedded import build_embedded_model
 
         build_embedded_model(progress=say)
-    results = _run_chapters(selected, declared, values, extra, store, cell_timeout, say)
+    results = _run_chapters(selected, declared, values, extra, store, cell_timeout, say, sized)
     store.write_manifest({"finished": _now(), "chapters": results})
     index = _render_run(store, Path(out))
     say(f"book: {index.resolve()}")
@@ -198,6 +199,19 @@ def _check_extra(extra: dict[str, Any], declared: dict[str, dict]) -> dict[str, 
     return extra
 
 
+def _sized_defaults(selected: list[Chapter], declared: dict, values: dict, extra: dict,
+                    say: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Per chapter stem, the parameters sized to this run's model (``params.MODEL_DEFAULTS``) that ``-p`` leaves open."""
+    sized = {}
+    for c in selected:
+        mine = {k: v for k, v in model_defaults(values["model"], c.number).items() if k in declared[c.stem] and k not in extra}
+        if mine:
+            sized[c.stem] = mine
+            say(f"chapter {c.number}: sized to the {values['model']} model: "
+                + ", ".join(f"{k}={v}" for k, v in mine.items()) + " (-p NAME=VALUE overrides)")
+    return sized
+
+
 def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> None:
     """A what-if with a pinned engine version reads that version in its own cached environment: prepare it
     now, with pip's steps shown, so that chapter 01 finds it (a failure stops here, naming the command)."""
@@ -222,26 +236,31 @@ def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> No
                           f"prepare it with `servebook engines add {spec}`, then run this command again") from exc
 
 
-def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[str], None]) -> RunStore:
+def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[str], None],
+              sized: dict | None = None) -> RunStore:
     """The run directory, new or resumed, with its manifest: where and with what code it runs."""
     store = RunStore.open(runs_root, host=parameters["host"], run_id=run_id)
     previous = store.manifest
     resumed = "started" in previous
     here = {"servebook_version": __version__, "git_revision": record_code(store), "versions": software_versions(),
             "host_fingerprint": host_fingerprint()}
+    if sized:
+        here["chapter_defaults"] = sized
     if not resumed:
         store.write_manifest({"parameters": parameters, **here, "started": _now(), "finished": None})
     else:
         # The run's identity (where and with what it was measured) stays as first recorded;
         # each resumption is logged with its own fingerprint.
-        resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": parameters, **here}]
+        here.pop("chapter_defaults", None)
+        resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": parameters, **here,
+                                                                 **({"chapter_defaults": sized} if sized else {})}]
         store.write_manifest({"resumptions": resumptions, "finished": None})
     say(f"run directory: {store.path}" + (" (resuming)" if resumed else ""))
     return store
 
 
 def _run_chapters(selected: list[Chapter], declared: dict, values: dict, extra: dict, store: RunStore,
-                  cell_timeout: int | None, say: Callable[[str], None]) -> list[dict]:
+                  cell_timeout: int | None, say: Callable[[str], None], sized: dict | None = None) -> list[dict]:
     """Execute each chapter in turn; a failed one is recorded and the next one runs."""
     executed_dir = store.path / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
@@ -249,7 +268,8 @@ def _run_chapters(selected: list[Chapter], declared: dict, values: dict, extra: 
     for i, chapter in enumerate(selected, 1):
         t0 = time.monotonic()
         say(f"[{i}/{len(selected)}] chapter {chapter.title} ...")
-        status, error = _execute(chapter, declared[chapter.stem], values, extra, store, executed_dir, cell_timeout)
+        mine = {**(sized or {}).get(chapter.stem, {}), **extra}
+        status, error = _execute(chapter, declared[chapter.stem], values, mine, store, executed_dir, cell_timeout)
         seconds = round(time.monotonic() - t0, 1)
         results.append({"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error, "seconds": seconds})
         store.append("chapters", results[-1])
@@ -465,6 +485,7 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     if unknown:
         raise ParameterError(unknown[0], (extra or {})[unknown[0]], f"chapter {number} declares {', '.join(sorted(declared))}")
     extra = {k: _coerce_declared(k, v, declared[k]) for k, v in (extra or {}).items() if v != ""}
+    extra = {**(store.manifest.get("chapter_defaults") or {}).get(chapter.stem, {}), **extra}  # as the run measured
     extra.update(_OFFLINE_FIXED.get(number, {}))
     executed_dir = store.path / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)

@@ -120,7 +120,7 @@ def _cmd_html(args) -> int:
 
 
 # Chapters add their own subcommands through a ``register(subparsers)`` function.
-_PLUGINS = ["servebook.probe_cli", "servebook.selection.cli", "servebook.bench", "servebook.findings", "servebook.models",
+_PLUGINS = ["servebook.probe.cli", "servebook.selection.cli", "servebook.bench", "servebook.findings", "servebook.models",
             "servebook.profile"]
 
 

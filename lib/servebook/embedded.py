@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import ModelError
-from .paths import cache_dir
+from .paths import build_lock, cache_dir
 
 __all__ = ["EMBEDDED_CONFIG", "build_embedded_model", "embedded_model_dir", "default_cache_dir"]
 
@@ -132,6 +132,13 @@ def build_embedded_model(
     target = embedded_model_dir(seed, cache_dir)
     if (target / "servebook_embedded.json").exists() and not force:
         return target
+    with build_lock(target):  # a parallel builder (a test worker, a second book) waits, then finds it built
+        if (target / "servebook_embedded.json").exists() and not force:
+            return target
+        return _build(target, seed, say)
+
+
+def _build(target: Path, seed: int, say: Callable[[str], None]) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, DeepseekV3Config
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .errors import ParameterError, ServebookError
 
-__all__ = ["Param", "PARAMS", "validate", "coerce", "resolve_model", "check_chapter_param"]
+__all__ = ["Param", "PARAMS", "MODEL_DEFAULTS", "validate", "coerce", "resolve_model", "check_chapter_param", "model_defaults"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,27 @@ PARAMS: dict[str, Param] = {
         Param("smoke", bool, False, "small workloads (tests, CI)"),
     ]
 }
+
+
+# Chapter parameters sized to a model. A notebook's own defaults are sized to a GPU host and a real model; on the
+# embedded CPU model the same method (warm-ups, repeated runs, every sweep level up to the top, the client's ceiling)
+# runs on workloads sized to it. ``-p NAME=VALUE`` always wins; a run records what was used in its manifest
+# (``chapter_defaults``) and in each executed notebook's injected parameters.
+MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "embedded": {
+        # 32 tokens in and out (the notebook's 128 are sized to a GPU): the in-process decode, the single stream (2 warm-ups,
+        # 5 runs) and every sweep level (5 requests per stream, up to saturation) each took minutes on 2 CPU cores.
+        "05": {"max_tokens": 32, "input_len": 32},
+    },
+}
+
+
+def model_defaults(model: str, chapter: str) -> dict[str, Any]:
+    """The chapter parameters sized to ``model`` for chapter ``chapter`` ("05"): {} where the notebook's own stand.
+
+        model_defaults("embedded", "05")   # {'max_tokens': 32, ...}
+    """
+    return dict(MODEL_DEFAULTS.get(model, {}).get(chapter, {}))
 
 
 def coerce(name: str, value: Any, typ: type) -> Any:

@@ -9,10 +9,11 @@ found beside ``lib/``. ``SERVEBOOK_HOME`` points elsewhere when needed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["book_root", "data_dir", "notebooks_dir", "cache_dir"]
+__all__ = ["book_root", "data_dir", "notebooks_dir", "cache_dir", "build_lock"]
 
 
 def book_root() -> Path:
@@ -31,3 +32,24 @@ def notebooks_dir() -> Path:
 def cache_dir() -> Path:
     root = os.environ.get("SERVEBOOK_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "servebook")
     return Path(root)
+
+
+@contextlib.contextmanager
+def build_lock(target: str | os.PathLike):
+    """One builder at a time for the cached directory ``target`` (the embedded model, an engine environment):
+    a second process, such as a parallel test worker or a second book, waits here and then finds it built.
+
+        with build_lock(target):
+            if not built(target):
+                build(target)
+    """
+    import fcntl
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -88,10 +88,11 @@ def _attention_choices(eng) -> list[str]:
             raise
     from pathlib import Path
 
-    from .selection.envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY
+    from .interpreters import GPU_ONLY, SELECTION_LIBS
+    from .selection.envs import DEFAULT_KERNEL_LIBS
 
     libs = DEFAULT_KERNEL_LIBS.get("sglang", {})
-    request = {"flag": eng.attention_flag, "stubs": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
+    request = {"flag": eng.attention_flag, "stubs": [m for m in GPU_ONLY if m not in SELECTION_LIBS],
                "visible": [m for m, v in libs.items() if v], "absent": [m for m, v in libs.items() if not v]}
     script = str(Path(__file__).parent / "selection" / "_sglang_choices.py")
     return eng._script_json([script, json.dumps(request)], "could not read SGLang's --attention-backend choices "

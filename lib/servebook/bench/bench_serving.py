@@ -6,9 +6,9 @@
                             num_prompts=8, max_concurrency=8, drop_fields=(), pin_cpu=0)
     res["output_throughput"], res["completed"]
 
-It runs in its own process through a small shim (``servebook/bench_compare_patches/bench_serving_shim.py``) that pins
-it to one CPU when asked and drops named fields from the JSON bodies it posts (``servebook.bench_compare`` says why).
-Chapter 05 runs it against the fake server beside servebook's client (``client_ceiling``); ``servebook.bench_compare``
+It runs in its own process through a small shim (``servebook/bench/compare_patches/bench_serving_shim.py``) that pins
+it to one CPU when asked and drops named fields from the JSON bodies it posts (``servebook.bench.compare`` says why).
+Chapter 05 runs it against the fake server beside servebook's client (``client_ceiling``); ``servebook.bench.compare``
 against a live server.
 """
 
@@ -28,7 +28,7 @@ __all__ = ["DEFAULT_SPEC", "write_sharegpt", "compat_tokenizer_dir", "run_bench_
 
 DEFAULT_SPEC = "sglang==0.5.9"  # the SGLang whose bench_serving the fidelity tests and chapter 05 run
 # Runs inside the engine env: pin, strip fields, then bench_serving's own __main__ (a real file).
-SHIM = Path(__file__).parent.parent / "bench_compare_patches" / "bench_serving_shim.py"
+SHIM = Path(__file__).parent / "compare_patches" / "bench_serving_shim.py"
 
 
 def write_sharegpt(prompts: Sequence[Prompt | str], path: str | os.PathLike) -> Path:

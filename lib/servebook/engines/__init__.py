@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import ParameterError
+from ..interpreters import python_from_env
 from ._base import CLIRejected, EngineAdapter, EngineSpec, parse_engine_spec
 from .sglang import SGLangEngine
 from .transformers import TransformersEngine
@@ -101,23 +102,6 @@ def _prepared_python(parsed: EngineSpec) -> str | None:
         return resolve_engine(f"{parsed.name}=={parsed.version}" if parsed.version else parsed.name).python
     except EngineError:
         return None
-
-
-def python_from_env(name: str) -> str | None:
-    """The interpreter ``SERVEBOOK_PYTHON_<ENGINE>`` names, for hosts where each engine has its own environment
-    (``SERVEBOOK_PYTHON_SGLANG=/opt/sglang/bin/python SERVEBOOK_PYTHON_VLLM=/opt/vllm/bin/python servebook book ...``);
-    every chapter, and the servers it starts, use it. None when unset."""
-    import os
-
-    from ..errors import EngineError
-
-    path = os.environ.get(f"SERVEBOOK_PYTHON_{name.upper()}", "").strip()
-    if not path:
-        return None
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise EngineError(f"SERVEBOOK_PYTHON_{name.upper()}={path} is not an executable interpreter; point it at the python of "
-                          f"the environment where {name} is installed, or unset it")
-    return path
 
 
 def args_for(text: str, name: str) -> list[str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EngineError, ParameterError
+from ..interpreters import GPU_ONLY, SELECTION_LIBS
 from ..servers import Launch, free_port
 
 # (host, python, engine) -> the engine's CLI as read once per process (reading it imports the engine: seconds)
@@ -131,10 +132,8 @@ class EngineAdapter:
         return self._parser_cli()
 
     def _parser_cli(self) -> dict:
-        from ..selection.envs import _SELECTION_LIBS, GPU_ONLY
-
         # the same import stubs as chapter 02's what-if uses to import the engine (kernel libraries it tests for stay absent)
-        stubs = [m for m in GPU_ONLY if m not in _SELECTION_LIBS]
+        stubs = [m for m in GPU_ONLY if m not in SELECTION_LIBS]
         res = self._py_script([str(_CLI_SCRIPT), self.name, str(_RUNNER), json.dumps(stubs)], timeout=300)
         for line in reversed(res.stdout.splitlines()):
             if line.startswith("SERVEBOOK_CLI "):

@@ -53,7 +53,7 @@ def _profile_topology(prof: dict, count: int) -> dict:
 def probe(profile: str | None = None, *, host="local", python: str | dict | None = None,
           engines=ENGINE_NAMES, measure_p2p: bool = True, p2p_bytes: int = 256 * 2**20, gpu_count: int | None = None,
           cuda: str | None = None, timeout: float = 180.0) -> dict:
-    """The whole chapter-01 report as a dict (schema in ``servebook.probe_cli``'s docstring).
+    """The whole chapter-01 report as a dict (schema in ``servebook.probe.cli``'s docstring).
 
     ``profile="rtx-pro-6000"`` describes a GPU from data/hardware instead of this host (``source: "profile"``): the
     engines' helpers are then asked with torch's capability faked to the profile's in their subprocess.

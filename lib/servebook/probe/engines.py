@@ -43,7 +43,7 @@ def _engine_subprocess(name: str, python: str, fake: dict | None, timeout: float
 
 
 def _interp(python, name: str) -> str:
-    from ..engines import python_from_env
+    from ..interpreters import python_from_env
 
     if isinstance(python, dict):
         return python.get(name) or python_from_env(name) or sys.executable

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import EngineError
-from ..paths import cache_dir
+from ..interpreters import GPU_ONLY, python_from_env
+from ..interpreters import SELECTION_LIBS as _SELECTION_LIBS
+from ..paths import build_lock, cache_dir
 
 __all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
            "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions", "engine_cuda", "install_plan"]
@@ -39,25 +41,12 @@ __all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "
 SUPPORTED_ENGINES = ("transformers", "sglang", "vllm")
 # The module whose import brings in the engine's selection logic.
 _PROBE_MODULE = {"sglang": "sglang.srt.server_args", "vllm": "vllm.platforms.cuda", "transformers": "transformers.modeling_utils"}
-# Import names of GPU-only kernel libraries: never installed here; stubbed for import when the engine needs them.
-GPU_ONLY = (
-    "flashinfer", "sgl_kernel", "torchvision", "torchaudio", "torchao", "flash_attn", "deep_gemm",
-    "cutlass", "quack", "tvm_ffi", "torch_memory_saver", "decord", "decord2", "xformers",
-    "vllm_flash_attn", "cupy", "mooncake", "nixl", "deep_ep", "sgl_fa4", "flash_mla", "tilelang", "pplx_kernels",
-    "nvidia", "kernels", "flashinfer_cubin",
-)
-# Not stubbed although GPU-only: cuda-python (``cuda``, ``cuda.bindings``): apache-tvm-ffi, which some engines'
-# pure-Python dependencies bring, type-checks against its classes; left out, the importers take their
-# no-cuda-python path. torchcodec: transformers 5.x reads torchcodec's package metadata once it imports, and a
-# stub has none; left out, transformers takes its no-torchcodec path (audio decoding only, not selection).
 # What a GPU host has by default: the kernel libraries each engine pins (and so installs) there.
 DEFAULT_KERNEL_LIBS = {
     "sglang": {"flashinfer": True, "sgl_kernel": True, "flash_attn": False},
     "vllm": {"flashinfer": True, "flash_attn": False},
     "transformers": {},  # this host as it is
 }
-# Kernel libraries whose presence the engines test when they choose (stubbed only when assumed present).
-_SELECTION_LIBS = {"flashinfer", "flash_attn", "sgl_kernel", "kernels", "deep_gemm"}
 # Import name -> distribution name, where they differ.
 _DIST_OF = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "sklearn": "scikit-learn", "google": "protobuf",
             "cv2": "opencv-python-headless", "pynvml": "nvidia-ml-py", "jwt": "pyjwt", "dateutil": "python-dateutil",
@@ -146,8 +135,6 @@ def _package_dir(python: str, engine: str) -> tuple[str, str]:
 def _named_by_host(engine: str, version: str | None) -> EngineEnv | None:
     """The environment a host names with ``SERVEBOOK_PYTHON_<ENGINE>`` (the one its servers run in), when no prepared
     environment answers ``spec``: used only if it holds ``version`` (any version when None)."""
-    from ..engines import python_from_env
-
     py = python_from_env(engine)
     if py is None:
         return None
@@ -376,11 +363,12 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
     if not version:
         raise EngineError(f"say which version: servebook engines add {engine}==VERSION")
     d = _env_dir(engine, version)
-    if _meta_path(d).is_file() and not force:
-        _reprobe(_meta_path(d), engine, say)
-        return resolve_engine(f"{engine}=={version}")
-    with _heartbeat(spec, progress):
-        return _build_env(d, engine, version, say, max_rounds, requirements)
+    with build_lock(d):  # one builder per environment: a parallel one waits, then finds it built
+        if _meta_path(d).is_file() and not force:
+            _reprobe(_meta_path(d), engine, say)
+            return resolve_engine(f"{engine}=={version}")
+        with _heartbeat(spec, progress):
+            return _build_env(d, engine, version, say, max_rounds, requirements)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@
     ceil = ceilings(env.python, model_dir, tok)                 # both clients against FakeSSEServer
 
 ``sglang.bench_serving`` runs under the engine environment's interpreter, in its own process
-(``servebook.bench.bench_serving``), through a small shim (``bench_compare_patches/bench_serving_shim.py``) that (1) pins the process to one CPU when asked and (2)
+(``servebook.bench.bench_serving``), through a small shim (``bench/compare_patches/bench_serving_shim.py``) that (1) pins the process to one CPU when asked and (2)
 drops named fields from the JSON bodies it posts. The shim is needed because bench_serving
 always sends ``ignore_eos`` (its ``--extra-request-body`` can change the value, not remove the key)
 and ``transformers serve`` answers any unknown field with HTTP 422 ("Unexpected fields in the
@@ -37,8 +37,12 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from . import bench
-from .bench.bench_serving import DEFAULT_SPEC, compat_tokenizer_dir, run_bench_serving, write_sharegpt
+from .bench_serving import DEFAULT_SPEC, compat_tokenizer_dir, run_bench_serving, write_sharegpt
+from .ceiling import client_ceiling
+from .client import run_requests
+from .payload import fixed_length_fields
+from .prompts import build_prompts, load_tokenizer
+from .sse import RequestResult
 
 __all__ = ["ensure_bench_serving", "write_sharegpt", "compat_tokenizer_dir", "run_bench_serving", "servebook_metrics", "agreement", "ceilings"]
 
@@ -46,8 +50,8 @@ __all__ = ["ensure_bench_serving", "write_sharegpt", "compat_tokenizer_dir", "ru
 
 def ensure_bench_serving(spec: str = DEFAULT_SPEC, progress=None):
     """The cached SGLang environment (built through the envs API when absent) where bench_serving runs."""
-    from .errors import EngineError
-    from .selection import envs
+    from ..errors import EngineError
+    from ..selection import envs
 
     try:
         env = envs.resolve_engine(spec)
@@ -63,7 +67,7 @@ def _bs_metrics(res: dict) -> dict:
             "n_itl": len(itls)}
 
 
-def servebook_metrics(results: Sequence[bench.RequestResult]) -> dict:
+def servebook_metrics(results: Sequence[RequestResult]) -> dict:
     """The same three figures from servebook's per-request results (definitions in the module docstring)."""
     ok = [r for r in results if r.ok]
     itl = [x for r in ok for x in r.itl_ms]
@@ -92,16 +96,16 @@ def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, t
     n = num_prompts or max(4, 2 * concurrency)
     wd = Path(workdir or tempfile.mkdtemp(prefix="bench-compare-"))
     wd.mkdir(parents=True, exist_ok=True)
-    prompts = bench.build_prompts(tokenizer, input_len, n, seed=seed)
+    prompts = build_prompts(tokenizer, input_len, n, seed=seed)
     data = write_sharegpt(prompts, wd / "sharegpt.json")
-    gen = bench.fixed_length_fields(engine, output_len)
+    gen = fixed_length_fields(engine, output_len)
     # warm the server at this concurrency first: an engine pays a first-use cost for a batch size it has not served yet
     # (h200x1-live, C=8: servebook's first run waited 466 ms for first tokens, its run after bench_serving 21 ms)
-    bench.run_requests(url, model, prompts[:concurrency], max_tokens=output_len, concurrency=concurrency, engine=engine,
+    run_requests(url, model, prompts[:concurrency], max_tokens=output_len, concurrency=concurrency, engine=engine,
                        tokenizer=tokenizer)
 
     def sb_run() -> dict:
-        return servebook_metrics(bench.run_requests(url, model, prompts, max_tokens=output_len, concurrency=concurrency,
+        return servebook_metrics(run_requests(url, model, prompts, max_tokens=output_len, concurrency=concurrency,
                                                     engine=engine, tokenizer=tokenizer, pin_cpu=pin_cpu))
 
     def bs_run() -> dict:
@@ -128,13 +132,13 @@ def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, t
 def ceilings(python: str, model_dir: str | os.PathLike, tokenizer=None, *, concurrencies: Sequence[int] = (1, 64),
              events_per_write: int = 64, tokens_per_request: int = 2048, requests_per_level: int = 2,
              workdir: str | os.PathLike | None = None) -> list[dict]:
-    """Streamed tokens/s each client sustains against :class:`bench.FakeSSEServer` (``bench.client_ceiling``: server
+    """Streamed tokens/s each client sustains against :class:`~servebook.bench.FakeSSEServer` (:func:`~servebook.bench.client_ceiling`: server
     on the last CPU, client on the first, the clients taking turns level by level), same requests for both; rows per
     concurrency with the ratio servebook / bench_serving."""
-    from .selection.envs import resolve_engine
+    from ..selection.envs import resolve_engine
 
     env = resolve_engine("sglang", engine_python=python)
-    rows = bench.client_ceiling(tokenizer=tokenizer, concurrencies=concurrencies, events_per_write=(events_per_write,),
+    rows = client_ceiling(tokenizer=tokenizer, concurrencies=concurrencies, events_per_write=(events_per_write,),
                                 tokens_per_request=tokens_per_request, requests_per_level=requests_per_level,
                                 clients=("servebook", "sglang.bench_serving"), bench_serving=env, tokenizer_dir=model_dir,
                                 workdir=workdir)
@@ -153,9 +157,9 @@ def ceilings(python: str, model_dir: str | os.PathLike, tokenizer=None, *, concu
     return out
 
 
-if __name__ == "__main__":  # quick look: python -m servebook.bench_compare URL MODEL_DIR
+if __name__ == "__main__":  # quick look: python -m servebook.bench.compare URL MODEL_DIR
     env = ensure_bench_serving()
-    tok = bench.load_tokenizer(sys.argv[2])
+    tok = load_tokenizer(sys.argv[2])
     for c in (1, 8):
         print(json.dumps(agreement(env.python, sys.argv[1], sys.argv[2], sys.argv[2], tok, concurrency=c)["metrics"], indent=1))
     print(json.dumps(ceilings(env.python, sys.argv[2]), indent=1))

@@ -4,7 +4,7 @@
     servebook probe --json > probe.json          # the stable JSON schema below
     servebook probe --profile rtx-pro-6000       # the same report for a GPU from data/hardware (what-if)
     servebook probe --host replay:data/runs/h200x1-rec   # the probe a recorded run took (its probe.json), no host needed
-    python -m servebook.probe_cli --json         # the same, without the servebook entry point
+    python -m servebook.probe.cli --json         # the same, without the servebook entry point
 
 JSON schema ``servebook.probe/1`` (keys are only ever added; a removed or renamed key means a new schema name):
 
@@ -50,7 +50,7 @@ import argparse
 import json
 import sys
 
-from .errors import ServebookError
+from ..errors import ServebookError
 
 __all__ = ["register", "main", "run"]
 
@@ -72,7 +72,7 @@ def _recorded(args: argparse.Namespace) -> dict | None:
     taken; None where the run kept no probe.json (its cassette is then asked, as for the book)."""
     from pathlib import Path
 
-    from .errors import ParameterError
+    from ..errors import ParameterError
 
     if not args.host.startswith("replay:"):
         return None
@@ -90,8 +90,8 @@ def _recorded(args: argparse.Namespace) -> dict | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .errors import ParameterError
-    from .probe import format_report, probe
+    from ..errors import ParameterError
+    from . import format_report, probe
 
     if args.gpus is not None and args.gpus < 1:
         raise ParameterError("gpus", args.gpus, "give a GPU count of 1 or more")

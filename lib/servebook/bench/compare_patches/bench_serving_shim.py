@@ -12,7 +12,7 @@ on stderr and the next one runs; the exit status is 1 when any failed. Started b
 import sys
 
 # This file runs as a script: keep its own folder off the import path.
-if sys.path and sys.path[0].rstrip("/").endswith("bench_compare_patches"):
+if sys.path and sys.path[0].rstrip("/").endswith("compare_patches"):
     sys.path.pop(0)
 
 import os, runpy, traceback

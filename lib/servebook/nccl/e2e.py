@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .errors import EngineError, ServebookError, ServerError
-from .results import RunStore
-from .servers import Server
+from ..errors import EngineError, ServebookError, ServerError
+from ..results import RunStore
+from ..servers import Server
 
 __all__ = ["tp_settings", "tp_decode_check", "allreduce_lines", "SEED_ENV"]
 
@@ -40,7 +40,7 @@ _DISABLE_CUSTOM_AR = "--disable-custom-all-reduce"  # SGLang 0.5.x and vLLM: the
 
 
 def _env_of(label: str) -> dict:
-    from .nccl import parse_grid
+    from .grid import parse_grid
 
     if not label or label == "default":
         return {}
@@ -81,7 +81,7 @@ def tp_decode_check(engine, model_dir: str | Path, store: RunStore, settings: li
                     extra_args: list[str] | tuple[str, ...] = (), ready_timeout: float = 600,
                     progress: Callable[[str], None] | None = print) -> list[dict]:
     """Start ``engine`` at ``tp`` once per setting and measure decode; rows in ``tp_e2e`` (resumable)."""
-    from . import bench
+    from .. import bench
 
     say = progress or (lambda _m: None)
     tokenizer = bench.load_tokenizer(model_dir)
@@ -119,7 +119,7 @@ def tp_decode_check(engine, model_dir: str | Path, store: RunStore, settings: li
                 row["allreduce_log"] = allreduce_lines(srv.log_path.read_text(errors="replace"))
                 row["outcome"] = "ok" if srv.alive() and single["decode_tok_s_mean"] else "failed"
         except ServerError as exc:
-            from .backends import engine_error
+            from ..backends import engine_error
 
             row.update(outcome="failed to start", error=engine_error(exc.log_tail) or str(exc), log_tail=exc.log_tail[-1500:])
         except (EngineError, ServebookError) as exc:
