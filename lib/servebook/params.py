@@ -84,7 +84,7 @@ MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "embedded": {
         # 32 tokens in and out (the notebook's 128 are sized to a GPU): the in-process decode, the single stream (2 warm-ups,
         # 5 runs) and every sweep level (5 requests per stream, up to saturation) each took minutes on 2 CPU cores.
-        "05": {"max_tokens": 32, "input_len": 32},
+        "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16},   # in-process profile: 16 decode steps per depth
     },
 }
 
