@@ -176,8 +176,9 @@ for n in 2 4 32; do \$B llama-3.1-8b --layers \$n --weights dummy --out /tmp/mod
     [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 0; }
     job prof "cd $REPO
 while [ ! -f /tmp/jobs/pmodels.done ]; do sleep 2; done
-rm -rf /tmp/sblib-prof; cp -r $REPO/lib /tmp/sblib-prof; cp tools/gpu-stage/profile-plan.json /tmp/profile-plan.json
-export PYTHONPATH=/tmp/sblib-prof:\$PYTHONPATH   # a copy: the device tool re-copies the tree under a running job
+rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data /tmp/sbtree/; cp tools/gpu-stage/profile-plan.json /tmp/profile-plan.json
+# a copy (lib and data: the cards live in data/models): the device tool re-copies the tree under a running job
+export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 python3 -m servebook.cli profile run --plan /tmp/profile-plan.json --runs /tmp/runs --run-id $RUN_ID --budget-gb \${BUDGET_GB:-138} \${ONLY:+--only \"\$ONLY\"}"
 }
 case "$step" in
