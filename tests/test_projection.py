@@ -171,3 +171,26 @@ def test_ranking_order_and_labels():
     # attention: 60 x (0.4 - 0.1) ms x bandwidth ratio dwarfs 124 x 30 us
     assert fixes[0]["change"].startswith("attention") and fixes[0]["engine"] == "sglang"
     assert fixes.index(car) < next(i for i, f in enumerate(fixes) if f["engine"] == "sglang" and f["change"].startswith("NCCL"))
+
+
+def test_the_seed_projection_from_the_recorded_h200_profiles(tmp_path):
+    """Both engines' Triton MLA profiles of data/runs/h200x1-prof carried to the seed's host: each engine's categories
+    add up to its total, the total is compared with the seed's own figure (never fitted to it), and the tables land
+    in the run."""
+    from servebook.profile.seed import SEED_BACKENDS, gap_by_category, record_seed, verdict
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path)
+    rows, fixes = record_seed(store)
+    for engine, backend in SEED_BACKENDS.items():
+        mine = [r for r in rows if r["engine"] == engine]
+        total = next(r for r in mine if r["category"] == "total")
+        assert total["backend"] == backend and total["unknown"] == []
+        assert sum(r["ms_per_token"] for r in mine if r["category"] != "total") == pytest.approx(total["predicted_ms"])
+        assert total["seed_tok_s"] == {"sglang": 63.6, "vllm": 82.5}[engine]
+        assert total["error_pct"] == pytest.approx(100 * (total["predicted_tok_s"] - total["seed_tok_s"]) / total["seed_tok_s"])
+    gap = sum(g["diff_ms"] for g in gap_by_category(rows) if g["diff_ms"] is not None)
+    tot = {r["engine"]: r["predicted_ms"] for r in rows if r["category"] == "total"}
+    assert gap == pytest.approx(tot["sglang"] - tot["vllm"])
+    assert fixes and all(f["label"] == "predicted" for f in fixes)
+    assert len(store.rows("seed_projection")) == len(rows) and "Verdict" in verdict(rows, fixes)
