@@ -713,7 +713,7 @@ for t in measured[1:]:  # engines side by side: chapter 06's one comparison, eac
                     f"C={ref['peak_c']} (one batch per level: no interval, so a difference there is a hint, not a finding)."
                     if t["peak_tok_s"] and ref["peak_tok_s"] else "."))
 for _, r in single_df.iterrows():  # a rate still climbing over the runs is warm-up, not spread
-    xs = r.get("decode_tok_s_runs") if isinstance(r.get("decode_tok_s_runs"), list) else []
+    xs = [x for x in r.get("decode_tok_s_runs") if x is not None] if isinstance(r.get("decode_tok_s_runs"), list) else []  # a failed run has none
     if len(xs) >= 3 and xs == sorted(xs) and xs[-1] > 1.3 * xs[0]:
         lines.append(f"- {r['label']}: the single-stream rate rose in every run, {xs[0]:,.0f} to {xs[-1]:,.0f} tok/s, so its interval "
                      f"measures warm-up as much as spread. Hypothesis: the server was still warming after {warmup} warm-up requests; "
