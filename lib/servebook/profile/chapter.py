@@ -157,7 +157,8 @@ def plot_breakdown(long, ax=None, title: str = "one decode step, by kernel categ
     ax.invert_yaxis()
     ax.set_xlabel("ms per decode step")
     ax.set_title(title)
-    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+    height = ax.figure.get_size_inches()[1]
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.55 / height), frameon=False)  # just below the axis label
     plt.tight_layout()
     return ax
 
