@@ -32,7 +32,7 @@ from .provenance import describe_revision, host_fingerprint, record_code, softwa
 from .results import RunStore
 
 __all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "answer_boxes", "refresh_findings", "refresh_chapter",
-           "host_fingerprint", "software_versions"]
+           "chapter_verdict", "host_fingerprint", "software_versions"]
 
 _CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
 
@@ -568,6 +568,40 @@ def _code_cell(manifest: dict, status: dict) -> str:
     return "<br>".join(lines)
 
 
+def chapter_verdict(run_dir: str | os.PathLike) -> str | None:
+    """Chapter 06's verdict as the run's executed notebook states it: the first Markdown output after its heading
+    "## The verdict" (before the next heading), or None (a run whose chapter 06 predates that section, or did not run)."""
+    import nbformat
+
+    path = Path(run_dir) / "notebooks" / "06_findings.ipynb"
+    if not path.exists():
+        return None
+    inside = False
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "markdown":
+            heading = cell.source.lstrip()
+            if inside and heading.startswith("## "):
+                return None
+            inside = inside or heading.startswith("## The verdict")
+            continue
+        if inside:
+            for o in cell.get("outputs", []):
+                text = (o.get("data") or {}).get("text/markdown")
+                if text:
+                    return "".join(text) if isinstance(text, list) else str(text)
+    return None
+
+
+def _verdict_html(run_dir: Path) -> str:
+    from nbconvert.filters.markdown import markdown2html
+
+    verdict = chapter_verdict(run_dir)
+    if not verdict:
+        return ""
+    return (f'<h2>The verdict</h2><div class="sb-verdict">{markdown2html(verdict)}'
+            f'<p><small>As <a href="06_findings.html">06. Findings</a> states it.</small></p></div>')
+
+
 def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     from .findings import host_summary
 
@@ -608,8 +642,9 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook: {html.escape(str(manifest.get('run_id') or ''))}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5}}th{{text-align:left;padding-right:1em;vertical-align:top}}li{{margin:.3em 0}}
-.sb-card{{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em}}</style>
+.sb-card{{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em}}
+.sb-verdict{{border-left:4px solid #0969da;padding:.2em 1em;background:#f6f8fa}}</style>
 </head><body><h1>servebook</h1><p>Why is this engine slow on this hardware, and what fixes it? An investigation in six steps.</p>
-<h2>This run</h2>{card}<h2>Chapters</h2><ol style="list-style:none;padding-left:0">{''.join(rows)}</ol>
+<h2>This run</h2>{card}{_verdict_html(store.path)}<h2>Chapters</h2><ol style="list-style:none;padding-left:0">{''.join(rows)}</ol>
 <p>Start with <a href="06_findings.html">06. Findings</a> for what to change; every finding links to the chapter that shows it.</p></body></html>
 """

@@ -2,6 +2,7 @@
 
     servebook book [--host local|ssh://user@box[:port]|replay:RUN_DIR] [--record] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
     servebook html RUN_DIR [--out build/book] [--refresh-findings [--compare-with DIR,...]]
+    servebook front [RENDERED_DIR] [--runs DIR]         (the front page of every rendered book)
     servebook compare RUN_A RUN_B [...]                 (chapter 06)
     servebook probe [--profile NAME | --host replay:RUN_DIR] [--json]   (chapter 01)
     servebook whatif --engine sglang==0.5.9 --gpu rtx-pro-6000 --model kimi-k2.5   (chapter 02)
@@ -121,7 +122,7 @@ def _cmd_html(args) -> int:
 
 # Chapters add their own subcommands through a ``register(subparsers)`` function.
 _PLUGINS = ["servebook.probe.cli", "servebook.selection.cli", "servebook.bench", "servebook.findings", "servebook.models",
-            "servebook.profile"]
+            "servebook.profile", "servebook.frontpage"]
 
 
 def build_parser() -> argparse.ArgumentParser:

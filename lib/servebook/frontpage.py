@@ -1,0 +1,230 @@
+"""The front page of every rendered book: ``rendered/index.html``.
+
+    render_front_page("rendered", "data/runs")   # -> Path("rendered/index.html")
+    servebook front rendered/ [--runs data/runs]
+
+One card per book (a folder with ``index.html`` and ``run.json``): its host (GPUs, from the run's probe and tables),
+engines and versions, model, date, and a one-line answer computed from the run's tables (``servebook.findings``):
+the fastest correct configuration and its tok/s for a measured run; for a what-if, the projection's predicted tok/s
+per engine (table ``seed_projection``) when the run has one, else the backend each engine's own code selects. Every
+figure is tagged with ``servebook.stated.q``, so the front page can be checked against the book it summarises.
+Then the debugging path as a figure: chapter by chapter, the question it answers, linked to each book's page.
+
+The page is made only from the renders and their runs: running it twice writes the same bytes; links are relative.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+
+from .paths import book_root
+
+__all__ = ["QUESTIONS", "books", "book_summary", "render_front_page", "register"]
+
+# The question each chapter answers (the README's table "chapter | question it answers"; tests/test_frontpage.py
+# keeps the two the same).
+QUESTIONS = {
+    "01": "What GPUs, compute capability, driver/CUDA/NCCL, topology and P2P does this host have — and what do the "
+          "engines' own detection helpers conclude about it?",
+    "02": "Which attention backend will the engine pick for this model on this GPU, which rule in its code decides, and "
+          "what would it pick on other GPUs or versions?",
+    "03": "Does each backend really run when forced, is its output right, and how fast is it?",
+    "04": "How long do decode-sized all-reduces take under each NCCL setting?",
+    "05": "Single-stream and concurrency-sweep throughput, engines side by side, against the roofline.",
+    "06": "What to change, as launch commands.",
+}
+
+
+def books(rendered_dir: str | os.PathLike) -> list[Path]:
+    """The rendered books under ``rendered_dir``: folders with an ``index.html`` and a ``run.json``, by name."""
+    return sorted(p.parent for p in Path(rendered_dir).glob("*/run.json") if (p.parent / "index.html").exists())
+
+
+def _run_dir(render: Path, runs_dir: Path | None) -> Path:
+    """The run a book was rendered from: ``runs_dir/<name>`` for the name its ``run.json`` gives, else that path."""
+    named = Path(json.loads((render / "run.json").read_text())["run_dir"])
+    if runs_dir is not None and (runs_dir / named.name / "manifest.json").exists():
+        return runs_dir / named.name
+    return named if named.is_absolute() else book_root() / named
+
+
+def _model_text(model: str | None) -> str:
+    if not model:
+        return "?"
+    if model == "embedded":
+        return "embedded (small DeepSeek-V3-architecture model, random weights)"
+    path = Path(model) if Path(model).is_absolute() else book_root() / model
+    info = path / "servebook_model.json"
+    if info.exists():
+        m = json.loads(info.read_text())
+        scale = f", width 1/{m['scale']}" if m.get("scale", 1) != 1 else ""
+        return f"{m.get('card')} slice: {m.get('layers')} layers, {m.get('weights')} weights{scale}"
+    return str(model)
+
+
+def _host_text(h: dict, profile: str | None) -> str:
+    if not h.get("gpu"):
+        return f"{h.get('hostname') or '?'}: no GPU"
+    text = f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability')}"
+    if h.get("links"):
+        text += f", links {'/'.join(h['links'])}"
+    if profile:
+        text += f" (hardware profile {profile}: datasheet facts, nothing measured)"
+    return text
+
+
+def _engines(store, h: dict) -> tuple[list[str], list[str]]:
+    """Engines with versions this run detected or ran, and the versions whose code it only read (chapter 02)."""
+    from .findings import backends, selection
+
+    ran = [f"{e['engine']} {e['version']}" for e in h.get("engines", []) if e.get("status") == "ok" and e.get("version")]
+    for b in backends(store):
+        if b.get("version") and f"{b['engine']} {b['version']}" not in ran:
+            ran.append(f"{b['engine']} {b['version']}")
+    read = []
+    for s in selection(store):
+        name = f"{s.get('engine')} {s.get('version')}"
+        if s.get("version") and name not in ran and name not in read:
+            read.append(name)
+    return ran, read
+
+
+def _answer(store, profile: str | None) -> str:
+    """The run's answer in one line, HTML, every figure tagged: computed from its tables, never typed in."""
+    from .findings import backends, throughput
+    from .stated import q, selection_of
+
+    code = lambda t: f"<code>{html.escape(str(t))}</code>"  # noqa: E731
+    if profile:
+        totals = [r for r in store.rows("seed_projection") if r.get("category") == "total" and r.get("predicted_tok_s")]
+        if totals:
+            return ("Predicted, not measured (projected from the H200 profiles): "
+                    + ", ".join(f"{html.escape(str(r['engine']))} {q('seed_projected_tok_s', r['predicted_tok_s'], '.1f', of=r['engine'])} tok/s"
+                                for r in totals) + " single stream.")
+        seen: dict[str, str] = {}
+        for r in store.rows("selection"):
+            if r.get("method") == "dynamic" and r.get("gpu") == profile and r.get("attention_backend"):
+                seen.setdefault(selection_of(r), f"{html.escape(str(r.get('engine')))} {html.escape(str(r.get('version')))} picks "
+                                + q("selected_backend", r["attention_backend"], of=selection_of(r), code=True))
+        if seen:
+            return "Nothing measured (what-if): " + "; ".join(seen.values()) + f" on {html.escape(profile)}, each by its own code (chapter 02)."
+        return "Nothing measured (what-if), and no engine's selection was resolved in this run."
+    parts = []
+    ranked = sorted((b for b in backends(store) if b.get("best_tok_s") is not None), key=lambda b: -b["best_tok_s"])
+    for i, b in enumerate(ranked):
+        e = b["engine"]
+        best = b.get("best_reported") or b.get("best")
+        how = ("its default" if b.get("best_tok_s") == b.get("default_tok_s") else "forced; faster than the default beyond both intervals"
+               if b.get("change_supported") else "forced; within the default's interval, so keep the default")
+        lead = "Fastest correct configuration: " if i == 0 else "next, "
+        parts.append(f"{lead}{html.escape(e)} {html.escape(str(b.get('version')))} with "
+                     f"{q('best_backend', best, of=e, code=True)} ({how}) at {q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
+                     f"{q('best_ci95', b.get('best_ci95'), ',.1f', of=e)} tok/s single stream")
+    text = "; ".join(parts) + (" (chapter 03)" if parts else "")
+    served = sorted((t for t in throughput(store) if t.get("single_tok_s") is not None), key=lambda t: -t["single_tok_s"])
+    if served:
+        t = served[0]
+        text += ("; " if text else "") + (f"served, the fastest: {code(t['label'])} {q('single_tok_s', t['single_tok_s'], ',.1f', of=t['label'])} ± "
+                                         f"{q('single_ci95', t.get('single_ci95'), ',.1f', of=t['label'])} tok/s single stream (chapter 05)")
+    return (text[:1].upper() + text[1:] + ".") if text else "No measurement succeeded in this run."
+
+
+def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None = None) -> dict:
+    """What the front page says of one rendered book: name, host, engines, model, date, answer (HTML), chapter pages."""
+    from .book import chapters
+    from .findings import host_summary
+    from .results import RunStore
+
+    render = Path(render)
+    store = RunStore(_run_dir(render, Path(runs_dir) if runs_dir else None))
+    m = store.manifest
+    params = m.get("parameters") or {}
+    h = host_summary(store)
+    ran, read = _engines(store, h)
+    pages = {c.number: f"{render.name}/{c.stem}.html" for c in chapters() if (render / f"{c.stem}.html").exists()}
+    return {
+        "name": render.name, "run": store.path.name, "host": _host_text(h, params.get("profile")),
+        "whatif": bool(params.get("profile")), "engine": params.get("engine"), "engines": ran, "read": read,
+        "model": _model_text(params.get("model")), "date": str(m.get("started") or h.get("date") or "?")[:10],
+        "answer": _answer(store, params.get("profile")), "pages": pages,
+    }
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;line-height:1.5;padding:0 1em}
+.sb-book{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.5em 1em;margin:.8em 0}
+.sb-book h3{margin:.2em 0}.sb-book th{text-align:left;padding-right:1em;vertical-align:top;font-weight:600}
+.sb-answer{border-left:4px solid #0969da;padding-left:.6em}
+.sb-path{margin:1em 0}.sb-step{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;background:#fff}
+.sb-step b{color:#0969da}.sb-step .sb-links{font-size:.85em}.sb-arrow{display:block;margin:0 auto}
+figcaption{font-size:.9em;color:#57606a}"""
+
+_ARROW = ('<svg class="sb-arrow" width="24" height="22" viewBox="0 0 24 22" aria-hidden="true">'
+          '<path d="M12 0v14" stroke="#57606a" stroke-width="2"/><path d="M5 12l7 9 7-9z" fill="#57606a"/></svg>')
+
+
+def _card(b: dict) -> str:
+    e = html.escape
+    engines = e(", ".join(b["engines"]) or "none") + (f"; code read only (chapter 02): {e(', '.join(b['read']))}" if b["read"] else "")
+    return (f'<section class="sb-book" id="book-{e(b["name"])}" data-book="{e(b["name"])}">'
+            f'<h3><a href="{e(b["name"])}/index.html">{e(b["name"])}</a>'
+            + (" <small>(what-if: no GPU, nothing measured)</small>" if b["whatif"] else "") + "</h3><table>"
+            f"<tr><th>host</th><td>{e(b['host'])}</td></tr>"
+            f"<tr><th>engines</th><td>{engines} &middot; under study: {e(str(b['engine']))}</td></tr>"
+            f"<tr><th>model</th><td>{e(b['model'])}</td></tr>"
+            f"<tr><th>date</th><td>{e(b['date'])} &middot; run <code>data/runs/{e(b['run'])}</code></td></tr>"
+            f'<tr><th>answer</th><td class="sb-answer">{b["answer"]}</td></tr></table></section>')
+
+
+def _path_figure(summaries: list[dict]) -> str:
+    """The debugging path: each chapter, the question it answers, and a link to it in every book that has it."""
+    from .book import chapters
+
+    steps = []
+    for c in chapters():
+        links = " &middot; ".join(f'<a href="{html.escape(b["pages"][c.number])}">{html.escape(b["name"])}</a>'
+                                  for b in summaries if c.number in b["pages"])
+        steps.append(f'<div class="sb-step" id="step-{c.number}"><b>{html.escape(c.title)}</b><br>'
+                     f'{html.escape(QUESTIONS.get(c.number, ""))}<br><span class="sb-links">in: {links or "no book yet"}</span></div>')
+    return (f'<figure class="sb-path">{_ARROW.join(steps)}<figcaption>The debugging path: each chapter answers one question '
+            "and hands its answer to the next; chapter 06 turns them into launch commands.</figcaption></figure>")
+
+
+def render_front_page(rendered_dir: str | os.PathLike = "rendered", runs_dir: str | os.PathLike | None = None) -> Path:
+    """Write ``rendered_dir/index.html``: one card per rendered book and the debugging path. ``runs_dir``: where the
+    runs are (default: the path each book's ``run.json`` names, relative to the book's root)."""
+    rendered_dir = Path(rendered_dir)
+    summaries = [book_summary(r, runs_dir) for r in books(rendered_dir)]
+    page = (f'<!doctype html><html><head><meta charset="utf-8"><title>servebook: the rendered books</title>'
+            f"<style>{_CSS}</style></head><body><h1>servebook</h1>"
+            "<p>Why is this LLM-serving engine slow on this hardware, and what fixes it? Each book below is the same "
+            "six-chapter investigation run on one host (or, for a what-if, on a hardware profile). Every answer line is "
+            "computed from that run's recorded tables.</p>"
+            f"<h2>The books ({len(summaries)})</h2>" + "".join(_card(b) for b in summaries)
+            + "<h2>The debugging path</h2>" + _path_figure(summaries) + "</body></html>\n")
+    out = rendered_dir / "index.html"
+    if not out.exists() or out.read_text(encoding="utf-8") != page:
+        out.write_text(page, encoding="utf-8")
+    return out
+
+
+def register(sub) -> None:
+    """``servebook front RENDERED_DIR [--runs DIR]``."""
+    p = sub.add_parser("front", help="write the front page of every rendered book (RENDERED_DIR/index.html)",
+                       description="One card per rendered book under RENDERED_DIR (host, engines, model, date, its answer "
+                                   "computed from the run's tables) and the debugging path, linked to each book's chapters.")
+    p.add_argument("rendered_dir", nargs="?", default="rendered")
+    p.add_argument("--runs", default=None, help="where the run directories are (default: the path each book's run.json names)")
+    p.set_defaults(func=_cmd_front)
+
+
+def _cmd_front(args) -> int:
+    from .errors import ParameterError
+
+    if not books(args.rendered_dir):
+        raise ParameterError("rendered_dir", args.rendered_dir, "a folder of rendered books (each with index.html and run.json), e.g. rendered/")
+    print(render_front_page(args.rendered_dir, args.runs).resolve())
+    return 0
+
