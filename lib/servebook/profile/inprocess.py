@@ -24,6 +24,25 @@ __all__ = ["inprocess_profiles", "STEP_MARK"]
 STEP_MARK = "servebook::decode_step"
 
 
+class _quiet_stderr:
+    """The profiler's C++ side prints a line to file descriptor 2 at each start and stop: keep it off the page."""
+
+    def __enter__(self):
+        import sys
+
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        return self
+
+    def __exit__(self, *exc):
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        return False
+
+
 def _decode(model, ids, steps: int, mark: bool):
     import torch
 
@@ -55,6 +74,8 @@ def inprocess_profiles(model_dir: str | os.PathLike, depths=(None,), *, steps: i
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()   # the 5.x rename of past_key_values is logged at every call
     warnings.filterwarnings("ignore", message=".*past_key_values.*")   # the 5.x rename; the old name works on every 5.x
     if threads:
         torch.set_num_threads(threads)
@@ -75,7 +96,7 @@ def inprocess_profiles(model_dir: str | os.PathLike, depths=(None,), *, steps: i
             model.config.num_hidden_layers = n
             _decode(model, ids, 4, mark=False)                        # warm-up
             tpots = _decode(model, ids, steps, mark=False)[2:]        # unprofiled
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            with _quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
                 _decode(model, ids, steps, mark=True)
             path = trace_dir / f"inprocess-L{n}.trace.json"
             prof.export_chrome_trace(str(path))
@@ -92,4 +113,5 @@ def inprocess_profiles(model_dir: str | os.PathLike, depths=(None,), *, steps: i
                 f"{b['step_ms']:.2f} ms profiled ({b['busy_ms']:.2f} ms in operators)")
     model.model.layers = layers
     model.config.num_hidden_layers = total
+    hf_logging.set_verbosity(verbosity)
     return rows
