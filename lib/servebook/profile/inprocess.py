@@ -88,6 +88,8 @@ def inprocess_profiles(model_dir: str | os.PathLike, depths=(None,), *, steps: i
     trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="servebook-prof-"))
     trace_dir.mkdir(parents=True, exist_ok=True)
     with torch.inference_mode():
+        with _quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            _decode(model, ids, 2, mark=True)   # the profiler's first session in a process pays its own start-up
         for depth in depths:
             n = total if depth is None else int(depth)
             if not 1 <= n <= total:
