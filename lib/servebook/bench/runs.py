@@ -18,7 +18,28 @@ from .sse import RequestResult
 from .stats import mean_ci, percentile
 
 __all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
-           "requests_of", "prompts_sha", "over_starts"]
+           "requests_of", "prompts_sha", "over_starts", "record_start", "start_measured"]
+
+
+def start_measured(store, label: str, start: int, max_tokens: int, warmup: int) -> dict | None:
+    """The single-stream summary of ``label`` at server start ``start`` this run already recorded with this method (a row
+    without ``start`` is start 0), else None: a resumed run measures only the starts it lacks."""
+    rows = [r for r in store.find("bench_summary", label=label, phase="single", max_tokens=max_tokens, warmup=warmup)
+            if int(r.get("start") or 0) == start]
+    return rows[-1] if rows else None
+
+
+def record_start(store, single: dict, *, model: str, launch: str, ready_s: float | None = None) -> dict:
+    """One server start's single-stream rate, a row of ``bench_starts`` (label, engine, start, decode_tok_s with the
+    interval within the start, runs, warm-ups, tokens in and out, the prompts' fingerprint, model, launch, ready_s)."""
+    row = {"label": single.get("label"), "engine": single.get("engine"), "attention": single.get("attention"),
+           "start": int(single.get("start") or 0), "decode_tok_s": single.get("decode_tok_s_mean"),
+           "decode_tok_s_ci95": single.get("decode_tok_s_ci95"), "runs": single.get("runs"), "warmup": single.get("warmup"),
+           "max_tokens": single.get("max_tokens"), "input_tokens": single.get("input_tokens"), "prompts_sha": single.get("prompts_sha"),
+           "model": str(model), "launch": launch, "ready_s": ready_s}
+    if not store.done("bench_starts", label=row["label"], start=row["start"], max_tokens=row["max_tokens"], warmup=row["warmup"]):
+        store.append("bench_starts", row)
+    return row
 
 
 def prompts_sha(prompts: Sequence[Prompt]) -> str:
