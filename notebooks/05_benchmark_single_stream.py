@@ -374,9 +374,9 @@ single_df[["label", "start", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_m
 
 # %% [markdown]
 # The single-stream rate is the mean over runs of (output tokens - 1) / (end - first token), with a 95% t-interval over runs,
-# within one server start. The same configuration's rate moves more between server starts than within one (on a lent H200
-# the same SGLang default gave 803 ± 3, 688 ± 12 and 505 tok/s in three starts), so each engine is stopped and started
-# again `starts` times and the interval that verdicts use is taken over the per-start means:
+# within one server start. The same configuration's rate can move more between server starts than within one (on a lent
+# H200, by 13-30% for the same SGLang default on a 2-layer slice, issue #28), so each engine is stopped and started again
+# `starts` times and the interval that verdicts use is taken over the per-start means:
 
 # %%
 over = pd.DataFrame([{"label": t["label"], "starts": t["starts"], "per_start_tok_s": t["start_tok_s"], "decode_tok_s": t["single_tok_s"],
