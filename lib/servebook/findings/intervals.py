@@ -70,8 +70,8 @@ def separated(a, ea, b, eb, what: str = "tok/s", starts: tuple[int, int] | int |
         return f"{'faster' if a > b else 'slower'} by {abs(pct):.1f}% (the 95% intervals separate)"
     n = min(starts) if isinstance(starts, (tuple, list)) else int(starts)
     if n < 2:
-        return (f"{ONE_START} ({pct:+.1f}%; the intervals within one start {'overlap' if _overlap(a, ea, b, eb) else 'separate'}, "
-                "the spread between server starts is not measured: no verdict)")
+        return (f"{ONE_START} ({pct:+.1f}%, the intervals within it {'overlap' if _overlap(a, ea, b, eb) else 'separate'}; "
+                "the spread between starts is not measured, so no verdict)")
     if _overlap(a, ea, b, eb):
         return f"no difference beyond the restart spread ({pct:+.1f}%, the 95% intervals over {n} server starts overlap)"
     return f"{'faster' if a > b else 'slower'} by {abs(pct):.1f}% (the 95% intervals over {n} server starts separate)"
