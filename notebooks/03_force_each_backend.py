@@ -32,6 +32,7 @@ smoke: bool = False  # small workloads for tests and CI
 backends: str = ""  # comma-separated backends to force, or per engine: sglang: a,b; vllm: X; empty means the engine list, filtered to what runs here
 max_tokens: int = 32  # greedy tokens per probe prompt
 runs: int = 3  # single-stream measurements per backend, after one warm-up
+starts: int = 2  # server starts per backend whose output was correct: its rate is measured after each, the 95% interval taken over the per-start means (1: within one start only)
 ready_timeout: int = 300  # seconds a server may take to become ready
 engine_args: str = ""  # extra server flags for every start, e.g. --mem-fraction-static 0.6 (a built model's own, such as --load-format dummy, are added)
 modes: str = "graph,eager"  # graph: the engine's default (CUDA graphs); eager: its own flag that turns them off; engines without one run once
@@ -118,6 +119,7 @@ import shlex
 import pandas as pd
 
 from servebook.backends import PROBE_PROMPTS, force_each_backend, runnable_here
+from servebook.findings import ONE_START
 from servebook.engines import args_for, get_engine
 from servebook.hosts import get_host, model_on_host
 from servebook.models import engine_args_of
@@ -233,6 +235,7 @@ def sweep(i, eng):
                               host=on_host, host_model=model_on_host(on_host, model, model_dir),
                               extra_args=extra, modes=eng_modes, preflight=preflight, env=env,
                               eager_only=[b.strip() for b in eager_backends.split(",") if b.strip()],
+                              starts=1 if smoke else starts,
                               progress=(lambda m, n=eng.name: print(f"[{n}] {m}", flush=True)))
 
 
@@ -263,9 +266,13 @@ table = store.table("backends")
 table = table[table["engine"].isin(names)] if len(table) else table
 if len(table) and "mode" not in table:
     table["mode"] = "default"
+if len(table):  # each start's rate (field `start` in the row's `starts` list); a row recorded before starts were counted had one
+    table["start_rates"] = [[round(x["decode_tok_s"], 1) for x in v if isinstance(x, dict) and x.get("decode_tok_s") is not None]
+                            if isinstance(v, list) else None for v in (table["starts"] if "starts" in table else [None] * len(table))]
+    table["ci_over"] = [f"{len(v)} server starts" if isinstance(v, list) and len(v) >= 2 else ONE_START for v in table["start_rates"]]
 cols = [c for c in ["engine", "attention", "mode", "outcome", "reported", "reported_source", "decode_agreement", "decode_positions",
                     "decode_tolerance", "tf_top1_agreement", "tf_logprob_mad", "agreement",
-                    "decode_tok_s", "decode_tok_s_ci95", "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
+                    "decode_tok_s", "decode_tok_s_ci95", "ci_over", "start_rates", "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
 pd.set_option("display.max_colwidth", 160)
 table[cols]
 
@@ -275,7 +282,9 @@ table[cols]
 # kernel that was forced, on the decode path, by token ids (`servebook.agreement`; how it ran, below).
 # `tf_top1_agreement` is teacher-forced on the prefill path only: the default's completions, prompt included, sent back
 # as text and scored in one forward pass (`tf_logprob_mad`: the mean |log-prob difference| there). `agreement` is the
-# share of greedy tokens equal to the default's.
+# share of greedy tokens equal to the default's. `decode_tok_s` and its 95% half-width are taken over the per-start
+# means (`start_rates`, one per server start) where the backend ran `starts` times; `ci_over` says what the interval
+# covers. The rate moves more between server starts than within one, so only intervals over starts decide "faster".
 
 # %%
 from IPython.display import Markdown
@@ -323,7 +332,7 @@ if len(plot):
 # %%
 from IPython.display import Markdown
 
-from servebook.findings import backends as compared_backends, separated
+from servebook.findings import backends as compared_backends, default_methods, say_default_methods, separated, starts_of
 from servebook.stated import say_backends
 
 lines = []
@@ -347,14 +356,15 @@ for name in names:
         for _, r in ranked.iterrows():
             if r["attention"] == "auto":
                 continue
-            verdict = separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"))
+            verdict = separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"),
+                                starts=(starts_of(r.to_dict()), starts_of(a.to_dict())))
             lines.append(f"- {mode}: **{r['attention']}** {r['decode_tok_s']:.1f} ± {r.get('decode_tok_s_ci95') or 0:.1f} tok/s vs the default "
                          f"(`{a.get('reported')}`) {a['decode_tok_s']:.1f} ± {a.get('decode_tok_s_ci95') or 0:.1f}: {verdict}")
     if "eager" in modes_auto and ("graph" in modes_auto or "default" in modes_auto):  # what CUDA graphs are worth here
         e, gr = modes_auto["eager"], modes_auto.get("graph", modes_auto.get("default"))
         lines.append(f"- CUDA graphs off (eager), the default `{e.get('reported')}`: {e['decode_tok_s']:.1f} ± {e.get('decode_tok_s_ci95') or 0:.1f} "
                      f"tok/s against {gr['decode_tok_s']:.1f} ± {gr.get('decode_tok_s_ci95') or 0:.1f} with them: "
-                     f"{separated(e['decode_tok_s'], e.get('decode_tok_s_ci95'), gr['decode_tok_s'], gr.get('decode_tok_s_ci95'))}.")
+                     f"{separated(e['decode_tok_s'], e.get('decode_tok_s_ci95'), gr['decode_tok_s'], gr.get('decode_tok_s_ci95'), starts=(starts_of(e.to_dict()), starts_of(gr.to_dict())))}.")
     for _, r in t[t["outcome"] != "ok"].iterrows():
         lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {str(r.get('error'))[:300]}")
 for f in store.rows("failures"):  # a sweep (or the chapter) that stopped: its rows so far are above, the rest never ran
@@ -364,6 +374,8 @@ for f in store.rows("failures"):  # a sweep (or the chapter) that stopped: its r
                                                  if later else "the sweep stopped: ") + str(f["error"])[:400])
     elif str(f.get("step", "")).startswith("chapter 03_"):
         lines.append(f"- An execution of this chapter stopped in this run: {str(f['error'])[:400]}")
+if default_methods(store):  # chapter 05 measured the default too: the same way, or not
+    lines.append(say_default_methods(default_methods(store)))
 if skipped:
     lines.append("- Not run here: " + ", ".join(f"{s['engine']} {s['attention']} ({s['reason']})" for s in skipped) + ".")
 Markdown("\n".join(lines) or "No backend ran.")

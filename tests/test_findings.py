@@ -28,6 +28,11 @@ def h200():
     return sbf.collect(RunStore(H200))
 
 
+def _two_starts(rate, spread=0.0):
+    """A chapter 03 row's ``starts`` list: the rate measured over two server starts."""
+    return [{"start": 0, "decode_tok_s": rate - spread}, {"start": 1, "decode_tok_s": rate + spread}]
+
+
 def _rows(path, table):
     return [json.loads(line) for line in (path / f"{table}.jsonl").read_text().splitlines() if line.strip()]
 
@@ -66,14 +71,20 @@ def test_backends_overlapping_intervals_support_no_change(h200):
 
 
 def test_backends_separated_intervals_support_a_change(tmp_path):
-    """The same logic with intervals that do not overlap: the forced backend is recommended, with its flag."""
+    """The same logic with intervals over two server starts that do not overlap: the forced backend is recommended, with
+    its flag. The same rates measured in one start each support no change (one start: interval within a start only)."""
+    one = RunStore.at(tmp_path / "one")
     store = RunStore.at(tmp_path / "run")
     for att, rate, ci, rep in (("auto", 40.0, 2.0, "sdpa"), ("eager", 60.0, 3.0, "eager"), ("sdpa", 41.0, 2.5, "sdpa")):
-        store.append("backends", {"engine": "transformers", "engine_version": "5.17.0", "attention": att, "outcome": "ok",
-                                  "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0})
+        row = {"engine": "transformers", "engine_version": "5.17.0", "attention": att, "outcome": "ok",
+               "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0}
+        one.append("backends", row)
+        store.append("backends", {**row, "starts": _two_starts(rate)})
+    (b1,) = sbf.collect(one).backends
+    assert b1["best"] == "eager" and b1["change_supported"] is False and b1["verdict"].startswith(sbf.ONE_START)
     f = sbf.collect(store)
     (b,) = f.backends
-    assert b["best"] == "eager" and b["change_supported"] is True
+    assert b["best"] == "eager" and b["change_supported"] is True and b["verdict"].startswith("faster by 50.0%")
     (launch,) = f.launch
     assert launch["command"] == "transformers serve MODEL --attn-implementation eager"
 
@@ -86,7 +97,8 @@ def test_forced_backend_is_spelled_as_the_recorded_version_takes_it(tmp_path):
         store = RunStore.at(tmp_path / version)
         for att, rate, rep in (("auto", 40.0, "FLASH_ATTN"), ("FLASHINFER", 60.0, "FLASHINFER")):
             store.append("backends", {"engine": "vllm", "engine_version": version, "attention": att, "outcome": "ok",
-                                      "decode_tok_s": rate, "decode_tok_s_ci95": 1.0, "reported": rep, "agreement": 1.0})
+                                      "decode_tok_s": rate, "decode_tok_s_ci95": 1.0, "reported": rep, "agreement": 1.0,
+                                      "starts": _two_starts(rate)})
         (launch,) = sbf.collect(store).launch
         commands[version] = launch["command"]
     assert commands == {"0.12.0": "VLLM_ATTENTION_BACKEND=FLASHINFER vllm serve MODEL",
@@ -248,7 +260,8 @@ def test_launch_command_for_a_tp_engine(tmp_path):
         store.append("gpus", {"index": i, "name": "NVIDIA H200", "capability": "9.0", "family": "sm_90 Hopper"})
     for att, rate, ci, rep in (("auto", 40.0, 1.0, "fa3"), ("flashinfer", 55.0, 1.5, "flashinfer")):
         store.append("backends", {"engine": "sglang", "engine_version": "0.5.9", "attention": att, "outcome": "ok",
-                                  "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0})
+                                  "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0,
+                                  "starts": _two_starts(rate)})
     for setting, us in (("default", 12.0), ("NCCL_PROTO=LL", 8.0)):
         for batch in (1, 2):
             store.append("allreduce", {"backend": "nccl", "world_size": 2, "setting": setting, "mode": "graph", "path": "torch",

@@ -149,7 +149,12 @@ def test_chapter_05_refreshed_from_the_recorded_rates_starts_nothing(tmp_path):
     page = re.sub(r"<[^>]+>", "", (out / "05_benchmark_single_stream.html").read_text())
     assert "measure=False: nothing is started or measured" in page
     assert "The hand-written transport is justified on this host" in page
-    assert "against sglang/default" in page and "no change supported" in page  # vLLM vs SGLang, by the intervals
+    assert "against sglang/default" in page and "one start: interval within a start only" in page  # recorded with one start each
+    assert "95% CI over 5 runs; one start: interval within a start only" in page
+    # chapter 03 measured the default too, another way: both numbers side by side, with what differs
+    assert "default, measured two ways: chapter 03 688.4 ± 12.1 tok/s" in page and "chapter 05 580.7 ± 75.6" in page
+    assert "model directory /tmp/models/kimi-slice (03) against /tmp/models/kimi-slice-dummy (05)" in page
+    assert "output tokens 64 (03) against 128 (05)" in page
     # measured again with every level warmed first: SGLang's C=8 fall was a first-use cost; vLLM's C=4 is held by waits
     assert "The fall at C=8 did not recur once the level was warmed first, a 9.1x change" in page
     assert "consistent with a first-use cost, a hypothesis only" in page  # vLLM's C=4: one batch each way, no interval

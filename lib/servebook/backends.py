@@ -121,11 +121,16 @@ def compare_tokens(tokenizer, reference: list[str], candidate: list[str]) -> dic
     return {"agreement": round(same / total, 4) if total else None, "first_divergence": first}
 
 
+RATE_INPUT_LEN = 32  # prompt tokens of chapter 03's short single-stream measurement (prompt seed 0)
+
+
 def _decode_rate(base_url: str, model: str, engine: str, attention: str, max_tokens: int, runs: int, tokenizer, host=None) -> dict:
-    """A short single-stream measurement with chapter 05's client (real streamed tokens), on ``host`` when given."""
+    """A short single-stream measurement with chapter 05's client (real streamed tokens), on ``host`` when given; with
+    its method (``bench_*``: prompt tokens, seed and fingerprint, output tokens, warm-ups, runs) for comparing it with
+    chapter 05's (``servebook.findings.default_methods``)."""
     from . import bench
 
-    prompts = bench.build_prompts(tokenizer, input_len=32, n=max(2, runs + 1), seed=0)
+    prompts = bench.build_prompts(tokenizer, input_len=RATE_INPUT_LEN, n=max(2, runs + 1), seed=0)
     s = bench.single_stream(base_url, model, prompts, store=None, tokenizer=tokenizer, engine=engine, attention=attention,
                             max_tokens=max_tokens, runs=runs, warmup=1, progress=False, host=host if _remote(host) else None)
     return {
@@ -134,6 +139,8 @@ def _decode_rate(base_url: str, model: str, engine: str, attention: str, max_tok
         "ttft_ms": s["ttft_s_mean"] * 1000 if s["ttft_s_mean"] is not None else None,
         "bench_failed": s["failed"],
         "bench_method": s["method"],
+        "bench_input_len": RATE_INPUT_LEN, "bench_max_tokens": max_tokens, "bench_prompt_seed": 0, "bench_runs": runs, "bench_warmup": 1,
+        "bench_prompts_sha": s.get("prompts_sha"),
     }
 
 
@@ -154,6 +161,7 @@ def force_each_backend(
     preflight: bool = True,
     env: dict[str, str] | None = None,
     eager_only: list[str] | tuple[str, ...] = (),
+    starts: int = 1,
 ) -> list[dict]:
     """Run the sweep; ``None`` in ``backends`` means the engine's default (auto).
 
@@ -165,13 +173,18 @@ def force_each_backend(
     validation about every candidate, in one process; a candidate it refuses is recorded as rejected
     with its reason, and no server is started for it. ``env``: added to every server's environment
     (``CUDA_VISIBLE_DEVICES`` to give each engine of a parallel sweep its own GPU). ``eager_only``: the
-    backends ("auto" for the default) that also run in "eager" mode; empty: all of them.
+    backends ("auto" for the default) that also run in "eager" mode; empty: all of them. ``starts``: server starts per
+    configuration whose output was correct: after the first (every check and the rate), the server is stopped, started
+    again and only the rate measured, ``starts - 1`` times; each start's rate is in the row's ``starts`` list and
+    ``decode_tok_s`` / ``decode_tok_s_ci95`` are the mean and 95% t-interval over the per-start means (with one start,
+    the interval within it; ``ci_over`` says which).
     """
     say = progress or (lambda _m: None)
     remote = _remote(host)
     ctx = _Sweep(engine=engine, store=store, say=say, host=host, remote=remote, max_tokens=max_tokens, runs=runs,
                  ready_timeout=ready_timeout, tokenizer=_load_tokenizer(model_dir),
-                 served_from=str(host_model or model_dir), version=engine.version(), extra=list(extra_args), env=dict(env or {}))
+                 served_from=str(host_model or model_dir), version=engine.version(), extra=list(extra_args), env=dict(env or {}),
+                 starts=max(1, int(starts)))
     ctx.prompt_ids = agreement.prompt_ids(ctx.tokenizer, PROBE_PROMPTS)
     for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
         ctx.reference = prior.get("completions")
@@ -193,6 +206,7 @@ def force_each_backend(
                 rows.extend(done)
                 continue
             row = _run_one(ctx, backend, mode, checked.get(label))
+            _restarts(ctx, backend, mode, row)
             store.append("backends", row)
             rows.append(row)
             say(f"{engine.name} {label} ({mode}): {row.get('outcome')}" + (f" ({row.get('error')})" if row.get("error") else ""))
@@ -301,6 +315,54 @@ def _run_one(ctx: _Sweep, backend: str | None, mode: str, verdict: dict | None) 
     row["port_free_after"] = not _port_listening_on(ctx.host, launch.port) if ctx.remote else not port_listening(launch.port)
     row["seconds"] = round(time.monotonic() - t0, 1)
     return row
+
+
+def _restarts(ctx: _Sweep, backend: str | None, mode: str, row: dict) -> None:
+    """The rate over ``ctx.starts`` server starts: the first start's (from ``_run_one``), then the server started again
+    and only the rate measured; each start in ``row["starts"]`` (field ``start``), the row's rate and interval taken
+    over the per-start means (``bench.mean_ci``). A start that fails is recorded in the list with its error."""
+    from .bench import mean_ci
+
+    row["bench_model"] = ctx.served_from
+    if row.get("decode_tok_s") is None:
+        return
+    first = {"start": 0, "decode_tok_s": row["decode_tok_s"], "decode_tok_s_ci95": row.get("decode_tok_s_ci95"), "ready_s": row.get("ready_s")}
+    entries = [first]
+    for k in range(1, ctx.starts if row.get("outcome") == "ok" else 1):
+        entries.append(_one_more_start(ctx, backend, mode, row, k))
+    rates = [e["decode_tok_s"] for e in entries if e.get("decode_tok_s") is not None]
+    ci = mean_ci(rates)
+    row["starts"] = entries
+    row["decode_tok_s_ci95_within"] = first["decode_tok_s_ci95"]
+    if len(rates) >= 2:
+        row.update(decode_tok_s=ci["mean"], decode_tok_s_ci95=ci["half_width"], ci_over=f"{len(rates)} server starts")
+    else:
+        row["ci_over"] = "one start: interval within a start only"
+
+
+def _one_more_start(ctx: _Sweep, backend: str | None, mode: str, row: dict, k: int) -> dict:
+    """Start ``k`` of one configuration: launch, read its rate, stop (``_restarts``)."""
+    engine, label = ctx.engine, backend or "auto"
+    out: dict = {"start": k}
+    try:
+        launch = engine.launch(ctx.served_from, attention=backend, extra=ctx.extra + _mode_args(engine, mode), env=ctx.env,
+                               **({"port": ctx.host.free_port()} if ctx.remote else {}))
+        log_path = ctx.store.path / "logs" / (f"{engine.name}-{label.replace('/', '--')}{'' if mode == 'default' else '-' + mode}"
+                                              f"-start{k}.log")
+        registry = ctx.store.path / "servers.jsonl"
+        starting = (ctx.host.serve(launch, log_path, registry=registry, ready_timeout=ctx.ready_timeout, progress=ctx.say) if ctx.remote
+                    else Server.start(launch, log_path, ready_timeout=ctx.ready_timeout, registry=registry, progress=ctx.say))
+        with starting as srv:
+            out["ready_s"] = srv.ready_s
+            r = _decode_rate(srv.base_url, engine.served_model_name(ctx.served_from), engine.name, label, ctx.max_tokens * 2, ctx.runs,
+                             ctx.tokenizer, host=ctx.host)
+            out.update(decode_tok_s=r["decode_tok_s"], decode_tok_s_ci95=r["decode_tok_s_ci95"])
+    except (EngineError, ServebookError) as exc:
+        out["error"] = str(exc)[:400]
+        ctx.store.record_failure(f"backend {engine.name} {label} ({mode}) start {k}", exc, engine=engine.name)
+    ctx.say(f"{engine.name} {label} ({mode}) start {k}: " + (f"{out['decode_tok_s']:.1f} tok/s" if out.get("decode_tok_s") is not None
+                                                             else f"no rate ({out.get('error', 'no request succeeded')})"))
+    return out
 
 
 def _exercise(ctx: _Sweep, srv, backend: str | None, row: dict) -> None:

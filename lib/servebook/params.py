@@ -85,6 +85,9 @@ MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         # 32 tokens in and out (the notebook's 128 are sized to a GPU): the in-process decode, the single stream (2 warm-ups,
         # 5 runs) and every sweep level (5 requests per stream, up to saturation) each took minutes on 2 CPU cores.
         "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16},   # in-process profile: 16 decode steps per depth
+        # one start per forced backend: chapter 03 sweeps every transformers implementation, and a second start of each
+        # doubles the chapter on 2 CPU cores; chapter 05 keeps its 2 starts (one engine, a short single stream each)
+        "03": {"starts": 1},
     },
 }
 
@@ -173,7 +176,7 @@ def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict
 # checked from the notebook's own declaration (servebook.book); these add the ranges and choices that the
 # notebooks' comments state, so a bad value stops the book before anything runs.
 _AT_LEAST_1 = {"max_tokens", "runs", "ready_timeout", "max_batch", "timeout_s", "input_len", "requests_per_run",
-               "max_concurrency", "requests_per_level", "level_time_budget_s", "seed_tp"}
+               "max_concurrency", "requests_per_level", "level_time_budget_s", "seed_tp", "starts"}
 _AT_LEAST_0 = {"warmup", "saturation_patience", "seed"}
 _CHOICES = {"api": ("completions", "chat")}
 

@@ -28,7 +28,8 @@ from .inprocess import inprocess_decode_rate
 from .payload import fixed_length_fields
 from .plots import plot_latency, plot_pareto
 from .prompts import Prompt, build_prompts, load_tokenizer
-from .runs import concurrency_levels, concurrency_sweep, current, remeasured, single_stream, summarize_level, sweep_stalls
+from .runs import (concurrency_levels, concurrency_sweep, current, over_starts, prompts_sha, record_start, remeasured, single_stream,
+                   start_measured, summarize_level, sweep_stalls)
 from .sse import RequestResult, finish as _finish
 from .stats import mean_ci, t_quantile
 from .transport import RawStream as _Raw
@@ -43,6 +44,10 @@ __all__ = [
     "run_requests",
     "single_stream",
     "current",
+    "over_starts",
+    "record_start",
+    "start_measured",
+    "prompts_sha",
     "remeasured",
     "ceiling_check",
     "concurrency_sweep",

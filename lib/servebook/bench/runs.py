@@ -18,7 +18,54 @@ from .sse import RequestResult
 from .stats import mean_ci, percentile
 
 __all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
-           "requests_of"]
+           "requests_of", "prompts_sha", "over_starts", "record_start", "start_measured"]
+
+
+def start_measured(store, label: str, start: int, max_tokens: int, warmup: int) -> dict | None:
+    """The single-stream summary of ``label`` at server start ``start`` this run already recorded with this method (a row
+    without ``start`` is start 0), else None: a resumed run measures only the starts it lacks."""
+    rows = [r for r in store.find("bench_summary", label=label, phase="single", max_tokens=max_tokens, warmup=warmup)
+            if int(r.get("start") or 0) == start]
+    return rows[-1] if rows else None
+
+
+def record_start(store, single: dict, *, model: str, launch: str, ready_s: float | None = None) -> dict:
+    """One server start's single-stream rate, a row of ``bench_starts`` (label, engine, start, decode_tok_s with the
+    interval within the start, runs, warm-ups, tokens in and out, the prompts' fingerprint, model, launch, ready_s)."""
+    row = {"label": single.get("label"), "engine": single.get("engine"), "attention": single.get("attention"),
+           "start": int(single.get("start") or 0), "decode_tok_s": single.get("decode_tok_s_mean"),
+           "decode_tok_s_ci95": single.get("decode_tok_s_ci95"), "runs": single.get("runs"), "warmup": single.get("warmup"),
+           "max_tokens": single.get("max_tokens"), "input_tokens": single.get("input_tokens"), "prompts_sha": single.get("prompts_sha"),
+           "model": str(model), "launch": launch, "ready_s": ready_s}
+    if not store.done("bench_starts", label=row["label"], start=row["start"], max_tokens=row["max_tokens"], warmup=row["warmup"]):
+        store.append("bench_starts", row)
+    return row
+
+
+def prompts_sha(prompts: Sequence[Prompt]) -> str:
+    """A short fingerprint of a prompt set (its texts, in order): two measurements sent the same prompts when it matches."""
+    import hashlib
+
+    return hashlib.sha256("\x00".join(p.text for p in prompts).encode()).hexdigest()[:12]
+
+
+def over_starts(single_rows: Iterable[dict]) -> dict:
+    """One configuration's single-stream rate over server starts: the standing ``bench_summary`` rows of phase single
+    (one per ``start``; a row without the field is start 0) -> {"starts", "per_start": [{start, decode_tok_s, ci95, runs}],
+    "mean", "ci95", "over"}: a 95% t-interval over the per-start means with two starts or more, else the one start's own
+    interval over its runs ("one start: interval within a start only")."""
+    by_start: dict[int, dict] = {}
+    for r in single_rows:
+        by_start[int(r.get("start") or 0)] = r  # the last of a start stands
+    per = [{"start": k, "decode_tok_s": r.get("decode_tok_s_mean"), "ci95": r.get("decode_tok_s_ci95"), "runs": r.get("runs")}
+           for k, r in sorted(by_start.items())]
+    rates = [p["decode_tok_s"] for p in per if p["decode_tok_s"] is not None]
+    if len(rates) >= 2:
+        ci = mean_ci(rates)
+        return {"starts": len(rates), "per_start": per, "mean": ci["mean"], "ci95": ci["half_width"], "over": f"{len(rates)} server starts"}
+    one = next((p for p in per if p["decode_tok_s"] is not None), per[0] if per else {})
+    return {"starts": 1, "per_start": per, "mean": one.get("decode_tok_s"), "ci95": one.get("ci95"),
+            "over": "one start: interval within a start only"}
 
 
 def summarize_level(results: Sequence[RequestResult], wall_s: float | None = None) -> dict:
@@ -82,8 +129,12 @@ def single_stream(
     request_timeout: float = 300.0,
     progress: bool = True,
     host=None,
+    start: int | None = None,
 ) -> dict:
     """Single stream (C=1): ``warmup`` requests, then ``runs`` runs of ``requests_per_run`` requests.
+
+    ``start``: which server start of this configuration it measures (0, 1, ...), recorded on every row (field ``start``)
+    so that a later start is not read as the same measurement taken again (:func:`current`, :func:`over_starts`).
 
     Every request goes to ``store`` table ``bench_requests`` (phase ``warmup``/``single``),
     the summary (mean and 95% t-interval over runs of the per-run mean decode tok/s,
@@ -93,7 +144,7 @@ def single_stream(
         raise ParameterError("runs/warmup/requests_per_run", (runs, warmup, requests_per_run), "runs >= 1, warmup >= 0, requests_per_run >= 1")
     if not prompts:
         raise ParameterError("prompts", prompts, "at least one prompt")
-    cfg = bench_config(engine, attention, label, api)
+    cfg = {**bench_config(engine, attention, label, api), **({"start": int(start)} if start is not None else {})}
     common = dict(max_tokens=max_tokens, concurrency=1, api=api, engine=engine, tokenizer=tokenizer,
                   fixed_length=fixed_length, request_timeout=request_timeout, host=host)
     ptoks = [p.tokens for p in prompts]
@@ -124,7 +175,8 @@ def single_stream(
             "tpot_s": statistics.mean([r.tpot_s for r in ok if r.tpot_s]) if any(r.tpot_s for r in ok) else None,
         })
     s: dict[str, Any] = {**cfg, "phase": "single", "concurrency": 1, "runs": runs, "warmup": warmup,
-                         "requests_per_run": requests_per_run, "max_tokens": max_tokens, "input_tokens": statistics.mean(ptoks)}
+                         "requests_per_run": requests_per_run, "max_tokens": max_tokens, "input_tokens": statistics.mean(ptoks),
+                         "prompts_sha": prompts_sha(prompts), "prompt_seed": getattr(prompts[0], "seed", None)}
     for metric in ("decode_tok_s", "ttft_s", "tpot_s"):
         ci = mean_ci([p[metric] for p in per_run if p[metric] is not None])
         s[f"{metric}_mean"] = ci["mean"]
@@ -294,9 +346,9 @@ def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float
 
 def _key(r: dict) -> tuple:
     """The measurement a summary row (or a request, its warm-ups counted with the single stream) belongs to: label, phase,
-    concurrency, max_tokens. A later row of the same measurement is that measurement taken again."""
+    concurrency, max_tokens, server start (0 where not recorded). A later row of the same measurement is that measurement taken again."""
     phase = "single" if r.get("phase") == "warmup" else r.get("phase")
-    return r.get("label"), phase, r.get("concurrency"), r.get("max_tokens")
+    return r.get("label"), phase, r.get("concurrency"), r.get("max_tokens"), int(r.get("start") or 0)
 
 
 def _takes(summary: list[dict]) -> dict:

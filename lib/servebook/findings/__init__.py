@@ -7,7 +7,7 @@
     compare_runs(["data/runs/h200x2-book", "data/runs/h200x2-probe/1gpu"])   # side by side, with deltas
 
 One job per module: ``tables`` reads chapters 01-05's tables, ``intervals`` holds the one comparison every
-chapter states, ``launch`` writes the recommended launch commands, ``claims`` states the findings with their
+chapter states (over server starts), ``methods`` whether chapters 03 and 05 measured the default the same way, ``launch`` writes the recommended launch commands, ``claims`` states the findings with their
 ``links``, ``questions`` asks "Check yourself", ``compare`` sets runs side by side (``servebook compare``).
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from .claims import Findings, collect, what_we_found
 from .compare import compare_markdown, compare_runs, register
-from .intervals import separated
+from .intervals import ONE_START, interval_of, separated, starts_of
+from .methods import default_methods, model_of_launch, say_default_methods
 from .launch import launch_commands
 from .links import (H_BACKENDS_FOUND, H_BENCH, H_ENGINES, H_HOST, H_NCCL, H_NCCL_PRED, H_ROOF, H_SELECTION,  # noqa: F401
                     H_SELECTION_FOUND, H_SWEEP, H_SWEEP_C, Claim, anchor, link)
@@ -25,5 +26,6 @@ from .tables import backends, failures, host_summary, nccl, open_run, selection,
 __all__ = [
     "Claim", "Findings", "anchor", "link", "collect", "host_summary", "selection", "backends", "nccl", "throughput", "tp_end_to_end", "separated",
     "launch_commands", "failures", "what_we_found", "check_yourself", "check_yourself_markdown", "compare_runs",
-    "compare_markdown", "open_run", "register",
+    "compare_markdown", "open_run", "register", "interval_of", "starts_of", "ONE_START", "default_methods", "say_default_methods",
+    "model_of_launch",
 ]

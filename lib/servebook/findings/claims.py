@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..results import RunStore
-from .intervals import _num
+from .intervals import ONE_START, _num
 from .launch import launch_commands
 from .links import (H_BACKENDS_FOUND, H_BENCH, H_ENGINES, H_HOST, H_NCCL, H_NCCL_PRED, H_SELECTION, H_SELECTION_FOUND,
                     H_SWEEP, H_SWEEP_C, Claim)
@@ -117,8 +117,9 @@ def _backend_claims(f: Findings) -> list[Claim]:
         if b.get("best_reported") and b.get("best_reported") == b.get("default_reported") and b.get("best") != f"auto ({b['best_reported']})":
             best += (f"; forced `{b['best']}` loads the same implementation as the default, so their difference is "
                      "run-to-run noise")
+        n_starts = min(b.get("best_starts") or 1, b.get("default_starts") or 1)
         if b["change_supported"]:
-            c.append(Claim("03", best + ": faster beyond both 95% intervals, a change is supported", H_SWEEP))
+            c.append(Claim("03", best + f": faster beyond both 95% intervals over {n_starts} server starts, a change is supported", H_SWEEP))
         elif str(b.get("best", "")).startswith("auto") and b.get("others"):
             c.append(Claim("03", f"{b['engine']}: its own choice (`{b.get('default_reported') or 'auto'}`, {_fmt(b['default_tok_s'])} ± "
                            f"{_fmt(b['default_ci95'])} tok/s single stream) was the fastest correct backend; against it: "
@@ -126,7 +127,9 @@ def _backend_claims(f: Findings) -> list[Claim]:
                            + ". Keep the default", H_SWEEP, False))
         else:
             ties = f" (overlaps {', '.join(map(str, b['ties']))})" if b.get("ties") else ""
-            c.append(Claim("03", best + f": the 95% intervals overlap{ties}, so no change of backend is supported", H_SWEEP, False))
+            why = (f": the 95% intervals over {n_starts} server starts overlap{ties}, no difference beyond the restart spread"
+                   if n_starts >= 2 else f" ({ONE_START}): the 95% intervals {'overlap' + ties if b.get('ties') else 'cover one server start'}")
+            c.append(Claim("03", best + f"{why}, so no change of backend is supported", H_SWEEP, False))
         for x in b["failed"]:
             c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({str(x.get('error'))[:160]})", H_BACKENDS_FOUND, False))
         if b["not_run"]:

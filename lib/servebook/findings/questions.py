@@ -92,10 +92,17 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
     b = f.backends[0] if f.backends else None
     if b and b.get("correct"):
         qa.append((f"Should you force a different attention backend for {b['engine']} on this host?",
-                   (f"Yes: `{b['best']}` was faster than the default beyond both 95% intervals, with correct output."
+                   (f"Yes: `{b['best']}` was faster than the default beyond both 95% intervals over server starts, with correct output."
                     if b["change_supported"] else
-                    f"No: the fastest, `{b['best']}` ({_fmt(b['best_tok_s'])} ± {_fmt(b['best_ci95'])} tok/s), overlaps the default "
-                    f"({_fmt(b.get('default_tok_s'))} ± {_fmt(b.get('default_ci95'))}); the data supports no change. More runs would narrow the intervals.")))
+                    f"No: the fastest, `{b['best']}` ({_fmt(b['best_tok_s'])} ± {_fmt(b['best_ci95'])} tok/s), "
+                    + (f"overlaps the default ({_fmt(b.get('default_tok_s'))} ± {_fmt(b.get('default_ci95'))}) over "
+                       f"{min(b.get('best_starts') or 1, b.get('default_starts') or 1)} server starts: no difference beyond the restart "
+                       "spread, the data supports no change. More starts would narrow the intervals."
+                       if min(b.get("best_starts") or 1, b.get("default_starts") or 1) >= 2 else
+                       f"{'overlaps' if _overlaps(b) else 'stands apart from'} the default ({_fmt(b.get('default_tok_s'))} ± "
+                       f"{_fmt(b.get('default_ci95'))}) within one server start each (one start: interval within a start only); the "
+                       "rate moves more between starts than within one, so the data supports no change until both are measured "
+                       "over `starts` >= 2."))))
     n = f.nccl
     if n and n.get("backend") == "nccl":
         qa.append(("Which NCCL variables would you export for tensor parallelism on this host, and what is the predicted gain per token?",
@@ -144,3 +151,11 @@ def _roofline_reading(t: dict) -> str:
     return (f"between the two: the bytes explain about {pct:.0f}% of each token's time and something else the rest{span}. "
             "Which part (attention, the MoE layers, launches, sampling) is not settled by a rate; a per-kernel profile of one "
             "decode step would settle it.")
+
+
+def _overlaps(b: dict) -> bool:
+    """Whether the fastest backend's interval overlaps the default's (a ``findings.backends`` item)."""
+    from .intervals import _num, _overlap
+
+    a, d = _num(b.get("best_tok_s")), _num(b.get("default_tok_s"))
+    return a is None or d is None or _overlap(a, _num(b.get("best_ci95")) or 0.0, d, _num(b.get("default_ci95")) or 0.0)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ParameterError
 from ..results import RunStore
-from .intervals import _num, _overlap, separated
+from .intervals import _num, _overlap, separated, starts_of
 
 __all__ = ["open_run", "host_summary", "selection", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
 
@@ -94,7 +94,10 @@ def selection(store: RunStore) -> list[dict]:
 def backends(store: RunStore) -> list[dict]:
     """Per engine: the fastest forced backend whose output was correct, against the engine's default (chapter 03).
 
-    ``change_supported`` is True only when the fastest backend's 95% interval lies entirely above the default's.
+    ``change_supported`` is True only when the fastest backend's 95% interval lies entirely above the default's and both
+    intervals are taken over two server starts or more (``starts``; a run with one start supports no change: its
+    intervals are within a start, and the rate moves more between starts). ``starts`` / ``default_starts``: how many
+    starts each rate covers.
     """
     rows = store.rows("backends")
     not_run = store.rows("backends_not_run")
@@ -119,20 +122,24 @@ def backends(store: RunStore) -> list[dict]:
             ci = lambda r: _num(r.get("decode_tok_s_ci95")) or 0.0  # noqa: E731
             ties = [r.get("attention") for r in ok if r is not best
                     and _overlap(best["decode_tok_s"], ci(best), r["decode_tok_s"], ci(r))]
+            n_of = lambda r: (starts_of(r), starts_of(default))  # noqa: E731
             item.update({
                 "best": best.get("attention") if best.get("attention") != "auto" else f"auto ({best.get('reported') or 'default'})", "best_reported": best.get("reported"), "best_tok_s": best["decode_tok_s"],
-                "best_ci95": ci(best), "best_agreement": best.get("agreement"), "best_launch": best.get("launch"),
+                "best_ci95": ci(best), "best_starts": starts_of(best), "best_agreement": best.get("agreement"), "best_launch": best.get("launch"),
                 "default_reported": default.get("reported") if default else None,
                 "default_tok_s": default["decode_tok_s"] if default else None, "default_ci95": ci(default) if default else None,
+                "default_starts": starts_of(default) if default else None,
+                "default_start_rates": [x.get("decode_tok_s") for x in (default or {}).get("starts") or [] if isinstance(x, dict)],
                 "ties": ties,
                 "agreement_min": min((_num(r.get("agreement")) for r in ok if _num(r.get("agreement")) is not None), default=None),
             })
-            item["others"] = [{"attention": r.get("attention"), "tok_s": r["decode_tok_s"], "ci95": ci(r),
-                               "verdict": separated(r["decode_tok_s"], ci(r), default["decode_tok_s"], ci(default))}
+            item["others"] = [{"attention": r.get("attention"), "tok_s": r["decode_tok_s"], "ci95": ci(r), "starts": starts_of(r),
+                               "verdict": separated(r["decode_tok_s"], ci(r), default["decode_tok_s"], ci(default), starts=n_of(r))}
                               for r in sorted(ok, key=lambda r: -r["decode_tok_s"]) if default and r is not default]
             same_as_default = default is None or best is default or best.get("reported") == (default or {}).get("reported")
-            item["change_supported"] = bool(default and not same_as_default
+            item["change_supported"] = bool(default and not same_as_default and min(n_of(best)) >= 2
                                             and not _overlap(best["decode_tok_s"], ci(best), default["decode_tok_s"], ci(default)))
+            item["verdict"] = separated(best["decode_tok_s"], ci(best), default["decode_tok_s"], ci(default), starts=n_of(best)) if default and best is not default else None
         else:
             item["change_supported"] = False
         out.append(item)
@@ -243,8 +250,12 @@ def tp_end_to_end(store: RunStore) -> list[dict]:
 
 
 def throughput(store: RunStore) -> list[dict]:
-    """Per served configuration: single-stream decode with its interval, C=1 and peak throughput, % of roofline (chapter 05)."""
-    from ..bench.runs import current
+    """Per served configuration: single-stream decode with its interval, C=1 and peak throughput, % of roofline (chapter 05).
+
+    ``single_tok_s`` / ``single_ci95``: the mean and 95% t-interval over the per-start means where the configuration was
+    measured over two server starts or more (``starts``, ``start_tok_s``), else the one start's interval over its runs
+    (``single_over`` says which)."""
+    from ..bench.runs import current, over_starts
 
     rows, _ = current(store.rows("bench_summary"))  # a measurement taken again stands in its last form
     roofs = [r for r in store.rows("bench_roofline") if r.get("source") == "measured here"]
@@ -255,12 +266,14 @@ def throughput(store: RunStore) -> list[dict]:
         sweep = sorted((r for r in mine if r.get("phase") == "sweep" and _num(r.get("throughput_tok_s"))),
                        key=lambda r: r.get("concurrency") or 0)
         s = single[-1] if single else {}
+        o = over_starts(single)
         peak = max(sweep, key=lambda r: r["throughput_tok_s"]) if sweep else {}
         c1 = next((r for r in sweep if r.get("concurrency") == 1), {})
         roof = next((r for r in reversed(roofs) if str(r.get("case", "")).startswith(label)), {})
         out.append({
             "label": label, "engine": (s or (mine[0] if mine else {})).get("engine"), "attention": (s or mine[0]).get("attention"),
-            "single_tok_s": _num(s.get("decode_tok_s_mean")), "single_ci95": _num(s.get("decode_tok_s_ci95")), "runs": s.get("runs"),
+            "single_tok_s": _num(o["mean"]), "single_ci95": _num(o["ci95"]), "runs": s.get("runs"),
+            "starts": o["starts"], "single_over": o["over"], "start_tok_s": [p["decode_tok_s"] for p in o["per_start"]],
             "ttft_ms": (_num(s.get("ttft_s_mean")) or 0) * 1e3 if s else None,
             "c1_tok_s": _num(c1.get("throughput_tok_s")), "peak_tok_s": _num(peak.get("throughput_tok_s")),
             "peak_c": peak.get("concurrency"), "peak_per_user_tok_s": _num(peak.get("per_user_tok_s")),

@@ -158,7 +158,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("best_tok_s", "single-stream tok/s of the fastest correct backend", _per(_backends, "best_tok_s"), ("03", "06")),
     Quantity("best_ci95", "95% half-width of the fastest correct backend's tok/s", _per(_backends, "best_ci95")),
     Quantity("change_supported", "whether forcing the fastest backend is supported (faster than the default beyond both "
-             "95% intervals, correct output)", _per(_backends, "change_supported"), ("03", "06")),
+             "95% intervals over server starts, correct output)", _per(_backends, "change_supported"), ("03", "06")),
     # chapter 04: all-reduce at the decode message size
     Quantity("allreduce_backend", "collective backend this run measured all-reduce with",
              lambda store: {None: _nccl(store).get("backend")} if _nccl(store) else {}, ("04", "06")),

@@ -70,14 +70,20 @@ def say_backends(b: dict) -> str:
     name = b["engine"]
     best = b.get("best_reported") or b.get("best")
     is_default = b.get("best_tok_s") == b.get("default_tok_s")
+    n = min(b.get("best_starts") or 1, b.get("default_starts") or 1)
+    over = f"95% intervals over {n} server starts" if n >= 2 else "95% intervals within one server start"
+    rates = [x for x in b.get("default_start_rates") or [] if x is not None]
+    per_start = f" (per start: {', '.join(f'{x:,.1f}' for x in rates)})" if len(rates) >= 2 else ""
     return (f"the default loaded {q('default_backend', b.get('default_reported'), of=name, code=True)} and ran "
             f"{q('default_tok_s', b.get('default_tok_s'), ',.1f', of=name)} ± {q('default_ci95', b.get('default_ci95'), ',.1f', of=name)} "
-            f"tok/s single stream; the fastest correct start was {q('best_backend', best, of=name, code=True)} at "
-            f"{q('best_tok_s', b.get('best_tok_s'), ',.1f', of=name)} ± {q('best_ci95', b.get('best_ci95'), ',.1f', of=name)}"
+            f"tok/s single stream{per_start}; the fastest correct start was {q('best_backend', best, of=name, code=True)} at "
+            f"{q('best_tok_s', b.get('best_tok_s'), ',.1f', of=name)} ± {q('best_ci95', b.get('best_ci95'), ',.1f', of=name)} ({over})"
             + (" (the default itself)" if is_default else
-               f", {separated(b.get('best_tok_s'), b.get('best_ci95'), b.get('default_tok_s'), b.get('default_ci95'))} against the default")
+               f", {separated(b.get('best_tok_s'), b.get('best_ci95'), b.get('default_tok_s'), b.get('default_ci95'), starts=n)} against the default")
             + f". A change of backend is {q('change_supported', bool(b.get('change_supported')), 'supported|not supported', of=name)}"
-            + (": both 95% intervals separate and its output agreed." if b.get("change_supported") else ": keep the engine's own choice."))
+            + (f": both {over} separate and its output agreed." if b.get("change_supported") else
+               ": keep the engine's own choice" + ("." if n >= 2 else " (one start: interval within a start only; a change needs "
+                                                                      "intervals over server starts that separate).")))
 
 
 def say_allreduce(n: dict | None) -> str:
@@ -107,9 +113,15 @@ def say_throughput(t: dict, runs: int | None = None) -> list[str]:
     n_runs = int(t["runs"]) if t.get("runs") is not None else None
     kept = (f"; measured before this page's runs={runs}: the run resumed and kept that measurement"
             if runs is not None and n_runs is not None and n_runs != runs else "")
+    n_starts = int(t.get("starts") or 1)
+    if n_starts >= 2:
+        rates = ", ".join(f"{x:,.1f}" for x in t.get("start_tok_s") or [] if x is not None)
+        over = (f"95% t-interval over {n_starts} server starts, each the mean of {q('single_runs', n_runs, 'd', of=label)} runs{kept}; "
+                f"per start: {rates}")
+    else:
+        over = f"95% CI over {q('single_runs', n_runs, 'd', of=label)} runs{kept}; one start: interval within a start only"
     out = [f"- **{label}** single stream: {q('single_tok_s', t['single_tok_s'], ',.1f', of=label)} ± "
-           f"{q('single_ci95', t.get('single_ci95'), ',.1f', of=label)} tok/s (95% CI over {q('single_runs', n_runs, 'd', of=label)} "
-           f"runs{kept})."]
+           f"{q('single_ci95', t.get('single_ci95'), ',.1f', of=label)} tok/s ({over})."]
     if t.get("pct_of_roofline") is not None:
         out.append(f"- {label}: {q('pct_of_roofline', t['pct_of_roofline'], '.3g', of=label)}% of the "
                    f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=label)} tok/s bandwidth roofline (bandwidth: {t.get('roofline_source')}).")

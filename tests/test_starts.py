@@ -1,0 +1,124 @@
+"""Intervals over server starts (issue #28): chapters 03 and 05 measure each configuration over ``starts`` server starts
+and say "faster"/"slower" only where the 95% intervals over the per-start means separate; chapters 03 and 05 say
+whether they measured the default the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servebook import bench
+from servebook import findings as sbf
+from servebook.results import RunStore
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
+
+
+def _row(att: str, per_start: list[float], within: float = 3.0, rep: str | None = None) -> dict:
+    """A chapter 03 row as ``backends._restarts`` writes it: each start's rate, the mean and interval over starts."""
+    ci = bench.mean_ci(per_start)
+    return {"engine": "sglang", "engine_version": "0.5.16", "attention": att, "mode": "graph", "outcome": "ok", "reported": rep or att,
+            "agreement": 1.0, "decode_tok_s": ci["mean"], "decode_tok_s_ci95": ci["half_width"] if len(per_start) > 1 else within,
+            "decode_tok_s_ci95_within": within,
+            "starts": [{"start": k, "decode_tok_s": x, "decode_tok_s_ci95": within} for k, x in enumerate(per_start)]}
+
+
+def test_separate_within_a_start_but_not_over_starts_is_no_difference(tmp_path):
+    """803 ± 3 against 700 ± 3 in the first start separates; over two starts (803, 688 against 700, 600) it does not."""
+    within = sbf.separated(803.0, 3.0, 700.0, 3.0, starts=(1, 1))
+    assert within.startswith("one start: interval within a start only") and "separate" in within
+    store = RunStore.at(tmp_path / "run")
+    store.append("backends", _row("auto", [803.0, 688.0], rep="triton"))
+    store.append("backends", _row("flashinfer", [700.0, 600.0]))
+    (b,) = sbf.backends(store)
+    assert b["best"] == "auto (triton)" and b["default_starts"] == 2
+    (o,) = b["others"]
+    assert o["starts"] == 2 and o["verdict"].startswith("no difference beyond the restart spread")
+    assert "over 2 server starts" in o["verdict"] and b["change_supported"] is False
+    # the same rates with a small spread between starts: the intervals over starts separate, and the verdict says so
+    tight = RunStore.at(tmp_path / "tight")
+    tight.append("backends", _row("auto", [700.0, 702.0], rep="triton"))
+    tight.append("backends", _row("flashinfer", [800.0, 803.0]))
+    (b,) = sbf.backends(tight)
+    assert b["change_supported"] is True and b["verdict"].startswith("faster by") and "over 2 server starts separate" in b["verdict"]
+    claim = next(c for c in sbf.collect(tight).claims if c.chapter == "03")
+    assert "over 2 server starts" in claim.text and claim.supported
+
+
+def test_chapter_05_interval_over_starts_and_a_later_start_is_not_a_remeasurement():
+    rows = [{"label": "x/default", "phase": "single", "concurrency": 1, "max_tokens": 32, "decode_tok_s_mean": v, "decode_tok_s_ci95": 1.0,
+             "runs": 5, "start": k, "recorded_at": f"2026-01-01T00:00:0{k}"} for k, v in enumerate((100.0, 80.0))]
+    standing, _ = bench.current(rows)
+    assert len(standing) == 2 and not bench.remeasured(rows)  # start 1 is another start, not start 0 taken again
+    o = bench.over_starts(standing)
+    ci = bench.mean_ci([100.0, 80.0])
+    assert o["starts"] == 2 and o["mean"] == pytest.approx(90.0) and o["ci95"] == pytest.approx(ci["half_width"])
+    assert o["over"] == "2 server starts" and [p["start"] for p in o["per_start"]] == [0, 1]
+    one = bench.over_starts([{k: v for k, v in rows[0].items() if k != "start"}])  # recorded before starts were counted
+    assert one["starts"] == 1 and one["ci95"] == 1.0 and one["over"] == sbf.ONE_START
+
+
+@pytest.mark.parametrize("run", ["h200x1-live", "h200x2-live"])
+def test_old_recorded_runs_compute_their_findings_over_one_start(run):
+    store = RunStore(RUNS / run)
+    f = sbf.collect(store)
+    assert f.backends and f.throughput and f.claims
+    for b in f.backends:
+        assert b["default_starts"] == 1 and b["change_supported"] is False
+        assert all(o["verdict"].startswith(sbf.ONE_START) for o in b["others"])
+    for t in f.throughput:
+        assert t["starts"] == 1 and t["single_over"] == sbf.ONE_START
+    text = "\n".join(sbf.stated.say_throughput(t) for t in f.throughput) if hasattr(sbf, "stated") else ""
+    from servebook.stated import say_backends, say_throughput
+
+    assert all("one start: interval within a start only" in " ".join(say_throughput(t)) for t in f.throughput), text
+    assert all("within one server start" in say_backends(b) for b in f.backends if b.get("default_tok_s") is not None)
+    # chapter 03's default (random-weight slice, 32 in / 64 out) and chapter 05's (dummy slice, 128 / 128): not one method
+    (m, *_) = sbf.default_methods(store)
+    what = {d["what"]: (d["ch03"], d["ch05"]) for d in m["differences"]}
+    assert not m["same_method"] and what["output tokens"] == (64, 128) and what["prompt tokens"] == (32, 128)
+    assert what["model directory"] == ("/tmp/models/kimi-slice", "/tmp/models/kimi-slice-dummy")
+    said = sbf.say_default_methods([m])
+    assert f"chapter 03 {m['ch03']['tok_s']:,.1f} ± {m['ch03']['ci95']:,.1f}" in said and "The methods differ" in said
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_transformers_serve_over_two_starts(embedded_model, tmp_path, no_leftover_servers):
+    """The real engine, small: chapter 03's sweep and chapter 05's single stream each over 2 server starts give one rate
+    per start and the interval over starts; chapters 03 and 05 then say how their methods differ."""
+    from servebook.backends import force_each_backend
+    from servebook.engines import get_engine
+    from servebook.servers import Server
+
+    eng = get_engine("transformers")
+    store = RunStore.at(tmp_path / "run")
+    (row,) = force_each_backend(eng, embedded_model, [None], store, max_tokens=4, runs=2, ready_timeout=240, progress=None,
+                                preflight=False, starts=2)
+    assert row["outcome"] == "ok", (row.get("outcome"), row.get("error"))
+    assert [s["start"] for s in row["starts"]] == [0, 1] and all(s["decode_tok_s"] > 0 for s in row["starts"])
+    ci = bench.mean_ci([s["decode_tok_s"] for s in row["starts"]])
+    assert row["decode_tok_s"] == pytest.approx(ci["mean"]) and row["decode_tok_s_ci95"] == pytest.approx(ci["half_width"])
+    assert row["ci_over"] == "2 server starts" and row["bench_max_tokens"] == 8 and row["bench_model"] == str(embedded_model)
+    assert (tmp_path / "run" / "logs" / "transformers-auto-start1.log").exists()
+
+    tok = bench.load_tokenizer(embedded_model)
+    prompts = bench.build_prompts(tok, input_len=16, n=4, seed=0)
+    for k in range(2):  # chapter 05's way: stop, start again, the single stream measured after each start
+        launch = eng.launch(str(embedded_model))
+        with Server.start(launch, log_path=tmp_path / f"server-{k}.log", registry=tmp_path / "servers.jsonl", progress=None,
+                          ready_timeout=240) as srv:
+            s = bench.single_stream(srv.base_url, str(embedded_model), prompts, store=store, tokenizer=tok, engine="transformers",
+                                    max_tokens=8, runs=2, warmup=1, progress=False, start=k)
+            bench.record_start(store, s, model=str(embedded_model), launch=launch.shell(), ready_s=srv.ready_s)
+    assert [r["start"] for r in store.rows("bench_starts")] == [0, 1]
+    assert all(r["start"] == k for k in (0, 1) for r in store.find("bench_requests", start=k))
+    (t,) = sbf.throughput(store)
+    rates = [r["decode_tok_s"] for r in store.rows("bench_starts")]
+    assert t["starts"] == 2 and t["start_tok_s"] == rates and t["single_over"] == "2 server starts"
+    assert t["single_ci95"] == pytest.approx(bench.mean_ci(rates)["half_width"])
+    (m,) = sbf.default_methods(store)
+    what = {d["what"] for d in m["differences"]}
+    assert what == {"prompt tokens", "prompts"}  # the same model, output length, warm-up and runs: only the prompts differ
+    assert m["ch03"]["starts"] == m["ch05"]["starts"] == 2
