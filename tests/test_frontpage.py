@@ -103,13 +103,24 @@ def test_front_page_cli(tmp_path, capsys):
 def test_book_index_shows_chapter_06_verdict(tmp_path):
     from servebook.book import chapter_verdict, render_book
 
-    with_verdict, without = ROOT / "data" / "runs" / "h200x1-live", ROOT / "data" / "runs" / "h200x2-live"
+    with_verdict, other = ROOT / "data" / "runs" / "h200x1-live", ROOT / "data" / "runs" / "h200x2-live"
     verdict = chapter_verdict(with_verdict)
     assert verdict and "Where each engine's time goes" in verdict
     index = render_book(with_verdict, tmp_path / "a").read_text()
     assert "<h2>The verdict</h2>" in index and "Where each engine" in index.split("<h2>The verdict</h2>")[1].split("<h2>")[0]
-    assert chapter_verdict(without) is None  # its chapter 06 predates "The verdict"
-    assert "The verdict" not in render_book(without, tmp_path / "b").read_text()
+    assert "no decode-step profile in this run" in chapter_verdict(other)   # a run without profiles says so
+    # an executed chapter 06 from before "The verdict" existed: the index shows none
+    import json
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(other, old)
+    nb = old / "notebooks" / "06_findings.ipynb"
+    data = json.loads(nb.read_text())
+    data["cells"] = [c for c in data["cells"] if "## The verdict" not in "".join(c.get("source", ""))]
+    nb.write_text(json.dumps(data))
+    assert chapter_verdict(old) is None
+    assert "The verdict" not in render_book(old, tmp_path / "b").read_text()
 
 
 # -- the committed renders: contradictions ---------------------------------------------------------------------------
