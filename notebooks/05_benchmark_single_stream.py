@@ -716,10 +716,12 @@ else:
 # ### The whole model, predicted from two slices
 # Two slices of the same card that differ only in their repeated layers give the GPU time of one more layer (busy time
 # per step, deeper minus shallower) and the rest (embedding, dense layers, LM head, sampling). The full model's time per
-# token is the deeper slice's unprofiled time plus the missing layers' GPU time (point; host work kept as it was), with
-# the larger of that slice's time and the full model's GPU time as the low end (host work hidden behind the GPU). Where
-# the whole model was run too, its measured time and the signed error stand beside it; the bytes rule (bytes read per
-# token over the bandwidth, datasheet and measured) is the roofline bound, not a prediction.
+# token is the larger of the deeper slice's unprofiled time and the full model's GPU time (point: the host prepares the
+# next step while the GPU runs this one, so a step takes whichever is longer), with that slice's time plus the missing
+# layers' GPU time as the high end (host work kept, serial). The serial rule was the first point estimate; the first check
+# on an H200 put it 25-35% above the measured whole models, whose own profiles show the GPU busy nearly all the time.
+# Where the whole model was run too, its measured time and the signed error stand beside it; the bytes rule (bytes read
+# per token over the bandwidth, datasheet and measured) is the roofline bound, not a prediction.
 
 # %%
 cols = ["card", "engine", "backend", "quant", "layers_measured", "predicted_ms", "low_ms", "high_ms", "measured_ms", "error_pct",
