@@ -277,7 +277,9 @@ def test_book_chapters_01_and_05_over_ssh(ssh_env, tmp_path):
     assert probe["host"] == spec and probe["versions"]["python_executable"] == os.sys.executable
     single = store.table("bench_summary")
     single = single[single["phase"] == "single"]
-    assert len(single) == 1 and single["decode_tok_s_mean"].iloc[0] > 0, store.table("failures")
+    # one single-stream row per server start (chapter 05 measures over starts), each with a rate
+    assert len(single) >= 1 and (single["decode_tok_s_mean"] > 0).all(), store.table("failures")
+    assert "start" not in single or single["start"].nunique() == len(single)
     req = store.table("bench_requests")
     assert req["ok"].all() and (req["output_tokens"] > 0).all()
     rows = [json.loads(ln) for ln in (store.path / "servers.jsonl").read_text().splitlines()]

@@ -157,7 +157,8 @@ def test_inprocess_profile_of_the_embedded_model(tmp_path):
         b = r["breakdown"]
         assert b["steps"] == 10 and sum(b["categories"].values()) == pytest.approx(b["step_ms"])
         assert b["categories"]["dense gemm"] > 0 and b["categories"]["attention"] > 0
-    assert rows[1]["breakdown"]["busy_ms"] > rows[0]["breakdown"]["busy_ms"]
+    # more layers, more operators per step (times on a shared CPU are too noisy to order)
+    assert rows[1]["breakdown"]["kernels_per_step"] > rows[0]["breakdown"]["kernels_per_step"]
 
 
 def test_capture_drives_the_profiler_endpoints_of_a_live_server(tmp_path):
