@@ -212,9 +212,14 @@ from servebook.selection.decode_path import SETTINGS, decode_path_table
 sglang_specs = [f"{compare_engine}=={v.strip()}" for v in compare_versions.split(",") if v.strip()]
 dp_specs = [s for s in dict.fromkeys([seed_spec] + ([] if smoke else sglang_specs) + vllm_specs[:1 if smoke else None])
             if s in prepared]
-# the seed case's decode path is read in the what-if book and full books; a smoke run (tests, CI) leaves it out
+# the seed case's decode path (30-100 s per engine version) is read in the what-if book and in books of SGLang or vLLM;
+# the embedded CPU book and smoke runs (tests, CI) leave it out and say how to get it
+read_dp = bool(profile) or (not smoke and not engine.startswith("transformers"))
 dp_rows = decode_path_table(dp_specs, seed_model, seed_profile, tp_size=8,
-                            on_error=lambda e, exc: store.record_failure("decode_path", exc, engine=e)) if (profile or not smoke) else []
+                            on_error=lambda e, exc: store.record_failure("decode_path", exc, engine=e)) if read_dp else []
+if not read_dp:
+    print("the seed case's decode path is not read in this book: `servebook book --profile rtx-pro-6000 --engine "
+          "sglang==0.5.9 --model kimi-k2.5 --only 02` reads it (a few minutes per engine version)")
 for r in dp_rows:
     append_once("decode_path", r, "engine", "version", "setting", "model", "gpu")
 if dp_rows:
