@@ -189,6 +189,10 @@ def findings(store) -> list[str]:
                      + (" (inside the predicted interval)" if p.get("within_interval") else " (outside the predicted interval)"))
         else:
             text += " (the whole model was not run here: a prediction only)"
+        if "in process" in str(p["engine"]):
+            text += (". In process, the framework's own work between operators grows with every layer and nothing runs beside "
+                     "it, while the rule is made for servers whose host work is per step and hidden behind the GPU: the error "
+                     "above measures how far that assumption is from this host")
         lines.append(text + ".")
     return lines
 
