@@ -18,7 +18,7 @@ from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
 from .kernels import CATEGORIES, RULES, Kernel, TraceError, classify, kernel_events, load_trace, rules_table
 from .predict import predict_full
 from .steps import busy_time, find_anchor, step_breakdown
-from .tables import breakdown_check, engine_difference, latest_breakdown, latest_ok, prediction_rows
+from .tables import rewrite_table, breakdown_check, engine_difference, latest_breakdown, latest_ok, prediction_rows
 
 __all__ = ["CATEGORIES", "RULES", "Kernel", "TraceError", "ProfilerUnavailable", "classify", "kernel_events", "load_trace",
            "rules_table", "find_anchor", "step_breakdown", "busy_time", "capture", "keep_trace", "profiler_launch",
@@ -59,11 +59,7 @@ def write_predictions(store) -> list[dict]:
     """Derive ``prediction_check`` from the run's ``profile_runs`` and ``memory_bandwidth`` (rewritten whole)."""
     bw = store.rows("memory_bandwidth")
     rows = prediction_rows(store.rows("profile_runs"), bw, _datasheet_tbs(bw[-1]["device"] if bw else None))
-    path = store.table_path("prediction_check")
-    if path.exists():
-        path.unlink()
-    for row in rows:
-        store.append("prediction_check", row)
+    rewrite_table(store, "prediction_check", rows)
     return rows
 
 

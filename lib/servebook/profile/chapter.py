@@ -17,12 +17,6 @@ from .tables import latest_breakdown, latest_ok, prediction_rows
 __all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "findings", "record_inprocess", "where_time_goes"]
 
 
-def _args_for(engine_args: str, engine: str) -> list[str]:
-    from ..engines import args_for
-
-    return args_for(engine_args, engine)
-
-
 def record_inprocess(store, model_dir, depths, *, steps: int, card: str = "embedded", say=print) -> list[dict]:
     """Profile ``model_dir`` in this process (transformers, torch profiler) at each depth and store the rows as the
     served engines' are (``profile_runs``, ``decode_breakdown``; engine "transformers (in process)")."""
@@ -59,7 +53,7 @@ def measure_chapter(store, engines, model_dir, *, engine_args: str = "", steps: 
                     smoke: bool = False, say=print) -> None:
     """Profile each engine of the chapter on its model (and, with ``depths``, on slices of the model's card, for the
     full-model prediction). A failure is recorded and the chapter goes on."""
-    from ..engines import get_engine
+    from ..engines import args_for, get_engine
     from ..models import build_model
     from .run import run_plan
 
@@ -87,7 +81,7 @@ def measure_chapter(store, engines, model_dir, *, engine_args: str = "", steps: 
         if host not in ("", "local"):
             store.record_failure(f"profile {name}", f"profiles are taken on the host the book runs on; {host} is remote")
             continue
-        extra = _args_for(engine_args, name)
+        extra = args_for(engine_args, name)
         served.append({"label": f"{name} {Path(model_dir).name}", "engine": spec, "model_dir": str(model_dir), "card": meta.get("card"),
                        "role": "full" if meta.get("layers") and meta.get("facts", {}).get("full_layers") == meta.get("layers") else "slice",
                        "extra": extra})

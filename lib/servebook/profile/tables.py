@@ -15,7 +15,16 @@ from typing import Iterable
 
 from .predict import predict_full
 
-__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference"]
+__all__ = ["rewrite_table", "latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference"]
+
+
+def rewrite_table(store, table: str, rows: Iterable[dict]) -> None:
+    """Replace a derived table whole (it is computed again from the rows it derives from, never appended to)."""
+    path = store.table_path(table)
+    if path.exists():
+        path.unlink()
+    for row in rows:
+        store.append(table, row)
 
 
 def latest_breakdown(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]) -> list[dict]:
