@@ -82,8 +82,10 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
         + ", ".join(f"{g['category']} {g['diff_ms']:+.2f} ms" for g in parts[:4]) + ".",
     ]
     if att and att["diff_ms"] and att["diff_ms"] > 0:
+        ratio = att["sglang"] / att["vllm"] if att.get("vllm") else None
         lines.append("Why attention (a hypothesis, measured on the H200, not on the seed's GPU): at batch 1 SGLang's Triton "
-                     "MLA decode kernels take about twice as long per layer as vLLM's Triton MLA kernels on the same slice "
+                     f"MLA decode kernels take {f'{ratio:.1f} times' if ratio else 'longer than'} as long per layer as vLLM's "
+                     "Triton MLA kernels on the same slice "
                      "(`data/runs/h200x1-prof`, table `decode_breakdown`; kernel names in the traces' excerpts), and SGLang's "
                      "Triton path adds copy and index kernels around them. All-reduce is the same projected cost for both "
                      "engines (the same count at the same published latency), so on this evidence it does not explain the gap.")
