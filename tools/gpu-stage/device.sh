@@ -26,6 +26,11 @@
 #               are measured again: another method) and SGLang's own client beside servebook's; meanwhile, on the CPU,
 #               chapter 02 of each run named in PAGES (default h200x1-book h200x2-book) executed again with this host's
 #               engines (pages and tables to pages.tgz); then wait up to S seconds
+#   trust [S]   a one-GPU machine, a fresh run (RUN_ID h200x1-live unless set) for the checks of issue #28: chapter 01,
+#               03 (graphs; SGLang's default, triton, flashmla; vLLM's default and its MLA list) and 05 (both engines on the
+#               same random-weight slice, prompt length and token count as chapter 03; no profiles: those are recorded
+#               in h200x1-prof) with STARTS (default 2) server starts per configuration and the decode-path agreement
+#               (chapter 02 reads the engines' code: it runs on the CPU, as for the earlier recordings)
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
 step=${1:-status}; secs=${2:-0}
@@ -42,7 +47,7 @@ export SERVEBOOK_HOST_POLICY_ENV="NCCL_NVLS_ENABLE=0,TORCH_SYMM_MEM_DISABLE_MULT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SERVEBOOK_CACHE=/tmp/sbcache
 [ -x /tmp/py-sglang ] && export SERVEBOOK_PYTHON_SGLANG=/tmp/py-sglang
 [ -x /tmp/py-vllm ] && export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-RUN_ID=${RUN_ID:-$(case "$step" in one|more|check) echo h200x1-live;; profile) echo h200x1-prof;; *) echo h200x2-live;; esac)}
+RUN_ID=${RUN_ID:-$(case "$step" in one|more|check|trust) echo h200x1-live;; profile) echo h200x1-prof;; *) echo h200x2-live;; esac)}
 SLICE=/tmp/models/kimi-slice            # full-width Kimi-K2.5 text slice, seeded bf16 weights (chapter 03: agreement)
 DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-format dummy (chapters 04, 05: speed)
 FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
@@ -181,11 +186,22 @@ rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data /tmp/sbtree
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 python3 -m servebook.cli profile run --plan /tmp/profile-plan.json --runs /tmp/runs --run-id $RUN_ID --budget-gb \${BUDGET_GB:-138} \${ONLY:+--only \"\$ONLY\"}"
 }
+do_trust() {  # models as soon as the notebook tools are in; chapters once both engines are (a copy of the tree: see do_profile)
+    do_one_models || return 0
+    job main "cd $REPO
+rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data $REPO/notebooks /tmp/sbtree/
+export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
+while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
+$BOOK --engine sglang --model $SLICE --only 01
+$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph -p ready_timeout=420 -p runs=3 -p starts=${STARTS:-2} -p max_tokens=64 -p 'backends=sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA'
+$BOOK --engine sglang --model $SLICE --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p starts=${STARTS:-2} -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p ceiling_sglang_version=0.5.16"
+}
 case "$step" in
   profile) do_profile; do_wait ;;
   check) do_check; do_wait ;;
   more) do_more; do_wait ;;
   one) do_one; do_wait ;;
+  trust) do_trust; do_wait ;;
   all) [ -f /tmp/jobs/all.pid ] || do_all; do_wait ;;
   restart) do_restart; do_wait ;;
   prep) do_prep ;;
