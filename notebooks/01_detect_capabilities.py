@@ -52,7 +52,7 @@ import servebook
 from servebook import probe as sbp
 from servebook.hosts import get_host
 from servebook.profiles import list_profiles
-from servebook.results import RunStore
+from servebook.results import RunStore, show_corrections
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
 print(f"servebook {servebook.__version__}, Python {platform.python_version()}, run: {store.path}")
@@ -220,6 +220,7 @@ if report:
 failures = store.table("failures")
 if not failures.empty:
     display(failures)
+    show_corrections(store, "failures")  # a row changed after it was recorded says so, by what and why
 
 # %% [markdown]
 # ## Summary and next step

@@ -31,7 +31,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from servebook import findings as sbf
-from servebook.results import RunStore, find_runs
+from servebook.results import RunStore, find_runs, show_corrections
 
 if run_dir:
     store = RunStore.at(run_dir)
@@ -179,6 +179,7 @@ show("02")
 bk = pd.DataFrame(f.backends)
 display(bk[[c for c in ["engine", "tried", "correct", "best", "best_tok_s", "best_ci95", "default_reported", "default_tok_s",
                         "default_ci95", "change_supported"] if c in bk]] if len(bk) else Markdown("_No backend was forced._"))
+show_corrections(store, "backends", "backends_preflight", "backends_not_run")  # rows changed after they were recorded
 show("03")
 
 # %% [markdown]
@@ -202,6 +203,7 @@ show("04")
 tp = pd.DataFrame(f.throughput)
 display(tp[[c for c in ["label", "single_tok_s", "single_ci95", "runs", "c1_tok_s", "peak_tok_s", "peak_c", "pct_of_roofline",
                         "roofline_tok_s"] if c in tp]] if len(tp) else Markdown("_No benchmark recorded._"))
+show_corrections(store, "bench_summary", "bench_client_check")
 show("05")
 
 # %% [markdown]
