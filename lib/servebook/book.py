@@ -711,7 +711,7 @@ def _verdict_html(run_dir: Path) -> str:
 
 
 def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
-    from .findings import host_summary
+    from .findings import host_summary, versions_read
 
     manifest = store.manifest
     params = manifest.get("parameters", {})
@@ -723,6 +723,7 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         gpus = ", ".join((manifest.get("host_fingerprint") or {}).get("gpus") or []) or "no GPU"
     engines = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("transformers", "sglang", "vllm") and v)
     studied = ", ".join(f"{e['engine']} {e.get('version')}" for e in h.get("engines", []) if e.get("status") == "ok")
+    read = [v for v in versions_read(store) if v not in studied.split(", ")]
     rows = []
     for chapter, _ in pages:
         info = status.get(chapter.stem, {})
@@ -741,6 +742,8 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
            f"chapters 03-05 plan and predict</td></tr>" if params.get("profile") else "")
         + f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
         f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}</td></tr>"
+        + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their code only: nothing of them ran)</td></tr>"
+           if read else "") +
         f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "
         f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"
         f"<tr><th>date</th><td>{html.escape(date)} (finished {html.escape(str(manifest.get('finished')))})</td></tr>"
