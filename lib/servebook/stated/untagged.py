@@ -67,6 +67,8 @@ EXCEPTIONS: tuple[Exception_, ...] = (
     Exception_(r"\bbatch {N}\b|\bC ?= ?{N}\b(?! ?(?:tok|us|ms))", "a level's name (batch size, concurrency), not a measurement: "
                "its figures are tagged or tabled"),
     Exception_(r"\b{N}% (?:t-)?(?:confidence )?interval|\b{N}% CI\b|\b{N}% t-", "the interval's definition (95%)"),
+    Exception_(r"^corrected: .*", "a correction's note (servebook.results.say_corrections): the count of rows that carry it and "
+               "the reason recorded in those rows, quoted"),
     Exception_(r"\bx{N}\b|\b{N}x (?=H200|H100|B200|RTX|GPU|A100)", "a host's GPU count as the host is named"),
 )
 
