@@ -553,11 +553,14 @@ if slice_meta is not None and slice_meta.is_file() and roof_rows:
                            "predicted_full_ms_per_token": floor_ms / eff if eff else None,
                            "label": "prediction, not measured: every layer assumed to reach the slice's share of the bandwidth floor on one GPU",
                            "derived_from": r.get("derived_from") or next((v for k, v in sources.items() if r["case"].startswith(f"{k} on ")), None)})
-    for x in rows_x:
+    for x in rows_x if measure else []:  # executed again on recorded tables (measure=False), a chapter writes nothing
         if not store.done("model_extrapolation", case=x["case"], full_model=x["full_model"], derived_from=x["derived_from"]):
             store.append("model_extrapolation", x)
-    display(pd.DataFrame(standing(store.rows("model_extrapolation"), sources.values(), identity=("case", "full_model"),
-                                  legacy=lambda r: _stands(r, lambda x: x["slice_ms_per_token"]))).drop(columns=["derived_from"], errors="ignore").round(3))
+    stands = standing(store.rows("model_extrapolation"), sources.values(), identity=("case", "full_model"),
+                      legacy=lambda r: _stands(r, lambda x: x["slice_ms_per_token"]))
+    if not stands and store.rows("model_extrapolation"):
+        print("table model_extrapolation holds rows of a superseded measurement only; shown: the same computed now from the one that stands")
+    display(pd.DataFrame(stands or rows_x).drop(columns=["derived_from"], errors="ignore").round(3))
     print(f"slice: {f['slice_layers']} of {f['full_layers']} layers, {f['slice_bytes_per_token'] / 1e9:.2f} GB read per token; "
           f"full model: {f['full_bytes_per_token_bf16'] / 1e9:.1f} GB in bf16, {f['full_bytes_per_token_card'] / 1e9:.1f} GB with the card's quantization")
 
