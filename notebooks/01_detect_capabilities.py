@@ -46,13 +46,14 @@ import platform
 import sys
 
 import pandas as pd
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
 import servebook
 from servebook import probe as sbp
 from servebook.hosts import get_host
 from servebook.profiles import list_profiles
-from servebook.results import RunStore
+from servebook.book import excerpt_html
+from servebook.results import RunStore, show_corrections
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
 print(f"servebook {servebook.__version__}, Python {platform.python_version()}, run: {store.path}")
@@ -218,8 +219,9 @@ if report:
     lines += [f"- {w}" for w in warn]
     display(Markdown("\n".join(lines)))
 failures = store.table("failures")
-if not failures.empty:
-    display(failures)
+if not failures.empty:  # each failure whole, folded under its first line
+    display(HTML("".join(excerpt_html(f"{r.get('step')}: {r.get('error')}") for r in store.rows("failures"))))
+    show_corrections(store, "failures")  # a row changed after it was recorded says so, by what and why
 
 # %% [markdown]
 # ## Summary and next step

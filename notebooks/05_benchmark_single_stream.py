@@ -144,7 +144,7 @@ from servebook.findings import throughput as measured_throughput
 from servebook.errors import ServebookError
 from servebook.models import engine_args_of
 from servebook.params import resolve_model
-from servebook.results import RunStore
+from servebook.results import RunStore, derived_from, standing
 from servebook.hosts import get_host, model_on_host
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
@@ -496,8 +496,15 @@ else:
 
 # %%
 roof_rows = []
+# derived rows are keyed by the measurement they derive from (its last single-stream row, method included): taken again, it supersedes them
+sources = {r["label"]: derived_from(r, method={k: r.get(k) for k in ("warmup", "runs", "max_tokens", "input_len")})
+           for r in summary_rows if r.get("phase") == "single"}
+rate_of = dict(zip(single_cfg["label"], single_cfg["decode_tok_s_mean"])) if len(single_cfg) else {}
+def _stands(r, ms):  # a row written before derived rows named their source: it stands if its rate is the current one
+    return any(str(r.get("case", "")).startswith(f"{lab} on ") and abs(ms(r) - 1e3 / tok) < 1e-6 * ms(r) for lab, tok in rate_of.items() if tok)
 if model_dir is not None and not measure:  # the rows this run recorded, with the bandwidth of the host that measured them
-    roof_rows = [r for r in store.rows("bench_roofline") if r.get("source") == "measured here"]
+    roof_rows = standing([r for r in store.rows("bench_roofline") if r.get("source") == "measured here"], sources.values(),
+                         identity=("case",), legacy=lambda r: _stands(r, lambda x: 1e3 / x["measured_tok_s"]))
     if roof_rows:
         display(Markdown(f"Bandwidth for this run's roofline: **{roof_rows[0]['bandwidth_tbs'] * 1e3:,.1f} GB/s**, the "
                          f"{roof_rows[0]['bandwidth_source']} (as recorded on the host)."))
@@ -521,7 +528,8 @@ elif model_dir is not None:
         for _, r in single_cfg.iterrows():
             row = {"case": f"{r['label']} on {bw['device']}", "measured_tok_s": r["decode_tok_s_mean"], "roofline_tok_s": roof["tok_s"],
                    "pct_of_roofline": 100 * r["decode_tok_s_mean"] / roof["tok_s"], "bytes_per_token": roof["bytes_per_token"],
-                   "bandwidth_tbs": bw["bandwidth_tbs"], "bandwidth_source": bw["method"], "tp": 1, "source": "measured here"}
+                   "bandwidth_tbs": bw["bandwidth_tbs"], "bandwidth_source": bw["method"], "tp": 1, "source": "measured here",
+                   "derived_from": sources.get(r["label"])}
             store.append("bench_roofline", row)
             roof_rows.append(row)
 
@@ -543,11 +551,16 @@ if slice_meta is not None and slice_meta.is_file() and roof_rows:
             rows_x.append({"case": r["case"], "full_model": what, "layers": f"{f['slice_layers']} -> {f['full_layers']}",
                            "slice_ms_per_token": t_slice, "slice_share_of_floor": eff, "full_floor_ms": floor_ms,
                            "predicted_full_ms_per_token": floor_ms / eff if eff else None,
-                           "label": "prediction, not measured: every layer assumed to reach the slice's share of the bandwidth floor on one GPU"})
-    for x in rows_x:
-        if not store.done("model_extrapolation", case=x["case"], full_model=x["full_model"]):
+                           "label": "prediction, not measured: every layer assumed to reach the slice's share of the bandwidth floor on one GPU",
+                           "derived_from": r.get("derived_from") or next((v for k, v in sources.items() if r["case"].startswith(f"{k} on ")), None)})
+    for x in rows_x if measure else []:  # executed again on recorded tables (measure=False), a chapter writes nothing
+        if not store.done("model_extrapolation", case=x["case"], full_model=x["full_model"], derived_from=x["derived_from"]):
             store.append("model_extrapolation", x)
-    display(pd.DataFrame(rows_x).round(3))
+    stands = standing(store.rows("model_extrapolation"), sources.values(), identity=("case", "full_model"),
+                      legacy=lambda r: _stands(r, lambda x: x["slice_ms_per_token"]))
+    if not stands and store.rows("model_extrapolation"):
+        print("table model_extrapolation holds rows of a superseded measurement only; shown: the same computed now from the one that stands")
+    display(pd.DataFrame(stands or rows_x).drop(columns=["derived_from"], errors="ignore").round(3))
     print(f"slice: {f['slice_layers']} of {f['full_layers']} layers, {f['slice_bytes_per_token'] / 1e9:.2f} GB read per token; "
           f"full model: {f['full_bytes_per_token_bf16'] / 1e9:.1f} GB in bf16, {f['full_bytes_per_token_card'] / 1e9:.1f} GB with the card's quantization")
 

@@ -31,7 +31,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from servebook import findings as sbf
-from servebook.results import RunStore, find_runs
+from servebook.results import RunStore, find_runs, show_corrections
 
 if run_dir:
     store = RunStore.at(run_dir)
@@ -120,7 +120,7 @@ if params.get("profile") and causes:
                 for backend in m["would_write"]:
                     launch_first.append({"why": f"{c['engine']} {c['version']} ({c['decision']}): {m['helper']} kept `{backend}` "
                                                 f"({', '.join(m['at'])}) from this GPU",
-                                         "launch": plan.recommended_launch(facts, backend)})
+                                         "launch": plan.recommended_launch(facts, backend), "decision": c["decision"]})
     for row in launch_first:
         if not store.done("recommended_launch", launch=row["launch"]):
             store.append("recommended_launch", row)
@@ -179,6 +179,7 @@ show("02")
 bk = pd.DataFrame(f.backends)
 display(bk[[c for c in ["engine", "tried", "correct", "best", "best_tok_s", "best_ci95", "default_reported", "default_tok_s",
                         "default_ci95", "change_supported"] if c in bk]] if len(bk) else Markdown("_No backend was forced._"))
+show_corrections(store, "backends", "backends_preflight", "backends_not_run")  # rows changed after they were recorded
 show("03")
 
 # %% [markdown]
@@ -202,6 +203,7 @@ show("04")
 tp = pd.DataFrame(f.throughput)
 display(tp[[c for c in ["label", "single_tok_s", "single_ci95", "runs", "c1_tok_s", "peak_tok_s", "peak_c", "pct_of_roofline",
                         "roofline_tok_s"] if c in tp]] if len(tp) else Markdown("_No benchmark recorded._"))
+show_corrections(store, "bench_summary", "bench_client_check")
 show("05")
 
 # %% [markdown]
@@ -323,7 +325,10 @@ qa = sbf.check_yourself(store, "06")
 if params.get("profile"):  # a what-if run measured nothing: its questions are about what to try and what settles it
     first = launch_first[0] if launch_first else None
     qa = [("This page names a launch to try first. Is that a measured recommendation, and what settles it?",
-           (f"No: nothing was measured on the `{params['profile']}` profile. The launch comes from a root cause: {first['why']}. "
+           (f"No: nothing was measured on the `{params['profile']}` profile. The launch comes from "
+            + ("a root cause (the code says the missed backend supports this GPU)" if first.get("decision") == "fallback" else
+               "a hypothesis, not a root cause (no code the what-if could run says the missed backend supports this GPU)")
+            + f": {first['why']}. "
             "On the real host, chapter 03 settles it: the backend the server reports, teacher-forced agreement with the default, "
             "and a decode rate faster beyond both 95% intervals." if first else
             f"It names none: no hardware helper on the engine's path kept a backend from the `{params['profile']}` GPU, so the "

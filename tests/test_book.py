@@ -67,6 +67,9 @@ def test_rendered_site(book):
         assert p in index
     third = (book.out / "03_force_each_backend.html").read_text()
     assert "02_read_backend_selection.html" in third and "04_tune_nccl.html" in third
+    for p in pages:  # the parameters folded under the table of what this run changed; the book's setup cell left out
+        page = (book.out / p).read_text()
+        assert 'class="sb-params-table"' in page and 'class="sb-code sb-params"' in page and "display.max_colwidth" not in page, p
 
 
 def test_resume_does_not_remeasure(book, tmp_path):

@@ -197,7 +197,17 @@ def test_compare_partial_runs():
     assert table.at["capability", cols[2]] == "same"
     label = "transformers/default tok/s at C=1 (single stream)"
     assert table.at[label, "1gpu"] == "missing" and table.at[label, cols[2]] == ""
-    assert table.at["selected backends", "1gpu"] == "missing"
+    assert table.at["selected backends (chapter 02)", "1gpu"] == "missing"
+
+
+def test_compare_states_the_backends_each_run_selected_and_reported():
+    """h200x1-live's chapter 02 answered for the h200 profile (not "this-host") and its chapter 03 reported fa3: the
+    comparison says both, never "missing" beside a page that shows fa3 (issue #29, item 10)."""
+    live1, live2 = H200.parent / "h200x1-live", H200.parent / "h200x2-live"
+    table = sbf.compare_runs([live1, live2])
+    assert table.at["selected backends (chapter 02)", "h200x1-live"] == "sglang 0.5.16 on h200: fa3"
+    assert table.at["default backend reported (chapter 03)", "h200x1-live"] == "sglang: fa3, vllm: FLASH_ATTN_MLA"
+    assert table.at["default backend reported (chapter 03)", "h200x2-live"] == "sglang: fa3"
 
 
 def test_compare_deltas_respect_intervals(tmp_path):

@@ -228,3 +228,64 @@ def test_code_cells_are_not_read():
             '<div class="jp-OutputArea"><pre>all done</pre></div>')
     assert visible(page).blocks == ["all done"]
     assert contradictions({"p.html": page}) == []
+
+
+# -- a page: its parameters folded under a table of what this run changed, failures whole, tables never cut ---------------
+def _tiny_notebook():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 05. Tiny"),
+                nbformat.v4.new_code_cell('max_tokens = 128  # tokens\nengine = "transformers"\napi_key = ""\nruns = 5',
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell('# Parameters\nmax_tokens = 64\nengine = "transformers"\napi_key = "sk-live-sekret99"\n'
+                                          'runs = 5\nrun_dir = "runs/x"', metadata={"tags": ["injected-parameters"]}),
+                nbformat.v4.new_code_cell("x = 1")]
+    for i, c in enumerate(nb.cells):
+        c["id"] = f"c{i}"
+    return nb
+
+
+def test_parameters_cell_folded_under_a_table_of_what_changed():
+    from servebook.book import _exporter, _parameters_table, parameters_that_ran
+
+    nb = _tiny_notebook()
+    ran = parameters_that_ran(nb)
+    assert [n for n, _, _ in ran] == ["max_tokens", "api_key", "run_dir"]  # engine and runs are the defaults: not listed
+    assert dict((n, v) for n, v, _ in ran)["api_key"] != "sk-live-sekret99"
+    _parameters_table(nb)
+    page, _ = _exporter().from_notebook_node(nb)
+    assert "sekret99" not in page, "a secret parameter reached the page"
+    table = re.search(r'<div class="sb-params-table">.*?</div>', page, flags=re.S).group(0)
+    assert "<td>max_tokens</td><td><code>64</code></td><td><code>128</code></td>" in table and "<td>engine</td>" not in table
+    for summary in ("parameters cell: the notebook's defaults", "injected parameters: the values this run was given"):
+        assert re.search(r'<details class="sb-code sb-params"><summary>' + re.escape(summary.replace("'", "&#39;")) + "</summary>", page) \
+            or re.search(r'<details class="sb-code sb-params"><summary>' + re.escape(summary) + "</summary>", page), summary
+    assert page.index("sb-params-table") < page.index("sb-code sb-params")  # the table first, the cells folded below it
+
+
+def test_an_excerpt_is_whole_and_its_summary_never_cut_mid_word():
+    from servebook.book import excerpt_html
+
+    text = "vllm exited with code 1 during startup: " + "RuntimeError: CUDA error: an illegal memory access " * 8 + "\nTraceback ..."
+    out = excerpt_html(text, first=60)
+    assert out.startswith('<details class="sb-excerpt"><summary>') and "</details>" in out
+    summary = re.search(r"<summary>(.*?)</summary>", out).group(1)
+    assert summary == "vllm exited with code 1 during startup: RuntimeError: CUDA ... (whole text below)"
+    assert __import__("html").escape(text) in out  # whole
+    assert contradictions({"p.html": out}, kinds=("cut off",)) == []
+
+
+def test_the_book_kernel_shows_strings_whole():
+    """The setup cell every chapter starts with (left out of the page) sets pandas to never cut a string with '...'."""
+    import pandas as pd
+
+    from servebook.book import _SETUP, _with_setup
+
+    nb = _with_setup(_tiny_notebook())
+    assert "sb-setup" in nb.cells[0].metadata["tags"]
+    with pd.option_context("display.max_colwidth", 50):
+        exec(_SETUP, {})
+        long = "sglang/default --cuda-graph-max-bs 16 --sampling-backend pytorch"
+        html = pd.DataFrame({"label": [long * 2]})._repr_html_()
+        assert long * 2 in html and "..." not in html

@@ -32,7 +32,7 @@ from .provenance import describe_revision, host_fingerprint, record_code, softwa
 from .results import RunStore
 
 __all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "answer_boxes", "refresh_findings", "refresh_chapter",
-           "chapter_verdict", "host_fingerprint", "software_versions"]
+           "chapter_verdict", "host_fingerprint", "software_versions", "excerpt_html", "parameters_that_ran"]
 
 _CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
 
@@ -113,6 +113,38 @@ def notebook_parameters(path: Path) -> dict[str, dict]:
         ipynb = Path(tmp) / (path.stem + ".ipynb")
         nbformat.write(_read_notebook(path), ipynb)
         return papermill.inspect_notebook(str(ipynb))
+
+
+# The book's kernel starts with this cell (tagged ``sb-setup``, left out of the rendered page): pandas shows every string
+# whole, so no table on a page is cut with "..." mid-word. The one place the book sets display options.
+_SETUP = """import pandas as _pd
+_pd.set_option("display.max_colwidth", None)
+del _pd"""
+
+
+def _with_setup(nb):
+    """The notebook with the book's setup cell first (see ``_SETUP``)."""
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell(_SETUP, metadata={"tags": ["sb-setup"]})
+    cell["id"] = "sb-setup"
+    nb.cells.insert(0, cell)
+    return nb
+
+
+def excerpt_html(text: str, summary: str = "", first: int = 160) -> str:
+    """A failure or log excerpt for a page: whole, in a collapsible block, never cut mid-word. Its summary is ``summary``
+    or the text's first line, shortened at a word boundary (marked "...") when longer than ``first`` characters.
+
+        display(HTML(excerpt_html(row["error"])))
+    """
+    text = str(text).rstrip()
+    head = summary or (text.splitlines() or [""])[0]
+    if not summary and (len(head) > first or "\n" in text):
+        cut = head[:first].rsplit(" ", 1)[0] if len(head) > first else head
+        head = cut.rstrip(" ,;:") + (" ..." if len(head) > first else "") + " (whole text below)"
+    return (f'<details class="sb-excerpt"><summary>{html.escape(head)}</summary>'
+            f'<pre style="white-space:pre-wrap">{html.escape(text)}</pre></details>')
 
 
 def _now() -> str:
@@ -302,7 +334,7 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
 
     source = executed_dir / f"{chapter.stem}.source.ipynb"
     target = executed_dir / f"{chapter.stem}.ipynb"
-    nbformat.write(_select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile"))), source)
+    nbformat.write(_with_setup(_select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile")))), source)
     given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     try:
@@ -313,10 +345,10 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
         )
         status, error = "ok", None
     except PapermillExecutionError as exc:
-        status, error = "failed", f"{exc.ename}: {exc.evalue}"[:500]
+        status, error = "failed", f"{exc.ename}: {exc.evalue}"  # whole: the page folds it, never cuts it
         store.record_failure(f"chapter {chapter.stem}", error, cell=exc.cell_index)
     except Exception as exc:  # noqa: BLE001 - a dead kernel or a timeout: record and go on
-        status, error = "failed", f"{type(exc).__name__}: {exc}"[:500]
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
         store.record_failure(f"chapter {chapter.stem}", error)
     finally:
         source.unlink(missing_ok=True)
@@ -334,22 +366,32 @@ _NAV_CSS = """
 details.sb-code>summary{cursor:pointer;color:#57606a;font:12px system-ui,sans-serif;margin:.15em 0 .15em 4.5em}
 .sb-failed{background:#ffebe9;border:1px solid #ff8182;padding:.6em 1em;margin:1em;font-family:system-ui,sans-serif}
 details{margin:.3em 0 .8em}summary{cursor:pointer;color:#0969da}
+.sb-params-table{font-family:system-ui,sans-serif;margin:.4em 1.2em .2em 5.5em;font-size:90%}.sb-params-table table{margin-top:.3em}
+details.sb-excerpt pre{max-height:30em;overflow:auto;background:#f6f8fa;padding:.4em}
 h1[id],h2[id],h3[id],h4[id]{scroll-margin-top:3.5em}
 </style>
 """
 
 # The lab template without what a static, offline page cannot load: require.js, MathJax and mermaid come
 # from a CDN and fail (console errors, a stalled page) where there is no network. Nothing in the book uses them.
-# The page template: nbconvert's lab template, with helper code folded (a reader opens it with one click; the parameters
-# cell, which a reader changes, stays open) and every plot given alternative text.
+# The page template: nbconvert's lab template, with code folded (a reader opens it with one click; the parameters cells
+# too: a short table above them says which parameters this run changed) and every plot given alternative text.
 _TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {% block input_group -%}
 {%- set tags = cell.metadata.get('tags', []) -%}
-{%- if 'parameters' in tags or 'injected-parameters' in tags or 'show-code' in tags -%}
+{%- if 'show-code' in tags -%}
 {{ super() }}
+{%- elif 'parameters' in tags -%}
+<details class="sb-code sb-params"><summary>parameters cell: the notebook's defaults</summary>
+{{ super() }}
+</details>
+{%- elif 'injected-parameters' in tags -%}
+<details class="sb-code sb-params"><summary>injected parameters: the values this run was given</summary>
+{{ super() }}
+</details>
 {%- else -%}
 <details class="sb-code"><summary>code</summary>
 {{ super() }}
@@ -367,6 +409,70 @@ _TEMPLATE = """{%- extends 'index.html.j2' -%}
 # stderr that libraries print and that says nothing about the run (rendered, it looks like an error)
 _NOISE = re.compile(r"TqdmWarning: IProgress not found|from \.autonotebook import tqdm|Token indices sequence length is longer|"
                     r"Kernel is running over TCP without encryption|with an incorrect regex pattern|fix_mistral_regex")
+
+
+def _assigned(source: str) -> dict[str, Any]:
+    """``NAME = literal`` assignments of a parameters cell (papermill writes the injected one the same way)."""
+    import ast
+
+    out: dict[str, Any] = {}
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return out
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name) and node.value is not None:
+                try:
+                    out[targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+    return out
+
+
+def parameters_that_ran(nb) -> list[tuple[str, Any, Any]]:
+    """(name, value this run was given, the notebook's default) for each parameter papermill injected with a value other
+    than the notebook's default; secrets masked."""
+    from .secrets import MASK, is_secret_name, mask_value
+
+    tagged = lambda t: next((c for c in nb.cells if t in c.metadata.get("tags", [])), None)  # noqa: E731
+    defaults_cell, injected_cell = tagged("parameters"), tagged("injected-parameters")
+    if injected_cell is None:
+        return []
+    defaults = _assigned(defaults_cell.source) if defaults_cell is not None else {}
+    out = []
+    for name, value in _assigned(injected_cell.source).items():
+        if name in defaults and defaults[name] == value:
+            continue
+        hide = lambda v: MASK if is_secret_name(name) and v not in ("", None) else mask_value(v)  # noqa: E731
+        out.append((name, hide(value), hide(defaults.get(name, "(none)"))))
+    return out
+
+
+def _parameters_table(nb) -> None:
+    """Above the (folded) parameters cells: a short table of the parameters this run changed from the notebook's
+    defaults; the injected cell's text masked like the run's tables."""
+    import nbformat
+
+    from .secrets import mask_text
+
+    at = next((i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])), None)
+    if at is None:
+        return
+    for c in nb.cells:
+        if "injected-parameters" in c.metadata.get("tags", []):
+            c.source = mask_text(c.source)
+    ran = parameters_that_ran(nb)
+    code = lambda v: f"<code>{html.escape(repr(v) if not isinstance(v, str) else v)}</code>"  # noqa: E731
+    rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{code(v)}</td><td>{code(d)}</td></tr>" for n, v, d in ran)
+    body = (f'<div class="sb-params-table"><b>Parameters this run changed</b> from the notebook\'s defaults (both cells '
+            f'below, folded, hold them all):<table><thead><tr><th>parameter</th><th>this run</th><th>default</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table></div>' if ran else
+            '<div class="sb-params-table"><b>Parameters:</b> this run used the notebook\'s defaults (the cell below, folded).</div>')
+    cell = nbformat.v4.new_markdown_cell(body, metadata={"tags": ["sb-params-table"]})
+    cell["id"] = "sb-params-table"
+    nb.cells.insert(at, cell)
 
 
 def _drop_noise(nb) -> int:
@@ -522,16 +628,18 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     errors: dict[str, int] = {}
     for i, (chapter, executed) in enumerate(pages):
         nb = nbformat.read(executed, as_version=4)
+        nb.cells = [c for c in nb.cells if "sb-setup" not in c.metadata.get("tags", [])]
         errors[chapter.stem] = _mark_error_cells(nb)
         _drop_noise(nb)
+        _parameters_table(nb)
         body, _ = exporter.from_notebook_node(nb)
         prev = (f"{pages[i - 1][0].stem}.html", pages[i - 1][0].title) if i > 0 else None
         nxt = (f"{pages[i + 1][0].stem}.html", pages[i + 1][0].title) if i + 1 < len(pages) else None
         banner = ""
         info = status.get(chapter.stem, {})
         if info.get("status") == "failed" or errors[chapter.stem]:
-            why = html.escape(str(info.get("error") or "a cell raised an error"))
-            banner = (f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}. '
+            why = excerpt_html(str(info.get("error") or "a cell raised an error"))
+            banner = (f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}'
                       f'<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.</div>')
         nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner + boxes.get(chapter.stem[:2], "")
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
@@ -603,7 +711,7 @@ def _verdict_html(run_dir: Path) -> str:
 
 
 def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
-    from .findings import host_summary
+    from .findings import host_summary, versions_read
 
     manifest = store.manifest
     params = manifest.get("parameters", {})
@@ -615,6 +723,7 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         gpus = ", ".join((manifest.get("host_fingerprint") or {}).get("gpus") or []) or "no GPU"
     engines = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("transformers", "sglang", "vllm") and v)
     studied = ", ".join(f"{e['engine']} {e.get('version')}" for e in h.get("engines", []) if e.get("status") == "ok")
+    read = [v for v in versions_read(store) if v not in studied.split(", ")]
     rows = []
     for chapter, _ in pages:
         info = status.get(chapter.stem, {})
@@ -633,6 +742,8 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
            f"chapters 03-05 plan and predict</td></tr>" if params.get("profile") else "")
         + f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
         f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}</td></tr>"
+        + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their code only: nothing of them ran)</td></tr>"
+           if read else "") +
         f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "
         f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"
         f"<tr><th>date</th><td>{html.escape(date)} (finished {html.escape(str(manifest.get('finished')))})</td></tr>"

@@ -78,18 +78,13 @@ def _host_text(h: dict, profile: str | None) -> str:
 
 def _engines(store, h: dict) -> tuple[list[str], list[str]]:
     """Engines with versions this run detected or ran, and the versions whose code it only read (chapter 02)."""
-    from .findings import backends, selection
+    from .findings import backends, versions_read
 
     ran = [f"{e['engine']} {e['version']}" for e in h.get("engines", []) if e.get("status") == "ok" and e.get("version")]
     for b in backends(store):
         if b.get("version") and f"{b['engine']} {b['version']}" not in ran:
             ran.append(f"{b['engine']} {b['version']}")
-    read = []
-    for s in selection(store):
-        name = f"{s.get('engine')} {s.get('version')}"
-        if s.get("version") and name not in ran and name not in read:
-            read.append(name)
-    return ran, read
+    return ran, [v for v in versions_read(store) if v not in ran]
 
 
 def _answer(store, profile: str | None) -> str:

@@ -4,6 +4,9 @@
     store.append("decode", {"engine": "transformers", "tok_s": 41.2})
     store.table("decode")            # -> pandas.DataFrame, one row per measurement
     store.done("decode", attn="sdpa") # resume: was this measurement already recorded?
+    row["derived_from"] = derived_from(summary_row, ("label",), method="10 warm-ups, 5 runs")   # a derived table's row
+    standing(store.rows("model_extrapolation"), sources, identity=("case", "full_model"))      # its rows that stand now
+    show_corrections(store, "backends", "backends_not_run")   # under a table: "corrected: ... by tools/corrections/X (why)"
 
 Layout: ``<root>/<host>/<run-id>/manifest.json`` plus one ``<table>.jsonl`` per table.
 Rows are appended and flushed one at a time, so a run killed midway keeps every
@@ -19,13 +22,15 @@ import os
 import threading
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ResultsError
 from .secrets import mask_value
 
-__all__ = ["RunStore", "new_run_id", "find_runs"]
+__all__ = ["RunStore", "new_run_id", "find_runs", "derived_from", "standing", "Correction", "corrections", "say_corrections",
+           "show_corrections"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -235,7 +240,105 @@ def _last_byte(path: Path, size: int) -> bytes:
         return fh.read(1)
 
 
+def derived_from(source: dict, key: Iterable[str] = ("label",), method: Any = None) -> dict:
+    """What a row of a derived table records about the measurement it derives from: the source row's ``key`` fields, the
+    ``method`` it was taken with and when it was recorded (``recorded_at``). A measurement taken again (another time,
+    often another method) is another source, so the derived row is written again for it (its ``done`` key includes
+    this) and the row of the earlier one no longer stands (:func:`standing`)."""
+    return {**{k: _jsonable(source.get(k)) for k in key}, "method": _jsonable(method), "recorded_at": source.get("recorded_at")}
+
+
+def standing(rows: Iterable[dict], sources: Iterable[dict], identity: Iterable[str] = (),
+             legacy: Any = None) -> list[dict]:
+    """The rows of a derived table that stand now: a row whose ``derived_from`` is one of ``sources`` (the
+    :func:`derived_from` of each measurement that stands now); a row written before derived rows carried the field stands
+    where ``legacy(row)`` says so (no ``legacy``: it stands). Of standing rows with the same ``identity`` fields, the last."""
+    sources = [_jsonable(s) for s in sources]
+    kept = []
+    for r in rows:
+        src = r.get("derived_from")
+        if (src in sources) if src is not None else (legacy is None or legacy(r)):
+            kept.append(r)
+    identity = tuple(identity)
+    if not identity:
+        return kept
+    last = {tuple(json.dumps(r.get(k), sort_keys=True) for k in identity): i for i, r in enumerate(kept)}
+    return [r for i, r in enumerate(kept) if last[tuple(json.dumps(r.get(k), sort_keys=True) for k in identity)] == i]
+
+
 def find_runs(root: str | os.PathLike = "runs") -> Iterable[RunStore]:
     """Every run under ``root`` (``root/<host>/<run-id>/manifest.json``), oldest first."""
     for manifest in sorted(Path(root).glob("*/*/manifest.json")):
         yield RunStore(manifest.parent)
+
+
+# -- corrections made to recorded rows after they were recorded ---------------------------------------------------------
+@dataclass(frozen=True)
+class Correction:
+    """Rows of one table corrected after they were recorded, the same way: ``what`` was done, ``by`` what (a tool in
+    ``tools/corrections/``, or by hand where no tool existed then: the run's RECORDED.md says so), and ``reason``."""
+
+    table: str
+    rows: int
+    what: str
+    by: str
+    reason: str
+
+    def __str__(self) -> str:
+        n = f"{self.rows} row{'s' if self.rows != 1 else ''}"
+        return f"corrected: {n} of `{self.table}`, {self.what}, {self.by} ({self.reason})"
+
+
+_TOOL = re.compile(r"\s*\(?(tools/corrections/[\w./-]+\.py)\)?")
+_BY_HAND = "by hand before a tool in tools/corrections/ did it (the run's RECORDED.md records it)"
+
+
+def _correction_of(table: str, row: dict) -> list[tuple[str, str, str]]:
+    """(what, by, reason) for each correction one row carries."""
+    out = []
+    c = row.get("corrected")
+    if isinstance(c, dict):  # what the tools in tools/corrections/ write
+        fields = ", ".join(f"`{f}`" for f in c.get("fields") or [])
+        out.append((str(c.get("what") or f"{fields} set"), f"by {c.get('by')}", str(c.get("reason") or "no reason given")))
+    itl = row.get("itl_corrected")
+    if itl:
+        tool = _TOOL.search(str(itl))
+        what = "ITL not recomputable, set to none" if str(itl).startswith("not recomputable") else "ITL recomputed"
+        out.append((what, f"by {tool.group(1)}" if tool else _BY_HAND, _TOOL.sub("", str(itl)).strip(" ;,")))
+    moved = row.get("moved_from_run")
+    if moved and not isinstance(c, dict):
+        run, _, why = str(moved).partition(" (")
+        out.append((f"moved from run {run}", _BY_HAND, why.rstrip(")") or "recorded in another run's folder"))
+    fault = row.get("harness_fault")
+    if fault and not isinstance(c, dict):
+        out.append(("marked a fault of servebook's own harness, not the engine's verdict", _BY_HAND,
+                    str(fault) if isinstance(fault, str) and fault.lower() != "true" else "servebook's check itself failed"))
+    if table == "failures" and re.search(r"\breconstructed\b", str(row.get("error") or ""), flags=re.I) and not isinstance(c, dict):
+        m = re.search(r"Reconstructed[^.;]*(?:\([^)]*\))?", str(row.get("error")))
+        out.append(("reconstructed afterwards", _BY_HAND, m.group(0) if m else "the row was lost and written again"))
+    return out
+
+
+def corrections(store: "RunStore", *tables: str) -> list[Correction]:
+    """The corrections made to rows of ``tables`` after they were recorded, grouped by table, what, by and reason."""
+    groups: dict[tuple, int] = {}
+    for table in tables:
+        for r in store.rows(table):
+            for what, by, reason in _correction_of(table, r):
+                groups[(table, what, by, reason)] = groups.get((table, what, by, reason), 0) + 1
+    return [Correction(t, n, w, b, r) for (t, w, b, r), n in groups.items()]
+
+
+def say_corrections(store: "RunStore", *tables: str) -> str:
+    """Markdown lines for the page under a table built from ``tables``: one "corrected: ..." line per kind of correction
+    its rows carry; "" when none."""
+    return "\n".join(f"- {c}" for c in corrections(store, *tables))
+
+
+def show_corrections(store: "RunStore", *tables: str) -> None:
+    """Display :func:`say_corrections` in a notebook (nothing when the rows carry no correction)."""
+    text = say_corrections(store, *tables)
+    if text:
+        from IPython.display import Markdown, display
+
+        display(Markdown(text))

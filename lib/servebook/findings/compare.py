@@ -14,7 +14,7 @@ from ..errors import ParameterError
 from ..results import RunStore
 from .claims import _host_text
 from .intervals import _num, _overlap
-from .tables import host_summary, nccl, open_run, selection, throughput
+from .tables import backends, host_summary, nccl, open_run, selection, throughput
 
 __all__ = ["compare_runs", "compare_markdown", "register"]
 
@@ -24,7 +24,9 @@ _MISSING = "missing"
 
 def _summary(store: RunStore) -> dict:
     h = host_summary(store)
-    sel = [s for s in selection(store) if s.get("case") == "this-host"]
+    # chapter 02's answers for this host, or for the profile the run studied (not the seed case's GPU), named by GPU
+    sel = [s for s in selection(store) if s.get("case") != "seed" and s.get("method") == "dynamic"]
+    reported = [b for b in backends(store) if b.get("default_reported")]
     n = nccl(store)
     tp = throughput(store)
     row: dict[str, Any] = {
@@ -32,7 +34,8 @@ def _summary(store: RunStore) -> dict:
         "GPUs": h.get("gpu_count") if h.get("gpu") else (0 if store.rows("gpus") == [] and (store.path / "probe.json").exists() else None),
         "capability": h.get("capability"),
         "links": "/".join(h["links"]) if h.get("links") else (None if (h.get("gpu_count") or 0) >= 2 else ("none (one GPU)" if h.get("gpu") else None)),
-        "selected backends": ", ".join(f"{s['engine']} {s['version']}: {s['backend']}" for s in sel) or None,
+        "selected backends (chapter 02)": ", ".join(f"{s['engine']} {s['version']} on {s['gpu']}: {s['backend']}" for s in sel) or None,
+        "default backend reported (chapter 03)": ", ".join(f"{b['engine']}: {b['default_reported']}" for b in reported) or None,
         "best NCCL setting": (n.get("setting") or n.get("reason")) if n else None,
         # named by its backend: a gloo all-reduce on a CPU and an NCCL one on GPUs are different quantities, never a delta
         f"{n.get('backend') if n else 'nccl'} all-reduce at batch 1 (us)": n.get("best_us") or n.get("default_us") if n else None,

@@ -16,7 +16,7 @@ from ..errors import ParameterError
 from ..results import RunStore
 from .intervals import _num, _overlap, separated, starts_of
 
-__all__ = ["open_run", "host_summary", "selection", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
+__all__ = ["open_run", "host_summary", "selection", "versions_read", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
 
 
 def open_run(path: str | Path, name: str = "run") -> RunStore:
@@ -297,3 +297,15 @@ def failures(store: RunStore) -> list[dict]:
              "steps": ", ".join(v["steps"][:3]) + (f" and {len(v['steps']) - 3} more" if len(v["steps"]) > 3 else "")}
             for v in seen.values()]
 
+
+def versions_read(store: RunStore) -> list[str]:
+    """Every engine version whose code chapter 02 read in this run ("sglang 0.5.23"): its what-if answers, its static
+    reading (``selection_sites``), its matrix and its version diff, in the order first recorded."""
+    out: list[str] = []
+    for table in ("selection", "selection_sites", "selection_matrix", "selection_diff"):
+        for r in store.rows(table):
+            engine, version = str(r.get("engine") or "").split("==")[0], r.get("version")
+            name = f"{engine} {version}"
+            if engine and version and name not in out:
+                out.append(name)
+    return out

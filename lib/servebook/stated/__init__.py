@@ -5,6 +5,7 @@
     #  -> single stream <span class="sb-q" data-q="single_tok_s" data-v="78.2416..." data-f=",.1f" data-of="...">78.2</span> tok/s
     expected(store, "single_tok_s", "transformers/default")   # the same quantity recomputed from the run's tables
     check_render("rendered/h200x2-live")                       # Report: every page against the tables and the other pages
+    untagged_numbers(page_html)                                # numbers the page's prose states with no tag: make it []
 
 One helper formats and tags a number (``q``), so a page can never show a figure other than the value it tags; one
 registry (``QUANTITIES``) says how each quantity is computed from a run's tables (or, for a reference figure, from
@@ -15,20 +16,22 @@ predates the tags: ``check_render`` reports it as such instead of checking it.
 
 One job per module: ``text`` says what a page shows for a value, ``figures`` holds the reference figures and the
 definitions the others share, ``registry`` recomputes each quantity, ``tags`` writes and reads the tag (``q``,
-``stated_on``), ``say`` writes the statements two chapters share, ``check`` checks a rendered book.
+``stated_on``), ``say`` writes the statements two chapters share, ``check`` checks a rendered book, ``untagged``
+finds the numbers a page's prose states without a tag (the rule is in its docstring).
 """
 
 from __future__ import annotations
 
-from .check import Report, answers, box_items, check_render, run_of
+from .check import Recompute, Report, answers, box_items, check_render, run_of
 from .figures import REFERENCE_NCCL_RUN, card_roofline, reference, seed_case, selection_of, site_count
 from .registry import QUANTITIES, Quantity, expected
 from .say import say_allreduce, say_backends, say_selection, say_throughput, seed_sentence
 from .tags import Stated, q, stated_on
 from .text import MISSING, text_of
+from .untagged import EXCEPTIONS, Untagged, untagged_numbers
 
 __all__ = [
     "q", "text_of", "seed_sentence", "Quantity", "QUANTITIES", "Stated", "Report", "reference", "seed_case", "site_count", "selection_of",
     "card_roofline", "expected", "stated_on", "check_render", "answers", "box_items", "run_of", "MISSING", "REFERENCE_NCCL_RUN",
-    "say_selection", "say_backends", "say_allreduce", "say_throughput",
+    "say_selection", "say_backends", "say_allreduce", "say_throughput", "Recompute", "untagged_numbers", "Untagged", "EXCEPTIONS",
 ]

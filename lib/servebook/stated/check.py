@@ -21,7 +21,7 @@ from .registry import QUANTITIES, pick
 from .tags import Stated, stated_on, uses_tags
 from .text import MISSING, plain, text_of
 
-__all__ = ["Report", "check_render", "answers", "box_items", "run_of"]
+__all__ = ["Report", "Recompute", "check_render", "answers", "box_items", "run_of"]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -94,40 +94,69 @@ def _box_problems(page: str, box: list[str], expect: list[str] | None) -> list[s
             f"{(expect[len(box):] or box[len(expect):])[0]!r} differs"]
 
 
-def check_render(render: str | Path, run: str | Path | None = None) -> Report:
+class Recompute:
+    """The run's quantities, each computed once from its tables, and what is wrong with one stated number.
+
+        truth = Recompute(RunStore(run_dir))
+        truth.problems(stated_number)    # [] when it shows what its value formats to and equals the recomputation
+    """
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self._computed: dict[str, dict] = {}
+
+    def values_of(self, name: str) -> dict:
+        if name not in self._computed:
+            self._computed[name] = QUANTITIES[name].compute(self.store)
+        return self._computed[name]
+
+    def want(self, name: str, of: str | None) -> Any:
+        return pick(QUANTITIES[name], self.values_of(name), of)
+
+    def problems(self, s: Stated) -> list[str]:
+        """What ``check_render`` says about one tagged number: an unknown quantity, a text that is not its value
+        formatted, a value the tables do not give or give otherwise."""
+        if s.name not in QUANTITIES:
+            return [f"{s.where()} tagged as {s.name!r}, a quantity the registry does not know"]
+        out = []
+        shown = text_of(s.value, s.fmt)
+        if s.text != shown:
+            out.append(f"{s.where()} for {s.name}[{s.of}] but its value {s.value!r} formats to {shown!r}")
+        truth = self.want(s.name, s.of)
+        if truth is MISSING:
+            out.append(f"{s.where()} for {s.name}[{s.of}], which the run's tables do not give")
+        elif not _same(s.value, truth):
+            out.append(f"{s.where()} for {s.name}[{s.of}] (value {s.value!r}); recomputed from "
+                       f"{self.store.path.name}'s tables: {truth!r} ({text_of(truth, s.fmt)})")
+        return out
+
+
+def check_render(render: str | Path, run: str | Path | None = None, boxes: bool = True) -> Report:
     """Check every page of a rendered book against the run it was made from (``run.json`` names it).
 
     Every page: its box "This run, in short" states what the run's tables give now. Every page whose code used ``q``:
     each tagged number shows what its value formats to and equals the quantity recomputed from the run's tables, and
     every quantity the registry requires on that chapter is there (unless the chapter failed in the run). Across
-    pages: one quantity, one value."""
+    pages: one quantity, one value. ``boxes=False`` leaves the boxes out (they are recomputed from the whole run)."""
     from ..results import RunStore
 
     render = Path(render)
     run_path = Path(run) if run is not None else run_of(render)
     store = RunStore(run_path)
     report = Report(render=str(render), run=str(run_path))
-    computed: dict[str, dict] = {}  # each quantity computed once per check
-
-    def values_of(name):
-        if name not in computed:
-            computed[name] = QUANTITIES[name].compute(store)
-        return computed[name]
-
-    def want(name, of):
-        return pick(QUANTITIES[name], values_of(name), of)
+    truth = Recompute(store)
 
     def problem(page, text):
         report.problems.append((page, text))
 
-    boxes = None
+    expect = None
     for page_path in sorted(render.glob("0[0-9]_*.html")):
         page = page_path.name
         text = page_path.read_text(encoding="utf-8")
-        box = box_items(text)
+        box = box_items(text) if boxes else None
         if box is not None:
-            boxes = answers(store) if boxes is None else boxes
-            report.box_problems += [(page, p) for p in _box_problems(page, box, boxes.get(page[:2], []))]
+            expect = answers(store) if expect is None else expect
+            report.box_problems += [(page, p) for p in _box_problems(page, box, expect.get(page[:2], []))]
         found = stated_on(text, page)
         if not found and not uses_tags(text):
             report.pages[page] = "predates the tags"
@@ -136,25 +165,15 @@ def check_render(render: str | Path, run: str | Path | None = None) -> Report:
         report.pages[page] = "failed chapter" if failed else "tagged"
         report.stated += found
         for s in found:
-            if s.name not in QUANTITIES:
-                problem(page, f"{s.where()} tagged as {s.name!r}, a quantity the registry does not know")
-                continue
-            shown = text_of(s.value, s.fmt)
-            if s.text != shown:
-                problem(page, f"{s.where()} for {s.name}[{s.of}] but its value {s.value!r} formats to {shown!r}")
-            truth = want(s.name, s.of)
-            if truth is MISSING:
-                problem(page, f"{s.where()} for {s.name}[{s.of}], which the run's tables do not give")
-            elif not _same(s.value, truth):
-                problem(page, f"{s.where()} for {s.name}[{s.of}] (value {s.value!r}); recomputed from "
-                              f"{run_path.name}'s tables: {truth!r} ({text_of(truth, s.fmt)})")
+            for p in truth.problems(s):
+                problem(page, p)
         if failed:
             continue
         present = {s.key() for s in found}
         for name, quantity in QUANTITIES.items():
             if page[:2] not in quantity.chapters:
                 continue
-            for of, value in values_of(name).items():
+            for of, value in truth.values_of(name).items():
                 if plain(value) is not None and (name, of) not in present:
                     problem(page, f"{page} does not state {name}[{of}] ({quantity.what}); the run's tables give {plain(value)!r}")
     groups: dict[tuple, list[Stated]] = {}

@@ -33,18 +33,47 @@ class Quantity:
     lookup: Callable[[str], Any] | None = None
 
 
+def _tables_now(store) -> tuple:
+    """What a run's tables are now (name, size, modification time of each): a computation over them stays valid while
+    this is unchanged."""
+    from pathlib import Path
+
+    path = Path(store.path)
+    return (str(path.resolve()),) + tuple((p.name, st.st_size, st.st_mtime_ns) for p in sorted(path.glob("*.jsonl"))
+                                          for st in [p.stat()])
+
+
+def _per_run(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn(store)`` computed once per run and state of its tables (several quantities read one finding; the chapter 04
+    one takes seconds)."""
+    memo: dict = {}
+
+    def wrapper(store):
+        key = _tables_now(store)
+        if key not in memo:
+            memo.clear()
+            memo[key] = fn(store)
+        return memo[key]
+
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@_per_run
 def _backends(store) -> dict:
     from ..findings import backends
 
     return {b["engine"]: b for b in backends(store) if b.get("correct")}
 
 
+@_per_run
 def _throughput(store) -> dict:
     from ..findings import throughput
 
     return {t["label"]: t for t in throughput(store)}
 
 
+@_per_run
 def _nccl(store) -> dict:
     from ..findings import nccl
 
@@ -77,7 +106,14 @@ def _reference_nccl() -> dict:
     from ..results import RunStore
 
     path = data_dir() / "runs" / REFERENCE_NCCL_RUN
-    return _nccl(RunStore(path)) if (path / "manifest.json").exists() else {}
+    return _reference_of(RunStore(path)) if (path / "manifest.json").exists() else {}
+
+
+@_per_run
+def _reference_of(store) -> dict:
+    from ..findings import nccl
+
+    return nccl(store) or {}
 
 
 def _ref_us(setting: str):
