@@ -67,6 +67,8 @@ import pandas as pd
 from IPython.display import Markdown
 
 from servebook import plan
+from servebook.bench import chapter as ch05
+from servebook.findings import check_yourself_markdown
 from servebook.results import RunStore
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
@@ -78,6 +80,7 @@ roof[["case", "tok_s", "t_mem_ms", "t_comm_ms", "bytes_per_token", "bandwidth_tb
 
 # %% [markdown] tags=["whatif"]
 # A measured rate on the host is judged against these: far below the bandwidth-only line means time goes elsewhere.
+# The commands that measure it there:
 
 # %% tags=["whatif"]
 pd.set_option("display.max_colwidth", None)
@@ -88,8 +91,6 @@ cmds[cmds["chapter"] == "05"][["purpose", "command"]]
 # ## What we found
 
 # %% tags=["whatif"]
-from servebook.bench import chapter as ch05
-
 Markdown("\n".join(ch05.whatif_found(roof, facts)))
 
 # %% [markdown] tags=["whatif"]
@@ -97,8 +98,6 @@ Markdown("\n".join(ch05.whatif_found(roof, facts)))
 # Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
 
 # %% tags=["whatif"]
-from servebook.findings import check_yourself_markdown
-
 qa = ch05.whatif_check_yourself(roof, facts)
 Markdown(check_yourself_markdown(qa) if qa else "_No roofline was predicted here to ask about._")
 
@@ -113,10 +112,13 @@ import pandas as pd
 from IPython.display import Markdown
 
 from servebook import bench
+from servebook import profile as sbprof
 from servebook.bench import chapter as ch05
+from servebook.findings import check_yourself_markdown, default_methods, say_default_methods
 from servebook.hosts import get_host
 from servebook.params import resolve_model
 from servebook.results import RunStore
+from servebook.stated import seed_sentence
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
 on_host = get_host(host, run_dir=store.path)  # servers and the benchmark client run there, next to each other
@@ -124,10 +126,7 @@ t_chapter = time.monotonic()
 resolved = resolve_model(model)
 model_dir = resolved if isinstance(resolved, Path) else None
 engines = [e.strip() for e in [engine, *compare_engines.split(",")] if e.strip()]
-w = ch05.Workload(max_tokens=max_tokens, input_len=input_len, runs=runs, starts=starts, warmup=warmup, requests_per_run=requests_per_run,
-                  max_concurrency=max_concurrency, requests_per_level=requests_per_level, level_time_budget_s=level_time_budget_s,
-                  saturation_patience=saturation_patience, api=api, attention=attention, engine_args=engine_args,
-                  client_check=client_check, seed=seed).sized(smoke)  # smoke: small and fast, still real streamed tokens
+w = ch05.Workload.of(globals()).sized(smoke)  # the parameters above; with smoke small and fast, still real streamed tokens
 print(f"run {store.path}\nmodel: {model_dir or model}\nengines: {', '.join(engines)}; api {api}; {w.input_len} in / {w.max_tokens} out tokens")
 
 # %% [markdown]
@@ -150,9 +149,8 @@ if not len(store.rows("client_ceiling")) and measure:
                          requests_per_level=2, clients=bench.CLIENTS, tokenizer_dir=model_dir, workdir=store.path / "bench_serving_ceiling",
                          bench_serving=f"sglang=={ceiling_sglang_version}" if ceiling_sglang_version else "")
 ceiling_all, ceiling_df = ch05.ceiling_tables(store)
-ceiling_df[["concurrency", "events_per_write", "tokens", "stream_tok_s", "client_cpu_us_per_token", "parse_us_per_token", "ttft_server_p50_s"]]
-
-# %%
+display(ceiling_df[["concurrency", "events_per_write", "tokens", "stream_tok_s", "client_cpu_us_per_token", "parse_us_per_token",
+                    "ttft_server_p50_s"]])
 ceiling_tok_s = float(ceiling_df["stream_tok_s"].max())
 per_read_us = float(ceiling_df[ceiling_df["events_per_write"] == ceiling_df["events_per_write"].min()]["client_cpu_us_per_token"].max())
 print(f"client ceiling: {ceiling_tok_s:,.0f} streamed tokens/s; {per_read_us:.1f} us of client CPU per token when every token is its own network read")
@@ -160,8 +158,7 @@ print(f"client ceiling: {ceiling_tok_s:,.0f} streamed tokens/s; {per_read_us:.1f
 # %% [markdown]
 # That is the client's limit on this host. Each measurement below is checked against it after the sweep: a rate that
 # uses much of it would be measuring the client, not the server.
-
-# %% [markdown]
+#
 # ### Why servebook has an HTTP client of its own
 # servebook's transport is its own asyncio code (httptools parses the HTTP), not a library. It earns that only if its
 # ceiling is a set multiple of `sglang.bench_serving`'s (the goal, `bench.CEILING_GOAL`) and a library client's is not.
@@ -173,18 +170,7 @@ print(f"client ceiling: {ceiling_tok_s:,.0f} streamed tokens/s; {per_read_us:.1f
 
 # %%
 verdict = bench.ceiling_verdict(store.rows("client_ceiling"))
-if "client" in ceiling_all:
-    display(pd.DataFrame(bench.ceiling_comparison(store.rows("client_ceiling"))).round(2))
-    display(ceiling_all.sort_values(["events_per_write", "concurrency"], kind="stable")[
-        ["events_per_write", "concurrency", "client", "ok", "requests", "stream_tok_s", "client_cpu_us_per_token", "client_busy",
-         "ttft_server_p50_s"]].round(3))
-    for client, why in verdict["skipped"].items():
-        print(f"{client} not measured: {why}")
-print(f"goal: servebook's ceiling at least {verdict['goal']}x sglang.bench_serving's; {verdict['reason']}")
-
-# %%
-from servebook.stated import q  # every figure of the page's prose is tagged with the quantity it is (ch05.UNTAGGED: the exceptions)
-
+ch05.show_ceiling_comparison(store, verdict, ceiling_all)
 Markdown(ch05.ceiling_sentence(verdict))
 
 # %% [markdown]
@@ -223,8 +209,7 @@ else:
 # %%
 if model_dir is not None and measure:
     ch05.measure_engines(store, engines, on_host=on_host, model=model, model_dir=model_dir, prompts=prompts, tokenizer=tokenizer, w=w)
-# a resumed run that measured again with another method (more warm-up, each sweep level warmed first) keeps the older
-# rows; the last of each measurement stands (`bench.current`), the pairs are shown below (`bench.remeasured`)
+# the last of each measurement stands (`bench.current`); one measured again with another method is shown below
 m = ch05.measured(store)
 single_df, single_cfg, sweep_df, sweep_ok = m["single_df"], m["single_cfg"], m["sweep_df"], m["sweep_ok"]
 single_df[["label", "start", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_mean", "tpot_s_mean", "itl_ms_p50", "chunk_gap_ms_p50",
@@ -243,23 +228,17 @@ over.round(1) if len(over) else "no single-stream result"
 # %% [markdown]
 # A row with one start has only the interval within that start: it says nothing about the spread between starts, and a
 # comparison with it is no verdict.
-
-# %% [markdown]
+#
 # Chapter 03 also measures each engine's default single stream, briefly, beside every forced backend. Where both chapters
 # measured it, are the two numbers one measurement taken twice? Only if the method was the same:
 
 # %%
-from servebook.findings import default_methods, say_default_methods
-
-Markdown(say_default_methods(default_methods(store)))
-
-# %%
+display(Markdown(say_default_methods(default_methods(store))))
 ch05.plot_single_runs(m["request_rows"]);
 
 # %% [markdown]
 # Run-to-run spread is what the confidence interval above summarizes.
-
-# %% [markdown]
+#
 # ### Concurrency: throughput against what each user gets
 # Every level sends `requests_per_level x C` requests with at most C in flight, all arriving at
 # once. `ttft_s` includes the wait for a slot (what a queued user sees); `ttft_server_s` starts when
@@ -269,16 +248,15 @@ ch05.plot_single_runs(m["request_rows"]);
 
 # %%
 display(pd.DataFrame(ch05.sweep_parameters(store)))
-Markdown("\n".join(ch05.say_sweep_stops(store)) or "_No concurrency sweep in this run._")
-
-# %%
+display(Markdown("\n".join(ch05.say_sweep_stops(store)) or "_No concurrency sweep in this run._"))
 ch05.plot_sweep(sweep_ok)
 if len(sweep_df):
     display(sweep_df[["label", "concurrency", "ok", "failed", "throughput_tok_s", "per_user_tok_s", "ttft_s_p50", "ttft_server_s_p50",
                       "ttft_server_s_p99", "tpot_s_p50", "tpot_s_p99", "itl_ms_p99", "truncated"]])
 
 # %% [markdown]
-# Up and to the right is better: a server that batches trades a little per-user speed for much more total throughput; one that serializes requests stays flat.
+# Up and to the right is better: a server that batches trades a little per-user speed for much more total throughput; one
+# that serializes requests stays flat. Measurements this run took twice, with another method the second time:
 
 # %%
 again = bench.remeasured(store.rows("bench_summary"))  # measurements this run took twice, with another method the second time
@@ -287,20 +265,12 @@ if again:
 
 # %%
 ceiling_check = pd.DataFrame(bench.ceiling_check(m["summary"], ceiling_df, store=store))  # rates already checked are not checked again
-near = ceiling_check[ceiling_check["near_ceiling"]] if len(ceiling_check) else ceiling_check
-for _, r in near.iterrows():
-    print(f"WARNING: {r['label']} {r['phase']} C={r['concurrency']}: {r['tok_s']:,.1f} tok/s is {r['share_of_ceiling']:.0%} of the "
-          f"client's ceiling and keeps {r['client_core_share'] or 0:.0%} of its core busy: this number may be the client's, not the server's")
-if len(ceiling_check):
-    worst = ceiling_check.sort_values("share_of_ceiling").iloc[-1]
-    print(f"highest use of the client's ceiling: {worst['share_of_ceiling']:.2%} ({worst['label']}, {worst['phase']} C={worst['concurrency']}); "
-          f"warning threshold {worst['warn_at']:.0%}")
+print("\n".join(ch05.ceiling_warnings(ceiling_check)))
 
 # %% [markdown]
 # Every measured rate above, single-stream and each sweep level, is checked against the client ceiling measured at the
 # nearest concurrency (table `bench_ceiling_check`); a rate using more than half of it is flagged, since it may then be the client's.
-
-# %% [markdown]
+#
 # ### servebook's client against SGLang's own
 # On a live SGLang server, `sglang.bench_serving` (run in SGLang's own interpreter) and servebook's client take turns on
 # the same prompts and output length. `rel_diff` is (servebook - bench_serving) / bench_serving per metric, in both
@@ -325,21 +295,18 @@ host_roof = ch05.host_roofline(store, model_dir, single_cfg, measure=measure, w=
 roof_rows = host_roof["rows"]
 Markdown(host_roof["note"])
 
-# %% [markdown]
-# What each decode step would cost if it only had to stream its bytes, against what it took.
-
 # %%
 x = ch05.extrapolation(store, model_dir, roof_rows)
 x.round(3) if x is not None else "no slice of a larger model here: nothing to extrapolate"
 
 # %% [markdown]
+# Above: what each decode step of the full model would cost at the share of its bandwidth floor the slice reached.
 # The slice has the full model's width, so its kernels see the real shapes; the extrapolation above is a labelled
 # prediction. It assumes time scales with bytes read at the efficiency the slice reached, which overstates the full
 # model's time where fixed per-token costs (launches, sampling, the scheduler) dominate a 2-layer slice, and understates
 # it where the full model needs several GPUs and their all-reduces (chapter 04). A second slice with more layers
 # measured the same way would turn the assumption into a per-layer slope.
-
-# %% [markdown]
+#
 # ### Where the time goes
 # Method: the same model decoding in this process with `model.generate` (no server, no HTTP),
 # timed as (N-1)/(t(N)-t(1)), with torch's default threads and with one; the faster is the model's
@@ -351,36 +318,24 @@ ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single
 
 # %% [markdown]
 # Shares of one served token's time; a negative "unexplained" share means the parts overlap (e.g. the server computes while streaming).
-
-# %% [markdown]
+#
 # ### The seed case on paper
 # Kimi-K2.5 (INT4) with TP=8 on RTX PRO 6000, from data files only: the bandwidth bound (the card's bytes per token
 # over the profile's bandwidth; the what-if book states the same figure), then with the communication floor added
 # (two all-reduces per layer, at a latency measured elsewhere or assumed: each line says which).
 
 # %%
-from servebook.stated import seed_sentence
-
 display(Markdown(seed_sentence()))
 seed = ch05.seed_roofline(store, seed_model=seed_model, seed_profile=seed_profile, seed_tp=seed_tp, seed_allreduce_us=seed_allreduce_us,
                           seed_reported_tok_s=seed_reported_tok_s)
-Markdown("\n".join(seed["lines"]))
-
-# %%
-if profile and model_dir is not None and host_roof["weights"]:
-    from servebook import roofline
-    from servebook.profiles import load_profile
-
-    p = load_profile(profile)
-    what_if = roofline.decode_roofline(host_roof["weights"]["bytes_per_token"], p["memory_bandwidth_tbs"])
-    print(f"what-if: this model on one {p['name']} would be bounded at {what_if['tok_s']:,.0f} tok/s by bandwidth alone")
+display(Markdown("\n".join(seed["lines"])))
+print(ch05.what_if_line(profile, host_roof["weights"]))
 roofs = store.table("bench_roofline")
 roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]] if len(roofs) else "no roofline computed"
 
 # %% [markdown]
 # Measured (or reported) rates next to their limits; the seed rows' time split is in the table `bench_breakdown`.
-
-# %% [markdown]
+#
 # ## Where a decode step's time goes
 # Method: each engine's own profiler (SGLang's `/start_profile`, vLLM's `--profiler-config`; for `transformers`,
 # torch's profiler around the same model decoding in this process) records tens of steady decode steps of one greedy
@@ -390,8 +345,6 @@ roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]]
 # The same server is first timed without the profiler, so the profiler's own cost shows.
 
 # %%
-from servebook import profile as sbprof
-
 if measure and model_dir is not None and profile_steps > 0 and not profile:
     sbprof.measure_chapter(store, engines, model_dir, engine_args=engine_args, steps=profile_steps, depths=profile_depths,
                            host=host, smoke=smoke)
@@ -399,12 +352,7 @@ prof = sbprof.chapter_tables(store)
 prof["rules"]
 
 # %%
-if len(prof["breakdown"]):
-    display(prof["breakdown"].round(3))
-    sbprof.plot_breakdown(prof["breakdown_long"])
-else:
-    print("no decode-step profile in this run" + ("" if not len(prof["failed"]) else ": " + "; ".join(
-        f"{r['label']}: {str(r.get('error'))[:160]}" for _, r in prof["failed"].iterrows())))
+sbprof.show_breakdown(prof)
 
 # %% [markdown]
 # Each bar is one server's profiled step; the black tick is its time per token without the profiler. Where the bar is
@@ -428,12 +376,8 @@ ch05.plot_graph_vs_eager(store) or print("no configuration measured both with CU
 # datasheet and measured) is the roofline bound, not a prediction.
 
 # %%
-cols = ["card", "engine", "backend", "quant", "layers_measured", "predicted_ms", "low_ms", "high_ms", "measured_ms", "error_pct",
-        "within_interval", "slope_ms_per_layer", "fixed_ms", "roofline_ms_datasheet", "roofline_ms_measured"]
 display(prof["bandwidth"][["device", "read_tbs", "copy_tbs", "method"]] if len(prof["bandwidth"]) else "GPU memory bandwidth not measured in this run")
-prof["predictions"][[c for c in cols if c in prof["predictions"]]].round(3) if len(prof["predictions"]) else "no two slice depths profiled: no prediction"
-
-# %%
+display(sbprof.prediction_table(prof))
 Markdown("\n".join(sbprof.findings(store) + ch05.say_prediction_tok_s(store)) or "Nothing profiled in this run.")
 
 # %% [markdown]
@@ -450,8 +394,6 @@ Markdown("\n".join(lines))
 # Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
 
 # %%
-from servebook.findings import check_yourself_markdown
-
 Markdown(check_yourself_markdown(ch05.check_yourself(m, verdict=verdict, ceiling_check_df=ceiling_check, seed=seed, seed_tp=seed_tp)))
 
 # %% [markdown]

@@ -22,7 +22,7 @@ from ..errors import ServebookError
 __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measure_engines", "measured", "starts_table",
            "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "client_check",
            "host_roofline", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
-           "found", "check_yourself", "whatif_found", "whatif_check_yourself"]
+           "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling_comparison", "ceiling_warnings", "what_if_line"]
 
 # Figures stated in prose (Markdown output) that carry no servebook.stated tag, and why each cannot.
 UNTAGGED = {
@@ -65,6 +65,11 @@ class Workload:
     client_check: bool = True
     smoke: bool = False
     seed: int = 0
+
+    @classmethod
+    def of(cls, params: dict) -> "Workload":
+        """The workload from the notebook's parameters (a dict holding at least every field's name, e.g. ``globals()``)."""
+        return cls(**{f: params[f] for f in cls.__dataclass_fields__})
 
     def sized(self, smoke: bool) -> "Workload":
         """Small and fast for ``smoke`` (tests, CI), still real streamed tokens; unchanged otherwise."""
@@ -912,3 +917,47 @@ def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
                    "latency is unmeasured, so none of them is its limit. Chapter 04 on the real host gives the latency, chapter 05 there the "
                    "real rate: far below every line means the time goes to overhead, not to bytes or all-reduces."))
     return qa
+
+
+# -- small displays ----------------------------------------------------------------------------------------------------
+def show_ceiling_comparison(store, verdict: dict, ceiling_all) -> None:
+    """The three clients' ceilings side by side and level by level (where the run compared them), and the goal."""
+    import pandas as pd
+    from IPython.display import display
+
+    from .ceiling import ceiling_comparison
+
+    if "client" in ceiling_all:
+        display(pd.DataFrame(ceiling_comparison(store.rows("client_ceiling"))).round(2))
+        display(ceiling_all.sort_values(["events_per_write", "concurrency"], kind="stable")[
+            ["events_per_write", "concurrency", "client", "ok", "requests", "stream_tok_s", "client_cpu_us_per_token", "client_busy",
+             "ttft_server_p50_s"]].round(3))
+        for client, why in verdict["skipped"].items():
+            print(f"{client} not measured: {why}")
+    print(f"goal: servebook's ceiling at least {verdict['goal']}x sglang.bench_serving's; {verdict['reason']}")
+
+
+def ceiling_warnings(ceiling_check_df) -> list[str]:
+    """A warning per rate near the client's ceiling, and the highest use of it (``bench.ceiling_check`` rows)."""
+    out = []
+    if not len(ceiling_check_df):
+        return out
+    for _, r in ceiling_check_df[ceiling_check_df["near_ceiling"]].iterrows():
+        out.append(f"WARNING: {r['label']} {r['phase']} C={r['concurrency']}: {r['tok_s']:,.1f} tok/s is {r['share_of_ceiling']:.0%} of the "
+                   f"client's ceiling and keeps {r['client_core_share'] or 0:.0%} of its core busy: this number may be the client's, not the server's")
+    worst = ceiling_check_df.sort_values("share_of_ceiling").iloc[-1]
+    out.append(f"highest use of the client's ceiling: {worst['share_of_ceiling']:.2%} ({worst['label']}, {worst['phase']} C={worst['concurrency']}); "
+               f"warning threshold {worst['warn_at']:.0%}")
+    return out
+
+
+def what_if_line(profile: str, weights) -> str:
+    """With a hardware ``profile`` beside a measured model: its bandwidth-only limit on one such GPU ("" without)."""
+    if not profile or not weights:
+        return ""
+    from .. import roofline
+    from ..profiles import load_profile
+
+    p = load_profile(profile)
+    what_if = roofline.decode_roofline(weights["bytes_per_token"], p["memory_bandwidth_tbs"])
+    return f"what-if: this model on one {p['name']} would be bounded at {what_if['tok_s']:,.0f} tok/s by bandwidth alone"
