@@ -1,0 +1,58 @@
+"""servebook.bench.chapter on a recorded live run: the sweep as it ran, its stop, the answers stated once and tagged."""
+
+import re
+
+from servebook.bench import chapter as ch05
+from servebook.paths import book_root
+from servebook.results import RunStore
+from servebook.stated import expected, stated_on
+
+RUN1 = book_root() / "data" / "runs" / "h200x1-live"
+
+
+def test_sweep_parameters_are_the_recorded_ones_not_the_defaults():
+    rows = {r["label"].split("/")[0]: r for r in ch05.sweep_parameters(RunStore(RUN1))}
+    assert rows["sglang"]["levels"] == "1, 2, 4, 8, 16" and rows["sglang"]["requests_per_level_x_C"] == "3"
+    assert rows["sglang"]["stopped_by"] == "max concurrency"
+    assert rows["vllm"]["levels"] == "1, 2, 4" and rows["vllm"]["stopped_by"] == "saturation"
+
+
+def test_every_tag_of_found_and_check_yourself_recomputes():
+    store = RunStore(RUN1)
+    m = ch05.measured(store)
+    import pandas as pd
+
+    from servebook import bench
+
+    ceiling_all, ceiling_df = ch05.ceiling_tables(store)
+    cc = pd.DataFrame(store.rows("bench_ceiling_check"))
+    verdict = bench.ceiling_verdict(store.rows("client_ceiling"))
+    seed = {"rows": [], "roof": None}
+    text = "\n".join(ch05.found(store, m, runs=5, warmup=10, verdict=verdict, ceiling_tok_s=float(ceiling_df["stream_tok_s"].max()),
+                                ceiling_check_df=cc, seed=seed))
+    qa = ch05.check_yourself(m, verdict=verdict, ceiling_check_df=cc, seed=seed, seed_tp=8)
+    text += "\n".join(a for _, a in qa)
+    tags = stated_on(text)
+    assert len(tags) > 40
+    for s in tags:
+        assert expected(store, s.name, s.of) == s.value or abs(expected(store, s.name, s.of) - s.value) < 1e-9, (s.name, s.of)
+    plain = re.sub(r"<[^>]+>", "", text)
+    # the transport question is answered at the level the verdict is taken, once: no "(as here)" beside "does not"
+    assert "(as here)" not in plain and "the hand-written transport is justified here" in plain
+    assert "it stopped on saturation" in plain
+
+
+def test_a_changed_number_no_longer_recomputes():
+    store = RunStore(RUN1)
+    (s,) = [x for x in stated_on("\n".join(ch05.say_sweep_stops(store))) if x.name == "sweep_levels" and x.of.startswith("vllm")]
+    assert expected(store, "sweep_levels", s.of) == s.value
+    assert expected(store, "sweep_levels", s.of) != "1, 2, 4, 8"
+
+
+def test_graph_vs_eager_plot_only_where_both_modes_ran(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    assert ch05.plot_graph_vs_eager(RunStore(RUN1)) is not None  # SGLang's default measured eagerly too
+    empty = RunStore(tmp_path)
+    assert ch05.plot_graph_vs_eager(empty) is None
