@@ -120,6 +120,7 @@ from servebook.params import resolve_model
 from servebook.results import RunStore
 from servebook.stated import seed_sentence
 
+pd.set_option("display.max_colwidth", None)  # labels and errors shown whole, never cut mid-word
 store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
 on_host = get_host(host, run_dir=store.path)  # servers and the benchmark client run there, next to each other
 t_chapter = time.monotonic()
@@ -127,7 +128,7 @@ resolved = resolve_model(model)
 model_dir = resolved if isinstance(resolved, Path) else None
 engines = [e.strip() for e in [engine, *compare_engines.split(",")] if e.strip()]
 w = ch05.Workload.of(globals()).sized(smoke)  # the parameters above; with smoke small and fast, still real streamed tokens
-print(f"run {store.path}\nmodel: {model_dir or model}\nengines: {', '.join(engines)}; api {api}; {w.input_len} in / {w.max_tokens} out tokens")
+print(f"run {store.path}\nmodel: {model_dir or model}\nengines: {', '.join(engines)}; {w}")
 
 # %% [markdown]
 # ## The client, and its own ceiling
@@ -175,7 +176,7 @@ Markdown(ch05.ceiling_sentence(verdict))
 
 # %% [markdown]
 # The verdict is this host's: a slower or busier CPU moves all three ceilings. It is judged at one event per write
-# because that is how SGLang and vLLM stream (chapter 05's `tokens_per_chunk` is 1.0 on both in the recorded H200 runs),
+# because that is how SGLang and vLLM stream (each server's `tokens_per_chunk` is stated under "What we found"),
 # and only where both clients' cores were busy there: on a machine with few cores the one-core fake server sets the pace
 # at that level, and the page says so instead of deciding. Levels with many tokens per write show each client's
 # parsing cost alone.
@@ -222,8 +223,7 @@ single_df[["label", "start", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_m
 # each engine is stopped and started again `starts` times and the interval that verdicts use is taken over the per-start means:
 
 # %%
-over = ch05.starts_table(store)
-over.round(1) if len(over) else "no single-stream result"
+ch05.starts_table(store).round(1)
 
 # %% [markdown]
 # A row with one start has only the interval within that start: it says nothing about the spread between starts, and a

@@ -56,3 +56,14 @@ def test_graph_vs_eager_plot_only_where_both_modes_ran(tmp_path):
     assert ch05.plot_graph_vs_eager(RunStore(RUN1)) is not None  # SGLang's default measured eagerly too
     empty = RunStore(tmp_path)
     assert ch05.plot_graph_vs_eager(empty) is None
+
+
+def test_throughput_plot_labels_do_not_overlap():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    axes = ch05.plot_sweep(ch05.measured(RunStore(RUN1))["sweep_ok"])
+    axes[0].figure.canvas.draw()
+    boxes = [t.get_window_extent() for t in axes[0].texts if t.get_text().startswith("C=")]
+    assert len(boxes) == 8  # SGLang's five levels, vLLM's three
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])

@@ -42,6 +42,11 @@ UNTAGGED = {
     "client-check turns (servebook's runs, the run after bench_serving's)": "the per-run values of a tagged rel_diff",
     "failure excerpts": "text of a recorded error, not a quantity",
     "Check yourself's worked example (4 tokens per chunk every 40 ms)": "a fixed example of the definitions, not a measurement",
+    "the rules' constants in the method text (10% growth for saturation, half of the client's ceiling, 95% intervals)":
+        "definitions of the method, constants of the code that applies them (bench.runs, bench.ceiling), not results of a run",
+    "the what-if page's limits with a communication floor, GB per token, TB/s": "from the data files (data/models, "
+        "data/hardware) and chapter 04's recorded latencies via servebook.plan; the bandwidth-only limit is tagged card_roofline_tok_s",
+    "printed (not Markdown) lines: client ceiling, warnings, notes": "console output under a table, which the table itself shows",
 }
 
 
@@ -328,11 +333,15 @@ def plot_sweep(sweep_ok):
 
     if not len(sweep_ok):
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    n = sweep_ok["label"].nunique()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2 + 0.25 * 3 * n))
     plot_pareto(sweep_ok, ax=axes[0])
-    _spread_labels(axes[0])
     plot_latency(sweep_ok, "ttft_server_s", ax=axes[1])
+    for ax in axes:  # legends below the axes, so no line, point or C=n label sits under one
+        ax.margins(x=0.08, y=0.12)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, ncol=1)
     plt.tight_layout()
+    _spread_labels(axes[0])
     return axes
 
 
