@@ -17,8 +17,11 @@ def test_sweep_parameters_are_the_recorded_ones_not_the_defaults():
     assert rows["vllm"]["levels"] == "1, 2, 4" and rows["vllm"]["stopped_by"] == "saturation"
 
 
-def test_every_tag_of_found_and_check_yourself_recomputes():
-    store = RunStore(RUN1)
+def test_every_tag_of_found_and_check_yourself_recomputes(tmp_path):
+    import shutil
+
+    shutil.copytree(RUN1, tmp_path / "run")
+    store = RunStore(tmp_path / "run")  # the seed roofline may add its rows, as the chapter does
     m = ch05.measured(store)
     import pandas as pd
 
@@ -27,7 +30,8 @@ def test_every_tag_of_found_and_check_yourself_recomputes():
     ceiling_all, ceiling_df = ch05.ceiling_tables(store)
     cc = pd.DataFrame(store.rows("bench_ceiling_check"))
     verdict = bench.ceiling_verdict(store.rows("client_ceiling"))
-    seed = {"rows": [], "roof": None}
+    seed = ch05.seed_roofline(store, seed_model="kimi-k2.5", seed_profile="rtx-pro-6000", seed_tp=8)
+    assert seed["rows"] and seed["roof"] is not None
     text = "\n".join(ch05.found(store, m, runs=5, warmup=10, verdict=verdict, ceiling_tok_s=float(ceiling_df["stream_tok_s"].max()),
                                 ceiling_check_df=cc, seed=seed))
     qa = ch05.check_yourself(m, verdict=verdict, ceiling_check_df=cc, seed=seed, seed_tp=8)
@@ -40,6 +44,7 @@ def test_every_tag_of_found_and_check_yourself_recomputes():
     # the transport question is answered at the level the verdict is taken, once: no "(as here)" beside "does not"
     assert "(as here)" not in plain and "the hand-written transport is justified here" in plain
     assert "it stopped on saturation" in plain
+    assert {"seed_crossover_us", "seed_comm_roofline_tok_s", "breakdown_share", "client_check_rel_diff"} <= {t.name for t in tags}
 
 
 def test_a_changed_number_no_longer_recomputes():

@@ -37,8 +37,9 @@ UNTAGGED = {
         "measurement that stands",
     "separated()'s percentage between two engines": "a difference of two tagged single_tok_s values, formatted by "
                                                      "servebook.findings.separated for every chapter",
-    "seed roofline detail (active parameters, GB per token, all-reduce ms, crossover us)":
-        "from data/models and data/hardware cards, not a run table; the limit itself is tagged card_roofline_tok_s",
+    "seed roofline detail on the seed section (active parameters, GB per token, a second latency's limit)":
+        "from data/models and data/hardware cards, not a run table; the limits and floors the run records are tagged "
+        "(card_roofline_tok_s, seed_comm_roofline_tok_s, seed_t_mem_ms, seed_t_comm_ms, seed_crossover_us)",
     "client-check turns (servebook's runs, the run after bench_serving's)": "the per-run values of a tagged rel_diff",
     "failure excerpts": "text of a recorded error, not a quantity",
     "Check yourself's worked example (4 tokens per chunk every 40 ms)": "a fixed example of the definitions, not a measurement",
@@ -802,7 +803,7 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
         lines.append(f"- {row['case']}: {row['measured_tok_s']:.1f} tok/s is {q('seed_pct_of_roofline', row['pct_of_roofline'], '.1f', of=row['case'])}% "
                      f"of its bandwidth roofline ({row['roofline_tok_s']:,.0f} tok/s); with the communication floor at "
                      f"{row['allreduce_source'] or 'no latency'}, {q('seed_pct_of_comm_roofline', pct_comm, '.1f', of=row['case'])}% of "
-                     f"{row['roofline_with_comm_tok_s']:,.0f} tok/s.")
+                     f"{q('seed_comm_roofline_tok_s', row['roofline_with_comm_tok_s'], ',.0f', of=row['case'])} tok/s.")
     lines += say_breakdown(store)
     cc, _ = client_check(store)
     if len(cc):  # servebook's client against SGLang's own on the live server, each metric both ways (the last of each)
@@ -854,9 +855,9 @@ def check_yourself(m: dict, *, verdict: dict, ceiling_check_df, seed: dict, seed
     roof, rows = seed["roof"], seed["rows"]
     if roof is not None and rows:
         qa.append(("The seed case's limit: which floor dominates, memory or communication, and what would settle it?",
-                   f"Memory takes {roof['t_mem_ms']:.2f} ms per token on {seed_tp} GPUs; {seed['n_ar']} all-reduces take "
-                   f"{roof['t_comm_ms']:.2f} ms at {rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
-                   f"{seed['crossover_us']:.1f} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
+                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on {seed_tp} GPUs; {seed['n_ar']} all-reduces take "
+                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at {rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
+                   f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f') if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
                    "all-reduce (custom kernels, NCCL settings) matters more. Only chapter 04 on the seed's PCIe host measures its latency."))
     if verdict["bench_serving_measured"]:
         qa.append(("Why does servebook stream with an HTTP client of its own instead of httpx, and what would make you replace it?",
