@@ -72,3 +72,12 @@ def test_throughput_plot_labels_do_not_overlap():
     boxes = [t.get_window_extent() for t in axes[0].texts if t.get_text().startswith("C=")]
     assert len(boxes) == 8  # SGLang's five levels, vLLM's three
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_excerpts_never_cut_a_word():
+    from servebook.bench.chapter import _tail, excerpt, whole_block
+
+    assert excerpt("alpha beta gamma delta", 12) == "alpha beta [...]"
+    assert excerpt("short", 12) == "short"
+    assert _tail("Traceback\n  return future.result()\nValueError: boom", 45) == "  return future.result()\nValueError: boom"
+    assert whole_block("t", []) == [] and "boom" in "\n".join(whole_block("t", ["ValueError: boom"]))

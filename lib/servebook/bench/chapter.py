@@ -22,7 +22,7 @@ from ..errors import ServebookError
 __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measure_engines", "measured", "starts_table",
            "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "client_check",
            "host_roofline", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
-           "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling_comparison", "ceiling_warnings", "what_if_line"]
+           "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling_comparison", "ceiling_warnings", "what_if_line", "excerpt", "whole_block"]
 
 # Figures stated in prose (Markdown output) that carry no servebook.stated tag, and why each cannot.
 UNTAGGED = {
@@ -90,6 +90,36 @@ class Workload:
         return min(max(8, self.warmup + self.runs * self.requests_per_run, self.requests_per_level * self.max_concurrency), 256)
 
 
+def excerpt(text, n: int = 160) -> str:
+    """``text`` on one line, at most about ``n`` characters, cut only between words (a cut says so: " [...]")."""
+    text = " ".join(str(text).split())
+    if len(text) <= n:
+        return text
+    cut = text[:n].rsplit(" ", 1)[0] if " " in text[:n] else text[:n]
+    return f"{cut} [...]"
+
+
+def _tail(text: str, n: int) -> str:
+    """The last whole lines of ``text`` that fit in about ``n`` characters (the last line alone when it is longer)."""
+    lines = text.rstrip().splitlines() or [""]
+    out = [lines.pop()]
+    while lines and sum(len(x) + 1 for x in out) + len(lines[-1]) <= n:
+        out.insert(0, lines.pop())
+    return "\n".join(out)
+
+
+FENCE = "`" * 3
+
+
+def whole_block(title: str, texts) -> list[str]:
+    """Markdown lines: ``texts`` whole, in a collapsed block under ``title`` (nothing when there is none)."""
+    texts = [str(t) for t in texts if str(t).strip()]
+    if not texts:
+        return []
+    body = "\n\n".join(t.replace(FENCE, "'" * 3) for t in texts)
+    return ["", f"<details><summary>{title}</summary>", "", FENCE + "text", body, FENCE, "", "</details>"]
+
+
 # -- the client's ceiling ---------------------------------------------------------------------------------------------
 def ceiling_tables(store):
     """``client_ceiling`` as recorded, and servebook's own rows of it (the client every measurement uses)."""
@@ -140,8 +170,8 @@ def _check_client(store, eng, url: str, name: str, label: str, *, model_dir, tok
                                         concurrency=c, num_prompts=max(4, 2 * c), engine=eng.name, repeats=1,
                                         workdir=store.path / "bench_serving")
         except (RuntimeError, ServebookError) as exc:
-            store.record_failure(f"bench_serving check {label} C={c}", str(exc)[-400:])
-            print(f"sglang.bench_serving at C={c} failed: {str(exc)[-200:]}")
+            store.record_failure(f"bench_serving check {label} C={c}", _tail(str(exc), 400))
+            print(f"sglang.bench_serving at C={c} failed: {_tail(str(exc), 200)}")
             continue
         for metric, m in a["metrics"].items():
             store.append("bench_client_check", {"label": label, "engine": eng.name, "concurrency": c, "metric": metric,
@@ -410,7 +440,7 @@ def client_check(store):
         tried = [f for f in store.rows("failures") if str(f.get("step", "")).startswith("bench_serving check")]
         if tried:  # it ran and failed: say so with bench_serving's own last error line
             last = [ln.strip() for ln in str(tried[-1]["error"]).splitlines() if "Error" in ln] or [str(tried[-1]["error"])[-200:]]
-            notes.append(f"sglang.bench_serving did not complete on the live server ({len(tried)} attempt(s), table `failures`): {last[-1][:300]}")
+            notes.append(f"sglang.bench_serving did not complete on the live server ({len(tried)} attempt(s), table `failures`): {last[-1]}")
         else:
             notes.append("not measured here: needs a live SGLang server (engine or compare_engines sglang) on this machine")
         return cc, notes
@@ -420,7 +450,7 @@ def client_check(store):
     cc = cc.drop_duplicates(["label", "concurrency", "metric"], keep="last")  # a level measured again stands in its last form
     for (_, a), (_, b) in zip(first.iterrows(), cc.iterrows()):
         if pd.notna(a["harness_fault"]) and pd.isna(b["harness_fault"]):
-            notes.append(f"{b['metric']} at C={int(b['concurrency'])}: measured again after a servebook fault was fixed ({a['harness_fault'][:120]}...): "
+            notes.append(f"{b['metric']} at C={int(b['concurrency'])}: measured again after a servebook fault was fixed ({a['harness_fault']}): "
                          f"servebook {a['servebook']:.3g} then, {b['servebook']:.3g} now; bench_serving {a['bench_serving']:.3g} then, {b['bench_serving']:.3g} now")
     judged = cc[cc["harness_fault"].isna()]  # a row servebook measured wrongly compares nothing
     for _, r in cc[cc["harness_fault"].notna()].drop_duplicates("metric").iterrows():
@@ -794,7 +824,7 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if len(single_all) else []):
         errors = r.get("errors") if isinstance(r.get("errors"), list) else []
         lines.append(f"- **{r['label']}** single stream: no request succeeded ({int(r['failed'])} failed)"
-                     + (f", e.g. {str(errors[0])[:160]}" if errors else "") + "; the server log says why.")
+                     + (f", e.g. {excerpt(errors[0])}" if errors else "") + "; the server log says why.")
     for label, g in (sweep_df.groupby("label") if len(sweep_df) else []):
         if not g["throughput_tok_s"].notna().any():
             lines.append(f"- {label}: no request of the concurrency sweep succeeded ({int(g['failed'].sum())} failed).")
@@ -821,7 +851,8 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     fails = store.table("failures")
     if len(fails):
         lines.append(f"- {q('failures_recorded', len(fails), 'd')} recorded failures in this run (table `failures`), e.g. "
-                     f"{fails.iloc[-1]['step']}: {str(fails.iloc[-1]['error'])[:160]}")
+                     f"{fails.iloc[-1]['step']}: {excerpt(fails.iloc[-1]['error'])}")
+        lines += whole_block("The recorded failures, whole", [f"{r['step']}: {r['error']}" for _, r in fails.iterrows()])
     return lines
 
 

@@ -167,7 +167,7 @@ def show_breakdown(t: dict) -> None:
         plot_breakdown(t["breakdown_long"])
     else:
         print("no decode-step profile in this run" + ("" if not len(t["failed"]) else ": " + "; ".join(
-            f"{r['label']}: {str(r.get('error'))[:160]}" for _, r in t["failed"].iterrows())))
+            f"{r['label']}: {r.get('error')}" for _, r in t["failed"].iterrows())))
 
 
 _PREDICTION_COLS = ["card", "engine", "backend", "quant", "layers_measured", "predicted_ms", "low_ms", "high_ms", "measured_ms", "error_pct",
