@@ -328,7 +328,9 @@ def sweep_parameters(store) -> list[dict]:
         ran = [int(r["concurrency"]) for r in levels]
         per = sorted({_requests_of(r) // int(r["concurrency"]) for r in levels if _requests_of(r)})
         truncated = [int(r["concurrency"]) for r in levels if r.get("truncated")]
-        stop = next((s for s in reversed(stops) if s.get("label") == label and s.get("levels_run") == ran), None)
+        warmed = bool(levels[-1].get("level_warmup"))  # a stop row belongs to the sweep of its method (levels warmed or not)
+        stop = next((s for s in reversed(stops) if s.get("label") == label and s.get("levels_run") == ran
+                     and bool(s.get("level_warmup")) == warmed), None)
         if stop:
             why, kind = stop["reason"], "saturation" if "saturated" in stop["reason"] else "throughput fell"
         elif truncated:
@@ -337,7 +339,7 @@ def sweep_parameters(store) -> list[dict]:
             why, kind = f"it ran every level up to C={ran[-1]}, its max concurrency, without a recorded stop", "max concurrency"
         out.append({"label": label, "levels": ", ".join(map(str, ran)), "last_level": ran[-1],
                     "requests_per_level_x_C": ", ".join(map(str, per)) or None,
-                    "requests": ", ".join(str(_requests_of(r)) for r in levels), "warmed_levels": bool(levels[-1].get("level_warmup")),
+                    "requests": ", ".join(str(_requests_of(r)) for r in levels), "warmed_levels": warmed,
                     "stopped_by": kind, "stopped_before": stop.get("stopped_before") if stop else None, "why": why})
     return out
 
