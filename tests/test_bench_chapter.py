@@ -81,3 +81,19 @@ def test_excerpts_never_cut_a_word():
     assert excerpt("short", 12) == "short"
     assert _tail("Traceback\n  return future.result()\nValueError: boom", 45) == "  return future.result()\nValueError: boom"
     assert whole_block("t", []) == [] and "boom" in "\n".join(whole_block("t", ["ValueError: boom"]))
+
+
+def test_the_whatif_page_states_the_recorded_roofline_once_tagged():
+    """The what-if page's "What we found" and questions, from the recorded what-if run's `roofline` rows."""
+    store = RunStore(book_root() / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    roof = store.table("roofline")
+    roof = roof[roof["chapter"] == "05"]
+    facts = {"model": "kimi-k2.5", "profile": "rtx-pro-6000", "gpus": 8}
+    lines = ch05.whatif_found(roof, facts)
+    (tag,) = [t for t in stated_on("\n".join(lines)) if t.name == "card_roofline_tok_s"]
+    assert tag.of == "kimi-k2.5 on 8x rtx-pro-6000" and expected(store, tag.name, tag.of) == tag.value
+    assert any("seed case's host" in x for x in lines)  # this profile is the seed's
+    qa = ch05.whatif_check_yourself(roof, facts)
+    assert len(qa) == 2 and "257 to 321 tok/s" in re.sub(r"<[^>]+>", "", qa[1][1])
+    for t in stated_on("\n".join(lines + [a for _, a in qa])):
+        assert expected(store, t.name, t.of) == t.value, (t.name, t.of)

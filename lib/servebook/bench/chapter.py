@@ -45,8 +45,8 @@ UNTAGGED = {
     "Check yourself's worked example (4 tokens per chunk every 40 ms)": "a fixed example of the definitions, not a measurement",
     "the rules' constants in the method text (10% growth for saturation, half of the client's ceiling, 95% intervals)":
         "definitions of the method, constants of the code that applies them (bench.runs, bench.ceiling), not results of a run",
-    "the what-if page's limits with a communication floor, GB per token, TB/s": "from the data files (data/models, "
-        "data/hardware) and chapter 04's recorded latencies via servebook.plan; the bandwidth-only limit is tagged card_roofline_tok_s",
+    "the what-if page's GB per token, TB/s and all-reduce ms": "inputs from the data files (data/models, data/hardware) "
+        "behind the tagged limits (card_roofline_tok_s, plan_roofline_tok_s)",
     "printed (not Markdown) lines: client ceiling, warnings, notes": "console output under a table, which the table itself shows",
 }
 
@@ -933,7 +933,7 @@ def whatif_found(roof, facts: dict) -> list[str]:
     lines = []
     for _, r in roof.iterrows():
         limit = (q("card_roofline_tok_s", r["tok_s"], ",.0f", of=subject) if r["case"].endswith(": bandwidth only")
-                 else f"{r['tok_s']:,.0f}")
+                 else q("plan_roofline_tok_s", r["tok_s"], ",.0f", of=r["case"]))
         lines.append(f"- {r['case']}: at most {limit} tok/s ({r['bytes_per_token'] / 1e9:.1f} GB per token over "
                      f"{int(r['tp'])} GPUs at {r['bandwidth_tbs']} TB/s each, plus {r['t_comm_ms']:.2f} ms of all-reduce).")
     lines.append("- Predicted from data files, not measured: the benchmark commands above measure the real rate on the host.")
@@ -945,18 +945,21 @@ def whatif_found(roof, facts: dict) -> list[str]:
 
 def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
     """The what-if page's questions, answered from its ``roofline`` rows and the data files they came from."""
+    from ..stated import q
+
     bw_only = roof[roof["case"].str.endswith(": bandwidth only")]
     with_comm = roof[~roof["case"].str.endswith(": bandwidth only")]
     qa = []
     if len(bw_only):
         b = bw_only.iloc[0]
         qa.append(("What bounds single-stream decode on this profile before any overhead, and from which files?",
-                   f"{b['tok_s']:,.0f} tok/s: {b['bytes_per_token'] / 1e9:.1f} GB read per token (data/models/{facts['model']}.json, "
+                   f"{q('plan_roofline_tok_s', b['tok_s'], ',.0f', of=b['case'])} tok/s: {b['bytes_per_token'] / 1e9:.1f} GB read per token (data/models/{facts['model']}.json, "
                    f"counted layer by layer) over {int(b['tp'])} GPUs at {b['bandwidth_tbs']} TB/s each (data/hardware/{facts['profile']}.json)."))
     if len(with_comm):
-        lo, hi = with_comm["tok_s"].min(), with_comm["tok_s"].max()
+        lo, hi = with_comm.loc[with_comm["tok_s"].idxmin()], with_comm.loc[with_comm["tok_s"].idxmax()]
+        lo_s, hi_s = (q("plan_roofline_tok_s", x["tok_s"], ",.0f", of=x["case"]) for x in (lo, hi))
         qa.append(("Why does this page give several limits, and which one will the real host reach?",
-                   f"Each adds the all-reduce floor at one latency recorded on another host ({lo:,.0f} to {hi:,.0f} tok/s); the profile's own "
+                   f"Each adds the all-reduce floor at one latency recorded on another host ({lo_s} to {hi_s} tok/s); the profile's own "
                    "latency is unmeasured, so none of them is its limit. Chapter 04 on the real host gives the latency, chapter 05 there the "
                    "real rate: far below every line means the time goes to overhead, not to bytes or all-reduces."))
     return qa

@@ -340,6 +340,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("seed_t_comm_ms", "seed case: all-reduce floor per token (ms) at the recorded latency", _ch05_seed_first("t_comm_ms")),
     Quantity("seed_crossover_us", "seed case: all-reduce latency (us) at which the two floors are equal",
              _ch05_seed_first(lambda r: r["t_mem_ms"] * r["allreduce_us"] / r["t_comm_ms"] if r.get("t_comm_ms") else None)),
+    Quantity("plan_roofline_tok_s", "a what-if limit of chapter 05's plan (table roofline), by its case",
+             lambda store: {r["case"]: r.get("tok_s") for r in store.rows("roofline") if r.get("chapter") == "05"}),
     # end of chapter 05 (s8)
     Quantity("seed_projected_tok_s", "seed case: single-stream tok/s projected onto 8x RTX PRO 6000 from the H200 profiles",
              lambda store: {r["engine"]: r.get("predicted_tok_s") for r in store.rows("seed_projection") if r["category"] == "total"},
