@@ -60,3 +60,18 @@ def test_check_yourself_in_every_mode(stem):
     for whatif in (False, True):
         nb = _select_cells(nbformat.from_dict(_read_notebook(chapter.source)), whatif=whatif)
         assert any("## Check yourself" in c.source for c in nb.cells if c.cell_type == "markdown"), (stem, "what-if" if whatif else "host")
+
+
+def test_chapter_05_is_prose_over_the_package():
+    """Chapter 05 (issue #30): at most 400 lines, no code cell over 40 lines; its figures' exceptions listed with reasons."""
+    import jupytext
+
+    from servebook.bench.chapter import UNTAGGED
+
+    chapter = next(c for c in chapters() if c.stem == "05_benchmark_single_stream")
+    assert len(chapter.source.read_text().splitlines()) <= 400
+    nb = jupytext.read(chapter.source)
+    long = [c.source.splitlines()[0] for c in nb.cells
+            if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []) and len(c.source.splitlines()) > 40]
+    assert not long, long
+    assert UNTAGGED and all(isinstance(v, str) and len(v) > 20 for v in UNTAGGED.values())

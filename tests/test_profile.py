@@ -243,3 +243,16 @@ def test_recorded_predictions_recompute_from_the_recorded_profiles():
             assert a[k] == pytest.approx(r[k]), (a["card"], a["engine"], k)
     checked = [r for r in recorded if r["measured_ms"] is not None]
     assert len(checked) >= 2 and {r["engine"] for r in checked} == {"sglang", "vllm"}
+
+
+def test_the_prediction_table_states_the_prediction_in_tok_s_too():
+    """Chapter 05's table of full-model predictions (h200x1-live) carries 1000 / predicted_ms as predicted_tok_s."""
+    from servebook.paths import book_root
+    from servebook.profile import chapter_tables, prediction_table
+    from servebook.results import RunStore
+
+    t = chapter_tables(RunStore(book_root() / "data" / "runs" / "h200x1-live"))
+    p = prediction_table(t)
+    assert len(p) and list(p.columns).index("predicted_tok_s") == list(p.columns).index("predicted_ms") + 1
+    assert ((p["predicted_tok_s"] - 1e3 / t["predictions"]["predicted_ms"]).abs() < 1e-3).all()
+    assert prediction_table({"predictions": t["predictions"].iloc[0:0]}) == "no two slice depths profiled: no prediction"

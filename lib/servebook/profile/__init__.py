@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from .chapter import chapter_tables, findings, measure_chapter, plot_breakdown, record_inprocess, where_time_goes
+from .chapter import chapter_tables, findings, measure_chapter, plot_breakdown, prediction_table, record_inprocess, show_breakdown, where_time_goes
 from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
 from .kernels import CATEGORIES, RULES, Kernel, TraceError, classify, kernel_events, load_trace, rules_table
 from .predict import predict_full
@@ -22,7 +22,7 @@ from .tables import rewrite_table, breakdown_check, engine_difference, latest_br
 
 __all__ = ["CATEGORIES", "RULES", "Kernel", "TraceError", "ProfilerUnavailable", "classify", "kernel_events", "load_trace",
            "rules_table", "find_anchor", "step_breakdown", "busy_time", "capture", "keep_trace", "profiler_launch",
-           "predict_full", "prediction_rows", "measure_chapter", "chapter_tables", "findings", "plot_breakdown", "record_inprocess",
+           "predict_full", "prediction_rows", "measure_chapter", "chapter_tables", "findings", "plot_breakdown", "show_breakdown", "prediction_table", "record_inprocess",
            "write_predictions", "engine_difference", "where_time_goes", "breakdown_check", "latest_breakdown", "latest_ok", "register"]
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from .kernels import CATEGORIES, rules_table
 from .tables import latest_breakdown, latest_ok, prediction_rows
 
-__all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "findings", "record_inprocess", "where_time_goes"]
+__all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "show_breakdown", "prediction_table", "findings", "record_inprocess",
+           "where_time_goes"]
 
 
 def record_inprocess(store, model_dir, depths, *, steps: int, card: str = "embedded", say=print) -> list[dict]:
@@ -155,6 +156,33 @@ def plot_breakdown(long, ax=None, title: str = "one decode step, by kernel categ
     ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.55 / height), frameon=False)  # just below the axis label
     plt.tight_layout()
     return ax
+
+
+def show_breakdown(t: dict) -> None:
+    """The profiled steps by category (table and stacked bars), or why there is none (``chapter_tables``' result)."""
+    from IPython.display import display
+
+    if len(t["breakdown"]):
+        display(t["breakdown"].round(3))
+        plot_breakdown(t["breakdown_long"])
+    else:
+        print("no decode-step profile in this run" + ("" if not len(t["failed"]) else ": " + "; ".join(
+            f"{r['label']}: {r.get('error')}" for _, r in t["failed"].iterrows())))
+
+
+_PREDICTION_COLS = ["card", "engine", "backend", "quant", "layers_measured", "predicted_ms", "low_ms", "high_ms", "measured_ms", "error_pct",
+                    "within_interval", "slope_ms_per_layer", "fixed_ms", "roofline_ms_datasheet", "roofline_ms_measured"]
+
+
+def prediction_table(t: dict):
+    """``prediction_check`` as the chapter shows it, with the predicted time also in tok/s (``predicted_tok_s``, 1000 /
+    ``predicted_ms``; a display column, not stored), or a sentence when no two slice depths were profiled."""
+    p = t["predictions"]
+    if not len(p):
+        return "no two slice depths profiled: no prediction"
+    p = p[[c for c in _PREDICTION_COLS if c in p]].copy()
+    p.insert(p.columns.get_loc("predicted_ms") + 1, "predicted_tok_s", [1e3 / x if x else None for x in p["predicted_ms"]])
+    return p.round(3)
 
 
 def findings(store) -> list[str]:

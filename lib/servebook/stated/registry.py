@@ -170,6 +170,106 @@ def _seed_gap(store) -> dict:
     return {None: tot["sglang"] - tot["vllm"]} if tot.get("sglang") and tot.get("vllm") else {}
 
 
+
+# chapter 05 (s8): helpers of the quantities in the block marked "chapter 05 (s8)" below
+def _ch05_current(store) -> list[dict]:
+    from ..bench.runs import current
+
+    return current(store.rows("bench_summary"))[0]
+
+
+def _ch05_single(store) -> dict:
+    """The last single-stream row with a rate, per label (the row chapter 05's latencies are read from)."""
+    return {r["label"]: r for r in _ch05_current(store) if r.get("phase") == "single" and plain(r.get("decode_tok_s_mean")) is not None}
+
+
+def _ch05_sweep(field_: str, scale: float = 1.0) -> Callable[[Any], dict]:
+    def compute(store):
+        out = {}
+        for r in _ch05_current(store):
+            if r.get("phase") == "sweep" and plain(r.get(field_)) is not None:
+                out.setdefault(f"{r['label']} | C={int(r['concurrency'])}", r[field_] * scale)
+        return out
+    return compute
+
+
+def _ch05_sweep_params(field_: str) -> Callable[[Any], dict]:
+    def compute(store):
+        from ..bench.chapter import sweep_parameters
+
+        return {s["label"]: s[field_] for s in sweep_parameters(store)}
+    return compute
+
+
+def _ch05_decided(field_: str) -> Callable[[Any], dict]:
+    def compute(store):
+        r = _ceilings(store).get("decided_in") or {}
+        return {c: r.get(f"{c}_{field_}") for c in ("servebook", "httpx") if r.get(f"{c}_{field_}") is not None}
+    return compute
+
+
+def _ch05_seed_rows(field_: Callable[[dict], Any]) -> Callable[[Any], dict]:
+    def compute(store):
+        return {r["case"]: field_(r) for r in store.rows("bench_roofline") if str(r.get("source", "")).startswith("reported by the seed")}
+    return compute
+
+
+def _ch05_seed_first(field_) -> Callable[[Any], dict]:
+    """A figure of the last seed row of ``bench_roofline`` (the seed rows of one computation share their floors)."""
+    def compute(store):
+        rows = [r for r in store.rows("bench_roofline") if str(r.get("source", "")).startswith("reported by the seed")]
+        if not rows:
+            return {}
+        v = field_(rows[-1]) if callable(field_) else rows[-1].get(field_)
+        return {None: v} if v is not None else {}
+    return compute
+
+
+def _ch05_breakdown(store) -> dict:
+    from ..bench.chapter import _breakdowns
+
+    return dict(_breakdowns(store))
+
+
+def _ch05_client_check(store) -> dict:
+    last = {}
+    for r in store.rows("bench_client_check"):
+        last[(r["label"], r["metric"], int(r["concurrency"]))] = r
+    return {f"{lab} | {m} | C={c}": r["rel_diff"] for (lab, m, c), r in last.items() if not r.get("harness_fault")}
+
+
+def _ch05_ceiling_use(store) -> dict:
+    import pandas as pd
+
+    from ..bench.ceiling import ceiling_check
+    from ..bench.chapter import ceiling_tables
+
+    class _ReadOnly:  # ceiling_check appends what it checks for the first time; recomputing must not write
+        def __init__(self, s):
+            self.s = s
+
+        def rows(self, name):
+            return self.s.rows(name)
+
+        def append(self, *_a, **_k):
+            return None
+
+    rows = ceiling_check(pd.DataFrame(_ch05_current(store)), ceiling_tables(store)[1], store=_ReadOnly(store))
+    shares = [r["share_of_ceiling"] for r in rows if plain(r.get("share_of_ceiling")) is not None]
+    return {None: max(shares)} if shares else {}
+
+
+def _ch05_servebook_ceiling(store) -> dict:
+    from ..bench.chapter import ceiling_tables
+
+    df = ceiling_tables(store)[1]
+    return {None: float(df["stream_tok_s"].max())} if len(df) else {}
+
+
+def _ch05_predicted(field_: str) -> Callable[[Any], dict]:
+    return lambda store: {f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}": 1e3 / p[field_]
+                          for p in store.rows("prediction_check") if p.get(field_)}
+
 _SEED = {"seed_loss": lambda store: {None: seed_case()["loss"]},
          "seed_tok_s": lambda store: dict(seed_case()["single_stream_tok_s"])}
 
@@ -230,6 +330,55 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _predictions("predicted_ms"), ("05",)),
     Quantity("measured_full_ms", "full model's measured time per token (ms)", _predictions("measured_ms")),
     Quantity("prediction_error_pct", "error of the full-model prediction, signed (%)", _predictions("error_pct")),
+    # chapter 05 (s8): the sweep as it ran, latencies, time split, client checks, predictions in tok/s (none required on a page)
+    Quantity("sweep_levels", "concurrency levels the sweep ran (bench_summary)", _ch05_sweep_params("levels")),
+    Quantity("sweep_requests_per_c", "requests the sweep sent per level, per unit of concurrency", _ch05_sweep_params("requests_per_level_x_C")),
+    Quantity("sweep_stopped_by", "why the sweep stopped: saturation, throughput fell, time budget or max concurrency",
+             _ch05_sweep_params("stopped_by")),
+    Quantity("single_ttft_ms", "mean TTFT (ms) of a configuration's last single-stream measurement",
+             lambda store: {k: r["ttft_s_mean"] * 1e3 for k, r in _ch05_single(store).items() if plain(r.get("ttft_s_mean")) is not None}),
+    Quantity("single_tpot_ms", "mean TPOT (ms) of a configuration's last single-stream measurement",
+             lambda store: {k: r["tpot_s_mean"] * 1e3 for k, r in _ch05_single(store).items() if plain(r.get("tpot_s_mean")) is not None}),
+    Quantity("tokens_per_chunk", "tokens per streamed chunk of a configuration's last single-stream measurement",
+             lambda store: {k: r.get("tokens_per_chunk") for k, r in _ch05_single(store).items()}),
+    Quantity("sweep_throughput_tok_s", "throughput (tok/s) of one sweep level (label | C=n)", _ch05_sweep("throughput_tok_s")),
+    Quantity("sweep_per_user_tok_s", "per-user decode tok/s of one sweep level", _ch05_sweep("per_user_tok_s")),
+    Quantity("sweep_ttft_server_p99_s", "p99 TTFT from the request's send (s) of one sweep level", _ch05_sweep("ttft_server_s_p99")),
+    Quantity("sweep_ttft_server_p50_ms", "median TTFT from the request's send (ms) of one sweep level", _ch05_sweep("ttft_server_s_p50", 1e3)),
+    Quantity("sweep_ttft_p50_ms", "median TTFT including the wait for a slot (ms) of one sweep level", _ch05_sweep("ttft_s_p50", 1e3)),
+    Quantity("ceiling_goal", "the goal: servebook's ceiling at least this many times sglang.bench_serving's (bench.CEILING_GOAL)",
+             lambda store: {None: _ceilings(store)["goal"]}),
+    Quantity("ceiling_ratio_decided", "a client's ceiling over bench_serving's at one event per write, where the verdict is taken",
+             _ch05_decided("ratio")),
+    Quantity("ceiling_busy_decided", "share of its core a client used at one event per write", _ch05_decided("busy")),
+    Quantity("servebook_ceiling_tok_s", "servebook's own ceiling: its highest streamed tok/s against the fake server", _ch05_servebook_ceiling),
+    Quantity("ceiling_use_max", "the largest share of the client's ceiling any measured rate used", _ch05_ceiling_use),
+    Quantity("seed_pct_of_roofline", "seed case: a reported rate as % of the card's bandwidth roofline",
+             _ch05_seed_rows(lambda r: r.get("pct_of_roofline"))),
+    Quantity("seed_pct_of_comm_roofline", "seed case: a reported rate as % of the roofline with the communication floor",
+             _ch05_seed_rows(lambda r: 100 * r["measured_tok_s"] / r["roofline_with_comm_tok_s"] if r.get("roofline_with_comm_tok_s") else None)),
+    Quantity("breakdown_total_ms", "ms per token split in bench_breakdown (label)",
+             lambda store: {k: sum(r["ms_per_token"] for r in v) for k, v in _ch05_breakdown(store).items()}),
+    Quantity("breakdown_ms", "ms per token of one part of bench_breakdown (label | part)",
+             lambda store: {f"{k} | {r['part']}": r["ms_per_token"] for k, v in _ch05_breakdown(store).items() for r in v}),
+    Quantity("breakdown_share", "share of one part of bench_breakdown (label | part)",
+             lambda store: {f"{k} | {r['part']}": r["share"] for k, v in _ch05_breakdown(store).items() for r in v}),
+    Quantity("client_check_rel_diff", "servebook's client against sglang.bench_serving on the live server, relative (label | metric | C=n)",
+             _ch05_client_check),
+    Quantity("failures_recorded", "rows of the run's failures table", lambda store: {None: len(store.rows("failures"))}),
+    Quantity("predicted_tok_s", "full model's single-stream tok/s predicted from two slices (1000 / predicted_ms)", _ch05_predicted("predicted_ms")),
+    Quantity("predicted_tok_s_low", "low end of the predicted tok/s (1000 / high_ms)", _ch05_predicted("high_ms")),
+    Quantity("predicted_tok_s_high", "high end of the predicted tok/s (1000 / low_ms)", _ch05_predicted("low_ms")),
+    Quantity("measured_full_tok_s", "full model's measured tok/s (1000 / measured_ms)", _ch05_predicted("measured_ms")),
+    Quantity("seed_comm_roofline_tok_s", "seed case: the card's roofline with the communication floor (tok/s), by case",
+             _ch05_seed_rows(lambda r: r.get("roofline_with_comm_tok_s"))),
+    Quantity("seed_t_mem_ms", "seed case: memory floor per token (ms) on its GPUs", _ch05_seed_first("t_mem_ms")),
+    Quantity("seed_t_comm_ms", "seed case: all-reduce floor per token (ms) at the recorded latency", _ch05_seed_first("t_comm_ms")),
+    Quantity("seed_crossover_us", "seed case: all-reduce latency (us) at which the two floors are equal",
+             _ch05_seed_first(lambda r: r["t_mem_ms"] * r["allreduce_us"] / r["t_comm_ms"] if r.get("t_comm_ms") else None)),
+    Quantity("plan_roofline_tok_s", "a what-if limit of chapter 05's plan (table roofline), by its case",
+             lambda store: {r["case"]: r.get("tok_s") for r in store.rows("roofline") if r.get("chapter") == "05"}),
+    # end of chapter 05 (s8)
     Quantity("seed_projected_tok_s", "seed case: single-stream tok/s projected onto 8x RTX PRO 6000 from the H200 profiles",
              lambda store: {r["engine"]: r.get("predicted_tok_s") for r in store.rows("seed_projection") if r["category"] == "total"},
              ("06",)),

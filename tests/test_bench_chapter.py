@@ -1,0 +1,99 @@
+"""servebook.bench.chapter on a recorded live run: the sweep as it ran, its stop, the answers stated once and tagged."""
+
+import re
+
+from servebook.bench import chapter as ch05
+from servebook.paths import book_root
+from servebook.results import RunStore
+from servebook.stated import expected, stated_on
+
+RUN1 = book_root() / "data" / "runs" / "h200x1-live"
+
+
+def test_sweep_parameters_are_the_recorded_ones_not_the_defaults():
+    rows = {r["label"].split("/")[0]: r for r in ch05.sweep_parameters(RunStore(RUN1))}
+    assert rows["sglang"]["levels"] == "1, 2, 4, 8, 16" and rows["sglang"]["requests_per_level_x_C"] == "3"
+    assert rows["sglang"]["stopped_by"] == "max concurrency"
+    assert rows["vllm"]["levels"] == "1, 2, 4" and rows["vllm"]["stopped_by"] == "saturation"
+
+
+def test_every_tag_of_found_and_check_yourself_recomputes(tmp_path):
+    import shutil
+
+    shutil.copytree(RUN1, tmp_path / "run")
+    store = RunStore(tmp_path / "run")  # the seed roofline may add its rows, as the chapter does
+    m = ch05.measured(store)
+    import pandas as pd
+
+    from servebook import bench
+
+    ceiling_all, ceiling_df = ch05.ceiling_tables(store)
+    cc = pd.DataFrame(store.rows("bench_ceiling_check"))
+    verdict = bench.ceiling_verdict(store.rows("client_ceiling"))
+    seed = ch05.seed_roofline(store, seed_model="kimi-k2.5", seed_profile="rtx-pro-6000", seed_tp=8)
+    assert seed["rows"] and seed["roof"] is not None
+    text = "\n".join(ch05.found(store, m, runs=5, warmup=10, verdict=verdict, ceiling_tok_s=float(ceiling_df["stream_tok_s"].max()),
+                                ceiling_check_df=cc, seed=seed))
+    qa = ch05.check_yourself(m, verdict=verdict, ceiling_check_df=cc, seed=seed, seed_tp=8)
+    text += "\n".join(a for _, a in qa)
+    tags = stated_on(text)
+    assert len(tags) > 40
+    for s in tags:
+        assert expected(store, s.name, s.of) == s.value or abs(expected(store, s.name, s.of) - s.value) < 1e-9, (s.name, s.of)
+    plain = re.sub(r"<[^>]+>", "", text)
+    # the transport question is answered at the level the verdict is taken, once: no "(as here)" beside "does not"
+    assert "(as here)" not in plain and "the hand-written transport is justified here" in plain
+    assert "it stopped on saturation" in plain
+    assert {"seed_crossover_us", "seed_comm_roofline_tok_s", "breakdown_share", "client_check_rel_diff"} <= {t.name for t in tags}
+
+
+def test_a_changed_number_no_longer_recomputes():
+    store = RunStore(RUN1)
+    (s,) = [x for x in stated_on("\n".join(ch05.say_sweep_stops(store))) if x.name == "sweep_levels" and x.of.startswith("vllm")]
+    assert expected(store, "sweep_levels", s.of) == s.value
+    assert expected(store, "sweep_levels", s.of) != "1, 2, 4, 8"
+
+
+def test_graph_vs_eager_plot_only_where_both_modes_ran(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    assert ch05.plot_graph_vs_eager(RunStore(RUN1)) is not None  # SGLang's default measured eagerly too
+    empty = RunStore(tmp_path)
+    assert ch05.plot_graph_vs_eager(empty) is None
+
+
+def test_throughput_plot_labels_do_not_overlap():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    axes = ch05.plot_sweep(ch05.measured(RunStore(RUN1))["sweep_ok"])
+    axes[0].figure.canvas.draw()
+    boxes = [t.get_window_extent() for t in axes[0].texts if t.get_text().startswith("C=")]
+    assert len(boxes) == 8  # SGLang's five levels, vLLM's three
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_excerpts_never_cut_a_word():
+    from servebook.bench.chapter import _tail, excerpt, whole_block
+
+    assert excerpt("alpha beta gamma delta", 12) == "alpha beta [...]"
+    assert excerpt("short", 12) == "short"
+    assert _tail("Traceback\n  return future.result()\nValueError: boom", 45) == "  return future.result()\nValueError: boom"
+    assert whole_block("t", []) == [] and "boom" in "\n".join(whole_block("t", ["ValueError: boom"]))
+
+
+def test_the_whatif_page_states_the_recorded_roofline_once_tagged():
+    """The what-if page's "What we found" and questions, from the recorded what-if run's `roofline` rows."""
+    store = RunStore(book_root() / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    roof = store.table("roofline")
+    roof = roof[roof["chapter"] == "05"]
+    facts = {"model": "kimi-k2.5", "profile": "rtx-pro-6000", "gpus": 8}
+    lines = ch05.whatif_found(roof, facts)
+    (tag,) = [t for t in stated_on("\n".join(lines)) if t.name == "card_roofline_tok_s"]
+    assert tag.of == "kimi-k2.5 on 8x rtx-pro-6000" and expected(store, tag.name, tag.of) == tag.value
+    assert any("seed case's host" in x for x in lines)  # this profile is the seed's
+    qa = ch05.whatif_check_yourself(roof, facts)
+    assert len(qa) == 2 and "257 to 321 tok/s" in re.sub(r"<[^>]+>", "", qa[1][1])
+    for t in stated_on("\n".join(lines + [a for _, a in qa])):
+        assert expected(store, t.name, t.of) == t.value, (t.name, t.of)
