@@ -37,17 +37,14 @@ UNTAGGED = {
     "the 15% fidelity target and the 5% rule of recommend()": "constants of the method (servebook.nccl.predict), stated as "
     "the rule, not measured",
     "an error text quoted from the failures table": "a recorded message, quoted as it was written",
+    "the default's ms/token predicted with this run's model shape": "the reference grid's latencies times this model's "
+    "layer count (from its config.json); with the reference model's own shape it is tagged (ref_nccl_check)",
 }
 
-SEED_INTRO = ("The seed case **claimed** that all-reduce was the largest single part of SGLang's decode time on its PCIe "
-              "GPUs (its own profile put it at {share} of a decode step; quoted from `data/reference/seed-case.json`, not "
-              "measured here). This book did not reproduce that claim: chapter 05's profiles break a decode step down on the "
-              "hosts the book ran on, and chapter 06 says what they predict for the seed's host. This chapter measures the "
-              "latency that part is made of.")
-
-
-def _us(name: str, value, of: str, fmt: str = ",.1f") -> str:
-    return q(name, value, fmt, of=of)
+SEED_INTRO = ("**What the seed claimed.** The seed case's own profile put all-reduce at {share} of SGLang's decode time "
+              "on its PCIe GPUs: the seed's claim, quoted from `data/reference/seed-case.json`, never measured by this book. "
+              "This book's own breakdown of a decode step is chapter 05's (on the hosts the book ran on), and chapter 06 says "
+              "what it predicts for the seed's host. This chapter measures the latency the all-reduce part is made of.")
 
 
 # ---------------------------------------------------------------- what-if (a profile, nothing measured)
