@@ -33,13 +33,13 @@ UNTAGGED = {
 
 # what a launch flag the recorded runs used does, from the engines' own help texts; why it was used, where the run says
 FLAG_NOTES = {
-    "--cuda-graph-max-bs": "SGLang captures CUDA graphs only up to this batch size; the recordings measure at most 16 "
-                           "concurrent requests (chapter 05's sweep stops at `max_concurrency=16` in the same command, "
-                           "`tools/gpu-stage/device.sh`), so larger graphs would only lengthen each start",
-    "--sampling-backend": "SGLang samples with this backend; `pytorch` uses torch operations instead of FlashInfer's "
-                          "sampling kernels. The recordings do not say why it was chosen; every measurement here is greedy",
-    "--max-num-seqs": "vLLM schedules at most this many sequences at once (and sizes its CUDA graphs to it), the same "
-                      "16 as SGLang's graph limit",
+    "--cuda-graph-max-bs": "SGLang captures CUDA graphs for batch sizes up to this value only; the recording commands "
+                           "(`tools/gpu-stage/device.sh`) run chapter 05's sweep up to the same concurrency "
+                           "(`max_concurrency`), and the records give no other reason",
+    "--sampling-backend": "SGLang's kernels for its sampling layer; `pytorch` takes torch operations instead of FlashInfer's "
+                          "sampling kernels. The records do not say why it was chosen; every measurement here is greedy",
+    "--max-num-seqs": "vLLM schedules at most this many sequences at once (set beside SGLang's graph limit in the same "
+                      "recording commands)",
 }
 
 TABLE_COLUMNS = ["engine", "attention", "mode", "outcome", "reported", "reported_source", "decode_agreement", "decode_positions",
@@ -48,9 +48,14 @@ TABLE_COLUMNS = ["engine", "attention", "mode", "outcome", "reported", "reported
 
 
 def flags_note(args: list[str]) -> str:
-    """One Markdown line per flag of ``args`` that ``FLAG_NOTES`` explains, or '' when none."""
-    notes = [f"`{a}`: {FLAG_NOTES[a]}" for a in dict.fromkeys(args) if a in FLAG_NOTES]
-    return ("Launch flags added to every start, and what they do: " + "; ".join(notes) + ".") if notes else ""
+    """One Markdown sentence on the flags of ``args`` (a launch line, split) that ``FLAG_NOTES`` explains, each with the
+    value it was given; '' when none."""
+    seen = {}
+    for i, a in enumerate(args):
+        if a in FLAG_NOTES and a not in seen:
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else ""
+            seen[a] = f"`{a}{' ' + value if value else ''}`: {FLAG_NOTES[a]}"
+    return ("Launch flags added to every start, and what they do: " + "; ".join(seen.values()) + ".") if seen else ""
 
 
 def listed_for(text: str, name: str) -> list[str] | None:
