@@ -100,12 +100,11 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from servebook.nccl import (
-    STANDARD_SWEEP, builtin_grid as _builtin, available_backend, env_block, find_all_reduce_perf, message_sizes,
-    model_dims, parse_grid, per_token_prediction, recommend, run_grid,
+    STANDARD_SWEEP, builtin_grid as _builtin, available_backend, find_all_reduce_perf, message_sizes, model_dims,
+    parse_grid, per_token_prediction, recommend, run_grid,
 )
 from servebook.hosts import get_host
 from servebook.params import resolve_model
-from servebook.paths import data_dir
 from servebook.results import RunStore
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
@@ -123,18 +122,15 @@ else:  # the collective backend and process count the host measured with, from i
     print("measure=False: nothing is started; every table below is this run's, as recorded")
 print(f"model {model}: hidden size {hidden}, {layers} layers; collective backend {'here' if measure else 'on the recording host'}: {backend} with {world} processes")
 
+# %% [markdown]
+# ## What can be measured on this host
+# First what the seed claimed about this part (its claim, quoted), then what this host can measure.
+
 # %%
-from servebook.nccl.report import SEED_INTRO
+from servebook.nccl.report import SEED_INTRO, host_note
 from servebook.stated import q, seed_case
 
 display(Markdown(SEED_INTRO.format(share=q("seed_allreduce_share", seed_case()["allreduce_share_of_sglang_decode"], ".0%"))))
-
-# %% [markdown]
-# ## What can be measured on this host
-
-# %%
-from servebook.nccl.report import host_note
-
 display(Markdown(host_note(backend, world, len(settings))))
 
 # %% [markdown]
@@ -188,12 +184,13 @@ plot_latency(ar, backend, world, [s["bytes"] for s in sizes if s.get("source") =
 
 # %%
 from servebook.findings import nccl as nccl_answer
+from servebook.nccl.figures import reference_store
 from servebook.nccl.report import load_reference, this_run_answer
 
-here = nccl_answer(store) or {}
-ref = load_reference(nccl_answer(RunStore(data_dir() / "runs" / "h200x2-nccl")) or {})
+here, ref_answer = nccl_answer(store) or {}, nccl_answer(reference_store()) or {}
+ref = load_reference(ref_answer)
 tried = set(ar["setting"].dropna().unique()) if len(ar) and "setting" in ar else set()
-answer = this_run_answer(store, here, nccl_answer(ref.store) or {}, tried)
+answer = this_run_answer(store, here, ref_answer, tried)
 Markdown(answer)
 
 # %% [markdown]
@@ -278,9 +275,8 @@ print(env_blocks(ref, rec_pick, here, model))
 # with the custom all-reduce off. Which path ran is read from the engine: its resolved settings and its own log lines.
 
 # %%
-from servebook.engines import args_for, get_engine
-from servebook.models import engine_args_of
-from servebook.nccl.e2e import tp_decode_check, tp_settings
+from servebook.engines import get_engine
+from servebook.nccl.e2e import tp_check_engines
 
 tp_engines = [e.strip() for e in tp_check.split(",") if e.strip()]
 tp_size = tp or world
@@ -297,14 +293,8 @@ elif tp_engines and (backend != "nccl" or tp_size < 2 or not on_host.in_process 
     print(f"end-to-end check not run: {why}")
 elif tp_engines:
     print(f"this run's grid recommends: {rec_here['setting']} ({rec_here['reason']})")
-    plan_tp = [(teng, args_for(tp_engine_args, teng.name) + engine_args_of(resolved, teng.name),
-                tp_settings(teng, best=rec_here.get("setting"), seed=tp_seed_block)) for teng in map(get_engine, tp_engines)]
-    # setting by setting, engines in turn: the comparisons that matter most are measured first
-    for i in range(max(len(p[2]) for p in plan_tp)):
-        for teng, extra, sets in plan_tp:
-            if i < len(sets):
-                tp_decode_check(teng, resolved, store, [sets[i]], tp=tp_size, runs=tp_runs, extra_args=extra,
-                                progress=lambda m, n=teng.name: print(f"[{n}] {m}", flush=True))
+    tp_check_engines([get_engine(e) for e in tp_engines], resolved, store, tp=tp_size, runs=tp_runs, engine_args=tp_engine_args,
+                     best=rec_here.get("setting"), seed=tp_seed_block)
 
 # %%
 from servebook.backends_report import flags_note

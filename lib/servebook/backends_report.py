@@ -28,6 +28,7 @@ UNTAGGED = {
     "the 'answer' sentence of chapter 06 (say_backends)": "servebook.stated.say_backends tags its own figures",
     "the decode-agreement summary under the table": "written by servebook.agreement.describe from the same rows; each "
     "start's agreement is stated tagged (backend_agreement) in 'Check yourself'",
+    "flag values quoted from a recorded launch line (`--cuda-graph-max-bs 16`)": "the command as it ran, quoted",
     "the number of starts served correct in another mode": "a count of rows beside the tagged counts chapter 06 gives",
 }
 

@@ -37,6 +37,13 @@ UNTAGGED = {
     "the 15% fidelity target and the 5% rule of recommend()": "constants of the method (servebook.nccl.predict), stated as "
     "the rule, not measured",
     "an error text quoted from the failures table": "a recorded message, quoted as it was written",
+    "message sizes in bytes (14336 B, 16 MB) and batch ranges": "they name which measurement a figure is (its subject), "
+    "taken from the run's manifest and rows, not a result",
+    "GPU count and number of settings in the host note": "how the grid was launched (the host's device count and the "
+    "parameters), not a measurement",
+    "the reference host's NCCL version and link names (NV18)": "identifiers read from its manifest and launch_info",
+    "the reason recommend() gives beside a pick (ms/token against the default)": "the sentence servebook.nccl.predict."
+    "recommend writes with its decision; the latencies it is computed from are tagged beside it",
     "the default's ms/token predicted with this run's model shape": "the reference grid's latencies times this model's "
     "layer count (from its config.json); with the reference model's own shape it is tagged (ref_nccl_check)",
 }
