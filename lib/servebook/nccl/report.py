@@ -109,8 +109,9 @@ def host_note(backend: str, world: int, n_settings: int) -> str:
 
 
 def plot_latency(ar, backend: str, world: int, decode_bytes: list[int]):
-    """All-reduce latency against message size, both axes logarithmic, zoomed to the decode message sizes (the sweep's
-    larger sizes are in the table above). Returns the figure, or None when nothing was recorded."""
+    """All-reduce latency against message size on the torch path (what engines call), both axes logarithmic, zoomed to
+    the decode message sizes (the sweep's larger sizes are in the table above). Returns the figure, or None when
+    nothing was recorded."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -120,8 +121,10 @@ def plot_latency(ar, backend: str, world: int, decode_bytes: list[int]):
     zoom = ar[(ar["bytes"] >= lo) & (ar["bytes"] <= hi)]
     if "shape_study" in zoom:
         zoom = zoom[zoom["shape_study"] != True]  # noqa: E712
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    sns.lineplot(data=zoom, x="bytes", y="us_median", hue="setting", style="mode", marker="o", ax=ax)
+    if "path" in zoom and (zoom["path"] == "torch").any():
+        zoom = zoom[zoom["path"] == "torch"]
+    fig, ax = plt.subplots(figsize=(11, 6.5))
+    sns.lineplot(data=zoom, x="bytes", y="us_median", hue="setting", style="mode", marker="o", errorbar=None, ax=ax)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -129,8 +132,9 @@ def plot_latency(ar, backend: str, world: int, decode_bytes: list[int]):
         ax.axvline(b, color="0.85", lw=0.8, zorder=0)
     ax.set_xlabel("message size (bytes; grey lines: this model's decode messages, batch 1 and up)")
     ax.set_ylabel("latency per all-reduce (us, log)")
-    ax.set_title(f"all-reduce latency at decode sizes ({'NCCL' if backend == 'nccl' else 'CPU/gloo, not NCCL'}, {world} processes)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="setting / mode", title_fontsize=8)
+    ax.set_title(f"all-reduce latency at decode sizes, torch path ({'NCCL' if backend == 'nccl' else 'CPU/gloo, not NCCL'}, "
+                 f"{world} processes)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=7, title="setting / mode", title_fontsize=8)
     fig.tight_layout()
     return fig
 
