@@ -53,16 +53,8 @@ print("servebook", servebook.__version__, "| run:", store.path)
 # %%
 from IPython.display import Markdown, display
 
-from servebook.selection.report import selection_row, show, sites_sentence
+from servebook.selection.report import append_once, ask, print_seed_pair, sites_sentence
 from servebook.stated import seed_sentence, site_count
-
-
-def append_once(table, row, *key):
-    """Append ``row`` unless an equal row (on ``key``) is already recorded: executing this chapter again on a recorded
-    run (servebook html --refresh 02) must not state each answer twice."""
-    if not store.done(table, **{k: row.get(k) for k in key}):
-        store.append(table, row)
-
 
 Markdown(seed_sentence())
 
@@ -84,7 +76,7 @@ try:
     env = resolve_engine(tree_engine, engine_python or None if tree_engine == engine else None)
     reading = static_reading(env)
     for s in reading.attention_sites():
-        append_once("selection_sites", {"engine": env.engine, "version": env.version, "where": s.where, "function": s.function,
+        append_once(store, "selection_sites", {"engine": env.engine, "version": env.version, "where": s.where, "function": s.function,
                                         "target": s.target, "value": s.value, "hardware": s.hardware, "model": s.model,
                                         "conditions": [str(c) for c in s.conditions]}, "engine", "version", "where", "target", "value")
     display(Markdown(sites_sentence(store, env.engine, env.version, site_count(store, env.engine, env.version))))
@@ -109,30 +101,10 @@ except servebook.ServebookError as exc:
 # pins), and which CUDA version (by default the engine's own cuda-python pin, not the profile's minimum).
 
 # %%
-def record(ans, case):
-    append_once("selection", selection_row(ans, case), "case", "engine", "version", "model", "gpu", "method",
-                "attention_backend", "decided_by")
-
-
-answer = None
-try:
-    answer = whatif(engine, model, gpu=profile or None, engine_python=engine_python or None)
-    record(answer, f"profile {profile}" if profile else "this-host")
-    show(answer)
-except servebook.ServebookError as exc:
-    store.record_failure("whatif_this_host", exc, engine=engine, model=model)
-    print("what-if failed:", exc)
-
-seed = None
-if seed_spec in prepared:
-    try:
-        seed = whatif(seed_spec, seed_model, gpu=seed_profile)
-        record(seed, "seed")
-        show(seed)
-    except servebook.ServebookError as exc:
-        store.record_failure("whatif_seed", exc, engine=seed_spec, model=seed_model, gpu=seed_profile)
-        print("seed what-if failed:", exc)
-else:
+answer = ask(store, engine, model, f"profile {profile}" if profile else "this-host", "whatif_this_host", gpu=profile or None,
+             engine_python=engine_python or None)
+seed = ask(store, seed_spec, seed_model, "seed", "whatif_seed", gpu=seed_profile) if seed_spec in prepared else None
+if seed_spec not in prepared:
     print(f"seed case skipped: no cached environment for {seed_spec} (servebook engines add {seed_spec})")
 
 # %% [markdown]
@@ -152,23 +124,15 @@ for spec in vllm_specs[:1] if smoke else vllm_specs:
     if spec not in prepared:
         print(f"{spec}: no environment cached; skipped (servebook engines add {spec})")
         continue
-    try:
-        ans = whatif(spec, seed_model, gpu=seed_profile, tp_size=8)
-        record(ans, "seed")
-        show(ans)
+    ans = ask(store, spec, seed_model, "seed", "whatif_seed", gpu=seed_profile, tp_size=8)
+    if ans:
         print("  root cause:", cause_of(ans)["cause"])
         seed_other = seed_other or ans
-    except servebook.ServebookError as exc:
-        store.record_failure("whatif_seed", exc, engine=spec, model=seed_model, gpu=seed_profile)
-        print(f"{spec} seed what-if failed:", exc)
 if seed and seed_other:
     seed_sg = whatif(seed_spec, seed_model, gpu=seed_profile, tp_size=8)  # the same launch shape for both engines
     seed_pair = seed_comparison(seed_sg, seed_other)
     store.append("seed_comparison", seed_pair)
-    print("\n" + seed_pair["verdict"])
-    for h in seed_pair["hypotheses"]:
-        sides = "; ".join(f"{k}: {v}" for k, v in h.items() if k not in ("aspect", "measure_in"))
-        print(f"  {h['aspect']:<20} {sides}  -> measure in chapter {h['measure_in']}")
+    print_seed_pair(seed_pair)
 
 # %% [markdown]
 # That is the engine's own answer, with the line of code that produced it and the conditions that led there.
@@ -200,7 +164,7 @@ if not read_dp:
     print("the seed case's decode path is not read in this book: `servebook book --profile rtx-pro-6000 --engine "
           "sglang==0.5.9 --model kimi-k2.5 --only 02` reads it (a few minutes per engine version)")
 for r in dp_rows:
-    append_once("decode_path", r, "engine", "version", "setting", "model", "gpu")
+    append_once(store, "decode_path", r, "engine", "version", "setting", "model", "gpu")
 if dp_rows:
     print_decode_path(dp_rows)
 else:

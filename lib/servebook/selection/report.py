@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..stated import q
 from . import figures
 
-__all__ = ["UNTAGGED", "SELECTION_FIELDS", "show", "selection_row", "print_decode_path", "matrix_tables", "plot_matrix",
+__all__ = ["UNTAGGED", "SELECTION_FIELDS", "show", "selection_row", "append_once", "ask", "print_seed_pair", "print_decode_path", "matrix_tables", "plot_matrix",
            "print_disagreements", "print_diff", "found_lines", "questions", "sites_sentence"]
 
 UNTAGGED = {
@@ -32,6 +32,39 @@ SELECTION_FIELDS = ("engine", "version", "model", "architecture", "mla", "gpu", 
 def selection_row(ans: dict, case: str) -> dict:
     """The row table ``selection`` keeps of one what-if answer."""
     return {k: ans.get(k) for k in SELECTION_FIELDS} | {"case": case}
+
+
+def append_once(store, table: str, row: dict, *key: str) -> None:
+    """Append ``row`` unless an equal row (on ``key``) is already recorded: executing chapter 02 again on a recorded run
+    (``servebook html --refresh 02``) must not state each answer twice."""
+    if not store.done(table, **{k: row.get(k) for k in key}):
+        store.append(table, row)
+
+
+def ask(store, spec: str, model: str, case: str, step: str, gpu: str | None = None, **kw) -> dict | None:
+    """One what-if (``servebook.selection.whatif``), recorded in table ``selection`` once and printed; a failure is
+    recorded under ``step`` and printed, and gives None."""
+    from ..errors import ServebookError
+    from .whatif import whatif
+
+    try:
+        ans = whatif(spec, model, gpu=gpu, **kw)
+    except ServebookError as exc:
+        store.record_failure(step, exc, engine=spec, model=model, gpu=gpu)
+        print(f"{spec}: what-if failed:", exc)
+        return None
+    append_once(store, "selection", selection_row(ans, case), "case", "engine", "version", "model", "gpu", "method",
+                "attention_backend", "decided_by")
+    show(ans)
+    return ans
+
+
+def print_seed_pair(pair: dict) -> None:
+    """The seed comparison's verdict, then each other decode-path setting and the chapter that measures it."""
+    print("\n" + pair["verdict"])
+    for h in pair["hypotheses"]:
+        sides = "; ".join(f"{k}: {v}" for k, v in h.items() if k not in ("aspect", "measure_in"))
+        print(f"  {h['aspect']:<20} {sides}  -> measure in chapter {h['measure_in']}")
 
 
 def show(ans: dict) -> None:
@@ -54,8 +87,9 @@ def show(ans: dict) -> None:
 def sites_sentence(store, engine: str, version: str, n_sites: int) -> str:
     """How many lines, assignments and files of a version's code write the attention backend (all from the table)."""
     of = f"{engine} {version}"
+    files = figures.site_files(store).get(of)
     return (f"{of}: {q('selection_sites', n_sites, 'd', of=of)} lines of its code, in "
-            f"{q('selection_site_files', figures.site_files(store).get(of), 'd', of=of)} files, write the attention backend "
+            f"{q('selection_site_files', files, 'd', of=of)} file{'' if files == 1 else 's'}, write the attention backend "
             f"({q('selection_assignments', figures.assignments(store).get(of), 'd', of=of)} assignments: a line that sets two "
             "targets, or sets one twice, counts once; chapter 06 counts the same way).")
 
