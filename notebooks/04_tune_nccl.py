@@ -103,7 +103,13 @@ from servebook.nccl import (
     STANDARD_SWEEP, builtin_grid as _builtin, available_backend, find_all_reduce_perf, message_sizes, model_dims,
     parse_grid, per_token_prediction, recommend, run_grid,
 )
+from servebook.findings import nccl as nccl_answer
 from servebook.hosts import get_host
+from servebook.nccl.figures import reference_store
+from servebook.nccl.report import (
+    SEED_INTRO, e2e_view, env_blocks, failure_table, fidelity_table, found_lines, gap_lines, grid_table, host_note,
+    load_reference, plot_latency, prediction, questions, reference_summary, shape_table, this_run_answer,
+)
 from servebook.params import resolve_model
 from servebook.results import RunStore
 
@@ -127,7 +133,6 @@ print(f"model {model}: hidden size {hidden}, {layers} layers; collective backend
 # First what the seed claimed about this part (its claim, quoted), then what this host can measure.
 
 # %%
-from servebook.nccl.report import SEED_INTRO, host_note
 from servebook.stated import q, seed_case
 
 display(Markdown(SEED_INTRO.format(share=q("seed_allreduce_share", seed_case()["allreduce_share_of_sglang_decode"], ".0%"))))
@@ -168,8 +173,6 @@ print(summary)
 ar[[c for c in ("setting", "path", "mode", "bytes", "batch", "us_median", "us_wall", "sum_ok", "backend", "device") if c in ar]]
 
 # %%
-from servebook.nccl.report import plot_latency
-
 plot_latency(ar, backend, world, [s["bytes"] for s in sizes if s.get("source") == "model"] or
              [hidden * 2 * b for b in batches]);
 
@@ -183,10 +186,6 @@ plot_latency(ar, backend, world, [s["bytes"] for s in sizes if s.get("source") =
 # 5% slower at any measured decode batch, and pass every sum check), and its latency.
 
 # %%
-from servebook.findings import nccl as nccl_answer
-from servebook.nccl.figures import reference_store
-from servebook.nccl.report import load_reference, this_run_answer
-
 here, ref_answer = nccl_answer(store) or {}, nccl_answer(reference_store()) or {}
 ref = load_reference(ref_answer)
 tried = set(ar["setting"].dropna().unique()) if len(ar) and "setting" in ar else set()
@@ -200,8 +199,6 @@ Markdown(answer)
 # not this run's: the section above is this run's answer.
 
 # %%
-from servebook.nccl.report import grid_table, reference_summary
-
 display(Markdown(reference_summary(ref)))
 grid_table(ref)
 
@@ -213,8 +210,6 @@ grid_table(ref)
 # written in it).
 
 # %%
-from servebook.nccl.report import fidelity_table
-
 fidelity_table(ref)
 
 # %% [markdown]
@@ -222,13 +217,9 @@ fidelity_table(ref)
 # Hypothesis by hypothesis, each measured in the reference run; every figure below is computed from its tables.
 
 # %%
-from servebook.nccl.report import gap_lines
-
 Markdown(gap_lines(ref))
 
 # %%
-from servebook.nccl.report import failure_table, shape_table
-
 shape_table(ref)
 
 # %%
@@ -242,8 +233,6 @@ failure_table(ref)
 # the reference's model, else the reference model's own shape.
 
 # %%
-from servebook.nccl.report import prediction
-
 pred_tbl, rec_pick, shape_note, use_layers = prediction(ref, hidden, layers)
 print(shape_note)
 pred_tbl
@@ -252,8 +241,6 @@ pred_tbl
 # ### Env blocks: the reference's pick, and this run's
 
 # %%
-from servebook.nccl.report import env_blocks
-
 print(env_blocks(ref, rec_pick, here, model))
 
 # %% [markdown]
@@ -298,7 +285,6 @@ elif tp_engines:
 
 # %%
 from servebook.backends_report import flags_note
-from servebook.nccl.report import e2e_view
 
 e2e = e2e_view(store, pred_here)
 if len(e2e):
@@ -314,8 +300,6 @@ if len(e2e):
 # ## What we found
 
 # %%
-from servebook.nccl.report import found_lines
-
 Markdown(found_lines(store, answer, e2e, ref, pred_tbl, rec_pick, use_layers))
 
 # %% [markdown]
@@ -324,7 +308,6 @@ Markdown(found_lines(store, answer, e2e, ref, pred_tbl, rec_pick, use_layers))
 
 # %%
 from servebook.findings import check_yourself_markdown
-from servebook.nccl.report import questions
 
 Markdown(check_yourself_markdown(questions(here, ref, hidden)))
 
