@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["row_key", "rates", "intervals", "agreements", "decode_positions", "not_run", "earlier_attempts", "plan_launches"]
+__all__ = ["row_key", "rates", "intervals", "agreements", "decode_positions", "not_run", "earlier_attempts", "default_ran_as",
+           "plan_launches"]
 
 AGREEMENTS = {"decode": "decode_agreement", "teacher-forced": "tf_top1_agreement", "greedy": "agreement"}
 
