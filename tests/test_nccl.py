@@ -233,3 +233,23 @@ def test_latency_plot_is_zoomed_to_decode_sizes_on_log_axes():
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     lo, hi = ax.get_xlim()
     assert lo > 1024 and hi < 16777216
+
+
+def test_what_if_floor_states_the_cost_per_microsecond_first_and_tags_it():
+    """The what-if's communication floor (table roofline of the committed what-if run): the cost of one microsecond
+    first, then each recorded latency; every tag recomputes from the run's table."""
+    from servebook.nccl.report import whatif_found, whatif_questions
+    from servebook.results import RunStore
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = RunStore(data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    floor = store.table("roofline")
+    floor = floor[floor["chapter"] == "04"]
+    facts = {"gpus": 8, "profile": "rtx-pro-6000", "interconnect": "PCIe"}
+    text = whatif_found(floor, facts)
+    assert text.startswith("- Predicted, not measured:") and text.count("\n- At ") == len(floor) - 1
+    tags = stated_on(text + "".join(a for _, a in whatif_questions(floor, facts)))
+    assert {s.name for s in tags} >= {"comm_floor_ms", "comm_allreduces_per_token", "ref_allreduce_us"}
+    for s in tags:
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
