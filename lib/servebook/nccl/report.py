@@ -39,6 +39,8 @@ UNTAGGED = {
     "an error text quoted from the failures table": "a recorded message, quoted as it was written",
     "message sizes in bytes (14336 B, 16 MB) and batch ranges": "they name which measurement a figure is (its subject), "
     "taken from the run's manifest and rows, not a result",
+    "shape counts naming a measurement (TP=2, N layers, N all-reduces per graph)": "the subject of the tagged figure "
+    "beside them, from the model's config, the reference manifest or the row's own fields",
     "GPU count and number of settings in the host note": "how the grid was launched (the host's device count and the "
     "parameters), not a measurement",
     "the reference host's NCCL version and link names (NV18)": "identifiers read from its manifest and launch_info",
