@@ -11,14 +11,14 @@
 # %% [markdown]
 # # 02. Read the backend-selection logic from the engine's own code
 #
-# Chapter 01 told us which GPU we have. The next question decides most of the performance:
-# **which attention kernel will the engine run on it, and which rule in its code made that choice?**
-# The original case's first suspect was here: SGLang picked a slow attention backend on an RTX PRO 6000
-# (compute capability 12.0), because a branch for a faster one was guarded by a check for another GPU
-# family (what it cost the case: the cell below). Prose about this contradicts itself; the engine's code
-# does not. So this chapter reads that code (statically, with Python's AST) and runs it (the engine's own
-# resolution, with the GPU faked from a hardware profile), for this host and for GPUs we do not have, and
-# says whether the choice explains the gap between the two engines.
+# Chapter 01 told us which GPU we have. The next question: **which attention kernel will the engine run on it, and
+# which rule in its code made that choice?** The seed case *suspected* this choice: on an RTX PRO 6000 (compute
+# capability 12.0) SGLang fell to a Triton attention backend, because the branch for a faster one is guarded by a check
+# for another GPU family, and the seed took that fallback for the cause of its slower decode (the seed's suspicion, and
+# what the gap was: the cell below). This chapter reads the engine's code (statically, with Python's AST) and runs it
+# (the engine's own resolution, with the GPU faked from a hardware profile), for this host and for GPUs we do not have.
+# Its finding, from both engines' own code: vLLM falls back to a Triton MLA kernel on 12.0 as well, so the backend
+# choice alone does not explain the gap between them.
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
@@ -53,15 +53,8 @@ print("servebook", servebook.__version__, "| run:", store.path)
 # %%
 from IPython.display import Markdown, display
 
-from servebook.stated import q, say_selection, seed_sentence, site_count
-
-
-def append_once(table, row, *key):
-    """Append ``row`` unless an equal row (on ``key``) is already recorded: executing this chapter again on a recorded
-    run (servebook html --refresh 02) must not state each answer twice."""
-    if not store.done(table, **{k: row.get(k) for k in key}):
-        store.append(table, row)
-
+from servebook.selection.report import append_once, ask, print_seed_pair, sites_sentence
+from servebook.stated import seed_sentence, site_count
 
 Markdown(seed_sentence())
 
@@ -83,13 +76,10 @@ try:
     env = resolve_engine(tree_engine, engine_python or None if tree_engine == engine else None)
     reading = static_reading(env)
     for s in reading.attention_sites():
-        append_once("selection_sites", {"engine": env.engine, "version": env.version, "where": s.where, "function": s.function,
+        append_once(store, "selection_sites", {"engine": env.engine, "version": env.version, "where": s.where, "function": s.function,
                                         "target": s.target, "value": s.value, "hardware": s.hardware, "model": s.model,
                                         "conditions": [str(c) for c in s.conditions]}, "engine", "version", "where", "target", "value")
-    n_lines = site_count(store, env.engine, env.version)
-    display(Markdown(f"{env.engine} {env.version}: {q('selection_sites', n_lines, 'd', of=f'{env.engine} {env.version}')} lines of "
-                     f"its code, in {len(reading.files)} files, write the attention backend ({len(reading.attention_sites())} "
-                     "assignments: a line that sets two targets, or sets one twice, counts once; chapter 06 counts the same way)."))
+    display(Markdown(sites_sentence(store, env.engine, env.version, site_count(store, env.engine, env.version))))
     print(render_tree(reading.attention_sites())[: 2500 if smoke else 6000])
     for name in ("is_sm100_supported", "is_hopper_with_cuda_12_3"):
         if name in reading.helpers:
@@ -111,50 +101,10 @@ except servebook.ServebookError as exc:
 # pins), and which CUDA version (by default the engine's own cuda-python pin, not the profile's minimum).
 
 # %%
-def show(ans):
-    print(f"{ans['engine']} {ans['version']} | {ans['model']} on {ans['gpu']} (capability {ans['capability'] or 'this host'}): "
-          f"attention = {ans['attention_backend']} (moe/experts = {ans.get('moe_runner_backend')}), method = {ans['method']}")
-    if ans.get("decided_by"):
-        d = ans["decided_by"]
-        print(f"  decided by {d['where']} in {d['function']}: {d['target']} = {d['value']}")
-    for c in ans.get("conditions", []):
-        print(f"    because {c['text']}  [{', '.join(c['kinds'])}]")
-    for line in ans.get("logs", [])[:6]:
-        print(f"  engine log: {line}")
-    if ans["method"] != "dynamic":
-        print("  static only:", ans.get("reason"))
-    a = ans["assumptions"]
-    print(f"  assumptions: kernel libs {a['kernel_libs'] or 'this host as it is'}; CUDA {a.get('cuda_version')} ({a.get('cuda_source')})")
-
-
-def record(ans, case):
-    append_once("selection", {k: ans.get(k) for k in ("engine", "version", "model", "architecture", "mla", "gpu", "capability",
-                                                      "method", "attention_backend", "prefill_attention_backend",
-                                                      "decode_attention_backend", "moe_runner_backend", "decided_by",
-                                                      "conditions", "logs", "assumptions", "reason", "helper_answers",
-                                                      "alternatives", "resolved", "decode_path", "candidates_checked")}
-                | {"case": case}, "case", "engine", "version", "model", "gpu", "method", "attention_backend", "decided_by")
-
-
-answer = None
-try:
-    answer = whatif(engine, model, gpu=profile or None, engine_python=engine_python or None)
-    record(answer, f"profile {profile}" if profile else "this-host")
-    show(answer)
-except servebook.ServebookError as exc:
-    store.record_failure("whatif_this_host", exc, engine=engine, model=model)
-    print("what-if failed:", exc)
-
-seed = None
-if seed_spec in prepared:
-    try:
-        seed = whatif(seed_spec, seed_model, gpu=seed_profile)
-        record(seed, "seed")
-        show(seed)
-    except servebook.ServebookError as exc:
-        store.record_failure("whatif_seed", exc, engine=seed_spec, model=seed_model, gpu=seed_profile)
-        print("seed what-if failed:", exc)
-else:
+answer = ask(store, engine, model, f"profile {profile}" if profile else "this-host", "whatif_this_host", gpu=profile or None,
+             engine_python=engine_python or None)
+seed = ask(store, seed_spec, seed_model, "seed", "whatif_seed", gpu=seed_profile) if seed_spec in prepared else None
+if seed_spec not in prepared:
     print(f"seed case skipped: no cached environment for {seed_spec} (servebook engines add {seed_spec})")
 
 # %% [markdown]
@@ -174,23 +124,15 @@ for spec in vllm_specs[:1] if smoke else vllm_specs:
     if spec not in prepared:
         print(f"{spec}: no environment cached; skipped (servebook engines add {spec})")
         continue
-    try:
-        ans = whatif(spec, seed_model, gpu=seed_profile, tp_size=8)
-        record(ans, "seed")
-        show(ans)
+    ans = ask(store, spec, seed_model, "seed", "whatif_seed", gpu=seed_profile, tp_size=8)
+    if ans:
         print("  root cause:", cause_of(ans)["cause"])
         seed_other = seed_other or ans
-    except servebook.ServebookError as exc:
-        store.record_failure("whatif_seed", exc, engine=spec, model=seed_model, gpu=seed_profile)
-        print(f"{spec} seed what-if failed:", exc)
 if seed and seed_other:
     seed_sg = whatif(seed_spec, seed_model, gpu=seed_profile, tp_size=8)  # the same launch shape for both engines
     seed_pair = seed_comparison(seed_sg, seed_other)
     store.append("seed_comparison", seed_pair)
-    print("\n" + seed_pair["verdict"])
-    for h in seed_pair["hypotheses"]:
-        sides = "; ".join(f"{k}: {v}" for k, v in h.items() if k not in ("aspect", "measure_in"))
-        print(f"  {h['aspect']:<20} {sides}  -> measure in chapter {h['measure_in']}")
+    print_seed_pair(seed_pair)
 
 # %% [markdown]
 # That is the engine's own answer, with the line of code that produced it and the conditions that led there.
@@ -207,7 +149,8 @@ if seed and seed_other:
 # %%
 import pandas as pd
 
-from servebook.selection.decode_path import SETTINGS, decode_path_table
+from servebook.selection.decode_path import decode_path_table
+from servebook.selection.report import print_decode_path
 
 sglang_specs = [f"{compare_engine}=={v.strip()}" for v in compare_versions.split(",") if v.strip()]
 dp_specs = [s for s in dict.fromkeys([seed_spec] + ([] if smoke else sglang_specs) + vllm_specs[:1 if smoke else None])
@@ -221,19 +164,9 @@ if not read_dp:
     print("the seed case's decode path is not read in this book: `servebook book --profile rtx-pro-6000 --engine "
           "sglang==0.5.9 --model kimi-k2.5 --only 02` reads it (a few minutes per engine version)")
 for r in dp_rows:
-    append_once("decode_path", r, "engine", "version", "setting", "model", "gpu")
+    append_once(store, "decode_path", r, "engine", "version", "setting", "model", "gpu")
 if dp_rows:
-    dp = pd.DataFrame(dp_rows)
-    dp["engine"] = dp["engine"] + " " + dp["version"].astype(str)
-    dp["setting"] = pd.Categorical(dp["setting"], [*SETTINGS, "(all)"], ordered=True)
-    dp = dp.sort_values("setting", kind="stable")  # setting -> each engine's choice
-    for setting, rows in dp.groupby("setting", observed=True):  # setting -> each engine's choice, where, and the condition
-        print(f"\n{setting}")
-        for r in rows.itertuples():
-            print(f"  {r.engine:<14} [{r.source}] {r.choice}"
-                  + (f"\n{'':17}at {r.where}" if isinstance(r.where, str) else "")
-                  + (f"\n{'':17}condition: {r.condition[:300]}" if isinstance(r.condition, str) and r.condition else "")
-                  + (f"\n{'':17}({r.why})" if isinstance(r.why, str) and r.source != "run" else ""))
+    print_decode_path(dp_rows)
 else:
     print("decode path skipped: no cached SGLang/vLLM environment (servebook engines add sglang==0.5.9)")
 
@@ -288,39 +221,18 @@ for spec, rows in matrices.items():
 print({spec: len(rows) for spec, rows in matrices.items()} or "no matrix: no SGLang/vLLM environment is cached on this machine")
 
 # %%
-import pandas as pd
+from servebook.selection.report import matrix_tables
 
-tables = {}
-for spec in matrices:
-    df = store.table("selection_matrix")
-    df = df[df["engine_spec"] == spec].copy()
-    df["cell"] = [f"{b}" if m == "dynamic" else ("(static)" if m == "static" else "(error)")
-                  for b, m in zip(df["attention_backend"], df["method"])]
-    tables[spec] = df.pivot_table(index="model", columns="gpu", values="cell", aggfunc="last").reindex(columns=profiles)
-    print(f"\n{spec}: attention backend by model x GPU ((static): the engine's resolution does not decide it here)")
-    print(tables[spec].to_string())
-    print(df[["gpu", "model", "attention_backend", "moe_runner_backend", "decided_by"]].to_string(index=False))
+tables = matrix_tables(store, matrices, profiles)
 
 # %% [markdown]
 # Each cell is what the engine's own resolution returned for that model on that GPU (read back from the stored rows),
 # with the file:line that wrote it.
 
 # %%
-import matplotlib.pyplot as plt
-import seaborn as sns
+from servebook.selection.report import plot_matrix
 
-if tables:
-    fig, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 0.6 * len(models) + 1.5), squeeze=False)
-    labels = sorted({str(v) for t in tables.values() for v in t.values.ravel()})
-    codes = {b: i for i, b in enumerate(labels)}
-    for ax, (spec, t) in zip(axes[0], tables.items()):
-        sns.heatmap(t.map(lambda v: codes[str(v)]), annot=t.astype(str), fmt="", cbar=False, cmap="tab10",
-                    vmin=0, vmax=max(9, len(labels) - 1), ax=ax)
-        ax.set_title(spec)
-    plt.tight_layout()
-    plt.show()
-else:
-    print("no heatmap: no engine environment cached")
+plot_matrix(tables, len(models)) if tables else print("no heatmap: no engine environment cached")
 
 # %% [markdown]
 # Same colour, same backend, in both panels; compare rows (models) across columns (GPUs).
@@ -333,6 +245,8 @@ else:
 
 # %%
 from servebook.selection.compare import disagreements, side_by_side
+from servebook.selection.report import print_diff
+from servebook.selection.report import print_disagreements
 
 all_rows = [r for rows in matrices.values() for r in rows]
 if all_rows:
@@ -340,12 +254,7 @@ if all_rows:
 dis = disagreements(all_rows)
 for d in dis:
     store.append("selection_disagreements", d)
-for d in dis:
-    if d["kind"] == "differs":
-        print(f"{d['model']} on {d['gpu']} ({d['between']}): {d['a']} `{d['a_backend']}` ({d['a_decided_by']}) vs "
-              f"{d['b']} `{d['b_backend']}` ({d['b_decided_by']})")
-print(f"{sum(d['kind'] == 'differs' for d in dis)} disagreements, {sum(d['kind'] != 'differs' for d in dis)} pairs not comparable "
-      "(a side resolved only statically or failed)")
+print_disagreements(dis)
 
 # %% [markdown]
 # ## 4. What changed between the versions?
@@ -357,11 +266,7 @@ if len(matrices) >= 2:
     diff = matrix_diff(matrices[a], matrices[b])
     for d in diff:
         store.append("selection_diff", d | {"a_spec": a, "b_spec": b})
-    for d in diff:
-        where = (f" (attention written at {d['a_decided_by']} -> {d['b_decided_by']})" if "attention_backend" in d["changed"]
-                 else f" (attention unchanged; its sites: {d['a_decided_by']} -> {d['b_decided_by']})")
-        print(f"{d['model']} on {d['gpu']}: {a} {d['a']} -> {b} {d['b']}{where}")
-    print(f"{len(diff)} cells differ between {a} and {b} (cells both versions resolved dynamically)")
+    print_diff(diff, a, b)
 else:
     print("version diff skipped: it needs two cached engine environments", f"(have {len(matrices)})")
 
@@ -369,30 +274,10 @@ else:
 # ## What we found
 
 # %%
-# Read back from the stored answers (every case this run recorded), each stated once; chapter 06 states the same lines.
-found = say_selection(store)
-if seed_pair:
-    found.append(f"- Seed case, both engines (tensor parallel 8): {seed_pair['verdict']} Other decode-path settings each engine's "
-                 "code fixes, to measure: " + "; ".join(f"{h['aspect']} (chapter {h['measure_in']})" for h in seed_pair["hypotheses"]) + ".")
-n_dis = sum(d["kind"] == "differs" for d in dis)
-if all_rows:
-    found.append(f"- {n_dis} engine/version disagreements in the matrix (table `selection_disagreements`).")
-for spec, rows in matrices.items():
-    for r in rows:
-        if r.get("mla") and r.get("method") == "dynamic":
-            found.append(f"- {spec}: {r['model']} on {r['gpu']} (capability {r.get('capability')}) -> `{r['attention_backend']}`"
-                         f" (decided at {r.get('decided_by')})")
-for d in diff:
-    for field in d["changed"]:
-        found.append(f"- {d['model']} on {d['gpu']}: `{field}` changes from `{d['a'][field]}` ({d['a_version']}) to "
-                     f"`{d['b'][field]}` ({d['b_version']})"
-                     + (f", written at {d['a_decided_by']} and {d['b_decided_by']}." if field == "attention_backend" else "."))
-if not matrices:
-    found.append("- No SGLang/vLLM environment was cached, so the MLA x GPU matrix was not computed here "
-                 "(`servebook engines add sglang==0.5.9`).")
-failures = store.rows("failures")
-found.append(f"- {len(failures)} step(s) failed and were recorded in {store.table_path('failures').name}." if failures else "- No step failed.")
-Markdown("\n".join(found))
+from servebook.selection.report import found_lines
+
+# read back from the stored answers (every case this run recorded), each stated once; chapter 06 states the same lines
+Markdown(found_lines(store, seed_pair, matrices, diff))
 
 # %% [markdown]
 # Whatever backend the engine picks, the next question is what it costs: chapter 03
@@ -403,8 +288,7 @@ Markdown("\n".join(found))
 # Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
 
 # %%
-from IPython.display import Markdown
+from servebook.findings import check_yourself_markdown
+from servebook.selection.report import questions
 
-from servebook.findings import check_yourself, check_yourself_markdown
-
-Markdown(check_yourself_markdown(check_yourself(store, "02")))
+Markdown(check_yourself_markdown(questions(store)))

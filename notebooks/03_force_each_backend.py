@@ -13,11 +13,12 @@
 #
 # Chapter 02 showed which backend the engine *picks*. Picking is not running: a forced flag
 # can be silently overridden, a kernel can refuse this GPU, and a fast backend can give wrong
-# tokens. The seed case's first suspicion was SGLang's triton fallback, and the change it tried was
-# `--attention-backend flashinfer`; any such change has to be checked three ways before it counts: the engine
-# must *report* the backend it loaded, its output must agree with the default's on the decode path, and it must be
-# faster beyond the noise. (Chapter 02 shows both engines fall back to Triton MLA on 12.0; chapter 06 says what the
-# profiles predict of the kernels' share in the seed's gap.)
+# tokens. The seed case *suspected* SGLang's triton fallback and tried `--attention-backend flashinfer`
+# (the seed's own account, not a finding of this book). Any such change has to be checked three ways before it
+# counts: the engine must *report* the backend it loaded, its output must agree with the default's on the decode path,
+# and it must be faster beyond the noise. This book's own reading (chapter 02) is that both engines fall back to a
+# Triton MLA kernel on capability 12.0, so the backend choice alone does not explain the seed's gap; chapter 06 says
+# what the profiles predict of the kernels' share in it.
 #
 # Here every candidate is started in turn, on 127.0.0.1, and stopped (with its whole process
 # group) before the next one starts.
@@ -72,21 +73,9 @@ cmds[["purpose", "command"]]
 # ## What we found
 
 # %% tags=["whatif"]
-from servebook.stated import q, selection_of
+from servebook.backends_report import whatif_found, whatif_questions
 
-rc = store.table("selection")
-lines = [f"- Planned, not measured: {len(cmds) - 1} launches of {facts['engine']} for {facts['model']} on "
-         f"{facts['gpus']}x {facts['profile']} (capability {facts['capability']}), the default plus one per backend "
-         f"its own parser accepts."]
-if len(rc):
-    last = rc.iloc[-1]
-    lines.append(f"- Chapter 02 predicts the default resolves to "
-                 f"{q('selected_backend', last['attention_backend'], of=selection_of(last.to_dict()), code=True)}; chapter 06 names the backends "
-                 "the engine's code would have picked had its hardware helpers answered otherwise: force those first.")
-fails = store.table("failures")
-if len(fails):
-    lines.append(f"- {len(fails)} recorded failure(s) so far, e.g. {fails.iloc[-1]['step']}: {str(fails.iloc[-1]['error'])[:160]}")
-Markdown("\n".join(lines))
+Markdown(whatif_found(store, facts, cmds))
 
 # %% [markdown] tags=["whatif"]
 # ## Check yourself
@@ -95,20 +84,7 @@ Markdown("\n".join(lines))
 # %% tags=["whatif"]
 from servebook.findings import check_yourself_markdown
 
-first = cmds.iloc[0] if len(cmds) else None
-qa = [("Nothing was measured on this page. What would you run first on the real host, and how would you know the backend "
-       "you forced is the one that ran?",
-       (f"The engine's default, `{first['command']}`, then one launch per backend (the table above). " if first is not None else
-        "The launches of the table above (none was planned here). ")
-       + "A forced backend counts only when the engine reports loading it (its server info or its log), its decode-step "
-         "token ids agree with the default's, and its decode rate is measured: a flag alone proves nothing.")]
-if len(rc):
-    last = rc.iloc[-1]
-    qa.append(("Which backend does chapter 02 predict the engine's default resolves to here, and is that a measurement?",
-               f"`{last['attention_backend']}`, from {last['engine']} {last['version']}'s own resolution with the GPU faked "
-               f"({(last.get('decided_by') or {}).get('where')}). A prediction from the engine's code: chapter 03 on the real "
-               "host checks it against what the server reports."))
-Markdown(check_yourself_markdown(qa))
+Markdown(check_yourself_markdown(whatif_questions(store, facts, cmds)))
 
 # %% [markdown] tags=["whatif"]
 # Next: [04. Tune NCCL](04_tune_nccl.html) — the communication floor for this profile.
@@ -151,48 +127,17 @@ if not measure:  # the recorded rows only: no engine is asked anything here
 # a flag or value this version does not know is recorded as "rejected", naming the version.
 
 # %%
-def listed_for(text: str, name: str):
-    """The backends the `backends` parameter names for engine `name`: "a,b" for every engine, or per engine
-    "sglang: triton,flashmla; vllm: FLASHMLA"; None when it names none for this engine."""
-    parts = [p.strip() for p in (text or "").split(";") if p.strip()]
-    tagged = {p.split(":", 1)[0].strip().lower(): p.split(":", 1)[1] for p in parts if ":" in p}
-    if tagged:
-        return [b.strip() for b in tagged[name].split(",") if b.strip()] if name in tagged else None
-    return [b.strip() for b in text.split(",") if b.strip()] if parts else None
-
-
-def candidates_for(eng):
-    choices = eng.attention_choices()
-    how = eng.attention_mechanism() if hasattr(eng, "attention_mechanism") else "flag"
-    if eng.checks_cli:
-        cli = eng.cli_options()
-        print(f"{eng.name} {eng.version()}: {len(cli['options'])} options, read from its {cli['method']}; a backend is forced by "
-              f"{'the flag ' + eng.attention_flag if how == 'flag' else 'the environment variable VLLM_ATTENTION_BACKEND'}")
-    print(f"{eng.name} accepts {eng.attention_flag} =", ", ".join(choices))
-    listed = listed_for(backends, eng.name)
-    picked, skipped = [], []
-    if listed is not None:  # the run names its candidates: the others are recorded as not run, with that reason
-        picked = listed
-        skipped = [{"engine": eng.name, "attention": n, "reason": "not in this run's `backends` list"} for n in choices if n not in listed]
-    else:
-        for name in choices:
-            ok, why = runnable_here(name, smoke=smoke, host=on_host)
-            (picked.append(name) if ok else skipped.append({"engine": eng.name, "attention": name, "reason": why}))
-    if smoke:  # one forced backend besides the default keeps the smoke run short
-        picked = [c for c in picked if c == "eager"] or picked[:1]
-    return picked, skipped
-
+from servebook.backends_report import candidates_for
+from servebook.backends_figures import not_run
 
 plans, skipped = {}, []
 for eng in engines if measure else []:
-    plans[eng.name], sk = candidates_for(eng)
+    plans[eng.name], sk = candidates_for(eng, backends, smoke=smoke, host=on_host)
     skipped += sk
-if not measure:
-    skipped = [r for r in store.rows("backends_not_run") if r["engine"] in {e.name for e in engines}]
 for s in skipped:
     if not store.done("backends_not_run", engine=s["engine"], attention=s["attention"]):
         store.append("backends_not_run", s)
-pd.DataFrame(skipped)
+pd.DataFrame([{"engine": e.name, **x} for e in engines for x in not_run(store, e.name)])
 
 # %% [markdown]
 # Not every valid value can run on every host: transformers' flash-attention kernels need a CUDA GPU and their
@@ -239,6 +184,7 @@ def sweep(i, eng):
                               progress=(lambda m, n=eng.name: print(f"[{n}] {m}", flush=True)))
 
 
+# %%
 if not measure:
     outcomes = {}
 elif parallel:
@@ -261,20 +207,15 @@ for name, exc in outcomes.items():
         print(f"{name}: the sweep stopped: {type(exc).__name__}: {exc}")
 
 # %%
+from IPython.display import Markdown, display
+
+from servebook.backends_report import TABLE_COLUMNS, flags_note, starts_table
+
 names = [e.name for e in engines]
-table = store.table("backends")
-table = table[table["engine"].isin(names)] if len(table) else table
-if len(table) and "mode" not in table:
-    table["mode"] = "default"
-if len(table):  # each start's rate (field `start` in the row's `starts` list); a row recorded before starts were counted had one
-    table["start_rates"] = [[round(x["decode_tok_s"], 1) for x in v if isinstance(x, dict) and x.get("decode_tok_s") is not None]
-                            if isinstance(v, list) else None for v in (table["starts"] if "starts" in table else [None] * len(table))]
-    table["ci_over"] = [f"{len(v)} server starts" if isinstance(v, list) and len(v) >= 2 else ONE_START for v in table["start_rates"]]
-cols = [c for c in ["engine", "attention", "mode", "outcome", "reported", "reported_source", "decode_agreement", "decode_positions",
-                    "decode_tolerance", "tf_top1_agreement", "tf_logprob_mad", "agreement",
-                    "decode_tok_s", "decode_tok_s_ci95", "ci_over", "start_rates", "ttft_ms", "ready_s", "port_free_after", "error"] if c in table]
+table = starts_table(store, names)
+display(Markdown(flags_note(" ".join(table["launch"].dropna().astype(str)).split() if "launch" in table else [])))
 pd.set_option("display.max_colwidth", 160)
-table[cols]
+table[[c for c in TABLE_COLUMNS if c in table]]
 
 # %% [markdown]
 # Each row is one server start (or a refusal before one). `reported` is what the engine itself said it loaded
@@ -309,113 +250,27 @@ if len(pre):
 # engine would pick on this GPU for this model, from its own code.
 
 # %%
-import matplotlib.pyplot as plt
-import seaborn as sns
+from servebook.backends_report import plot_rates
 
-plot = table.copy()
-if len(plot):
-    plot["decode_tok_s"] = pd.to_numeric(plot.get("decode_tok_s"), errors="coerce").fillna(0)
-    plot = plot[plot["outcome"].isin(["ok", "overridden", "wrong output"]) | (plot["decode_tok_s"] > 0)]
-if len(plot):
-    plot["label"] = plot["engine"] + " " + plot["attention"] + " " + plot["mode"].fillna("")
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(plot) + 1.2))
-    ax.barh(plot["label"], plot["decode_tok_s"], xerr=pd.to_numeric(plot.get("decode_tok_s_ci95"), errors="coerce").fillna(0),
-            color=["tab:blue" if o == "ok" else "tab:red" for o in plot["outcome"]])
-    ax.invert_yaxis()
-    ax.set_xlabel("decode tok/s, single stream (bars: 95% interval; red: not ok)")
-    ax.set_title("each attention backend that started, forced")
-    plt.tight_layout()
+plot_rates(table);
 
 # %% [markdown]
 # ## What we found
 
 # %%
-from IPython.display import Markdown
+from servebook.backends_report import found_lines
 
-from servebook.findings import backends as compared_backends, default_methods, say_default_methods, separated, starts_of
-from servebook.stated import say_backends
-
-lines = []
-verdicts = {b["engine"]: b for b in compared_backends(store)}  # chapter 06's definition: the fastest correct start vs the default
-for name in names:
-    t = table[table["engine"] == name]
-    ok = t[t["outcome"] == "ok"]
-    if not len(t):
-        continue
-    lines.append(f"**{name}**: {len(ok)} of {len(t)} starts served output that agrees with the default backend.")
-    b = verdicts.get(name) or {}
-    if b.get("correct") and b.get("default_tok_s") is not None:
-        lines.append(f"- The answer (chapter 06 states the same): {say_backends(b)} Each start against the default:")
-    modes_auto = {}  # the default's start in each mode
-    for mode, g in ok.groupby("mode"):
-        auto = g[g["attention"] == "auto"]
-        if not len(auto):
-            continue
-        a = modes_auto[mode] = auto.iloc[0]
-        ranked = g.sort_values("decode_tok_s", ascending=False)
-        for _, r in ranked.iterrows():
-            if r["attention"] == "auto":
-                continue
-            verdict = separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"),
-                                starts=(starts_of(r.to_dict()), starts_of(a.to_dict())))
-            lines.append(f"- {mode}: **{r['attention']}** {r['decode_tok_s']:.1f} ± {r.get('decode_tok_s_ci95') or 0:.1f} tok/s vs the default "
-                         f"(`{a.get('reported')}`) {a['decode_tok_s']:.1f} ± {a.get('decode_tok_s_ci95') or 0:.1f}: {verdict}")
-    if "eager" in modes_auto and ("graph" in modes_auto or "default" in modes_auto):  # what CUDA graphs are worth here
-        e, gr = modes_auto["eager"], modes_auto.get("graph", modes_auto.get("default"))
-        lines.append(f"- CUDA graphs off (eager), the default `{e.get('reported')}`: {e['decode_tok_s']:.1f} ± {e.get('decode_tok_s_ci95') or 0:.1f} "
-                     f"tok/s against {gr['decode_tok_s']:.1f} ± {gr.get('decode_tok_s_ci95') or 0:.1f} with them: "
-                     f"{separated(e['decode_tok_s'], e.get('decode_tok_s_ci95'), gr['decode_tok_s'], gr.get('decode_tok_s_ci95'), starts=(starts_of(e.to_dict()), starts_of(gr.to_dict())))}.")
-    for _, r in t[t["outcome"] != "ok"].iterrows():
-        lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {str(r.get('error'))[:300]}")
-for f in store.rows("failures"):  # a sweep (or the chapter) that stopped: its rows so far are above, the rest never ran
-    if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
-        later = len(table) and ((table["engine"] == f["engine"]) & (table["recorded_at"].astype(str) > str(f.get("recorded_at")))).any()
-        lines.append(f"- **{f['engine']}**: " + ("an earlier sweep of this run stopped (measured again later: the rows above): "
-                                                 if later else "the sweep stopped: ") + str(f["error"])[:400])
-    elif str(f.get("step", "")).startswith("chapter 03_"):
-        lines.append(f"- An execution of this chapter stopped in this run: {str(f['error'])[:400]}")
-if default_methods(store):  # chapter 05 measured the default too: the same way, or not
-    lines.append(say_default_methods(default_methods(store)))
-if skipped:
-    lines.append("- Not run here: " + ", ".join(f"{s['engine']} {s['attention']} ({s['reason']})" for s in skipped) + ".")
-Markdown("\n".join(lines) or "No backend ran.")
+Markdown(found_lines(store, names, table))
 
 # %% [markdown]
 # ## Check yourself
 # Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
 
 # %%
+from servebook.backends_report import questions
 from servebook.findings import check_yourself_markdown
 
-qa = []
-rep = table[["engine", "attention", "mode", "reported", "outcome"]].fillna("-") if "reported" in table else None
-qa.append(("How do you know the backend that ran is the one you forced, and not a silent fallback?",
-           "Not from the flag: from the engine's own report after loading (column `reported`). In this run: "
-           + ("; ".join(f"{r['engine']} {r['attention']} ({r['mode']}) -> {r['reported']} ({r['outcome']})" for _, r in rep.iterrows())
-              if rep is not None and len(rep) else "no backend reported")
-           + ". A forced backend whose report differs is classified `overridden`."))
-tf = table.dropna(subset=["tf_top1_agreement"]) if "tf_top1_agreement" in table else table.iloc[0:0]
-agree = table.dropna(subset=["agreement"]) if "agreement" in table else table.iloc[0:0]
-dec = table.dropna(subset=["decode_agreement"]) if "decode_agreement" in table else table.iloc[0:0]
-qa.append(("Why compare decode-step token ids at the default's prefix, and not only greedy text, against the default backend?",
-           "The weights are random, so no text reads well, and near-tied logits let two correct kernels pick different argmaxes; "
-           "in a greedy run one flip changes every later token. Compared at the default's prefix, with near-ties tolerated, a "
-           "flip costs one position; and only tokens from decode steps run the decode kernel that was forced. Here, decode: "
-           + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['decode_agreement']:.0%} of {r['decode_positions']:.0f}"
-                        for _, r in dec.iterrows()) or "not recorded in this run")
-           + "; teacher-forced (prefill only): "
-           + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['tf_top1_agreement']:.0%}" for _, r in tf.iterrows()) or "not measured")
-           + "; greedy: " + (", ".join(f"{r['engine']} {r['attention']} {r['mode']} {r['agreement']:.0%}" for _, r in agree.iterrows())
-                             or "not measured") + "."))
-for name, b in verdicts.items():
-    if name in names and b.get("correct") and b.get("default_tok_s") is not None:
-        qa.append((f"Should you force a different attention backend for {name} on this host?",
-                   (f"Yes: `{b.get('best_reported') or b['best']}` was faster than the default beyond both 95% intervals, with correct output."
-                    if b["change_supported"] else
-                    f"No: the fastest correct start, `{b.get('best_reported') or b['best']}` ({b['best_tok_s']:,.1f} ± {b['best_ci95']:,.1f} "
-                    f"tok/s), is not faster than the default (`{b['default_reported']}`, {b['default_tok_s']:,.1f} ± "
-                    f"{b['default_ci95']:,.1f}) beyond both intervals; the data supports no change. Chapter 06 says the same.")))
-Markdown(check_yourself_markdown(qa))
+Markdown(check_yourself_markdown(questions(store, names, table)))
 
 # %% [markdown]
 # Next: [04. Tune NCCL](04_tune_nccl.html) — on a multi-GPU host, decode also waits for all-reduces.

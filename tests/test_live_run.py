@@ -182,8 +182,10 @@ def test_chapter_03_refreshed_from_the_recorded_rows_asks_no_engine(tmp_path, mo
     assert "measure=False: nothing is started or asked" in page
     assert "an earlier sweep of this run stopped (measured again later: the rows above): ModuleNotFoundError: No module named 'httptools'" in page
     # the first machine's harness fault is stated as such; the second machine's verdict is vLLM's own words
-    assert "FLASHINFER_MLA (not started: servebook's preflight" in page
-    assert "FLASHINFER_MLA (graph): rejected — vLLM's FlashInferMLABackend.validate_configuration: compute capability not supported" in page
+    # stated once, as its row, with the earlier record beside it (never also under "not run here")
+    assert ("FLASHINFER_MLA (graph): rejected — vLLM's FlashInferMLABackend.validate_configuration: compute capability not supported "
+            "(an earlier attempt in this run was recorded otherwise: not started: servebook's preflight") in page
+    assert "vllm FLASHINFER_MLA (not started" not in page and "sglang fa3 (not in this run" not in page
 
 
 def test_chapter_04_refreshed_reads_the_hosts_backend_not_this_machines(tmp_path):

@@ -148,3 +148,108 @@ def test_recommend_never_picks_a_wrong_sum():
     assert pred.set_index("setting").loc["default", "ms_per_token"] == pytest.approx(2 * 61 * 13.0 / 1000)
     pick = recommend(pred)
     assert pick["setting"] == "NCCL_GRAPH_MIXING_SUPPORT=0" and "NCCL_PROTO=LL" in pick["excluded"]
+
+
+# --- chapter 04's page (servebook.nccl.figures and .report), on the committed recordings
+
+
+def _copy_run(tmp_path, name):
+    import shutil
+
+    from servebook.results import RunStore
+
+    shutil.copytree(data_dir() / "runs" / name, tmp_path / name)
+    return RunStore(tmp_path / name)
+
+
+def test_run_spread_puts_a_pick_inside_the_spread_between_two_grids(tmp_path):
+    """h200x2-live's grid picks NCCL_NTHREADS=512 (12.1 against 13.1 us); the reference grid has it equal to its default.
+    The largest change of one setting between the two recordings is larger than that gain: within the spread. Made
+    faster than any change between the grids, the same pick is beyond it."""
+    import json
+
+    from servebook.findings import nccl
+    from servebook.nccl.figures import latencies, run_spread
+
+    store = _copy_run(tmp_path, "h200x2-live")
+    s = run_spread(store, nccl(store))
+    assert s["pick"] == "NCCL_NTHREADS=512" and s["settings in both grids"] >= 10
+    lat = latencies(store)
+    b1 = nccl(store)["b1_bytes"]
+    assert abs(s["pick gain"] - (1 - lat[f"NCCL_NTHREADS=512 | torch | graph | {b1}"] / lat[f"default | torch | graph | {b1}"])) < 1e-12
+    assert s["within_spread"] is True and s["pick gain"] < s["largest change between grids"]
+    rows = [json.loads(x) for x in (store.path / "allreduce.jsonl").read_text().splitlines()]
+    for r in rows:  # the pick made 40% faster than this run's default at every size: beyond any change between the grids
+        if r.get("setting") == "NCCL_NTHREADS=512" and r.get("path") == "torch":
+            r["us_median"] = 0.6 * next(x["us_median"] for x in rows if x.get("setting") == "default" and x.get("path") == "torch"
+                                        and x.get("mode") == r.get("mode") and x.get("bytes") == r.get("bytes")
+                                        and x.get("shape_study") == r.get("shape_study") and x.get("iters") == r.get("iters"))
+    (store.path / "allreduce.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    faster = run_spread(store, nccl(store))
+    assert faster["pick"] == "NCCL_NTHREADS=512" and faster["within_spread"] is False
+
+
+def test_reference_checks_are_the_tables_own_figures():
+    """Every derived figure the reference section states comes from the reference run's rows: the clock check is
+    us_wall against us_median, the count of settings is the table's."""
+    from servebook.nccl.figures import reference_checks, reference_store
+
+    c = reference_checks()
+    ar = reference_store().table("allreduce")
+    assert c["settings"] == ar["setting"].nunique() and c["batch-1 bytes"] == reference_store().manifest["hidden_size"] * 2
+    assert 0 <= c["clock gap, largest"] < 0.05 and c["raw vs torch, settings compared"] >= 2
+    assert c["nccl-tests default us"] > 0 and c["default over nccl-tests default"] > 1
+
+
+def test_chapter_04_page_states_tagged_figures_and_the_spread(tmp_path):
+    """The page's sentences carry tags the registry recomputes, and the spread sentence appears where a pick is inside it."""
+    from servebook.findings import nccl
+    from servebook.nccl.report import UNTAGGED, load_reference, questions, this_run_answer
+    from servebook.results import RunStore
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = _copy_run(tmp_path, "h200x2-live")
+    here = nccl(store)
+    ref = load_reference(nccl(RunStore(data_dir() / "runs" / "h200x2-nccl")) or {})
+    text = this_run_answer(store, here, {}, {"NCCL_NTHREADS=512", "default"})
+    assert "within the run-to-run spread" in text
+    qa = questions(here, ref, 7168)
+    for s in stated_on(text + "".join(a for _, a in qa)):
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
+    assert all(isinstance(v, str) and v for v in UNTAGGED.values())
+
+
+def test_latency_plot_is_zoomed_to_decode_sizes_on_log_axes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from servebook.nccl.figures import reference_store
+    from servebook.nccl.report import plot_latency
+
+    ar = reference_store().table("allreduce")
+    fig = plot_latency(ar, "nccl", 2, [14336, 14336 * 64])
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    lo, hi = ax.get_xlim()
+    assert lo > 1024 and hi < 16777216
+
+
+def test_what_if_floor_states_the_cost_per_microsecond_first_and_tags_it():
+    """The what-if's communication floor (table roofline of the committed what-if run): the cost of one microsecond
+    first, then each recorded latency; every tag recomputes from the run's table."""
+    from servebook.nccl.report import whatif_found, whatif_questions
+    from servebook.results import RunStore
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = RunStore(data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    floor = store.table("roofline")
+    floor = floor[floor["chapter"] == "04"]
+    facts = {"gpus": 8, "profile": "rtx-pro-6000", "interconnect": "PCIe"}
+    text = whatif_found(floor, facts)
+    assert text.startswith("- Predicted, not measured:") and text.count("\n- At ") == len(floor) - 1
+    tags = stated_on(text + "".join(a for _, a in whatif_questions(floor, facts)))
+    assert {s.name for s in tags} >= {"comm_floor_ms", "comm_allreduces_per_token", "ref_allreduce_us"}
+    for s in tags:
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s

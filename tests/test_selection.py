@@ -274,3 +274,52 @@ def test_materialize_is_safe_from_threads(tmp_path):
     assert not errors
     (only,) = os.listdir(tmp_path)
     assert os.listdir(tmp_path / only) == ["config.json"]
+
+
+# --- chapter 02's page (servebook.selection.figures and .report), on the committed recordings
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
+
+
+def test_check_yourself_states_the_recorded_case_not_a_failure():
+    """h200x1-live recorded its own case as "profile h200" (no "this-host" row): the first answer states that pick,
+    tagged, and never "not recorded" beside it; the seed's rule is told as the seed's suspicion, with the book's finding."""
+    from servebook.results import RunStore
+    from servebook.selection.report import questions
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = RunStore(RUNS / "h200x1-live")
+    qa = questions(store)
+    text = " ".join(a for _, a in qa)
+    assert "not recorded" not in text.lower() and "fa3" in text and "h200 (the profile this book fakes)" in qa[0][0]
+    assert "the seed's suspicion" in text and "does not explain the gap" in text
+    for s in stated_on(text):
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
+
+
+def test_found_lines_print_the_deciding_condition_and_tag_counts(tmp_path):
+    """The matrix's MLA rows carry the condition that decided them (0.5.23's `not get_platform().is_sm100`), not only
+    file:line; the counts are tagged and recomputed from the tables (a disagreement appended twice counts once)."""
+    import shutil
+
+    from servebook.results import RunStore
+    from servebook.selection.figures import disagreement_count
+    from servebook.selection.report import UNTAGGED, found_lines
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    shutil.copytree(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9", tmp_path / "run")
+    store = RunStore(tmp_path / "run")
+    matrices = {}
+    for r in store.rows("selection_matrix"):
+        matrices.setdefault(r["engine_spec"], []).append(r)
+    n = disagreement_count(store)[None]
+    for r in store.rows("selection_disagreements")[:1]:
+        store.append("selection_disagreements", r)  # executed again: the same rows once more
+    assert disagreement_count(store)[None] == n
+    text = found_lines(store, None, matrices, [])
+    assert "sglang==0.5.23: kimi-k2.5 on rtx-pro-6000" in text and "`not get_platform().is_sm100`" in text
+    for s in stated_on(text):
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
+    assert all(isinstance(v, str) and v for v in UNTAGGED.values())

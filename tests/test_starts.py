@@ -122,3 +122,68 @@ def test_transformers_serve_over_two_starts(embedded_model, tmp_path, no_leftove
     what = {d["what"] for d in m["differences"]}
     assert what == {"prompt tokens", "prompts"}  # the same model, output length, warm-up and runs: only the prompts differ
     assert m["ch03"]["starts"] == m["ch05"]["starts"] == 2
+
+
+# --- chapter 03's page (servebook.backends_figures and .backends_report)
+
+
+def test_each_backend_is_listed_once_and_the_default_that_ran_is_not_under_not_run(tmp_path):
+    """h200x1-live: FLASHINFER_MLA has a row (rejected on the second machine) and a corrected not-run row (the first
+    machine's harness fault); fa3 is what `auto` loaded. Neither is "not run here"; the earlier record is told beside the
+    row, and chapter 06's box (findings.backends) lists the same."""
+    import shutil
+
+    from servebook.backends_figures import default_ran_as, earlier_attempts, not_run
+
+    shutil.copytree(RUNS / "h200x1-live", tmp_path / "run")
+    store = RunStore(tmp_path / "run")
+    vllm = {x["attention"] for x in not_run(store, "vllm")}
+    sglang = {x["attention"] for x in not_run(store, "sglang")}
+    assert "FLASHINFER_MLA" not in vllm and "CUTLASS_MLA" not in vllm and "FLASH_ATTN" in vllm
+    assert "fa3" not in sglang and "triton" in sglang and default_ran_as(store, "sglang") == ["fa3"]
+    assert earlier_attempts(store, "vllm")["FLASHINFER_MLA"].startswith("not started: servebook's preflight")
+    box = {b["engine"]: {x["attention"] for x in b["not_run"]} for b in sbf.backends(store)}
+    assert box == {"vllm": vllm, "sglang": sglang}
+
+
+def test_chapter_03_states_the_start_counts_chapter_06_gives(tmp_path):
+    """The counts chapter 03 states are findings.backends' tried/correct (chapter 06's table), tagged; every tag on the
+    page's sentences is what the registry recomputes from the same run."""
+    import shutil
+
+    from servebook.backends_report import UNTAGGED, found_lines, questions, starts_table
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    shutil.copytree(RUNS / "h200x1-live", tmp_path / "run")
+    store = RunStore(tmp_path / "run")
+    table = starts_table(store, ["sglang", "vllm"])
+    text = found_lines(store, ["sglang", "vllm"], table) + "".join(a for _, a in questions(store, ["sglang", "vllm"], table))
+    counts = {b["engine"]: (b["tried"], b["correct"]) for b in sbf.backends(store)}
+    assert counts == {"sglang": (2, 1), "vllm": (7, 4)}
+    for s in stated_on(text):
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
+    tags = {(s.name, s.of): s.value for s in stated_on(text)}
+    assert tags[("backend_starts", "vllm | tried")] == 7 and tags[("backend_starts", "vllm | correct")] == 4
+    assert tags[("backend_tok_s", "vllm | TRITON_MLA | graph")] == pytest.approx(429.476, abs=1e-3)
+    assert "Not run here" in text and "vllm FLASHINFER_MLA (not started" not in text
+    assert all(isinstance(v, str) and v for v in UNTAGGED.values())
+
+
+def test_the_what_if_names_the_pick_of_the_engine_it_plans():
+    """What-if 03 for SGLang 0.5.9: chapter 02's prediction is SGLang's `triton`, never vLLM's TRITON_MLA (recorded
+    after it in the same table)."""
+    from servebook.backends_report import _prediction_for
+
+    store = RunStore(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9")
+    assert store.rows("selection")[-1]["engine"] == "vllm"
+    r = _prediction_for(store, {"engine": "sglang==0.5.9"})
+    assert (r["engine"], r["version"], r["attention_backend"]) == ("sglang", "0.5.9", "triton")
+
+
+def test_flag_notes_name_the_value_used():
+    from servebook.backends_report import flags_note
+
+    note = flags_note("python -m sglang.launch_server --cuda-graph-max-bs 16 --sampling-backend pytorch".split())
+    assert "`--cuda-graph-max-bs 16`" in note and "`--sampling-backend pytorch`" in note
+    assert flags_note(["--port", "1"]) == ""

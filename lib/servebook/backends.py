@@ -16,6 +16,9 @@ completions and the server-info request (servebook functions called on the host)
 measurement (chapter 05's client, ``bench.single_stream(host=...)``), the port check after stop and
 the check for servers an earlier run left running. Nothing is timed across the network. The engine's
 log is fetched from the host into the run directory. The tokenizer (for comparing tokens) stays here.
+
+Chapter 03's page: ``servebook.backends_figures`` (what the page states, computed from the tables; ``servebook.stated``
+recomputes it) and ``servebook.backends_report`` (its candidates, table, plot and sentences, tagged).
 """
 
 from __future__ import annotations

@@ -99,8 +99,9 @@ def backends(store: RunStore) -> list[dict]:
     intervals are within a start, and the rate moves more between starts). ``starts`` / ``default_starts``: how many
     starts each rate covers.
     """
+    from ..backends_figures import not_run as not_run_of
+
     rows = store.rows("backends")
-    not_run = store.rows("backends_not_run")
     out = []
     for eng in sorted({r.get("engine") for r in rows if r.get("engine")}):
         mine = [r for r in rows if r.get("engine") == eng]
@@ -114,8 +115,7 @@ def backends(store: RunStore) -> list[dict]:
                   if r.get("outcome") != "ok"]
         item: dict[str, Any] = {"engine": eng, "version": next((r.get("engine_version") for r in mine if r.get("engine_version")), None),
                                 "tried": len(mine), "correct": len(ok), "failed": failed,
-                                "not_run": [{"attention": r.get("attention"), "reason": r.get("reason")} for r in not_run
-                                            if r.get("engine") == eng]}
+                                "not_run": not_run_of(store, eng)}  # each backend once; none that ran
         if ok:
             best = max(ok, key=lambda r: r["decode_tok_s"])
             default = next((r for r in ok if r.get("attention") == "auto"), None)

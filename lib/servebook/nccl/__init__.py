@@ -38,7 +38,9 @@ A host's policy env (``servebook.hosts.host_policy_env``, e.g. ``NCCL_NVLS_ENABL
 with every launch and into the run's manifest; it is never part of a setting or a recommendation.
 
 Modules: ``sizes`` (message sizes), ``grid`` (settings), ``debug`` (NCCL_DEBUG parsing), ``launch`` (one bounded
-launch; workers in ``workers/``), ``runner`` (the grid), ``predict`` (per-token time, recommendation), ``cli``.
+launch; workers in ``workers/``), ``runner`` (the grid), ``predict`` (per-token time, recommendation), ``cli``;
+chapter 04's page: ``figures`` (what the page states, computed from the tables; ``servebook.stated`` recomputes it) and
+``report`` (its tables, plot and sentences, tagged).
 """
 
 from __future__ import annotations

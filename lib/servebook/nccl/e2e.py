@@ -23,7 +23,7 @@ from ..errors import EngineError, ServebookError, ServerError
 from ..results import RunStore
 from ..servers import Server
 
-__all__ = ["tp_settings", "tp_decode_check", "allreduce_lines", "SEED_ENV"]
+__all__ = ["tp_settings", "tp_decode_check", "tp_check_engines", "allreduce_lines", "SEED_ENV"]
 
 # The seed case's environment block, copied there from a vLLM systemd unit tuned for PCIe
 # (shared/seeds: NCCL_PROTO=LL, NCCL_ALGO=Ring, NCCL_P2P_LEVEL=SYS, 16 channels, 16 MB buffers, 512 threads).
@@ -130,3 +130,20 @@ def tp_decode_check(engine, model_dir: str | Path, store: RunStore, settings: li
         tok = row.get("decode_tok_s")
         say(f"{engine.name} TP={tp} {s['setting']}: {row['outcome']}" + (f", {tok:.1f} tok/s" if tok else f" ({row.get('error')})"))
     return rows
+
+
+def tp_check_engines(engines: list, model_dir, store: RunStore, *, tp: int, runs: int, engine_args: str = "",
+                     best: str | None = None, seed: bool = True) -> None:
+    """Chapter 04's end-to-end check: each engine restarted at tensor parallelism ``tp`` under each of its
+    ``tp_settings`` (``best``: the grid's pick on this host), setting by setting with the engines in turn, so the
+    comparisons that matter most are measured first. ``engine_args``: per-engine server flags ("sglang: ...; vllm: ...")."""
+    from ..engines import args_for
+    from ..models import engine_args_of
+
+    plan = [(e, args_for(engine_args, e.name) + engine_args_of(model_dir, e.name), tp_settings(e, best=best, seed=seed))
+            for e in engines]
+    for i in range(max((len(p[2]) for p in plan), default=0)):
+        for e, extra, sets in plan:
+            if i < len(sets):
+                tp_decode_check(e, model_dir, store, [sets[i]], tp=tp, runs=runs, extra_args=extra,
+                                progress=lambda m, n=e.name: print(f"[{n}] {m}", flush=True))

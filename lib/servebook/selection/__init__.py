@@ -2,6 +2,9 @@
 
     from servebook.selection import whatif, read_selection, render_tree, add_engine, materialize
     whatif("sglang==0.5.9", "kimi-k2.5", gpu="rtx-pro-6000")["attention_backend"]
+
+Chapter 02's page: ``selection.figures`` (what the page states, computed from the tables; ``servebook.stated``
+recomputes it) and ``selection.report`` (its printed answers, matrix tables and sentences, tagged).
 """
 
 from .cards import list_cards, load_card, materialize, model_config

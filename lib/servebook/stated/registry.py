@@ -388,6 +388,57 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: _seed_gap(store)),
     Quantity("card_roofline_tok_s", "bandwidth-only roofline of a model card on N GPUs of a profile (the seed case's, or "
              "the what-if's), from data/models and data/hardware", lambda store: {}, lookup=_roofline_lookup),
+    # chapters 02-04 (s8): each computed by the chapter's own figures module (servebook.selection.figures,
+    # servebook.backends_figures, servebook.nccl.figures), which formats nothing and imports no page code
+    Quantity("selection_assignments", "recorded assignments of the attention backend in an engine version's code",
+             lambda store: __import__("servebook.selection.figures", fromlist=["x"]).assignments(store)),
+    Quantity("selection_site_files", "files of an engine version's code that assign the attention backend",
+             lambda store: __import__("servebook.selection.figures", fromlist=["x"]).site_files(store)),
+    Quantity("matrix_disagreements", "engine/version disagreements in chapter 02's decision matrix",
+             lambda store: __import__("servebook.selection.figures", fromlist=["x"]).disagreement_count(store)),
+    Quantity("version_diff_cells", "matrix cells that differ between the two engine versions compared (a -> b)",
+             lambda store: __import__("servebook.selection.figures", fromlist=["x"]).diff_count(store)),
+    Quantity("failed_steps", "steps of the run recorded in its failures table",
+             lambda store: __import__("servebook.selection.figures", fromlist=["x"]).failure_count(store)),
+    Quantity("backend_tok_s", "single-stream decode tok/s of one forced start (engine | attention | mode; chapter 03)",
+             lambda store: __import__("servebook.backends_figures", fromlist=["x"]).rates(store)),
+    Quantity("backend_ci95", "95% half-width of one forced start's tok/s",
+             lambda store: __import__("servebook.backends_figures", fromlist=["x"]).intervals(store)),
+    Quantity("backend_agreement", "one start's agreement with the default (engine | attention | mode | decode, "
+             "teacher-forced or greedy)", lambda store: __import__("servebook.backends_figures", fromlist=["x"]).agreements(store)),
+    Quantity("backend_decode_positions", "decode positions one start's decode-path agreement counts",
+             lambda store: __import__("servebook.backends_figures", fromlist=["x"]).decode_positions(store)),
+    Quantity("backend_starts", "starts chapter 03 tried per engine (engine | tried) and those correct in the mode compared "
+             "(engine | correct), as chapter 06's table counts them",
+             lambda store: {f"{b['engine']} | {k}": b[k] for b in __import__("servebook.findings", fromlist=["x"]).backends(store)
+                            for k in ("tried", "correct")}),
+    Quantity("plan_launches", "launches the what-if plans for chapter 03 on the real host",
+             lambda store: __import__("servebook.backends_figures", fromlist=["x"]).plan_launches(store)),
+    Quantity("allreduce_us_at", "this run's all-reduce latency (us) by setting | path | mode | bytes",
+             lambda store: __import__("servebook.nccl.figures", fromlist=["x"]).latencies(store)),
+    Quantity("ref_allreduce_at", "the reference grid's all-reduce latency (us) by setting | path | mode | bytes",
+             lambda store: __import__("servebook.nccl.figures", fromlist=["x"]).latencies(
+                 __import__("servebook.nccl.figures", fromlist=["x"]).reference_store())),
+    Quantity("ref_nccl_check", "a figure derived from the reference grid (gaps, counts, ratios to nccl-tests), by name",
+             lambda store: __import__("servebook.nccl.figures", fromlist=["x"]).reference_checks()),
+    Quantity("nccl_spread", "this run's NCCL pick against the spread between its grid and the reference grid, by name",
+             lambda store: __import__("servebook.nccl.figures", fromlist=["x"]).run_spread(store, _nccl(store))),
+    Quantity("comm_floor_ms", "what-if: all-reduce time per token (ms) at batch 1, by case (table roofline, chapter 04)",
+             lambda store: {k: r.get("t_comm_ms") for k, r in
+                            __import__("servebook.nccl.figures", fromlist=["x"]).comm_floor(store).items()}),
+    Quantity("comm_allreduces_per_token", "what-if: all-reduces per token, by case",
+             lambda store: {k: r.get("allreduces_per_token") for k, r in
+                            __import__("servebook.nccl.figures", fromlist=["x"]).comm_floor(store).items()}),
+    Quantity("tp_e2e_tok_s", "end-to-end single-stream tok/s at TP>1 under one setting (engine | tp | setting)",
+             lambda store: {f"{r['engine']} | {r['tp']} | {r['setting']}": r["decode_tok_s"]
+                            for r in __import__("servebook.nccl.figures", fromlist=["x"]).e2e_rows(store)}),
+    Quantity("tp_e2e_ci95", "95% half-width of that end-to-end rate",
+             lambda store: {f"{r['engine']} | {r['tp']} | {r['setting']}": r["ci95"]
+                            for r in __import__("servebook.nccl.figures", fromlist=["x"]).e2e_rows(store)}),
+    Quantity("tp_e2e_ms", "measured change in ms per token of an end-to-end setting against its reference row",
+             lambda store: {f"{r['engine']} | {r['tp']} | {r['setting']}": r["measured_ms_per_token"]
+                            for r in __import__("servebook.nccl.figures", fromlist=["x"]).e2e_rows(store)}),
+    # end of chapters 02-04 (s8)
 ]}
 
 
