@@ -82,6 +82,14 @@ PARAMS: dict[str, Param] = {
 # (``chapter_defaults``) and in each executed notebook's injected parameters.
 MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "embedded": {
+        # The decision matrix asks each cached engine version once per GPU profile, and every ask is one import of that
+        # engine (10-20 s on 2 CPU cores): with every version of the notebook cached (2 SGLang, 3 vLLM) on 4 GPUs the CPU
+        # book spent over 5 minutes here. The CPU book asks what the seed case turns on: the two SGLang versions whose
+        # matrices section 4 compares, the seed's other engine (vLLM 0.26.0), on capability 10.0 (where SGLang's
+        # is_sm100_supported holds) and 12.0 (the seed's GPU), for every model card. Same method, same questions per cell;
+        # -p vllm_versions=0.26.0,0.33.0,0.10.2 -p matrix_profiles=a100,h200,b200,rtx-pro-6000 asks the whole grid (as the
+        # what-if book and the GPU books do). Only versions already cached are asked either way.
+        "02": {"vllm_versions": "0.26.0", "matrix_profiles": "b200,rtx-pro-6000"},
         # 32 tokens in and out (the notebook's 128 are sized to a GPU): the in-process decode, the single stream (2 warm-ups,
         # 5 runs) and every sweep level (5 requests per stream, up to saturation) each took minutes on 2 CPU cores.
         "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16},   # in-process profile: 16 decode steps per depth
