@@ -13,6 +13,11 @@ JOBS ?= 2
 RUN ?=
 RECORD ?=
 TORCH_WHEELS ?= /opt/wheels
+# uv installs no bytecode (compiling all 17,000 modules of the environment took almost 3 min on 2 busy cores); the first
+# process that imports a module writes its bytecode, and every later one reads it. A shell that sets
+# PYTHONDONTWRITEBYTECODE would have every kernel and server of the book compile torch and transformers again, so the
+# recipes here run without it (__pycache__ is ignored by git).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: book html test env book-env test-env model clean help
 
