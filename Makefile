@@ -32,26 +32,30 @@ help:
 #
 # The installer is uv (INSTALLER=uv, the default), put into the environment by pip: it resolves, downloads and unpacks
 # in parallel and installs the same versions pip would; on a 2-core machine the book's environment took 4 min with pip
-# and under 1 min with uv. INSTALLER=pip installs with pip alone, and so does a machine where uv cannot be had.
+# and under 1 min with uv. INSTALLER=pip installs with pip alone, and so does a machine where uv cannot be had or fails
+# (uv reads the system's certificate store, --system-certs, as pip does here).
 # torch first: where the machine carries a CPU wheel of torch (CI), it is taken instead of a multi-GB CUDA build.
 INSTALLER ?= uv
 comma := ,
 define install
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing servebook$(1) and its dependencies into $(VENV) (first time: a minute or two) ..."
-	@if [ "$(INSTALLER)" = uv ] && { test -x $(VENV)/bin/uv || $(PY) -m pip install -q --disable-pip-version-check uv; }; then \
-	   inst="$(VENV)/bin/uv pip install -q --python $(PY)"; \
-	 else \
-	   [ "$(INSTALLER)" = pip ] || echo "uv could not be installed: installing with pip (slower)"; \
-	   inst="$(PY) -m pip install -q"; \
+	@pip="$(PY) -m pip install -q"; inst="$$pip"; \
+	 if [ "$(INSTALLER)" = uv ]; then \
+	   if test -x $(VENV)/bin/uv || $(PY) -m pip install -q --disable-pip-version-check uv; then \
+	     inst="$(VENV)/bin/uv pip install -q --system-certs --python $(PY)"; \
+	   else echo "uv could not be installed: installing with pip (slower)"; fi; \
 	 fi; \
 	 tag=$$($(PY) -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'); \
 	 wheel=$$(ls $(TORCH_WHEELS)/torch-*-$$tag-$$tag-*.whl 2>/dev/null | sort | tail -1); \
-	 if $(PY) -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)'; then echo "torch already installed"; \
-	 elif [ -n "$$wheel" ]; then echo "torch from $$wheel"; $$inst "$$wheel"; \
-	 else $$inst torch; fi && \
-	 $$inst -e ".$(1)"
+	 if $(PY) -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)'; then torch=""; echo "torch already installed"; \
+	 elif [ -n "$$wheel" ]; then torch="$$wheel"; echo "torch from $$wheel"; \
+	 else torch=torch; fi; \
+	 { [ -z "$$torch" ] || $$inst "$$torch"; } && $$inst -e ".$(1)" || { \
+	   [ "$$inst" != "$$pip" ] && echo "uv failed (above): installing with pip (slower)" && \
+	   { [ -z "$$torch" ] || $$pip "$$torch"; } && $$pip -e ".$(1)"; }
 endef
+
 $(VENV)/.installed-book: pyproject.toml
 	$(call install,)
 	@touch $@
