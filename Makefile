@@ -26,6 +26,7 @@ help:
 	@echo "make test   - the full test suite, in $(JOBS) processes (JOBS=1: one)"
 	@echo "make html   - re-render the newest run as the book (RUN=DIR for another, e.g. RUN=data/runs/h200x2-book)"
 	@echo "make env    - create/refresh the environment ($(VENV)), JupyterLab included"
+	@echo "             (installs with uv, put into $(VENV) by pip; INSTALLER=pip installs with pip alone)"
 
 # Three levels of the same environment: what the book needs (servebook and its dependencies), on top of it what the
 # tests need, and on top of that JupyterLab. `make book` on a fresh clone installs only the first, `make test` the second.
