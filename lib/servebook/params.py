@@ -102,7 +102,7 @@ MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         # doubles the chapter on 2 CPU cores; chapter 05 keeps its 2 starts (one engine, a short single stream each).
         # The forced backends are the two that run as they are on a CPU, sdpa and eager (besides the default): flex_attention
         # compiles C++ kernels through torch inductor at its first request, and in a fresh environment (inductor's cache is
-        # keyed by the environment's paths) that alone took 170 s of a 260 s chapter on 2 busy cores, or ran past the
+        # keyed by the environment's paths) that alone took 170 s of a 275 s chapter on 2 busy cores, or ran past the
         # request timeout and was recorded as a failure. It is recorded as not run, with the reason; smoke runs leave it out
         # too. -p backends=sdpa,eager,flex_attention forces it as well.
         "03": {"starts": 1, "backends": "sdpa,eager"},
