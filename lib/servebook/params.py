@@ -93,18 +93,19 @@ MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         # 32 tokens in and out (the notebook's 128 are sized to a GPU): the in-process decode, the single stream (2 warm-ups,
         # 5 runs) and every sweep level (5 requests per stream, up to saturation) each took minutes on 2 CPU cores.
         # The sweep doubles concurrency up to 8, not 128: transformers serve on 2 CPU cores gains little past a few streams
-        # (measured 21.3, 15.6, 23.9, 27.4 tok/s at C=1, 2, 4, 8 on a busy 2-core machine), a noisy machine keeps the 10%
-        # saturation rule from stopping it, and every level costs 5 x C requests (C=16: 80 requests, over 90 s; C=32 ran
-        # into the 120 s level budget). Each level keeps its warm-up, its 5 requests per stream and the saturation stop.
+        # (measured 55.0, 60.2, 56.3 tok/s at C=1, 2, 4, saturated there; on a busier machine 21.3, 15.6, 23.9, 27.4 at
+        # C=1-8, where the noise kept the 10% saturation rule from stopping it), and every level costs 5 x C requests
+        # (C=8 alone took 47 s there; each further level doubles it). Each level keeps its warm-up, its 5 requests per
+        # stream and the saturation stop.
         "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16,   # in-process profile: 16 decode steps per depth
                "max_concurrency": 8},
         # one start per forced backend: chapter 03 sweeps every transformers implementation, and a second start of each
         # doubles the chapter on 2 CPU cores; chapter 05 keeps its 2 starts (one engine, a short single stream each).
         # The forced backends are the two that run as they are on a CPU, sdpa and eager (besides the default): flex_attention
-        # compiles C++ kernels through torch inductor at its first request, and in a fresh environment (inductor's cache is
-        # keyed by the environment's paths) that alone took 170 s of a 275 s chapter on 2 busy cores, or ran past the
-        # request timeout and was recorded as a failure. It is recorded as not run, with the reason; smoke runs leave it out
-        # too. -p backends=sdpa,eager,flex_attention forces it as well.
+        # compiles C++ kernels through torch inductor at its first request: in a fresh clone's environment that took 170 s
+        # of a 275 s chapter on 2 busy cores, and in another it ran past the request timeout and was recorded as a failed
+        # backend. It is recorded as not run ("not in this run's backends list", as are the flash-attention kernels, which
+        # need a CUDA GPU); smoke runs leave it out too. -p backends=sdpa,eager,flex_attention forces it as well.
         "03": {"starts": 1, "backends": "sdpa,eager"},
     },
 }
