@@ -77,3 +77,18 @@ def test_embedded_model_sizes_chapter_05_and_p_wins():
     assert sized == {"05_benchmark_single_stream": {"max_tokens": 32}}
     assert said and "max_tokens=32" in said[0]
     assert _sized_defaults(selected, declared, {"model": "/models/llama"}, {}, said.append) == {}
+
+
+def test_model_defaults_name_parameters_the_chapters_declare():
+    """A sized default for a parameter its chapter no longer declares would be dropped without a word (book._sized_defaults
+    keeps only declared names): each one must name a parameter of that chapter, with a value of its declared type."""
+    from servebook.book import chapters, notebook_parameters
+    from servebook.params import MODEL_DEFAULTS
+
+    by_number = {c.number: c for c in chapters()}
+    for model, per_chapter in MODEL_DEFAULTS.items():
+        for number, values in per_chapter.items():
+            declared = notebook_parameters(by_number[number].source)
+            for name, value in values.items():
+                assert name in declared, f"MODEL_DEFAULTS[{model!r}][{number!r}] names {name!r}, which chapter {number} does not declare"
+                assert type(value).__name__ == declared[name]["inferred_type_name"], (model, number, name, declared[name])

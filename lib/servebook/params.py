@@ -82,12 +82,31 @@ PARAMS: dict[str, Param] = {
 # (``chapter_defaults``) and in each executed notebook's injected parameters.
 MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "embedded": {
+        # The decision matrix asks each cached engine version once per GPU profile, and every ask is one import of that
+        # engine (10-20 s on 2 CPU cores): with every version of the notebook cached (2 SGLang, 3 vLLM) on 4 GPUs the CPU
+        # book spent over 5 minutes here. The CPU book asks what the seed case turns on: the two SGLang versions whose
+        # matrices section 4 compares, the seed's other engine (vLLM 0.26.0), on capability 10.0 (where SGLang's
+        # is_sm100_supported holds) and 12.0 (the seed's GPU), for every model card. Same method, same questions per cell;
+        # -p vllm_versions=0.26.0,0.33.0,0.10.2 -p matrix_profiles=a100,h200,b200,rtx-pro-6000 asks the whole grid (as the
+        # what-if book and the GPU books do). Only versions already cached are asked either way.
+        "02": {"vllm_versions": "0.26.0", "matrix_profiles": "b200,rtx-pro-6000"},
         # 32 tokens in and out (the notebook's 128 are sized to a GPU): the in-process decode, the single stream (2 warm-ups,
         # 5 runs) and every sweep level (5 requests per stream, up to saturation) each took minutes on 2 CPU cores.
-        "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16},   # in-process profile: 16 decode steps per depth
+        # The sweep doubles concurrency up to 8, not 128: transformers serve on 2 CPU cores gains little past a few streams
+        # (measured 55.0, 60.2, 56.3 tok/s at C=1, 2, 4, saturated there; on a busier machine 21.3, 15.6, 23.9, 27.4 at
+        # C=1-8, where the noise kept the 10% saturation rule from stopping it), and every level costs 5 x C requests
+        # (C=8 alone took 47 s there; each further level doubles it). Each level keeps its warm-up, its 5 requests per
+        # stream and the saturation stop.
+        "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16,   # in-process profile: 16 decode steps per depth
+               "max_concurrency": 8},
         # one start per forced backend: chapter 03 sweeps every transformers implementation, and a second start of each
-        # doubles the chapter on 2 CPU cores; chapter 05 keeps its 2 starts (one engine, a short single stream each)
-        "03": {"starts": 1},
+        # doubles the chapter on 2 CPU cores; chapter 05 keeps its 2 starts (one engine, a short single stream each).
+        # The forced backends are the two that run as they are on a CPU, sdpa and eager (besides the default): flex_attention
+        # compiles C++ kernels through torch inductor at its first request: in a fresh clone's environment that took 170 s
+        # of a 275 s chapter on 2 busy cores, and in another it ran past the request timeout and was recorded as a failed
+        # backend. It is recorded as not run ("not in this run's backends list", as are the flash-attention kernels, which
+        # need a CUDA GPU); smoke runs leave it out too. -p backends=sdpa,eager,flex_attention forces it as well.
+        "03": {"starts": 1, "backends": "sdpa,eager"},
     },
 }
 
