@@ -26,7 +26,7 @@
 #               are measured again: another method) and SGLang's own client beside servebook's; meanwhile, on the CPU,
 #               chapter 02 of each run named in PAGES (default h200x1-book h200x2-book) executed again with this host's
 #               engines (pages and tables to pages.tgz); then wait up to S seconds
-#   trust [S]   a one-GPU machine, a fresh run (RUN_ID h200x1-live unless set) for the checks of issue #28: chapter 01,
+#   trust [S]   a one-GPU machine, a fresh or carried run (RUN_ID h200x1-trust unless set) for the checks of issue #28: chapter 01,
 #               03 (graphs; SGLang's default, triton, flashmla; vLLM's default and its MLA list) and 05 (both engines on the
 #               same random-weight slice, prompt length and token count as chapter 03; no profiles: those are recorded
 #               in h200x1-prof) with STARTS (default 2) server starts per configuration and the decode-path agreement
