@@ -47,7 +47,7 @@ export SERVEBOOK_HOST_POLICY_ENV="NCCL_NVLS_ENABLE=0,TORCH_SYMM_MEM_DISABLE_MULT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SERVEBOOK_CACHE=/tmp/sbcache
 [ -x /tmp/py-sglang ] && export SERVEBOOK_PYTHON_SGLANG=/tmp/py-sglang
 [ -x /tmp/py-vllm ] && export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-RUN_ID=${RUN_ID:-$(case "$step" in one|more|check|trust) echo h200x1-live;; profile) echo h200x1-prof;; *) echo h200x2-live;; esac)}
+RUN_ID=${RUN_ID:-$(case "$step" in one|more|check) echo h200x1-live;; trust) echo h200x1-trust;; profile) echo h200x1-prof;; *) echo h200x2-live;; esac)}
 SLICE=/tmp/models/kimi-slice            # full-width Kimi-K2.5 text slice, seeded bf16 weights (chapter 03: agreement)
 DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-format dummy (chapters 04, 05: speed)
 FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
