@@ -207,10 +207,34 @@ def found_lines(store, names: list[str], table) -> str:
             lines.append(f"- An execution of this chapter stopped in this run: {str(f['error'])[:400]}")
     if default_methods(store):  # chapter 05 measured the default too: the same way, or not
         lines.append(say_default_methods(default_methods(store)))
+    lines += _asked_not_reached(store, names, table)
     skipped = [(n, x) for n in names for x in fig.not_run(store, n)]
     if skipped:
         lines.append("- Not run here: " + ", ".join(f"{n} {x['attention']} ({x['reason']})" for n, x in skipped) + ".")
     return "\n".join(lines) or "No backend ran."
+
+
+def _asked_not_reached(store, names: list[str], table) -> list[str]:
+    """Backends the engine's own validation was asked about (``backends_preflight``) that have no row in ``backends``:
+    refused before any start, or accepted and never started (a recording that ended first). Nothing is assumed about
+    how they would have done."""
+    ran = {(r["engine"], r["attention"]) for _, r in table.iterrows()} if len(table) else set()
+    refused, pending = [], []
+    for p in store.rows("backends_preflight"):
+        key = (p.get("engine"), p.get("attention"))
+        if key[0] not in names or key in ran:
+            continue
+        if p.get("ok"):
+            pending.append(f"{key[0]} {key[1]}")
+        else:
+            refused.append(f"{key[0]} {key[1]} ({str(p.get('reason') or p.get('error') or 'refused')})")
+    out = []
+    if refused:
+        out.append("- Refused by the engine's own validation before any start: " + ", ".join(dict.fromkeys(refused)) + ".")
+    if pending:
+        out.append("- Accepted by the engine's validation, but no start was recorded: " + ", ".join(dict.fromkeys(pending))
+                   + ". The run's RECORDED.md says why (a recording that ended first, for example); nothing is said about them here.")
+    return out
 
 
 def _agreements(rows, field: str, kind: str, positions: bool = False) -> str:
