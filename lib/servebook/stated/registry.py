@@ -195,7 +195,7 @@ def _ch05_sweep(field_: str, scale: float = 1.0) -> Callable[[Any], dict]:
 
 def _ch05_sweep_params(field_: str) -> Callable[[Any], dict]:
     def compute(store):
-        from ..bench.chapter import sweep_parameters
+        from ..bench.figures import sweep_parameters
 
         return {s["label"]: s[field_] for s in sweep_parameters(store)}
     return compute
@@ -226,9 +226,9 @@ def _ch05_seed_first(field_) -> Callable[[Any], dict]:
 
 
 def _ch05_breakdown(store) -> dict:
-    from ..bench.chapter import _breakdowns
+    from ..bench.figures import breakdowns
 
-    return dict(_breakdowns(store))
+    return dict(breakdowns(store))
 
 
 def _ch05_client_check(store) -> dict:
@@ -242,7 +242,7 @@ def _ch05_ceiling_use(store) -> dict:
     import pandas as pd
 
     from ..bench.ceiling import ceiling_check
-    from ..bench.chapter import ceiling_tables
+    from ..bench.figures import ceiling_tables
 
     class _ReadOnly:  # ceiling_check appends what it checks for the first time; recomputing must not write
         def __init__(self, s):
@@ -260,7 +260,7 @@ def _ch05_ceiling_use(store) -> dict:
 
 
 def _ch05_servebook_ceiling(store) -> dict:
-    from ..bench.chapter import ceiling_tables
+    from ..bench.figures import ceiling_tables
 
     df = ceiling_tables(store)[1]
     return {None: float(df["stream_tok_s"].max())} if len(df) else {}
