@@ -18,7 +18,7 @@ from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
 from .kernels import CATEGORIES, RULES, Kernel, TraceError, classify, kernel_events, load_trace, rules_table
 from .predict import predict_full
 from .steps import busy_time, find_anchor, step_breakdown
-from .tables import rewrite_table, breakdown_check, engine_difference, latest_breakdown, latest_ok, prediction_rows
+from .tables import rewrite_table, breakdown_check, engine_difference, latest_breakdown, latest_ok, prediction_rows, write_predictions
 
 __all__ = ["CATEGORIES", "RULES", "Kernel", "TraceError", "ProfilerUnavailable", "classify", "kernel_events", "load_trace",
            "rules_table", "find_anchor", "step_breakdown", "busy_time", "capture", "keep_trace", "profiler_launch",
@@ -43,24 +43,6 @@ def register(sub) -> None:
     q = ps.add_parser("predict", help="recompute the table prediction_check of a run from its profiles")
     q.add_argument("run_dir")
     q.set_defaults(func=_cmd_predict)
-
-
-def _datasheet_tbs(device: str | None) -> float | None:
-    from ..profiles import list_profiles, load_profile
-
-    for name in list_profiles():
-        prof = load_profile(name)
-        if device and (prof.get("gpu_name") or "").lower() == device.lower():
-            return float(prof["memory_bandwidth_tbs"])
-    return None
-
-
-def write_predictions(store) -> list[dict]:
-    """Derive ``prediction_check`` from the run's ``profile_runs`` and ``memory_bandwidth`` (rewritten whole)."""
-    bw = store.rows("memory_bandwidth")
-    rows = prediction_rows(store.rows("profile_runs"), bw, _datasheet_tbs(bw[-1]["device"] if bw else None))
-    rewrite_table(store, "prediction_check", rows)
-    return rows
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

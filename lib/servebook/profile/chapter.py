@@ -99,7 +99,7 @@ def measure_chapter(store, engines, model_dir, *, engine_args: str = "", steps: 
                                "role": "slice", "extra": extra})
     if served:
         run_plan(store, served, steps=steps, say=say)
-    from . import write_predictions
+    from .tables import write_predictions
 
     write_predictions(store)
 

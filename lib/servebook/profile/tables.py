@@ -15,7 +15,7 @@ from typing import Iterable
 
 from .predict import predict_full
 
-__all__ = ["rewrite_table", "latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference"]
+__all__ = ["rewrite_table", "latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference", "write_predictions"]
 
 
 def rewrite_table(store, table: str, rows: Iterable[dict]) -> None:
@@ -146,3 +146,21 @@ def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dic
         out.append({**base, "category": "time per token (unprofiled)", "a_ms": pa["tpot_ms"], "b_ms": pb["tpot_ms"],
                     "diff_ms": pa["tpot_ms"] - pb["tpot_ms"]})
     return out
+
+
+def _datasheet_tbs(device: str | None) -> float | None:
+    from ..profiles import list_profiles, load_profile
+
+    for name in list_profiles():
+        prof = load_profile(name)
+        if device and (prof.get("gpu_name") or "").lower() == device.lower():
+            return float(prof["memory_bandwidth_tbs"])
+    return None
+
+
+def write_predictions(store) -> list[dict]:
+    """Derive ``prediction_check`` from the run's ``profile_runs`` and ``memory_bandwidth`` (rewritten whole)."""
+    bw = store.rows("memory_bandwidth")
+    rows = prediction_rows(store.rows("profile_runs"), bw, _datasheet_tbs(bw[-1]["device"] if bw else None))
+    rewrite_table(store, "prediction_check", rows)
+    return rows
