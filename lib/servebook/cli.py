@@ -60,6 +60,8 @@ def _add_book(sub) -> None:
     h.add_argument("--refresh", default="", metavar="01[,02,...,06]",
                    help="execute these chapters again on the recorded run first (nothing is measured: 01, 03, 04 and 05 re-read what the host recorded)")
     h.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="a parameter of a refreshed chapter")
+    h.add_argument("--cell-timeout", type=int, default=600,
+                   help="seconds one cell of a refreshed chapter may run (default 600; chapter 02's matrix over many cached engine versions can need more)")
     h.set_defaults(func=_cmd_html)
 
 
@@ -105,6 +107,8 @@ def _cmd_html(args) -> int:
 
     if args.compare_with and not (args.refresh_findings or "06" in args.refresh):
         raise ParameterError("compare_with", args.compare_with, "it takes effect with --refresh-findings (chapter 06 is executed again)")
+    if args.cell_timeout < 1:
+        raise ParameterError("cell_timeout", args.cell_timeout, "seconds one cell may run: 1 or more")
     extra = _chapter_params(args.param)
     todo = [c.strip() for c in args.refresh.split(",") if c.strip()]
     if args.refresh_findings and "06" not in todo:
@@ -113,7 +117,7 @@ def _cmd_html(args) -> int:
         mine = dict(extra, **({"compare_with": args.compare_with} if number == "06" and args.compare_with else {}))
         chapter = next((c for c in chapters() if c.stem.startswith(number)), None)  # none: refresh_chapter names the valid ones
         declared = notebook_parameters(chapter.source) if chapter else {}
-        row = refresh_chapter(args.run_dir, number, {k: v for k, v in mine.items() if k in declared})
+        row = refresh_chapter(args.run_dir, number, {k: v for k, v in mine.items() if k in declared}, args.cell_timeout)
         if row["status"] != "ok":
             print(f"servebook: chapter {number} failed: {row['error']}; its page shows where", file=sys.stderr)
     print(render_book(args.run_dir, args.out).resolve())
