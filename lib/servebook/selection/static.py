@@ -422,6 +422,15 @@ def read_selection(package_dir: str | os.PathLike, engine: str, version: str = "
     return StaticReading(engine, version, str(pkg), [r for r, _p, _s in src], sites, helpers)
 
 
+
+def _shorten(text: str, width: int) -> str:
+    """``text`` within ``width`` characters, cut only between words (at a space or after a comma) and marked " [...]"."""
+    if len(text) <= width:
+        return text
+    room = max(width - 6, 1)
+    cut = max(text.rfind(" ", 0, room), text.rfind(",", 0, room) + 1)
+    return text[: cut if cut > 0 else room].rstrip() + " [...]"
+
 def render_tree(sites: list[Site], only_targets: set[str] | None = None, excerpts: bool = True, width: int = 110) -> str:
     """The sites as a decision tree: per function, the if/elif chain down to each choice."""
     out = []
@@ -442,11 +451,10 @@ def render_tree(sites: list[Site], only_targets: set[str] | None = None, excerpt
                 c = s.conditions[depth]
                 tags = ",".join(k for k in c.kinds if k != "other")
                 text = path[depth]
-                if len(text) > width - 4 * depth:
-                    text = text[: width - 4 * depth - 3] + "..."
+                text = _shorten(text, width - 4 * depth)
                 out.append("    " * (depth + 1) + f"{'elif/else: ' if c.negated else 'if '}{text}" + (f"   [{tags}]" if tags else "") + f"  @{c.line}")
             printed = path
-            out.append("    " * (len(path) + 1) + f"=> {s.target} = {s.value[:80]}   ({s.file}:{s.line})")
+            out.append("    " * (len(path) + 1) + f"=> {s.target} = {_shorten(s.value, 80)}   ({s.file}:{s.line})")
             if excerpts and s.excerpt and s.kind not in ("return", "priority-list"):
                 pass
         out.append("")
