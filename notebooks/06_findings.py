@@ -194,7 +194,7 @@ show("04")
 
 # %% [markdown]
 # The prediction multiplies the measured latency by the all-reduces a token makes (two per layer);
-# it becomes a finding only when an engine at TP>1 is benchmarked with and without the setting.
+# it becomes a finding only when an engine at `TP>1` is benchmarked with and without the setting.
 
 # %% [markdown]
 # ## Throughput and the roofline
@@ -212,12 +212,21 @@ show("05")
 
 # %% [markdown]
 # ## The seed case in numbers
-# Shown in the what-if book of the seed case. Each category of the H200 profiles (both engines' Triton MLA backends, the
-# kernel they run on capability 12.0) carried to Kimi-K2.5 on 8x RTX PRO 6000 at TP=8 (`servebook.profile.projection`):
-# weights-bound kernels (MoE experts, dense GEMMs) by the bandwidth ratio and each rank's share of the bytes, never below
-# the smallest such kernel measured; attention, routing, norms and sampling kept as measured (latency-bound at batch 1);
-# host time kept (the seed's CPU is unknown); communication = all-reduces per token (read from both engines' model code)
-# x a published 8-rank PCIe latency (`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.
+
+# %%
+# The seed's figures, tagged (servebook.stated): its profile's compute capability and its tensor-parallel size
+from servebook.profiles import load_profile
+from servebook.stated import q, seed_case
+
+_seed = seed_case()
+_tp = q("seed_tp", _seed["tp"], "d")
+Markdown("Shown in the what-if book of the seed case. Each category of the H200 profiles (both engines' Triton MLA backends, the "
+         f"kernel they run on capability {q('profile_capability', load_profile(_seed['profile'])['capability'], of=_seed['profile'])}) "
+         f"carried to Kimi-K2.5 on {_tp}x RTX PRO 6000 at TP={_tp} (`servebook.profile.projection`): weights-bound kernels (MoE "
+         "experts, dense GEMMs) by the bandwidth ratio and each rank's share of the bytes, never below the smallest such kernel "
+         "measured; attention, routing, norms and sampling kept as measured (latency-bound at batch 1); host time kept (the "
+         "seed's CPU is unknown); communication = all-reduces per token (read from both engines' model code) x a published "
+         f"PCIe latency at {_tp} ranks (`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.")
 
 # %%
 if seed_rows:

@@ -13,6 +13,20 @@ from .tables import host_summary, selection
 __all__ = ["check_yourself", "check_yourself_markdown"]
 
 
+def q(*a, **k) -> str:
+    """``servebook.stated.q``, imported when first used (servebook.stated reads these findings)."""
+    from ..stated import q as q_
+
+    return q_(*a, **k)
+
+
+def _capability(profile: str) -> str:
+    """The compute capability a hardware profile records (data/hardware)."""
+    from ..profiles import load_profile
+
+    return load_profile(profile)["capability"]
+
+
 def check_yourself(store: RunStore, chapter: str) -> list[tuple[str, str]]:
     """Two or three questions a new engineer should now answer, with answers computed from this run."""
     ask = {"01": _questions_01, "02": _questions_02, "06": _questions_06}.get(str(chapter)[:2])
@@ -28,8 +42,10 @@ def _questions_01(store: RunStore) -> list[tuple[str, str]]:
                  "Nothing: chapter 01 recorded no probe in this run (see its page and the failures table); run it before trusting any later chapter.")]
     if h.get("gpu"):
         qa.append(("What compute capability does this host's GPU report, and which family is that? Why does the family matter more than the marketing name?",
-                   f"{h['capability']}: {h['family']}. Engines branch on the capability (major, minor), not the name: "
-                   "the seed case's RTX PRO 6000 and a B200 are both called Blackwell, but report 12.0 and 10.0."))
+                   f"{q('host_capability', h['capability'])}: {h['family']}. Engines branch on the capability (major, minor), not the name: "
+                   f"the seed case's RTX PRO 6000 and a B200 are both called Blackwell, but report "
+                   f"{q('profile_capability', _capability('rtx-pro-6000'), of='rtx-pro-6000')} and "
+                   f"{q('profile_capability', _capability('b200'), of='b200')}."))
     else:
         qa.append(("What compute capability does this host report, and what follows for the engines' GPU paths?",
                    "None: no GPU was seen, so no capability check can pass; the engines' GPU kernels cannot run and the book runs on the CPU."))
@@ -38,9 +54,10 @@ def _questions_01(store: RunStore) -> list[tuple[str, str]]:
     judged = [r for r in helpers if r.get("verdict") not in (None, "unknown")]
     bad = [r for r in helpers if r.get("verdict") not in (None, "unknown", "agrees")]
     qa.append(("Did any engine's own helper contradict the hardware or leave this GPU out (a mismatch or a gap)?",
-               (f"{len(helpers)} helpers asked in {', '.join(e['engine'] + ' ' + str(e.get('version')) for e in eng) or 'no engine'}; "
-                f"{len(judged)} could be judged against the hardware and "
-                + (f"{len(bad)} did not agree: " + "; ".join(f"{r.get('helper')} -> {r.get('answer')} ({r.get('verdict')})" for r in bad[:4])
+               (f"{q('engine_helpers_count', len(helpers), 'd', of='asked')} helpers asked in "
+                f"{', '.join(e['engine'] + ' ' + str(e.get('version')) for e in eng) or 'no engine'}; "
+                f"{q('engine_helpers_count', len(judged), 'd', of='judged')} could be judged against the hardware and "
+                + (f"{q('engine_helpers_count', len(bad), 'd', of='disagreed')} did not agree: " + "; ".join(f"{r.get('helper')} -> {r.get('answer')} ({r.get('verdict')})" for r in bad[:4])
                    if bad else "all agreed")
                 + ". The rest depend on installed packages, not on the GPU.") if helpers else
                "No engine helper was recorded in this run (no engine could be asked)."))
@@ -90,17 +107,21 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
     f = collect(store)
     qa = []
     b = f.backends[0] if f.backends else None
+    e = b["engine"] if b else None
     if b and b.get("correct"):
         qa.append((f"Should you force a different attention backend for {b['engine']} on this host?",
                    (f"Yes: `{b['best']}` was faster than the default beyond both 95% intervals over server starts, with correct output."
                     if b["change_supported"] else
-                    f"No: the fastest, `{b['best']}` ({_fmt(b['best_tok_s'])} ± {_fmt(b['best_ci95'])} tok/s), "
-                    + (f"overlaps the default ({_fmt(b.get('default_tok_s'))} ± {_fmt(b.get('default_ci95'))}) over "
-                       f"{min(b.get('best_starts') or 1, b.get('default_starts') or 1)} server starts: no difference beyond the restart "
+                    f"No: the fastest, `{b['best']}` ({q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
+                    f"{q('best_ci95', b['best_ci95'], ',.1f', of=e)} tok/s), "
+                    + (f"overlaps the default ({q('default_tok_s', b.get('default_tok_s'), ',.1f', of=e)} ± "
+                       f"{q('default_ci95', b.get('default_ci95'), ',.1f', of=e)}) over "
+                       f"{q('compared_starts', min(b.get('best_starts') or 1, b.get('default_starts') or 1), 'd', of=b.get('best_key'))} "
+                       "server starts: no difference beyond the restart "
                        "spread, the data supports no change. More starts would narrow the intervals."
                        if min(b.get("best_starts") or 1, b.get("default_starts") or 1) >= 2 else
-                       f"{'overlaps' if _overlaps(b) else 'stands apart from'} the default ({_fmt(b.get('default_tok_s'))} ± "
-                       f"{_fmt(b.get('default_ci95'))}) within one server start each (one start: interval within a start only); the "
+                       f"{'overlaps' if _overlaps(b) else 'stands apart from'} the default ({q('default_tok_s', b.get('default_tok_s'), ',.1f', of=e)} ± "
+                       f"{q('default_ci95', b.get('default_ci95'), ',.1f', of=e)}) within one server start each (one start: interval within a start only); the "
                        "rate moves more between starts than within one, so the data supports no change until both are measured "
                        "over `starts` >= 2."))))
     n = f.nccl
