@@ -278,6 +278,8 @@ pd.DataFrame(f.failures) if f.failures else Markdown("No step failed in this run
 # `servebook compare RUN_A RUN_B ...`.
 
 # %%
+from servebook.stated import q
+
 others = [p.strip() for p in compare_with.split(",") if p.strip()]
 across = []  # single stream of the same engine in another run, by the one comparison every chapter uses
 if others:
@@ -294,7 +296,8 @@ if others:
             across.append({"run": other, "label": t["label"], "base": base["label"], "engine": t["engine"], "extra": extra,
                            "faster": verdict.startswith("faster"), "verdict": verdict,
                            "text": f"`{t['label']}` in `{other}`: {t['single_tok_s']:,.1f} ± {t.get('single_ci95') or 0:,.1f} tok/s single stream "
-                                   f"against this run's `{base['label']}` {base['single_tok_s']:,.1f} ± {base.get('single_ci95') or 0:,.1f}: "
+                                   f"against this run's `{base['label']}` {q('single_tok_s', base['single_tok_s'], ',.1f', of=base['label'])} ± "
+                                   f"{q('single_ci95', base.get('single_ci95'), ',.1f', of=base['label'])}: "
                                    f"{verdict}; {t['single_tok_s'] / base['single_tok_s']:.2f}x"})
     display(Markdown("\n".join(f"- {a['text']}." for a in across) or "No other run measured the same engine single stream."))
 else:
@@ -322,8 +325,8 @@ for a in across:
                      f"{a['verdict']} against this run's `{a['base']}`; confirm it on this host with chapter 05 "
                      f"(`-p engine_args=\"{a['extra']}\"`).")
 if f.failures:
-    found.append(f"- {sum(x['times'] for x in f.failures)} recorded failures ({len(f.failures)} distinct), listed above; a failed "
-                 "measurement is a finding, not a result.")
+    found.append(f"- {q('failures_recorded', sum(x['times'] for x in f.failures), 'd')} recorded failures "
+                 f"({q('failures_distinct', len(f.failures), 'd')} distinct), listed above; a failed measurement is a finding, not a result.")
 Markdown("\n".join(found))
 
 # %% [markdown]

@@ -123,7 +123,7 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
                        f"{'overlaps' if _overlaps(b) else 'stands apart from'} the default ({q('default_tok_s', b.get('default_tok_s'), ',.1f', of=e)} ± "
                        f"{q('default_ci95', b.get('default_ci95'), ',.1f', of=e)}) within one server start each (one start: interval within a start only); the "
                        "rate moves more between starts than within one, so the data supports no change until both are measured "
-                       "over `starts` >= 2."))))
+                       "over `starts >= 2`."))))
     n = f.nccl
     if n and n.get("backend") == "nccl":
         qa.append(("Which NCCL variables would you export for tensor parallelism on this host, and what is the predicted gain per token?",
@@ -139,7 +139,9 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
     t = next((x for x in f.throughput if x.get("pct_of_roofline") is not None), None)
     if t:
         qa.append(("How close is single-stream decode to the memory-bandwidth roofline, and what does that say about where the time goes?",
-                   f"{t['pct_of_roofline']:.3g}% ({_fmt(t['single_tok_s'])} of {_fmt(t['roofline_tok_s'], 0)} tok/s): "
+                   f"{q('pct_of_roofline', t['pct_of_roofline'], '.3g', of=t['label'])}% "
+                   f"({q('single_tok_s', t['single_tok_s'], ',.1f', of=t['label'])} of "
+                   f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=t['label'])} tok/s): "
                    + _roofline_reading(t)))
     if not qa:
         qa.append(("Why does this chapter recommend nothing for this run?",
@@ -163,13 +165,15 @@ def _roofline_reading(t: dict) -> str:
     pct, roof = t["pct_of_roofline"], t.get("roofline_tok_s")
     ci = t.get("single_ci95") or 0.0
     lo, hi = ((t["single_tok_s"] - ci) / roof * 100, (t["single_tok_s"] + ci) / roof * 100) if roof and ci else (pct, pct)
-    span = f" (the 95% interval spans {lo:.0f}% to {hi:.0f}%)" if hi - lo >= 10 else ""
+    lab = t.get("label")
+    span = (f" (the 95% interval spans {q('roofline_span_pct', lo, '.0f', of=f'{lab} | low')}% to "
+            f"{q('roofline_span_pct', hi, '.0f', of=f'{lab} | high')}%)" if hi - lo >= 10 else "")
     if pct < 25:
         return ("far below it, so the weights' bytes are not the limit; per-token overhead (framework, kernel launches, "
                 f"the serving path) is, and a faster attention kernel or NCCL setting cannot close that gap alone{span}.")
     if pct >= 80:
         return f"close to it: memory bandwidth is the limit; only fewer bytes per token (quantization, batching) raise it{span}."
-    return (f"between the two: the bytes explain about {pct:.0f}% of each token's time and something else the rest{span}. "
+    return (f"between the two: the bytes explain about {q('pct_of_roofline', pct, '.0f', of=lab)}% of each token's time and something else the rest{span}. "
             "Which part (attention, the MoE layers, launches, sampling) is not settled by a rate; a per-kernel profile of one "
             "decode step would settle it.")
 

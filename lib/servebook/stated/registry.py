@@ -557,6 +557,10 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
                             for i, x in enumerate([x for x in t.get("start_tok_s") or [] if x is not None], 1)}),
     Quantity("failures_distinct", "distinct recorded failures (by error text; findings.failures)",
              lambda store: {None: len(__import__("servebook.findings", fromlist=["x"]).failures(store))}),
+    Quantity("roofline_span_pct", "the single-stream 95% interval's ends as % of the bandwidth roofline (label | low, label | high)",
+             lambda store: {f"{k} | {end}": 100 * (t["single_tok_s"] + sign * t["single_ci95"]) / t["roofline_tok_s"]
+                            for k, t in _throughput(store).items() if t.get("roofline_tok_s") and t.get("single_ci95")
+                            and t.get("single_tok_s") is not None for end, sign in (("low", -1), ("high", 1))}),
     # end of shared sayers, 01, 06 (s8)
 ]}
 
