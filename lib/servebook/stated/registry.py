@@ -342,6 +342,13 @@ def _s8_method(store) -> dict:
     return {"agreement_tolerance_nats": agreement.TOLERANCE, "agreement_min_pct": 100 * agreement.MIN_AGREEMENT}
 
 
+def _s8_tolerance(store) -> dict:
+    from .. import agreement
+
+    tol = {float(r["decode_tolerance"]) for r in store.rows("backends") if isinstance(r.get("decode_tolerance"), (int, float))}
+    return {None: tol.pop()} if len(tol) == 1 else ({} if tol else {None: agreement.TOLERANCE})
+
+
 def _s8_helpers(store) -> dict:
     rows = store.rows("engine_helpers")
     return {"asked": len(rows), "judged": sum(1 for r in rows if r.get("verdict") not in (None, "unknown")),
@@ -561,6 +568,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {f"{k} | {end}": 100 * (t["single_tok_s"] + sign * t["single_ci95"]) / t["roofline_tok_s"]
                             for k, t in _throughput(store).items() if t.get("roofline_tok_s") and t.get("single_ci95")
                             and t.get("single_tok_s") is not None for end, sign in (("low", -1), ("high", 1))}),
+    Quantity("decode_tolerance_nats", "the near-tie tolerance (nats) the run's decode-path agreement used (backends.decode_tolerance; "
+             "servebook.agreement.TOLERANCE where no row recorded one)", _s8_tolerance),
     # end of shared sayers, 01, 06 (s8)
 ]}
 
