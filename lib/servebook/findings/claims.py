@@ -67,7 +67,7 @@ def _host_text(h: dict, tagged: bool = True) -> str:
     cap = (f"compute capability {q('host_capability', h.get('capability'))} ({h.get('family')})" if h.get("capability")
            else "compute capability not probed in this run")
     return (f"{q('host_gpu_count', h.get('gpu_count'), 'd')} x {h['gpu']}, {cap}{links}{p2p}; "
-            f"driver {h.get('driver')}, CUDA {q('host_cuda', h.get('cuda'), of='host')}, NCCL {h.get('nccl')}")
+            f"driver {h.get('driver')}, CUDA {q('host_cuda', h['cuda'], of='host') if h.get('cuda') is not None else None}, NCCL {h.get('nccl')}")
 
 
 def _claims(f: Findings) -> list[Claim]:
