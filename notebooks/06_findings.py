@@ -295,7 +295,8 @@ if others:
             extra = t["label"][len(base["label"]):].strip() if t["label"].startswith(base["label"]) else ""
             across.append({"run": other, "label": t["label"], "base": base["label"], "engine": t["engine"], "extra": extra,
                            "faster": verdict.startswith("faster"), "verdict": verdict,
-                           "text": f"`{t['label']}` in `{other}`: {t['single_tok_s']:,.1f} ± {t.get('single_ci95') or 0:,.1f} tok/s single stream "
+                           "text": f"`{t['label']}` in `{other}`: {q('other_run_single_tok_s', t['single_tok_s'], ',.1f', of=other + ' | ' + t['label'])} ± "
+                                   f"{q('other_run_single_ci95', t.get('single_ci95'), ',.1f', of=other + ' | ' + t['label'])} tok/s single stream "
                                    f"against this run's `{base['label']}` {q('single_tok_s', base['single_tok_s'], ',.1f', of=base['label'])} ± "
                                    f"{q('single_ci95', base.get('single_ci95'), ',.1f', of=base['label'])}: "
                                    f"{verdict}; {t['single_tok_s'] / base['single_tok_s']:.2f}x"})

@@ -527,3 +527,14 @@ def test_method_constants_are_read_from_the_code(monkeypatch):
     assert not _recomputed(TRUST_RUN, text)
     monkeypatch.setattr(agreement, "TOLERANCE", agreement.TOLERANCE * 2)  # the method changed, the page did not
     assert any("agreement_tolerance_nats" in p for p in _recomputed(TRUST_RUN, text))
+
+
+def test_a_compared_run_figure_is_recomputed_from_that_run():
+    other = "data/runs/h200x2-live"
+    (t, *_) = throughput(RunStore(ROOT / other))
+    store = RunStore(TRUST_RUN)
+    assert stated.expected(store, "other_run_single_tok_s", f"{other} | {t['label']}") == pytest.approx(t["single_tok_s"])
+    assert stated.expected(store, "other_run_single_tok_s", f"{other} | no such label") is stated.MISSING
+    assert stated.expected(store, "other_run_single_tok_s", f"data/runs/no-such-run | {t['label']}") is stated.MISSING
+    wrong = stated.q("other_run_single_tok_s", t["single_tok_s"] + 10, ",.1f", of=f"{other} | {t['label']}")
+    assert _recomputed(TRUST_RUN, wrong)

@@ -349,6 +349,25 @@ def _s8_tolerance(store) -> dict:
     return {None: tol.pop()} if len(tol) == 1 else ({} if tol else {None: agreement.TOLERANCE})
 
 
+def _s8_other_run(field_: str) -> Callable[[str], Any]:
+    """A figure of another recorded run that chapter 06 compares with (``compare_with``), recomputed from that run's
+    tables: ``of`` is ``"<run directory> | <label>"`` (the directory as the page names it, relative to the book's root)."""
+    def lookup(of: str):
+        from pathlib import Path
+
+        from ..findings import throughput
+        from ..paths import book_root
+        from ..results import RunStore
+
+        run, _, label = (of or "").partition(" | ")
+        path = Path(run) if Path(run).is_absolute() else book_root() / run
+        if not label or not (path / "manifest.json").exists():
+            return MISSING
+        t = next((t for t in throughput(RunStore(path)) if t["label"] == label), None)
+        return MISSING if t is None or t.get(field_) is None else t[field_]
+    return lookup
+
+
 def _s8_helpers(store) -> dict:
     rows = store.rows("engine_helpers")
     return {"asked": len(rows), "judged": sum(1 for r in rows if r.get("verdict") not in (None, "unknown")),
@@ -570,6 +589,9 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
                             and t.get("single_tok_s") is not None for end, sign in (("low", -1), ("high", 1))}),
     Quantity("decode_tolerance_nats", "the near-tie tolerance (nats) the run's decode-path agreement used (backends.decode_tolerance; "
              "servebook.agreement.TOLERANCE where no row recorded one)", _s8_tolerance),
+    Quantity("other_run_single_tok_s", "single-stream tok/s of a configuration of another run chapter 06 compares with (run | label)",
+             lambda store: {}, lookup=_s8_other_run("single_tok_s")),
+    Quantity("other_run_single_ci95", "its 95% half-width (run | label)", lambda store: {}, lookup=_s8_other_run("single_ci95")),
     # end of shared sayers, 01, 06 (s8)
 ]}
 
