@@ -10,15 +10,25 @@
 
 # %% [markdown]
 # # 01. Detect capabilities, and what the engines conclude about them
-#
-# The investigation this book follows began with one number. Eight RTX PRO 6000 Blackwell GPUs
-# reported **compute capability 12.0**, SGLang's single-stream decode trailed vLLM's (by how much: the first
-# computed cell below, from the seed's own figures), and **the seed suspected** that SGLang's fast attention
-# paths, guarded by a check for **major == 10** (datacenter Blackwell, B200/GB200), let those GPUs fall through to
-# a slower backend. What the book found: chapter 02 reads from both engines' own code that *both* fall back to a
-# Triton MLA kernel on 12.0, so the fallback alone cannot explain the gap; chapter 06 states what the measured
-# profiles predict instead (a prediction, with the measurement that would settle it).
-#
+
+# %%
+# The case's figures, tagged (servebook.stated): the seed's GPU count and its profile's compute capability
+from IPython.display import Markdown
+
+from servebook.profiles import load_profile
+from servebook.stated import q, seed_case
+
+_seed = seed_case()
+_cap = q("profile_capability", load_profile(_seed["profile"])["capability"], of=_seed["profile"])
+Markdown(f"The investigation this book follows began with one number. {q('seed_tp', _seed['tp'], 'd')} RTX PRO 6000 Blackwell "
+         f"GPUs reported **compute capability {_cap}**, SGLang's single-stream decode trailed vLLM's (by how much: the first "
+         "computed cell below, from the seed's own figures), and **the seed suspected** that SGLang's fast attention paths, "
+         "guarded by a check for `major == 10` (datacenter Blackwell, B200/GB200), let those GPUs fall through to a slower "
+         "backend. What the book found: chapter 02 reads from both engines' own code that *both* fall back to a Triton MLA "
+         f"kernel on {_cap}, so the fallback alone cannot explain the gap; chapter 06 states what the measured profiles "
+         "predict instead (a prediction, with the measurement that would settle it).")
+
+# %% [markdown]
 # So before measuring anything we write down two things side by side:
 #
 # 1. **what the hardware is**: GPU model, capability, SM family, memory, links between GPUs, and the
@@ -81,7 +91,7 @@ if profile and not engine_python and "==" in engine and measure:
 # %% [markdown]
 # ## Probe
 # One call gathers everything; it is stored in the run (`probe.json` plus tidy tables) **before**
-# anything below reads it. In smoke mode the P2P copy uses 16 MiB instead of 256 MiB.
+# anything below reads it. In smoke mode the P2P copy is smaller (`p2p_bytes` in the call below).
 
 # %%
 report = None
@@ -204,7 +214,7 @@ if not helpers.empty:
 
 # %%
 if report:
-    display(Markdown(sbp.describe_host(report)))
+    display(Markdown(sbp.describe_host(report, tagged=True)))
 
 # %% [markdown]
 # ## What we found

@@ -194,7 +194,7 @@ show("04")
 
 # %% [markdown]
 # The prediction multiplies the measured latency by the all-reduces a token makes (two per layer);
-# it becomes a finding only when an engine at TP>1 is benchmarked with and without the setting.
+# it becomes a finding only when an engine at `TP>1` is benchmarked with and without the setting.
 
 # %% [markdown]
 # ## Throughput and the roofline
@@ -212,12 +212,21 @@ show("05")
 
 # %% [markdown]
 # ## The seed case in numbers
-# Shown in the what-if book of the seed case. Each category of the H200 profiles (both engines' Triton MLA backends, the
-# kernel they run on capability 12.0) carried to Kimi-K2.5 on 8x RTX PRO 6000 at TP=8 (`servebook.profile.projection`):
-# weights-bound kernels (MoE experts, dense GEMMs) by the bandwidth ratio and each rank's share of the bytes, never below
-# the smallest such kernel measured; attention, routing, norms and sampling kept as measured (latency-bound at batch 1);
-# host time kept (the seed's CPU is unknown); communication = all-reduces per token (read from both engines' model code)
-# x a published 8-rank PCIe latency (`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.
+
+# %%
+# The seed's figures, tagged (servebook.stated): its profile's compute capability and its tensor-parallel size
+from servebook.profiles import load_profile
+from servebook.stated import q, seed_case
+
+_seed = seed_case()
+_tp = q("seed_tp", _seed["tp"], "d")
+Markdown("Shown in the what-if book of the seed case. Each category of the H200 profiles (both engines' Triton MLA backends, the "
+         f"kernel they run on capability {q('profile_capability', load_profile(_seed['profile'])['capability'], of=_seed['profile'])}) "
+         f"carried to Kimi-K2.5 on {_tp}x RTX PRO 6000 at TP={_tp} (`servebook.profile.projection`): weights-bound kernels (MoE "
+         "experts, dense GEMMs) by the bandwidth ratio and each rank's share of the bytes, never below the smallest such kernel "
+         "measured; attention, routing, norms and sampling kept as measured (latency-bound at batch 1); host time kept (the "
+         "seed's CPU is unknown); communication = all-reduces per token (read from both engines' model code) x a published "
+         f"PCIe latency at {_tp} ranks (`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.")
 
 # %%
 if seed_rows:
@@ -269,6 +278,8 @@ pd.DataFrame(f.failures) if f.failures else Markdown("No step failed in this run
 # `servebook compare RUN_A RUN_B ...`.
 
 # %%
+from servebook.stated import q
+
 others = [p.strip() for p in compare_with.split(",") if p.strip()]
 across = []  # single stream of the same engine in another run, by the one comparison every chapter uses
 if others:
@@ -284,8 +295,10 @@ if others:
             extra = t["label"][len(base["label"]):].strip() if t["label"].startswith(base["label"]) else ""
             across.append({"run": other, "label": t["label"], "base": base["label"], "engine": t["engine"], "extra": extra,
                            "faster": verdict.startswith("faster"), "verdict": verdict,
-                           "text": f"`{t['label']}` in `{other}`: {t['single_tok_s']:,.1f} ± {t.get('single_ci95') or 0:,.1f} tok/s single stream "
-                                   f"against this run's `{base['label']}` {base['single_tok_s']:,.1f} ± {base.get('single_ci95') or 0:,.1f}: "
+                           "text": f"`{t['label']}` in `{other}`: {q('other_run_single_tok_s', t['single_tok_s'], ',.1f', of=other + ' | ' + t['label'])} ± "
+                                   f"{q('other_run_single_ci95', t.get('single_ci95'), ',.1f', of=other + ' | ' + t['label'])} tok/s single stream "
+                                   f"against this run's `{base['label']}` {q('single_tok_s', base['single_tok_s'], ',.1f', of=base['label'])} ± "
+                                   f"{q('single_ci95', base.get('single_ci95'), ',.1f', of=base['label'])}: "
                                    f"{verdict}; {t['single_tok_s'] / base['single_tok_s']:.2f}x"})
     display(Markdown("\n".join(f"- {a['text']}." for a in across) or "No other run measured the same engine single stream."))
 else:
@@ -313,8 +326,8 @@ for a in across:
                      f"{a['verdict']} against this run's `{a['base']}`; confirm it on this host with chapter 05 "
                      f"(`-p engine_args=\"{a['extra']}\"`).")
 if f.failures:
-    found.append(f"- {sum(x['times'] for x in f.failures)} recorded failures ({len(f.failures)} distinct), listed above; a failed "
-                 "measurement is a finding, not a result.")
+    found.append(f"- {q('failures_recorded', sum(x['times'] for x in f.failures), 'd')} recorded failures "
+                 f"({q('failures_distinct', len(f.failures), 'd')} distinct), listed above; a failed measurement is a finding, not a result.")
 Markdown("\n".join(found))
 
 # %% [markdown]

@@ -444,3 +444,97 @@ def test_changing_the_table_a_tagged_number_derives_from_fails(render, tmp_path)
         tried[page] = len(seen)
     assert not missed, f"rendered/{render.name}:\n" + "\n".join(missed)
     assert any(tried.values()) or not any(_tagged_on(render, p) for p in tried), f"no tagged number found in a table: {tried}"
+
+
+# -- shared sayers, chapters 01 and 06 (s8): host facts, seed figures, comparisons, method constants ----------------------
+TRUST_RUN = ROOT / "data" / "runs" / "h200x1-trust"  # chapter 01 and chapter 03 over two server starts per configuration
+
+
+def _stated_in(text: str) -> list:
+    return stated.stated_on(text, "test")
+
+
+def _recomputed(run: Path, text: str) -> list[str]:
+    """What ``check_render`` says of each tag in ``text`` against ``run``'s tables (empty: every tag is its run's)."""
+    r = stated.Recompute(RunStore(run))
+    return [p for s in _stated_in(text) for p in r.problems(s)]
+
+
+def test_the_host_sentence_is_tagged_and_recomputed():
+    from servebook import probe as sbp
+
+    report = json.loads((TRUST_RUN / "probe.json").read_text())
+    page = f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown"><p>{sbp.describe_host(report, tagged=True)}</p></div>'
+    assert stated.untagged_numbers(page) == [], stated.untagged_numbers(page)
+    names = {s.name for s in _stated_in(page)}
+    assert {"host_gpu_count", "host_capability", "host_gpu_memory_gib", "host_sm_count", "host_cuda"} <= names, names
+    assert not _recomputed(TRUST_RUN, page)
+    assert "sb-q" not in sbp.describe_host(report)  # the plain-text report (servebook probe) carries no tags
+    wrong = page.replace('data-v="132"', 'data-v="142"').replace(">132<", ">142<")
+    assert any("host_sm_count" in p for p in _recomputed(TRUST_RUN, wrong))
+
+
+def test_separated_tags_the_difference_and_the_starts():
+    from servebook.findings import separated
+
+    (b, *_) = [b for b in backends(RunStore(TRUST_RUN)) if b.get("others")] or pytest.skip("no forced start beside the default")
+    o = b["others"][0]
+    text = separated(o["tok_s"], o["ci95"], b["default_tok_s"], b["default_ci95"], starts=(o["starts"], b["default_starts"]), of=o["key"])
+    said = {s.name: s for s in _stated_in(text)}
+    assert set(said) == {"vs_default_pct", "compared_starts"}, text
+    assert said["vs_default_pct"].value == pytest.approx(100 * (o["tok_s"] - b["default_tok_s"]) / b["default_tok_s"])
+    assert said["compared_starts"].value == min(o["starts"], b["default_starts"]) >= 2
+    assert not _recomputed(TRUST_RUN, text)
+    assert _recomputed(TRUST_RUN, stated.q("vs_default_pct", said["vs_default_pct"].value + 5, "+.1f", of=o["key"]))
+    assert "sb-q" not in separated(o["tok_s"], o["ci95"], b["default_tok_s"], b["default_ci95"])  # untagged without of
+
+
+def test_per_start_rates_are_tagged_and_recomputed():
+    (b, *_) = [b for b in backends(RunStore(TRUST_RUN)) if len(b.get("default_start_rates") or []) >= 2] or \
+        pytest.skip("no default measured over two starts")
+    text = stated.say_backends(b)
+    starts = [s for s in _stated_in(text) if s.name == "default_start_tok_s"]
+    assert [s.value for s in starts] == [x for x in b["default_start_rates"] if x is not None]
+    assert any(s.name == "compared_starts" for s in _stated_in(text))
+    assert not _recomputed(TRUST_RUN, text)
+    assert _recomputed(TRUST_RUN, stated.q("default_start_tok_s", starts[0].value * 1.1, ",.1f", of=starts[0].of))
+
+
+def test_chapter_06_claims_are_tagged_and_recomputed():
+    from servebook.findings import collect, what_we_found
+
+    text = what_we_found(collect(RunStore(TRUST_RUN)))
+    said = {s.name for s in _stated_in(text)}
+    assert {"host_gpu_count", "host_capability", "host_cuda", "best_tok_s", "default_tok_s"} <= said, said
+    assert not _recomputed(TRUST_RUN, text)
+
+
+def test_seed_and_profile_figures_come_from_their_files():
+    from servebook.profiles import load_profile
+
+    s = stated.seed_case()
+    text = stated.seed_sentence()
+    assert [x.value for x in _stated_in(text) if x.name == "seed_tp"] == [s["tp"]]
+    assert stated.expected(RunStore(TRUST_RUN), "profile_capability", s["profile"]) == load_profile(s["profile"])["capability"]
+    assert stated.expected(RunStore(TRUST_RUN), "profile_capability", "no-such-gpu") is stated.MISSING
+
+
+def test_method_constants_are_read_from_the_code(monkeypatch):
+    from servebook import agreement
+
+    text = stated.q("method_constant", agreement.TOLERANCE, "g", of="agreement_tolerance_nats") + " nats, " + \
+        stated.q("method_constant", 100 * agreement.MIN_AGREEMENT, ".0f", of="agreement_min_pct") + "%"
+    assert not _recomputed(TRUST_RUN, text)
+    monkeypatch.setattr(agreement, "TOLERANCE", agreement.TOLERANCE * 2)  # the method changed, the page did not
+    assert any("agreement_tolerance_nats" in p for p in _recomputed(TRUST_RUN, text))
+
+
+def test_a_compared_run_figure_is_recomputed_from_that_run():
+    other = "data/runs/h200x2-live"
+    (t, *_) = throughput(RunStore(ROOT / other))
+    store = RunStore(TRUST_RUN)
+    assert stated.expected(store, "other_run_single_tok_s", f"{other} | {t['label']}") == pytest.approx(t["single_tok_s"])
+    assert stated.expected(store, "other_run_single_tok_s", f"{other} | no such label") is stated.MISSING
+    assert stated.expected(store, "other_run_single_tok_s", f"data/runs/no-such-run | {t['label']}") is stated.MISSING
+    wrong = stated.q("other_run_single_tok_s", t["single_tok_s"] + 10, ",.1f", of=f"{other} | {t['label']}")
+    assert _recomputed(TRUST_RUN, wrong)

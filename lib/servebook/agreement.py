@@ -253,11 +253,22 @@ def describe(table) -> str:
     text = (f"`decode_agreement` ran on the **decode path**: every start decoded greedily from the same prompt token ids "
             f"({formats}), and each token from a decode step "
             f"was compared, by id, with the default backend's at the same prefix: it agrees when it is the default's top-1, or "
-            f"within **{' / '.join(f'{t:g}' for t in tol)} nats** of it in the default's top-{TOP_K} (a near-tie). After a "
+            f"within **{' / '.join(_tag_tolerance(t, len(tol)) for t in tol)} nats** of it in the default's top-{TOP_K} (a near-tie). After a "
             f"difference the start is asked again from the default's tokens, so every position has the default's context; the "
             f"first token of each request comes from prefill and is not counted (`decode_positions` are decode steps only). "
-            f"Under {MIN_AGREEMENT:.0%} the start is `wrong output`.")
+            f"Under {_q('method_constant', 100 * MIN_AGREEMENT, '.0f', of='agreement_min_pct')}% the start is `wrong output`.")
     if len(missing):
         text += " Not recorded for: " + ", ".join(f"{r['engine']} {r['attention']} ({r.get('mode')}): {r.get('decode_note') or 'not measured'}"
                                                  for _, r in missing.iterrows()) + "."
     return text
+
+
+def _q(*a, **k) -> str:
+    from .stated import q
+
+    return q(*a, **k)
+
+
+def _tag_tolerance(t: float, n: int) -> str:
+    """The tolerance a run recorded, tagged (``decode_tolerance_nats``) where the run used one."""
+    return _q("decode_tolerance_nats", t, "g") if n == 1 else f"{t:g}"

@@ -143,7 +143,12 @@ def _vs(r: dict, a: dict) -> str:
     from .findings import separated, starts_of
 
     return separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"),
-                     starts=(starts_of(r), starts_of(a)))
+                     starts=(starts_of(r), starts_of(a)), of=fig.row_key(r) if fig.row_key(a) == _default_key(r) else None)
+
+
+def _default_key(r: dict) -> str:
+    """The start the check compares ``r`` with (``vs_default_pct``): its engine's default in the same mode."""
+    return f"{r.get('engine')} | auto | {r.get('mode') or 'default'}"
 
 
 def _engine_lines(store, name: str, t, b: dict) -> list[str]:

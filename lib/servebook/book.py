@@ -520,7 +520,7 @@ def _answers(store: RunStore) -> dict[str, list[str]]:
         return {}
     out: dict[str, list[str]] = {}
     for c in found.claims:
-        out.setdefault(c.chapter, []).append(c.text)
+        out.setdefault(c.chapter, []).append(c.plain())  # the box is checked whole: its figures are not tagged
     out["06"] = [f"Launch for {lc['engine']}: {lc['command']}" for lc in found.launch] + out.get("06", [])
     return out
 

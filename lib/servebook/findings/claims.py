@@ -50,17 +50,24 @@ def collect(store: RunStore) -> Findings:
     return f
 
 
-def _host_text(h: dict) -> str:
+def _host_text(h: dict, tagged: bool = True) -> str:
+    """The host in one line; ``tagged``: its figures tagged for a page of this run (``servebook.stated``), not for
+    another run's column (``servebook compare``)."""
     if not h.get("gpu") and not h.get("probed"):
         return "not probed in this run (chapter 01 recorded nothing)"
     if not h.get("gpu"):
         return f"{h.get('hostname') or 'this host'}: no GPU seen; the engines ran on the CPU"
     links = f", linked by {'/'.join(h['links'])}" if h.get("links") else (", one GPU: no GPU-to-GPU link" if h.get("gpu_count") == 1 else "")
     p2p = f" ({h['p2p_gbs']:.0f} GB/s measured peer copies)" if h.get("p2p_gbs") else ""
-    cap = (f"compute capability {h.get('capability')} ({h.get('family')})" if h.get("capability")
+    from ..stated import q as q_, text_of
+
+    def q(name, value, fmt="", of=None):
+        return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
+
+    cap = (f"compute capability {q('host_capability', h.get('capability'))} ({h.get('family')})" if h.get("capability")
            else "compute capability not probed in this run")
-    return (f"{h.get('gpu_count')} x {h['gpu']}, {cap}{links}{p2p}; "
-            f"driver {h.get('driver')}, CUDA {h.get('cuda')}, NCCL {h.get('nccl')}")
+    return (f"{q('host_gpu_count', h.get('gpu_count'), 'd')} x {h['gpu']}, {cap}{links}{p2p}; "
+            f"driver {h.get('driver')}, CUDA {q('host_cuda', h['cuda'], of='host') if h.get('cuda') is not None else None}, NCCL {h.get('nccl')}")
 
 
 def _claims(f: Findings) -> list[Claim]:
@@ -80,10 +87,13 @@ def _host_claims(f: Findings) -> list[Claim]:
 
 def _selection_claims(f: Findings) -> list[Claim]:
     """Chapter 02: what each engine picks and the line that decides it."""
+    from ..stated import q
+    from ..stated.say import capability_of
+
     c: list[Claim] = []
     said = set()
     for s in f.selection:
-        where = f"{s.get('gpu')}, capability {s.get('capability')}"
+        where = f"{s.get('gpu')}, capability {capability_of(s.get('gpu'), s.get('capability'))}"
         who = ("On this host" if s["case"] == "this-host" else f"Seed case ({where})" if s["case"] == "seed"
                else f"Profile {where}, asked of the engine's own code without the GPU")
         answer = (s.get("engine"), s.get("version"), s.get("model"), s.get("gpu"), s.get("backend"), s.get("where"))
@@ -91,8 +101,9 @@ def _selection_claims(f: Findings) -> list[Claim]:
             continue  # the same answer under two cases (a what-if on the seed's own GPU): stated once
         said.add(answer)
         if s.get("method") == "dynamic" and s.get("where"):
-            rule = "; ".join(s["rule"][-3:]) or "no condition on the way"
-            sites = f"{s['sites']} assignment sites read in its code" if s["sites"] else "its code not read statically in this run"
+            rule = "; ".join(f"`{x}`" for x in s["rule"][-3:]) or "no condition on the way"
+            code_of = f"{s['engine']} {s['version']}"
+            sites = (f"{q('selection_sites', s['sites'], 'd', of=code_of)} assignment sites read in its code" if s["sites"] else "its code not read statically in this run")
             c.append(Claim("02", f"{who}, {s['engine']} {s['version']} picks `{s['backend']}` for `{s['model']}`: written at "
                            f"`{s['where']}` in `{s['function']}` because {rule} (a {'/'.join(s['kinds']) or 'unconditional'} "
                            f"decision; {sites})", H_SELECTION))
@@ -105,29 +116,42 @@ def _selection_claims(f: Findings) -> list[Claim]:
 
 def _backend_claims(f: Findings) -> list[Claim]:
     """Chapter 03: the fastest correct backend against the default, and what failed or did not run."""
+    from ..stated import q
+
     c: list[Claim] = []
     for b in f.backends:
         if not b.get("correct"):
             c.append(Claim("03", f"{b['engine']}: no forced backend served correct output ({len(b['failed'])} failed)", H_SWEEP, False))
             continue
-        best = (f"{b['engine']}: the fastest correct backend was `{b['best']}` at {_fmt(b['best_tok_s'])} ± {_fmt(b['best_ci95'])} tok/s "
-                f"single stream (greedy output {(_num(b.get('best_agreement')) or 0):.0%} equal to the default's)")
+        e = b["engine"]
+        agree = (q("backend_agreement", _num(b.get("best_agreement")), ".0%", of=f"{b['best_key']} | greedy")
+                 if _num(b.get("best_agreement")) is not None and b.get("best_key") else "n/a")
+        best = (f"{e}: the fastest correct backend was `{b['best']}` at {q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
+                f"{q('best_ci95', b['best_ci95'], ',.1f', of=e)} tok/s single stream (greedy output {agree} equal to the default's)")
         if b.get("default_tok_s") is not None:
-            best += f"; the default (`{b.get('default_reported') or 'auto'}`) ran {_fmt(b['default_tok_s'])} ± {_fmt(b['default_ci95'])}"
+            best += (f"; the default (`{b.get('default_reported') or 'auto'}`) ran {q('default_tok_s', b['default_tok_s'], ',.1f', of=e)} ± "
+                     f"{q('default_ci95', b['default_ci95'], ',.1f', of=e)}")
         if b.get("best_reported") and b.get("best_reported") == b.get("default_reported") and b.get("best") != f"auto ({b['best_reported']})":
             best += (f"; forced `{b['best']}` loads the same implementation as the default, so their difference is "
                      "run-to-run noise")
         n_starts = min(b.get("best_starts") or 1, b.get("default_starts") or 1)
+        n_s = q("compared_starts", n_starts, "d", of=b["best_key"]) if b.get("best_key") else str(n_starts)
         if b["change_supported"]:
-            c.append(Claim("03", best + f": faster beyond both 95% intervals over {n_starts} server starts, a change is supported", H_SWEEP))
+            c.append(Claim("03", best + f": faster beyond both 95% intervals over {n_s} server starts, a change is supported", H_SWEEP))
         elif str(b.get("best", "")).startswith("auto") and b.get("others"):
-            c.append(Claim("03", f"{b['engine']}: its own choice (`{b.get('default_reported') or 'auto'}`, {_fmt(b['default_tok_s'])} ± "
-                           f"{_fmt(b['default_ci95'])} tok/s single stream) was the fastest correct backend; against it: "
-                           + "; ".join(f"`{o['attention']}` {_fmt(o['tok_s'])} ± {_fmt(o['ci95'])}, {o['verdict']}" for o in b["others"])
+            from .intervals import separated
+
+            c.append(Claim("03", f"{e}: its own choice (`{b.get('default_reported') or 'auto'}`, {q('default_tok_s', b['default_tok_s'], ',.1f', of=e)} ± "
+                           f"{q('default_ci95', b['default_ci95'], ',.1f', of=e)} tok/s single stream) was the fastest correct backend; against it: "
+                           + "; ".join(f"`{o['attention']}` {q('backend_tok_s', o['tok_s'], ',.1f', of=o['key'])} ± "
+                                       f"{q('backend_ci95', o['ci95'], ',.1f', of=o['key']) if o['ci95'] else _fmt(o['ci95'])}, "
+                                       + separated(o["tok_s"], o["ci95"], b["default_tok_s"], b["default_ci95"],
+                                                   starts=(o["starts"], b.get("default_starts") or 1), of=o["key"])
+                                       for o in b["others"])
                            + ". Keep the default", H_SWEEP, False))
         else:
             ties = f" (overlaps {', '.join(map(str, b['ties']))})" if b.get("ties") else ""
-            why = (f": the 95% intervals over {n_starts} server starts overlap{ties}, no difference beyond the restart spread"
+            why = (f": the 95% intervals over {n_s} server starts overlap{ties}, no difference beyond the restart spread"
                    if n_starts >= 2 else f" ({ONE_START}): the 95% intervals {'overlap' + ties if b.get('ties') else 'cover one server start'}")
             c.append(Claim("03", best + f"{why}, so no change of backend is supported", H_SWEEP, False))
         for x in b["failed"]:
@@ -181,18 +205,26 @@ def _nccl_claims(f: Findings) -> list[Claim]:
 
 def _bench_claims(f: Findings) -> list[Claim]:
     """Chapter 05: single stream and the concurrency sweep."""
+    from ..stated import q
+
     c: list[Claim] = []
     for t in f.throughput:
-        roof = (f"; {t['pct_of_roofline']:.3g}% of the {_fmt(t['roofline_tok_s'], 0)} tok/s bandwidth roofline"
+        lab = t["label"]
+        roof = (f"; {q('pct_of_roofline', t['pct_of_roofline'], '.3g', of=lab)}% of the "
+                f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=lab)} tok/s bandwidth roofline"
                 if t.get("pct_of_roofline") is not None else "; no roofline recorded")
-        c.append(Claim("05", f"{t['label']}: single stream {_fmt(t['single_tok_s'])} ± {_fmt(t['single_ci95'])} tok/s "
-                       f"(95% CI over {t.get('runs')} runs){roof}", H_BENCH))
+        n_starts = int(t.get("starts") or 1)
+        over = (f"95% t-interval over {n_starts} server starts of {q('single_runs', t.get('runs'), 'd', of=lab)} runs each"
+                if n_starts >= 2 else f"95% CI over {q('single_runs', t.get('runs'), 'd', of=lab)} runs")
+        c.append(Claim("05", f"{lab}: single stream {q('single_tok_s', t['single_tok_s'], ',.1f', of=lab)} ± "
+                       f"{q('single_ci95', t['single_ci95'], ',.1f', of=lab)} tok/s ({over}){roof}", H_BENCH))
         if t.get("peak_tok_s") is not None:
             gain = (t["peak_tok_s"] / t["c1_tok_s"]) if t.get("c1_tok_s") else None
-            c.append(Claim("05", f"{t['label']}: {_fmt(t['c1_tok_s'])} tok/s at C=1, peak {_fmt(t['peak_tok_s'])} tok/s at "
-                           f"C={t['peak_c']}" + (f" ({gain:.2f}x)" if gain else "") + f", each user then getting "
-                           f"{_fmt(t.get('peak_per_user_tok_s'))} tok/s" + (" (some levels hit their time budget)" if t["truncated"] else ""),
-                           H_SWEEP_C))
+            c.append(Claim("05", f"{lab}: {q('c1_tok_s', t['c1_tok_s'], ',.1f', of=lab)} tok/s at C=1, peak "
+                           f"{q('peak_tok_s', t['peak_tok_s'], ',.1f', of=lab)} tok/s at C={q('peak_c', t['peak_c'], 'd', of=lab)}"
+                           + (f" ({q('peak_gain', gain, '.2f', of=lab)}x)" if gain else "") + f", each user then getting "
+                           f"{q('peak_per_user_tok_s', t.get('peak_per_user_tok_s'), ',.1f', of=lab)} tok/s"
+                           + (" (some levels hit their time budget)" if t["truncated"] else ""), H_SWEEP_C))
     if not f.throughput:
         c.append(Claim("05", "No benchmark was recorded in this run", H_BENCH, False))
     return c
@@ -204,7 +236,10 @@ def what_we_found(f: Findings) -> str:
     for lc in f.launch:
         lines.append(f"- Launch {lc['engine']}: `{lc['command']}` — " + "; ".join(lc["why"]) + ".")
     if f.failures:
+        from ..stated import q
+
         n = sum(x["times"] for x in f.failures)
-        lines.append(f"- {n} recorded failures ({len(f.failures)} distinct), listed above; a failed measurement is a finding, not a result.")
+        lines.append(f"- {q('failures_recorded', n, 'd')} recorded failures ({q('failures_distinct', len(f.failures), 'd')} distinct), "
+                     "listed above; a failed measurement is a finding, not a result.")
     return "\n".join(lines)
 

@@ -30,7 +30,7 @@ def _summary(store: RunStore) -> dict:
     n = nccl(store)
     tp = throughput(store)
     row: dict[str, Any] = {
-        "host": _host_text(h) if (h.get("gpu") or h.get("hostname")) else None,
+        "host": _host_text(h, tagged=False) if (h.get("gpu") or h.get("hostname")) else None,
         "GPUs": h.get("gpu_count") if h.get("gpu") else (0 if store.rows("gpus") == [] and (store.path / "probe.json").exists() else None),
         "capability": h.get("capability"),
         "links": "/".join(h["links"]) if h.get("links") else (None if (h.get("gpu_count") or 0) >= 2 else ("none (one GPU)" if h.get("gpu") else None)),

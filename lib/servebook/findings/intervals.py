@@ -51,27 +51,43 @@ def interval_of(row: dict | None, mean_key: str = "decode_tok_s", ci_key: str = 
             "over": f"{n} server starts" if n >= 2 else ONE_START}
 
 
-def separated(a, ea, b, eb, what: str = "tok/s", starts: tuple[int, int] | int | None = None) -> str:
+def separated(a, ea, b, eb, what: str = "tok/s", starts: tuple[int, int] | int | None = None, of: str | None = None) -> str:
     """The one comparison every chapter states: ``a`` against the reference ``b``, each with its 95% half-width.
 
     Without ``starts`` (one measurement each, e.g. chapter 04's end-to-end rows) a change is claimed only when the
     intervals do not overlap; otherwise "no change supported". With ``starts`` (how many server starts each interval
     covers, chapters 03 and 05): "faster"/"slower" only when both cover two starts or more and separate, "no difference
     beyond the restart spread" when they overlap, and with one start "one start: interval within a start only" and the
-    within-start comparison, which is no verdict (the rate moves between starts by more than within one)."""
+    within-start comparison, which is no verdict (the rate moves between starts by more than within one).
+
+    ``of``: the compared start of chapter 03 (``"engine | attention | mode"``, ``b`` its engine's default in that mode):
+    the difference and the count of starts are then tagged (``vs_default_pct``, ``compared_starts``) for the check."""
     a, b = _num(a), _num(b)
     if a is None or b is None:
         return "not comparable (one side was not measured)"
     ea, eb = _num(ea) or 0.0, _num(eb) or 0.0
     pct = 100 * (a - b) / b if b else float("nan")
+    pct_s = _tag("vs_default_pct", pct, "+.1f", of)
     if starts is None:
         if _overlap(a, ea, b, eb):
-            return f"no change supported ({pct:+.1f}%, the 95% intervals overlap)"
+            return f"no change supported ({pct_s}%, the 95% intervals overlap)"
         return f"{'faster' if a > b else 'slower'} by {abs(pct):.1f}% (the 95% intervals separate)"
     n = min(starts) if isinstance(starts, (tuple, list)) else int(starts)
+    n_s = _tag("compared_starts", n, "d", of)
     if n < 2:
-        return (f"{ONE_START} ({pct:+.1f}%, the intervals within it {'overlap' if _overlap(a, ea, b, eb) else 'separate'}; "
+        return (f"{ONE_START} ({pct_s}%, the intervals within it {'overlap' if _overlap(a, ea, b, eb) else 'separate'}; "
                 "the spread between starts is not measured, so no verdict)")
     if _overlap(a, ea, b, eb):
-        return f"no difference beyond the restart spread ({pct:+.1f}%, the 95% intervals over {n} server starts overlap)"
+        return f"no difference beyond the restart spread ({pct_s}%, the 95% intervals over {n_s} server starts overlap)"
+    if of is not None:  # the signed difference, tagged as recomputed
+        return f"{'faster' if a > b else 'slower'} ({pct_s}%, the 95% intervals over {n_s} server starts separate)"
     return f"{'faster' if a > b else 'slower'} by {abs(pct):.1f}% (the 95% intervals over {n} server starts separate)"
+
+
+def _tag(name: str, value, fmt: str, of: str | None) -> str:
+    """``value`` as ``fmt`` shows it, tagged as ``name`` of ``of`` when ``of`` is given (servebook.stated)."""
+    if of is None:
+        return format(value, fmt)
+    from ..stated import q
+
+    return q(name, value, fmt, of=of)

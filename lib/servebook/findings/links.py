@@ -69,3 +69,11 @@ class Claim:
     def markdown(self) -> str:
         return f"{self.text} ({link(self.where)})"
 
+    def plain(self) -> str:
+        """The statement without its tags (``servebook.stated.q`` spans), as text: for the box "This run, in short",
+        which the check compares whole."""
+        import html
+        import re
+
+        return html.unescape(re.sub(r"<[^>]+>", "", self.text))
+

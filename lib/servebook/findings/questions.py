@@ -13,6 +13,20 @@ from .tables import host_summary, selection
 __all__ = ["check_yourself", "check_yourself_markdown"]
 
 
+def q(*a, **k) -> str:
+    """``servebook.stated.q``, imported when first used (servebook.stated reads these findings)."""
+    from ..stated import q as q_
+
+    return q_(*a, **k)
+
+
+def _capability(profile: str) -> str:
+    """The compute capability a hardware profile records (data/hardware)."""
+    from ..profiles import load_profile
+
+    return load_profile(profile)["capability"]
+
+
 def check_yourself(store: RunStore, chapter: str) -> list[tuple[str, str]]:
     """Two or three questions a new engineer should now answer, with answers computed from this run."""
     ask = {"01": _questions_01, "02": _questions_02, "06": _questions_06}.get(str(chapter)[:2])
@@ -28,8 +42,10 @@ def _questions_01(store: RunStore) -> list[tuple[str, str]]:
                  "Nothing: chapter 01 recorded no probe in this run (see its page and the failures table); run it before trusting any later chapter.")]
     if h.get("gpu"):
         qa.append(("What compute capability does this host's GPU report, and which family is that? Why does the family matter more than the marketing name?",
-                   f"{h['capability']}: {h['family']}. Engines branch on the capability (major, minor), not the name: "
-                   "the seed case's RTX PRO 6000 and a B200 are both called Blackwell, but report 12.0 and 10.0."))
+                   f"{q('host_capability', h['capability'])}: {h['family']}. Engines branch on the capability (major, minor), not the name: "
+                   f"the seed case's RTX PRO 6000 and a B200 are both called Blackwell, but report "
+                   f"{q('profile_capability', _capability('rtx-pro-6000'), of='rtx-pro-6000')} and "
+                   f"{q('profile_capability', _capability('b200'), of='b200')}."))
     else:
         qa.append(("What compute capability does this host report, and what follows for the engines' GPU paths?",
                    "None: no GPU was seen, so no capability check can pass; the engines' GPU kernels cannot run and the book runs on the CPU."))
@@ -38,9 +54,10 @@ def _questions_01(store: RunStore) -> list[tuple[str, str]]:
     judged = [r for r in helpers if r.get("verdict") not in (None, "unknown")]
     bad = [r for r in helpers if r.get("verdict") not in (None, "unknown", "agrees")]
     qa.append(("Did any engine's own helper contradict the hardware or leave this GPU out (a mismatch or a gap)?",
-               (f"{len(helpers)} helpers asked in {', '.join(e['engine'] + ' ' + str(e.get('version')) for e in eng) or 'no engine'}; "
-                f"{len(judged)} could be judged against the hardware and "
-                + (f"{len(bad)} did not agree: " + "; ".join(f"{r.get('helper')} -> {r.get('answer')} ({r.get('verdict')})" for r in bad[:4])
+               (f"{q('engine_helpers_count', len(helpers), 'd', of='asked')} helpers asked in "
+                f"{', '.join(e['engine'] + ' ' + str(e.get('version')) for e in eng) or 'no engine'}; "
+                f"{q('engine_helpers_count', len(judged), 'd', of='judged')} could be judged against the hardware and "
+                + (f"{q('engine_helpers_count', len(bad), 'd', of='disagreed')} did not agree: " + "; ".join(f"{r.get('helper')} -> {r.get('answer')} ({r.get('verdict')})" for r in bad[:4])
                    if bad else "all agreed")
                 + ". The rest depend on installed packages, not on the GPU.") if helpers else
                "No engine helper was recorded in this run (no engine could be asked)."))
@@ -90,19 +107,23 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
     f = collect(store)
     qa = []
     b = f.backends[0] if f.backends else None
+    e = b["engine"] if b else None
     if b and b.get("correct"):
         qa.append((f"Should you force a different attention backend for {b['engine']} on this host?",
                    (f"Yes: `{b['best']}` was faster than the default beyond both 95% intervals over server starts, with correct output."
                     if b["change_supported"] else
-                    f"No: the fastest, `{b['best']}` ({_fmt(b['best_tok_s'])} ± {_fmt(b['best_ci95'])} tok/s), "
-                    + (f"overlaps the default ({_fmt(b.get('default_tok_s'))} ± {_fmt(b.get('default_ci95'))}) over "
-                       f"{min(b.get('best_starts') or 1, b.get('default_starts') or 1)} server starts: no difference beyond the restart "
+                    f"No: the fastest, `{b['best']}` ({q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
+                    f"{q('best_ci95', b['best_ci95'], ',.1f', of=e)} tok/s), "
+                    + (f"overlaps the default ({q('default_tok_s', b.get('default_tok_s'), ',.1f', of=e)} ± "
+                       f"{q('default_ci95', b.get('default_ci95'), ',.1f', of=e)}) over "
+                       f"{q('compared_starts', min(b.get('best_starts') or 1, b.get('default_starts') or 1), 'd', of=b.get('best_key'))} "
+                       "server starts: no difference beyond the restart "
                        "spread, the data supports no change. More starts would narrow the intervals."
                        if min(b.get("best_starts") or 1, b.get("default_starts") or 1) >= 2 else
-                       f"{'overlaps' if _overlaps(b) else 'stands apart from'} the default ({_fmt(b.get('default_tok_s'))} ± "
-                       f"{_fmt(b.get('default_ci95'))}) within one server start each (one start: interval within a start only); the "
+                       f"{'overlaps' if _overlaps(b) else 'stands apart from'} the default ({q('default_tok_s', b.get('default_tok_s'), ',.1f', of=e)} ± "
+                       f"{q('default_ci95', b.get('default_ci95'), ',.1f', of=e)}) within one server start each (one start: interval within a start only); the "
                        "rate moves more between starts than within one, so the data supports no change until both are measured "
-                       "over `starts` >= 2."))))
+                       "over `starts >= 2`."))))
     n = f.nccl
     if n and n.get("backend") == "nccl":
         qa.append(("Which NCCL variables would you export for tensor parallelism on this host, and what is the predicted gain per token?",
@@ -118,7 +139,9 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
     t = next((x for x in f.throughput if x.get("pct_of_roofline") is not None), None)
     if t:
         qa.append(("How close is single-stream decode to the memory-bandwidth roofline, and what does that say about where the time goes?",
-                   f"{t['pct_of_roofline']:.3g}% ({_fmt(t['single_tok_s'])} of {_fmt(t['roofline_tok_s'], 0)} tok/s): "
+                   f"{q('pct_of_roofline', t['pct_of_roofline'], '.3g', of=t['label'])}% "
+                   f"({q('single_tok_s', t['single_tok_s'], ',.1f', of=t['label'])} of "
+                   f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=t['label'])} tok/s): "
                    + _roofline_reading(t)))
     if not qa:
         qa.append(("Why does this chapter recommend nothing for this run?",
@@ -142,13 +165,15 @@ def _roofline_reading(t: dict) -> str:
     pct, roof = t["pct_of_roofline"], t.get("roofline_tok_s")
     ci = t.get("single_ci95") or 0.0
     lo, hi = ((t["single_tok_s"] - ci) / roof * 100, (t["single_tok_s"] + ci) / roof * 100) if roof and ci else (pct, pct)
-    span = f" (the 95% interval spans {lo:.0f}% to {hi:.0f}%)" if hi - lo >= 10 else ""
+    lab = t.get("label")
+    span = (f" (the 95% interval spans {q('roofline_span_pct', lo, '.0f', of=f'{lab} | low')}% to "
+            f"{q('roofline_span_pct', hi, '.0f', of=f'{lab} | high')}%)" if hi - lo >= 10 else "")
     if pct < 25:
         return ("far below it, so the weights' bytes are not the limit; per-token overhead (framework, kernel launches, "
                 f"the serving path) is, and a faster attention kernel or NCCL setting cannot close that gap alone{span}.")
     if pct >= 80:
         return f"close to it: memory bandwidth is the limit; only fewer bytes per token (quantization, batching) raise it{span}."
-    return (f"between the two: the bytes explain about {pct:.0f}% of each token's time and something else the rest{span}. "
+    return (f"between the two: the bytes explain about {q('pct_of_roofline', pct, '.0f', of=lab)}% of each token's time and something else the rest{span}. "
             "Which part (attention, the MoE layers, launches, sampling) is not settled by a rate; a per-kernel profile of one "
             "decode step would settle it.")
 

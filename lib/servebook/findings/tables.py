@@ -99,7 +99,7 @@ def backends(store: RunStore) -> list[dict]:
     intervals are within a start, and the rate moves more between starts). ``starts`` / ``default_starts``: how many
     starts each rate covers.
     """
-    from ..backends_figures import not_run as not_run_of
+    from ..backends_figures import not_run as not_run_of, row_key
 
     rows = store.rows("backends")
     out = []
@@ -130,10 +130,10 @@ def backends(store: RunStore) -> list[dict]:
                 "default_tok_s": default["decode_tok_s"] if default else None, "default_ci95": ci(default) if default else None,
                 "default_starts": starts_of(default) if default else None,
                 "default_start_rates": [x.get("decode_tok_s") for x in (default or {}).get("starts") or [] if isinstance(x, dict)],
-                "ties": ties,
+                "ties": ties, "best_key": row_key(best), "default_key": row_key(default) if default else None,
                 "agreement_min": min((_num(r.get("agreement")) for r in ok if _num(r.get("agreement")) is not None), default=None),
             })
-            item["others"] = [{"attention": r.get("attention"), "tok_s": r["decode_tok_s"], "ci95": ci(r), "starts": starts_of(r),
+            item["others"] = [{"attention": r.get("attention"), "key": row_key(r), "tok_s": r["decode_tok_s"], "ci95": ci(r), "starts": starts_of(r),
                                "verdict": separated(r["decode_tok_s"], ci(r), default["decode_tok_s"], ci(default), starts=n_of(r))}
                               for r in sorted(ok, key=lambda r: -r["decode_tok_s"]) if default and r is not default]
             same_as_default = default is None or best is default or best.get("reported") == (default or {}).get("reported")

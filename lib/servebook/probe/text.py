@@ -9,8 +9,10 @@ from typing import Any
 from .parse import describe_link, link_rank
 
 
-def describe_host(report: dict) -> str:
-    """'What this host is': one paragraph generated from the report."""
+def describe_host(report: dict, tagged: bool = False) -> str:
+    """'What this host is': one paragraph generated from the report. ``tagged``: each figure of the host (count,
+    capability, memory, SMs, CUDA versions) as ``servebook.stated.q`` tags it, for a page (chapter 01), where the check
+    recomputes it from the run's tables ``gpus`` and ``versions``."""
     src = "This profile describes" if report.get("source") == "profile" else "This host has"
     gpus = report.get("gpus") or []
     v = report.get("versions") or {}
@@ -21,9 +23,16 @@ def describe_host(report: dict) -> str:
                 "The book continues on the CPU; GPU chapters say what they skip.")
     g = gpus[0]
     names = {x["name"] for x in gpus}
-    parts = [f"{src} {len(gpus)} x {', '.join(sorted(names))}: compute capability {g['capability']} ({g['family']})"]
-    mem = f"{g['memory_gib']} GiB" if g.get("memory_gib") else "unknown memory"
-    parts[-1] += f", {mem} each" + (f", {g['sm_count']} SMs" if g.get("sm_count") else "") + "."
+    from ..stated import q as q_
+    from ..stated.text import text_of
+
+    def q(name, value, fmt="", of=None):
+        return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
+
+    parts = [f"{src} {q('host_gpu_count', len(gpus), 'd')} x {', '.join(sorted(names))}: compute capability "
+             f"{q('host_capability', g['capability'])} ({g['family']})"]
+    mem = f"{q('host_gpu_memory_gib', g['memory_gib'])} GiB" if g.get("memory_gib") else "unknown memory"
+    parts[-1] += f", {mem} each" + (f", {q('host_sm_count', g['sm_count'], 'd')} SMs" if g.get("sm_count") else "") + "."
     if g.get("major") in (10, 11, 12):
         if g["major"] == 12:
             parts.append("It is a Blackwell GPU of the workstation/consumer line (sm_12x), not the datacenter line (sm_10x): "
@@ -57,8 +66,8 @@ def describe_host(report: dict) -> str:
         lat = [p["latency_us"] for p in p2p["pairs"] if p.get("latency_us")]
         parts.append(f"A measured GPU-to-GPU copy moved {min(bw):.0f}-{max(bw):.0f} GB/s one way"
                      + (f", with {min(lat):.1f}-{max(lat):.1f} us per small copy" if lat else "") + ".")
-    sw = [f"driver {v['driver']}" if v.get("driver") else None, f"CUDA {v['cuda']} (driver)" if v.get("cuda") else None,
-          (f"torch {v['torch']} (CUDA {v['torch_cuda']})" if v.get("torch_cuda") else f"torch {v['torch']} (CPU-only build)") if v.get("torch") else None,
+    sw = [f"driver {v['driver']}" if v.get("driver") else None, f"CUDA {q('host_cuda', v['cuda'], of='driver')} (driver)" if v.get("cuda") else None,
+          (f"torch {v['torch']} (CUDA {q('host_cuda', v['torch_cuda'], of='torch')})" if v.get("torch_cuda") else f"torch {v['torch']} (CPU-only build)") if v.get("torch") else None,
           f"NCCL {((v.get('nccl_loaded') or {}).get('version') or v.get('nccl'))}" if (v.get("nccl") or (v.get("nccl_loaded") or {}).get("version")) else None]
     sw = [s for s in sw if s]
     if sw:

@@ -270,6 +270,119 @@ def _ch05_predicted(field_: str) -> Callable[[Any], dict]:
     return lambda store: {f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}": 1e3 / p[field_]
                           for p in store.rows("prediction_check") if p.get(field_)}
 
+
+# shared sayers, 01, 06 (s8): helpers of the quantities in the block marked "shared sayers, 01, 06 (s8)" below
+def _s8_host(store) -> dict:
+    from ..findings.tables import host_summary
+
+    return host_summary(store)
+
+
+def _s8_gpu0(field_: str) -> Callable[[Any], dict]:
+    """A figure of the first GPU chapter 01 recorded (table ``gpus``, else probe.json), as the host sentence states it."""
+    def compute(store):
+        from ..findings.tables import _probe
+
+        gpus = store.rows("gpus") or _probe(store).get("gpus") or []
+        return {None: gpus[0].get(field_)} if gpus and gpus[0].get(field_) is not None else {}
+    return compute
+
+
+def _s8_cuda(store) -> dict:
+    """CUDA versions: of the driver (``driver``), the one torch was built for (``torch``), and the one chapter 06's host
+    line states (``host``: the driver's, else torch's)."""
+    from ..findings.tables import _probe
+
+    v = {**(_probe(store).get("versions") or {}), **{k: x for k, x in (store.rows("versions") or [{}])[-1].items() if x}}
+    return {"driver": v.get("cuda"), "torch": v.get("torch_cuda"), "host": _s8_host(store).get("cuda")}
+
+
+def _s8_rows(store) -> dict:
+    from ..backends_figures import row_key
+
+    return {row_key(r): r for r in store.rows("backends")}
+
+
+def _s8_default_of(rows: dict, key: str):
+    engine, _, mode = key.split(" | ")
+    return rows.get(f"{engine} | auto | {mode}")
+
+
+def _s8_vs_default(store) -> dict:
+    """Each start's rate against its engine's default in the same mode, signed (%): what ``findings.separated`` states."""
+    from ..findings.intervals import _num
+
+    rows, out = _s8_rows(store), {}
+    for k, r in rows.items():
+        d = _s8_default_of(rows, k)
+        a, b = _num(r.get("decode_tok_s")), _num((d or {}).get("decode_tok_s"))
+        if a is not None and b:
+            out[k] = 100 * (a - b) / b
+    return out
+
+
+def _s8_compared_starts(store) -> dict:
+    """Server starts a comparison with the default covers: the fewer of the start's and the default's."""
+    from ..findings.intervals import starts_of
+
+    rows = _s8_rows(store)
+    return {k: min(starts_of(r), starts_of(d)) for k, r in rows.items() if (d := _s8_default_of(rows, k)) is not None}
+
+
+def _s8_default_starts(store) -> dict:
+    from ..findings import backends
+
+    return {f"{b['engine']} | start {i}": x for b in backends(store)
+            for i, x in enumerate([x for x in b.get("default_start_rates") or [] if x is not None], 1)}
+
+
+def _s8_method(store) -> dict:
+    from .. import agreement
+
+    return {"agreement_tolerance_nats": agreement.TOLERANCE, "agreement_min_pct": 100 * agreement.MIN_AGREEMENT}
+
+
+def _s8_tolerance(store) -> dict:
+    from .. import agreement
+
+    tol = {float(r["decode_tolerance"]) for r in store.rows("backends") if isinstance(r.get("decode_tolerance"), (int, float))}
+    return {None: tol.pop()} if len(tol) == 1 else ({} if tol else {None: agreement.TOLERANCE})
+
+
+def _s8_other_run(field_: str) -> Callable[[str], Any]:
+    """A figure of another recorded run that chapter 06 compares with (``compare_with``), recomputed from that run's
+    tables: ``of`` is ``"<run directory> | <label>"`` (the directory as the page names it, relative to the book's root)."""
+    def lookup(of: str):
+        from pathlib import Path
+
+        from ..findings import throughput
+        from ..paths import book_root
+        from ..results import RunStore
+
+        run, _, label = (of or "").partition(" | ")
+        path = Path(run) if Path(run).is_absolute() else book_root() / run
+        if not label or not (path / "manifest.json").exists():
+            return MISSING
+        t = next((t for t in throughput(RunStore(path)) if t["label"] == label), None)
+        return MISSING if t is None or t.get(field_) is None else t[field_]
+    return lookup
+
+
+def _s8_helpers(store) -> dict:
+    rows = store.rows("engine_helpers")
+    return {"asked": len(rows), "judged": sum(1 for r in rows if r.get("verdict") not in (None, "unknown")),
+            "disagreed": sum(1 for r in rows if r.get("verdict") not in (None, "unknown", "agrees"))} if rows else {}
+
+
+def _s8_profile_capability(of: str):
+    from ..profiles import load_profile
+
+    try:
+        return load_profile(of).get("capability") or MISSING
+    except Exception:  # noqa: BLE001 - an unknown profile: the page states something no data file gives
+        return MISSING
+
+
 _SEED = {"seed_loss": lambda store: {None: seed_case()["loss"]},
          "seed_tok_s": lambda store: dict(seed_case()["single_stream_tok_s"])}
 
@@ -439,6 +552,47 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {f"{r['engine']} | {r['tp']} | {r['setting']}": r["measured_ms_per_token"]
                             for r in __import__("servebook.nccl.figures", fromlist=["x"]).e2e_rows(store)}),
     # end of chapters 02-04 (s8)
+    # shared sayers, 01, 06 (s8): host facts, seed-case figures, chapter 03's comparisons as the sayers state them,
+    # method constants (none required on a page)
+    Quantity("host_gpu_count", "GPUs chapter 01 saw on this host", lambda store: {None: _s8_host(store).get("gpu_count")}),
+    Quantity("host_capability", "compute capability of this host's GPUs, as chapter 01 recorded it",
+             lambda store: {None: _s8_host(store).get("capability")}),
+    Quantity("host_gpu_memory_gib", "memory (GiB) of this host's first GPU", _s8_gpu0("memory_gib")),
+    Quantity("host_sm_count", "SMs of this host's first GPU", _s8_gpu0("sm_count")),
+    Quantity("host_cuda", "CUDA version: of the driver (driver), torch's build (torch), the host line's (host)", _s8_cuda),
+    Quantity("seed_tp", "seed case: tensor-parallel size, one GPU per rank (data/reference/seed-case.json)",
+             lambda store: {None: seed_case()["tp"]}),
+    Quantity("profile_capability", "compute capability a hardware profile records (data/hardware/<profile>.json)",
+             lambda store: {}, lookup=_s8_profile_capability),
+    Quantity("vs_default_pct", "a start's rate against its engine's default in the same mode, signed % (engine | attention | mode)",
+             _s8_vs_default),
+    Quantity("compared_starts", "server starts a comparison with the default covers (the fewer of the two; engine | attention | mode)",
+             _s8_compared_starts),
+    Quantity("default_start_tok_s", "the default's rate in one server start (engine | start n)", _s8_default_starts),
+    Quantity("method_constant", "a constant of the method, read from the code (servebook.agreement.TOLERANCE, MIN_AGREEMENT)",
+             _s8_method),
+    Quantity("engine_helpers_count", "engine helpers chapter 01 asked, judged against the hardware, and that disagreed",
+             _s8_helpers),
+    Quantity("c1_tok_s", "throughput (tok/s) of the sweep's C=1 level, as chapter 06 reads it (findings.throughput)",
+             _per(_throughput, "c1_tok_s")),
+    Quantity("peak_gain", "the sweep's peak throughput over its C=1 throughput", _per(_throughput, lambda t: t["peak_tok_s"] / t["c1_tok_s"]
+                                                                                      if t.get("peak_tok_s") and t.get("c1_tok_s") else None)),
+    Quantity("peak_per_user_tok_s", "per-user tok/s at the sweep's peak", _per(_throughput, "peak_per_user_tok_s")),
+    Quantity("start_single_tok_s", "single-stream tok/s of one server start (label | start n)",
+             lambda store: {f"{k} | start {i}": x for k, t in _throughput(store).items()
+                            for i, x in enumerate([x for x in t.get("start_tok_s") or [] if x is not None], 1)}),
+    Quantity("failures_distinct", "distinct recorded failures (by error text; findings.failures)",
+             lambda store: {None: len(__import__("servebook.findings", fromlist=["x"]).failures(store))}),
+    Quantity("roofline_span_pct", "the single-stream 95% interval's ends as % of the bandwidth roofline (label | low, label | high)",
+             lambda store: {f"{k} | {end}": 100 * (t["single_tok_s"] + sign * t["single_ci95"]) / t["roofline_tok_s"]
+                            for k, t in _throughput(store).items() if t.get("roofline_tok_s") and t.get("single_ci95")
+                            and t.get("single_tok_s") is not None for end, sign in (("low", -1), ("high", 1))}),
+    Quantity("decode_tolerance_nats", "the near-tie tolerance (nats) the run's decode-path agreement used (backends.decode_tolerance; "
+             "servebook.agreement.TOLERANCE where no row recorded one)", _s8_tolerance),
+    Quantity("other_run_single_tok_s", "single-stream tok/s of a configuration of another run chapter 06 compares with (run | label)",
+             lambda store: {}, lookup=_s8_other_run("single_tok_s")),
+    Quantity("other_run_single_ci95", "its 95% half-width (run | label)", lambda store: {}, lookup=_s8_other_run("single_ci95")),
+    # end of shared sayers, 01, 06 (s8)
 ]}
 
 

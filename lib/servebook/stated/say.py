@@ -23,7 +23,7 @@ def seed_sentence() -> str:
     """The seed case's gap in one sentence, every figure tagged and quoted from its file (chapters 01, 02 and 05)."""
     s = seed_case()
     tok = s["single_stream_tok_s"]
-    return (f"In the seed case ({s['model']} on {s['tp']}x {s['profile']}), SGLang decoded "
+    return (f"In the seed case ({s['model']} on {q('seed_tp', s['tp'], 'd')}x {s['profile']}), SGLang decoded "
             f"{q('seed_tok_s', tok['sglang'], '.1f', of='sglang')} tok/s single stream against vLLM's "
             f"{q('seed_tok_s', tok['vllm'], '.1f', of='vllm')}, {q('seed_loss', s['loss'], '.0%')} less "
             f"(put the other way, vLLM was "
@@ -53,13 +53,26 @@ def say_selection(store) -> list[str]:
         stated_sites.add(code_of)
         rule = "; ".join(f"`{c.get('text')}`" for c in (r.get("conditions") or [])[-3:]) or "no condition on the way"
         lines.append(f"- {who}: {code_of} picks {q('selected_backend', r.get('attention_backend'), of=subject, code=True)} for "
-                     f"`{r.get('model')}` on {r.get('gpu')}" + (f" (capability {r['capability']})" if r.get("capability") else "")
+                     f"`{r.get('model')}` on {r.get('gpu')}" + (f" (capability {capability_of(r.get('gpu'), r['capability'])})"
+                                                                 if r.get("capability") else "")
                      + f", written at `{(r.get('decided_by') or {}).get('where')}` because {rule} ({sites}).")
     for e, v in sorted({(x.get("engine"), x.get("version")) for x in store.rows("selection_sites")}, key=str):
         if f"{e} {v}" not in stated_sites:
             lines.append(f"- {e} {v}'s code, read statically: {q('selection_sites', site_count(store, e, v), 'd', of=f'{e} {v}')} "
                          "lines write the attention backend.")
     return lines
+
+
+def capability_of(gpu: str | None, capability) -> str:
+    """A GPU's compute capability as a statement shows it: tagged (``profile_capability``) where the GPU is a hardware
+    profile of data/hardware that records this capability, else as recorded (a host's own GPU: chapter 01 states it)."""
+    from ..profiles import load_profile
+
+    try:
+        known = load_profile(str(gpu)).get("capability")
+    except Exception:  # noqa: BLE001 - not a profile name (e.g. "NVIDIA H200")
+        known = None
+    return q("profile_capability", known, of=gpu) if known is not None and str(known) == str(capability) else text_of(capability)
 
 
 def say_backends(b: dict) -> str:
@@ -71,15 +84,17 @@ def say_backends(b: dict) -> str:
     best = b.get("best_reported") or b.get("best")
     is_default = b.get("best_tok_s") == b.get("default_tok_s")
     n = min(b.get("best_starts") or 1, b.get("default_starts") or 1)
-    over = f"95% intervals over {n} server starts" if n >= 2 else "95% intervals within one server start"
+    n_s = q("compared_starts", n, "d", of=b["best_key"]) if b.get("best_key") else str(n)
+    over = f"95% intervals over {n_s} server starts" if n >= 2 else "95% intervals within one server start"
     rates = [x for x in b.get("default_start_rates") or [] if x is not None]
-    per_start = f" (per start: {', '.join(f'{x:,.1f}' for x in rates)})" if len(rates) >= 2 else ""
+    per_start = (f" (per start: {', '.join(q('default_start_tok_s', x, ',.1f', of=f'{name} | start {i}') for i, x in enumerate(rates, 1))})"
+                 if len(rates) >= 2 else "")
     return (f"the default loaded {q('default_backend', b.get('default_reported'), of=name, code=True)} and ran "
             f"{q('default_tok_s', b.get('default_tok_s'), ',.1f', of=name)} ± {q('default_ci95', b.get('default_ci95'), ',.1f', of=name)} "
             f"tok/s single stream{per_start}; the fastest correct start was {q('best_backend', best, of=name, code=True)} at "
             f"{q('best_tok_s', b.get('best_tok_s'), ',.1f', of=name)} ± {q('best_ci95', b.get('best_ci95'), ',.1f', of=name)} ({over})"
             + (" (the default itself)" if is_default else
-               f", {separated(b.get('best_tok_s'), b.get('best_ci95'), b.get('default_tok_s'), b.get('default_ci95'), starts=n)} against the default")
+               f", {separated(b.get('best_tok_s'), b.get('best_ci95'), b.get('default_tok_s'), b.get('default_ci95'), starts=n, of=b.get('best_key'))} against the default")
             + f". A change of backend is {q('change_supported', bool(b.get('change_supported')), 'supported|not supported', of=name)}"
             + (f": both {over} separate and its output agreed." if b.get("change_supported") else
                ": keep the engine's own choice" + ("." if n >= 2 else " (one start: interval within a start only; a change needs "
@@ -115,7 +130,8 @@ def say_throughput(t: dict, runs: int | None = None) -> list[str]:
             if runs is not None and n_runs is not None and n_runs != runs else "")
     n_starts = int(t.get("starts") or 1)
     if n_starts >= 2:
-        rates = ", ".join(f"{x:,.1f}" for x in t.get("start_tok_s") or [] if x is not None)
+        rates = ", ".join(q("start_single_tok_s", x, ",.1f", of=f"{label} | start {i}")
+                          for i, x in enumerate([x for x in t.get("start_tok_s") or [] if x is not None], 1))
         over = (f"95% t-interval over {n_starts} server starts, each the mean of {q('single_runs', n_runs, 'd', of=label)} runs{kept}; "
                 f"per start: {rates}")
     else:
@@ -126,8 +142,8 @@ def say_throughput(t: dict, runs: int | None = None) -> list[str]:
         out.append(f"- {label}: {q('pct_of_roofline', t['pct_of_roofline'], '.3g', of=label)}% of the "
                    f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=label)} tok/s bandwidth roofline (bandwidth: {t.get('roofline_source')}).")
     if t.get("peak_tok_s") is not None:
-        gain = f" ({t['peak_tok_s'] / t['c1_tok_s']:.2f}x C=1)" if t.get("c1_tok_s") else ""
-        out.append(f"- {label}: {text_of(t.get('c1_tok_s'), ',.1f')} tok/s at C=1; peak {q('peak_tok_s', t['peak_tok_s'], ',.1f', of=label)} "
+        gain = f" ({q('peak_gain', t['peak_tok_s'] / t['c1_tok_s'], '.2f', of=label)}x C=1)" if t.get("c1_tok_s") else ""
+        out.append(f"- {label}: {q('c1_tok_s', t.get('c1_tok_s'), ',.1f', of=label)} tok/s at C=1; peak {q('peak_tok_s', t['peak_tok_s'], ',.1f', of=label)} "
                    f"tok/s at C={q('peak_c', t.get('peak_c'), 'd', of=label)}{gain}, each user then getting "
-                   f"{text_of(t.get('peak_per_user_tok_s'), ',.1f')} tok/s" + (" (some levels hit their time budget)" if t.get("truncated") else "") + ".")
+                   f"{q('peak_per_user_tok_s', t.get('peak_per_user_tok_s'), ',.1f', of=label)} tok/s" + (" (some levels hit their time budget)" if t.get("truncated") else "") + ".")
     return out
