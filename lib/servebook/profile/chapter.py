@@ -249,8 +249,8 @@ def where_time_goes(store) -> str:
             + ("the GPU is busy for nearly all of the time per token: GPU-bound, so the kernels decide"
                if min(busy_a / tpot['a_ms'], busy_b / tpot['b_ms']) > 0.9 else
                "the rest of each token's time has no kernel running (host work, launch gaps): host-bound, so the "
-               "difference between the engines here is on the host, not in their kernels (one server start each; this host's "
-               "starts vary by 13-30% on such slices)") + ".")
+               "difference between the engines here is on the host, not in their kernels (one server start each: how much such a "
+               "difference moves between starts is measured by chapter 03's intervals over starts, not here)") + ".")
     for p in store.rows("prediction_check"):
         if p.get("measured_ms") is None:
             continue
