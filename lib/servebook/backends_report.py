@@ -182,7 +182,7 @@ def _engine_lines(store, name: str, t, b: dict) -> list[str]:
     earlier = fig.earlier_attempts(store, name)
     for r in rows:
         if r.get("outcome") != "ok":
-            lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {str(r.get('error'))[:300]}"
+            lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {_whole(r.get('error'))}"
                          + (f" (an earlier attempt in this run was recorded otherwise: {earlier[r['attention']]})"
                             if r["attention"] in earlier else ""))
     ran = fig.default_ran_as(store, name)
@@ -207,9 +207,9 @@ def found_lines(store, names: list[str], table) -> str:
         if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
             later = len(table) and ((table["engine"] == f["engine"]) & (table["recorded_at"].astype(str) > str(f.get("recorded_at")))).any()
             lines.append(f"- **{f['engine']}**: " + ("an earlier sweep of this run stopped (measured again later: the rows above): "
-                                                     if later else "the sweep stopped: ") + str(f["error"])[:400])
+                                                     if later else "the sweep stopped: ") + _whole(f["error"]))
         elif str(f.get("step", "")).startswith("chapter 03_"):
-            lines.append(f"- An execution of this chapter stopped in this run: {str(f['error'])[:400]}")
+            lines.append(f"- An execution of this chapter stopped in this run: {_whole(f['error'])}")
     if default_methods(store):  # chapter 05 measured the default too: the same way, or not
         lines.append(say_default_methods(default_methods(store)))
     lines += _asked_not_reached(store, names, table)
@@ -217,6 +217,11 @@ def found_lines(store, names: list[str], table) -> str:
     if skipped:
         lines.append("- Not run here: " + ", ".join(f"{n} {x['attention']} ({x['reason']})" for n, x in skipped) + ".")
     return "\n".join(lines) or "No backend ran."
+
+
+def _whole(text) -> str:
+    """A recorded error as the page states it: whole (a long one is still one line), never cut mid-word."""
+    return " ".join(str(text).split())
 
 
 def _asked_not_reached(store, names: list[str], table) -> list[str]:
@@ -305,7 +310,7 @@ def whatif_found(store, facts: dict, cmds) -> str:
     fails = store.rows("failures")
     if fails:
         lines.append(f"- {q('failed_steps', len(fails), 'd')} recorded failure(s) so far, e.g. {fails[-1].get('step')}: "
-                     f"{str(fails[-1].get('error'))[:160]}")
+                     f"{_whole(fails[-1].get('error'))}")
     return "\n".join(lines)
 
 
