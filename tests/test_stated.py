@@ -50,7 +50,23 @@ def test_every_render_names_its_run():
         assert (run / "manifest.json").exists(), f"{render.name}/run.json names {run}, which is not a run directory"
 
 
-@pytest.mark.parametrize("render, page", PAGES, ids=[f"{r.name}/{p}" for r, p in PAGES])
+# Pages that cannot be executed again here without changing what they state, each with the reason (strict xfail: a
+# regenerated page that passes fails here, and its entry is deleted).
+KNOWN_STALE = {
+    "h200x1/02_read_backend_selection.html": "chapter 02 of this run was executed on the H200 host with its transformers "
+    "5.17.0; executed again here it would read this machine's transformers as 'this host', so the page is the host's, "
+    "written before numbers were tagged, while its run's selection table also holds a later reading",
+}
+
+
+def _stale_cases():
+    for r, p in PAGES:
+        key = f"{r.name}/{p}"
+        marks = [pytest.mark.xfail(strict=True, reason=f"rendered/{key}: {KNOWN_STALE[key]}")] if key in KNOWN_STALE else []
+        yield pytest.param(r, p, marks=marks, id=key)
+
+
+@pytest.mark.parametrize("render, page", list(_stale_cases()))
 def test_page_states_its_run(render, page):
     report = _report(render)
     if report.pages.get(page) == "predates the tags":
@@ -247,35 +263,34 @@ def test_no_run_figure_typed_into_the_notebooks_prose():
 # xfail(strict=True) here. The list is for whoever regenerates the renders and tags the chapters' prose: a page whose
 # prose is all tagged passes, strict xfail then fails, and its entry is deleted.
 KNOWN_UNTAGGED = {
-    "h200x1/01_detect_capabilities.html": "16 untagged, e.g. 12.0 in '...ght RTX PRO 6000 Blackwell GPUs reported compute capability 12.0, a'",
-    "h200x1/02_read_backend_selection.html": "11 untagged, e.g. 12.0 in '...ow attention backend on an RTX PRO 6000 (compute capability 12.0), '",
-    "h200x1/03_force_each_backend.html": "43 untagged, e.g. 12.0 in '.... (Chapter 02 shows both engines fall back to Triton MLA on 12.0; c'",
-    "h200x1/04_tune_nccl.html": "72 untagged, e.g. 14 in '...ention and MLP with an all-reduce of the residual stream: , 14 KB f'",
-    "h200x1/05_benchmark_single_stream.html": "116 untagged, e.g. 1 in '...ed runs, a confidence interval), then loads the server with 1, 2, 4'",
-    "h200x1/06_findings.html": "55 untagged, e.g. 1 in 'Host: 1 x NVIDIA H200, compute capability 9.0 (...'",
-    "h200x1-live/01_detect_capabilities.html": "16 untagged, e.g. 12.0 in '...ght RTX PRO 6000 Blackwell GPUs reported compute capability 12.0, a'",
-    "h200x1-live/02_read_backend_selection.html": "37 untagged, e.g. 12.0 in '...ow attention backend on an RTX PRO 6000 (compute capability 12.0), '",
-    "h200x1-live/03_force_each_backend.html": "93 untagged, e.g. 12.0 in '.... (Chapter 02 shows both engines fall back to Triton MLA on 12.0; c'",
-    "h200x1-live/05_benchmark_single_stream.html": "244 untagged, e.g. 1 in '...ed runs, a confidence interval), then loads the server with 1, 2, 4'",
-    "h200x1-live/06_findings.html": "111 untagged, e.g. 1 in 'kimi-k2.5, 1 layers (bf16, graph): SGLang (fa3) ‹q› ...'",
-    "h200x2/01_detect_capabilities.html": "20 untagged, e.g. 12.0 in '...ght RTX PRO 6000 Blackwell GPUs reported compute capability 12.0, a'",
-    "h200x2/02_read_backend_selection.html": "11 untagged, e.g. 12.0 in '...ow attention backend on an RTX PRO 6000 (compute capability 12.0), '",
-    "h200x2/03_force_each_backend.html": "45 untagged, e.g. 12.0 in '.... (Chapter 02 shows both engines fall back to Triton MLA on 12.0; c'",
-    "h200x2/04_tune_nccl.html": "88 untagged, e.g. 14 in '...ention and MLP with an all-reduce of the residual stream: , 14 KB f'",
-    "h200x2/05_benchmark_single_stream.html": "120 untagged, e.g. 1 in '...ed runs, a confidence interval), then loads the server with 1, 2, 4'",
-    "h200x2/06_findings.html": "73 untagged, e.g. 2 in 'Host: 2 x NVIDIA H200, compute capability 9.0 (...'",
-    "h200x2-live/01_detect_capabilities.html": "20 untagged, e.g. 12.0 in '...ght RTX PRO 6000 Blackwell GPUs reported compute capability 12.0, a'",
-    "h200x2-live/02_read_backend_selection.html": "37 untagged, e.g. 12.0 in '...ow attention backend on an RTX PRO 6000 (compute capability 12.0), '",
-    "h200x2-live/03_force_each_backend.html": "57 untagged, e.g. 12.0 in '.... (Chapter 02 shows both engines fall back to Triton MLA on 12.0; c'",
-    "h200x2-live/04_tune_nccl.html": "90 untagged, e.g. 14 in '...ention and MLP with an all-reduce of the residual stream: , 14 KB f'",
-    "h200x2-live/05_benchmark_single_stream.html": "126 untagged, e.g. 1 in '...ed runs, a confidence interval), then loads the server with 1, 2, 4'",
-    "h200x2-live/06_findings.html": "76 untagged, e.g. 2 in 'Host: 2 x NVIDIA H200, compute capability 9.0 (...'",
-    "whatif-rtx-pro-6000-sglang-0.5.9/01_detect_capabilities.html": "19 untagged, e.g. 12.0 in '...ght RTX PRO 6000 Blackwell GPUs reported compute capability 12.0, a'",
-    "whatif-rtx-pro-6000-sglang-0.5.9/02_read_backend_selection.html": "91 untagged, e.g. 12.0 in '...ow attention backend on an RTX PRO 6000 (compute capability 12.0), '",
-    "whatif-rtx-pro-6000-sglang-0.5.9/03_force_each_backend.html": "6 untagged, e.g. 18 in 'Planned, not measured: 18 launches of sglang==0.5.9 for kimi-k2.5...'",
-    "whatif-rtx-pro-6000-sglang-0.5.9/04_tune_nccl.html": "11 untagged, e.g. 14 in '...ention and MLP with an all-reduce of the residual stream: , 14 KB f'",
-    "whatif-rtx-pro-6000-sglang-0.5.9/05_benchmark_single_stream.html": "30 untagged, e.g. 1 in '...ed runs, a confidence interval), then loads the server with 1, 2, 4'",
-    "whatif-rtx-pro-6000-sglang-0.5.9/06_findings.html": "40 untagged, e.g. 63.6 in '...he rules below, SGLang decodes ‹q› tok/s (the seed measured 63.6, e'",
+    'h200x1-live/02_read_backend_selection.html': "36 untagged, e.g. '12.0' in '...spected this choice: on an RTX PRO 6000 (compute capability 12.0) SGLang fel",
+    'h200x1-live/03_force_each_backend.html': "44 untagged, e.g. '12.0' in '...both engines fall back to a Triton MLA kernel on capability 12.0, so the bac",
+    'h200x1-live/05_benchmark_single_stream.html': "177 untagged, e.g. '1' in '...ed runs, a confidence interval), then loads the server with 1, 2, 4, ... concur",
+    'h200x1-live/06_findings.html': "34 untagged, e.g. '1' in 'kimi-k2.5, 1 layers (bf16, graph): SGLang (fa3) ‹q› ...'",
+    'h200x1-trust/03_force_each_backend.html': "2 untagged, e.g. '12.0' in '...both engines fall back to a Triton MLA kernel on capability 12.0, so the bac",
+    'h200x1/02_read_backend_selection.html': "11 untagged, e.g. '12.0' in '...spected this choice: on an RTX PRO 6000 (compute capability 12.0) SGLang fel",
+    'h200x1/03_force_each_backend.html': "17 untagged, e.g. '12.0' in '...both engines fall back to a Triton MLA kernel on capability 12.0, so the bac",
+    'h200x1/04_tune_nccl.html': "37 untagged, e.g. '14' in '...ention and MLP with an all-reduce of the residual stream: , 14 KB for a 7,168-",
+    'h200x1/05_benchmark_single_stream.html': "81 untagged, e.g. '1' in '...ed runs, a confidence interval), then loads the server with 1, 2, 4, ... concur",
+    'h200x1/06_findings.html': "11 untagged, e.g. '2' in 'All-reduce measured with gloo (2 processes), not NCCL: 270.5 us at 512 B...'",
+    'h200x2-live/01_detect_capabilities.html': "4 untagged, e.g. '18' in '..., GH200), ‹q› GiB each, ‹q› SMs. GPUs are linked by NVLink, 18 bonded links (N",
+    'h200x2-live/02_read_backend_selection.html': "32 untagged, e.g. '12.0' in '...spected this choice: on an RTX PRO 6000 (compute capability 12.0) SGLang fel",
+    'h200x2-live/03_force_each_backend.html': "23 untagged, e.g. '12.0' in '...both engines fall back to a Triton MLA kernel on capability 12.0, so the bac",
+    'h200x2-live/04_tune_nccl.html': "56 untagged, e.g. '14' in '...ention and MLP with an all-reduce of the residual stream: , 14 KB for a 7,168-",
+    'h200x2-live/05_benchmark_single_stream.html': "86 untagged, e.g. '1' in '...ed runs, a confidence interval), then loads the server with 1, 2, 4, ... concur",
+    'h200x2-live/06_findings.html': "26 untagged, e.g. '387' in '...lity ‹q› (sm_90 Hopper: H100, H200, GH200), linked by NV18 (387 GB/s measured",
+    'h200x2/01_detect_capabilities.html': "4 untagged, e.g. '18' in '..., GH200), ‹q› GiB each, ‹q› SMs. GPUs are linked by NVLink, 18 bonded links (N",
+    'h200x2/02_read_backend_selection.html': "11 untagged, e.g. '12.0' in '...ow attention backend on an RTX PRO 6000 (compute capability 12.0), because a",
+    'h200x2/03_force_each_backend.html': "19 untagged, e.g. '12.0' in '...both engines fall back to a Triton MLA kernel on capability 12.0, so the bac",
+    'h200x2/04_tune_nccl.html': "53 untagged, e.g. '14' in '...ention and MLP with an all-reduce of the residual stream: , 14 KB for a 7,168-",
+    'h200x2/05_benchmark_single_stream.html': "79 untagged, e.g. '1' in '...ed runs, a confidence interval), then loads the server with 1, 2, 4, ... concur",
+    'h200x2/06_findings.html': "37 untagged, e.g. '386' in '...lity ‹q› (sm_90 Hopper: H100, H200, GH200), linked by NV18 (386 GB/s measured",
+    'whatif-rtx-pro-6000-sglang-0.5.9/01_detect_capabilities.html': "4 untagged, e.g. '10' in '...2x), not the datacenter line (sm_10x): a check for major == 10 does not includ",
+    'whatif-rtx-pro-6000-sglang-0.5.9/02_read_backend_selection.html': "68 untagged, e.g. '12.0' in '...spected this choice: on an RTX PRO 6000 (compute capability 12.0) SGLang fel",
+    'whatif-rtx-pro-6000-sglang-0.5.9/03_force_each_backend.html': "5 untagged, e.g. '12.0' in '...both engines fall back to a Triton MLA kernel on capability 12.0, so the bac",
+    'whatif-rtx-pro-6000-sglang-0.5.9/04_tune_nccl.html': "4 untagged, e.g. '14' in '...ention and MLP with an all-reduce of the residual stream: , 14 KB for a 7,168-",
+    'whatif-rtx-pro-6000-sglang-0.5.9/05_benchmark_single_stream.html': "24 untagged, e.g. '1' in '...ed runs, a confidence interval), then loads the server with 1, 2, 4, ... concur",
+    'whatif-rtx-pro-6000-sglang-0.5.9/06_findings.html': "21 untagged, e.g. '63.6' in '...he rules below, SGLang decodes ‹q› tok/s (the seed measured 63.6, error ‹q›%",
 }
 
 

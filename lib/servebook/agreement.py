@@ -264,7 +264,7 @@ def describe(table) -> str:
 
 
 def _q(*a, **k) -> str:
-    from .stated import q
+    from .stated.tags import q
 
     return q(*a, **k)
 

@@ -59,7 +59,8 @@ def _host_text(h: dict, tagged: bool = True) -> str:
         return f"{h.get('hostname') or 'this host'}: no GPU seen; the engines ran on the CPU"
     links = f", linked by {'/'.join(h['links'])}" if h.get("links") else (", one GPU: no GPU-to-GPU link" if h.get("gpu_count") == 1 else "")
     p2p = f" ({h['p2p_gbs']:.0f} GB/s measured peer copies)" if h.get("p2p_gbs") else ""
-    from ..stated import q as q_, text_of
+    from ..stated.tags import q as q_
+    from ..stated.text import text_of
 
     def q(name, value, fmt="", of=None):
         return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
@@ -87,7 +88,7 @@ def _host_claims(f: Findings) -> list[Claim]:
 
 def _selection_claims(f: Findings) -> list[Claim]:
     """Chapter 02: what each engine picks and the line that decides it."""
-    from ..stated import q
+    from ..stated.tags import q
     from ..stated.say import capability_of
 
     c: list[Claim] = []
@@ -116,7 +117,7 @@ def _selection_claims(f: Findings) -> list[Claim]:
 
 def _backend_claims(f: Findings) -> list[Claim]:
     """Chapter 03: the fastest correct backend against the default, and what failed or did not run."""
-    from ..stated import q
+    from ..stated.tags import q
 
     c: list[Claim] = []
     for b in f.backends:
@@ -205,7 +206,7 @@ def _nccl_claims(f: Findings) -> list[Claim]:
 
 def _bench_claims(f: Findings) -> list[Claim]:
     """Chapter 05: single stream and the concurrency sweep."""
-    from ..stated import q
+    from ..stated.tags import q
 
     c: list[Claim] = []
     for t in f.throughput:
@@ -236,7 +237,7 @@ def what_we_found(f: Findings) -> str:
     for lc in f.launch:
         lines.append(f"- Launch {lc['engine']}: `{lc['command']}` — " + "; ".join(lc["why"]) + ".")
     if f.failures:
-        from ..stated import q
+        from ..stated.tags import q
 
         n = sum(x["times"] for x in f.failures)
         lines.append(f"- {q('failures_recorded', n, 'd')} recorded failures ({q('failures_distinct', len(f.failures), 'd')} distinct), "

@@ -88,6 +88,6 @@ def _tag(name: str, value, fmt: str, of: str | None) -> str:
     """``value`` as ``fmt`` shows it, tagged as ``name`` of ``of`` when ``of`` is given (servebook.stated)."""
     if of is None:
         return format(value, fmt)
-    from ..stated import q
+    from ..stated.tags import q
 
     return q(name, value, fmt, of=of)

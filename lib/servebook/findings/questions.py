@@ -15,7 +15,7 @@ __all__ = ["check_yourself", "check_yourself_markdown"]
 
 def q(*a, **k) -> str:
     """``servebook.stated.q``, imported when first used (servebook.stated reads these findings)."""
-    from ..stated import q as q_
+    from ..stated.tags import q as q_
 
     return q_(*a, **k)
 

@@ -8,6 +8,8 @@ from its file in ``data/reference/``), and on which chapter pages it must appear
 
 from __future__ import annotations
 
+from .tags import _KNOWN
+
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -609,3 +611,5 @@ def pick(quantity: Quantity, values: dict, of: str | None) -> Any:
         value = quantity.lookup(of)
         return MISSING if value is MISSING or value is None else plain(value)
     return MISSING
+
+_KNOWN.update(QUANTITIES)  # q() refuses a name the registry cannot recompute

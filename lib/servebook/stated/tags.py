@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 
-from .registry import QUANTITIES
 from .text import plain, text_of
 
 __all__ = ["q", "Stated", "stated_on", "uses_tags"]
+
+# The quantity names the registry knows, filled in by servebook.stated.registry when it is imported (this module imports
+# nothing of the registry: the page code that tags numbers stays below the code that recomputes them, no import circle).
+_KNOWN: set[str] = set()
 
 
 def q(name: str, value: Any, fmt: str = "", of: str | None = None, code: bool = False) -> str:
@@ -26,7 +29,7 @@ def q(name: str, value: Any, fmt: str = "", of: str | None = None, code: bool = 
     ``code=True`` shows it as inline code (a backend or setting name). A value that is None is shown as "n/a" and
     not tagged: the run did not give it. ``name`` must be in ``QUANTITIES``.
     """
-    if name not in QUANTITIES:
+    if _KNOWN and name not in _KNOWN:
         raise KeyError(f"{name!r} is not a quantity servebook.stated knows; add it to QUANTITIES with how to recompute it")
     value = plain(value)
     shown = html.escape(text_of(value, fmt))
