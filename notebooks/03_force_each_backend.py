@@ -214,7 +214,6 @@ from servebook.backends_report import TABLE_COLUMNS, flags_note, starts_table
 names = [e.name for e in engines]
 table = starts_table(store, names)
 display(Markdown(flags_note(" ".join(table["launch"].dropna().astype(str)).split() if "launch" in table else [])))
-pd.set_option("display.max_colwidth", None)  # cells shown whole, never cut mid-word
 table[[c for c in TABLE_COLUMNS if c in table]]
 
 # %% [markdown]
