@@ -67,7 +67,6 @@ floor[["case", "allreduces_per_token", "allreduce_us", "t_comm_ms", "message_byt
 # Per token, every layer waits for two all-reduces at batch 1: the floor is their count times one all-reduce's latency.
 
 # %% tags=["whatif"]
-pd.set_option("display.max_colwidth", None)
 cmds = store.table("plan_commands")
 cmds[cmds["chapter"] == "04"][["purpose", "command"]]
 

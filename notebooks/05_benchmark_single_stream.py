@@ -83,7 +83,6 @@ roof[["case", "tok_s", "t_mem_ms", "t_comm_ms", "bytes_per_token", "bandwidth_tb
 # The commands that measure it there:
 
 # %% tags=["whatif"]
-pd.set_option("display.max_colwidth", None)
 cmds = store.table("plan_commands")
 cmds[cmds["chapter"] == "05"][["purpose", "command"]]
 
@@ -120,7 +119,6 @@ from servebook.params import resolve_model
 from servebook.results import RunStore
 from servebook.stated import seed_sentence
 
-pd.set_option("display.max_colwidth", None)  # labels and errors shown whole, never cut mid-word
 store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
 on_host = get_host(host, run_dir=store.path)  # servers and the benchmark client run there, next to each other
 t_chapter = time.monotonic()
