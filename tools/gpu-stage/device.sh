@@ -30,7 +30,8 @@
 #               03 (graphs; SGLang's default, triton, flashmla; vLLM's default and its MLA list) and 05 (both engines on the
 #               same random-weight slice, prompt length and token count as chapter 03; no profiles: those are recorded
 #               in h200x1-prof) with STARTS (default 2) server starts per configuration and the decode-path agreement
-#               (chapter 02 reads the engines' code: it runs on the CPU, as for the earlier recordings)
+#               (chapter 02 reads the engines' code: it runs on the CPU, as for the earlier recordings); chapter 05 before
+#               chapter 03's forced backends, so a session that runs out of device time still compares the two engines
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
 step=${1:-status}; secs=${2:-0}
@@ -193,8 +194,8 @@ rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data $REPO/noteb
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
 $BOOK --engine sglang --model $SLICE --only 01
-$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph -p ready_timeout=420 -p runs=3 -p starts=${STARTS:-2} -p max_tokens=64 -p 'backends=sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA'
-$BOOK --engine sglang --model $SLICE --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p starts=${STARTS:-2} -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p ceiling_sglang_version=0.5.16"
+$BOOK --engine sglang --model $SLICE --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p starts=${STARTS:-2} -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p ceiling_sglang_version=0.5.16
+$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph -p ready_timeout=420 -p runs=3 -p starts=${STARTS:-2} -p max_tokens=64 -p 'backends=sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA'"
 }
 case "$step" in
   profile) do_profile; do_wait ;;
