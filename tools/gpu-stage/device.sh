@@ -31,7 +31,10 @@
 #               same random-weight slice, prompt length and token count as chapter 03; no profiles: those are recorded
 #               in h200x1-prof) with STARTS (default 2) server starts per configuration and the decode-path agreement
 #               (chapter 02 reads the engines' code: it runs on the CPU, as for the earlier recordings); chapter 05 before
-#               chapter 03's forced backends, so a session that runs out of device time still compares the two engines
+#               chapter 03's forced backends, so a session that runs out of device time still compares the two engines;
+#               TRUST_CHAPTERS (default "01 05 03") and TRUST_BACKENDS (chapter 03's `backends`) narrow a resumed run
+#               (an engine the list leaves out gets every candidate: name it with nothing after the colon to skip it,
+#               e.g. TRUST_BACKENDS='sglang: ; vllm: FLASHMLA,TRITON_MLA')
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
 step=${1:-status}; secs=${2:-0}
@@ -189,13 +192,17 @@ python3 -m servebook.cli profile run --plan /tmp/profile-plan.json --runs /tmp/r
 }
 do_trust() {  # models as soon as the notebook tools are in; chapters once both engines are (a copy of the tree: see do_profile)
     do_one_models || return 0
+    local ch03="'backends=${TRUST_BACKENDS:-sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA}'" steps=""
+    for c in ${TRUST_CHAPTERS:-01 05 03}; do case $c in
+      01) steps+="$BOOK --engine sglang --model $SLICE --only 01"$'\n' ;;
+      05) steps+="$BOOK --engine sglang --model $SLICE --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p starts=${STARTS:-2} -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p ceiling_sglang_version=0.5.16"$'\n' ;;
+      03) steps+="$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph -p ready_timeout=420 -p runs=3 -p starts=${STARTS:-2} -p max_tokens=64 -p $ch03"$'\n' ;;
+    esac; done
     job main "cd $REPO
 rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data $REPO/notebooks /tmp/sbtree/
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
-$BOOK --engine sglang --model $SLICE --only 01
-$BOOK --engine sglang --model $SLICE --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p starts=${STARTS:-2} -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p ceiling_sglang_version=0.5.16
-$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph -p ready_timeout=420 -p runs=3 -p starts=${STARTS:-2} -p max_tokens=64 -p 'backends=sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA'"
+$steps"
 }
 case "$step" in
   profile) do_profile; do_wait ;;
