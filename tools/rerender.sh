@@ -16,8 +16,16 @@ WHATIF_P=(-p engine=sglang==0.5.9 -p model=kimi-k2.5 -p profile=rtx-pro-6000)
 step() { echo "[rerender $(date +%T)] $*"; "$SB" html --cell-timeout 1800 "$@" 2>&1 | grep -vE 'WARNING \| Kernel is running|KeyboardInterrupt caught' | tail -3; }
 if [ "$phase" = 02 ] || [ "$phase" = all ]; then
   # the embedded books' matrix sized as the embedded book now asks it (servebook.params.MODEL_DEFAULTS)
-  step data/runs/h200x1-book --refresh 02 -p vllm_versions=0.26.0 -p matrix_profiles=b200,rtx-pro-6000 --out rendered/h200x1
-  step data/runs/h200x2-book --refresh 02 -p vllm_versions=0.26.0 -p matrix_profiles=b200,rtx-pro-6000 --out rendered/h200x2
+  # "this host" of the embedded H200 books is the H200 host's transformers 5.17.0: read it from an interpreter that has that
+  # version (TF_HOST_PYTHON), never this machine's own transformers
+  if [ -x "${TF_HOST_PYTHON:-}" ] && "$TF_HOST_PYTHON" -c "import transformers as t; assert t.__version__ == '5.17.0'"; then
+    for b in h200x1 h200x2; do
+      step data/runs/$b-book --refresh 02 -p engine_python="$TF_HOST_PYTHON" -p vllm_versions=0.26.0 -p matrix_profiles=b200,rtx-pro-6000 --out rendered/$b
+    done
+  else
+    echo "[rerender] h200x1-book, h200x2-book chapter 02 skipped: set TF_HOST_PYTHON to a python with transformers==5.17.0 and torch"
+    echo "           (python3 -m venv V && V/bin/pip install transformers==5.17.0 torch), the H200 host's version"
+  fi
   step data/runs/h200x1-live --refresh 02 "${H200_02[@]}" --out rendered/h200x1-live
   step data/runs/h200x2-live --refresh 02 "${H200_02[@]}" --out rendered/h200x2-live
   step $WHATIF --refresh 02 "${WHATIF_P[@]}" -p matrix_models=kimi-k2.5,deepseek-v3,llama-3.1-8b,gpt-oss-120b --out rendered/whatif-rtx-pro-6000-sglang-0.5.9

@@ -40,7 +40,8 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
 step=${1:-status}; secs=${2:-0}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/jobs /tmp/runs /tmp/models
 T0=$(date +%s)
-for d in .stage/p*; do [ -d "$d" ] && bash tools/gpu-stage/unpack.sh "$d" 2>&1 | tail -4; done
+DRY=${DRY:-}  # DRY=1: print each job's script instead of starting it, as if everything were unpacked (tests/test_gpu_stage.py)
+[ -n "$DRY" ] || for d in .stage/p*; do [ -d "$d" ] && bash tools/gpu-stage/unpack.sh "$d" 2>&1 | tail -4; done
 
 # the notebook kernelspec shipped with ipykernel runs `python`: make sure one is on PATH
 command -v python >/dev/null 2>&1 || { mkdir -p /tmp/bin; ln -sf "$(command -v python3)" /tmp/bin/python; export PATH=/tmp/bin:$PATH; }
@@ -57,8 +58,19 @@ DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-fo
 FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
 BOOK="python3 -m servebook.cli book --runs /tmp/runs --run-id $RUN_ID --out /tmp/book"
 # one GPU (one, more, check): chapter 05 on the dummy-weight slice, chapter 03 on the seeded one (add the engines' backends)
-CH05="--engine sglang --model $DUMMY --only 05 -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p ceiling_sglang_version=0.5.16"
-CH03="--engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3"
+# The chapter commands, one source for every step: `chapter NN MODEL [-p ...]` prints the book command for chapter(s) NN
+# on MODEL with the parameters all recordings share, then the step's own (a later -p of the same name wins).
+chapter() {
+  local only=$1 model=$2; shift 2; local p=""
+  case $only in *03*) p+=" -p compare_engines=vllm -p 'engine_args=$FLAGS' -p ready_timeout=420 -p runs=3" ;; esac
+  case $only in *05*) p+=" -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p saturation_patience=1 -p runs=5" ;; esac
+  case $only in *04*) p+=" -p timeout_s=120" ;; esac
+  echo "$BOOK --engine sglang --model $model --only $only$p${*:+ $*}"
+}
+EAGER="-p modes=graph,eager -p eager_backends=auto"                     # chapter 03 of the first recordings: both modes
+ONE05="-p level_time_budget_s=15 -p ceiling_sglang_version=0.5.16"      # chapter 05 on one GPU (one, more, check)
+TWO05="-p compare_engines=vllm -p level_time_budget_s=20"               # chapter 05 of the two-GPU steps
+TP04="-p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5"  # chapter 04's end-to-end check at TP=2
 AGAIN="-p warmup=${WARMUP:-10} -p max_tokens=128 -p input_len=128"   # chapter 05 measured again with more warm-up
 
 snap() {
@@ -72,6 +84,7 @@ snap() {
   echo "[device.sh] $(date -u +%T) snapshot: $(du -sh "$OUT/runs.tgz" | cut -f1) in runs.tgz ($(( $(date +%s) - T0 ))s this call)"
 }
 job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this call
+  [ -n "$DRY" ] && { printf '[job %s]\n%s\n' "$1" "$2"; return; }
   [ -f "/tmp/jobs/$1.pid" ] && kill -0 "$(cat /tmp/jobs/$1.pid)" 2>/dev/null && { echo "[device.sh] $1 already running"; return; }
   [ -f "/tmp/jobs/$1.done" ] && { echo "[device.sh] $1 already done"; return; }
   printf '%s\n' "set -x" "$2" "touch /tmp/jobs/$1.done" > "/tmp/jobs/$1.sh"
@@ -81,25 +94,32 @@ job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this ca
 progress() { for f in /tmp/jobs/*.log; do [ -f "$f" ] || continue; echo "--- $(basename "$f") ($([ -f "${f%.log}.done" ] && echo done || echo running))"
   grep -E '^\[|ok in|failed|error|Error|tok/s|ready after|rejected|crashed|servebook:' "$f" | grep -v '^+' | tail -n 12; done; }
 
-have() { [ -f "/tmp/gpu-stage/.done-$1" ]; }
+have() { [ -n "$DRY" ] || [ -f "/tmp/gpu-stage/.done-$1" ]; }
+engines_in() {  # engines_in [sglang]: both engines unpacked (or SGLang's alone)
+  [ -n "$DRY" ] && return 0
+  [ -x /tmp/py-sglang ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] && { [ "${1:-}" = sglang ] || [ -x /tmp/py-vllm ]; }
+}
+imports_check() {  # what the servers and SGLang's own client import, not just the package (a staging gap shows here, not minutes later)
+  [ -n "$DRY" ] && return 0
+  for m in sglang:sglang.srt.entrypoints.http_server sglang:sglang.bench_serving vllm:vllm.entrypoints.openai.api_server; do
+    (e=${m%%:*}; /tmp/py-$e -c "import time, importlib, importlib.metadata as md; t = time.time(); importlib.import_module('${m#*:}'); print('${m#*:}', md.version('$e'), 'imports in %.0f s' % (time.time() - t))" 2>&1 | tail -2) & done; wait
+}
 do_prep() {
     have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 1; }
-    python3 -c "import torch; print('GPUs:', torch.cuda.device_count(), torch.cuda.get_device_name(0))"
+    [ -n "$DRY" ] || python3 -c "import torch; print('GPUs:', torch.cuda.device_count(), torch.cuda.get_device_name(0))"
     job prep "cd $REPO
 python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
 python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE
-$BOOK --engine sglang --model $DUMMY --only 04 -p timeout_s=120"
+$(chapter 04 $DUMMY)"
 }
 do_main() {
-    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 1; }
-    # what the servers and SGLang's own client import, not just the package (a staging gap shows here, not minutes later)
-    for m in sglang:sglang.srt.entrypoints.http_server sglang:sglang.bench_serving vllm:vllm.entrypoints.openai.api_server; do
-      (e=${m%%:*}; /tmp/py-$e -c "import time, importlib, importlib.metadata as md; t = time.time(); importlib.import_module('${m#*:}'); print('${m#*:}', md.version('$e'), 'imports in %.0f s' % (time.time() - t))" 2>&1 | tail -2) & done; wait
+    engines_in || { echo "[device.sh] engines not unpacked yet"; return 1; }
+    imports_check
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
-$BOOK --engine sglang --model $SLICE --only 01,03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3
-$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
-$BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
+$(chapter 01,03 $SLICE $EAGER)
+$(chapter 05 $DUMMY $TWO05)
+$(chapter 04 $DUMMY $TP04)"
 }
 do_wait() {
     end=$((T0 + secs))
@@ -110,23 +130,23 @@ do_wait() {
     done
 }
 do_restart() {  # stop main (its whole session: kernel, servers, workers) and go on with $BACKENDS as chapter 03's candidates
-    [ -f /tmp/jobs/main.pid ] && { kill -TERM -- -"$(cat /tmp/jobs/main.pid)" 2>/dev/null; sleep 8; kill -KILL -- -"$(cat /tmp/jobs/main.pid)" 2>/dev/null; }
-    pkill -KILL -f sglang.launch_server; pkill -KILL -f vllm.entrypoints; pkill -KILL -f 'sglang::'; pkill -KILL -f VLLM; sleep 3
-    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+    [ -n "$DRY" ] || [ ! -f /tmp/jobs/main.pid ] || { kill -TERM -- -"$(cat /tmp/jobs/main.pid)" 2>/dev/null; sleep 8; kill -KILL -- -"$(cat /tmp/jobs/main.pid)" 2>/dev/null; }
+    [ -n "$DRY" ] || { pkill -KILL -f sglang.launch_server; pkill -KILL -f vllm.entrypoints; pkill -KILL -f 'sglang::'; pkill -KILL -f VLLM; sleep 3
+      nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; }
     job main2 "cd $REPO
-$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=$BACKENDS'
-$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
-$BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
+$(chapter 03 $SLICE $EAGER "-p 'backends=$BACKENDS'")
+$(chapter 05 $DUMMY $TWO05)
+$(chapter 04 $DUMMY $TP04)"
 }
 do_all() {  # a fresh machine after the first went back: resume the carried run, build the models, then 03, 05, 04
-    have book.tar.xz && have common.tar.xz && [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] || { echo "[device.sh] not unpacked yet"; return 1; }
-    [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
+    have book.tar.xz && have common.tar.xz && engines_in || { echo "[device.sh] not unpacked yet"; return 1; }
+    [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     job all "cd $REPO
 python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
 python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE
-$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph,eager -p eager_backends=auto -p ready_timeout=420 -p runs=3 -p 'backends=$BACKENDS'
-$BOOK --engine sglang --model $DUMMY --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=20 -p saturation_patience=1 -p runs=5
-$BOOK --engine sglang --model $DUMMY --only 04 -p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5 -p timeout_s=120"
+$(chapter 03 $SLICE $EAGER "-p 'backends=$BACKENDS'")
+$(chapter 05 $DUMMY $TWO05)
+$(chapter 04 $DUMMY $TP04)"
 }
 VLLM_MLA=${VLLM_MLA:-FLASH_ATTN_MLA,FLASHMLA,FLASHINFER_MLA,TRITON_MLA,CUTLASS_MLA}  # vLLM 0.26.0's MLA list for SM90 (platforms/cuda.py:135-143) and one SM100-only
 do_one_models() {  # models once the notebook tools are in; 0 once both engines are in too (the carried run resumed, imports checked)
@@ -137,20 +157,18 @@ python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
 python3 -m servebook.cli model build kimi-k2.5 --weights random --out $SLICE"
     fi
     [ -f /tmp/jobs/main.pid ] && return 1
-    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 1; }
+    engines_in || { echo "[device.sh] engines not unpacked yet"; return 1; }
     # a recorded run carried in .devout/runs (as the `all` step does) is resumed: what it holds is not measured again
-    [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
-    # what the servers and SGLang's own client import, not just the package (a staging gap shows here, not minutes later)
-    for m in sglang:sglang.srt.entrypoints.http_server sglang:sglang.bench_serving vllm:vllm.entrypoints.openai.api_server; do
-      (e=${m%%:*}; /tmp/py-$e -c "import time, importlib, importlib.metadata as md; t = time.time(); importlib.import_module('${m#*:}'); print('${m#*:}', md.version('$e'), 'imports in %.0f s' % (time.time() - t))" 2>&1 | tail -2) & done; wait
+    [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
+    imports_check
 }
 do_one() {
     do_one_models || return 0
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
-$BOOK --engine sglang --model $DUMMY --only 01
-$BOOK $CH05 -p compare_engines=vllm
-$BOOK $CH03 -p 'backends=sglang: ; vllm: $VLLM_MLA'"
+$(chapter 01 $DUMMY)
+$(chapter 05 $DUMMY $ONE05 -p compare_engines=vllm)
+$(chapter 03 $SLICE $EAGER "-p 'backends=sglang: ; vllm: $VLLM_MLA'")"
 }
 do_more() {
     [ -f /tmp/jobs/pages.pid ] || { have book.tar.xz && have common.tar.xz && job pages "cd $REPO
@@ -159,16 +177,16 @@ env -u SERVEBOOK_PYTHON_SGLANG -u SERVEBOOK_PYTHON_VLLM python3 -m servebook.cli
     do_one_models || return 0
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
-$BOOK $CH03 -p 'backends=sglang: ; vllm: $VLLM_MLA'
-$BOOK $CH05 -p compare_engines=vllm $AGAIN"
+$(chapter 03 $SLICE $EAGER "-p 'backends=sglang: ; vllm: $VLLM_MLA'")
+$(chapter 05 $DUMMY $ONE05 -p compare_engines=vllm $AGAIN)"
 }
 do_check() {  # SGLang only (parts with book, common, sglang): chapter 05 resumed for SGLang, which measures what it lacks
-    have book.tar.xz && have common.tar.xz && [ -x /tmp/py-sglang ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] \
+    have book.tar.xz && have common.tar.xz && engines_in sglang \
       || { echo "[device.sh] notebook tools or SGLang not unpacked yet"; return 0; }
-    [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
+    [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     job check "cd $REPO
 python3 -m servebook.cli model build kimi-k2.5 --weights dummy --out $DUMMY
-$BOOK $CH05 -p compare_engines= $AGAIN"
+$(chapter 05 $DUMMY $ONE05 -p compare_engines= $AGAIN)"
 }
 do_profile() {  # models (dummy weights: config and tokenizer only, seconds) as soon as the notebook tools are in, then the plan
     if [ ! -f /tmp/jobs/pmodels.pid ]; then
@@ -182,7 +200,7 @@ for n in 2 5 27; do \$B moonlight-16b-a3b --layers \$n --weights dummy --out /tm
 for n in 2 4 32; do \$B llama-3.1-8b --layers \$n --weights dummy --out /tmp/models/llama-\${n}L; done"
     fi
     [ -f /tmp/jobs/prof.pid ] && return 0
-    [ -x /tmp/py-sglang ] && [ -x /tmp/py-vllm ] && [ -f /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so ] || { echo "[device.sh] engines not unpacked yet"; return 0; }
+    engines_in || { echo "[device.sh] engines not unpacked yet"; return 0; }
     job prof "cd $REPO
 while [ ! -f /tmp/jobs/pmodels.done ]; do sleep 2; done
 rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data /tmp/sbtree/; cp tools/gpu-stage/profile-plan.json /tmp/profile-plan.json
@@ -194,9 +212,9 @@ do_trust() {  # models as soon as the notebook tools are in; chapters once both 
     do_one_models || return 0
     local ch03="'backends=${TRUST_BACKENDS:-sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA}'" steps=""
     for c in ${TRUST_CHAPTERS:-01 05 03}; do case $c in
-      01) steps+="$BOOK --engine sglang --model $SLICE --only 01"$'\n' ;;
-      05) steps+="$BOOK --engine sglang --model $SLICE --only 05 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p max_concurrency=16 -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1 -p runs=5 -p starts=${STARTS:-2} -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p ceiling_sglang_version=0.5.16"$'\n' ;;
-      03) steps+="$BOOK --engine sglang --model $SLICE --only 03 -p compare_engines=vllm -p 'engine_args=$FLAGS' -p modes=graph -p ready_timeout=420 -p runs=3 -p starts=${STARTS:-2} -p max_tokens=64 -p $ch03"$'\n' ;;
+      01) steps+="$(chapter 01 $SLICE)"$'\n' ;;
+      05) steps+="$(chapter 05 $SLICE $ONE05 -p compare_engines=vllm -p starts=${STARTS:-2} -p max_tokens=64 -p input_len=32 -p profile_steps=0)"$'\n' ;;
+      03) steps+="$(chapter 03 $SLICE -p modes=graph -p starts=${STARTS:-2} -p max_tokens=64 -p "$ch03")"$'\n' ;;
     esac; done
     job main "cd $REPO
 rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data $REPO/notebooks /tmp/sbtree/
@@ -217,5 +235,6 @@ case "$step" in
   auto) [ -f /tmp/jobs/prep.pid ] || do_prep; [ -f /tmp/jobs/main.pid ] || do_main; do_wait ;;
   wait) do_wait ;;
 esac
+[ -n "$DRY" ] && exit 0
 progress
 snap
