@@ -207,8 +207,6 @@ if smoke:  # one GPU, two models: one engine process per version, the versions s
     models = models[:2]
 from concurrent.futures import ThreadPoolExecutor
 
-from servebook.profile.tables import rewrite_table  # a derived table replaced whole
-
 
 def matrix_of(spec):
     return decision_matrix(spec, profiles, models, workers=1 if smoke else 2,
@@ -218,7 +216,7 @@ def matrix_of(spec):
 with ThreadPoolExecutor(max_workers=2 if smoke else 1) as pool:
     matrices = dict(zip(usable, pool.map(matrix_of, usable)))
 if matrices:  # computed again from the engines' code: the table is replaced whole, never appended to
-    rewrite_table(store, "selection_matrix", [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows])
+    store.replace("selection_matrix", [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows])
 print({spec: len(rows) for spec, rows in matrices.items()} or "no matrix: no SGLang/vLLM environment is cached on this machine")
 
 # %%

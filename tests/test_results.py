@@ -158,3 +158,20 @@ def test_the_committed_corrections_are_said():
     itl = say_corrections(store, "bench_summary")
     assert "by tools/corrections/itl_one_token_per_chunk.py (recomputed from chunk gaps, one token per chunk)" in itl
     assert "ITL not recomputable" in itl
+
+
+def test_a_derived_table_is_replaced_whole_and_a_failed_write_keeps_the_old_one(tmp_path, monkeypatch):
+    store = RunStore.at(tmp_path / "run")
+    store.append("matrix", {"gpu": "h200", "pick": "fa3"})
+    store.append("matrix", {"gpu": "h200", "pick": "fa3"})  # an earlier execution's duplicate
+    got = store.replace("matrix", [{"gpu": "h200", "pick": "fa3"}, {"gpu": "b200", "pick": "trtllm_mla", "token": "hf_abcdefghijklmnopqrstuvwxyz1234"}])
+    assert [r["gpu"] for r in store.rows("matrix")] == ["h200", "b200"] and got == store.rows("matrix")
+    assert "hf_abcdefghijklmnopqrstuvwxyz1234" not in store.table_path("matrix").read_text(), "a replaced table is masked too"
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("servebook.results.os.replace", fail)
+    with pytest.raises(ResultsError, match="disk holding it is full"):
+        store.replace("matrix", [{"gpu": "a100", "pick": "triton"}])
+    assert [r["gpu"] for r in store.rows("matrix")] == ["h200", "b200"], "the old table stays as it was"

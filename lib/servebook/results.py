@@ -140,6 +140,24 @@ class RunStore:
             self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
         return row
 
+    def replace(self, table: str, rows: Iterable[dict]) -> list[dict]:
+        """Replace a derived table whole (it is computed again from the rows it derives from, never appended to) and
+        return its rows as stored. The new table is written beside the old one and then moved over it, so a failure
+        while writing leaves the old table as it was."""
+        stamp = _now()
+        stored = [_jsonable(mask_value(dict(r))) for r in rows]
+        for r in stored:
+            r.setdefault("recorded_at", stamp)
+        path = self.table_path(table)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with _APPEND_LOCK:
+            self._write(tmp, "".join(json.dumps(r, sort_keys=True) + "\n" for r in stored), mode="w")
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise self._error(path, exc) from exc
+        return stored
+
     def rows(self, table: str) -> list[dict]:
         """All rows of a table; a torn last line (a run killed mid-write) is skipped."""
         path = self.table_path(table)

@@ -18,7 +18,7 @@ from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
 from .kernels import CATEGORIES, RULES, Kernel, TraceError, classify, kernel_events, load_trace, rules_table
 from .predict import predict_full
 from .steps import busy_time, find_anchor, step_breakdown
-from .tables import rewrite_table, breakdown_check, engine_difference, latest_breakdown, latest_ok, prediction_rows, write_predictions
+from .tables import breakdown_check, engine_difference, latest_breakdown, latest_ok, prediction_rows, write_predictions
 
 __all__ = ["CATEGORIES", "RULES", "Kernel", "TraceError", "ProfilerUnavailable", "classify", "kernel_events", "load_trace",
            "rules_table", "find_anchor", "step_breakdown", "busy_time", "capture", "keep_trace", "profiler_launch",

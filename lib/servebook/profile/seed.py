@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from .projection import project, ranked_fixes
-from .tables import rewrite_table
 
 __all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "seed_projection", "record_seed", "verdict", "gap_by_category", "seed_allreduce_share"]
 
@@ -54,8 +53,8 @@ def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
     projection computed again from newer profiles supersedes the old)."""
     rows = seed_projection(reference)
     fixes = ranked_fixes(rows, attention_alternatives={"sglang": ("flashinfer", None)})
-    rewrite_table(store, "seed_projection", rows)
-    rewrite_table(store, "seed_fixes", fixes)
+    store.replace("seed_projection", rows)
+    store.replace("seed_fixes", fixes)
     return rows, fixes
 
 

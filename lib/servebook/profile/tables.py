@@ -15,16 +15,7 @@ from typing import Iterable
 
 from .predict import predict_full
 
-__all__ = ["rewrite_table", "latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference", "write_predictions"]
-
-
-def rewrite_table(store, table: str, rows: Iterable[dict]) -> None:
-    """Replace a derived table whole (it is computed again from the rows it derives from, never appended to)."""
-    path = store.table_path(table)
-    if path.exists():
-        path.unlink()
-    for row in rows:
-        store.append(table, row)
+__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference", "write_predictions"]
 
 
 def latest_breakdown(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]) -> list[dict]:
@@ -162,5 +153,5 @@ def write_predictions(store) -> list[dict]:
     """Derive ``prediction_check`` from the run's ``profile_runs`` and ``memory_bandwidth`` (rewritten whole)."""
     bw = store.rows("memory_bandwidth")
     rows = prediction_rows(store.rows("profile_runs"), bw, _datasheet_tbs(bw[-1]["device"] if bw else None))
-    rewrite_table(store, "prediction_check", rows)
+    store.replace("prediction_check", rows)
     return rows
