@@ -41,7 +41,7 @@ prepare_envs: bool = False  # build missing engine environments (servebook engin
 
 # %%
 import servebook
-from servebook.results import RunStore
+from servebook.results import RunStore, show_corrections
 from servebook.selection import (add_engine, decision_matrix, list_engines, matrix_diff, read_selection,
                                  render_tree, resolve_engine, whatif)
 from servebook.selection.whatif import static_reading
@@ -104,6 +104,7 @@ except servebook.ServebookError as exc:
 answer = ask(store, engine, model, f"profile {profile}" if profile else "this-host", "whatif_this_host", gpu=profile or None,
              engine_python=engine_python or None)
 seed = ask(store, seed_spec, seed_model, "seed", "whatif_seed", gpu=seed_profile) if seed_spec in prepared else None
+show_corrections(store, "selection")  # a row changed after it was recorded says so, by what and why
 if seed_spec not in prepared:
     print(f"seed case skipped: no cached environment for {seed_spec} (servebook engines add {seed_spec})")
 

@@ -175,3 +175,21 @@ def test_a_derived_table_is_replaced_whole_and_a_failed_write_keeps_the_old_one(
     with pytest.raises(ResultsError, match="disk holding it is full"):
         store.replace("matrix", [{"gpu": "a100", "pick": "triton"}])
     assert [r["gpu"] for r in store.rows("matrix")] == ["h200", "b200"], "the old table stays as it was"
+
+
+def test_a_withdrawn_row_is_said_and_left_out_of_the_findings(tmp_path):
+    """A row that is not this run's (mark_rows.py --set withdrawn=true) stays in the table, stamped; the findings skip it."""
+    from servebook.findings.tables import selection
+    from servebook.paths import book_root
+    from servebook.results import say_corrections
+
+    store = RunStore.at(tmp_path / "run")
+    for version in ("5.17.0", "5.24.0"):
+        store.append("selection", {"case": "this-host", "engine": "transformers", "version": version, "attention_backend": "sdpa"})
+    tool = book_root() / "tools" / "corrections" / "mark_rows.py"
+    subprocess.run([sys.executable, str(tool), str(store.path), "selection", "--where", "version=5.24.0", "--set", "withdrawn=true",
+                    "--reason", "read on another machine"], check=True, capture_output=True)
+    assert [s["version"] for s in selection(store)] == ["5.17.0"]
+    assert len(store.rows("selection")) == 2
+    assert "1 row of `selection`, withdrawn (not this run's: left out of its findings), by tools/corrections/mark_rows.py " \
+           "(read on another machine)" in say_corrections(store, "selection")

@@ -317,7 +317,11 @@ def _correction_of(table: str, row: dict) -> list[tuple[str, str, str]]:
     c = row.get("corrected")
     if isinstance(c, dict):  # what the tools in tools/corrections/ write
         fields = ", ".join(f"`{f}`" for f in c.get("fields") or [])
-        out.append((str(c.get("what") or f"{fields} set"), f"by {c.get('by')}", str(c.get("reason") or "no reason given")))
+        if c.get("fields") == ["withdrawn"]:
+            fields = "withdrawn (not this run's: left out of its findings)"
+        elif fields:
+            fields += " set"
+        out.append((str(c.get("what") or fields), f"by {c.get('by')}", str(c.get("reason") or "no reason given")))
     itl = row.get("itl_corrected")
     if itl:
         tool = _TOOL.search(str(itl))
