@@ -190,6 +190,7 @@ def test_a_withdrawn_row_is_said_and_left_out_of_the_findings(tmp_path):
     subprocess.run([sys.executable, str(tool), str(store.path), "selection", "--where", "version=5.24.0", "--set", "withdrawn=true",
                     "--reason", "read on another machine"], check=True, capture_output=True)
     assert [s["version"] for s in selection(store)] == ["5.17.0"]
-    assert len(store.rows("selection")) == 2
+    assert [r["version"] for r in store.rows("selection")] == ["5.17.0"], "every reader leaves it out"
+    assert len(store.rows("selection", withdrawn=True)) == 2, "kept in the table"
     assert "1 row of `selection`, withdrawn (not this run's: left out of its findings), by tools/corrections/mark_rows.py " \
            "(read on another machine)" in say_corrections(store, "selection")

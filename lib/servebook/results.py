@@ -158,8 +158,9 @@ class RunStore:
                 raise self._error(path, exc) from exc
         return stored
 
-    def rows(self, table: str) -> list[dict]:
-        """All rows of a table; a torn last line (a run killed mid-write) is skipped."""
+    def rows(self, table: str, withdrawn: bool = False) -> list[dict]:
+        """The rows of a table; a torn last line (a run killed mid-write) is skipped, and so are rows a correction
+        withdrew (``withdrawn``: not this run's; tools/corrections/mark_rows.py) unless ``withdrawn=True``."""
         path = self.table_path(table)
         if not path.exists():
             return []
@@ -169,9 +170,11 @@ class RunStore:
             if not line:
                 continue
             try:
-                out.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if withdrawn or not (isinstance(row, dict) and row.get("withdrawn")):
+                out.append(row)
         return out
 
     def table(self, table: str):
@@ -345,7 +348,7 @@ def corrections(store: "RunStore", *tables: str) -> list[Correction]:
     """The corrections made to rows of ``tables`` after they were recorded, grouped by table, what, by and reason."""
     groups: dict[tuple, int] = {}
     for table in tables:
-        for r in store.rows(table):
+        for r in store.rows(table, withdrawn=True):
             for what, by, reason in _correction_of(table, r):
                 groups[(table, what, by, reason)] = groups.get((table, what, by, reason), 0) + 1
     return [Correction(t, n, w, b, r) for (t, w, b, r), n in groups.items()]

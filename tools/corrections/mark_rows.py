@@ -11,7 +11,7 @@ tools/corrections/mark_rows.py (why)"). Each changed row gets the field ``correc
         --reason "device.sh named the run wrongly; same machine and code"     # rows of OTHER_RUN's table appended here
 
 A row that is not this run's (read on another machine, say) is withdrawn: ``--set withdrawn=true`` keeps it in the table,
-stamped, and the chapters' findings leave it out.
+stamped, and every reader of the run leaves it out (``RunStore.rows``; ``withdrawn=True`` reads it too).
 
 Values are JSON (``null``, ``true``, ``12.5``, ``"text"``); anything not JSON is a string. Rows that already carry the
 same correction are left alone (running it twice changes nothing). Prints what it changed.

@@ -76,8 +76,6 @@ def selection(store: RunStore) -> list[dict]:
     sites = store.rows("selection_sites")
     out = []
     for r in store.rows("selection"):
-        if r.get("withdrawn"):  # taken out of this run by a correction (tools/corrections/mark_rows.py), said under the table
-            continue
         d = r.get("decided_by") or {}
         conds = r.get("conditions") or []
         n_sites = len({s.get("where") for s in sites if s.get("engine") == r.get("engine") and s.get("version") == r.get("version")})

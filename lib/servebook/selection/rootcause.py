@@ -232,7 +232,7 @@ def cause_of(answer: dict) -> dict:
 
 def root_causes(store) -> list[dict]:
     """One record per what-if answer that chapter 02 stored (table ``selection``), newest per (engine, version, gpu, model)."""
-    rows = [r for r in store.rows("selection") if not r.get("withdrawn")] if "selection" in store.tables() else []
+    rows = store.rows("selection") if "selection" in store.tables() else []
     verdicts = {}
     if "engine_helpers" in store.tables():
         for h in store.rows("engine_helpers"):
