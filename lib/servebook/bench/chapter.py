@@ -773,7 +773,7 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     for t in measured_t[1:]:  # engines side by side: chapter 06's one comparison, each against the first engine measured
         ref = measured_t[0]
         lines.append(f"- {t['label']} against {ref['label']}, single stream: "
-                     f"{separated(t['single_tok_s'], t['single_ci95'], ref['single_tok_s'], ref['single_ci95'], starts=(t['starts'], ref['starts']))}"
+                     f"{separated(t['single_tok_s'], t['single_ci95'], ref['single_tok_s'], ref['single_ci95'], starts=(t['starts'], ref['starts']), of=t['label'] + ' vs ' + ref['label'], names=('single_vs_pct', 'single_vs_starts'))}"
                      + (f"; sweep peak {q('peak_tok_s', t['peak_tok_s'], ',.0f', of=t['label'])} tok/s at "
                         f"C={q('peak_c', t['peak_c'], 'd', of=t['label'])} against {q('peak_tok_s', ref['peak_tok_s'], ',.0f', of=ref['label'])} at "
                         f"C={q('peak_c', ref['peak_c'], 'd', of=ref['label'])} (one batch per level: no interval, so a difference there is a "

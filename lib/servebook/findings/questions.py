@@ -63,7 +63,7 @@ def _questions_01(store: RunStore) -> list[tuple[str, str]]:
                "No engine helper was recorded in this run (no engine could be asked)."))
     if (h.get("gpu_count") or 0) >= 2:
         qa.append(("How are the GPUs linked, and what does that predict for decode-time all-reduces under tensor parallelism?",
-                   f"{'/'.join(h['links']) or 'unknown'}" + (f", {h['p2p_gbs']:.0f} GB/s measured peer copies" if h.get("p2p_gbs") else "")
+                   f"{'/'.join(h['links']) or 'unknown'}" + (f", {q('p2p_gbs', h['p2p_gbs'], '.0f', of='max')} GB/s measured peer copies" if h.get("p2p_gbs") else "")
                    + ". Decode all-reduces are a few KB, so their cost is latency, not bandwidth: the link sets a floor of microseconds "
                    "per call, paid twice per layer per token (chapter 04 measures it)."))
     elif h.get("gpu"):

@@ -111,7 +111,7 @@ class Recompute:
         return self._computed[name]
 
     def want(self, name: str, of: str | None) -> Any:
-        return pick(QUANTITIES[name], self.values_of(name), of)
+        return pick(QUANTITIES[name], self.values_of(name), of, self.store)
 
     def problems(self, s: Stated) -> list[str]:
         """What ``check_render`` says about one tagged number: an unknown quantity, a text that is not its value

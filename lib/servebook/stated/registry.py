@@ -26,13 +26,15 @@ class Quantity:
     """A quantity the book states: how to recompute it, for which subjects, and on which chapter pages it must appear.
 
     ``compute(store)`` returns ``{of: value}`` (``of`` is None for a quantity with one subject); ``lookup(of)``, where
-    given, computes a subject that the run does not list (a reference figure named by its subject)."""
+    given, computes a subject that the run does not list (a reference figure named by its subject); ``lookup_in(store,
+    of)`` one that needs the run too (this run's figure against another run's)."""
 
     name: str
     what: str
     compute: Callable[[Any], dict]
     chapters: tuple[str, ...] = ()
     lookup: Callable[[str], Any] | None = None
+    lookup_in: Callable[[Any, str], Any] | None = None  # a subject computed from the run and ``of`` (another run named in it)
 
 
 def _tables_now(store) -> tuple:
@@ -385,6 +387,76 @@ def _s8_profile_capability(of: str):
         return MISSING
 
 
+# issue #28 item 4 (s9): helpers of the quantities in the block marked "(s9)" below
+def _s9_nvlink(store) -> dict:
+    links = {str(r.get("link")).strip() for r in store.rows("topology") if r.get("link")}
+    return {c: int(m.group(1)) for c in links if (m := re.fullmatch(r"NV(\d+)", c))}
+
+
+def _s9_p2p(field_: str) -> Callable[[Any], dict]:
+    def compute(store):
+        xs = [r[field_] for r in store.rows("p2p") if isinstance(r.get(field_), (int, float)) and r[field_]]
+        return {"min": min(xs), "max": max(xs)} if xs else {}
+    return compute
+
+
+def _s9_busy(store) -> dict:
+    from ..profile.tables import latest_breakdown
+
+    out: dict = {}
+    for r in latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs")):
+        if r["category"] != "gpu idle":
+            out[r["label"]] = out.get(r["label"], 0.0) + r["ms_per_step"]
+    return out
+
+
+def _s9_engine_difference(store) -> dict:
+    from ..profile.tables import engine_difference
+
+    return {f"{r['a']} | {r['b']} | {r['category']}": r["diff_ms"]
+            for r in engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))}
+
+
+def _s9_prediction_layers(store) -> dict:
+    out = {}
+    for p in store.rows("prediction_check"):
+        subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
+        out[f"{subject} | measured"], out[f"{subject} | full"] = p.get("layers_measured"), p.get("full_layers")
+    return out
+
+
+def _s9_pairs(values: dict, fn: Callable[[Any, Any], Any]) -> dict:
+    """``fn(a, b)`` for every ordered pair of subjects, by ``"<a> vs <b>"``."""
+    return {f"{ka} vs {kb}": fn(va, vb) for ka, va in values.items() for kb, vb in values.items() if ka != kb}
+
+
+def _s9_pct(a, b):
+    return 100 * (a - b) / b if a is not None and b else None
+
+
+def _s9_backend_vs_starts(store) -> dict:
+    from ..findings.intervals import starts_of
+
+    return _s9_pairs(_s8_rows(store), lambda a, b: min(starts_of(a), starts_of(b)))
+
+
+def _s9_other_vs(fn: Callable[[float, float], Any]) -> Callable[[Any, str], Any]:
+    """Another run's single-stream rate against this run's: ``of`` is ``"<run directory> | <its label> vs <this run's
+    label>"`` (chapter 06's comparison with ``compare_with``); both rates recomputed from their runs' tables."""
+    def lookup(store, of: str):
+        head, sep, mine = (of or "").rpartition(" vs ")
+        other = _s8_other_run("single_tok_s")(head) if sep else MISSING
+        here = (_throughput(store).get(mine) or {}).get("single_tok_s")
+        return MISSING if other is MISSING or here is None else fn(other, here)
+    return lookup
+
+
+def _s9_default_method(store) -> dict:
+    from ..findings.methods import default_methods, method_figures
+
+    return method_figures(default_methods(store))
+
+
 _SEED = {"seed_loss": lambda store: {None: seed_case()["loss"]},
          "seed_tok_s": lambda store: dict(seed_case()["single_stream_tok_s"])}
 
@@ -595,20 +667,47 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {}, lookup=_s8_other_run("single_tok_s")),
     Quantity("other_run_single_ci95", "its 95% half-width (run | label)", lambda store: {}, lookup=_s8_other_run("single_ci95")),
     # end of shared sayers, 01, 06 (s8)
+    # issue #28 item 4 (s9): the prose figures tagged last
+    Quantity("default_method", "chapters 03 and 05's measurement of an engine's default, item by item (engine | what | 03 or 05; "
+             "engine | change %): servebook.findings.method_figures", _s9_default_method),
+    Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
+             _s9_nvlink),
+    Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
+             _s9_p2p("bandwidth_gbs")),
+    Quantity("p2p_latency_us", "measured small-copy latency (us) over those pairs (min, max; table p2p)", _s9_p2p("latency_us")),
+    Quantity("profile_layers", "decoder layers of one profiled server's model (label)", _per(_profiles, "layers")),
+    Quantity("profile_busy_ms", "GPU time of one profiled server's decode step: its categories but idle, summed (label)",
+             _s9_busy),
+    Quantity("profile_diff_ms", "SGLang's ms per step of one category minus vLLM's on the same model (a | b | category; "
+             "profile.tables.engine_difference)", _s9_engine_difference),
+    Quantity("prediction_layers", "slice depths a full-model prediction is made from (subject | measured) and the full "
+             "model's layers (subject | full)", _s9_prediction_layers),
+    Quantity("backend_vs_pct", "one forced start's rate against another's (not its default: eager against graph), signed % "
+             "(A vs B, each engine | attention | mode)", lambda store: _s9_pairs(__import__("servebook.backends_figures", fromlist=["x"])
+                                                                              .rates(store), _s9_pct)),
+    Quantity("backend_vs_starts", "server starts that comparison covers (the fewer of the two; A vs B)", _s9_backend_vs_starts),
+    Quantity("single_vs_pct", "one configuration's single-stream rate against another's of the same run, signed % (label vs label)",
+             lambda store: _s9_pairs(_per(_throughput, "single_tok_s")(store), _s9_pct)),
+    Quantity("single_vs_starts", "server starts that comparison covers (the fewer of the two; label vs label)",
+             lambda store: _s9_pairs(_per(_throughput, lambda t: int(t.get("starts") or 1))(store), min)),
+    Quantity("other_run_vs_pct", "another run's single-stream rate against this run's, signed % (run | label vs label)",
+             lambda store: {}, lookup_in=_s9_other_vs(_s9_pct)),
+    Quantity("other_run_ratio", "another run's single-stream rate over this run's (run | label vs label)",
+             lambda store: {}, lookup_in=_s9_other_vs(lambda a, b: a / b)),
 ]}
 
 
 def expected(store, name: str, of: str | None = None) -> Any:
     """The quantity ``name`` (of ``of``) recomputed from the run's tables, or ``MISSING``."""
-    return pick(QUANTITIES[name], QUANTITIES[name].compute(store), of)
+    return pick(QUANTITIES[name], QUANTITIES[name].compute(store), of, store)
 
 
-def pick(quantity: Quantity, values: dict, of: str | None) -> Any:
+def pick(quantity: Quantity, values: dict, of: str | None, store=None) -> Any:
     """``of``'s value among a quantity's computed ``values`` (or its lookup), or ``MISSING``."""
     if of in values and plain(values[of]) is not None:
         return plain(values[of])
-    if quantity.lookup is not None:
-        value = quantity.lookup(of)
+    if quantity.lookup is not None or (quantity.lookup_in is not None and store is not None):
+        value = quantity.lookup(of) if quantity.lookup is not None else quantity.lookup_in(store, of)
         return MISSING if value is MISSING or value is None else plain(value)
     return MISSING
 
