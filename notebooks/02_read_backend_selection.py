@@ -17,7 +17,7 @@
 # for another GPU family, and the seed took that fallback for the cause of its slower decode (the seed's suspicion, and
 # what the gap was: the cell below). This chapter reads the engine's code (statically, with Python's AST) and runs it
 # (the engine's own resolution, with the GPU faked from a hardware profile), for this host and for GPUs we do not have.
-# Its finding, from both engines' own code: vLLM falls back to a Triton MLA kernel on 12.0 as well, so the backend
+# Its finding, from both engines' own code: vLLM falls back to a Triton MLA kernel on capability 12.0 as well, so the backend
 # choice alone does not explain the gap between them.
 
 # %% tags=["parameters"]

@@ -166,7 +166,7 @@ def _engine_lines(store, name: str, t, b: dict) -> list[str]:
     lines = [f"**{name}**: {q('backend_starts', b.get('tried', len(t)), 'd', of=f'{name} | tried')} starts tried; "
              f"{q('backend_starts', b.get('correct', 0), 'd', of=f'{name} | correct')} of them in {mode or 'no'} mode (the mode "
              "compared, and the count chapter 06's table gives) served output that agrees with the default backend and was timed"
-             + (f"; {other} more served it in another mode." if other else ".")]
+             + (f"; {q('backend_starts', other, 'd', of=f'{name} | other modes')} more served it in another mode." if other else ".")]
     if b.get("correct") and b.get("default_tok_s") is not None:
         lines.append(f"- The answer (chapter 06 states the same): {say_backends(b)} Each start against the default:")
     autos = {}
@@ -186,7 +186,7 @@ def _engine_lines(store, name: str, t, b: dict) -> list[str]:
     earlier = fig.earlier_attempts(store, name)
     for r in rows:
         if r.get("outcome") != "ok":
-            lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {_whole(r.get('error'))}"
+            lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {_error_of(r)}"
                          + (f" (an earlier attempt in this run was recorded otherwise: {earlier[r['attention']]})"
                             if r["attention"] in earlier else ""))
     ran = fig.default_ran_as(store, name)
@@ -211,21 +211,32 @@ def found_lines(store, names: list[str], table) -> str:
         if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
             later = len(table) and ((table["engine"] == f["engine"]) & (table["recorded_at"].astype(str) > str(f.get("recorded_at")))).any()
             lines.append(f"- **{f['engine']}**: " + ("an earlier sweep of this run stopped (measured again later: the rows above): "
-                                                     if later else "the sweep stopped: ") + _whole(f["error"]))
+                                                     if later else "the sweep stopped: ") + _failure_of(f))
         elif str(f.get("step", "")).startswith("chapter 03_"):
-            lines.append(f"- An execution of this chapter stopped in this run: {_whole(f['error'])}")
+            lines.append(f"- An execution of this chapter stopped in this run: {_failure_of(f)}")
     if default_methods(store):  # chapter 05 measured the default too: the same way, or not
         lines.append(say_default_methods(default_methods(store)))
     lines += _asked_not_reached(store, names, table)
     skipped = [(n, x) for n in names for x in fig.not_run(store, n)]
     if skipped:
-        lines.append("- Not run here: " + ", ".join(f"{n} {x['attention']} ({x['reason']})" for n, x in skipped) + ".")
+        lines.append("- Not run here: " + ", ".join(f"{n} {x['attention']} ({q('not_run_reason', x['reason'], of=n + ' | ' + x['attention'])})"
+                                                for n, x in skipped) + ".")
     return "\n".join(lines) or "No backend ran."
 
 
 def _whole(text) -> str:
     """A recorded error as the page states it: whole (a long one is still one line), never cut mid-word."""
     return " ".join(str(text).split())
+
+
+def _error_of(r: dict) -> str:
+    """A start's recorded error, whole and tagged as the text of its row (``backend_error``, recomputed from the table)."""
+    return q("backend_error", _whole(r.get("error")), of=f"{fig.row_key(r)} | {r.get('recorded_at')}")
+
+
+def _failure_of(f: dict) -> str:
+    """A row of ``failures``, whole and tagged as that row's text (``failure_text``)."""
+    return q("failure_text", _whole(f.get("error")), of=f"{f.get('step')} | {f.get('recorded_at')}")
 
 
 def _asked_not_reached(store, names: list[str], table) -> list[str]:

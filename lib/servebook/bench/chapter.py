@@ -128,26 +128,26 @@ def ceiling_sentence(v: dict) -> str:
     from ..stated import q
 
     if not v["compared"]:
-        return f"Not compared in this run: {v['reason']}."
+        return f"Not compared in this run: {v['reason_tagged']}."
     rates = ", ".join(f"{k} {q('client_ceiling_tok_s', t, ',.0f', of=k)}" for k, t in v["ceilings"].items())
     out = f"Client ceilings against the fake server: {rates} tok/s."
     if not v["bench_serving_measured"]:
-        return f"{out} {v['reason']}: this run does not decide whether the hand-written transport is justified."
+        return f"{out} {v['reason_tagged']}: this run does not decide whether the hand-written transport is justified."
     for k in ("servebook", "httpx"):
         if v["ratios"][k] is not None:
             out += (f" At its best level {k}'s is {q('ceiling_ratio', v['ratios'][k], '.1f', of=k)}x bench_serving's "
                     f"({'above' if v['reaches'][k] else 'below'} the goal of {q('ceiling_goal', v['goal'], 'g')}x).")
     r = v["decided_in"] or {}
     if r.get("servebook_ratio") and r.get("httpx_ratio"):
-        out += (f" The verdict is taken where engines stream, one token per network read ({r['events_per_write']} event per "
+        out += (f" The verdict is taken where engines stream, one token per network read ({q('method_constant', r['events_per_write'], 'd', of='ceiling_engine_regime')} event per "
                 f"write): there servebook's is {q('ceiling_ratio_decided', r['servebook_ratio'], '.2f', of='servebook')}x and httpx's "
                 f"{q('ceiling_ratio_decided', r['httpx_ratio'], '.2f', of='httpx')}x, their cores "
                 f"{q('ceiling_busy_decided', r['servebook_busy'], '.0%', of='servebook')} and "
                 f"{q('ceiling_busy_decided', r['httpx_busy'], '.0%', of='httpx')} busy.")
     if v["justified"] is None:
-        return f"{out} Not decided here: {v['reason']}."
+        return f"{out} Not decided here: {v['reason_tagged']}."
     return (f"{out} The hand-written transport is {q('fast_path_justified', v['justified'], 'justified|not justified')} on "
-            f"this host: {v['reason']}.")
+            f"this host: {v['reason_tagged']}.")
 
 
 # -- measuring (a live host) ------------------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def say_sweep_stops(store) -> list[str]:
         lines.append(f"- {lab}: the sweep ran C = {q('sweep_levels', s['levels'], of=lab)} with "
                      f"{q('sweep_requests_per_c', s['requests_per_level_x_C'], of=lab)} x C requests per level"
                      + (", each level warmed first" if s["warmed_levels"] else "") + "; it stopped on "
-                     f"{q('sweep_stopped_by', s['stopped_by'], of=lab)}: {s['why']}.")
+                     f"{q('sweep_stopped_by', s['stopped_by'], of=lab)}: {q('sweep_stop_why', s['why'], of=lab)}.")
     return lines
 
 
@@ -625,17 +625,22 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
         avg = roofline.card_bytes_per_token(card)      # cross-check: active parameters x the checkpoint's average bytes/param
         prof = load_profile(seed_profile)
         bound = card_roofline(seed_model, seed_tp, seed_profile)
+        # (label, latency, the reference grid's setting it was measured under: the subject of the tagged figures); the label
+        # is stored plain in bench_roofline, and shown with its latency tagged (``tagged``)
         if seed_allreduce_us > 0:
-            latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us)]
+            latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us, None)]
+            tagged = [latencies[0][0]]
         else:
             ref_nccl = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
-            latencies = [(f"{ref_nccl['default_us']:.1f} us, NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)",
-                          ref_nccl["default_us"])] if ref_nccl.get("default_us") else []
+            where = [(ref_nccl.get("default_us"), "default", f"NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)")]
             if ref_nccl.get("setting") not in (None, "default") and ref_nccl.get("best_us"):
-                latencies.append((f"{ref_nccl['best_us']:.1f} us, `{ref_nccl['setting']}` measured there", ref_nccl["best_us"]))
+                where.append((ref_nccl["best_us"], ref_nccl["setting"], f"`{ref_nccl['setting']}` measured there"))
+            latencies = [(f"{us:.1f} us, {what}", us, setting) for us, setting, what in where if us]
+            tagged = [f"{q('ref_allreduce_us', us, '.1f', of=setting)} us, {what}" for us, setting, what in where if us]
         n_ar = roofline.allreduces_per_token(card)
         floors = [(label, roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp, allreduce_us=us,
-                                                   allreduces_per_token=n_ar)) for label, us in latencies]
+                                                   allreduces_per_token=n_ar)) for label, us, _ in latencies]
+        settings = [setting for _, _, setting in latencies]
         seed_roof = floors[0][1] if floors else roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp,
                                                                          allreduce_us=0.0, allreduces_per_token=n_ar)
         reported = ({k.strip(): float(v) for k, v in (kv.split(":") for kv in seed_reported_tok_s.split(",") if ":" in kv)}
@@ -655,18 +660,31 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
                     store.append("bench_breakdown", {"label": row["case"], **part})
             out["rows"].append(row)
         crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
-        out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us)
+        out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us, latency_labels=tagged)
+        sub = bound["subject"]  # every figure below tagged: recomputed from data/models, data/hardware and the reference run
+
+        def card(field: str, value, fmt: str) -> str:
+            return q("card_fact", value, fmt, of=f"{seed_model} | {field}")
+
+        def floor(setting, field: str, value, fmt: str) -> str:
+            return q("seed_floor", value, fmt, of=f"{sub} | {setting} | {field}") if setting else format(value, fmt)
+
         out["lines"] = [
-            f"- {seed_model}: {arch['active_params'] / 1e9:.1f}B active parameters, {arch['bytes_per_token'] / 1e9:.1f} GB read per token "
-            f"(the card's average {avg['bytes_per_param']} B/param would say {avg['bytes_per_token'] / 1e9:.1f} GB: it undercounts the BF16 "
-            "attention and shared experts).",
-            f"- Bandwidth alone: at most {q('card_roofline_tok_s', bound['tok_s'], ',.0f', of=bound['subject'])} tok/s "
-            f"({bound['bytes_per_token'] / 1e9:.1f} GB per token over {seed_tp} GPUs at {bound['bandwidth_tbs']} TB/s each; "
+            f"- {seed_model}: {card('active_params_b', arch['active_params'] / 1e9, '.1f')}B active parameters, "
+            f"{card('gb_per_token', arch['bytes_per_token'] / 1e9, '.1f')} GB read per token (the card's average "
+            f"{card('avg_bytes_per_param', avg['bytes_per_param'], '')} B/param would say "
+            f"{card('avg_gb_per_token', avg['bytes_per_token'] / 1e9, '.1f')} GB: it undercounts the BF16 attention and shared experts).",
+            f"- Bandwidth alone: at most {q('card_roofline_tok_s', bound['tok_s'], ',.0f', of=sub)} tok/s "
+            f"({floor('default', 'gb_per_token', bound['bytes_per_token'] / 1e9, '.1f')} GB per token over "
+            f"{floor('default', 'gpus', seed_tp, 'd')} GPUs at {floor('default', 'bandwidth_tbs', bound['bandwidth_tbs'], '')} TB/s each; "
             f"`data/models/{seed_model}.json` x `data/hardware/{seed_profile}.json`).",
-            *[f"- With the communication floor, {n_ar} all-reduces per token at {label}: at most {r['tok_s']:,.0f} tok/s "
-              f"({r['t_comm_ms']:.2f} ms of all-reduce per token beside {r['t_mem_ms']:.2f} ms of memory time)." for label, r in floors],
-            f"- The two floors are equal at {crossover_us:.1f} us per all-reduce: above that latency, all-reduce is the larger part of the "
-            "limit. The seed's GPUs talk over PCIe, whose latency only chapter 04 run on that host measures.",
+            *[f"- With the communication floor, {card('allreduces_per_token', n_ar, 'd')} all-reduces per token at {label}: at most "
+              f"{floor(st, 'tok_s', r['tok_s'], ',.0f')} tok/s ({floor(st, 't_comm_ms', r['t_comm_ms'], '.2f')} ms of all-reduce per "
+              f"token beside {floor(st, 't_mem_ms', r['t_mem_ms'], '.2f')} ms of memory time)."
+              for label, (_, r), st in zip(tagged, floors, settings)],
+            f"- The two floors are equal at {floor(settings[0] if settings else None, 'crossover_us', crossover_us, '.1f')} us per "
+            "all-reduce: above that latency, all-reduce is the larger part of the limit. The seed's GPUs talk over PCIe, whose "
+            "latency only chapter 04 run on that host measures.",
         ]
     except ServebookError as exc:
         store.record_failure("seed roofline", exc)
@@ -704,21 +722,29 @@ def _at(label, c) -> str:
 def _remeasured_lines(again) -> list[str]:
     import pandas as pd
 
+    from ..stated import q
+    from .runs import remeasured_subject
+
+    def t(r, field: str, fmt: str = "") -> str:  # recomputed by the registry from the same bench.remeasured
+        value = r["after"] / r["before"] if field == "ratio" else r[field]
+        return q("remeasured", value, fmt, of=remeasured_subject(r, field))
+
     lines = []
     for label, g in pd.DataFrame(again).groupby("label", sort=False) if again else []:  # what measuring again changed
         single, sweep = g[g["phase"] == "single"], g[g["phase"] == "sweep"].sort_values("concurrency")
         if len(single):
             r = single.iloc[-1]
-            lines.append(f"- {label}: single stream measured again with {r['after_method']} (before: {r['before_method']}): "
-                         f"{r['before']:,.0f} -> {r['after']:,.0f} tok/s.")
+            lines.append(f"- {label}: single stream measured again with {t(r, 'after_method')} (before: {t(r, 'before_method')}): "
+                         f"{t(r, 'before', ',.0f')} -> {t(r, 'after', ',.0f')} tok/s.")
         if len(sweep):
             fell = [r for _, r in sweep.iterrows() if r["fell"]]  # bench.remeasured: sweep_stalls' rule, both times
-            levels = ", ".join(f"C={int(r['concurrency'])} {r['before']:,.0f} -> {r['after']:,.0f}" for _, r in sweep.iterrows()
+            levels = ", ".join(f"C={int(r['concurrency'])} {t(r, 'before', ',.0f')} -> {t(r, 'after', ',.0f')}" for _, r in sweep.iterrows()
                                if pd.notna(r["before"]) and pd.notna(r["after"]))
-            text = f"- {label}: sweep measured again with {sweep.iloc[-1]['after_method']} (before: {sweep.iloc[-1]['before_method']}), tok/s: {levels}."
+            last = sweep.iloc[-1]
+            text = f"- {label}: sweep measured again with {t(last, 'after_method')} (before: {t(last, 'before_method')}), tok/s: {levels}."
             for r in fell:
                 text += (f" The fall at C={int(r['concurrency'])} " + (
-                    ("did not recur once the level was warmed first, a " + f"{r['after'] / r['before']:.1f}x change: it was a first-use "
+                    ("did not recur once the level was warmed first, a " + f"{t(r, 'ratio', '.1f')}x change: it was a first-use "
                      "cost at that concurrency, not saturation (which kernel or cache paid it is not measured here)."
                      if r["after"] >= 3 * r["before"] else
                      "did not recur once the level was warmed first: consistent with a first-use cost, a hypothesis only (one batch "
@@ -818,9 +844,11 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
             lines.append(f"- {label}: no request of the concurrency sweep succeeded ({int(g['failed'].sum())} failed).")
     for row in seed["rows"]:
         pct_comm = 100 * row["measured_tok_s"] / row["roofline_with_comm_tok_s"]
-        lines.append(f"- {row['case']}: {row['measured_tok_s']:.1f} tok/s is {q('seed_pct_of_roofline', row['pct_of_roofline'], '.1f', of=row['case'])}% "
-                     f"of its bandwidth roofline ({row['roofline_tok_s']:,.0f} tok/s); with the communication floor at "
-                     f"{row['allreduce_source'] or 'no latency'}, {q('seed_pct_of_comm_roofline', pct_comm, '.1f', of=row['case'])}% of "
+        source = (seed.get("latency_labels") or [None])[0] or row["allreduce_source"] or "no latency"  # its latency tagged
+        lines.append(f"- {row['case']}: {q('seed_reported_tok_s', row['measured_tok_s'], '.1f', of=row['case'])} tok/s is "
+                     f"{q('seed_pct_of_roofline', row['pct_of_roofline'], '.1f', of=row['case'])}% "
+                     f"of its bandwidth roofline ({q('seed_row_roofline_tok_s', row['roofline_tok_s'], ',.0f', of=row['case'])} tok/s); "
+                     f"with the communication floor at {source}, {q('seed_pct_of_comm_roofline', pct_comm, '.1f', of=row['case'])}% of "
                      f"{q('seed_comm_roofline_tok_s', row['roofline_with_comm_tok_s'], ',.0f', of=row['case'])} tok/s.")
     lines += say_breakdown(store)
     cc, _ = client_check(store)
@@ -897,10 +925,10 @@ def _transport_answer(v: dict) -> str:
     goal = q("ceiling_goal", v["goal"], "g")
     head = f"Only a measurement keeps it: its ceiling must be at least {goal}x sglang.bench_serving's while a library client's is not."
     if v["justified"] is None or not r.get("servebook_ratio") or not r.get("httpx_ratio"):
-        return f"{head} Not decided in this run: {v['reason']}."
+        return f"{head} Not decided in this run: {v['reason_tagged']}."
     sb = q("ceiling_ratio_decided", r["servebook_ratio"], ".2f", of="servebook")
     hx = q("ceiling_ratio_decided", r["httpx_ratio"], ".2f", of="httpx")
-    reading = (f"{head} At one event per write, as engines stream, servebook's is {sb}x and httpx's {hx}x: "
+    reading = (f"{head} At {q('method_constant', r.get('events_per_write'), 'd', of='ceiling_engine_regime')} event per write, as engines stream, servebook's is {sb}x and httpx's {hx}x: "
                f"the hand-written transport is {q('fast_path_justified', v['justified'], 'justified|not justified')} here. ")
     if v["justified"]:
         return reading + "httpx does not reach the goal at that level; where it does, the library client should replace servebook's own."

@@ -156,11 +156,14 @@ def _backend_claims(f: Findings) -> list[Claim]:
             why = (f": the 95% intervals over {n_s} server starts overlap{ties}, no difference beyond the restart spread"
                    if n_starts >= 2 else f" ({ONE_START}): the 95% intervals {'overlap' + ties if b.get('ties') else 'cover one server start'}")
             c.append(Claim("03", best + f"{why}, so no change of backend is supported", H_SWEEP, False))
-        for x in b["failed"]:
-            c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({str(x.get('error'))[:160]})", H_BACKENDS_FOUND, False))
+        for x in b["failed"]:  # the recorded error whole, tagged as its row's text (chapter 03 states it so too)
+            err = q("backend_error", " ".join(str(x.get("error")).split()), of=f"{x['key']} | {x.get('recorded_at')}") if x.get("key") \
+                else str(x.get("error"))[:160]
+            c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({err})", H_BACKENDS_FOUND, False))
         if b["not_run"]:
-            c.append(Claim("03", f"{b['engine']}: not run here: " + ", ".join(f"`{x['attention']}` ({x['reason']})" for x in b["not_run"]),
-                           H_BACKENDS_FOUND, False))
+            c.append(Claim("03", f"{b['engine']}: not run here: " + ", ".join(
+                f"`{x['attention']}` ({q('not_run_reason', x['reason'], of=b['engine'] + ' | ' + x['attention'])})" for x in b["not_run"]),
+                H_BACKENDS_FOUND, False))
     if not f.backends:
         c.append(Claim("03", "No backend was forced in this run", H_BACKENDS_FOUND, False))
     return c

@@ -111,8 +111,8 @@ def backends(store: RunStore) -> list[dict]:
             if any(r.get("attention") == "auto" for r in same):
                 ok = same
                 break
-        failed = [{"attention": r.get("attention"), "outcome": r.get("outcome"), "error": r.get("error")} for r in mine
-                  if r.get("outcome") != "ok"]
+        failed = [{"attention": r.get("attention"), "outcome": r.get("outcome"), "error": r.get("error"), "key": row_key(r),
+                   "recorded_at": r.get("recorded_at")} for r in mine if r.get("outcome") != "ok"]
         item: dict[str, Any] = {"engine": eng, "version": next((r.get("engine_version") for r in mine if r.get("engine_version")), None),
                                 "tried": len(mine), "correct": len(ok), "failed": failed,
                                 "not_run": not_run_of(store, eng)}  # each backend once; none that ran

@@ -343,7 +343,10 @@ def _s8_default_starts(store) -> dict:
 def _s8_method(store) -> dict:
     from .. import agreement
 
-    return {"agreement_tolerance_nats": agreement.TOLERANCE, "agreement_min_pct": 100 * agreement.MIN_AGREEMENT}
+    from ..bench import ceiling
+
+    return {"agreement_tolerance_nats": agreement.TOLERANCE, "agreement_min_pct": 100 * agreement.MIN_AGREEMENT,
+            "ceiling_engine_regime": ceiling.ENGINE_REGIME, "ceiling_bound_at": ceiling.BOUND_AT}
 
 
 def _s8_tolerance(store) -> dict:
@@ -388,6 +391,94 @@ def _s8_profile_capability(of: str):
 
 
 # issue #28 item 4 (s9): helpers of the quantities in the block marked "(s9)" below
+def _s9_backend_errors(store) -> dict:
+    from ..backends_figures import row_key
+
+    return {f"{row_key(r)} | {r.get('recorded_at')}": " ".join(str(r.get("error")).split())
+            for r in store.rows("backends") if r.get("outcome") != "ok"}
+
+
+def _s9_not_run(store) -> dict:
+    from ..backends_figures import not_run
+
+    engines = {r.get("engine") for r in store.rows("backends") + store.rows("backends_not_run") if r.get("engine")}
+    return {f"{e} | {x['attention']}": x["reason"] for e in sorted(engines) for x in not_run(store, e)}
+
+
+def _s9_other_modes(store) -> dict:
+    """Per engine, the ok starts in another mode than the one compared (``engine | other modes``): the mode compared is
+    the first of graph, default, eager where the default (auto) served correct output, as chapter 03's page counts it."""
+    out = {}
+    rows = store.rows("backends")
+    for e in {r.get("engine") for r in rows if r.get("engine")}:
+        mine = [r for r in rows if r.get("engine") == e]
+        auto = {r.get("mode") for r in mine if r.get("outcome") == "ok" and r.get("attention") == "auto"}
+        mode = next((m for m in ("graph", "default", "eager") if m in auto), None)
+        out[f"{e} | other modes"] = sum(1 for r in mine if r.get("outcome") == "ok" and r.get("mode") != mode)
+    return out
+
+
+def _s9_card_fact(of: str):
+    """A figure of a model card, from ``data/models`` (``"<model> | <field>"``): ``active_params_b``, ``gb_per_token``
+    (bytes counted layer by layer), ``avg_bytes_per_param`` and ``avg_gb_per_token`` (the checkpoint's average),
+    ``allreduces_per_token``."""
+    from .. import roofline
+
+    model, _, what = (of or "").partition(" | ")
+    try:
+        card = roofline.load_model_card(model)
+    except Exception:  # noqa: BLE001 - an unknown card: the page states something no data file gives
+        return MISSING
+    if what in ("active_params_b", "gb_per_token"):
+        arch = roofline.config_bytes_per_token(card)
+        return arch["active_params"] / 1e9 if what == "active_params_b" else arch["bytes_per_token"] / 1e9
+    if what in ("avg_bytes_per_param", "avg_gb_per_token"):
+        avg = roofline.card_bytes_per_token(card)
+        return avg["bytes_per_param"] if what == "avg_bytes_per_param" else avg["bytes_per_token"] / 1e9
+    return roofline.allreduces_per_token(card) if what == "allreduces_per_token" else MISSING
+
+
+def _s9_seed_floor(of: str):
+    """The seed case's limit with the communication floor at a latency of the reference NCCL run, from the data files
+    and that run (``"<model> on <tp>x <profile> | <setting> | <field>"``; the setting's latency is the reference grid's:
+    ``default`` or the setting it picks): ``tok_s``, ``t_comm_ms``, ``t_mem_ms``, ``crossover_us`` (the latency at
+    which the two floors are equal), and the bandwidth-only inputs ``gb_per_token``, ``bandwidth_tbs``, ``gpus``."""
+    from .. import roofline
+    from ..profiles import load_profile
+
+    m = re.fullmatch(r"(.+) on (\d+)x (.+?) \| (.+?) \| (\w+)", of or "")
+    if not m:
+        return MISSING
+    model, tp, profile, setting, what = m.group(1), int(m.group(2)), m.group(3), m.group(4), m.group(5)
+    try:
+        card = roofline.load_model_card(model)
+        bw = load_profile(profile)["memory_bandwidth_tbs"]
+    except Exception:  # noqa: BLE001 - an unknown card or profile
+        return MISSING
+    arch, n_ar = roofline.config_bytes_per_token(card), roofline.allreduces_per_token(card)
+    if what in ("gb_per_token", "bandwidth_tbs", "gpus"):
+        return {"gb_per_token": arch["bytes_per_token"] / 1e9, "bandwidth_tbs": bw, "gpus": tp}[what]
+    us = _ref_us(setting)
+    if us is None:
+        return MISSING
+    r = roofline.decode_roofline(arch["bytes_per_token"], bw, tp=tp, allreduce_us=us, allreduces_per_token=n_ar)
+    if what == "crossover_us":
+        return r["t_mem_ms"] * 1e3 / n_ar
+    return r.get(what, MISSING)
+
+
+def _s9_remeasured(store) -> dict:
+    from ..bench.runs import remeasured, remeasured_subject
+
+    out = {}
+    for r in remeasured(store.rows("bench_summary")):
+        for field_ in ("before", "after", "before_method", "after_method"):
+            out[remeasured_subject(r, field_)] = r.get(field_)
+        if plain(r.get("before")) and plain(r.get("after")) is not None:
+            out[remeasured_subject(r, "ratio")] = r["after"] / r["before"]
+    return out
+
+
 def _s9_nvlink(store) -> dict:
     links = {str(r.get("link")).strip() for r in store.rows("topology") if r.get("link")}
     return {c: int(m.group(1)) for c in links if (m := re.fullmatch(r"NV(\d+)", c))}
@@ -596,9 +687,9 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("backend_decode_positions", "decode positions one start's decode-path agreement counts",
              lambda store: __import__("servebook.backends_figures", fromlist=["x"]).decode_positions(store)),
     Quantity("backend_starts", "starts chapter 03 tried per engine (engine | tried) and those correct in the mode compared "
-             "(engine | correct), as chapter 06's table counts them",
-             lambda store: {f"{b['engine']} | {k}": b[k] for b in __import__("servebook.findings", fromlist=["x"]).backends(store)
-                            for k in ("tried", "correct")}),
+             "(engine | correct), as chapter 06's table counts them; ok starts in another mode (engine | other modes)",
+             lambda store: {**{f"{b['engine']} | {k}": b[k] for b in __import__("servebook.findings", fromlist=["x"]).backends(store)
+                               for k in ("tried", "correct")}, **_s9_other_modes(store)}),
     Quantity("plan_launches", "launches the what-if plans for chapter 03 on the real host",
              lambda store: __import__("servebook.backends_figures", fromlist=["x"]).plan_launches(store)),
     Quantity("allreduce_us_at", "this run's all-reduce latency (us) by setting | path | mode | bytes",
@@ -643,7 +734,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("compared_starts", "server starts a comparison with the default covers (the fewer of the two; engine | attention | mode)",
              _s8_compared_starts),
     Quantity("default_start_tok_s", "the default's rate in one server start (engine | start n)", _s8_default_starts),
-    Quantity("method_constant", "a constant of the method, read from the code (servebook.agreement.TOLERANCE, MIN_AGREEMENT)",
+    Quantity("method_constant", "a constant of the method, read from the code (servebook.agreement.TOLERANCE, MIN_AGREEMENT; "
+             "servebook.bench.ceiling.ENGINE_REGIME, BOUND_AT)",
              _s8_method),
     Quantity("engine_helpers_count", "engine helpers chapter 01 asked, judged against the hardware, and that disagreed",
              _s8_helpers),
@@ -670,6 +762,23 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     # issue #28 item 4 (s9): the prose figures tagged last
     Quantity("default_method", "chapters 03 and 05's measurement of an engine's default, item by item (engine | what | 03 or 05; "
              "engine | change %): servebook.findings.method_figures", _s9_default_method),
+    Quantity("sweep_stop_why", "why the sweep stopped, in the words its stop row recorded (bench_sweep_stops.reason) or the "
+             "time budget or last level (bench.figures.sweep_parameters)", _ch05_sweep_params("why")),
+    Quantity("backend_error", "a forced start's recorded error, whole (engine | attention | mode | recorded_at; table backends)",
+             _s9_backend_errors),
+    Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures)",
+             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(str(f.get("error")).split()) for f in store.rows("failures")}),
+    Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends_figures.not_run)", _s9_not_run),
+    Quantity("card_fact", "a model card's figure (model | active_params_b, gb_per_token, avg_bytes_per_param, avg_gb_per_token, "
+             "allreduces_per_token), from data/models", lambda store: {}, lookup=_s9_card_fact),
+    Quantity("seed_floor", "the seed case's limit with the communication floor at a latency of the reference NCCL run, and its "
+             "inputs (model on Nx profile | setting | field), from the data files and that run", lambda store: {}, lookup=_s9_seed_floor),
+    Quantity("seed_reported_tok_s", "seed case: the reported single-stream rate a bench_roofline row sets against its limits (case)",
+             _ch05_seed_rows(lambda r: r.get("measured_tok_s"))),
+    Quantity("seed_row_roofline_tok_s", "seed case: the bandwidth roofline (tok/s) of that row (case)",
+             _ch05_seed_rows(lambda r: r.get("roofline_tok_s"))),
+    Quantity("remeasured", "a measurement taken again with another method: its figure before and after, each method, and "
+             "after / before (label | phase | C=n | field; bench.runs.remeasured over bench_summary)", _s9_remeasured),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
              _s9_nvlink),
     Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",

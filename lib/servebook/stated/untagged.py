@@ -66,10 +66,14 @@ class Exception_:
 EXCEPTIONS: tuple[Exception_, ...] = (
     Exception_(r"\bbatch {N}\b|\bC ?= ?{N}\b(?! ?(?:tok|us|ms))", "a level's name (batch size, concurrency), not a measurement: "
                "its figures are tagged or tabled"),
-    Exception_(r"\b{N}% (?:t-)?(?:confidence )?interval|\b{N}% CI\b|\b{N}% t-", "the interval's definition (95%)"),
+    Exception_(r"\b{N}% (?:t-)?(?:confidence )?interval|\b{N}% CI\b|\b{N}% t-|\b{N}% half-width", "the interval's definition (95%)"),
     Exception_(r"^corrected: .*", "a correction's note (servebook.results.say_corrections): the count of rows that carry it and "
                "the reason recorded in those rows, quoted"),
-    Exception_(r"\bx{N}\b|\b{N}x (?=H200|H100|B200|RTX|GPU|A100)", "a host's GPU count as the host is named"),
+    Exception_(r"\bx{N}\b|\b{N}x (?=(?i:h200|h100|b200|rtx|gpu|a100))", "a host's GPU count as the host is named (a "
+               "GPU's name or a hardware profile's: 8x RTX PRO 6000, 8x rtx-pro-6000)"),
+    Exception_(r"\b(?:compute )?capability (?=\d{1,2}\.\d\b){N}(?!\.?\d)", "a compute capability written major.minor names a GPU "
+               "architecture (9.0 Hopper, 12.0 workstation Blackwell), as sm_90 does: an identifier, not a measurement; this "
+               "host's is tagged (host_capability)"),
 )
 
 @lru_cache(maxsize=None)
