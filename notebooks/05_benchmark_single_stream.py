@@ -319,7 +319,7 @@ ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single
 # Shares of one served token's time; a negative "unexplained" share means the parts overlap (e.g. the server computes while streaming).
 #
 # ### The seed case on paper
-# Kimi-K2.5 (INT4) with TP=8 on RTX PRO 6000, from data files only: the bandwidth bound (the card's bytes per token
+# Kimi-K2.5 (INT4) on the seed's RTX PRO 6000 GPUs (as many as its file says), from data files only: the bandwidth bound (the card's bytes per token
 # over the profile's bandwidth; the what-if book states the same figure), then with the communication floor added
 # (two all-reduces per layer, at a latency measured elsewhere or assumed: each line says which).
 

@@ -252,7 +252,8 @@ def _asked_not_reached(store, names: list[str], table) -> list[str]:
         if p.get("ok"):
             pending.append(f"{key[0]} {key[1]}")
         else:
-            refused.append(f"{key[0]} {key[1]} ({str(p.get('reason') or p.get('error') or 'refused')})")
+            why = q("preflight_reason", str(p.get("reason") or p.get("error") or "refused"), of=f"{key[0]} | {key[1]} | {p.get('recorded_at')}")
+            refused.append(f"{key[0]} {key[1]} ({why})")
     out = []
     if refused:
         out.append("- Refused by the engine's own validation before any start: " + ", ".join(dict.fromkeys(refused)) + ".")

@@ -462,8 +462,10 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
                                identity=("case",), legacy=lambda r: stands(r, lambda x: 1e3 / x["measured_tok_s"]))
         if out["rows"]:
             r0 = out["rows"][0]
-            out["note"] = (f"Bandwidth for this run's roofline: **{r0['bandwidth_tbs'] * 1e3:,.1f} GB/s**, the "
-                           f"{r0['bandwidth_source']} (as recorded on the host).")
+            from ..stated import q
+
+            out["note"] = (f"Bandwidth for this run's roofline: **{q('roofline_bandwidth_gbs', r0['bandwidth_tbs'] * 1e3, ',.1f', of=r0['case'])} "
+                           f"GB/s**, the {r0['bandwidth_source']} (as recorded on the host).")
         return out
     if list(model_dir.glob("*.safetensors")):
         weights = roofline.weight_bytes(model_dir)
@@ -660,7 +662,8 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
                     store.append("bench_breakdown", {"label": row["case"], **part})
             out["rows"].append(row)
         crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
-        out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us, latency_labels=tagged)
+        out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us, latency_labels=tagged, subject=bound["subject"],
+                   model=seed_model)
         sub = bound["subject"]  # every figure below tagged: recomputed from data/models, data/hardware and the reference run
 
         def card(field: str, value, fmt: str) -> str:
@@ -763,8 +766,10 @@ def _client_check_line(cc) -> str:
         xs = r.get("servebook_runs") if isinstance(r.get("servebook_runs"), list) else []
         if r["servebook_spread"] <= 0.5 or len(xs) < 2:
             return ""
-        return (f" (servebook's runs {', '.join(f'{x:,.0f}' if x >= 100 else f'{x:.3g}' for x in xs)}: its run after bench_serving's is "
-                f"{(xs[-1] - r['bench_serving']) / r['bench_serving']:+.1%}; hypothesis: its first run, at a concurrency the server had "
+        at = f"{r['label']} | {r['metric']} | C={int(r['concurrency'])}"
+        return (f" (servebook's runs {', '.join(q('client_check_turn', x, ',.0f' if x >= 100 else '.3g', of=f'{at} | run {i}') for i, x in enumerate(xs, 1))}: "
+                f"its run after bench_serving's is "
+                f"{q('client_check_turn', (xs[-1] - r['bench_serving']) / r['bench_serving'], '+.1%', of=at + ' | last against bench_serving')}; hypothesis: its first run, at a concurrency the server had "
                 "not served since it started, paid a first-use cost like the first sweep's; the check now warms the server at its "
                 "concurrency first)")
     per = ", ".join(f"{m} " + " / ".join(
@@ -814,9 +819,12 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
                          "settled by more warm-up requests (`warmup`) and the same runs again.")
     stalls = sweep_stalls(m["summary_rows"], m["request_rows"])
     for st in stalls:
-        lines.append(f"- {st['label']}: throughput fell from {st['best_before_tok_s']:,.0f} tok/s at C={st['best_before_concurrency']} to "
-                     f"{st['throughput_tok_s']:,.0f} at C={st['concurrency']}; first tokens there took {st['ttft_median_s']:.2f} s "
-                     f"(median) and up to {st['ttft_max_s']:.2f} s, against {st['ttft_median_best_s']:.2f} s at C={st['best_before_concurrency']}. "
+        def s_(field: str, fmt: str) -> str:  # recomputed by the registry from the same bench.sweep_stalls
+            return q("sweep_stall", st[field], fmt, of=f"{st['label']} | C={st['concurrency']} | {field}")
+
+        lines.append(f"- {st['label']}: throughput fell from {s_('best_before_tok_s', ',.0f')} tok/s at C={st['best_before_concurrency']} to "
+                     f"{s_('throughput_tok_s', ',.0f')} at C={st['concurrency']}; first tokens there took {s_('ttft_median_s', '.2f')} s "
+                     f"(median) and up to {s_('ttft_max_s', '.2f')} s, against {s_('ttft_median_best_s', '.2f')} s at C={st['best_before_concurrency']}. "
                      + ("A saturated server holds its throughput and queues each request a little; this looks like a stall. "
                         "Hypothesis: kernels compiled on the first use of the new batch shape (not measured here); settled by the "
                         "same level measured again after a warm-up at that concurrency, which the sweep now does before every level "
@@ -832,8 +840,8 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
             lines.append(f"- {r['label']} at C={int(r['concurrency'])}: each user decoded at {q('sweep_per_user_tok_s', user, ',.0f', of=at)} "
                          f"tok/s, yet a request waited up to {q('sweep_ttft_server_p99_s', p99, '.2f', of=at)} s for its first token after "
                          f"it was sent (median {q('sweep_ttft_server_p50_ms', p50 * 1e3, '.0f', of=at)} ms), so the level's "
-                         f"{q('sweep_throughput_tok_s', r['throughput_tok_s'], ',.0f', of=at)} tok/s is well below {int(r['concurrency'])} "
-                         f"users at that rate ({r['concurrency'] * user:,.0f}): the waits, not decode, limit it, so this level is no "
+                         f"{q('sweep_throughput_tok_s', r['throughput_tok_s'], ',.0f', of=at)} tok/s is well below C={int(r['concurrency'])} "
+                         f"users at that rate ({q('sweep_all_users_tok_s', r['concurrency'] * user, ',.0f', of=at)}): the waits, not decode, limit it, so this level is no "
                          "saturation point. The cause is not settled by this run (a trace of the engine's scheduler at that level would).")
     for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if len(single_all) else []):
         errors = r.get("errors") if isinstance(r.get("errors"), list) else []
@@ -902,8 +910,11 @@ def check_yourself(m: dict, *, verdict: dict, ceiling_check_df, seed: dict, seed
     roof, rows = seed["roof"], seed["rows"]
     if roof is not None and rows:
         qa.append(("The seed case's limit: which floor dominates, memory or communication, and what would settle it?",
-                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on {seed_tp} GPUs; {seed['n_ar']} all-reduces take "
-                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at {rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
+                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on "
+                   f"{q('seed_floor', seed_tp, 'd', of=seed['subject'] + ' | default | gpus')} GPUs; "
+                   f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | allreduces_per_token')} all-reduces take "
+                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at "
+                   f"{(seed.get('latency_labels') or [None])[0] or rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
                    f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f') if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
                    "all-reduce (custom kernels, NCCL settings) matters more. Only chapter 04 on the seed's PCIe host measures its latency."))
     if verdict["bench_serving_measured"]:

@@ -344,9 +344,10 @@ def _s8_method(store) -> dict:
     from .. import agreement
 
     from ..bench import ceiling
+    from ..nccl.predict import NOISE
 
     return {"agreement_tolerance_nats": agreement.TOLERANCE, "agreement_min_pct": 100 * agreement.MIN_AGREEMENT,
-            "ceiling_engine_regime": ceiling.ENGINE_REGIME, "ceiling_bound_at": ceiling.BOUND_AT}
+            "ceiling_engine_regime": ceiling.ENGINE_REGIME, "ceiling_bound_at": ceiling.BOUND_AT, "nccl_noise_pct": 100 * NOISE}
 
 
 def _s8_tolerance(store) -> dict:
@@ -476,6 +477,48 @@ def _s9_remeasured(store) -> dict:
             out[remeasured_subject(r, field_)] = r.get(field_)
         if plain(r.get("before")) and plain(r.get("after")) is not None:
             out[remeasured_subject(r, "ratio")] = r["after"] / r["before"]
+    return out
+
+
+def _s9_all_users(store) -> dict:
+    out = {}
+    for r in _ch05_current(store):
+        if r.get("phase") == "sweep" and plain(r.get("per_user_tok_s")) is not None:
+            out.setdefault(f"{r['label']} | C={int(r['concurrency'])}", r["concurrency"] * r["per_user_tok_s"])
+    return out
+
+
+def _s9_client_turns(store) -> dict:
+    last = {}
+    for r in store.rows("bench_client_check"):
+        last[(r["label"], r["metric"], int(r["concurrency"]))] = r
+    out = {}
+    for (lab, m, c), r in last.items():
+        xs = r.get("servebook_runs") if isinstance(r.get("servebook_runs"), list) else []
+        at = f"{lab} | {m} | C={c}"
+        out.update({f"{at} | run {i}": x for i, x in enumerate(xs, 1)})
+        if xs and r.get("bench_serving"):
+            out[f"{at} | last against bench_serving"] = (xs[-1] - r["bench_serving"]) / r["bench_serving"]
+    return out
+
+
+def _s9_nccl_facts(store) -> dict:
+    n = _nccl(store)
+    out = {k: v for k, v in n.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    ru = n.get("runner_up") or {}
+    out.update({f"runner_up {k}": v for k, v in ru.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if ru.get("slower_at_batches"):
+        out["runner_up slower_at_batches"] = ", ".join(map(str, ru["slower_at_batches"]))
+    return out
+
+
+def _s9_stalls(store) -> dict:
+    from ..bench.runs import current, sweep_stalls
+
+    out = {}
+    for st in sweep_stalls(*current(store.rows("bench_summary"), store.rows("bench_requests"))):
+        out.update({f"{st['label']} | C={st['concurrency']} | {k}": v for k, v in st.items() if isinstance(v, (int, float))
+                    and not isinstance(v, bool)})
     return out
 
 
@@ -735,7 +778,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _s8_compared_starts),
     Quantity("default_start_tok_s", "the default's rate in one server start (engine | start n)", _s8_default_starts),
     Quantity("method_constant", "a constant of the method, read from the code (servebook.agreement.TOLERANCE, MIN_AGREEMENT; "
-             "servebook.bench.ceiling.ENGINE_REGIME, BOUND_AT)",
+             "servebook.bench.ceiling.ENGINE_REGIME, BOUND_AT; servebook.nccl.predict.NOISE)",
              _s8_method),
     Quantity("engine_helpers_count", "engine helpers chapter 01 asked, judged against the hardware, and that disagreed",
              _s8_helpers),
@@ -779,6 +822,21 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _ch05_seed_rows(lambda r: r.get("roofline_tok_s"))),
     Quantity("remeasured", "a measurement taken again with another method: its figure before and after, each method, and "
              "after / before (label | phase | C=n | field; bench.runs.remeasured over bench_summary)", _s9_remeasured),
+    Quantity("roofline_bandwidth_gbs", "the bandwidth (GB/s) a configuration's roofline row of this run was computed with (case; "
+             "bench_roofline, source measured here)", lambda store: {r["case"]: r["bandwidth_tbs"] * 1e3 for r in store.rows("bench_roofline")
+                                                                   if r.get("source") == "measured here" and plain(r.get("bandwidth_tbs")) is not None}),
+    Quantity("sweep_all_users_tok_s", "C users each at a sweep level's per-user rate: C x per_user_tok_s (label | C=n)", _s9_all_users),
+    Quantity("client_check_turn", "servebook's runs of a client-check metric (label | metric | C=n | run i) and its last run against "
+             "bench_serving's, relative (label | metric | C=n | last against bench_serving)", _s9_client_turns),
+    Quantity("preflight_reason", "why an engine's own validation refused a backend, as recorded (engine | attention | recorded_at; "
+             "table backends_preflight)", lambda store: {f"{p.get('engine')} | {p.get('attention')} | {p.get('recorded_at')}":
+                                                         str(p.get("reason") or p.get("error") or "refused")
+                                                         for p in store.rows("backends_preflight") if not p.get("ok")}),
+    Quantity("nccl_fact", "a figure of this run's all-reduce grid as chapter 06 reads it (servebook.findings.nccl): world_size, "
+             "settings, b1_bytes, default_us, best_us, layers, allreduces_per_token, default_ms_per_token, predicted_delta_ms, "
+             "reason (its words), runner_up us, runner_up delta_ms", _s9_nccl_facts),
+    Quantity("sweep_stall", "a sweep level whose throughput fell: its figures and the best level's before it (label | C=n | field; "
+             "bench.runs.sweep_stalls over the current bench_summary and bench_requests)", _s9_stalls),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
              _s9_nvlink),
     Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
