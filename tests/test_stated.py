@@ -587,6 +587,8 @@ def test_untagged_exceptions_are_narrow():
     assert untagged("A server streams 4 tokens per chunk every 40 ms and 7 more") == ["4", "40", "7"]
     assert untagged("well below C=4 users at that rate; C=8 12 us; C=2 3 ms") == ["12", "3"]
     assert untagged("C=4 us") == ["4"]
+    assert untagged("TP=2 and TP>1") == [] and untagged("TP 2, 3 GPUs") == ["2", "3"]
+    assert untagged("1. Where does the engine choose?") == [] and untagged("it took 4. Then 3 GPUs") == ["4", "3"]
 
 
 def test_the_default_measured_two_ways_is_tagged_and_recomputed():

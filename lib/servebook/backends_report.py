@@ -187,7 +187,8 @@ def _engine_lines(store, name: str, t, b: dict) -> list[str]:
     for r in rows:
         if r.get("outcome") != "ok":
             lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {_error_of(r)}"
-                         + (f" (an earlier attempt in this run was recorded otherwise: {earlier[r['attention']]})"
+                         + (f" (an earlier attempt in this run was recorded otherwise: "
+                            f"{q('earlier_attempt', earlier[r['attention']], of=name + ' | ' + r['attention'])})"
                             if r["attention"] in earlier else ""))
     ran = fig.default_ran_as(store, name)
     if ran:

@@ -819,7 +819,7 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
                          "settled by more warm-up requests (`warmup`) and the same runs again.")
     stalls = sweep_stalls(m["summary_rows"], m["request_rows"])
     for st in stalls:
-        def s_(field: str, fmt: str) -> str:  # recomputed by the registry from the same bench.sweep_stalls
+        def s_(field: str, fmt: str, st=st) -> str:  # recomputed by the registry from the same bench.sweep_stalls
             return q("sweep_stall", st[field], fmt, of=f"{st['label']} | C={st['concurrency']} | {field}")
 
         lines.append(f"- {st['label']}: throughput fell from {s_('best_before_tok_s', ',.0f')} tok/s at C={st['best_before_concurrency']} to "

@@ -176,7 +176,10 @@ def found_lines(store, seed_pair: dict | None, matrices: dict, diff: list[dict])
 
     found = say_selection(store)
     if seed_pair:
-        found.append(f"- Seed case, both engines (tensor parallel 8): {seed_pair['verdict']} Other decode-path settings each "
+        from ..stated import seed_case
+
+        found.append(f"- Seed case, both engines (tensor parallel {q('seed_tp', seed_case()['tp'], 'd')}): {seed_pair['verdict']} "
+                     "Other decode-path settings each "
                      "engine's code fixes, to measure: "
                      + "; ".join(f"{h['aspect']} (chapter {h['measure_in']})" for h in seed_pair["hypotheses"]) + ".")
     n_dis = figures.disagreement_count(store).get(None)

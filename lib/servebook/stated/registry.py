@@ -344,10 +344,11 @@ def _s8_method(store) -> dict:
     from .. import agreement
 
     from ..bench import ceiling
-    from ..nccl.predict import NOISE
+    from ..nccl.predict import FIDELITY, NOISE
 
     return {"agreement_tolerance_nats": agreement.TOLERANCE, "agreement_min_pct": 100 * agreement.MIN_AGREEMENT,
-            "ceiling_engine_regime": ceiling.ENGINE_REGIME, "ceiling_bound_at": ceiling.BOUND_AT, "nccl_noise_pct": 100 * NOISE}
+            "ceiling_engine_regime": ceiling.ENGINE_REGIME, "ceiling_bound_at": ceiling.BOUND_AT, "nccl_noise_pct": 100 * NOISE,
+            "nccl_fidelity_pct": 100 * FIDELITY}
 
 
 def _s8_tolerance(store) -> dict:
@@ -520,6 +521,13 @@ def _s9_stalls(store) -> dict:
         out.update({f"{st['label']} | C={st['concurrency']} | {k}": v for k, v in st.items() if isinstance(v, (int, float))
                     and not isinstance(v, bool)})
     return out
+
+
+def _s9_earlier(store) -> dict:
+    from ..backends_figures import earlier_attempts
+
+    engines = {r.get("engine") for r in store.rows("backends") if r.get("engine")}
+    return {f"{e} | {a}": why for e in sorted(engines) for a, why in earlier_attempts(store, e).items()}
 
 
 def _s9_nvlink(store) -> dict:
@@ -837,6 +845,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              "reason (its words), runner_up us, runner_up delta_ms", _s9_nccl_facts),
     Quantity("sweep_stall", "a sweep level whose throughput fell: its figures and the best level's before it (label | C=n | field; "
              "bench.runs.sweep_stalls over the current bench_summary and bench_requests)", _s9_stalls),
+    Quantity("earlier_attempt", "how an earlier attempt of a forced backend was recorded (engine | attention; "
+             "backends_figures.earlier_attempts)", _s9_earlier),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
              _s9_nvlink),
     Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
