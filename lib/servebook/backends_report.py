@@ -19,17 +19,11 @@ __all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "candidates_for", "starts_tab
            "whatif_found", "whatif_questions", "flags_note", "TABLE_COLUMNS"]
 
 UNTAGGED = {
-    "percentages inside a verdict (faster/slower by X%, +X%)": "written by servebook.findings.separated from the two "
-    "rates beside it, which are tagged",
-    "chapter 03 against chapter 05 (the default measured two ways)": "servebook.findings.say_default_methods writes that "
-    "paragraph for chapters 03 and 05 alike; its two rates are chapter 05's and chapter 03's tables, stated in chapter 05",
-    "an error text quoted from a row or the failures table": "a recorded message, quoted as it was written",
     "the profile's GPU count and capability (what-if)": "facts of the hardware profile in data/hardware, not of a run table",
     "the 'answer' sentence of chapter 06 (say_backends)": "servebook.stated.say_backends tags its own figures",
     "the decode-agreement summary under the table": "written by servebook.agreement.describe from the same rows; each "
     "start's agreement is stated tagged (backend_agreement) in 'Check yourself'",
     "flag values quoted from a recorded launch line (`--cuda-graph-max-bs 16`)": "the command as it ran, quoted",
-    "the number of starts served correct in another mode": "a count of rows beside the tagged counts chapter 06 gives",
 }
 
 # what a launch flag the recorded runs used does, from the engines' own help texts; why it was used, where the run says

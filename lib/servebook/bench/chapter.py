@@ -31,22 +31,12 @@ UNTAGGED = {
     "say_throughput's per-start rates, C=1 rate, gain over C=1 and per-user rate at the peak":
         "written by servebook.stated.say_throughput (shared with chapter 06, owned by servebook.stated); the per-start "
         "rates are the inputs of the tagged single_tok_s and single_ci95",
-    "say_default_methods' chapter 03 / chapter 05 rates and differences":
-        "written by servebook.findings.say_default_methods (shared with chapter 03); chapter 03's side is tagged there as "
-        "default_tok_s on its own page",
-    "stall and re-measure sentences (tok/s before and after, TTFT of a stalled level)":
-        "computed from rows bench.current no longer holds (superseded measurements); the registry recomputes only the "
-        "measurement that stands",
-    "separated()'s percentage between two engines": "a difference of two tagged single_tok_s values, formatted by "
-                                                     "servebook.findings.separated for every chapter",
-    "seed roofline detail on the seed section (active parameters, GB per token, a second latency's limit)":
-        "from data/models and data/hardware cards, not a run table; the limits and floors the run records are tagged "
-        "(card_roofline_tok_s, seed_comm_roofline_tok_s, seed_t_mem_ms, seed_t_comm_ms, seed_crossover_us)",
-    "client-check turns (servebook's runs, the run after bench_serving's)": "the per-run values of a tagged rel_diff",
     "failure excerpts": "text of a recorded error, not a quantity",
     "Check yourself's worked example (4 tokens per chunk every 40 ms)": "a fixed example of the definitions, not a measurement",
-    "the rules' constants in the method text (10% growth for saturation, half of the client's ceiling, 95% intervals)":
-        "definitions of the method, constants of the code that applies them (bench.runs, bench.ceiling), not results of a run",
+    "the 95% of the intervals and half of the client's ceiling in the method text":
+        "definitions of the method (servebook.stated.EXCEPTIONS names the 95%); the constants the verdicts use are tagged "
+        "as method_constant where a sentence states them (bench.ceiling.ENGINE_REGIME, BOUND_AT), and the notebook names "
+        "bench.runs.SATURATION_GROWTH instead of typing it",
     "the what-if page's GB per token, TB/s and all-reduce ms": "inputs from the data files (data/models, data/hardware) "
         "behind the tagged limits (card_roofline_tok_s, plan_roofline_tok_s)",
     "printed (not Markdown) lines: client ceiling, warnings, notes": "console output under a table, which the table itself shows",

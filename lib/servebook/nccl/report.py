@@ -27,26 +27,24 @@ __all__ = ["UNTAGGED", "Reference", "load_reference", "whatif_found", "whatif_qu
            "failure_table", "prediction", "env_blocks", "e2e_view", "found_lines", "questions", "SEED_INTRO"]
 
 UNTAGGED = {
-    "message bytes of this run's model (batch x hidden x 2)": "arithmetic on the model's config.json (hidden size), not a "
-    "recorded measurement; the reference's own batch-1 size is tagged (ref_nccl_check 'batch-1 bytes')",
+    "message bytes of this run's model (batch x hidden x 2) where its grid measured none": "arithmetic on the model's "
+    "config.json (hidden size), not a recorded measurement; where the grid measured that size it is tagged (nccl_fact "
+    "b1_bytes), and the reference's own batch-1 size is tagged (ref_nccl_check 'batch-1 bytes')",
     "the profile's GPU count, capability and interconnect (what-if)": "facts of the hardware profile in data/hardware named "
     "by the `profile` parameter, not of a run table",
     "percentages inside a verdict (faster/slower by X%, +X%)": "written by servebook.findings.separated from the two "
     "rates beside it, which are tagged",
     "predicted ms/token of an end-to-end setting": "the grid's prediction needs the model's layer count from its "
     "directory, which a recording re-executed elsewhere may not have; the measured change beside it is tagged",
-    "the 15% fidelity target and the 5% rule of recommend()": "constants of the method (servebook.nccl.predict), stated as "
-    "the rule, not measured",
     "an error text quoted from the failures table": "a recorded message, quoted as it was written",
-    "message sizes in bytes (14336 B, 16 MB) and batch ranges": "they name which measurement a figure is (its subject), "
+    "batch ranges naming a measurement": "they name which measurement a figure is (its subject), "
     "taken from the run's manifest and rows, not a result",
     "shape counts naming a measurement (TP=2, N layers, N all-reduces per graph)": "the subject of the tagged figure "
     "beside them, from the model's config, the reference manifest or the row's own fields",
-    "GPU count and number of settings in the host note": "how the grid was launched (the host's device count and the "
-    "parameters), not a measurement",
     "the reference host's NCCL version and link names (NV18)": "identifiers read from its manifest and launch_info",
-    "the reason recommend() gives beside a pick (ms/token against the default)": "the sentence servebook.nccl.predict."
-    "recommend writes with its decision; the latencies it is computed from are tagged beside it",
+    "the reason recommend() gives beside the reference grid's pick (ms/token against the default)": "the sentence "
+    "servebook.nccl.predict.recommend writes with its decision on the reference grid with this model's shape; this run's "
+    "own reason is tagged (nccl_fact reason)",
     "the default's ms/token predicted with this run's model shape": "the reference grid's latencies times this model's "
     "layer count (from its config.json); with the reference model's own shape it is tagged (ref_nccl_check)",
 }
