@@ -368,11 +368,13 @@ def found_lines(store: RunStore, answer: str, e2e, r: Reference, pred_tbl, rec_p
         lines.append("- Not measured here: the end-to-end engine confirmation (`tp_check` names the engines to restart at TP>1).")
     for c in store.rows("chapters"):
         if c.get("chapter") == "04_tune_nccl" and c.get("status") == "failed":
-            lines.append(f"- An execution of this chapter stopped in this run: {str(c.get('error'))[:300]}")
+            err = " ".join(str(c.get("error")).split())  # whole, tagged as its row's text (chapter_error)
+            lines.append(f"- An execution of this chapter stopped in this run: "
+                         f"{q('chapter_error', err, of=c['chapter'] + ' | ' + str(c.get('recorded_at')))}")
     lines += ["", f"**The reference run** (`data/runs/{REFERENCE_NCCL_RUN}`, its host, not this one)", ""]
     ratio = r.checks.get(f"{r.mix_name} over nccl-tests default")
     if ratio is not None:
-        lines.append(f"- {r.b1} B (batch 1): NCCL's default graph-replayed all-reduce took {_ref(r, 'default')} us, "
+        lines.append(f"- {_b1(r)} B (batch 1): NCCL's default graph-replayed all-reduce took {_ref(r, 'default')} us, "
                      f"{_check(r, 'default over nccl-tests default', '.2f')}x nccl-tests' {_check(r, 'nccl-tests default us', '.2f')} us; "
                      f"with `{r.mix_name}` it took {_ref(r, r.mix_name)} us ({_check(r, f'{r.mix_name} over nccl-tests default', '.2f')}x, "
                      f"{'within' if abs(ratio - 1) <= FIDELITY else 'outside'} the "

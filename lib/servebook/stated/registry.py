@@ -847,6 +847,9 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              "bench.runs.sweep_stalls over the current bench_summary and bench_requests)", _s9_stalls),
     Quantity("earlier_attempt", "how an earlier attempt of a forced backend was recorded (engine | attention; "
              "backends_figures.earlier_attempts)", _s9_earlier),
+    Quantity("chapter_error", "why an execution of a chapter stopped, as its row recorded it, whole (chapter | recorded_at; table "
+             "chapters)", lambda store: {f"{c.get('chapter')} | {c.get('recorded_at')}": " ".join(str(c.get("error")).split())
+                                         for c in store.rows("chapters") if c.get("status") == "failed"}),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
              _s9_nvlink),
     Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
