@@ -101,10 +101,11 @@ def whatif_questions(floor, facts: dict) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- this run
 
 def host_note(backend: str, world: int, n_settings: int) -> str:
-    """What can be measured on this host: NCCL over the grid, or gloo on the CPU (the method only)."""
+    """What can be measured on this host: NCCL over the grid, or gloo on the CPU (the method only). ``world``: the GPUs
+    measured with (tagged: the grid's rows record it); ``n_settings`` is the grid asked for, counted where it was measured."""
     if backend == "nccl":
-        return ("Two or more CUDA GPUs: NCCL all-reduce over every GPU this chapter uses and every setting of its grid (both "
-                "counted in the answer below), timed eagerly and replayed from CUDA graphs.")
+        return (f"{q('nccl_fact', world, 'd', of='world_size')} CUDA GPUs: NCCL all-reduce over every setting of the grid (the "
+                "answer below counts those measured), timed eagerly and replayed from CUDA graphs.")
     return ("Fewer than two CUDA GPUs, so there is no NCCL all-reduce to tune here: with one GPU a model runs without tensor "
             "parallelism and makes no all-reduce at all. The same method runs with **gloo on the CPU** (two processes over "
             "loopback, default settings only: NCCL variables do not apply to gloo): it shows how the measurement works, and "
