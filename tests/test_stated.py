@@ -568,9 +568,9 @@ def _md(text: str) -> str:
 def _all_tagged_and_recomputed(run: Path, text: str, names: set[str]) -> None:
     page = _md(text)
     assert stated.untagged_numbers(page) == [], stated.untagged_numbers(page)
-    said = {s.name for s in _stated_in(page)}
+    said = {s.name for s in _stated_in(text)}
     assert names <= said, said
-    assert not _recomputed(run, page), _recomputed(run, page)
+    assert not _recomputed(run, text), _recomputed(run, text)
 
 
 def test_untagged_exceptions_are_narrow():
@@ -650,3 +650,20 @@ def test_remeasured_and_seed_figures_are_tagged_and_recomputed(tmp_path):
     seed = ch05.seed_roofline(RunStore(run), seed_model="kimi-k2.5", seed_profile="rtx-pro-6000", seed_tp=8)
     _all_tagged_and_recomputed(run, "\n".join(seed["lines"]), {"card_fact", "seed_floor", "card_roofline_tok_s", "ref_allreduce_us"})
     assert _recomputed(run, stated.q("seed_floor", 9, "d", of=seed["subject"] + " | default | gpus"))
+
+
+def test_nccl_figures_and_the_reference_prediction_are_recomputed():
+    from servebook.findings import collect, what_we_found
+    from servebook.nccl.figures import reference_prediction
+
+    store = RunStore(LIVE2)
+    text = what_we_found(collect(store))
+    said = {(s.name, s.of) for s in _stated_in(text)}
+    assert {("nccl_fact", "world_size"), ("nccl_fact", "b1_bytes"), ("nccl_fact", "reason")} <= said, said
+    assert not _recomputed(LIVE2, text)
+    assert _recomputed(LIVE2, stated.q("nccl_fact", 3, "d", of="world_size"))
+    p = reference_prediction(61)
+    ok = stated.q("ref_nccl_prediction", p["reason"], of="61 layers | reason") + \
+        stated.q("ref_nccl_prediction", p["default ms per token"], ".2f", of="61 layers | default ms per token")
+    assert not _recomputed(LIVE2, ok)
+    assert _recomputed(LIVE2, stated.q("ref_nccl_prediction", p["default ms per token"] * 2, ".2f", of="61 layers | default ms per token"))

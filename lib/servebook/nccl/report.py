@@ -396,10 +396,16 @@ def found_lines(store: RunStore, answer: str, e2e, r: Reference, pred_tbl, rec_p
     if len(r.fail) and "setting" in r.fail and (r.fail["setting"] == "NCCL_ALGO=Tree").any():
         lines.append("- NCCL_ALGO=Tree alone breaks Broadcast (no algorithm available): torch's object broadcast failed under it.")
     if "default" in pred_tbl.index:
+        p = figures.reference_prediction(use_layers, r.store)  # recomputed by the registry (ref_nccl_prediction)
         shown = (q("ref_nccl_check", r.checks.get("default ms per token at batch 1"), ".2f", of="default ms per token at batch 1")
-                 if use_layers == r.manifest.get("num_hidden_layers") else f"{pred_tbl.loc['default'].iloc[0]:.2f}")
-        lines.append(f"- Prediction for TP=2, {use_layers} layers, batch 1: {shown} ms/token of all-reduce with defaults; that grid "
-                     f"picks {q('ref_allreduce_setting', rec_pick['setting'], code=True)} ({rec_pick['reason']}).")
+                 if use_layers == r.manifest.get("num_hidden_layers") else
+                 q("ref_nccl_prediction", p["default ms per token"], ".2f", of=f"{use_layers} layers | default ms per token"))
+        reason = (q("ref_nccl_prediction", rec_pick["reason"], of=f"{use_layers} layers | reason")
+                  if rec_pick.get("reason") == p["reason"] else rec_pick["reason"])
+        lines.append(f"- Prediction for TP=2 at the shape printed under *From microseconds to tokens* (this model's layers where "
+                     "it has the reference model's width), "
+                     f"batch 1: {shown} ms/token of all-reduce with defaults; that grid picks "
+                     f"{q('ref_allreduce_setting', rec_pick['setting'], code=True)} ({reason}).")
     lines.append("- Not done: nccl-tests on the same grid (not installed, no internet to build) and the single-process graph path "
                  "(capture failed).")
     return "\n".join(lines)

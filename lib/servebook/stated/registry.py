@@ -530,6 +530,18 @@ def _s9_earlier(store) -> dict:
     return {f"{e} | {a}": why for e in sorted(engines) for a, why in earlier_attempts(store, e).items()}
 
 
+def _s9_ref_prediction(of: str):
+    from ..nccl.figures import reference_prediction
+
+    m = re.fullmatch(r"(\d+) layers \| (.+)", of or "")
+    if not m:
+        return MISSING
+    try:
+        return reference_prediction(int(m.group(1))).get(m.group(2), MISSING)
+    except Exception:  # noqa: BLE001 - no reference run here: the page states something no table gives
+        return MISSING
+
+
 def _s9_nvlink(store) -> dict:
     links = {str(r.get("link")).strip() for r in store.rows("topology") if r.get("link")}
     return {c: int(m.group(1)) for c in links if (m := re.fullmatch(r"NV(\d+)", c))}
@@ -850,6 +862,9 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("chapter_error", "why an execution of a chapter stopped, as its row recorded it, whole (chapter | recorded_at; table "
              "chapters)", lambda store: {f"{c.get('chapter')} | {c.get('recorded_at')}": " ".join(str(c.get("error")).split())
                                          for c in store.rows("chapters") if c.get("status") == "failed"}),
+    Quantity("ref_nccl_prediction", "chapter 04's prediction from the reference grid at N layers of its model's width: the "
+             "default's per-token all-reduce ms at batch 1 and recommend()'s reason (N layers | field; "
+             "servebook.nccl.figures.reference_prediction)", lambda store: {}, lookup=_s9_ref_prediction),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
              _s9_nvlink),
     Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
