@@ -28,9 +28,6 @@ __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measur
 
 # Figures stated in prose (Markdown output) that carry no servebook.stated tag, and why each cannot.
 UNTAGGED = {
-    "say_throughput's per-start rates, C=1 rate, gain over C=1 and per-user rate at the peak":
-        "written by servebook.stated.say_throughput (shared with chapter 06, owned by servebook.stated); the per-start "
-        "rates are the inputs of the tagged single_tok_s and single_ci95",
     "failure excerpts": "text of a recorded error, not a quantity",
     "Check yourself's worked example (4 tokens per chunk every 40 ms)": "a fixed example of the definitions, not a measurement",
     "the 95% of the intervals and half of the client's ceiling in the method text":

@@ -230,6 +230,7 @@ def where_time_goes(store) -> str:
     rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
     if not rows:
         return ""
+    recorded = {p["label"]: p.get("busy_ms") for p in latest_ok(store.rows("profile_runs"))}  # the GPU time each profile recorded
     lines = []
     seen = set()
     for r in sorted(rows, key=lambda x: (x["card"], int(x["layers"] or 0), x["quant"])):
@@ -241,7 +242,8 @@ def where_time_goes(store) -> str:
         step = next(x for x in mine if x["category"] == "total (profiled step)")
         tpot = next(x for x in mine if x["category"] == "time per token (unprofiled)")
         gpu = [x for x in mine if x["category"] not in ("gpu idle", "total (profiled step)", "time per token (unprofiled)")]
-        busy_a, busy_b = sum(x["a_ms"] for x in gpu), sum(x["b_ms"] for x in gpu)
+        busy_a = recorded.get(r["a"]) if recorded.get(r["a"]) is not None else sum(x["a_ms"] for x in gpu)
+        busy_b = recorded.get(r["b"]) if recorded.get(r["b"]) is not None else sum(x["b_ms"] for x in gpu)
         top = max(gpu, key=lambda x: abs(x["diff_ms"]))
         lines.append(
             f"- {r['card']}, {q('profile_layers', r['layers'], 'd', of=r['a'])} layers ({r['quant']}, {r['mode']}): SGLang ({r['a_backend']}) "

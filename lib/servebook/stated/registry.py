@@ -555,12 +555,14 @@ def _s9_p2p(field_: str) -> Callable[[Any], dict]:
 
 
 def _s9_busy(store) -> dict:
+    """Each profile's GPU time per step: its recorded ``busy_ms``, else its categories but idle summed."""
     from ..profile.tables import latest_breakdown
 
     out: dict = {}
     for r in latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs")):
         if r["category"] != "gpu idle":
             out[r["label"]] = out.get(r["label"], 0.0) + r["ms_per_step"]
+    out.update({k: p["busy_ms"] for k, p in _profiles(store).items() if plain(p.get("busy_ms")) is not None})
     return out
 
 
@@ -871,7 +873,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _s9_p2p("bandwidth_gbs")),
     Quantity("p2p_latency_us", "measured small-copy latency (us) over those pairs (min, max; table p2p)", _s9_p2p("latency_us")),
     Quantity("profile_layers", "decoder layers of one profiled server's model (label)", _per(_profiles, "layers")),
-    Quantity("profile_busy_ms", "GPU time of one profiled server's decode step: its categories but idle, summed (label)",
+    Quantity("profile_busy_ms", "GPU time of one profiled server's decode step: its recorded busy_ms (profile_runs), else its "
+             "categories but idle, summed (label)",
              _s9_busy),
     Quantity("profile_diff_ms", "SGLang's ms per step of one category minus vLLM's on the same model (a | b | category; "
              "profile.tables.engine_difference)", _s9_engine_difference),
