@@ -234,7 +234,7 @@ if seed_rows:
     display(proj[proj["category"] != "total"].pivot_table(index="category", columns="engine", values="ms_per_token").round(3))
     display(proj[proj["category"] == "total"][["engine", "backend", "predicted_ms", "predicted_tok_s", "seed_tok_s", "error_pct"]].round(2))
     display(Markdown("The seed's own profile put all-reduce at "
-                     f"{100 * sbseed.seed_allreduce_share():.1f}% of SGLang's decode time; the projection's communication row "
+                     f"{q('seed_allreduce_share', sbseed.seed_allreduce_share(), '.1%')} of SGLang's decode time; the projection's communication row "
                      "is lower. Where that figure holds, the host's all-reduce is slower than the published one (for example "
                      "NCCL choosing its SIMPLE protocol, as the published dual-CPU host did): the same cost for both engines "
                      "unless their all-reduce paths differ - chapter 02's decode-path table reads which path each takes."))

@@ -946,13 +946,22 @@ def whatif_found(roof, facts: dict) -> list[str]:
     for _, r in roof.iterrows():
         limit = (q("card_roofline_tok_s", r["tok_s"], ",.0f", of=subject) if r["case"].endswith(": bandwidth only")
                  else q("plan_roofline_tok_s", r["tok_s"], ",.0f", of=r["case"]))
-        lines.append(f"- {r['case']}: at most {limit} tok/s ({r['bytes_per_token'] / 1e9:.1f} GB per token over "
-                     f"{int(r['tp'])} GPUs at {r['bandwidth_tbs']} TB/s each, plus {r['t_comm_ms']:.2f} ms of all-reduce).")
+        lines.append(f"- `{r['case']}` (its row in table `roofline`): at most {limit} tok/s ({_plan(r, 'gb_per_token', '.1f')} GB per "
+                     f"token over {_plan(r, 'tp', 'd')} GPUs at {_plan(r, 'bandwidth_tbs', '')} TB/s each, plus "
+                     f"{_plan(r, 't_comm_ms', '.2f')} ms of all-reduce).")
     lines.append("- Predicted from data files, not measured: the benchmark commands above measure the real rate on the host.")
     seed = seed_case()
     if (facts["model"], facts["profile"], facts["gpus"]) == (seed["model"], seed["profile"], seed["tp"]):
         lines.append(f"- This profile is the seed case's host. {seed_sentence()}")
     return lines
+
+
+def _plan(r, field: str, fmt: str) -> str:
+    """A figure of one ``roofline`` row of chapter 05's plan, tagged (``plan_roofline_fact``, recomputed from the row)."""
+    from ..stated import q
+
+    value = r["bytes_per_token"] / 1e9 if field == "gb_per_token" else (int(r[field]) if field == "tp" else r[field])
+    return q("plan_roofline_fact", value, fmt, of=f"{r['case']} | {field}")
 
 
 def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
@@ -965,8 +974,9 @@ def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
     if len(bw_only):
         b = bw_only.iloc[0]
         qa.append(("What bounds single-stream decode on this profile before any overhead, and from which files?",
-                   f"{q('plan_roofline_tok_s', b['tok_s'], ',.0f', of=b['case'])} tok/s: {b['bytes_per_token'] / 1e9:.1f} GB read per token (data/models/{facts['model']}.json, "
-                   f"counted layer by layer) over {int(b['tp'])} GPUs at {b['bandwidth_tbs']} TB/s each (data/hardware/{facts['profile']}.json)."))
+                   f"{q('plan_roofline_tok_s', b['tok_s'], ',.0f', of=b['case'])} tok/s: {_plan(b, 'gb_per_token', '.1f')} GB read per token "
+                   f"(data/models/{facts['model']}.json, counted layer by layer) over {_plan(b, 'tp', 'd')} GPUs at "
+                   f"{_plan(b, 'bandwidth_tbs', '')} TB/s each (data/hardware/{facts['profile']}.json)."))
     if len(with_comm):
         lo, hi = with_comm.loc[with_comm["tok_s"].idxmin()], with_comm.loc[with_comm["tok_s"].idxmax()]
         lo_s, hi_s = (q("plan_roofline_tok_s", x["tok_s"], ",.0f", of=x["case"]) for x in (lo, hi))

@@ -36,10 +36,10 @@ def describe_host(report: dict, tagged: bool = False) -> str:
     if g.get("major") in (10, 11, 12):
         if g["major"] == 12:
             parts.append("It is a Blackwell GPU of the workstation/consumer line (sm_12x), not the datacenter line (sm_10x): "
-                         "a check for major == 10 does not include it, and kernels built only for sm_100a do not run on it.")
+                         "a check for `major == 10` does not include it, and kernels built only for sm_100a do not run on it.")
         elif g["major"] == 10:
-            parts.append(f"It is a datacenter Blackwell GPU ({g['sm']}): checks for major == 10 include it; checks for exactly "
-                         "(10, 0) miss sm_103.")
+            parts.append(f"It is a datacenter Blackwell GPU ({g['sm']}): checks for `major == 10` include it; checks for exactly "
+                         "`(10, 0)` miss sm_103.")
     topo = report.get("topology") or {}
     codes = [c for row in topo.get("matrix", []) for c in row if c and c != "X" and not str(c).startswith("NIC")]
     gpu_codes = []

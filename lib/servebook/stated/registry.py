@@ -542,6 +542,15 @@ def _s9_ref_prediction(of: str):
         return MISSING
 
 
+def _s9_seed_parts(field_: str | None) -> Callable[[Any], dict]:
+    def compute(store):
+        from ..profile.seed import gap_by_category
+
+        parts = {g["category"]: g for g in gap_by_category(store.rows("seed_projection"))}
+        return parts if field_ is None else {k: g[field_] for k, g in parts.items()}
+    return compute
+
+
 def _s9_nvlink(store) -> dict:
     links = {str(r.get("link")).strip() for r in store.rows("topology") if r.get("link")}
     return {c: int(m.group(1)) for c in links if (m := re.fullmatch(r"NV(\d+)", c))}
@@ -867,6 +876,21 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("ref_nccl_prediction", "chapter 04's prediction from the reference grid at N layers of its model's width: the "
              "default's per-token all-reduce ms at batch 1 and recommend()'s reason (N layers | field; "
              "servebook.nccl.figures.reference_prediction)", lambda store: {}, lookup=_s9_ref_prediction),
+    Quantity("plan_roofline_fact", "an input of a what-if limit of chapter 05's plan, from its roofline row (case | gb_per_token, tp, "
+             "bandwidth_tbs, t_comm_ms)", lambda store: {f"{r['case']} | {k}": v for r in store.rows("roofline") if r.get("chapter") == "05"
+                                                          for k, v in (("gb_per_token", (r.get("bytes_per_token") or 0) / 1e9 or None),
+                                                                       ("tp", r.get("tp")), ("bandwidth_tbs", r.get("bandwidth_tbs")),
+                                                                       ("t_comm_ms", r.get("t_comm_ms")))}),
+    Quantity("probe_warning", "a warning chapter 01's probe recorded, as recorded (its position in probe.json's warnings)",
+             lambda store: {str(i): w for i, w in enumerate(__import__("servebook.findings.tables", fromlist=["x"])._probe(store)
+                                                            .get("warnings") or [])}),
+    Quantity("seed_projected_part_ms", "seed case: one category's part of the projected gap, SGLang's ms per token minus vLLM's "
+             "(category; profile.seed.gap_by_category over seed_projection)", _s9_seed_parts("diff_ms")),
+    Quantity("seed_attention_ratio", "seed case: SGLang's projected attention ms per token over vLLM's (seed_projection)",
+             lambda store: {None: r["sglang"] / r["vllm"]} if (r := _s9_seed_parts(None)(store).get("attention")) and r.get("vllm")
+             and r.get("sglang") is not None else {}),
+    Quantity("seed_fix_gain_ms", "seed case: the predicted gain (ms per token) of the first-ranked change (table seed_fixes)",
+             lambda store: {"first": store.rows("seed_fixes")[0].get("gain_ms_per_token")} if store.rows("seed_fixes") else {}),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
              _s9_nvlink),
     Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
