@@ -551,6 +551,11 @@ def _s9_seed_parts(field_: str | None) -> Callable[[Any], dict]:
     return compute
 
 
+def _s9_attention_ratio(store) -> dict:
+    r = _s9_seed_parts(None)(store).get("attention") or {}
+    return {None: r["sglang"] / r["vllm"]} if r.get("vllm") and r.get("sglang") is not None else {}
+
+
 def _s9_nvlink(store) -> dict:
     links = {str(r.get("link")).strip() for r in store.rows("topology") if r.get("link")}
     return {c: int(m.group(1)) for c in links if (m := re.fullmatch(r"NV(\d+)", c))}
@@ -887,8 +892,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("seed_projected_part_ms", "seed case: one category's part of the projected gap, SGLang's ms per token minus vLLM's "
              "(category; profile.seed.gap_by_category over seed_projection)", _s9_seed_parts("diff_ms")),
     Quantity("seed_attention_ratio", "seed case: SGLang's projected attention ms per token over vLLM's (seed_projection)",
-             lambda store: {None: r["sglang"] / r["vllm"]} if (r := _s9_seed_parts(None)(store).get("attention")) and r.get("vllm")
-             and r.get("sglang") is not None else {}),
+             _s9_attention_ratio),
     Quantity("seed_fix_gain_ms", "seed case: the predicted gain (ms per token) of the first-ranked change (table seed_fixes)",
              lambda store: {"first": store.rows("seed_fixes")[0].get("gain_ms_per_token")} if store.rows("seed_fixes") else {}),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
