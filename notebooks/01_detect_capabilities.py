@@ -226,7 +226,7 @@ if report:
     found = sbp.findings(report)
     lines = [f"- {f}" for f in found] or ["- Every engine helper that could be judged agrees with the hardware."]
     warn = [w for w in report.get("warnings", []) if not any(w.endswith(f.split(': ', 1)[-1]) for f in found)]
-    lines += [f"- {w}" for w in warn]
+    lines += [f"- {q('probe_warning', w, of=str(i))}" for i, w in enumerate(report.get("warnings", [])) if w in warn]  # as recorded
     display(Markdown("\n".join(lines)))
 failures = store.table("failures")
 if not failures.empty:  # each failure whole, folded under its first line

@@ -17,7 +17,7 @@
 # for another GPU family, and the seed took that fallback for the cause of its slower decode (the seed's suspicion, and
 # what the gap was: the cell below). This chapter reads the engine's code (statically, with Python's AST) and runs it
 # (the engine's own resolution, with the GPU faked from a hardware profile), for this host and for GPUs we do not have.
-# Its finding, from both engines' own code: vLLM falls back to a Triton MLA kernel on 12.0 as well, so the backend
+# Its finding, from both engines' own code: vLLM falls back to a Triton MLA kernel on capability 12.0 as well, so the backend
 # choice alone does not explain the gap between them.
 
 # %% tags=["parameters"]
@@ -113,7 +113,7 @@ if seed_spec not in prepared:
 # The original case compared two engines on the same GPU. vLLM's own selection runs the same way: its CUDA platform's
 # priority list for this capability (`_get_backend_priorities` in `vllm/platforms/cuda.py`) and each candidate backend's
 # own `validate_configuration` / `supports_compute_capability`, with only vLLM's compiled extensions stubbed (they need
-# libcuda; the answer lists them). Same model, same GPU, tensor parallel 8 as in the case.
+# libcuda; the answer lists them). Same model, same GPU, the same tensor-parallel size as in the case (its file gives it).
 
 # %%
 from servebook.selection.compare import seed_comparison
@@ -142,9 +142,9 @@ if seed and seed_other:
 
 # %% [markdown]
 # ### Beyond attention: the rest of the seed case's decode path, from each engine's own code
-# The MoE method for the card's INT4 routed experts, the all-reduce path at tensor parallel 8 and the rule that decides
+# The MoE method for the card's INT4 routed experts, the all-reduce path at the case's tensor-parallel size and the rule that decides
 # it, the PCIe all-reduce switches each version carries, the collectives a decoder layer issues, the CUDA-graph sizes and
-# the greedy sampling path. `run`: the engine's own function ran with the GPU faked and no NVLink between the 8 GPUs;
+# the greedy sampling path. `run`: the engine's own function ran with the GPU faked and no NVLink between its GPUs;
 # `read`: read from its source (the row says why it could not run); `not read`: the row says what is missing.
 
 # %%

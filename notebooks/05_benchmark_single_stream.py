@@ -15,8 +15,8 @@
 # got fewer tokens per second from SGLang than from vLLM (the seed's own figures are quoted, with their file, in
 # "The seed case on paper" below). Single-stream decode speed is what one
 # user feels, and it is the number this book keeps coming back to. This chapter measures it
-# properly (warm-up, repeated runs, a confidence interval), then loads the server with 1, 2, 4, ...
-# concurrent users to see what throughput costs each user, and finally asks how far the single-stream
+# properly (warm-up, repeated runs, a confidence interval), then loads the server with a doubling number of
+# concurrent users (the levels each sweep ran are stated below, read from its rows) to see what throughput costs each user, and finally asks how far the single-stream
 # number is from what the memory bandwidth allows.
 #
 # One client drives every engine, so engines are compared with the same clock and the same prompts.
@@ -215,9 +215,9 @@ single_df[["label", "start", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_m
            "tokens_per_chunk", "failed"]] if len(single_df) else "no single-stream result"
 
 # %% [markdown]
-# The single-stream rate is the mean over runs of (output tokens - 1) / (end - first token), with a 95% t-interval over runs,
+# The single-stream rate is the mean over runs of `(output_tokens - 1) / (end - first_token)`, with a 95% t-interval over runs,
 # within one server start. The same configuration's rate can move more between server starts than within one (issue #28
-# found the same SGLang default on a 2-layer slice of a lent H200 moving by more from start to start than within one), so
+# found the same SGLang default on a slice of Kimi-K2.5 on a lent H200 moving by more from start to start than within one), so
 # each engine is stopped and started again `starts` times and the interval that verdicts use is taken over the per-start means:
 
 # %%
@@ -240,7 +240,8 @@ ch05.plot_single_runs(m["request_rows"]);
 # ### Concurrency: throughput against what each user gets
 # Every level sends `requests_per_level x C` requests with at most C in flight, all arriving at
 # once. `ttft_s` includes the wait for a slot (what a queued user sees); `ttft_server_s` starts when
-# the request is sent. The sweep doubles C until throughput stops growing by 10% for `saturation_patience` levels
+# the request is sent. The sweep doubles C until throughput stops growing (by `bench.runs.SATURATION_GROWTH` over the best
+# level before) for `saturation_patience` levels
 # (saturation), a level hits `level_time_budget_s`, or C reaches `max_concurrency`. What it ran with, read from the
 # recorded levels (not from the parameters cell), and why it stopped:
 
@@ -301,13 +302,13 @@ x.round(3) if x is not None else "no slice of a larger model here: nothing to ex
 # Above: what each decode step of the full model would cost at the share of its bandwidth floor the slice reached.
 # The slice has the full model's width, so its kernels see the real shapes; the extrapolation above is a labelled
 # prediction. It assumes time scales with bytes read at the efficiency the slice reached, which overstates the full
-# model's time where fixed per-token costs (launches, sampling, the scheduler) dominate a 2-layer slice, and understates
+# model's time where fixed per-token costs (launches, sampling, the scheduler) dominate a shallow slice, and understates
 # it where the full model needs several GPUs and their all-reduces (chapter 04). A second slice with more layers
 # measured the same way would turn the assumption into a per-layer slope.
 #
 # ### Where the time goes
 # Method: the same model decoding in this process with `model.generate` (no server, no HTTP),
-# timed as (N-1)/(t(N)-t(1)), with torch's default threads and with one; the faster is the model's
+# timed as `(N-1)/(t(N)-t(1))`, with torch's default threads and with one thread; the faster is the model's
 # own time. The gap to the served rate is the serving path; the gap from the bandwidth floor to
 # in-process decode is compute and framework overhead.
 
@@ -318,7 +319,7 @@ ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single
 # Shares of one served token's time; a negative "unexplained" share means the parts overlap (e.g. the server computes while streaming).
 #
 # ### The seed case on paper
-# Kimi-K2.5 (INT4) with TP=8 on RTX PRO 6000, from data files only: the bandwidth bound (the card's bytes per token
+# Kimi-K2.5 (INT4) on the seed's RTX PRO 6000 GPUs (as many as its file says), from data files only: the bandwidth bound (the card's bytes per token
 # over the profile's bandwidth; the what-if book states the same figure), then with the communication floor added
 # (two all-reduces per layer, at a latency measured elsewhere or assumed: each line says which).
 

@@ -234,7 +234,7 @@ if seed_rows:
     display(proj[proj["category"] != "total"].pivot_table(index="category", columns="engine", values="ms_per_token").round(3))
     display(proj[proj["category"] == "total"][["engine", "backend", "predicted_ms", "predicted_tok_s", "seed_tok_s", "error_pct"]].round(2))
     display(Markdown("The seed's own profile put all-reduce at "
-                     f"{100 * sbseed.seed_allreduce_share():.1f}% of SGLang's decode time; the projection's communication row "
+                     f"{q('seed_allreduce_share', sbseed.seed_allreduce_share(), '.1%')} of SGLang's decode time; the projection's communication row "
                      "is lower. Where that figure holds, the host's all-reduce is slower than the published one (for example "
                      "NCCL choosing its SIMPLE protocol, as the published dual-CPU host did): the same cost for both engines "
                      "unless their all-reduce paths differ - chapter 02's decode-path table reads which path each takes."))
@@ -291,7 +291,9 @@ if others:
             base = mine.get(t.get("engine"))
             if base is None or t.get("single_tok_s") is None:
                 continue
-            verdict = sbf.separated(t["single_tok_s"], t.get("single_ci95"), base["single_tok_s"], base.get("single_ci95"))
+            pair = f"{other} | {t['label']} vs {base['label']}"  # the subject of the tagged difference and ratio
+            verdict = sbf.separated(t["single_tok_s"], t.get("single_ci95"), base["single_tok_s"], base.get("single_ci95"),
+                                    of=pair, names=("other_run_vs_pct", None))
             extra = t["label"][len(base["label"]):].strip() if t["label"].startswith(base["label"]) else ""
             across.append({"run": other, "label": t["label"], "base": base["label"], "engine": t["engine"], "extra": extra,
                            "faster": verdict.startswith("faster"), "verdict": verdict,
@@ -299,7 +301,7 @@ if others:
                                    f"{q('other_run_single_ci95', t.get('single_ci95'), ',.1f', of=other + ' | ' + t['label'])} tok/s single stream "
                                    f"against this run's `{base['label']}` {q('single_tok_s', base['single_tok_s'], ',.1f', of=base['label'])} ± "
                                    f"{q('single_ci95', base.get('single_ci95'), ',.1f', of=base['label'])}: "
-                                   f"{verdict}; {t['single_tok_s'] / base['single_tok_s']:.2f}x"})
+                                   f"{verdict}; {q('other_run_ratio', t['single_tok_s'] / base['single_tok_s'], '.2f', of=pair)}x"})
     display(Markdown("\n".join(f"- {a['text']}." for a in across) or "No other run measured the same engine single stream."))
 else:
     print("compare_with is empty: no other run to compare with (servebook book ... -p compare_with=DIR1,DIR2)")

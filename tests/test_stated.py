@@ -553,3 +553,117 @@ def test_a_compared_run_figure_is_recomputed_from_that_run():
     assert stated.expected(store, "other_run_single_tok_s", f"data/runs/no-such-run | {t['label']}") is stated.MISSING
     wrong = stated.q("other_run_single_tok_s", t["single_tok_s"] + 10, ",.1f", of=f"{other} | {t['label']}")
     assert _recomputed(TRUST_RUN, wrong)
+
+
+# -- issue #28 item 4 (s9): the prose figures tagged last, and the exceptions kept narrow ---------------------------------
+LIVE1, LIVE2 = ROOT / "data" / "runs" / "h200x1-live", ROOT / "data" / "runs" / "h200x2-live"
+
+
+def _md(text: str) -> str:
+    """Markdown as a page renders it, as far as the rule reads it: inline code in ``<code>``."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    return f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown"><p>{text}</p></div>'
+
+
+def _all_tagged_and_recomputed(run: Path, text: str, names: set[str]) -> None:
+    page = _md(text)
+    assert stated.untagged_numbers(page) == [], stated.untagged_numbers(page)
+    said = {s.name for s in _stated_in(text)}
+    assert names <= said, said
+    assert not _recomputed(run, text), _recomputed(run, text)
+
+
+def test_untagged_exceptions_are_narrow():
+    """A compute capability written major.minor, a 95% half-width, a host's GPU count as it is named, chapter 05's worked
+    example: no tag. The same digits anywhere else: untagged."""
+    def untagged(text):
+        return [u.number for u in stated.untagged_numbers(_md(text))]
+
+    assert untagged("on an RTX PRO 6000 (compute capability 12.0), refusing capability 9.0.") == []
+    assert untagged("capability 12 users; capability 12.05; capability 123.0") == ["12", "12.05", "123.0"]
+    assert untagged("its 95% half-width; kimi-k2.5 on 8x rtx-pro-6000") == []
+    assert untagged("its 95% share; 8x faster") == ["95", "8"]
+    assert untagged("A server streams 4 tokens per chunk every 40 ms. What is the gap?") == []
+    assert untagged("A server streams 4 tokens per chunk every 40 ms and 7 more") == ["4", "40", "7"]
+    assert untagged("well below C=4 users at that rate; C=8 12 us; C=2 3 ms") == ["12", "3"]
+    assert untagged("C=4 us") == ["4"]
+    assert untagged("TP=2 and TP>1") == [] and untagged("TP 2, 3 GPUs") == ["2", "3"]
+    assert untagged("1. Where does the engine choose?") == [] and untagged("it took 4. Then 3 GPUs") == ["4", "3"]
+
+
+def test_the_default_measured_two_ways_is_tagged_and_recomputed():
+    from servebook.findings import default_methods, say_default_methods
+
+    items = default_methods(RunStore(LIVE1))
+    assert items and not items[0]["same_method"]
+    text = say_default_methods(items)
+    _all_tagged_and_recomputed(LIVE1, text, {"default_method"})
+    s = next(x for x in _stated_in(text) if x.of.endswith("| change %"))
+    assert _recomputed(LIVE1, stated.q("default_method", s.value + 3, "+.1f", of=s.of))
+
+
+def test_comparisons_between_starts_engines_and_runs_are_recomputed():
+    store = RunStore(LIVE1)
+    (t, ref) = throughput(store)[1], throughput(store)[0]
+    from servebook.findings import separated
+
+    text = separated(t["single_tok_s"], t["single_ci95"], ref["single_tok_s"], ref["single_ci95"], starts=(t["starts"], ref["starts"]),
+                     of=f"{t['label']} vs {ref['label']}", names=("single_vs_pct", "single_vs_starts"))
+    _all_tagged_and_recomputed(LIVE1, text, {"single_vs_pct"})
+    other = "data/runs/h200x2-live"
+    (o, *_) = throughput(RunStore(LIVE2))
+    pair = f"{other} | {o['label']} vs {ref['label']}"
+    text = (separated(o["single_tok_s"], o["single_ci95"], ref["single_tok_s"], ref["single_ci95"], of=pair, names=("other_run_vs_pct", None))
+            + "; " + stated.q("other_run_ratio", o["single_tok_s"] / ref["single_tok_s"], ".2f", of=pair) + "x")
+    _all_tagged_and_recomputed(LIVE1, text, {"other_run_vs_pct", "other_run_ratio"})
+    assert _recomputed(LIVE1, stated.q("other_run_ratio", o["single_tok_s"] / ref["single_tok_s"] + 0.1, ".2f", of=pair))
+    assert stated.expected(store, "other_run_ratio", f"data/runs/no-such-run | {o['label']} vs {ref['label']}") is stated.MISSING
+
+
+def test_the_engine_difference_of_the_profiles_is_tagged_and_recomputed():
+    from servebook.profile import chapter as prof
+
+    text = prof.where_time_goes(RunStore(LIVE1)) + "\n" + "\n".join(prof.findings(RunStore(LIVE1)))
+    _all_tagged_and_recomputed(LIVE1, text, {"profile_layers", "profile_busy_ms", "profile_diff_ms", "prediction_layers"})
+    s = next(x for x in _stated_in(text) if x.name == "profile_busy_ms")
+    assert _recomputed(LIVE1, stated.q("profile_busy_ms", s.value * 1.1, ".3f", of=s.of))
+
+
+def test_the_links_and_peer_copies_are_tagged_and_recomputed():
+    from servebook import probe as sbp
+
+    report = json.loads((LIVE2 / "probe.json").read_text())
+    text = sbp.describe_host(report, tagged=True)
+    _all_tagged_and_recomputed(LIVE2, text, {"nvlink_links", "p2p_gbs", "p2p_latency_us"})
+    assert _recomputed(LIVE2, stated.q("nvlink_links", 12, "d", of="NV18"))
+
+
+def test_remeasured_and_seed_figures_are_tagged_and_recomputed(tmp_path):
+    from servebook.bench import chapter as ch05
+    from servebook.bench.runs import remeasured
+
+    store = RunStore(LIVE1)
+    text = "\n".join(ch05._remeasured_lines(remeasured(store.rows("bench_summary"))))
+    _all_tagged_and_recomputed(LIVE1, text, {"remeasured"})
+    run = tmp_path / "run"  # seed_roofline records its rows: on a copy
+    shutil.copytree(LIVE1, run)
+    seed = ch05.seed_roofline(RunStore(run), seed_model="kimi-k2.5", seed_profile="rtx-pro-6000", seed_tp=8)
+    _all_tagged_and_recomputed(run, "\n".join(seed["lines"]), {"card_fact", "seed_floor", "card_roofline_tok_s", "ref_allreduce_us"})
+    assert _recomputed(run, stated.q("seed_floor", 9, "d", of=seed["subject"] + " | default | gpus"))
+
+
+def test_nccl_figures_and_the_reference_prediction_are_recomputed():
+    from servebook.findings import collect, what_we_found
+    from servebook.nccl.figures import reference_prediction
+
+    store = RunStore(LIVE2)
+    text = what_we_found(collect(store))
+    said = {(s.name, s.of) for s in _stated_in(text)}
+    assert {("nccl_fact", "world_size"), ("nccl_fact", "b1_bytes"), ("nccl_fact", "reason")} <= said, said
+    assert not _recomputed(LIVE2, text)
+    assert _recomputed(LIVE2, stated.q("nccl_fact", 3, "d", of="world_size"))
+    p = reference_prediction(61)
+    ok = stated.q("ref_nccl_prediction", p["reason"], of="61 layers | reason") + \
+        stated.q("ref_nccl_prediction", p["default ms per token"], ".2f", of="61 layers | default ms per token")
+    assert not _recomputed(LIVE2, ok)
+    assert _recomputed(LIVE2, stated.q("ref_nccl_prediction", p["default ms per token"] * 2, ".2f", of="61 layers | default ms per token"))

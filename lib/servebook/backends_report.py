@@ -19,17 +19,11 @@ __all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "candidates_for", "starts_tab
            "whatif_found", "whatif_questions", "flags_note", "TABLE_COLUMNS"]
 
 UNTAGGED = {
-    "percentages inside a verdict (faster/slower by X%, +X%)": "written by servebook.findings.separated from the two "
-    "rates beside it, which are tagged",
-    "chapter 03 against chapter 05 (the default measured two ways)": "servebook.findings.say_default_methods writes that "
-    "paragraph for chapters 03 and 05 alike; its two rates are chapter 05's and chapter 03's tables, stated in chapter 05",
-    "an error text quoted from a row or the failures table": "a recorded message, quoted as it was written",
     "the profile's GPU count and capability (what-if)": "facts of the hardware profile in data/hardware, not of a run table",
     "the 'answer' sentence of chapter 06 (say_backends)": "servebook.stated.say_backends tags its own figures",
     "the decode-agreement summary under the table": "written by servebook.agreement.describe from the same rows; each "
     "start's agreement is stated tagged (backend_agreement) in 'Check yourself'",
     "flag values quoted from a recorded launch line (`--cuda-graph-max-bs 16`)": "the command as it ran, quoted",
-    "the number of starts served correct in another mode": "a count of rows beside the tagged counts chapter 06 gives",
 }
 
 # what a launch flag the recorded runs used does, from the engines' own help texts; why it was used, where the run says
@@ -142,8 +136,12 @@ def _rate(r: dict) -> str:
 def _vs(r: dict, a: dict) -> str:
     from .findings import separated, starts_of
 
+    if fig.row_key(a) == _default_key(r):  # against its engine's default in the same mode: chapter 06's comparison
+        tags = {"of": fig.row_key(r)}
+    else:  # another pair (eager against graph): the pair named
+        tags = {"of": f"{fig.row_key(r)} vs {fig.row_key(a)}", "names": ("backend_vs_pct", "backend_vs_starts")}
     return separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"),
-                     starts=(starts_of(r), starts_of(a)), of=fig.row_key(r) if fig.row_key(a) == _default_key(r) else None)
+                     starts=(starts_of(r), starts_of(a)), **tags)
 
 
 def _default_key(r: dict) -> str:
@@ -162,7 +160,7 @@ def _engine_lines(store, name: str, t, b: dict) -> list[str]:
     lines = [f"**{name}**: {q('backend_starts', b.get('tried', len(t)), 'd', of=f'{name} | tried')} starts tried; "
              f"{q('backend_starts', b.get('correct', 0), 'd', of=f'{name} | correct')} of them in {mode or 'no'} mode (the mode "
              "compared, and the count chapter 06's table gives) served output that agrees with the default backend and was timed"
-             + (f"; {other} more served it in another mode." if other else ".")]
+             + (f"; {q('backend_starts', other, 'd', of=f'{name} | other modes')} more served it in another mode." if other else ".")]
     if b.get("correct") and b.get("default_tok_s") is not None:
         lines.append(f"- The answer (chapter 06 states the same): {say_backends(b)} Each start against the default:")
     autos = {}
@@ -182,8 +180,9 @@ def _engine_lines(store, name: str, t, b: dict) -> list[str]:
     earlier = fig.earlier_attempts(store, name)
     for r in rows:
         if r.get("outcome") != "ok":
-            lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {_whole(r.get('error'))}"
-                         + (f" (an earlier attempt in this run was recorded otherwise: {earlier[r['attention']]})"
+            lines.append(f"- **{r['attention']}** ({r['mode']}): {r['outcome']} — {_error_of(r)}"
+                         + (f" (an earlier attempt in this run was recorded otherwise: "
+                            f"{q('earlier_attempt', earlier[r['attention']], of=name + ' | ' + r['attention'])})"
                             if r["attention"] in earlier else ""))
     ran = fig.default_ran_as(store, name)
     if ran:
@@ -207,21 +206,32 @@ def found_lines(store, names: list[str], table) -> str:
         if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
             later = len(table) and ((table["engine"] == f["engine"]) & (table["recorded_at"].astype(str) > str(f.get("recorded_at")))).any()
             lines.append(f"- **{f['engine']}**: " + ("an earlier sweep of this run stopped (measured again later: the rows above): "
-                                                     if later else "the sweep stopped: ") + _whole(f["error"]))
+                                                     if later else "the sweep stopped: ") + _failure_of(f))
         elif str(f.get("step", "")).startswith("chapter 03_"):
-            lines.append(f"- An execution of this chapter stopped in this run: {_whole(f['error'])}")
+            lines.append(f"- An execution of this chapter stopped in this run: {_failure_of(f)}")
     if default_methods(store):  # chapter 05 measured the default too: the same way, or not
         lines.append(say_default_methods(default_methods(store)))
     lines += _asked_not_reached(store, names, table)
     skipped = [(n, x) for n in names for x in fig.not_run(store, n)]
     if skipped:
-        lines.append("- Not run here: " + ", ".join(f"{n} {x['attention']} ({x['reason']})" for n, x in skipped) + ".")
+        lines.append("- Not run here: " + ", ".join(f"{n} {x['attention']} ({q('not_run_reason', x['reason'], of=n + ' | ' + x['attention'])})"
+                                                for n, x in skipped) + ".")
     return "\n".join(lines) or "No backend ran."
 
 
 def _whole(text) -> str:
     """A recorded error as the page states it: whole (a long one is still one line), never cut mid-word."""
     return " ".join(str(text).split())
+
+
+def _error_of(r: dict) -> str:
+    """A start's recorded error, whole and tagged as the text of its row (``backend_error``, recomputed from the table)."""
+    return q("backend_error", _whole(r.get("error")), of=f"{fig.row_key(r)} | {r.get('recorded_at')}")
+
+
+def _failure_of(f: dict) -> str:
+    """A row of ``failures``, whole and tagged as that row's text (``failure_text``)."""
+    return q("failure_text", _whole(f.get("error")), of=f"{f.get('step')} | {f.get('recorded_at')}")
 
 
 def _asked_not_reached(store, names: list[str], table) -> list[str]:
@@ -237,7 +247,8 @@ def _asked_not_reached(store, names: list[str], table) -> list[str]:
         if p.get("ok"):
             pending.append(f"{key[0]} {key[1]}")
         else:
-            refused.append(f"{key[0]} {key[1]} ({str(p.get('reason') or p.get('error') or 'refused')})")
+            why = q("preflight_reason", str(p.get("reason") or p.get("error") or "refused"), of=f"{key[0]} | {key[1]} | {p.get('recorded_at')}")
+            refused.append(f"{key[0]} {key[1]} ({why})")
     out = []
     if refused:
         out.append("- Refused by the engine's own validation before any start: " + ", ".join(dict.fromkeys(refused)) + ".")

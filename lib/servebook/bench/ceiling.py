@@ -276,6 +276,7 @@ def ceiling_verdict(rows: Any, goal: float = CEILING_GOAL) -> dict:
            "bench_serving_measured": bool(bs and set(sb) & set(bs)), "skipped": skips, "justified": None,
            "decided_in": next((r for r in regimes if r["events_per_write"] == ENGINE_REGIME), None)}
     out["reason"], out["justified"] = _judge(out, skips)
+    out["reason_tagged"] = _judge(out, skips, tagged=True)[0]  # the same words, each figure tagged for a page (servebook.stated)
     return out
 
 
@@ -302,8 +303,16 @@ def _regime(by: dict, busy: dict, levels: list, epw: int, goal: float) -> dict:
     return regime
 
 
-def _judge(v: dict, skips: dict) -> tuple[str, bool | None]:
-    """(reason, justified) for :func:`ceiling_verdict`."""
+def _judge(v: dict, skips: dict, tagged: bool = False) -> tuple[str, bool | None]:
+    """(reason, justified) for :func:`ceiling_verdict`; ``tagged``: its figures tagged (``servebook.stated.q``) for a
+    page, where the check recomputes them from the run's ``client_ceiling`` rows and this module's constants."""
+    from ..stated.tags import q as q_
+    from ..stated.text import text_of
+
+    def q(name, value, fmt="", of=None):
+        return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
+
+    regime = q("method_constant", ENGINE_REGIME, "d", of="ceiling_engine_regime")
     if not v["compared"]:
         return "this run's ceiling predates the comparison of clients (only servebook's own was measured)", None
     if not v["bench_serving_measured"]:
@@ -311,16 +320,18 @@ def _judge(v: dict, skips: dict) -> tuple[str, bool | None]:
         return f"sglang.bench_serving was not measured ({why}), so the goal cannot be checked on this host", None
     r = v["decided_in"]
     if r is None or r["servebook_ratio"] is None:
-        return f"no level with {ENGINE_REGIME} event per write, the regime engines stream in, was measured by both", None
+        return f"no level with {regime} event per write, the regime engines stream in, was measured by both", None
     if r["httpx_ratio"] is None:
         why = skips.get("httpx") or "no level where it completed every request"
-        return f"httpx was not measured at {ENGINE_REGIME} event per write ({why}), so it is undecided", None
+        return f"httpx was not measured at {regime} event per write ({why}), so it is undecided", None
     if not r["client_bound"]:
-        return (f"at {ENGINE_REGIME} event per write the fake server, not the clients, set the pace (servebook's core "
-                f"{_pct(r['servebook_busy'])} busy, httpx's {_pct(r['httpx_busy'])}, below {BOUND_AT:.0%}): this host cannot "
+        return (f"at {regime} event per write the fake server, not the clients, set the pace (servebook's core "
+                f"{_pct(r['servebook_busy'], q, 'servebook')} busy, httpx's {_pct(r['httpx_busy'], q, 'httpx')}, below "
+                f"{q('method_constant', BOUND_AT, '.0%', of='ceiling_bound_at')}): this host cannot "
                 "say whether a library client would do"), None
-    at = (f"at {ENGINE_REGIME} event per write, as engines stream, servebook's client reaches {r['servebook_ratio']:.2f}x "
-          f"bench_serving's and httpx {r['httpx_ratio']:.2f}x (both client-bound)")
+    at = (f"at {regime} event per write, as engines stream, servebook's client reaches "
+          f"{q('ceiling_ratio_decided', r['servebook_ratio'], '.2f', of='servebook')}x bench_serving's and httpx "
+          f"{q('ceiling_ratio_decided', r['httpx_ratio'], '.2f', of='httpx')}x (both client-bound)")
     if not r["servebook_reaches"]:
         return f"{at}: servebook's client misses the goal, so the goal gives no reason to keep it", False
     if r["httpx_reaches"]:
@@ -332,8 +343,10 @@ def _checked(label, phase, concurrency, tok_s) -> tuple:
     return (label, phase, int(concurrency or 1), round(float(tok_s), 6))
 
 
-def _pct(x) -> str:
-    return f"{x:.0%}" if isinstance(x, (int, float)) else "unmeasured"
+def _pct(x, q=None, of=None) -> str:
+    if not isinstance(x, (int, float)):
+        return "unmeasured"
+    return q("ceiling_busy_decided", x, ".0%", of=of) if q is not None else f"{x:.0%}"
 
 
 def ceiling_check(summary, ceiling, *, warn_at: float = 0.5, store=None) -> list[dict]:

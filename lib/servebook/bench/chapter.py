@@ -28,25 +28,12 @@ __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measur
 
 # Figures stated in prose (Markdown output) that carry no servebook.stated tag, and why each cannot.
 UNTAGGED = {
-    "say_throughput's per-start rates, C=1 rate, gain over C=1 and per-user rate at the peak":
-        "written by servebook.stated.say_throughput (shared with chapter 06, owned by servebook.stated); the per-start "
-        "rates are the inputs of the tagged single_tok_s and single_ci95",
-    "say_default_methods' chapter 03 / chapter 05 rates and differences":
-        "written by servebook.findings.say_default_methods (shared with chapter 03); chapter 03's side is tagged there as "
-        "default_tok_s on its own page",
-    "stall and re-measure sentences (tok/s before and after, TTFT of a stalled level)":
-        "computed from rows bench.current no longer holds (superseded measurements); the registry recomputes only the "
-        "measurement that stands",
-    "separated()'s percentage between two engines": "a difference of two tagged single_tok_s values, formatted by "
-                                                     "servebook.findings.separated for every chapter",
-    "seed roofline detail on the seed section (active parameters, GB per token, a second latency's limit)":
-        "from data/models and data/hardware cards, not a run table; the limits and floors the run records are tagged "
-        "(card_roofline_tok_s, seed_comm_roofline_tok_s, seed_t_mem_ms, seed_t_comm_ms, seed_crossover_us)",
-    "client-check turns (servebook's runs, the run after bench_serving's)": "the per-run values of a tagged rel_diff",
     "failure excerpts": "text of a recorded error, not a quantity",
     "Check yourself's worked example (4 tokens per chunk every 40 ms)": "a fixed example of the definitions, not a measurement",
-    "the rules' constants in the method text (10% growth for saturation, half of the client's ceiling, 95% intervals)":
-        "definitions of the method, constants of the code that applies them (bench.runs, bench.ceiling), not results of a run",
+    "the 95% of the intervals and half of the client's ceiling in the method text":
+        "definitions of the method (servebook.stated.EXCEPTIONS names the 95%); the constants the verdicts use are tagged "
+        "as method_constant where a sentence states them (bench.ceiling.ENGINE_REGIME, BOUND_AT), and the notebook names "
+        "bench.runs.SATURATION_GROWTH instead of typing it",
     "the what-if page's GB per token, TB/s and all-reduce ms": "inputs from the data files (data/models, data/hardware) "
         "behind the tagged limits (card_roofline_tok_s, plan_roofline_tok_s)",
     "printed (not Markdown) lines: client ceiling, warnings, notes": "console output under a table, which the table itself shows",
@@ -128,26 +115,26 @@ def ceiling_sentence(v: dict) -> str:
     from ..stated import q
 
     if not v["compared"]:
-        return f"Not compared in this run: {v['reason']}."
+        return f"Not compared in this run: {v['reason_tagged']}."
     rates = ", ".join(f"{k} {q('client_ceiling_tok_s', t, ',.0f', of=k)}" for k, t in v["ceilings"].items())
     out = f"Client ceilings against the fake server: {rates} tok/s."
     if not v["bench_serving_measured"]:
-        return f"{out} {v['reason']}: this run does not decide whether the hand-written transport is justified."
+        return f"{out} {v['reason_tagged']}: this run does not decide whether the hand-written transport is justified."
     for k in ("servebook", "httpx"):
         if v["ratios"][k] is not None:
             out += (f" At its best level {k}'s is {q('ceiling_ratio', v['ratios'][k], '.1f', of=k)}x bench_serving's "
                     f"({'above' if v['reaches'][k] else 'below'} the goal of {q('ceiling_goal', v['goal'], 'g')}x).")
     r = v["decided_in"] or {}
     if r.get("servebook_ratio") and r.get("httpx_ratio"):
-        out += (f" The verdict is taken where engines stream, one token per network read ({r['events_per_write']} event per "
+        out += (f" The verdict is taken where engines stream, one token per network read ({q('method_constant', r['events_per_write'], 'd', of='ceiling_engine_regime')} event per "
                 f"write): there servebook's is {q('ceiling_ratio_decided', r['servebook_ratio'], '.2f', of='servebook')}x and httpx's "
                 f"{q('ceiling_ratio_decided', r['httpx_ratio'], '.2f', of='httpx')}x, their cores "
                 f"{q('ceiling_busy_decided', r['servebook_busy'], '.0%', of='servebook')} and "
                 f"{q('ceiling_busy_decided', r['httpx_busy'], '.0%', of='httpx')} busy.")
     if v["justified"] is None:
-        return f"{out} Not decided here: {v['reason']}."
+        return f"{out} Not decided here: {v['reason_tagged']}."
     return (f"{out} The hand-written transport is {q('fast_path_justified', v['justified'], 'justified|not justified')} on "
-            f"this host: {v['reason']}.")
+            f"this host: {v['reason_tagged']}.")
 
 
 # -- measuring (a live host) ------------------------------------------------------------------------------------------
@@ -314,7 +301,7 @@ def say_sweep_stops(store) -> list[str]:
         lines.append(f"- {lab}: the sweep ran C = {q('sweep_levels', s['levels'], of=lab)} with "
                      f"{q('sweep_requests_per_c', s['requests_per_level_x_C'], of=lab)} x C requests per level"
                      + (", each level warmed first" if s["warmed_levels"] else "") + "; it stopped on "
-                     f"{q('sweep_stopped_by', s['stopped_by'], of=lab)}: {s['why']}.")
+                     f"{q('sweep_stopped_by', s['stopped_by'], of=lab)}: {q('sweep_stop_why', s['why'], of=lab)}.")
     return lines
 
 
@@ -462,8 +449,10 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
                                identity=("case",), legacy=lambda r: stands(r, lambda x: 1e3 / x["measured_tok_s"]))
         if out["rows"]:
             r0 = out["rows"][0]
-            out["note"] = (f"Bandwidth for this run's roofline: **{r0['bandwidth_tbs'] * 1e3:,.1f} GB/s**, the "
-                           f"{r0['bandwidth_source']} (as recorded on the host).")
+            from ..stated import q
+
+            out["note"] = (f"Bandwidth for this run's roofline: **{q('roofline_bandwidth_gbs', r0['bandwidth_tbs'] * 1e3, ',.1f', of=r0['case'])} "
+                           f"GB/s**, the {r0['bandwidth_source']} (as recorded on the host).")
         return out
     if list(model_dir.glob("*.safetensors")):
         weights = roofline.weight_bytes(model_dir)
@@ -625,17 +614,22 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
         avg = roofline.card_bytes_per_token(card)      # cross-check: active parameters x the checkpoint's average bytes/param
         prof = load_profile(seed_profile)
         bound = card_roofline(seed_model, seed_tp, seed_profile)
+        # (label, latency, the reference grid's setting it was measured under: the subject of the tagged figures); the label
+        # is stored plain in bench_roofline, and shown with its latency tagged (``tagged``)
         if seed_allreduce_us > 0:
-            latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us)]
+            latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us, None)]
+            tagged = [latencies[0][0]]
         else:
             ref_nccl = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
-            latencies = [(f"{ref_nccl['default_us']:.1f} us, NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)",
-                          ref_nccl["default_us"])] if ref_nccl.get("default_us") else []
+            where = [(ref_nccl.get("default_us"), "default", f"NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)")]
             if ref_nccl.get("setting") not in (None, "default") and ref_nccl.get("best_us"):
-                latencies.append((f"{ref_nccl['best_us']:.1f} us, `{ref_nccl['setting']}` measured there", ref_nccl["best_us"]))
+                where.append((ref_nccl["best_us"], ref_nccl["setting"], f"`{ref_nccl['setting']}` measured there"))
+            latencies = [(f"{us:.1f} us, {what}", us, setting) for us, setting, what in where if us]
+            tagged = [f"{q('ref_allreduce_us', us, '.1f', of=setting)} us, {what}" for us, setting, what in where if us]
         n_ar = roofline.allreduces_per_token(card)
         floors = [(label, roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp, allreduce_us=us,
-                                                   allreduces_per_token=n_ar)) for label, us in latencies]
+                                                   allreduces_per_token=n_ar)) for label, us, _ in latencies]
+        settings = [setting for _, _, setting in latencies]
         seed_roof = floors[0][1] if floors else roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp,
                                                                          allreduce_us=0.0, allreduces_per_token=n_ar)
         reported = ({k.strip(): float(v) for k, v in (kv.split(":") for kv in seed_reported_tok_s.split(",") if ":" in kv)}
@@ -655,18 +649,32 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
                     store.append("bench_breakdown", {"label": row["case"], **part})
             out["rows"].append(row)
         crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
-        out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us)
+        out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us, latency_labels=tagged, subject=bound["subject"],
+                   model=seed_model)
+        sub = bound["subject"]  # every figure below tagged: recomputed from data/models, data/hardware and the reference run
+
+        def card(field: str, value, fmt: str) -> str:
+            return q("card_fact", value, fmt, of=f"{seed_model} | {field}")
+
+        def floor(setting, field: str, value, fmt: str) -> str:
+            return q("seed_floor", value, fmt, of=f"{sub} | {setting} | {field}") if setting else format(value, fmt)
+
         out["lines"] = [
-            f"- {seed_model}: {arch['active_params'] / 1e9:.1f}B active parameters, {arch['bytes_per_token'] / 1e9:.1f} GB read per token "
-            f"(the card's average {avg['bytes_per_param']} B/param would say {avg['bytes_per_token'] / 1e9:.1f} GB: it undercounts the BF16 "
-            "attention and shared experts).",
-            f"- Bandwidth alone: at most {q('card_roofline_tok_s', bound['tok_s'], ',.0f', of=bound['subject'])} tok/s "
-            f"({bound['bytes_per_token'] / 1e9:.1f} GB per token over {seed_tp} GPUs at {bound['bandwidth_tbs']} TB/s each; "
+            f"- {seed_model}: {card('active_params_b', arch['active_params'] / 1e9, '.1f')}B active parameters, "
+            f"{card('gb_per_token', arch['bytes_per_token'] / 1e9, '.1f')} GB read per token (the card's average "
+            f"{card('avg_bytes_per_param', avg['bytes_per_param'], '')} B/param would say "
+            f"{card('avg_gb_per_token', avg['bytes_per_token'] / 1e9, '.1f')} GB: it undercounts the BF16 attention and shared experts).",
+            f"- Bandwidth alone: at most {q('card_roofline_tok_s', bound['tok_s'], ',.0f', of=sub)} tok/s "
+            f"({floor('default', 'gb_per_token', bound['bytes_per_token'] / 1e9, '.1f')} GB per token over "
+            f"{floor('default', 'gpus', seed_tp, 'd')} GPUs at {floor('default', 'bandwidth_tbs', bound['bandwidth_tbs'], '')} TB/s each; "
             f"`data/models/{seed_model}.json` x `data/hardware/{seed_profile}.json`).",
-            *[f"- With the communication floor, {n_ar} all-reduces per token at {label}: at most {r['tok_s']:,.0f} tok/s "
-              f"({r['t_comm_ms']:.2f} ms of all-reduce per token beside {r['t_mem_ms']:.2f} ms of memory time)." for label, r in floors],
-            f"- The two floors are equal at {crossover_us:.1f} us per all-reduce: above that latency, all-reduce is the larger part of the "
-            "limit. The seed's GPUs talk over PCIe, whose latency only chapter 04 run on that host measures.",
+            *[f"- With the communication floor, {card('allreduces_per_token', n_ar, 'd')} all-reduces per token at {label}: at most "
+              f"{floor(st, 'tok_s', r['tok_s'], ',.0f')} tok/s ({floor(st, 't_comm_ms', r['t_comm_ms'], '.2f')} ms of all-reduce per "
+              f"token beside {floor(st, 't_mem_ms', r['t_mem_ms'], '.2f')} ms of memory time)."
+              for label, (_, r), st in zip(tagged, floors, settings)],
+            f"- The two floors are equal at {floor(settings[0] if settings else None, 'crossover_us', crossover_us, '.1f')} us per "
+            "all-reduce: above that latency, all-reduce is the larger part of the limit. The seed's GPUs talk over PCIe, whose "
+            "latency only chapter 04 run on that host measures.",
         ]
     except ServebookError as exc:
         store.record_failure("seed roofline", exc)
@@ -704,21 +712,29 @@ def _at(label, c) -> str:
 def _remeasured_lines(again) -> list[str]:
     import pandas as pd
 
+    from ..stated import q
+    from .runs import remeasured_subject
+
+    def t(r, field: str, fmt: str = "") -> str:  # recomputed by the registry from the same bench.remeasured
+        value = r["after"] / r["before"] if field == "ratio" else r[field]
+        return q("remeasured", value, fmt, of=remeasured_subject(r, field))
+
     lines = []
     for label, g in pd.DataFrame(again).groupby("label", sort=False) if again else []:  # what measuring again changed
         single, sweep = g[g["phase"] == "single"], g[g["phase"] == "sweep"].sort_values("concurrency")
         if len(single):
             r = single.iloc[-1]
-            lines.append(f"- {label}: single stream measured again with {r['after_method']} (before: {r['before_method']}): "
-                         f"{r['before']:,.0f} -> {r['after']:,.0f} tok/s.")
+            lines.append(f"- {label}: single stream measured again with {t(r, 'after_method')} (before: {t(r, 'before_method')}): "
+                         f"{t(r, 'before', ',.0f')} -> {t(r, 'after', ',.0f')} tok/s.")
         if len(sweep):
             fell = [r for _, r in sweep.iterrows() if r["fell"]]  # bench.remeasured: sweep_stalls' rule, both times
-            levels = ", ".join(f"C={int(r['concurrency'])} {r['before']:,.0f} -> {r['after']:,.0f}" for _, r in sweep.iterrows()
+            levels = ", ".join(f"C={int(r['concurrency'])} {t(r, 'before', ',.0f')} -> {t(r, 'after', ',.0f')}" for _, r in sweep.iterrows()
                                if pd.notna(r["before"]) and pd.notna(r["after"]))
-            text = f"- {label}: sweep measured again with {sweep.iloc[-1]['after_method']} (before: {sweep.iloc[-1]['before_method']}), tok/s: {levels}."
+            last = sweep.iloc[-1]
+            text = f"- {label}: sweep measured again with {t(last, 'after_method')} (before: {t(last, 'before_method')}), tok/s: {levels}."
             for r in fell:
                 text += (f" The fall at C={int(r['concurrency'])} " + (
-                    ("did not recur once the level was warmed first, a " + f"{r['after'] / r['before']:.1f}x change: it was a first-use "
+                    ("did not recur once the level was warmed first, a " + f"{t(r, 'ratio', '.1f')}x change: it was a first-use "
                      "cost at that concurrency, not saturation (which kernel or cache paid it is not measured here)."
                      if r["after"] >= 3 * r["before"] else
                      "did not recur once the level was warmed first: consistent with a first-use cost, a hypothesis only (one batch "
@@ -737,8 +753,10 @@ def _client_check_line(cc) -> str:
         xs = r.get("servebook_runs") if isinstance(r.get("servebook_runs"), list) else []
         if r["servebook_spread"] <= 0.5 or len(xs) < 2:
             return ""
-        return (f" (servebook's runs {', '.join(f'{x:,.0f}' if x >= 100 else f'{x:.3g}' for x in xs)}: its run after bench_serving's is "
-                f"{(xs[-1] - r['bench_serving']) / r['bench_serving']:+.1%}; hypothesis: its first run, at a concurrency the server had "
+        at = f"{r['label']} | {r['metric']} | C={int(r['concurrency'])}"
+        return (f" (servebook's runs {', '.join(q('client_check_turn', x, ',.0f' if x >= 100 else '.3g', of=f'{at} | run {i}') for i, x in enumerate(xs, 1))}: "
+                f"its run after bench_serving's is "
+                f"{q('client_check_turn', (xs[-1] - r['bench_serving']) / r['bench_serving'], '+.1%', of=at + ' | last against bench_serving')}; hypothesis: its first run, at a concurrency the server had "
                 "not served since it started, paid a first-use cost like the first sweep's; the check now warms the server at its "
                 "concurrency first)")
     per = ", ".join(f"{m} " + " / ".join(
@@ -773,7 +791,7 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     for t in measured_t[1:]:  # engines side by side: chapter 06's one comparison, each against the first engine measured
         ref = measured_t[0]
         lines.append(f"- {t['label']} against {ref['label']}, single stream: "
-                     f"{separated(t['single_tok_s'], t['single_ci95'], ref['single_tok_s'], ref['single_ci95'], starts=(t['starts'], ref['starts']))}"
+                     f"{separated(t['single_tok_s'], t['single_ci95'], ref['single_tok_s'], ref['single_ci95'], starts=(t['starts'], ref['starts']), of=t['label'] + ' vs ' + ref['label'], names=('single_vs_pct', 'single_vs_starts'))}"
                      + (f"; sweep peak {q('peak_tok_s', t['peak_tok_s'], ',.0f', of=t['label'])} tok/s at "
                         f"C={q('peak_c', t['peak_c'], 'd', of=t['label'])} against {q('peak_tok_s', ref['peak_tok_s'], ',.0f', of=ref['label'])} at "
                         f"C={q('peak_c', ref['peak_c'], 'd', of=ref['label'])} (one batch per level: no interval, so a difference there is a "
@@ -788,9 +806,12 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
                          "settled by more warm-up requests (`warmup`) and the same runs again.")
     stalls = sweep_stalls(m["summary_rows"], m["request_rows"])
     for st in stalls:
-        lines.append(f"- {st['label']}: throughput fell from {st['best_before_tok_s']:,.0f} tok/s at C={st['best_before_concurrency']} to "
-                     f"{st['throughput_tok_s']:,.0f} at C={st['concurrency']}; first tokens there took {st['ttft_median_s']:.2f} s "
-                     f"(median) and up to {st['ttft_max_s']:.2f} s, against {st['ttft_median_best_s']:.2f} s at C={st['best_before_concurrency']}. "
+        def s_(field: str, fmt: str, st=st) -> str:  # recomputed by the registry from the same bench.sweep_stalls
+            return q("sweep_stall", st[field], fmt, of=f"{st['label']} | C={st['concurrency']} | {field}")
+
+        lines.append(f"- {st['label']}: throughput fell from {s_('best_before_tok_s', ',.0f')} tok/s at C={st['best_before_concurrency']} to "
+                     f"{s_('throughput_tok_s', ',.0f')} at C={st['concurrency']}; first tokens there took {s_('ttft_median_s', '.2f')} s "
+                     f"(median) and up to {s_('ttft_max_s', '.2f')} s, against {s_('ttft_median_best_s', '.2f')} s at C={st['best_before_concurrency']}. "
                      + ("A saturated server holds its throughput and queues each request a little; this looks like a stall. "
                         "Hypothesis: kernels compiled on the first use of the new batch shape (not measured here); settled by the "
                         "same level measured again after a warm-up at that concurrency, which the sweep now does before every level "
@@ -806,8 +827,8 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
             lines.append(f"- {r['label']} at C={int(r['concurrency'])}: each user decoded at {q('sweep_per_user_tok_s', user, ',.0f', of=at)} "
                          f"tok/s, yet a request waited up to {q('sweep_ttft_server_p99_s', p99, '.2f', of=at)} s for its first token after "
                          f"it was sent (median {q('sweep_ttft_server_p50_ms', p50 * 1e3, '.0f', of=at)} ms), so the level's "
-                         f"{q('sweep_throughput_tok_s', r['throughput_tok_s'], ',.0f', of=at)} tok/s is well below {int(r['concurrency'])} "
-                         f"users at that rate ({r['concurrency'] * user:,.0f}): the waits, not decode, limit it, so this level is no "
+                         f"{q('sweep_throughput_tok_s', r['throughput_tok_s'], ',.0f', of=at)} tok/s is well below C={int(r['concurrency'])} "
+                         f"users at that rate ({q('sweep_all_users_tok_s', r['concurrency'] * user, ',.0f', of=at)}): the waits, not decode, limit it, so this level is no "
                          "saturation point. The cause is not settled by this run (a trace of the engine's scheduler at that level would).")
     for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if len(single_all) else []):
         errors = r.get("errors") if isinstance(r.get("errors"), list) else []
@@ -818,9 +839,11 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
             lines.append(f"- {label}: no request of the concurrency sweep succeeded ({int(g['failed'].sum())} failed).")
     for row in seed["rows"]:
         pct_comm = 100 * row["measured_tok_s"] / row["roofline_with_comm_tok_s"]
-        lines.append(f"- {row['case']}: {row['measured_tok_s']:.1f} tok/s is {q('seed_pct_of_roofline', row['pct_of_roofline'], '.1f', of=row['case'])}% "
-                     f"of its bandwidth roofline ({row['roofline_tok_s']:,.0f} tok/s); with the communication floor at "
-                     f"{row['allreduce_source'] or 'no latency'}, {q('seed_pct_of_comm_roofline', pct_comm, '.1f', of=row['case'])}% of "
+        source = (seed.get("latency_labels") or [None])[0] or row["allreduce_source"] or "no latency"  # its latency tagged
+        lines.append(f"- {row['case']}: {q('seed_reported_tok_s', row['measured_tok_s'], '.1f', of=row['case'])} tok/s is "
+                     f"{q('seed_pct_of_roofline', row['pct_of_roofline'], '.1f', of=row['case'])}% "
+                     f"of its bandwidth roofline ({q('seed_row_roofline_tok_s', row['roofline_tok_s'], ',.0f', of=row['case'])} tok/s); "
+                     f"with the communication floor at {source}, {q('seed_pct_of_comm_roofline', pct_comm, '.1f', of=row['case'])}% of "
                      f"{q('seed_comm_roofline_tok_s', row['roofline_with_comm_tok_s'], ',.0f', of=row['case'])} tok/s.")
     lines += say_breakdown(store)
     cc, _ = client_check(store)
@@ -874,8 +897,11 @@ def check_yourself(m: dict, *, verdict: dict, ceiling_check_df, seed: dict, seed
     roof, rows = seed["roof"], seed["rows"]
     if roof is not None and rows:
         qa.append(("The seed case's limit: which floor dominates, memory or communication, and what would settle it?",
-                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on {seed_tp} GPUs; {seed['n_ar']} all-reduces take "
-                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at {rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
+                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on "
+                   f"{q('seed_floor', seed_tp, 'd', of=seed['subject'] + ' | default | gpus')} GPUs; "
+                   f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | allreduces_per_token')} all-reduces take "
+                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at "
+                   f"{(seed.get('latency_labels') or [None])[0] or rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
                    f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f') if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
                    "all-reduce (custom kernels, NCCL settings) matters more. Only chapter 04 on the seed's PCIe host measures its latency."))
     if verdict["bench_serving_measured"]:
@@ -897,10 +923,10 @@ def _transport_answer(v: dict) -> str:
     goal = q("ceiling_goal", v["goal"], "g")
     head = f"Only a measurement keeps it: its ceiling must be at least {goal}x sglang.bench_serving's while a library client's is not."
     if v["justified"] is None or not r.get("servebook_ratio") or not r.get("httpx_ratio"):
-        return f"{head} Not decided in this run: {v['reason']}."
+        return f"{head} Not decided in this run: {v['reason_tagged']}."
     sb = q("ceiling_ratio_decided", r["servebook_ratio"], ".2f", of="servebook")
     hx = q("ceiling_ratio_decided", r["httpx_ratio"], ".2f", of="httpx")
-    reading = (f"{head} At one event per write, as engines stream, servebook's is {sb}x and httpx's {hx}x: "
+    reading = (f"{head} At {q('method_constant', r.get('events_per_write'), 'd', of='ceiling_engine_regime')} event per write, as engines stream, servebook's is {sb}x and httpx's {hx}x: "
                f"the hand-written transport is {q('fast_path_justified', v['justified'], 'justified|not justified')} here. ")
     if v["justified"]:
         return reading + "httpx does not reach the goal at that level; where it does, the library client should replace servebook's own."
@@ -920,13 +946,22 @@ def whatif_found(roof, facts: dict) -> list[str]:
     for _, r in roof.iterrows():
         limit = (q("card_roofline_tok_s", r["tok_s"], ",.0f", of=subject) if r["case"].endswith(": bandwidth only")
                  else q("plan_roofline_tok_s", r["tok_s"], ",.0f", of=r["case"]))
-        lines.append(f"- {r['case']}: at most {limit} tok/s ({r['bytes_per_token'] / 1e9:.1f} GB per token over "
-                     f"{int(r['tp'])} GPUs at {r['bandwidth_tbs']} TB/s each, plus {r['t_comm_ms']:.2f} ms of all-reduce).")
+        lines.append(f"- `{r['case']}` (its row in table `roofline`): at most {limit} tok/s ({_plan(r, 'gb_per_token', '.1f')} GB per "
+                     f"token over {_plan(r, 'tp', 'd')} GPUs at {_plan(r, 'bandwidth_tbs', '')} TB/s each, plus "
+                     f"{_plan(r, 't_comm_ms', '.2f')} ms of all-reduce).")
     lines.append("- Predicted from data files, not measured: the benchmark commands above measure the real rate on the host.")
     seed = seed_case()
     if (facts["model"], facts["profile"], facts["gpus"]) == (seed["model"], seed["profile"], seed["tp"]):
         lines.append(f"- This profile is the seed case's host. {seed_sentence()}")
     return lines
+
+
+def _plan(r, field: str, fmt: str) -> str:
+    """A figure of one ``roofline`` row of chapter 05's plan, tagged (``plan_roofline_fact``, recomputed from the row)."""
+    from ..stated import q
+
+    value = r["bytes_per_token"] / 1e9 if field == "gb_per_token" else (int(r[field]) if field == "tp" else r[field])
+    return q("plan_roofline_fact", value, fmt, of=f"{r['case']} | {field}")
 
 
 def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
@@ -939,8 +974,9 @@ def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
     if len(bw_only):
         b = bw_only.iloc[0]
         qa.append(("What bounds single-stream decode on this profile before any overhead, and from which files?",
-                   f"{q('plan_roofline_tok_s', b['tok_s'], ',.0f', of=b['case'])} tok/s: {b['bytes_per_token'] / 1e9:.1f} GB read per token (data/models/{facts['model']}.json, "
-                   f"counted layer by layer) over {int(b['tp'])} GPUs at {b['bandwidth_tbs']} TB/s each (data/hardware/{facts['profile']}.json)."))
+                   f"{q('plan_roofline_tok_s', b['tok_s'], ',.0f', of=b['case'])} tok/s: {_plan(b, 'gb_per_token', '.1f')} GB read per token "
+                   f"(data/models/{facts['model']}.json, counted layer by layer) over {_plan(b, 'tp', 'd')} GPUs at "
+                   f"{_plan(b, 'bandwidth_tbs', '')} TB/s each (data/hardware/{facts['profile']}.json)."))
     if len(with_comm):
         lo, hi = with_comm.loc[with_comm["tok_s"].idxmin()], with_comm.loc[with_comm["tok_s"].idxmax()]
         lo_s, hi_s = (q("plan_roofline_tok_s", x["tok_s"], ",.0f", of=x["case"]) for x in (lo, hi))

@@ -301,7 +301,7 @@ def _stop_row(cfg: dict, c: int, levels_run: list, best: float, flat: int, out: 
     return {**cfg, "stopped_before": c, "levels_run": levels_run, "best_throughput_tok_s": best,
             "reason": (f"throughput fell to {last:.1f} tok/s from a best of {best:.1f}: not saturation by itself (a stall or "
                        "failing requests; see the level's slowest first token)" if fell else
-                       f"throughput grew less than 10% over {best:.1f} tok/s for {flat} levels: saturated")}
+                       f"throughput grew less than {SATURATION_GROWTH:.0%} over {best:.1f} tok/s for {flat} levels: saturated")}
 
 
 def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], drop: float = 0.75, ratio: float = 5.0) -> list[dict]:
@@ -336,10 +336,13 @@ def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], drop: float 
     return out
 
 
+SATURATION_GROWTH = 0.10  # a sweep level must beat the best level before it by this share, else it counts as flat
+
+
 def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float, int]:
-    """Track the best throughput and how many levels in a row failed to beat it by 10%."""
+    """Track the best throughput and how many levels in a row failed to beat it by ``SATURATION_GROWTH``."""
     throughput = throughput or 0.0
-    if throughput > best * 1.10:
+    if throughput > best * (1 + SATURATION_GROWTH):
         return throughput, 0
     return max(best, throughput), flat + 1
 
@@ -408,6 +411,12 @@ def remeasured(summary: Iterable[dict], drop: float = 0.75) -> list[dict]:
             pair["fell"] = _fell(pair["before"], [p["before"] for p in lower], drop)
             pair["recurred"] = pair["after"] is None or _fell(pair["after"], [p["after"] for p in lower], drop)
     return out
+
+
+def remeasured_subject(r, field: str) -> str:
+    """The subject a figure of :func:`remeasured` is stated under (``servebook.stated``): ``"label | phase | C=n | field"``."""
+    c = r.get("concurrency")
+    return f"{r['label']} | {r['phase']} | C={int(c) if c == c and c is not None else c} | {field}"
 
 
 def _fell(value, lower, drop: float) -> bool:

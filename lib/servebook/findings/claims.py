@@ -58,12 +58,13 @@ def _host_text(h: dict, tagged: bool = True) -> str:
     if not h.get("gpu"):
         return f"{h.get('hostname') or 'this host'}: no GPU seen; the engines ran on the CPU"
     links = f", linked by {'/'.join(h['links'])}" if h.get("links") else (", one GPU: no GPU-to-GPU link" if h.get("gpu_count") == 1 else "")
-    p2p = f" ({h['p2p_gbs']:.0f} GB/s measured peer copies)" if h.get("p2p_gbs") else ""
     from ..stated.tags import q as q_
     from ..stated.text import text_of
 
     def q(name, value, fmt="", of=None):
         return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
+
+    p2p = f" ({q('p2p_gbs', h['p2p_gbs'], '.0f', of='max')} GB/s measured peer copies)" if h.get("p2p_gbs") else ""
 
     cap = (f"compute capability {q('host_capability', h.get('capability'))} ({h.get('family')})" if h.get("capability")
            else "compute capability not probed in this run")
@@ -155,44 +156,57 @@ def _backend_claims(f: Findings) -> list[Claim]:
             why = (f": the 95% intervals over {n_s} server starts overlap{ties}, no difference beyond the restart spread"
                    if n_starts >= 2 else f" ({ONE_START}): the 95% intervals {'overlap' + ties if b.get('ties') else 'cover one server start'}")
             c.append(Claim("03", best + f"{why}, so no change of backend is supported", H_SWEEP, False))
-        for x in b["failed"]:
-            c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({str(x.get('error'))[:160]})", H_BACKENDS_FOUND, False))
+        for x in b["failed"]:  # the recorded error whole, tagged as its row's text (chapter 03 states it so too)
+            err = q("backend_error", " ".join(str(x.get("error")).split()), of=f"{x['key']} | {x.get('recorded_at')}") if x.get("key") \
+                else str(x.get("error"))[:160]
+            c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({err})", H_BACKENDS_FOUND, False))
         if b["not_run"]:
-            c.append(Claim("03", f"{b['engine']}: not run here: " + ", ".join(f"`{x['attention']}` ({x['reason']})" for x in b["not_run"]),
-                           H_BACKENDS_FOUND, False))
+            c.append(Claim("03", f"{b['engine']}: not run here: " + ", ".join(
+                f"`{x['attention']}` ({q('not_run_reason', x['reason'], of=b['engine'] + ' | ' + x['attention'])})" for x in b["not_run"]),
+                H_BACKENDS_FOUND, False))
     if not f.backends:
         c.append(Claim("03", "No backend was forced in this run", H_BACKENDS_FOUND, False))
     return c
 
 
 def _nccl_claims(f: Findings) -> list[Claim]:
-    """Chapter 04: the NCCL setting for decode-sized all-reduces, predicted and measured end to end."""
+    """Chapter 04: the NCCL setting for decode-sized all-reduces, predicted and measured end to end; every figure of the
+    grid tagged (``nccl_fact``: recomputed by ``servebook.findings.nccl`` from the run's tables)."""
+    from ..stated.tags import q
+
+    def nf(field: str, fmt: str = "", value=None) -> str:
+        v = (n or {}).get(field) if value is None else value
+        return q("nccl_fact", v, fmt, of=field) if v is not None else _fmt(v)
+
     c: list[Claim] = []
     n = f.nccl
     if n is None:
         c.append(Claim("04", "No all-reduce was measured in this run", H_NCCL, False))
     elif n["backend"] != "nccl":
-        c.append(Claim("04", f"All-reduce measured with {n['backend']} ({n.get('world_size')} processes), not NCCL: "
-                       f"{_fmt(n.get('default_us'))} us at {n['b1_bytes']} B; NCCL settings do not apply here", H_NCCL, False))
+        c.append(Claim("04", f"All-reduce measured with {n['backend']} ({nf('world_size', 'd')} processes), not NCCL: "
+                       f"{nf('default_us', ',.1f')} us at {nf('b1_bytes', 'd')} B; NCCL settings do not apply here", H_NCCL, False))
     else:
-        head = (f"NCCL ({n.get('world_size')} GPUs, {n['settings']} settings, {n['mode']}-replayed): at the batch-1 message "
-                f"({n['b1_bytes']} B) the default took {_fmt(n.get('default_us'))} us per all-reduce")
+        head = (f"NCCL ({nf('world_size', 'd')} GPUs, {nf('settings', 'd')} settings, {n['mode']}-replayed): at the batch-1 message "
+                f"({nf('b1_bytes', 'd')} B) the default took {nf('default_us', ',.1f')} us per all-reduce")
         if n.get("setting") in (None, "default"):
             ru = n.get("runner_up")
-            alt = (f"; the best other setting, `{ru['setting']}`, took {_fmt(ru['us'])} us, a predicted "
-                   f"{_fmt(ru['delta_ms'], 3)} ms per token against {_fmt(n.get('default_ms_per_token'), 3)} ms with the defaults "
-                   f"({n.get('allreduces_per_token')} all-reduces per token, {n.get('layers')} layers of {n.get('model')})"
+            alt = (f"; the best other setting, `{ru['setting']}`, took {nf('runner_up us', ',.1f', ru['us'])} us, a predicted "
+                   f"{nf('runner_up delta_ms', ',.3f', ru['delta_ms'])} ms per token against {nf('default_ms_per_token', ',.3f')} ms with the defaults "
+                   f"({nf('allreduces_per_token', 'd')} all-reduces per token, {nf('layers', 'd')} layers of {n.get('model')})"
                    if ru and n.get("default_ms_per_token") is not None else "")
+            from ..nccl.predict import NOISE
+
+            noise = q("method_constant", 100 * NOISE, ".0f", of="nccl_noise_pct")
             if ru and ru.get("slower_at_batches"):
-                verdict = (f": but it is more than 5% slower than the defaults at decode batch "
-                           f"{', '.join(map(str, ru['slower_at_batches']))}, so keep NCCL's defaults")
+                verdict = (f": but it is more than {noise}% slower than the defaults at decode batch "
+                           f"{nf('runner_up slower_at_batches', '', ', '.join(map(str, ru['slower_at_batches'])))}, so keep NCCL's defaults")
             else:
-                verdict = ": within the 5% the book treats as noise, so keep NCCL's defaults"
+                verdict = f": within the {noise}% the book treats as noise, so keep NCCL's defaults"
             c.append(Claim("04", head + alt + verdict, H_NCCL_PRED, False))
         else:
-            c.append(Claim("04", head + f"; best: `{n['setting']}` at {_fmt(n.get('best_us'))} us. Predicted effect: "
-                           f"{_fmt(n.get('predicted_delta_ms'), 3)} ms per token ({n.get('allreduces_per_token')} all-reduces per token, "
-                           f"{n.get('layers')} layers of {n.get('model')})", H_NCCL_PRED))
+            c.append(Claim("04", head + f"; best: `{n['setting']}` at {nf('best_us', ',.1f')} us. Predicted effect: "
+                           f"{nf('predicted_delta_ms', ',.3f')} ms per token ({nf('allreduces_per_token', 'd')} all-reduces per token, "
+                           f"{nf('layers', 'd')} layers of {n.get('model')})", H_NCCL_PRED))
         for x in n.get("measured_effect") or []:
             if x["vs"]:
                 c.append(Claim("04", f"End to end, {x['engine']} at TP={x['tp']}, {x['setting']}: "

@@ -51,7 +51,8 @@ def interval_of(row: dict | None, mean_key: str = "decode_tok_s", ci_key: str = 
             "over": f"{n} server starts" if n >= 2 else ONE_START}
 
 
-def separated(a, ea, b, eb, what: str = "tok/s", starts: tuple[int, int] | int | None = None, of: str | None = None) -> str:
+def separated(a, ea, b, eb, what: str = "tok/s", starts: tuple[int, int] | int | None = None, of: str | None = None,
+              names: tuple[str, str] = ("vs_default_pct", "compared_starts")) -> str:
     """The one comparison every chapter states: ``a`` against the reference ``b``, each with its 95% half-width.
 
     Without ``starts`` (one measurement each, e.g. chapter 04's end-to-end rows) a change is claimed only when the
@@ -61,19 +62,23 @@ def separated(a, ea, b, eb, what: str = "tok/s", starts: tuple[int, int] | int |
     within-start comparison, which is no verdict (the rate moves between starts by more than within one).
 
     ``of``: the compared start of chapter 03 (``"engine | attention | mode"``, ``b`` its engine's default in that mode):
-    the difference and the count of starts are then tagged (``vs_default_pct``, ``compared_starts``) for the check."""
+    the difference and the count of starts are then tagged (``vs_default_pct``, ``compared_starts``) for the check.
+    ``names``: the two quantities to tag them as for another comparison (``of`` then names its subject in that
+    quantity's registry entry, e.g. ``("single_vs_pct", "single_vs_starts")`` with ``of="A vs B"``)."""
     a, b = _num(a), _num(b)
     if a is None or b is None:
         return "not comparable (one side was not measured)"
     ea, eb = _num(ea) or 0.0, _num(eb) or 0.0
     pct = 100 * (a - b) / b if b else float("nan")
-    pct_s = _tag("vs_default_pct", pct, "+.1f", of)
+    pct_s = _tag(names[0], pct, "+.1f", of)
     if starts is None:
         if _overlap(a, ea, b, eb):
             return f"no change supported ({pct_s}%, the 95% intervals overlap)"
+        if of is not None:  # the signed difference, tagged as recomputed
+            return f"{'faster' if a > b else 'slower'} ({pct_s}%, the 95% intervals separate)"
         return f"{'faster' if a > b else 'slower'} by {abs(pct):.1f}% (the 95% intervals separate)"
     n = min(starts) if isinstance(starts, (tuple, list)) else int(starts)
-    n_s = _tag("compared_starts", n, "d", of)
+    n_s = _tag(names[1], n, "d", of)
     if n < 2:
         return (f"{ONE_START} ({pct_s}%, the intervals within it {'overlap' if _overlap(a, ea, b, eb) else 'separate'}; "
                 "the spread between starts is not measured, so no verdict)")

@@ -4,6 +4,7 @@ measured that it helps, written by the engine's own adapter (:func:`servebook.en
 from __future__ import annotations
 
 from ..engines import user_command
+from ..stated.tags import q
 from ..results import RunStore
 from .intervals import _overlap
 from .tables import backends, host_summary, nccl, selection, throughput
@@ -69,8 +70,8 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
                            "(chapter 04, measured end to end): keep the engine's all-reduce and NCCL's defaults")
         elif eng != "transformers" and tp > 1 and n.get("backend") == "nccl":
             why.append("NCCL: not confirmed end to end in this run, so no variables are set"
-                       + (f" (the grid predicts `{n['setting']}`: {n.get('reason')}; chapter 04 with tp_check measures it)"
-                          if n.get("setting") not in (None, "default") else f" ({n.get('reason')})"))
+                       + (f" (the grid predicts `{n['setting']}`: {q('nccl_fact', n.get('reason'), of='reason')}; chapter 04 with "
+                          "tp_check measures it)" if n.get("setting") not in (None, "default") else f" ({q('nccl_fact', n.get('reason'), of='reason')})"))
         text = user_command(eng, model_ref, attention=attention, tp=tp, env=env,
                             extra_args=extra, version=b.get("version"))
         out.append({"engine": eng, "command": text, "env": env, "why": why})

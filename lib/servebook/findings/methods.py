@@ -22,7 +22,7 @@ from typing import Any
 from ..results import RunStore
 from .intervals import ONE_START, _num, _overlap, starts_of
 
-__all__ = ["default_methods", "say_default_methods", "model_of_launch"]
+__all__ = ["default_methods", "say_default_methods", "method_figures", "model_of_launch"]
 
 _LEGACY_03_INPUT_LEN = 32  # chapter 03's rate before its rows recorded the method: bench.build_prompts(tok, 32, runs + 1, seed=0)
 
@@ -156,37 +156,58 @@ def default_methods(store: RunStore) -> list[dict]:
     return out
 
 
-def _fmt(v) -> str:
-    f = _num(v)
-    return f"{f:,.1f}" if f is not None else "-"
+def method_figures(items: list[dict]) -> dict:
+    """Every figure ``say_default_methods`` states, by subject: ``"<engine> | <what> | 03"`` (and ``| 05``) for each
+    compared item of ``default_methods`` (``what`` as its ``method`` list names it: "prompt tokens", "decode tok/s",
+    "95% half-width", ...), and ``"<engine> | change %"``: chapter 05's rate against chapter 03's, signed (%)."""
+    out: dict[str, Any] = {}
+    for m in items:
+        for it in m["method"]:
+            for side in ("03", "05"):
+                out[f"{m['engine']} | {it['what']} | {side}"] = it[f"ch{side}"]
+        a, b = m["ch03"]["tok_s"], m["ch05"]["tok_s"]
+        out[f"{m['engine']} | change %"] = 100 * (b - a) / a if a else None
+    return out
 
 
 def say_default_methods(items: list[dict]) -> str:
     """Markdown, per engine: whether chapters 03 and 05 measured its default the same way, both numbers side by side,
-    and each difference of method."""
+    and each difference of method. Every figure tagged (``default_method``, recomputed by ``method_figures``)."""
+    from ..stated.tags import q
+
     if not items:
         return "_Chapters 03 and 05 have not both measured an engine's default in this run: nothing to set side by side._"
     lines = []
     for m in items:
-        a, b = m["ch03"], m["ch05"]
-        nums = (f"chapter 03 {_fmt(a['tok_s'])} ± {_fmt(a['ci95'])} tok/s ({_over(a)}), chapter 05 {_fmt(b['tok_s'])} ± {_fmt(b['ci95'])} "
-                f"({_over(b)})")
-        pct = 100 * (b["tok_s"] - a["tok_s"]) / a["tok_s"] if a["tok_s"] else float("nan")
+        a, b, e = m["ch03"], m["ch05"], m["engine"]
+
+        def t(what: str, side: str, fmt: str = "") -> str:
+            return q("default_method", (a if side == "03" else b)[what] if what in ("tok_s", "ci95") else
+                     next(it[f"ch{side}"] for it in m["method"] if it["what"] == what), fmt,
+                     of=f"{e} | {_WHAT.get(what, what)} | {side}")
+
+        nums = (f"chapter 03 {t('tok_s', '03', ',.1f')} ± {t('ci95', '03', ',.1f')} tok/s ({_over(a)}), chapter 05 "
+                f"{t('tok_s', '05', ',.1f')} ± {t('ci95', '05', ',.1f')} ({_over(b)})")
+        pct = 100 * (b["tok_s"] - a["tok_s"]) / a["tok_s"] if a["tok_s"] else None
+        pct_s = q("default_method", pct, "+.1f", of=f"{e} | change %")
         if m["same_method"]:
-            lines.append(f"- **{m['engine']}** default: both chapters measured it the same way (model, prompts, {a['input_tokens']} in / "
-                         f"{a['output_tokens']} out tokens): {nums}; the intervals "
-                         + ("overlap." if m["intervals_overlap"] else f"do not overlap ({pct:+.1f}%): the spread between the two "
+            lines.append(f"- **{e}** default: both chapters measured it the same way (model, prompts, {t('prompt tokens', '03')} in / "
+                         f"{t('output tokens', '03')} out tokens): {nums}; the intervals "
+                         + ("overlap." if m["intervals_overlap"] else f"do not overlap ({pct_s}%): the spread between the two "
                                                                        "chapters' server starts, since the method is the same."))
             continue
-        what = "; ".join(f"{d['what']} {d['ch03']} (03) against {d['ch05']} (05)" for d in m["differences"])
+        what = "; ".join(f"{d['what']} {t(d['what'], '03')} (03) against {t(d['what'], '05')} (05)" for d in m["differences"])
         legacy = (" Chapter 03's rows predate its recorded method: its prompts and output length are read from the code and "
                   "parameters that recorded them." if a.get("legacy") else "")
-        lines.append(f"- **{m['engine']}** default, measured two ways: {nums}, {pct:+.1f}% from chapter 03's to chapter 05's. "
+        lines.append(f"- **{e}** default, measured two ways: {nums}, {pct_s}% from chapter 03's to chapter 05's. "
                      f"The methods differ: {what}. The two numbers are not one measurement taken twice, and their intervals "
                      + ("overlap" if m["intervals_overlap"] else "do not overlap")
                      + "; how much of the difference is the method and how much the server start, this run does not separate "
                        f"(the same method in both chapters would).{legacy}")
     return "\n".join(lines)
+
+
+_WHAT = {"tok_s": "decode tok/s", "ci95": "95% half-width"}  # the method list's names of the two rates
 
 
 def _over(m: dict) -> str:

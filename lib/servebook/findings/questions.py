@@ -63,7 +63,7 @@ def _questions_01(store: RunStore) -> list[tuple[str, str]]:
                "No engine helper was recorded in this run (no engine could be asked)."))
     if (h.get("gpu_count") or 0) >= 2:
         qa.append(("How are the GPUs linked, and what does that predict for decode-time all-reduces under tensor parallelism?",
-                   f"{'/'.join(h['links']) or 'unknown'}" + (f", {h['p2p_gbs']:.0f} GB/s measured peer copies" if h.get("p2p_gbs") else "")
+                   f"{'/'.join(h['links']) or 'unknown'}" + (f", {q('p2p_gbs', h['p2p_gbs'], '.0f', of='max')} GB/s measured peer copies" if h.get("p2p_gbs") else "")
                    + ". Decode all-reduces are a few KB, so their cost is latency, not bandwidth: the link sets a floor of microseconds "
                    "per call, paid twice per layer per token (chapter 04 measures it)."))
     elif h.get("gpu"):
@@ -129,12 +129,12 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
         qa.append(("Which NCCL variables would you export for tensor parallelism on this host, and what is the predicted gain per token?",
                    ("None. " + next((c.text for c in f.claims if c.chapter == "04"), "") + "."
                     if n.get("setting") in (None, "default") else
-                    f"`{n['setting']}`: {_fmt(n.get('predicted_delta_ms'), 3)} ms per token predicted; "
+                    f"`{n['setting']}`: {q('nccl_fact', n.get('predicted_delta_ms'), ',.3f', of='predicted_delta_ms')} ms per token predicted; "
                     + ("measured end to end: " + "; ".join(f"{x['engine']} {x['setting']}: {x['verdict']}" for x in n["measured_effect"] if x["vs"])
                        if n.get("measured_effect") else "not confirmed end to end, so none is exported yet."))))
     elif n:
         qa.append(("Why does this run give no NCCL recommendation?",
-                   f"Its all-reduces ran with {n['backend']} on {n.get('world_size')} processes: NCCL variables do not apply to it, "
+                   f"Its all-reduces ran with {n['backend']} on {q('nccl_fact', n.get('world_size'), 'd', of='world_size')} processes: NCCL variables do not apply to it, "
                    "and a one-GPU deployment makes no all-reduce at all."))
     t = next((x for x in f.throughput if x.get("pct_of_roofline") is not None), None)
     if t:

@@ -111,8 +111,8 @@ def backends(store: RunStore) -> list[dict]:
             if any(r.get("attention") == "auto" for r in same):
                 ok = same
                 break
-        failed = [{"attention": r.get("attention"), "outcome": r.get("outcome"), "error": r.get("error")} for r in mine
-                  if r.get("outcome") != "ok"]
+        failed = [{"attention": r.get("attention"), "outcome": r.get("outcome"), "error": r.get("error"), "key": row_key(r),
+                   "recorded_at": r.get("recorded_at")} for r in mine if r.get("outcome") != "ok"]
         item: dict[str, Any] = {"engine": eng, "version": next((r.get("engine_version") for r in mine if r.get("engine_version")), None),
                                 "tried": len(mine), "correct": len(ok), "failed": failed,
                                 "not_run": not_run_of(store, eng)}  # each backend once; none that ran
@@ -219,7 +219,9 @@ def nccl(store: RunStore) -> dict | None:
         if len(others):
             r = others.iloc[0]
             mine = pred[pred["setting"] == others.index[0]]
-            slower = mine[mine["delta_ms_vs_default"] > mine["ms_per_token"] * 0.05]  # recommend()'s no-regression rule
+            from ..nccl.predict import NOISE
+
+            slower = mine[mine["delta_ms_vs_default"] > mine["ms_per_token"] * NOISE]  # recommend()'s no-regression rule
             out["runner_up"] = {"setting": others.index[0], "us": _num(r["us_per_allreduce"]), "ms_per_token": _num(r["ms_per_token"]),
                                 "delta_ms": _num(r["delta_ms_vs_default"]),
                                 "slower_at_batches": sorted(int(b) for b in slower["batch"].unique())}

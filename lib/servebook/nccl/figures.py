@@ -129,6 +129,22 @@ def reference_checks(store: RunStore | None = None) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None and not (isinstance(v, float) and math.isnan(v)) and not isinstance(v, pd.Series)}
 
 
+def reference_prediction(layers: int, store: RunStore | None = None) -> dict[str, Any]:
+    """Chapter 04's prediction from the reference grid at its model's width and ``layers`` layers: the default's per-token
+    all-reduce time at the smallest batch (``default ms per token``) and the pick ``recommend`` makes (``pick``,
+    ``reason``), as ``servebook.nccl.report.prediction`` computes them."""
+    from .predict import per_token_prediction, recommend
+    from .sizes import message_sizes
+
+    store = store or reference_store()
+    m = store.manifest
+    pred = per_token_prediction(store.table("allreduce"), layers, message_sizes(m["hidden_size"], 2, m["batches"], sweep=()))
+    rec = recommend(pred)
+    d = pred[(pred["setting"] == "default") & (pred["batch"] == pred["batch"].min())]
+    return {"default ms per token": float(d["ms_per_token"].iloc[0]) if len(d) else None, "pick": rec.get("setting"),
+            "reason": rec.get("reason")}
+
+
 def run_spread(store: RunStore, here: dict | None, reference: RunStore | None = None) -> dict[str, Any]:
     """This run's pick against the spread between two grids of the same settings (this run's and the reference's).
 

@@ -40,7 +40,11 @@ def per_token_prediction(ar, layers: int, batches: list[dict], allreduces_per_la
     return pd.DataFrame(out)
 
 
-def recommend(pred, noise: float = 0.05) -> dict:
+FIDELITY = 0.15  # servebook's graph-replayed batch-1 latency within this share of nccl-tests' is the fidelity target (report)
+NOISE = 0.05  # a setting must beat NCCL's defaults by more than this share per token, and be no more than this share slower
+
+
+def recommend(pred, noise: float = NOISE) -> dict:
     """The setting with the lowest batch-1 per-token time, if it beats default by more than ``noise``; else default.
 
     A setting whose sum check failed anywhere is never recommended.

@@ -19,6 +19,7 @@ from ..findings import separated
 from ..results import RunStore
 from ..stated import q, reference
 from . import figures
+from .predict import FIDELITY
 from .figures import latency_key
 
 __all__ = ["UNTAGGED", "Reference", "load_reference", "whatif_found", "whatif_questions", "host_note", "plot_latency",
@@ -26,26 +27,24 @@ __all__ = ["UNTAGGED", "Reference", "load_reference", "whatif_found", "whatif_qu
            "failure_table", "prediction", "env_blocks", "e2e_view", "found_lines", "questions", "SEED_INTRO"]
 
 UNTAGGED = {
-    "message bytes of this run's model (batch x hidden x 2)": "arithmetic on the model's config.json (hidden size), not a "
-    "recorded measurement; the reference's own batch-1 size is tagged (ref_nccl_check 'batch-1 bytes')",
+    "message bytes of this run's model (batch x hidden x 2) where its grid measured none": "arithmetic on the model's "
+    "config.json (hidden size), not a recorded measurement; where the grid measured that size it is tagged (nccl_fact "
+    "b1_bytes), and the reference's own batch-1 size is tagged (ref_nccl_check 'batch-1 bytes')",
     "the profile's GPU count, capability and interconnect (what-if)": "facts of the hardware profile in data/hardware named "
     "by the `profile` parameter, not of a run table",
     "percentages inside a verdict (faster/slower by X%, +X%)": "written by servebook.findings.separated from the two "
     "rates beside it, which are tagged",
     "predicted ms/token of an end-to-end setting": "the grid's prediction needs the model's layer count from its "
     "directory, which a recording re-executed elsewhere may not have; the measured change beside it is tagged",
-    "the 15% fidelity target and the 5% rule of recommend()": "constants of the method (servebook.nccl.predict), stated as "
-    "the rule, not measured",
     "an error text quoted from the failures table": "a recorded message, quoted as it was written",
-    "message sizes in bytes (14336 B, 16 MB) and batch ranges": "they name which measurement a figure is (its subject), "
+    "batch ranges naming a measurement": "they name which measurement a figure is (its subject), "
     "taken from the run's manifest and rows, not a result",
     "shape counts naming a measurement (TP=2, N layers, N all-reduces per graph)": "the subject of the tagged figure "
     "beside them, from the model's config, the reference manifest or the row's own fields",
-    "GPU count and number of settings in the host note": "how the grid was launched (the host's device count and the "
-    "parameters), not a measurement",
     "the reference host's NCCL version and link names (NV18)": "identifiers read from its manifest and launch_info",
-    "the reason recommend() gives beside a pick (ms/token against the default)": "the sentence servebook.nccl.predict."
-    "recommend writes with its decision; the latencies it is computed from are tagged beside it",
+    "the reason recommend() gives beside the reference grid's pick (ms/token against the default)": "the sentence "
+    "servebook.nccl.predict.recommend writes with its decision on the reference grid with this model's shape; this run's "
+    "own reason is tagged (nccl_fact reason)",
     "the default's ms/token predicted with this run's model shape": "the reference grid's latencies times this model's "
     "layer count (from its config.json); with the reference model's own shape it is tagged (ref_nccl_check)",
 }
@@ -102,9 +101,11 @@ def whatif_questions(floor, facts: dict) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- this run
 
 def host_note(backend: str, world: int, n_settings: int) -> str:
-    """What can be measured on this host: NCCL over the grid, or gloo on the CPU (the method only)."""
+    """What can be measured on this host: NCCL over the grid, or gloo on the CPU (the method only). ``world``: the GPUs
+    measured with (tagged: the grid's rows record it); ``n_settings`` is the grid asked for, counted where it was measured."""
     if backend == "nccl":
-        return f"{world} CUDA GPUs: NCCL all-reduce over {n_settings} settings, timed eagerly and replayed from CUDA graphs."
+        return (f"{q('nccl_fact', world, 'd', of='world_size')} CUDA GPUs: NCCL all-reduce over every setting of the grid (the "
+                "answer below counts those measured), timed eagerly and replayed from CUDA graphs.")
     return ("Fewer than two CUDA GPUs, so there is no NCCL all-reduce to tune here: with one GPU a model runs without tensor "
             "parallelism and makes no all-reduce at all. The same method runs with **gloo on the CPU** (two processes over "
             "loopback, default settings only: NCCL variables do not apply to gloo): it shows how the measurement works, and "
@@ -214,6 +215,11 @@ def _check(r: Reference, name: str, fmt: str) -> str:
     return q("ref_nccl_check", r.checks.get(name), fmt, of=name)
 
 
+def _b1(r: Reference) -> str:
+    """The reference grid's batch-1 message size (bytes), tagged."""
+    return _check(r, "batch-1 bytes", "d") if r.checks.get("batch-1 bytes") == r.b1 else str(r.b1)
+
+
 def reference_summary(r: Reference) -> str:
     """One paragraph: the reference host and what its grid covers."""
     m = r.manifest
@@ -266,13 +272,13 @@ def gap_lines(r: Reference) -> str:
         f"through CuPy on torch's stream, captured the same way, is within {_check(r, 'raw vs torch, largest gap', '.1%')} of "
         f"`torch.distributed.all_reduce` across the {_check(r, 'raw vs torch, settings compared', 'd')} settings measured both ways "
         f"({_check(r, 'raw vs torch, default gap', '.1%')} with the defaults; the two graph columns above).",
-        f"- **Timing method**: refuted. CUDA events on rank 0 and the host clock around the launches agree within "
+        f"- **Timing method**: refuted. CUDA events on the first rank and the host clock around the launches agree within "
         f"{_check(r, 'clock gap, largest', '.1%')} (`us_median` against `us_wall`, {_check(r, 'clock gap, rows', 'd')} graph-replayed "
         f"rows at {_check(r, 'batch-1 bytes', 'd')} B), because {_check(r, 'calls timed per sample', 'd')} calls are timed per sample.",
         "- **Graph shape**: large (the shape table below). With NCCL's defaults the per-call latency grows with the number of "
         "all-reduces captured in one graph: " + ", ".join(f"{_check(r, k, '.1f')} us with {k.split(' ')[3]} per graph" for k in shape) + ".",
         f"- **NCCL's graph-mixing support** (`NCCL_GRAPH_MIXING_SUPPORT`, on by default): with `{r.mix_name}` the same measurement "
-        f"drops from {q('ref_allreduce_us', d14, ',.1f', of='default')} us to {_ref(r, r.mix_name)} us at {r.b1} B, "
+        f"drops from {q('ref_allreduce_us', d14, ',.1f', of='default')} us to {_ref(r, r.mix_name)} us at {_b1(r)} B, "
         f"{_check(r, f'{r.mix_name} over nccl-tests default', '.2f')}x nccl-tests' {_check(r, 'nccl-tests default us', '.2f')} us "
         "with mixing on. With mixing support NCCL orders every captured launch against other graphs and uncaptured work on the "
         "communicator; that costs a few microseconds per all-reduce in this multi-process, captured setting."
@@ -363,33 +369,43 @@ def found_lines(store: RunStore, answer: str, e2e, r: Reference, pred_tbl, rec_p
         lines.append("- Not measured here: the end-to-end engine confirmation (`tp_check` names the engines to restart at TP>1).")
     for c in store.rows("chapters"):
         if c.get("chapter") == "04_tune_nccl" and c.get("status") == "failed":
-            lines.append(f"- An execution of this chapter stopped in this run: {str(c.get('error'))[:300]}")
+            err = " ".join(str(c.get("error")).split())  # whole, tagged as its row's text (chapter_error)
+            lines.append(f"- An execution of this chapter stopped in this run: "
+                         f"{q('chapter_error', err, of=c['chapter'] + ' | ' + str(c.get('recorded_at')))}")
     lines += ["", f"**The reference run** (`data/runs/{REFERENCE_NCCL_RUN}`, its host, not this one)", ""]
     ratio = r.checks.get(f"{r.mix_name} over nccl-tests default")
     if ratio is not None:
-        lines.append(f"- {r.b1} B (batch 1): NCCL's default graph-replayed all-reduce took {_ref(r, 'default')} us, "
+        lines.append(f"- {_b1(r)} B (batch 1): NCCL's default graph-replayed all-reduce took {_ref(r, 'default')} us, "
                      f"{_check(r, 'default over nccl-tests default', '.2f')}x nccl-tests' {_check(r, 'nccl-tests default us', '.2f')} us; "
                      f"with `{r.mix_name}` it took {_ref(r, r.mix_name)} us ({_check(r, f'{r.mix_name} over nccl-tests default', '.2f')}x, "
-                     f"{'within' if abs(ratio - 1) <= 0.15 else 'outside'} the 15% target).")
+                     f"{'within' if abs(ratio - 1) <= FIDELITY else 'outside'} the "
+                     f"{q('method_constant', 100 * FIDELITY, '.0f', of='nccl_fidelity_pct')}% target).")
     lines.append(f"- ProcessGroupNCCL adds nothing measurable: raw ncclAllReduce on the same stream took "
                  f"{_ref(r, 'default', 'raw-per-process')} us.")
     forced = r.used[(r.used["bytes"] == r.b1) & (r.used["setting"] == "NCCL_PROTO=LL128")]
     if len(forced):
-        lines.append(f"- Forcing NCCL_PROTO=LL128 also changed the algorithm at {r.b1} B: NCCL ran {forced['algo'].iloc[0]}/"
+        lines.append(f"- Forcing NCCL_PROTO=LL128 also changed the algorithm at {_b1(r)} B: NCCL ran {forced['algo'].iloc[0]}/"
                      f"{forced['proto'].iloc[0]} (from its debug output); forced protocols are slower there: LL128 "
                      f"{_ref(r, 'NCCL_PROTO=LL128')} us, Simple {_ref(r, 'NCCL_PROTO=Simple')} us.")
     seed = [k for k in r.checks if k.startswith(figures.SEED_PREFIX) and k.endswith(" us at 16 MB")]
     if seed and "default us at 16 MB" in r.checks:
         name = seed[0][: -len(" us at 16 MB")]
-        lines.append(f"- The seed's PCIe recipe is {_ref(r, name)} us at {r.b1} B but {_check(r, seed[0], '.0f')} us at 16 MB "
+        lines.append(f"- The seed's PCIe recipe is {_ref(r, name)} us at {_b1(r)} B but {_check(r, seed[0], '.0f')} us at the "
+                     "sweep's largest message "
                      f"against {_check(r, 'default us at 16 MB', '.0f')} us default: LL forced onto large messages halves bandwidth.")
     if len(r.fail) and "setting" in r.fail and (r.fail["setting"] == "NCCL_ALGO=Tree").any():
         lines.append("- NCCL_ALGO=Tree alone breaks Broadcast (no algorithm available): torch's object broadcast failed under it.")
     if "default" in pred_tbl.index:
+        p = figures.reference_prediction(use_layers, r.store)  # recomputed by the registry (ref_nccl_prediction)
         shown = (q("ref_nccl_check", r.checks.get("default ms per token at batch 1"), ".2f", of="default ms per token at batch 1")
-                 if use_layers == r.manifest.get("num_hidden_layers") else f"{pred_tbl.loc['default'].iloc[0]:.2f}")
-        lines.append(f"- Prediction for TP=2, {use_layers} layers, batch 1: {shown} ms/token of all-reduce with defaults; that grid "
-                     f"picks {q('ref_allreduce_setting', rec_pick['setting'], code=True)} ({rec_pick['reason']}).")
+                 if use_layers == r.manifest.get("num_hidden_layers") else
+                 q("ref_nccl_prediction", p["default ms per token"], ".2f", of=f"{use_layers} layers | default ms per token"))
+        reason = (q("ref_nccl_prediction", rec_pick["reason"], of=f"{use_layers} layers | reason")
+                  if rec_pick.get("reason") == p["reason"] else rec_pick["reason"])
+        lines.append(f"- Prediction for TP=2 at the shape printed under *From microseconds to tokens* (this model's layers where "
+                     "it has the reference model's width), "
+                     f"batch 1: {shown} ms/token of all-reduce with defaults; that grid picks "
+                     f"{q('ref_allreduce_setting', rec_pick['setting'], code=True)} ({reason}).")
     lines.append("- Not done: nccl-tests on the same grid (not installed, no internet to build) and the single-process graph path "
                  "(capture failed).")
     return "\n".join(lines)
@@ -400,9 +416,10 @@ def questions(here: dict, r: Reference, hidden: int) -> list[tuple[str, str]]:
     if here.get("backend") == "nccl":
         pick = here.get("setting") or "default"
         us = here.get("best_us") if pick != "default" else here.get("default_us")
-        mine = f"`{pick}`" + (f" at {q('allreduce_us', us, ',.1f')} us per all-reduce at {here['b1_bytes']} B" if us is not None else "")
+        mine = f"`{pick}`" + (f" at {q('allreduce_us', us, ',.1f')} us per all-reduce at "
+                              f"{q('nccl_fact', here['b1_bytes'], 'd', of='b1_bytes')} B" if us is not None else "")
         qa = [("Which NCCL setting does this run's own grid pick for the batch-1 decode message, and why not simply copy the "
-               "reference run's pick?", f"{mine} ({here.get('reason')}). A grid's pick is a property of its host (links, NCCL "
+               "reference run's pick?", f"{mine} ({q('nccl_fact', here.get('reason'), of='reason')}). A grid's pick is a property of its host (links, NCCL "
                "version, topology): the reference run's is measured on its H200 x2, this one here; and either stays a prediction "
                "until the engine at TP>1 is measured faster with it (end to end above).")]
     elif here:
@@ -414,11 +431,13 @@ def questions(here: dict, r: Reference, hidden: int) -> list[tuple[str, str]]:
         qa = [("This run recorded no all-reduce. What would you check first?",
                "The failures table of this run, then run chapter 04 on a host with two or more GPUs.")]
     qa += [("Why is a decode all-reduce small, and what sets its size?",
-            "It carries one hidden-state vector per sequence in the batch: batch x hidden x 2 bytes in BF16, not the weights. "
-            f"For this run's model at batch 1 that is {hidden * 2} bytes (the reference's model: {_check(r, 'batch-1 bytes', 'd')}), "
+            "It carries one hidden-state vector per sequence in the batch: `batch x hidden x 2` bytes in BF16, not the weights. "
+            f"For this run's model at batch 1 that is "
+            f"{q('nccl_fact', hidden * 2, 'd', of='b1_bytes') if (here or {}).get('b1_bytes') == hidden * 2 else hidden * 2} bytes "
+            f"(the reference's model: {_check(r, 'batch-1 bytes', 'd')}), "
             "so latency, not bandwidth, decides its cost."),
            (f"What did `{r.mix_name}` change on the reference H200 x2 host, and when would you not use it?",
-            f"Graph-replayed {r.b1} B all-reduce: {_ref(r, 'default')} us with defaults, {_ref(r, r.mix_name)} us with it. Not safe "
+            f"Graph-replayed {_b1(r)} B all-reduce: {_ref(r, 'default')} us with defaults, {_ref(r, r.mix_name)} us with it. Not safe "
             "when NCCL work from one CUDA graph can be outstanding at the same time as work from another graph or eager calls on "
             "the same communicator.")]
     return qa

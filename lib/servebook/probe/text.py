@@ -36,10 +36,10 @@ def describe_host(report: dict, tagged: bool = False) -> str:
     if g.get("major") in (10, 11, 12):
         if g["major"] == 12:
             parts.append("It is a Blackwell GPU of the workstation/consumer line (sm_12x), not the datacenter line (sm_10x): "
-                         "a check for major == 10 does not include it, and kernels built only for sm_100a do not run on it.")
+                         "a check for `major == 10` does not include it, and kernels built only for sm_100a do not run on it.")
         elif g["major"] == 10:
-            parts.append(f"It is a datacenter Blackwell GPU ({g['sm']}): checks for major == 10 include it; checks for exactly "
-                         "(10, 0) miss sm_103.")
+            parts.append(f"It is a datacenter Blackwell GPU ({g['sm']}): checks for `major == 10` include it; checks for exactly "
+                         "`(10, 0)` miss sm_103.")
     topo = report.get("topology") or {}
     codes = [c for row in topo.get("matrix", []) for c in row if c and c != "X" and not str(c).startswith("NIC")]
     gpu_codes = []
@@ -52,8 +52,12 @@ def describe_host(report: dict, tagged: bool = False) -> str:
     if len(gpus) >= 2 and gpu_codes:
         worst = min(gpu_codes, key=lambda c: link_rank(c) if link_rank(c) is not None else -1)
         best = max(gpu_codes, key=lambda c: link_rank(c) if link_rank(c) is not None else -1)
-        link = f"GPUs are linked by {describe_link(best)} ({best})" if best == worst else \
-            f"GPU pairs range from {describe_link(best)} ({best}) down to {describe_link(worst)} ({worst})"
+        def words(code: str) -> str:  # an NVLink's count of bonded links tagged (nvlink_links, recomputed from table topology)
+            m = re.fullmatch(r"NV(\d+)", str(code).strip())
+            return f"NVLink, {q('nvlink_links', int(m.group(1)), 'd', of=code)} bonded links" if m else describe_link(code)
+
+        link = f"GPUs are linked by {words(best)} ({best})" if best == worst else \
+            f"GPU pairs range from {words(best)} ({best}) down to {words(worst)} ({worst})"
         parts.append(link + (" (assumed from the datasheet)" if topo.get("source") == "profile" else "") + ".")
     elif len(gpus) >= 2 and not codes:
         parts.append("The GPU-to-GPU links are unknown (nvidia-smi topo -m did not answer).")
@@ -64,8 +68,9 @@ def describe_host(report: dict, tagged: bool = False) -> str:
         parts.append("Peer-to-peer access is " + ("available between every pair" if allp else "missing for some pairs") + ".")
     if bw:
         lat = [p["latency_us"] for p in p2p["pairs"] if p.get("latency_us")]
-        parts.append(f"A measured GPU-to-GPU copy moved {min(bw):.0f}-{max(bw):.0f} GB/s one way"
-                     + (f", with {min(lat):.1f}-{max(lat):.1f} us per small copy" if lat else "") + ".")
+        parts.append(f"A measured GPU-to-GPU copy moved {q('p2p_gbs', min(bw), '.0f', of='min')}-{q('p2p_gbs', max(bw), '.0f', of='max')} "
+                     "GB/s one way" + (f", with {q('p2p_latency_us', min(lat), '.1f', of='min')}-"
+                                       f"{q('p2p_latency_us', max(lat), '.1f', of='max')} us per small copy" if lat else "") + ".")
     sw = [f"driver {v['driver']}" if v.get("driver") else None, f"CUDA {q('host_cuda', v['cuda'], of='driver')} (driver)" if v.get("cuda") else None,
           (f"torch {v['torch']} (CUDA {q('host_cuda', v['torch_cuda'], of='torch')})" if v.get("torch_cuda") else f"torch {v['torch']} (CPU-only build)") if v.get("torch") else None,
           f"NCCL {((v.get('nccl_loaded') or {}).get('version') or v.get('nccl'))}" if (v.get("nccl") or (v.get("nccl_loaded") or {}).get("version")) else None]

@@ -203,8 +203,10 @@ def findings(store) -> list[str]:
                      f"the largest parts: {parts}.")
     for p in store.rows("prediction_check"):
         subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
-        text = (f"- {p['card']} with {p['engine']} ({p['backend']}): predicted from the {p['layers_measured']}-layer slices "
-                f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all {p['full_layers']} layers")
+        text = (f"- {p['card']} with {p['engine']} ({p['backend']}): predicted from the "
+                f"{q('prediction_layers', p['layers_measured'], of=subject + ' | measured')}-layer slices "
+                f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all "
+                f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers")
         if p.get("measured_ms") is not None:
             text += (f"; measured {q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms, error "
                      f"{q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%"
@@ -228,6 +230,7 @@ def where_time_goes(store) -> str:
     rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
     if not rows:
         return ""
+    recorded = {p["label"]: p.get("busy_ms") for p in latest_ok(store.rows("profile_runs"))}  # the GPU time each profile recorded
     lines = []
     seen = set()
     for r in sorted(rows, key=lambda x: (x["card"], int(x["layers"] or 0), x["quant"])):
@@ -239,13 +242,15 @@ def where_time_goes(store) -> str:
         step = next(x for x in mine if x["category"] == "total (profiled step)")
         tpot = next(x for x in mine if x["category"] == "time per token (unprofiled)")
         gpu = [x for x in mine if x["category"] not in ("gpu idle", "total (profiled step)", "time per token (unprofiled)")]
-        busy_a, busy_b = sum(x["a_ms"] for x in gpu), sum(x["b_ms"] for x in gpu)
+        busy_a = recorded.get(r["a"]) if recorded.get(r["a"]) is not None else sum(x["a_ms"] for x in gpu)
+        busy_b = recorded.get(r["b"]) if recorded.get(r["b"]) is not None else sum(x["b_ms"] for x in gpu)
         top = max(gpu, key=lambda x: abs(x["diff_ms"]))
         lines.append(
-            f"- {r['card']}, {r['layers']} layers ({r['quant']}, {r['mode']}): SGLang ({r['a_backend']}) "
+            f"- {r['card']}, {q('profile_layers', r['layers'], 'd', of=r['a'])} layers ({r['quant']}, {r['mode']}): SGLang ({r['a_backend']}) "
             f"{q('profile_tpot_ms', tpot['a_ms'], '.3f', of=r['a'])} ms per token, vLLM ({r['b_backend']}) "
-            f"{q('profile_tpot_ms', tpot['b_ms'], '.3f', of=r['b'])} ms; kernels {busy_a:.3f} against {busy_b:.3f} ms per step "
-            f"(largest difference: {top['category']} {top['diff_ms']:+.3f} ms); "
+            f"{q('profile_tpot_ms', tpot['b_ms'], '.3f', of=r['b'])} ms; kernels {q('profile_busy_ms', busy_a, '.3f', of=r['a'])} "
+            f"against {q('profile_busy_ms', busy_b, '.3f', of=r['b'])} ms per step (largest difference: {top['category']} "
+            f"{q('profile_diff_ms', top['diff_ms'], '+.3f', of=r['a'] + ' | ' + r['b'] + ' | ' + top['category'])} ms); "
             + ("the GPU is busy for nearly all of the time per token: GPU-bound, so the kernels decide"
                if min(busy_a / tpot['a_ms'], busy_b / tpot['b_ms']) > 0.9 else
                "the rest of each token's time has no kernel running (host work, launch gaps): host-bound, so the "

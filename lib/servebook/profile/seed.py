@@ -60,7 +60,7 @@ def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
 
 def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
     """The seed case's verdict in numbers (Markdown; every figure tagged with the quantity it is)."""
-    from ..stated import q
+    from ..stated.tags import q
 
     tot = {r["engine"]: r for r in rows if r["category"] == "total"}
     if not all(e in tot and tot[e].get("predicted_ms") for e in SEED_BACKENDS):
@@ -74,23 +74,25 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
         "**Verdict (predicted from measurements, not measured on that host).** On 8x RTX PRO 6000 both engines run a "
         "Triton MLA decode kernel (chapter 02, from their own code). Carried from this book's H200 profiles by the rules "
         f"below, SGLang decodes {q('seed_projected_tok_s', s['predicted_tok_s'], '.1f', of='sglang')} tok/s "
-        f"(the seed measured {s['seed_tok_s']}, error {q('seed_projection_error_pct', s['error_pct'], '+.1f', of='sglang')}%) "
+        f"(the seed measured {q('seed_tok_s', s['seed_tok_s'], '', of='sglang')}, error {q('seed_projection_error_pct', s['error_pct'], '+.1f', of='sglang')}%) "
         f"and vLLM {q('seed_projected_tok_s', v['predicted_tok_s'], '.1f', of='vllm')} tok/s (the seed measured "
-        f"{v['seed_tok_s']}, error {q('seed_projection_error_pct', v['error_pct'], '+.1f', of='vllm')}%).",
+        f"{q('seed_tok_s', v['seed_tok_s'], '', of='vllm')}, error {q('seed_projection_error_pct', v['error_pct'], '+.1f', of='vllm')}%).",
         f"The projected gap is {q('seed_projected_gap_ms', gap, '.2f')} ms per token; its largest parts: "
-        + ", ".join(f"{g['category']} {g['diff_ms']:+.2f} ms" for g in parts[:4]) + ".",
+        + ", ".join(f"{g['category']} {q('seed_projected_part_ms', g['diff_ms'], '+.2f', of=g['category'])} ms" for g in parts[:4]) + ".",
     ]
     if att and att["diff_ms"] and att["diff_ms"] > 0:
         ratio = att["sglang"] / att["vllm"] if att.get("vllm") else None
         lines.append("Why attention (a hypothesis, measured on the H200, not on the seed's GPU): at batch 1 SGLang's Triton "
-                     f"MLA decode kernels take {f'{ratio:.1f} times' if ratio else 'longer than'} as long per layer as vLLM's "
+                     f"MLA decode kernels take {q('seed_attention_ratio', ratio, '.1f') + ' times' if ratio else 'longer than'} as long "
+                     "per layer as vLLM's "
                      "Triton MLA kernels on the same slice "
                      "(`data/runs/h200x1-prof`, table `decode_breakdown`; kernel names in the traces' excerpts), and SGLang's "
                      "Triton path adds copy and index kernels around them. All-reduce is the same projected cost for both "
                      "engines (the same count at the same published latency), so on this evidence it does not explain the gap.")
     if fixes:
         f0 = fixes[0]
-        lines.append(f"First change to check (predicted gain {f0['gain_ms_per_token']:.2f} ms per token for {f0['engine']}): "
+        lines.append(f"First change to check (predicted gain {q('seed_fix_gain_ms', f0['gain_ms_per_token'], '.2f', of='first')} ms per "
+                     f"token for {f0['engine']}): "
                      f"{f0['change']} - `{f0['check_command']}`.")
     lines.append("What settles it: profile both engines on the RTX PRO 6000 host (`servebook profile run` with a plan "
                  "of the real model) and compare each category with the projection below.")
@@ -99,6 +101,6 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
 
 def seed_allreduce_share() -> float:
     """The share of SGLang's decode time the seed's own profile gave all-reduce (``data/reference/seed-case.json``)."""
-    from ..stated import seed_case
+    from ..stated.figures import seed_case
 
     return float(seed_case()["allreduce_share_of_sglang_decode"])

@@ -108,8 +108,8 @@ def seed_comparison(a: dict, b: dict) -> dict:
                                                   for x in (a, b) if x.get("method") != "dynamic")
     elif fa == fb:
         verdict = (f"both engines' own code picks a {fa} attention backend here ({_label(a)}: `{a['attention_backend']}` at "
-                   f"{_where(a)}; {_label(b)}: `{b['attention_backend']}` at "
-                   f"{_where(b)}): the backend *choice* cannot explain a gap between them. "
+                   f"`{_where(a)}`; {_label(b)}: `{b['attention_backend']}` at "
+                   f"`{_where(b)}`): the backend *choice* cannot explain a gap between them. "
                    f"The two {fa} kernels are different programs; chapter 03 times each engine's kernel.")
     else:
         verdict = (f"the engines pick different attention backends ({_label(a)}: `{a['attention_backend']}`, {_label(b)}: "

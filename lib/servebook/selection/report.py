@@ -176,7 +176,10 @@ def found_lines(store, seed_pair: dict | None, matrices: dict, diff: list[dict])
 
     found = say_selection(store)
     if seed_pair:
-        found.append(f"- Seed case, both engines (tensor parallel 8): {seed_pair['verdict']} Other decode-path settings each "
+        from ..stated import seed_case
+
+        found.append(f"- Seed case, both engines (tensor parallel {q('seed_tp', seed_case()['tp'], 'd')}): {seed_pair['verdict']} "
+                     "Other decode-path settings each "
                      "engine's code fixes, to measure: "
                      + "; ".join(f"{h['aspect']} (chapter {h['measure_in']})" for h in seed_pair["hypotheses"]) + ".")
     n_dis = figures.disagreement_count(store).get(None)
@@ -188,12 +191,12 @@ def found_lines(store, seed_pair: dict | None, matrices: dict, diff: list[dict])
             if r.get("mla") and r.get("method") == "dynamic":
                 why = _because(r)
                 found.append(f"- {spec}: {r['model']} on {r['gpu']} (capability {r.get('capability')}) -> `{r['attention_backend']}` "
-                             f"(decided at {r.get('decided_by')}" + (f", because {why})" if why else ")"))
+                             f"(decided at `{r.get('decided_by')}`" + (f", because {why})" if why else ")"))
     for d in diff:
         for field in d["changed"]:
             found.append(f"- {d['model']} on {d['gpu']}: `{field}` changes from `{d['a'][field]}` ({d['a_version']}) to "
                          f"`{d['b'][field]}` ({d['b_version']})"
-                         + (f", written at {d['a_decided_by']} and {d['b_decided_by']}." if field == "attention_backend" else "."))
+                         + (f", written at `{d['a_decided_by']}` and `{d['b_decided_by']}`." if field == "attention_backend" else "."))
     if not matrices:
         found.append("- No SGLang/vLLM environment was cached, so the MLA x GPU matrix was not computed here "
                      "(`servebook engines add sglang==0.5.9`).")

@@ -26,13 +26,15 @@ class Quantity:
     """A quantity the book states: how to recompute it, for which subjects, and on which chapter pages it must appear.
 
     ``compute(store)`` returns ``{of: value}`` (``of`` is None for a quantity with one subject); ``lookup(of)``, where
-    given, computes a subject that the run does not list (a reference figure named by its subject)."""
+    given, computes a subject that the run does not list (a reference figure named by its subject); ``lookup_in(store,
+    of)`` one that needs the run too (this run's figure against another run's)."""
 
     name: str
     what: str
     compute: Callable[[Any], dict]
     chapters: tuple[str, ...] = ()
     lookup: Callable[[str], Any] | None = None
+    lookup_in: Callable[[Any, str], Any] | None = None  # a subject computed from the run and ``of`` (another run named in it)
 
 
 def _tables_now(store) -> tuple:
@@ -341,7 +343,12 @@ def _s8_default_starts(store) -> dict:
 def _s8_method(store) -> dict:
     from .. import agreement
 
-    return {"agreement_tolerance_nats": agreement.TOLERANCE, "agreement_min_pct": 100 * agreement.MIN_AGREEMENT}
+    from ..bench import ceiling
+    from ..nccl.predict import FIDELITY, NOISE
+
+    return {"agreement_tolerance_nats": agreement.TOLERANCE, "agreement_min_pct": 100 * agreement.MIN_AGREEMENT,
+            "ceiling_engine_regime": ceiling.ENGINE_REGIME, "ceiling_bound_at": ceiling.BOUND_AT, "nccl_noise_pct": 100 * NOISE,
+            "nccl_fidelity_pct": 100 * FIDELITY}
 
 
 def _s8_tolerance(store) -> dict:
@@ -383,6 +390,241 @@ def _s8_profile_capability(of: str):
         return load_profile(of).get("capability") or MISSING
     except Exception:  # noqa: BLE001 - an unknown profile: the page states something no data file gives
         return MISSING
+
+
+# issue #28 item 4 (s9): helpers of the quantities in the block marked "(s9)" below
+def _s9_backend_errors(store) -> dict:
+    from ..backends_figures import row_key
+
+    return {f"{row_key(r)} | {r.get('recorded_at')}": " ".join(str(r.get("error")).split())
+            for r in store.rows("backends") if r.get("outcome") != "ok"}
+
+
+def _s9_not_run(store) -> dict:
+    from ..backends_figures import not_run
+
+    engines = {r.get("engine") for r in store.rows("backends") + store.rows("backends_not_run") if r.get("engine")}
+    return {f"{e} | {x['attention']}": x["reason"] for e in sorted(engines) for x in not_run(store, e)}
+
+
+def _s9_other_modes(store) -> dict:
+    """Per engine, the ok starts in another mode than the one compared (``engine | other modes``): the mode compared is
+    the first of graph, default, eager where the default (auto) served correct output, as chapter 03's page counts it."""
+    out = {}
+    rows = store.rows("backends")
+    for e in {r.get("engine") for r in rows if r.get("engine")}:
+        mine = [r for r in rows if r.get("engine") == e]
+        auto = {r.get("mode") for r in mine if r.get("outcome") == "ok" and r.get("attention") == "auto"}
+        mode = next((m for m in ("graph", "default", "eager") if m in auto), None)
+        out[f"{e} | other modes"] = sum(1 for r in mine if r.get("outcome") == "ok" and r.get("mode") != mode)
+    return out
+
+
+def _s9_card_fact(of: str):
+    """A figure of a model card, from ``data/models`` (``"<model> | <field>"``): ``active_params_b``, ``gb_per_token``
+    (bytes counted layer by layer), ``avg_bytes_per_param`` and ``avg_gb_per_token`` (the checkpoint's average),
+    ``allreduces_per_token``."""
+    from .. import roofline
+
+    model, _, what = (of or "").partition(" | ")
+    try:
+        card = roofline.load_model_card(model)
+    except Exception:  # noqa: BLE001 - an unknown card: the page states something no data file gives
+        return MISSING
+    if what in ("active_params_b", "gb_per_token"):
+        arch = roofline.config_bytes_per_token(card)
+        return arch["active_params"] / 1e9 if what == "active_params_b" else arch["bytes_per_token"] / 1e9
+    if what in ("avg_bytes_per_param", "avg_gb_per_token"):
+        avg = roofline.card_bytes_per_token(card)
+        return avg["bytes_per_param"] if what == "avg_bytes_per_param" else avg["bytes_per_token"] / 1e9
+    return roofline.allreduces_per_token(card) if what == "allreduces_per_token" else MISSING
+
+
+def _s9_seed_floor(of: str):
+    """The seed case's limit with the communication floor at a latency of the reference NCCL run, from the data files
+    and that run (``"<model> on <tp>x <profile> | <setting> | <field>"``; the setting's latency is the reference grid's:
+    ``default`` or the setting it picks): ``tok_s``, ``t_comm_ms``, ``t_mem_ms``, ``crossover_us`` (the latency at
+    which the two floors are equal), and the bandwidth-only inputs ``gb_per_token``, ``bandwidth_tbs``, ``gpus``."""
+    from .. import roofline
+    from ..profiles import load_profile
+
+    m = re.fullmatch(r"(.+) on (\d+)x (.+?) \| (.+?) \| (\w+)", of or "")
+    if not m:
+        return MISSING
+    model, tp, profile, setting, what = m.group(1), int(m.group(2)), m.group(3), m.group(4), m.group(5)
+    try:
+        card = roofline.load_model_card(model)
+        bw = load_profile(profile)["memory_bandwidth_tbs"]
+    except Exception:  # noqa: BLE001 - an unknown card or profile
+        return MISSING
+    arch, n_ar = roofline.config_bytes_per_token(card), roofline.allreduces_per_token(card)
+    if what in ("gb_per_token", "bandwidth_tbs", "gpus"):
+        return {"gb_per_token": arch["bytes_per_token"] / 1e9, "bandwidth_tbs": bw, "gpus": tp}[what]
+    us = _ref_us(setting)
+    if us is None:
+        return MISSING
+    r = roofline.decode_roofline(arch["bytes_per_token"], bw, tp=tp, allreduce_us=us, allreduces_per_token=n_ar)
+    if what == "crossover_us":
+        return r["t_mem_ms"] * 1e3 / n_ar
+    return r.get(what, MISSING)
+
+
+def _s9_remeasured(store) -> dict:
+    from ..bench.runs import remeasured, remeasured_subject
+
+    out = {}
+    for r in remeasured(store.rows("bench_summary")):
+        for field_ in ("before", "after", "before_method", "after_method"):
+            out[remeasured_subject(r, field_)] = r.get(field_)
+        if plain(r.get("before")) and plain(r.get("after")) is not None:
+            out[remeasured_subject(r, "ratio")] = r["after"] / r["before"]
+    return out
+
+
+def _s9_all_users(store) -> dict:
+    out = {}
+    for r in _ch05_current(store):
+        if r.get("phase") == "sweep" and plain(r.get("per_user_tok_s")) is not None:
+            out.setdefault(f"{r['label']} | C={int(r['concurrency'])}", r["concurrency"] * r["per_user_tok_s"])
+    return out
+
+
+def _s9_client_turns(store) -> dict:
+    last = {}
+    for r in store.rows("bench_client_check"):
+        last[(r["label"], r["metric"], int(r["concurrency"]))] = r
+    out = {}
+    for (lab, m, c), r in last.items():
+        xs = r.get("servebook_runs") if isinstance(r.get("servebook_runs"), list) else []
+        at = f"{lab} | {m} | C={c}"
+        out.update({f"{at} | run {i}": x for i, x in enumerate(xs, 1)})
+        if xs and r.get("bench_serving"):
+            out[f"{at} | last against bench_serving"] = (xs[-1] - r["bench_serving"]) / r["bench_serving"]
+    return out
+
+
+def _s9_nccl_facts(store) -> dict:
+    n = _nccl(store)
+    out = {k: v for k, v in n.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    ru = n.get("runner_up") or {}
+    out.update({f"runner_up {k}": v for k, v in ru.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if ru.get("slower_at_batches"):
+        out["runner_up slower_at_batches"] = ", ".join(map(str, ru["slower_at_batches"]))
+    return out
+
+
+def _s9_stalls(store) -> dict:
+    from ..bench.runs import current, sweep_stalls
+
+    out = {}
+    for st in sweep_stalls(*current(store.rows("bench_summary"), store.rows("bench_requests"))):
+        out.update({f"{st['label']} | C={st['concurrency']} | {k}": v for k, v in st.items() if isinstance(v, (int, float))
+                    and not isinstance(v, bool)})
+    return out
+
+
+def _s9_earlier(store) -> dict:
+    from ..backends_figures import earlier_attempts
+
+    engines = {r.get("engine") for r in store.rows("backends") if r.get("engine")}
+    return {f"{e} | {a}": why for e in sorted(engines) for a, why in earlier_attempts(store, e).items()}
+
+
+def _s9_ref_prediction(of: str):
+    from ..nccl.figures import reference_prediction
+
+    m = re.fullmatch(r"(\d+) layers \| (.+)", of or "")
+    if not m:
+        return MISSING
+    try:
+        return reference_prediction(int(m.group(1))).get(m.group(2), MISSING)
+    except Exception:  # noqa: BLE001 - no reference run here: the page states something no table gives
+        return MISSING
+
+
+def _s9_seed_parts(field_: str | None) -> Callable[[Any], dict]:
+    def compute(store):
+        from ..profile.seed import gap_by_category
+
+        parts = {g["category"]: g for g in gap_by_category(store.rows("seed_projection"))}
+        return parts if field_ is None else {k: g[field_] for k, g in parts.items()}
+    return compute
+
+
+def _s9_attention_ratio(store) -> dict:
+    r = _s9_seed_parts(None)(store).get("attention") or {}
+    return {None: r["sglang"] / r["vllm"]} if r.get("vllm") and r.get("sglang") is not None else {}
+
+
+def _s9_nvlink(store) -> dict:
+    links = {str(r.get("link")).strip() for r in store.rows("topology") if r.get("link")}
+    return {c: int(m.group(1)) for c in links if (m := re.fullmatch(r"NV(\d+)", c))}
+
+
+def _s9_p2p(field_: str) -> Callable[[Any], dict]:
+    def compute(store):
+        xs = [r[field_] for r in store.rows("p2p") if isinstance(r.get(field_), (int, float)) and r[field_]]
+        return {"min": min(xs), "max": max(xs)} if xs else {}
+    return compute
+
+
+def _s9_busy(store) -> dict:
+    """Each profile's GPU time per step: its recorded ``busy_ms``, else its categories but idle summed."""
+    from ..profile.tables import latest_breakdown
+
+    out: dict = {}
+    for r in latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs")):
+        if r["category"] != "gpu idle":
+            out[r["label"]] = out.get(r["label"], 0.0) + r["ms_per_step"]
+    out.update({k: p["busy_ms"] for k, p in _profiles(store).items() if plain(p.get("busy_ms")) is not None})
+    return out
+
+
+def _s9_engine_difference(store) -> dict:
+    from ..profile.tables import engine_difference
+
+    return {f"{r['a']} | {r['b']} | {r['category']}": r["diff_ms"]
+            for r in engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))}
+
+
+def _s9_prediction_layers(store) -> dict:
+    out = {}
+    for p in store.rows("prediction_check"):
+        subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
+        out[f"{subject} | measured"], out[f"{subject} | full"] = p.get("layers_measured"), p.get("full_layers")
+    return out
+
+
+def _s9_pairs(values: dict, fn: Callable[[Any, Any], Any]) -> dict:
+    """``fn(a, b)`` for every ordered pair of subjects, by ``"<a> vs <b>"``."""
+    return {f"{ka} vs {kb}": fn(va, vb) for ka, va in values.items() for kb, vb in values.items() if ka != kb}
+
+
+def _s9_pct(a, b):
+    return 100 * (a - b) / b if a is not None and b else None
+
+
+def _s9_backend_vs_starts(store) -> dict:
+    from ..findings.intervals import starts_of
+
+    return _s9_pairs(_s8_rows(store), lambda a, b: min(starts_of(a), starts_of(b)))
+
+
+def _s9_other_vs(fn: Callable[[float, float], Any]) -> Callable[[Any, str], Any]:
+    """Another run's single-stream rate against this run's: ``of`` is ``"<run directory> | <its label> vs <this run's
+    label>"`` (chapter 06's comparison with ``compare_with``); both rates recomputed from their runs' tables."""
+    def lookup(store, of: str):
+        head, sep, mine = (of or "").rpartition(" vs ")
+        other = _s8_other_run("single_tok_s")(head) if sep else MISSING
+        here = (_throughput(store).get(mine) or {}).get("single_tok_s")
+        return MISSING if other is MISSING or here is None else fn(other, here)
+    return lookup
+
+
+def _s9_default_method(store) -> dict:
+    from ..findings.methods import default_methods, method_figures
+
+    return method_figures(default_methods(store))
 
 
 _SEED = {"seed_loss": lambda store: {None: seed_case()["loss"]},
@@ -524,9 +766,9 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("backend_decode_positions", "decode positions one start's decode-path agreement counts",
              lambda store: __import__("servebook.backends_figures", fromlist=["x"]).decode_positions(store)),
     Quantity("backend_starts", "starts chapter 03 tried per engine (engine | tried) and those correct in the mode compared "
-             "(engine | correct), as chapter 06's table counts them",
-             lambda store: {f"{b['engine']} | {k}": b[k] for b in __import__("servebook.findings", fromlist=["x"]).backends(store)
-                            for k in ("tried", "correct")}),
+             "(engine | correct), as chapter 06's table counts them; ok starts in another mode (engine | other modes)",
+             lambda store: {**{f"{b['engine']} | {k}": b[k] for b in __import__("servebook.findings", fromlist=["x"]).backends(store)
+                               for k in ("tried", "correct")}, **_s9_other_modes(store)}),
     Quantity("plan_launches", "launches the what-if plans for chapter 03 on the real host",
              lambda store: __import__("servebook.backends_figures", fromlist=["x"]).plan_launches(store)),
     Quantity("allreduce_us_at", "this run's all-reduce latency (us) by setting | path | mode | bytes",
@@ -571,7 +813,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("compared_starts", "server starts a comparison with the default covers (the fewer of the two; engine | attention | mode)",
              _s8_compared_starts),
     Quantity("default_start_tok_s", "the default's rate in one server start (engine | start n)", _s8_default_starts),
-    Quantity("method_constant", "a constant of the method, read from the code (servebook.agreement.TOLERANCE, MIN_AGREEMENT)",
+    Quantity("method_constant", "a constant of the method, read from the code (servebook.agreement.TOLERANCE, MIN_AGREEMENT; "
+             "servebook.bench.ceiling.ENGINE_REGIME, BOUND_AT; servebook.nccl.predict.NOISE)",
              _s8_method),
     Quantity("engine_helpers_count", "engine helpers chapter 01 asked, judged against the hardware, and that disagreed",
              _s8_helpers),
@@ -595,20 +838,102 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {}, lookup=_s8_other_run("single_tok_s")),
     Quantity("other_run_single_ci95", "its 95% half-width (run | label)", lambda store: {}, lookup=_s8_other_run("single_ci95")),
     # end of shared sayers, 01, 06 (s8)
+    # issue #28 item 4 (s9): the prose figures tagged last
+    Quantity("default_method", "chapters 03 and 05's measurement of an engine's default, item by item (engine | what | 03 or 05; "
+             "engine | change %): servebook.findings.method_figures", _s9_default_method),
+    Quantity("sweep_stop_why", "why the sweep stopped, in the words its stop row recorded (bench_sweep_stops.reason) or the "
+             "time budget or last level (bench.figures.sweep_parameters)", _ch05_sweep_params("why")),
+    Quantity("backend_error", "a forced start's recorded error, whole (engine | attention | mode | recorded_at; table backends)",
+             _s9_backend_errors),
+    Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures)",
+             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(str(f.get("error")).split()) for f in store.rows("failures")}),
+    Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends_figures.not_run)", _s9_not_run),
+    Quantity("card_fact", "a model card's figure (model | active_params_b, gb_per_token, avg_bytes_per_param, avg_gb_per_token, "
+             "allreduces_per_token), from data/models", lambda store: {}, lookup=_s9_card_fact),
+    Quantity("seed_floor", "the seed case's limit with the communication floor at a latency of the reference NCCL run, and its "
+             "inputs (model on Nx profile | setting | field), from the data files and that run", lambda store: {}, lookup=_s9_seed_floor),
+    Quantity("seed_reported_tok_s", "seed case: the reported single-stream rate a bench_roofline row sets against its limits (case)",
+             _ch05_seed_rows(lambda r: r.get("measured_tok_s"))),
+    Quantity("seed_row_roofline_tok_s", "seed case: the bandwidth roofline (tok/s) of that row (case)",
+             _ch05_seed_rows(lambda r: r.get("roofline_tok_s"))),
+    Quantity("remeasured", "a measurement taken again with another method: its figure before and after, each method, and "
+             "after / before (label | phase | C=n | field; bench.runs.remeasured over bench_summary)", _s9_remeasured),
+    Quantity("roofline_bandwidth_gbs", "the bandwidth (GB/s) a configuration's roofline row of this run was computed with (case; "
+             "bench_roofline, source measured here)", lambda store: {r["case"]: r["bandwidth_tbs"] * 1e3 for r in store.rows("bench_roofline")
+                                                                   if r.get("source") == "measured here" and plain(r.get("bandwidth_tbs")) is not None}),
+    Quantity("sweep_all_users_tok_s", "C users each at a sweep level's per-user rate: C x per_user_tok_s (label | C=n)", _s9_all_users),
+    Quantity("client_check_turn", "servebook's runs of a client-check metric (label | metric | C=n | run i) and its last run against "
+             "bench_serving's, relative (label | metric | C=n | last against bench_serving)", _s9_client_turns),
+    Quantity("preflight_reason", "why an engine's own validation refused a backend, as recorded (engine | attention | recorded_at; "
+             "table backends_preflight)", lambda store: {f"{p.get('engine')} | {p.get('attention')} | {p.get('recorded_at')}":
+                                                         str(p.get("reason") or p.get("error") or "refused")
+                                                         for p in store.rows("backends_preflight") if not p.get("ok")}),
+    Quantity("nccl_fact", "a figure of this run's all-reduce grid as chapter 06 reads it (servebook.findings.nccl): world_size, "
+             "settings, b1_bytes, default_us, best_us, layers, allreduces_per_token, default_ms_per_token, predicted_delta_ms, "
+             "reason (its words), runner_up us, runner_up delta_ms", _s9_nccl_facts),
+    Quantity("sweep_stall", "a sweep level whose throughput fell: its figures and the best level's before it (label | C=n | field; "
+             "bench.runs.sweep_stalls over the current bench_summary and bench_requests)", _s9_stalls),
+    Quantity("earlier_attempt", "how an earlier attempt of a forced backend was recorded (engine | attention; "
+             "backends_figures.earlier_attempts)", _s9_earlier),
+    Quantity("chapter_error", "why an execution of a chapter stopped, as its row recorded it, whole (chapter | recorded_at; table "
+             "chapters)", lambda store: {f"{c.get('chapter')} | {c.get('recorded_at')}": " ".join(str(c.get("error")).split())
+                                         for c in store.rows("chapters") if c.get("status") == "failed"}),
+    Quantity("ref_nccl_prediction", "chapter 04's prediction from the reference grid at N layers of its model's width: the "
+             "default's per-token all-reduce ms at batch 1 and recommend()'s reason (N layers | field; "
+             "servebook.nccl.figures.reference_prediction)", lambda store: {}, lookup=_s9_ref_prediction),
+    Quantity("plan_roofline_fact", "an input of a what-if limit of chapter 05's plan, from its roofline row (case | gb_per_token, tp, "
+             "bandwidth_tbs, t_comm_ms)", lambda store: {f"{r['case']} | {k}": v for r in store.rows("roofline") if r.get("chapter") == "05"
+                                                          for k, v in (("gb_per_token", (r.get("bytes_per_token") or 0) / 1e9 or None),
+                                                                       ("tp", r.get("tp")), ("bandwidth_tbs", r.get("bandwidth_tbs")),
+                                                                       ("t_comm_ms", r.get("t_comm_ms")))}),
+    Quantity("probe_warning", "a warning chapter 01's probe recorded, as recorded (its position in probe.json's warnings)",
+             lambda store: {str(i): w for i, w in enumerate(__import__("servebook.findings.tables", fromlist=["x"])._probe(store)
+                                                            .get("warnings") or [])}),
+    Quantity("seed_projected_part_ms", "seed case: one category's part of the projected gap, SGLang's ms per token minus vLLM's "
+             "(category; profile.seed.gap_by_category over seed_projection)", _s9_seed_parts("diff_ms")),
+    Quantity("seed_attention_ratio", "seed case: SGLang's projected attention ms per token over vLLM's (seed_projection)",
+             _s9_attention_ratio),
+    Quantity("seed_fix_gain_ms", "seed case: the predicted gain (ms per token) of the first-ranked change (table seed_fixes)",
+             lambda store: {"first": store.rows("seed_fixes")[0].get("gain_ms_per_token")} if store.rows("seed_fixes") else {}),
+    Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
+             _s9_nvlink),
+    Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
+             _s9_p2p("bandwidth_gbs")),
+    Quantity("p2p_latency_us", "measured small-copy latency (us) over those pairs (min, max; table p2p)", _s9_p2p("latency_us")),
+    Quantity("profile_layers", "decoder layers of one profiled server's model (label)", _per(_profiles, "layers")),
+    Quantity("profile_busy_ms", "GPU time of one profiled server's decode step: its recorded busy_ms (profile_runs), else its "
+             "categories but idle, summed (label)",
+             _s9_busy),
+    Quantity("profile_diff_ms", "SGLang's ms per step of one category minus vLLM's on the same model (a | b | category; "
+             "profile.tables.engine_difference)", _s9_engine_difference),
+    Quantity("prediction_layers", "slice depths a full-model prediction is made from (subject | measured) and the full "
+             "model's layers (subject | full)", _s9_prediction_layers),
+    Quantity("backend_vs_pct", "one forced start's rate against another's (not its default: eager against graph), signed % "
+             "(A vs B, each engine | attention | mode)", lambda store: _s9_pairs(__import__("servebook.backends_figures", fromlist=["x"])
+                                                                              .rates(store), _s9_pct)),
+    Quantity("backend_vs_starts", "server starts that comparison covers (the fewer of the two; A vs B)", _s9_backend_vs_starts),
+    Quantity("single_vs_pct", "one configuration's single-stream rate against another's of the same run, signed % (label vs label)",
+             lambda store: _s9_pairs(_per(_throughput, "single_tok_s")(store), _s9_pct)),
+    Quantity("single_vs_starts", "server starts that comparison covers (the fewer of the two; label vs label)",
+             lambda store: _s9_pairs(_per(_throughput, lambda t: int(t.get("starts") or 1))(store), min)),
+    Quantity("other_run_vs_pct", "another run's single-stream rate against this run's, signed % (run | label vs label)",
+             lambda store: {}, lookup_in=_s9_other_vs(_s9_pct)),
+    Quantity("other_run_ratio", "another run's single-stream rate over this run's (run | label vs label)",
+             lambda store: {}, lookup_in=_s9_other_vs(lambda a, b: a / b)),
 ]}
 
 
 def expected(store, name: str, of: str | None = None) -> Any:
     """The quantity ``name`` (of ``of``) recomputed from the run's tables, or ``MISSING``."""
-    return pick(QUANTITIES[name], QUANTITIES[name].compute(store), of)
+    return pick(QUANTITIES[name], QUANTITIES[name].compute(store), of, store)
 
 
-def pick(quantity: Quantity, values: dict, of: str | None) -> Any:
+def pick(quantity: Quantity, values: dict, of: str | None, store=None) -> Any:
     """``of``'s value among a quantity's computed ``values`` (or its lookup), or ``MISSING``."""
     if of in values and plain(values[of]) is not None:
         return plain(values[of])
-    if quantity.lookup is not None:
-        value = quantity.lookup(of)
+    if quantity.lookup is not None or (quantity.lookup_in is not None and store is not None):
+        value = quantity.lookup(of) if quantity.lookup is not None else quantity.lookup_in(store, of)
         return MISSING if value is MISSING or value is None else plain(value)
     return MISSING
 

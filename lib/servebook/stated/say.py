@@ -107,15 +107,16 @@ def say_allreduce(n: dict | None) -> str:
     if not n:
         return "No all-reduce was recorded in this run: nothing to pick from."
     if n.get("backend") != "nccl":
-        return (f"Measured with {q('allreduce_backend', n.get('backend'), code=True)} on the CPU ({n.get('world_size')} processes): "
-                f"{q('allreduce_us', chosen_us(n), ',.1f')} us per all-reduce at the smallest message ({n.get('b1_bytes')} B, "
+        return (f"Measured with {q('allreduce_backend', n.get('backend'), code=True)} on the CPU ({q('nccl_fact', n.get('world_size'), 'd', of='world_size')} processes): "
+                f"{q('allreduce_us', chosen_us(n), ',.1f')} us per all-reduce at the smallest message ({q('nccl_fact', n.get('b1_bytes'), 'd', of='b1_bytes')} B, "
                 f"{n.get('mode')}). NCCL settings do not apply to it, and these microseconds say nothing about NCCL on GPUs: "
                 "they compare with no NCCL figure.")
     setting = chosen_setting(n)
-    return (f"{q('allreduce_backend', n.get('backend'), code=True)} on {n.get('world_size')} GPUs, {n.get('settings')} settings, "
-            f"{n.get('mode')}-replayed, at the batch-1 message ({n.get('b1_bytes')} B): this run's grid picks "
+    return (f"{q('allreduce_backend', n.get('backend'), code=True)} on {q('nccl_fact', n.get('world_size'), 'd', of='world_size')} GPUs, "
+            f"{q('nccl_fact', n.get('settings'), 'd', of='settings')} settings, "
+            f"{n.get('mode')}-replayed, at the batch-1 message ({q('nccl_fact', n.get('b1_bytes'), 'd', of='b1_bytes')} B): this run's grid picks "
             f"{q('allreduce_setting', setting, code=True)} at {q('allreduce_us', chosen_us(n), ',.1f')} us per all-reduce "
-            f"(NCCL's defaults: {text_of(n.get('default_us'), ',.1f')} us). Why: {n.get('reason')}.")
+            f"(NCCL's defaults: {q('nccl_fact', n.get('default_us'), ',.1f', of='default_us')} us). Why: {q('nccl_fact', n.get('reason'), of='reason')}.")
 
 
 def say_throughput(t: dict, runs: int | None = None) -> list[str]:

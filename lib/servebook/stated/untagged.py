@@ -64,12 +64,24 @@ class Exception_:
 # Numbers the book's prose states that are not quantities of a run: definitions, the method's fixed constants, and
 # figures quoted from a file the page names. Each with why it needs no tag; keep the list short and exact.
 EXCEPTIONS: tuple[Exception_, ...] = (
-    Exception_(r"\bbatch {N}\b|\bC ?= ?{N}\b(?! ?(?:tok|us|ms))", "a level's name (batch size, concurrency), not a measurement: "
+    Exception_(r"\bbatch {N}\b|\bC ?= ?{N}\b(?! ?(?:tok|us|ms)\b)|\bus with {N} per graph\b", "a level's name (batch size, "
+               "concurrency, all-reduces captured per graph), not a measurement: "
                "its figures are tagged or tabled"),
-    Exception_(r"\b{N}% (?:t-)?(?:confidence )?interval|\b{N}% CI\b|\b{N}% t-", "the interval's definition (95%)"),
+    Exception_(r"\b{N}% (?:t-)?(?:confidence )?interval|\b{N}% CI\b|\b{N}% t-|\b{N}% half-width", "the interval's definition (95%)"),
     Exception_(r"^corrected: .*", "a correction's note (servebook.results.say_corrections): the count of rows that carry it and "
                "the reason recorded in those rows, quoted"),
-    Exception_(r"\bx{N}\b|\b{N}x (?=H200|H100|B200|RTX|GPU|A100)", "a host's GPU count as the host is named"),
+    Exception_(r"\bx{N}\b|\b{N}x (?=(?i:h200|h100|b200|rtx|gpu|a100))", "a host's GPU count as the host is named (a "
+               "GPU's name or a hardware profile's: 8x RTX PRO 6000, 8x rtx-pro-6000)"),
+    Exception_(r"^{N}\. (?=[A-Z][a-z])", "a section's number at the start of its heading (chapter 02's \"1. Where does the engine "
+               "choose?\"), which the chapters link to by its anchor"),
+    Exception_(r"\bTP ?[=>] ?{N}\b", "a configuration's tensor-parallel size as its name (TP=2) or a condition on it (TP>1), as C=4 "
+               "names a level"),
+    Exception_(r"^A server streams {N} tokens per chunk every {N} ms\. What is|^{N} ms between chunks, {N} ms per token\. servebook keeps",
+               "chapter 05's worked example of the streaming definitions (bench.chapter.check_yourself): fixed figures a reader "
+               "computes by hand, not a run's; the run's own tokens per chunk is stated beside it, tagged"),
+    Exception_(r"\b(?:compute )?capability (?=\d{1,2}\.\d\b){N}(?!\.?\d)", "a compute capability written major.minor names a GPU "
+               "architecture (9.0 Hopper, 12.0 workstation Blackwell), as sm_90 does: an identifier, not a measurement; this "
+               "host's is tagged (host_capability)"),
 )
 
 @lru_cache(maxsize=None)
