@@ -667,3 +667,14 @@ def test_nccl_figures_and_the_reference_prediction_are_recomputed():
         stated.q("ref_nccl_prediction", p["default ms per token"], ".2f", of="61 layers | default ms per token")
     assert not _recomputed(LIVE2, ok)
     assert _recomputed(LIVE2, stated.q("ref_nccl_prediction", p["default ms per token"] * 2, ".2f", of="61 layers | default ms per token"))
+
+
+def test_the_seed_projection_verdict_is_tagged_and_recomputed():
+    from servebook.profile import seed as sbseed
+
+    run = ROOT / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
+    store = RunStore(run)
+    text = sbseed.verdict(store.rows("seed_projection"), store.rows("seed_fixes"))
+    _all_tagged_and_recomputed(run, text, {"seed_projected_part_ms", "seed_tok_s", "seed_attention_ratio", "seed_fix_gain_ms"})
+    s = next(x for x in _stated_in(text) if x.name == "seed_projected_part_ms")
+    assert _recomputed(run, stated.q("seed_projected_part_ms", s.value + 1, "+.2f", of=s.of))

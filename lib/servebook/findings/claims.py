@@ -79,11 +79,17 @@ def _claims(f: Findings) -> list[Claim]:
 
 def _host_claims(f: Findings) -> list[Claim]:
     """Chapter 01: the host, and the engine helpers that disagree with it."""
+    from ..stated.tags import q
+
     c = [Claim("01", "Host: " + _host_text(f.host), H_HOST)]
     bad = [e for e in f.host["engines"] if (e.get("mismatches") or 0) or (e.get("gaps") or 0)]
+
+    def n(e, what):  # tagged: recomputed from table engines (engine_findings)
+        return q("engine_findings", e.get(what) or 0, "d", of=f"{e['engine']} {e.get('version')} | {what}")
+
     if bad:
         c.append(Claim("01", "Engine helpers that disagree with the hardware or leave this GPU out: "
-                       + ", ".join(f"{e['engine']} ({e.get('mismatches') or 0} mismatches, {e.get('gaps') or 0} gaps)" for e in bad), H_ENGINES))
+                       + ", ".join(f"{e['engine']} ({n(e, 'mismatches')} mismatches, {n(e, 'gaps')} gaps)" for e in bad), H_ENGINES))
     return c
 
 

@@ -895,6 +895,10 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _s9_attention_ratio),
     Quantity("seed_fix_gain_ms", "seed case: the predicted gain (ms per token) of the first-ranked change (table seed_fixes)",
              lambda store: {"first": store.rows("seed_fixes")[0].get("gain_ms_per_token")} if store.rows("seed_fixes") else {}),
+    Quantity("engine_findings", "an engine's helpers that disagree with the hardware (engine version | mismatches) or leave this "
+             "GPU out (engine version | gaps), as chapter 01 recorded them (table engines)",
+             lambda store: {f"{e.get('engine')} {e.get('version')} | {k}": e.get(k) or 0 for e in store.rows("engines")
+                            for k in ("mismatches", "gaps")}),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
              _s9_nvlink),
     Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
