@@ -31,6 +31,43 @@ def embedded_model() -> Path:
     return build_embedded_model(progress=None)
 
 
+@pytest.fixture(scope="session")
+def cache_without_engines(embedded_model, tmp_path_factory) -> Path:
+    """The servebook cache as a machine without engine environments sees it: every entry of the real cache (the
+    embedded model, model configs) linked, ``engines/`` left out.
+
+    A smoke book asks whatever SGLang/vLLM environments are cached (chapter 02's what-ifs and decision matrix, chapter
+    05's sglang.bench_serving ceiling): on a machine that has them (a developer's) that took 170 s of chapter 02 alone,
+    on CI (none) nothing. Pointed here, the smoke books run the same on both. The engine paths themselves are tested
+    against the cached environments in tests/test_selection.py, test_whatif_book.py and test_bench_fidelity.py.
+    """
+    from servebook.paths import cache_dir
+
+    real = cache_dir()
+    view = tmp_path_factory.getbasetemp() / "cache-without-engines"
+    view.mkdir(exist_ok=True)
+    for entry in real.iterdir():
+        if entry.name != "engines" and not (view / entry.name).exists():
+            (view / entry.name).symlink_to(entry)
+    return view
+
+
+@pytest.fixture
+def no_engine_envs(cache_without_engines, monkeypatch) -> Path:
+    """This test, and the books and servers it starts, see no cached engine environment (``cache_without_engines``)."""
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(cache_without_engines))
+    return cache_without_engines
+
+
+@pytest.fixture(scope="module")
+def no_engine_envs_in_module(cache_without_engines) -> Path:
+    """``no_engine_envs`` for a whole module and its module fixtures (a book run once per module):
+    ``pytestmark = pytest.mark.usefixtures("no_engine_envs_in_module")``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVEBOOK_CACHE", str(cache_without_engines))
+        yield cache_without_engines
+
+
 @pytest.fixture
 def no_leftover_servers():
     """Fail the test if a server process it started is still running afterwards."""

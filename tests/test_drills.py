@@ -29,7 +29,8 @@ from servebook.errors import ParameterError
 from servebook.results import RunStore
 from servebook.servers import Launch, free_port, leftover_servers, port_listening
 
-pytestmark = pytest.mark.drills
+# the books and servers here run as on CI, without asking cached SGLang/vLLM environments (conftest.py)
+pytestmark = [pytest.mark.drills, pytest.mark.usefixtures("no_engine_envs_in_module")]
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVEBOOK = [sys.executable, "-m", "servebook.cli"]
