@@ -258,8 +258,10 @@ def test_ssh_connection_dropped_mid_command_stops_what_was_started(ssh_env):
 # -- the book over SSH, and record/replay of a real run ----------------------------------------------
 
 def _run_book(tmp_path, host, only, run_id, record=False, **extra):
-    """A smoke book of ``only``; its tests take ``no_engine_envs``, so that it runs as on CI whatever engine environments
-    this machine has cached (chapter 05's client ceiling would run sglang.bench_serving where SGLang 0.5.9 is cached)."""
+    """A smoke book of ``only``. The tests that run chapter 05 take ``no_engine_envs``, so that it runs as on CI whatever
+    engine environments this machine has cached (its client ceiling would add sglang.bench_serving where SGLang 0.5.9 is
+    cached). Chapters 03 and 04 ask none; their test keeps the real cache, since a book over SSH finds the embedded model
+    in the host's cache and its replay here would find it under another path."""
     from servebook.book import run_book
 
     return run_book({"host": host, "smoke": True}, out=tmp_path / f"book-{run_id}", runs_root=tmp_path / "runs",
@@ -433,7 +435,7 @@ def test_nccl_grid_runs_torchrun_on_the_ssh_host(ssh_env, tmp_path):
 
 @needs_sshd
 @pytest.mark.slow
-def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model, no_engine_envs):
+def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model):
     """Chapter 03 (servers, greedy tokens, server info, single stream, port check) and 04 (torchrun) on the host."""
     from servebook.backends import force_each_backend
     from servebook.engines import get_engine
