@@ -88,7 +88,7 @@ html: book-env
 	$(VENV)/bin/servebook html $$run --out $(OUT)
 
 test: test-env
-	$(PY) -m pytest -q -ra $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile) $(ARGS)
+	$(PY) -m pytest -q -ra $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile --no-loadscope-reorder) $(ARGS)
 
 clean:
 	rm -rf build

@@ -1,5 +1,5 @@
 """Shared fixtures: the real embedded model, built once per session into a test cache; and how the suite is
-spread over processes (``make test`` runs ``pytest -n 2 --dist loadfile``).
+spread over processes (``make test`` runs ``pytest -n 2 --dist loadfile --no-loadscope-reorder``).
 
 Each test file runs whole on one worker, so a file's module fixtures (a book run, a server, an sshd) are built once;
 the files that take longest are handed out first. Caches that several files build (the embedded model, engine
@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 
 # The long files first (whole books, engine environments, drills, a browser), so that neither worker is left with a
-# long file at the end; the others follow in their usual order. Measure with `make test ARGS="--durations=40"`.
-_LONGEST_FIRST = ("test_book.py", "test_selection.py", "test_drills.py", "test_engines_cli.py", "test_whatif_book.py",
-                  "test_bench_fidelity.py", "test_whatif_vllm.py", "test_rendered_book.py", "test_hosts.py", "test_bench.py")
+# long file at the end; the others follow in their usual order. The order is what `make test` measured
+# (--durations=30 on 2 busy cores: the slowest test or fixture of each, in seconds): test_hosts (SSH books 190, 130),
+# test_whatif_book (two what-if books, 245 and 223), test_book (the smoke book, 386), test_selection (two SGLang
+# matrices, 298), test_provenance (an SGLang environment built in a fresh cache, 278), test_bench_fidelity (102, 85),
+# test_drills (96, 86), test_whatif_vllm (41 each). `make test` passes --no-loadscope-reorder: without it xdist hands out
+# files by their number of tests (the rendered-page checks first) and this order is lost.
+_LONGEST_FIRST = ("test_hosts.py", "test_whatif_book.py", "test_book.py", "test_selection.py", "test_provenance.py",
+                  "test_bench_fidelity.py", "test_drills.py", "test_whatif_vllm.py", "test_engines_cli.py", "test_starts.py",
+                  "test_agreement.py", "test_nccl_e2e.py", "test_profile.py", "test_rendered_book.py", "test_bench.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -29,6 +35,44 @@ def embedded_model() -> Path:
     from servebook.embedded import build_embedded_model
 
     return build_embedded_model(progress=None)
+
+
+@pytest.fixture(scope="session")
+def cache_without_engines(embedded_model, tmp_path_factory) -> Path:
+    """The servebook cache as a machine without engine environments sees it: every entry of the real cache (the
+    embedded model, model configs) linked, ``engines/`` left out.
+
+    A smoke book asks whatever SGLang/vLLM environments are cached (chapter 02's what-ifs and decision matrix, chapter
+    05's sglang.bench_serving ceiling): with SGLang 0.5.9 and 0.5.23 and vLLM 0.26.0 cached, chapter 02 of the smoke book
+    took 172 s, without them 26 s (2 busy cores). Pointed here, the smoke books run the same with or without them. The
+    engine paths themselves are tested against the cached environments in tests/test_selection.py, test_whatif_book.py,
+    test_whatif_vllm.py and test_bench_fidelity.py.
+    """
+    from servebook.paths import cache_dir
+
+    real = cache_dir()
+    view = tmp_path_factory.getbasetemp() / "cache-without-engines"
+    view.mkdir(exist_ok=True)
+    for entry in real.iterdir():
+        if entry.name != "engines" and not (view / entry.name).exists():
+            (view / entry.name).symlink_to(entry)
+    return view
+
+
+@pytest.fixture
+def no_engine_envs(cache_without_engines, monkeypatch) -> Path:
+    """This test, and the books and servers it starts, see no cached engine environment (``cache_without_engines``)."""
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(cache_without_engines))
+    return cache_without_engines
+
+
+@pytest.fixture(scope="module")
+def no_engine_envs_in_module(cache_without_engines) -> Path:
+    """``no_engine_envs`` for a whole module and its module fixtures (a book run once per module):
+    ``pytestmark = pytest.mark.usefixtures("no_engine_envs_in_module")``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVEBOOK_CACHE", str(cache_without_engines))
+        yield cache_without_engines
 
 
 @pytest.fixture

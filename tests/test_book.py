@@ -13,13 +13,14 @@ from servebook.results import RunStore
 
 
 @pytest.fixture(scope="module")
-def book(tmp_path_factory, embedded_model):
+def book(tmp_path_factory, embedded_model, no_engine_envs_in_module):
     root = tmp_path_factory.mktemp("book")
     result = run_book({"smoke": True}, out=root / "site", runs_root=root / "runs", progress=print)
     return result
 
 
-pytestmark = pytest.mark.slow
+# the smoke book as CI runs it: no cached SGLang/vLLM environment asked (conftest.py: cache_without_engines)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_engine_envs_in_module")]
 
 
 def test_every_chapter_ran(book):

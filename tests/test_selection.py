@@ -187,17 +187,30 @@ def test_sglang_envs_and_static_reading(sglang_envs):
         assert "is_sm100_supported" in r.helpers or any("is_sm100" in h for h in r.helpers), spec
 
 
-@pytest.mark.slow
-@pytest.mark.envs
-def test_sglang_resolves_dynamically(sglang_envs):
+@pytest.fixture(scope="module")
+def sglang_matrices(sglang_envs):
+    """Each version's decision matrix over the GPUs and models of EXPECTED, DISAGREE's cell among them: one engine import
+    per GPU and version (30-50 s each on 2 busy cores), asked once for both tests below."""
     from servebook.selection import decision_matrix
 
     cases = {**EXPECTED, **EXPECTED_NEW}
+    (g, m), _field, _values = DISAGREE
+    out = {}
+    for spec in (SGLANG_OLD, SGLANG_NEW):
+        mine = [k for k in cases if k[0] == spec]
+        gpus = sorted({k[1] for k in mine} | {g})
+        models = sorted({k[2] for k in mine} | {m})
+        out[spec] = decision_matrix(spec, gpus, models, workers=2)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_sglang_resolves_dynamically(sglang_matrices):
+    cases = {**EXPECTED, **EXPECTED_NEW}
     for spec in (SGLANG_OLD, SGLANG_NEW):
         mine = {k: v for k, v in cases.items() if k[0] == spec}
-        gpus = sorted({k[1] for k in mine})
-        models = sorted({k[2] for k in mine})
-        rows = {(r["gpu"], r["model"]): r for r in decision_matrix(spec, gpus, models, workers=2)}
+        rows = {(r["gpu"], r["model"]): r for r in sglang_matrices[spec]}
         for (_, g, m), (backend, where) in mine.items():
             r = rows[(g, m)]
             assert r["method"] == "dynamic", (spec, g, m, r.get("error"))
@@ -206,12 +219,12 @@ def test_sglang_resolves_dynamically(sglang_envs):
 
 @pytest.mark.slow
 @pytest.mark.envs
-def test_two_sglang_versions_disagree(sglang_envs):
-    from servebook.selection import decision_matrix, matrix_diff
+def test_two_sglang_versions_disagree(sglang_matrices):
+    from servebook.selection import matrix_diff
 
     (g, m), field, (old, new) = DISAGREE
-    a = decision_matrix(SGLANG_OLD, [g], [m])
-    b = decision_matrix(SGLANG_NEW, [g], [m])
+    a, b = ([r for r in sglang_matrices[spec] if (r["gpu"], r["model"]) == (g, m)] for spec in (SGLANG_OLD, SGLANG_NEW))
+    assert len(a) == len(b) == 1, (a, b)
     d = matrix_diff(a, b)
     assert len(d) == 1 and field in d[0]["changed"], d
     assert (d[0]["a"][field], d[0]["b"][field]) == (old, new), d
