@@ -2,7 +2,8 @@
 # Execute the committed books' chapters again on their recorded tables (measure=False: nothing is started or measured)
 # and render them into rendered/, then the front page. CPU only; chapter 02 asks the prepared engine environments
 # (servebook engines add sglang==0.5.9 sglang==0.5.16 sglang==0.5.23 vllm==0.26.0 ...), the rest reads tables.
-#   bash tools/rerender.sh [PHASE]     PHASE: 02 (chapter 02 of every book), rest (01, 03-06 and the front page), all
+#   bash tools/rerender.sh [PHASE]     PHASE: 02 (chapter 02 of every book), rest (01, 03-06 and the front page), all;
+#                                      rest-live and rest-book split rest in two halves to run side by side (then `front`)
 # Each book's parameters are the ones it was recorded with (its RECORDED.md); commit the code first, so the runs record
 # a clean revision.
 set -uo pipefail
@@ -30,7 +31,9 @@ if [ "$phase" = 02 ] || [ "$phase" = all ]; then
   step data/runs/h200x2-live --refresh 02 "${H200_02[@]}" --out rendered/h200x2-live
   step $WHATIF --refresh 02 "${WHATIF_P[@]}" -p matrix_models=kimi-k2.5,deepseek-v3,llama-3.1-8b,gpt-oss-120b --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
 fi
-if [ "$phase" = rest ] || [ "$phase" = all ]; then
+case $phase in rest|all|rest-live) live=1;; *) live=;; esac
+case $phase in rest|all|rest-book) books=1;; *) books=;; esac
+if [ -n "$live" ]; then
   R=data/runs/h200x1-live
   step $R --refresh 01 --out rendered/h200x1-live
   step $R --refresh 03 -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" \
@@ -43,15 +46,17 @@ if [ "$phase" = rest ] || [ "$phase" = all ]; then
     -p "backends=sglang: triton,flashinfer,flashmla,cutlass_mla; vllm: FLASH_ATTN_MLA,FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x2-live
   step $R --refresh 05 -p compare_engines=vllm -p "engine_args=$EA" --out rendered/h200x2-live
   step $R --refresh 06 --compare-with data/runs/h200x1-book --out rendered/h200x2-live
-  step data/runs/h200x1-book --refresh 01,03,04,05 --out rendered/h200x1
-  step data/runs/h200x1-book --refresh-findings --compare-with data/runs/h200x2-book,data/runs/h200x1-compile --out rendered/h200x1
-  step data/runs/h200x2-book --refresh 01,03,04,05 --out rendered/h200x2
-  step data/runs/h200x2-book --refresh-findings --compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu --out rendered/h200x2
-  step $WHATIF --refresh 01,03,04,05,06 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
   R=data/runs/h200x1-trust
   step $R --refresh 01 --out rendered/h200x1-trust
   step $R --refresh 03 -p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" -p modes=graph -p runs=3 \
     -p starts=2 -p max_tokens=64 -p "backends=sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x1-trust
   step $R --refresh 06 --compare-with data/runs/h200x1-live --out rendered/h200x1-trust
-  "$SB" front rendered/
 fi
+if [ -n "$books" ]; then
+  step data/runs/h200x1-book --refresh 01,03,04,05 --out rendered/h200x1
+  step data/runs/h200x1-book --refresh-findings --compare-with data/runs/h200x2-book,data/runs/h200x1-compile --out rendered/h200x1
+  step data/runs/h200x2-book --refresh 01,03,04,05 --out rendered/h200x2
+  step data/runs/h200x2-book --refresh-findings --compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu --out rendered/h200x2
+  step $WHATIF --refresh 01,03,04,05,06 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
+fi
+case $phase in rest|all|front) "$SB" front rendered/;; esac
