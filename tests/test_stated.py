@@ -52,11 +52,7 @@ def test_every_render_names_its_run():
 
 # Pages that cannot be executed again here without changing what they state, each with the reason (strict xfail: a
 # regenerated page that passes fails here, and its entry is deleted).
-KNOWN_STALE = {
-    "h200x1/02_read_backend_selection.html": "chapter 02 of this run was executed on the H200 host with its transformers "
-    "5.17.0; executed again here it would read this machine's transformers as 'this host', so the page is the host's, "
-    "written before numbers were tagged, while its run's selection table also holds a later reading",
-}
+KNOWN_STALE: dict[str, str] = {}  # page -> why it cannot be executed again on its run's tables (none left)
 
 
 def _stale_cases():
