@@ -384,6 +384,11 @@ def _change_every(rows: list[dict], value) -> int:
     return n
 
 
+# Keys recomputed from a file of the run that is not a table, while a table holds a copy of the same text (changing the
+# copy cannot change the figure): probe_warning is read from probe.json; warnings.jsonl repeats its warnings.
+_FROM_RUN_FILES = {"probe_warning"}
+
+
 @pytest.mark.parametrize("render", RENDERS, ids=[r.name for r in RENDERS])
 def test_changing_the_table_a_tagged_number_derives_from_fails(render, tmp_path):
     """For each page, tagged numbers read from a table cell (a measured float, a backend or setting name: the cells that
@@ -411,7 +416,7 @@ def test_changing_the_table_a_tagged_number_derives_from_fails(render, tmp_path)
                  and ((isinstance(s.value, float) and not float(s.value).is_integer()) or (isinstance(s.value, str) and len(s.value) > 2))]
         seen = set()
         for s in sound:
-            if s.key() in seen or len(seen) >= 3 or not from_the_run(s):
+            if s.key() in seen or len(seen) >= 3 or not from_the_run(s) or s.name in _FROM_RUN_FILES:
                 continue
             changed = {}
             for name, rows in tables.items():
