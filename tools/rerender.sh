@@ -3,6 +3,7 @@
 # and render them into rendered/, then the front page. CPU only; chapter 02 asks the prepared engine environments
 # (servebook engines add sglang==0.5.9 sglang==0.5.16 sglang==0.5.23 vllm==0.26.0 ...), the rest reads tables.
 #   bash tools/rerender.sh [PHASE]     PHASE: 02 (chapter 02 of every book), rest (01, 03-06 and the front page), all;
+#                                      trust (the h200x1-trust book alone; then `front`);
 #                                      rest-live and rest-book split rest in two halves to run side by side (then `front`)
 # Each book's parameters are the ones it was recorded with (its RECORDED.md); commit the code first, so the runs record
 # a clean revision.
@@ -46,10 +47,14 @@ if [ -n "$live" ]; then
     -p "backends=sglang: triton,flashinfer,flashmla,cutlass_mla; vllm: FLASH_ATTN_MLA,FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x2-live
   step $R --refresh 05 -p compare_engines=vllm -p "engine_args=$EA" --out rendered/h200x2-live
   step $R --refresh 06 --compare-with data/runs/h200x1-book --out rendered/h200x2-live
+fi
+if [ -n "$live" ] || [ "$phase" = trust ]; then
   R=data/runs/h200x1-trust
   step $R --refresh 01 --out rendered/h200x1-trust
   step $R --refresh 03 -p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" -p modes=graph -p runs=3 \
     -p starts=2 -p max_tokens=64 -p "backends=sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x1-trust
+  step $R --refresh 05 -p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" -p starts=2 -p max_tokens=64 \
+    -p input_len=32 -p profile_steps=0 -p max_concurrency=16 -p ceiling_sglang_version=0.5.16 --out rendered/h200x1-trust
   step $R --refresh 06 --compare-with data/runs/h200x1-live --out rendered/h200x1-trust
 fi
 if [ -n "$books" ]; then
