@@ -126,7 +126,8 @@ resolved = resolve_model(model)
 model_dir = resolved if isinstance(resolved, Path) else None
 engines = [e.strip() for e in [engine, *compare_engines.split(",")] if e.strip()]
 w = ch05.Workload.of(globals()).sized(smoke)  # the parameters above; with smoke small and fast, still real streamed tokens
-print(f"run {store.path}\nmodel: {model_dir or model}\nengines: {', '.join(engines)}; {w}")
+shown = model_dir.relative_to(Path.cwd()) if model_dir and model_dir.is_relative_to(Path.cwd()) else (model_dir or model)
+print(f"run {store.path}\nmodel: {shown}\nengines: {', '.join(engines)}; {w}")
 
 # %% [markdown]
 # ## The client, and its own ceiling

@@ -271,7 +271,7 @@ def _agreements(rows, field: str, kind: str, positions: bool = False) -> str:
 
 def questions(store, names: list[str], table) -> list[tuple[str, str]]:
     """Chapter 03's 'Check yourself' questions, answered from this run."""
-    from .findings import backends
+    from .findings import backends, fastest_correct
 
     qa: list[tuple[str, Any]] = []
     rep = table[["engine", "attention", "mode", "reported", "outcome"]].fillna("-") if "reported" in table else None
@@ -299,7 +299,7 @@ def questions(store, names: list[str], table) -> list[tuple[str, str]]:
             qa.append((f"Should you force a different attention backend for {e} on this host?",
                        f"Yes: `{best}` was faster than the default beyond both 95% intervals, with correct output."
                        if b["change_supported"] else
-                       f"No: the fastest correct start, `{best}` ({q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
+                       f"No: {fastest_correct(b, 'start')}, `{best}` ({q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
                        f"{q('best_ci95', b['best_ci95'], ',.1f', of=e)} tok/s), is not faster than the default (`{b['default_reported']}`, "
                        f"{q('default_tok_s', b['default_tok_s'], ',.1f', of=e)} ± {q('default_ci95', b['default_ci95'], ',.1f', of=e)}) "
                        "beyond both intervals; the data supports no change. Chapter 06 says the same."))

@@ -125,6 +125,7 @@ def _selection_claims(f: Findings) -> list[Claim]:
 def _backend_claims(f: Findings) -> list[Claim]:
     """Chapter 03: the fastest correct backend against the default, and what failed or did not run."""
     from ..stated.tags import q
+    from .tables import fastest_correct
 
     c: list[Claim] = []
     for b in f.backends:
@@ -134,7 +135,7 @@ def _backend_claims(f: Findings) -> list[Claim]:
         e = b["engine"]
         agree = (q("backend_agreement", _num(b.get("best_agreement")), ".0%", of=f"{b['best_key']} | greedy")
                  if _num(b.get("best_agreement")) is not None and b.get("best_key") else "n/a")
-        best = (f"{e}: the fastest correct backend was `{b['best']}` at {q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
+        best = (f"{e}: {fastest_correct(b)} was `{b['best']}` at {q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
                 f"{q('best_ci95', b['best_ci95'], ',.1f', of=e)} tok/s single stream (greedy output {agree} equal to the default's)")
         if b.get("default_tok_s") is not None:
             best += (f"; the default (`{b.get('default_reported') or 'auto'}`) ran {q('default_tok_s', b['default_tok_s'], ',.1f', of=e)} ± "
@@ -150,7 +151,7 @@ def _backend_claims(f: Findings) -> list[Claim]:
             from .intervals import separated
 
             c.append(Claim("03", f"{e}: its own choice (`{b.get('default_reported') or 'auto'}`, {q('default_tok_s', b['default_tok_s'], ',.1f', of=e)} ± "
-                           f"{q('default_ci95', b['default_ci95'], ',.1f', of=e)} tok/s single stream) was the fastest correct backend; against it: "
+                           f"{q('default_ci95', b['default_ci95'], ',.1f', of=e)} tok/s single stream) was {fastest_correct(b)}; against it: "
                            + "; ".join(f"`{o['attention']}` {q('backend_tok_s', o['tok_s'], ',.1f', of=o['key'])} ± "
                                        f"{q('backend_ci95', o['ci95'], ',.1f', of=o['key']) if o['ci95'] else _fmt(o['ci95'])}, "
                                        + separated(o["tok_s"], o["ci95"], b["default_tok_s"], b["default_ci95"],

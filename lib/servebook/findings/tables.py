@@ -16,7 +16,7 @@ from ..errors import ParameterError
 from ..results import RunStore
 from .intervals import _num, _overlap, separated, starts_of
 
-__all__ = ["open_run", "host_summary", "selection", "versions_read", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
+__all__ = ["fastest_correct", "open_run", "host_summary", "selection", "versions_read", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
 
 
 def open_run(path: str | Path, name: str = "run") -> RunStore:
@@ -132,6 +132,9 @@ def backends(store: RunStore) -> list[dict]:
                 "default_start_rates": [x.get("decode_tok_s") for x in (default or {}).get("starts") or [] if isinstance(x, dict)],
                 "ties": ties, "best_key": row_key(best), "default_key": row_key(default) if default else None,
                 "agreement_min": min((_num(r.get("agreement")) for r in ok if _num(r.get("agreement")) is not None), default=None),
+                # "correct" means the forced decode kernel's tokens agreed (servebook.agreement) only where every start compared
+                # has a decode-path agreement; older runs checked the prefill path alone (teacher-forced), and say so
+                "decode_checked": all(r.get("decode_agreement") is not None for r in ok),
             })
             item["others"] = [{"attention": r.get("attention"), "key": row_key(r), "tok_s": r["decode_tok_s"], "ci95": ci(r), "starts": starts_of(r),
                                "verdict": separated(r["decode_tok_s"], ci(r), default["decode_tok_s"], ci(default), starts=n_of(r))}
@@ -311,3 +314,12 @@ def versions_read(store: RunStore) -> list[str]:
             if engine and version and name not in out:
                 out.append(name)
     return out
+
+
+def fastest_correct(b: dict, noun: str = "backend") -> str:
+    """How chapters 03 and 06 name the fastest start that served acceptable output: "the fastest correct backend" where
+    its decode kernel was checked by token ids against the default's (servebook.agreement), else what was checked."""
+    if b.get("decode_checked", True):
+        return f"the fastest correct {noun}"
+    return (f"the fastest {noun} that ran (its output checked on the prefill path only: this run has no decode-path "
+            "agreement, so its decode kernels' tokens were not compared)")

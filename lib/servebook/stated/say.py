@@ -79,6 +79,7 @@ def say_backends(b: dict) -> str:
     """One engine's answer from chapter 03's sweep (a ``servebook.findings.backends`` item): the default, the fastest
     correct start, the comparison, and whether a change is supported (chapters 03 and 06)."""
     from ..findings.intervals import separated
+    from ..findings.tables import fastest_correct
 
     name = b["engine"]
     best = b.get("best_reported") or b.get("best")
@@ -91,7 +92,7 @@ def say_backends(b: dict) -> str:
                  if len(rates) >= 2 else "")
     return (f"the default loaded {q('default_backend', b.get('default_reported'), of=name, code=True)} and ran "
             f"{q('default_tok_s', b.get('default_tok_s'), ',.1f', of=name)} ± {q('default_ci95', b.get('default_ci95'), ',.1f', of=name)} "
-            f"tok/s single stream{per_start}; the fastest correct start was {q('best_backend', best, of=name, code=True)} at "
+            f"tok/s single stream{per_start}; {fastest_correct(b, 'start')} was {q('best_backend', best, of=name, code=True)} at "
             f"{q('best_tok_s', b.get('best_tok_s'), ',.1f', of=name)} ± {q('best_ci95', b.get('best_ci95'), ',.1f', of=name)} ({over})"
             + (" (the default itself)" if is_default else
                f", {separated(b.get('best_tok_s'), b.get('best_ci95'), b.get('default_tok_s'), b.get('default_ci95'), starts=n, of=b.get('best_key'))} against the default")
