@@ -23,9 +23,8 @@
 #               and Llama-3.1-8B slices and whole models - RUN_ID h200x1-prof unless set; traces to traces.tgz
 #   more [S]    a one-GPU machine resuming the carried run (RUN_ID h200x1-live unless set): chapter 03 for what it lacks,
 #               then chapter 05 again with WARMUP (default 10) warm-up requests and every sweep level warmed first (both
-#               are measured again: another method) and SGLang's own client beside servebook's; meanwhile, on the CPU,
-#               chapter 02 of each run named in PAGES (default h200x1-book h200x2-book) executed again with this host's
-#               engines (pages and tables to pages.tgz); then wait up to S seconds
+#               are measured again: another method) and SGLang's own client beside servebook's; then wait up to S
+#               seconds (chapter 02 of the embedded books is executed again on the CPU: tools/rerender.sh, TF_HOST_PYTHON)
 #   trust [S]   a one-GPU machine, a fresh or carried run (RUN_ID h200x1-trust unless set) for the checks of issue #28: chapter 01,
 #               03 (graphs; SGLang's default, triton, flashmla; vLLM's default and its MLA list) and 05 (both engines on the
 #               same random-weight slice, prompt length and token count as chapter 03; no profiles: those are recorded
@@ -78,7 +77,6 @@ snap() {
     cp "$m/config.json" "$m/servebook_model.json" "/tmp/runs/models/$(basename "$m")/" 2>/dev/null; done
   tar czf "$OUT/runs.tgz" --exclude=traces -C /tmp/runs . 2>/dev/null
   (cd /tmp/runs && find . -path '*/traces/*' -not -path '*/traces/raw/*' -type f | tar czf "$OUT/traces.tgz" -T - 2>/dev/null)
-  [ -d /tmp/pages ] && tar czf "$OUT/pages.tgz" -C /tmp/pages . 2>/dev/null
   for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
   echo "[device.sh] $(date -u +%T) snapshot: $(du -sh "$OUT/runs.tgz" | cut -f1) in runs.tgz ($(( $(date +%s) - T0 ))s this call)"
@@ -171,9 +169,6 @@ $(chapter 05 $DUMMY $ONE05 -p compare_engines=vllm)
 $(chapter 03 $SLICE $EAGER "-p 'backends=sglang: ; vllm: $VLLM_MLA'")"
 }
 do_more() {
-    [ -f /tmp/jobs/pages.pid ] || { have book.tar.xz && have common.tar.xz && job pages "cd $REPO
-for r in ${PAGES:-h200x1-book h200x2-book}; do rm -rf /tmp/pages/\$r; mkdir -p /tmp/pages; cp -r data/runs/\$r /tmp/pages/\$r
-env -u SERVEBOOK_PYTHON_SGLANG -u SERVEBOOK_PYTHON_VLLM python3 -m servebook.cli html /tmp/pages/\$r --refresh 02 --out /tmp/pages/rendered-\$r || echo \"pages: \$r failed\"; done"; }
     do_one_models || return 0
     job main "cd $REPO
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
