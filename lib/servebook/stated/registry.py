@@ -27,7 +27,8 @@ class Quantity:
 
     ``compute(store)`` returns ``{of: value}`` (``of`` is None for a quantity with one subject); ``lookup(of)``, where
     given, computes a subject that the run does not list (a reference figure named by its subject); ``lookup_in(store,
-    of)`` one that needs the run too (this run's figure against another run's)."""
+    of)`` one that needs the run too (this run's figure against another run's). ``files``: the run's files other than its
+    tables that the quantity is computed from (a table may hold a copy of the same text; changing the copy changes nothing)."""
 
     name: str
     what: str
@@ -35,6 +36,7 @@ class Quantity:
     chapters: tuple[str, ...] = ()
     lookup: Callable[[str], Any] | None = None
     lookup_in: Callable[[Any, str], Any] | None = None  # a subject computed from the run and ``of`` (another run named in it)
+    files: tuple[str, ...] = ()  # run files other than its tables that ``compute`` reads (e.g. probe.json): where it derives from
 
 
 def _tables_now(store) -> tuple:
@@ -888,7 +890,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
                                                                        ("t_comm_ms", r.get("t_comm_ms")))}),
     Quantity("probe_warning", "a warning chapter 01's probe recorded, as recorded (its position in probe.json's warnings)",
              lambda store: {str(i): w for i, w in enumerate(__import__("servebook.findings.tables", fromlist=["x"])._probe(store)
-                                                            .get("warnings") or [])}),
+                                                            .get("warnings") or [])}, files=("probe.json",)),
     Quantity("seed_projected_part_ms", "seed case: one category's part of the projected gap, SGLang's ms per token minus vLLM's "
              "(category; profile.seed.gap_by_category over seed_projection)", _s9_seed_parts("diff_ms")),
     Quantity("seed_attention_ratio", "seed case: SGLang's projected attention ms per token over vLLM's (seed_projection)",
