@@ -114,13 +114,7 @@ if params.get("profile") and causes:
     from servebook import plan
 
     facts = plan.host_facts(store, params.get("engine"), params.get("model"), params.get("profile"))
-    for c in causes:
-        if c["decision"] in ("fallback", "hypothesis") and c["engine"] == facts["engine"].split("==")[0] and c["gpu"] == facts["profile"]:
-            for m in c["missed"]:
-                for backend in m["would_write"]:
-                    launch_first.append({"why": f"{c['engine']} {c['version']} ({c['decision']}): {m['helper']} kept `{backend}` "
-                                                f"({', '.join(m['at'])}) from this GPU",
-                                         "launch": plan.recommended_launch(facts, backend), "decision": c["decision"]})
+    launch_first = plan.launch_first(facts, causes)
     for row in launch_first:
         if not store.done("recommended_launch", launch=row["launch"]):
             store.append("recommended_launch", row)

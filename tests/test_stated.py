@@ -261,9 +261,6 @@ def test_no_run_figure_typed_into_the_notebooks_prose():
 KNOWN_UNTAGGED = {
     'h200x1-live/02_read_backend_selection.html': '16 untagged, e.g. \'12.0\' in "...ngines\' own code: vLLM falls back to a Triton MLA kernel on 12.0 as well, so "',
     'h200x2-live/02_read_backend_selection.html': '16 untagged, e.g. \'12.0\' in "...ngines\' own code: vLLM falls back to a Triton MLA kernel on 12.0 as well, so "',
-    'whatif-rtx-pro-6000-sglang-0.5.9/03_force_each_backend.html': '2 untagged, e.g. \'1\' in "...tionalGeneration\' (model_type \'kimi_k25\'): ValidationError: 1 validation erro"',
-    'whatif-rtx-pro-6000-sglang-0.5.9/04_tune_nccl.html': '1 untagged, e.g. \'8\' in "... NVLink, the only grid the book has measured. The profile\'s 8 GPUs talk over "',
-    'whatif-rtx-pro-6000-sglang-0.5.9/06_findings.html': "8 untagged, e.g. '1824' in '...esis): is_sm100_supported() kept (sglang/srt/server_args.py:1824) from this G'",
 }
 
 

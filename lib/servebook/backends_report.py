@@ -229,9 +229,9 @@ def _error_of(r: dict) -> str:
     return q("backend_error", _whole(r.get("error")), of=f"{fig.row_key(r)} | {r.get('recorded_at')}")
 
 
-def _failure_of(f: dict) -> str:
-    """A row of ``failures``, whole and tagged as that row's text (``failure_text``)."""
-    return q("failure_text", _whole(f.get("error")), of=f"{f.get('step')} | {f.get('recorded_at')}")
+def _failure_of(f: dict, code: bool = False) -> str:
+    """A row of ``failures``, whole and tagged as that row's text (``failure_text``); ``code``: shown as inline code."""
+    return q("failure_text", _whole(f.get("error")), of=f"{f.get('step')} | {f.get('recorded_at')}", code=code)
 
 
 def _asked_not_reached(store, names: list[str], table) -> list[str]:
@@ -321,7 +321,7 @@ def whatif_found(store, facts: dict, cmds) -> str:
     fails = store.rows("failures")
     if fails:
         lines.append(f"- {q('failed_steps', len(fails), 'd')} recorded failure(s) so far, e.g. {fails[-1].get('step')}: "
-                     f"{_whole(fails[-1].get('error'))}")
+                     f"{_failure_of(fails[-1], code=True)}")
     return "\n".join(lines)
 
 
@@ -349,6 +349,6 @@ def whatif_questions(store, facts: dict, cmds) -> list[tuple[str, str]]:
     if last is not None:
         qa.append(("Which backend does chapter 02 predict the engine's default resolves to here, and is that a measurement?",
                    f"`{last['attention_backend']}`, from {last['engine']} {last['version']}'s own resolution with the GPU faked "
-                   f"({(last.get('decided_by') or {}).get('where')}). A prediction from the engine's code: chapter 03 on the real "
+                   f"(`{(last.get('decided_by') or {}).get('where')}`). A prediction from the engine's code: chapter 03 on the real "
                    "host checks it against what the server reports."))
     return qa

@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import ServebookError
 
-__all__ = ["host_facts", "plan_backends", "plan_nccl", "plan_bench", "recommended_launch"]
+__all__ = ["host_facts", "plan_backends", "plan_nccl", "plan_bench", "recommended_launch", "launch_first"]
 
 _PORT = 30000
 _RECORDED_NCCL = "h200x2-nccl"  # data/runs/: graph-replayed all-reduce latencies measured on 2x H200 (NVLink)
@@ -125,6 +125,23 @@ def plan_backends(store, facts: dict) -> list[dict]:
     rows.append(_cmd(store, "03", "the whole sweep, checked (reported backend, greedy agreement, decode rate)",
                      _book_cmd(facts, "01,02,03")))
     return rows
+
+
+def launch_first(facts: dict, causes: list[dict]) -> list[dict]:
+    """Chapter 06's launches to try first on the profiled host: one per backend a hardware helper kept from this GPU
+    (``causes``: :func:`servebook.selection.rootcause.root_causes`, a fallback or a hypothesis of this engine on this
+    profile), each with why (source locations as code) and the cause's decision."""
+    from .stated.text import code, code_locations
+
+    out = []
+    for c in causes:
+        if c["decision"] in ("fallback", "hypothesis") and c["engine"] == facts["engine"].split("==")[0] and c["gpu"] == facts["profile"]:
+            for m in c["missed"]:
+                for backend in m["would_write"]:
+                    out.append({"why": f"{c['engine']} {c['version']} ({c['decision']}): {code_locations(m['helper'])} kept "
+                                       f"`{backend}` ({', '.join(code(a) for a in m['at'])}) from this GPU",
+                                "launch": recommended_launch(facts, backend), "decision": c["decision"]})
+    return out
 
 
 def _nccl_latencies(hidden: int) -> list[dict]:

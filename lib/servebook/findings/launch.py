@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..engines import user_command
 from ..stated.tags import q
+from ..stated.text import code_locations
 from ..results import RunStore
 from .intervals import _overlap
 from .tables import backends, host_summary, nccl, selection, throughput
@@ -22,7 +23,7 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
         rec = store.rows("recommended_launch")
         if rec:
             return [{"engine": engine, "command": r["launch"], "env": {},
-                     "why": [f"what-if on the {params['profile']} profile: {r['why']}; try it first on the real host, "
+                     "why": [f"what-if on the {params['profile']} profile: {code_locations(r['why'])}; try it first on the real host, "
                              "then check it there with chapter 03 (reported backend, greedy agreement, decode rate)"]} for r in rec]
         return [{"engine": engine, "command": "", "env": {},
                  "why": [f"what-if on the {params['profile']} profile: no fallback caused by a hardware helper was found; "

@@ -25,6 +25,7 @@ import ast
 import os
 import re
 
+from ..stated.text import code
 from .evidence import backend_checks, missed_outside_priorities, settle_by, support_evidence
 from .static import _parse, classify
 
@@ -177,26 +178,26 @@ def _one(row: dict, verdicts_01: dict) -> dict:
         a = alts[h["condition_line"]]
         missed.append({"helper": h["helper"], "would_write": [w for w in a["would_write"] if w != chosen], "at": a["at"]})
         parts.append(f"`{h['helper']}` answered {_plain(h['answer'])} for capability {row.get('capability')}"
-                     + (f" (defined at {h['defined_at']})" if h.get("defined_at") else "")
-                     + f", so the branch at line {h['condition_line']} that would write "
-                     + " or ".join(f"`{v}`" for v in a["would_write"]) + f" ({', '.join(a['at'])}) was skipped")
+                     + (f" (defined at `{h['defined_at']}`)" if h.get("defined_at") else "")
+                     + f", so the branch at {_line_in(rule_file, h['condition_line'])} that would write "
+                     + " or ".join(f"`{v}`" for v in a["would_write"]) + f" ({', '.join(f'`{x}`' for x in a['at'])}) was skipped")
     for c in missed_outside_priorities(row):
         missed.append({"helper": f"the priority list at {rule}", "would_write": [c["backend"]], "at": [rule]})
-        parts.append(f"`{c['backend']}` passes its own validation here but is not in the priority list at {rule}")
+        parts.append(f"`{c['backend']}` passes its own validation here but is not in the priority list at `{rule}`")
     if missed:
         names = list(dict.fromkeys(b for m in missed for b in m["would_write"] if b != chosen))
         evidence = [e | {"backend": b} for b in names if (e := support_evidence(row, b))]
         supported = [e for e in evidence if e["answer"] and e["valid_for_this_model"]]
         unknown = [b for b in names if b not in {e["backend"] for e in evidence}]
         base |= {"missed": missed, "evidence": evidence, "settle_by": [settle_by(row, b) for b in unknown]}
-        head = f"{who} falls back to `{chosen}` for {where} at {rule} ({d.get('function')}): " + "; ".join(parts) + "."
-        said = "; ".join(f"`{e['backend']}`'s own check at {e['at']} answers {e['answer']}" for e in evidence)
+        head = f"{who} falls back to `{chosen}` for {where} at `{rule}` ({d.get('function')}): " + "; ".join(parts) + "."
+        said = "; ".join(f"`{e['backend']}`'s own check at `{e['at']}` answers {e['answer']}" for e in evidence)
         if supported:
             return base | {"decision": "fallback", "cause": head + " Root cause: " + "; ".join(
-                f"`{e['backend']}`'s own check at {e['at']} ({e['check']}) answers True for this capability" for e in supported) + "."}
+                f"`{e['backend']}`'s own check at `{e['at']}` ({code(e['check'])}) answers True for this capability" for e in supported) + "."}
         if not unknown:
             return base | {"decision": "hardware-selected", "cause": (
-                f"{who} picks `{chosen}` for {where} at {rule}: the backends of the branches this GPU skipped reject it by "
+                f"{who} picks `{chosen}` for {where} at `{rule}`: the backends of the branches this GPU skipped reject it by "
                 f"their own checks ({said}); not a fallback the engine could avoid.")}
         return base | {"decision": "hypothesis", "cause": head + " Hypothesis, not a root cause: no code the what-if could run "
                        "or read (the engine's, or its kernel library's: GPU-only libraries are stubbed here) says "
@@ -205,10 +206,10 @@ def _one(row: dict, verdicts_01: dict) -> dict:
     if positive:
         h = positive[-1]
         return base | {"decision": "hardware-selected", "cause": (
-            f"{who} picks `{chosen}` for {where} at {rule}: `{h['helper']}` answered {_plain(h['answer'])}, "
+            f"{who} picks `{chosen}` for {where} at `{rule}`: `{h['helper']}` answered {_plain(h['answer'])}, "
             f"so the branch written for this GPU was taken; no helper answer on the path contradicts the hardware.")}
     return base | {"decision": "rule", "cause": (
-        f"{who} picks `{chosen}` for {where} at {rule}: no hardware helper on the path answered against this GPU "
+        f"{who} picks `{chosen}` for {where} at `{rule}`: no hardware helper on the path answered against this GPU "
         f"(the deciding conditions are " + (", ".join(f"`{h['condition']}`" for h in helpers) or "model/user rules only") + ")"
         + _only_valid(row) + ".")}
 
@@ -219,6 +220,11 @@ def _only_valid(row: dict) -> str:
         return ""
     ok = sorted(b for b, c in checks.items() if c.get("valid"))
     return f"; the backends whose own validation accepts this GPU and model: {', '.join(ok) or 'none'}"
+
+
+def _line_in(file: str, line) -> str:
+    """A line of the rule's file as a source location in code (``sglang/srt/server_args.py:1823``)."""
+    return f"`{file}:{line}`" if file else f"line `{line}`"
 
 
 def _backend_of(row: dict) -> str:

@@ -27,11 +27,11 @@ from .figures import REFERENCE_NCCL_RUN, card_roofline, reference, seed_case, se
 from .registry import QUANTITIES, Quantity, expected
 from .say import say_allreduce, say_backends, say_selection, say_throughput, seed_sentence
 from .tags import Stated, q, stated_on
-from .text import MISSING, text_of
+from .text import MISSING, code, code_locations, text_of
 from .untagged import EXCEPTIONS, Untagged, untagged_numbers
 
 __all__ = [
-    "q", "text_of", "seed_sentence", "Quantity", "QUANTITIES", "Stated", "Report", "reference", "seed_case", "site_count", "selection_of",
+    "q", "text_of", "code", "code_locations", "seed_sentence", "Quantity", "QUANTITIES", "Stated", "Report", "reference", "seed_case", "site_count", "selection_of",
     "card_roofline", "expected", "stated_on", "check_render", "answers", "box_items", "run_of", "MISSING", "REFERENCE_NCCL_RUN",
     "say_selection", "say_backends", "say_allreduce", "say_throughput", "Recompute", "untagged_numbers", "Untagged", "EXCEPTIONS",
 ]

@@ -800,7 +800,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     # end of chapters 02-04 (s8)
     # shared sayers, 01, 06 (s8): host facts, seed-case figures, chapter 03's comparisons as the sayers state them,
     # method constants (none required on a page)
-    Quantity("host_gpu_count", "GPUs chapter 01 saw on this host", lambda store: {None: _s8_host(store).get("gpu_count")}),
+    Quantity("host_gpu_count", "GPUs chapter 01 saw on this host (a what-if: the profile's, as chapter 01 recorded them)", lambda store: {None: _s8_host(store).get("gpu_count")}),
     Quantity("host_capability", "compute capability of this host's GPUs, as chapter 01 recorded it",
              lambda store: {None: _s8_host(store).get("capability")}),
     Quantity("host_gpu_memory_gib", "memory (GiB) of this host's first GPU", _s8_gpu0("memory_gib")),

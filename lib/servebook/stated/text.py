@@ -3,14 +3,17 @@
     text_of(78.2416, ",.1f")                    # '78.2'
     text_of(False, "supported|not supported")   # 'not supported'
     plain(numpy.float64("nan"))                 # None: the run did not give it
+    code("x == 10")                             # '`x == 10`': Markdown inline code, whatever backticks the text holds
+    code_locations("kept (a/b.py:12) from")     # 'kept (`a/b.py:12`) from': source locations in recorded prose as code
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
-__all__ = ["MISSING", "plain", "text_of"]
+__all__ = ["MISSING", "plain", "text_of", "code", "code_locations"]
 
 MISSING = object()  # a quantity the run's tables do not give
 
@@ -37,3 +40,28 @@ def text_of(value: Any, fmt: str = "") -> str:
     if fmt.endswith("d") and isinstance(value, float) and value.is_integer():
         value = int(value)  # a count read back from a table as 5.0
     return format(value, fmt)
+
+
+def code(text: Any) -> str:
+    """``text`` as Markdown inline code (a source location, a line of an engine's code, a recorded error): fenced by
+    more backticks than any run of them inside it, so the text shows as it was recorded."""
+    text = " ".join(str(text).split())
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+# a source location: a file name with an extension, after optional folders, then ":line" (sglang/srt/server_args.py:1824)
+_LOCATION = re.compile(r"(?<![\w./\-])(?:[\w.\-]+/)*[\w\-]+\.[A-Za-z]\w*:\d+(?![\w:])")
+
+_CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.S)  # Markdown inline code: a run of backticks to the next equal run
+
+
+def code_locations(text: str) -> str:
+    """Recorded prose (a why, a cause written before source locations were written as code) with each source location
+    ``path/file.py:123`` outside inline code made inline code; the rest unchanged."""
+    text, out, at = str(text), [], 0
+    for span in _CODE_SPAN.finditer(text):  # inline code spans stay as they are
+        out += [_LOCATION.sub(lambda m: f"`{m.group(0)}`", text[at:span.start()]), span.group(0)]
+        at = span.end()
+    return "".join(out) + _LOCATION.sub(lambda m: f"`{m.group(0)}`", text[at:])
