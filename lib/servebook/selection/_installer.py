@@ -7,9 +7,11 @@
 uv resolves the same requirements (the engine's pins, the same constraint files) from the same sources pip has:
 pip's find-links, index and extra indexes (``pip config list``, ``PIP_*`` variables included), every index
 weighed together as pip does (``--index-strategy unsafe-best-match``). torch is the one exception to "same
-requirement": uv gets the wheel file of ``torch_pin`` from a find-links directory (the local CPU build) in its
-place, so a CUDA build is never downloaded; where no such file exists, the environment is built with pip, as
-before. ``SERVEBOOK_INSTALLER=pip`` builds with pip alone.
+requirement": uv gets the exact version of the wheel file of ``torch_pin`` in a find-links directory (the local
+CPU build: ``torch==2.13.0+cpu``, a version no index serves), so a CUDA build is never downloaded; where no such file
+exists, the environment is built with pip, as before. (The wheel's path as the requirement would fetch the same
+torch, but uv decides URL requirements and their dependencies first, and so resolved other versions than pip:
+datasets 2.14.4 with fsspec 2026.9.0 where pip installs datasets 5.0.1 with fsspec 2026.6.0.) ``SERVEBOOK_INSTALLER=pip`` builds with pip alone.
 """
 
 from __future__ import annotations
@@ -118,15 +120,16 @@ class Installer:
             sources += ["--system-certs"]  # pip reads a certificate bundle here; uv the system's store
         return cls(torch_pin, uv, v.stdout.strip().split(" (")[0] or "uv", "", sources, wheel)
 
+    @property
+    def torch_requirement(self) -> str:
+        """``torch==2.13.0+cpu``: the pin, with the local wheel file's full version (its local label included)."""
+        name = self.torch_pin.partition("==")[0]
+        return f"{name}=={self.torch_wheel.name.split('-')[1]}" if self.torch_wheel else self.torch_pin
+
     def uv_args(self, args: tuple[str, ...]) -> list[str]:
-        """pip's arguments as uv's: the torch pin becomes the local wheel file; ``--prefer-binary`` (pip's) has no
-        uv spelling (uv takes the highest version that fits, as pip does when a wheel exists)."""
-        out = []
-        for a in args:
-            if a == "--prefer-binary":
-                continue
-            out.append(str(self.torch_wheel) if a == self.torch_pin else a)
-        return out
+        """pip's arguments as uv's: the torch pin becomes the local wheel file's exact version; ``--prefer-binary``
+        (pip's) has no uv spelling (uv takes the highest version that fits, as pip does when a wheel exists)."""
+        return [self.torch_requirement if a == self.torch_pin else a for a in args if a != "--prefer-binary"]
 
     def install(self, python: str, *args: str, say: Callable[[str], None]) -> subprocess.CompletedProcess:
         """``pip install ARGS`` into ``python``'s environment, by uv when there is one. When uv fails, pip is tried
