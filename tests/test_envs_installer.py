@@ -62,7 +62,8 @@ def test_the_torch_wheel_is_the_file_for_this_python(tmp_path):
     assert _installer._local_wheel(["/no/such/dir", f"file://{tmp_path}"], TORCH_PIN) == mine
     inst = Installer(TORCH_PIN, uv="uv", uv_version="uv", torch_wheel=mine)
     assert inst.uv_args(("--prefer-binary", "-c", "pins.txt", TORCH_PIN, "triton", "fastapi==1.0")) == \
-        ["-c", "pins.txt", "torch==2.13.0+cpu", "triton", "fastapi==1.0"]
+        ["-c", "pins.txt", "triton", "fastapi==1.0", "torch==2.13.0+cpu"]
+    assert inst.uv_args(("--no-deps", "sglang==0.5.9")) == ["--no-deps", "sglang==0.5.9"]
 
 
 def _uv_or_skip():

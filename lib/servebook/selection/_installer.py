@@ -9,9 +9,11 @@ pip's find-links, index and extra indexes (``pip config list``, ``PIP_*`` variab
 weighed together as pip does (``--index-strategy unsafe-best-match``). torch is the one exception to "same
 requirement": uv gets the exact version of the wheel file of ``torch_pin`` in a find-links directory (the local
 CPU build: ``torch==2.13.0+cpu``, a version no index serves), so a CUDA build is never downloaded; where no such file
-exists, the environment is built with pip, as before. (The wheel's path as the requirement would fetch the same
-torch, but uv decides URL requirements and their dependencies first, and so resolved other versions than pip:
-datasets 2.14.4 with fsspec 2026.9.0 where pip installs datasets 5.0.1 with fsspec 2026.6.0.) ``SERVEBOOK_INSTALLER=pip`` builds with pip alone.
+exists, the environment is built with pip, as before. torch goes last on uv's command line: uv decides the
+requirements in the order given, and with torch (or the wheel's path, a URL requirement uv decides first) ahead of the
+engine's own requirements it took torch's fsspec first and resolved other versions than pip does (sglang 0.5.9:
+datasets 2.14.4 with fsspec 2026.9.0, where pip installs datasets 5.0.1 with fsspec 2026.6.0); with torch last the
+installed versions are pip's, every one. ``SERVEBOOK_INSTALLER=pip`` builds with pip alone.
 """
 
 from __future__ import annotations
@@ -127,9 +129,11 @@ class Installer:
         return f"{name}=={self.torch_wheel.name.split('-')[1]}" if self.torch_wheel else self.torch_pin
 
     def uv_args(self, args: tuple[str, ...]) -> list[str]:
-        """pip's arguments as uv's: the torch pin becomes the local wheel file's exact version; ``--prefer-binary``
-        (pip's) has no uv spelling (uv takes the highest version that fits, as pip does when a wheel exists)."""
-        return [self.torch_requirement if a == self.torch_pin else a for a in args if a != "--prefer-binary"]
+        """pip's arguments as uv's: the torch pin becomes the local wheel file's exact version, and goes last (see the
+        module's docstring); ``--prefer-binary`` (pip's) has no uv spelling (uv takes the highest version that fits,
+        as pip does when a wheel exists)."""
+        out = [a for a in args if a not in ("--prefer-binary", self.torch_pin)]
+        return out + [self.torch_requirement] if self.torch_pin in args else out
 
     def install(self, python: str, *args: str, say: Callable[[str], None]) -> subprocess.CompletedProcess:
         """``pip install ARGS`` into ``python``'s environment, by uv when there is one. When uv fails, pip is tried
