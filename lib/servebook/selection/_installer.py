@@ -13,7 +13,9 @@ exists, the environment is built with pip, as before. torch goes last on uv's co
 requirements in the order given, and with torch (or the wheel's path, a URL requirement uv decides first) ahead of the
 engine's own requirements it took torch's fsspec first and resolved other versions than pip does (sglang 0.5.9:
 datasets 2.14.4 with fsspec 2026.9.0, where pip installs datasets 5.0.1 with fsspec 2026.6.0); with torch last the
-installed versions are pip's, every one. ``SERVEBOOK_INSTALLER=pip`` builds with pip alone.
+installed versions are pip's, every one (compared for sglang 0.5.9 and 0.5.23). The environment ``uv venv`` makes
+has no pip (the fallback puts it there first), and uv compiles no bytecode: the engine's first import writes it
+(``envs``' probes do, whatever ``PYTHONDONTWRITEBYTECODE`` says). ``SERVEBOOK_INSTALLER=pip`` builds with pip alone.
 """
 
 from __future__ import annotations
