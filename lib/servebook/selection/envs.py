@@ -6,12 +6,14 @@
     env.python, env.version, env.package_dir     # where the engine's own code lies
     list_engines()                                # [{'engine': 'sglang', 'version': '0.5.9', ...}, ...]
 
-``add_engine`` installs the engine with ``pip install --no-deps`` and then, by trying to
-import the engine's configuration module (SGLang's ``server_args``, vLLM's platform), only
-the dependencies that import actually needs, at the versions the engine pins (its own
-``Requires-Dist``). torch is the local CPU wheel. GPU-only libraries (flashinfer, sgl-kernel,
-triton, CUDA bindings ...) are never installed: the what-if stands in for them with empty
-import stubs, and says so.
+``add_engine`` installs the engine alone (``--no-deps``), then in one install the requirements
+its own ``Requires-Dist`` pins, less the GPU-only and heavy ones, then, by trying to import the
+engine's configuration module (SGLang's ``server_args``, vLLM's platform), any module that import
+needs without declaring it. The installer is uv when it is at hand (next to this python or on
+PATH), given pip's own sources (find-links, indexes, constraint files); pip otherwise, or when uv
+fails, and the environment's metadata says which and why (``_installer``). torch is the local CPU
+wheel. GPU-only libraries (flashinfer, sgl-kernel, CUDA bindings ...) are never installed: the
+what-if stands in for them with empty import stubs, and says so.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..errors import EngineError
 from ..interpreters import GPU_ONLY, python_from_env
 from ..interpreters import SELECTION_LIBS as _SELECTION_LIBS
 from ..paths import build_lock, cache_dir
+from ._installer import Installer
 
 __all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
            "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions", "engine_cuda", "install_plan"]
@@ -53,8 +56,8 @@ _DIST_OF = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "sklearn": "sciki
             "sentencepiece": "sentencepiece", "multipart": "python-multipart", "msgspec": "msgspec", "cpuinfo": "py-cpuinfo",
             "blake3": "blake3", "cbor2": "cbor2", "attr": "attrs", "dotenv": "python-dotenv", "pydantic_core": "pydantic-core",
             "typing_extensions": "typing-extensions", "importlib_metadata": "importlib-metadata"}
-_HEARTBEAT_S = 60  # while an environment is built, a "still preparing" line this often (pip is quiet for minutes at a time)
-_TORCH_PIN = "torch==2.13.0"  # the CPU wheel this machine's pip finds locally; never a CUDA download
+_HEARTBEAT_S = 60  # while an environment is built, a "still preparing" line this often (the installer is quiet for minutes)
+_TORCH_PIN = "torch==2.13.0"  # the CPU wheel in this machine's pip find-links (uv gets the file itself); never a CUDA download
 _RUNNER = Path(__file__).with_name("_runner.py")
 
 
@@ -190,13 +193,9 @@ def _vkey(v: str):
     return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]|post", v))
 
 
-def _pip(python: str, *args: str, say: Callable[[str], None]) -> subprocess.CompletedProcess:
-    cmd = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode:
-        err = [l for l in p.stderr.splitlines() if l.strip() and not l.startswith("WARNING: Location")]
-        say(f"  pip {' '.join(args)} failed: {(err or ['?'])[-1][:200]}")
-    return p
+def _pip(inst: Installer, python: str, *args: str, say: Callable[[str], None]) -> subprocess.CompletedProcess:
+    """``pip install ARGS`` into ``python``'s environment, by ``inst`` (uv with pip's sources, falling back to pip)."""
+    return inst.install(python, *args, say=say)
 
 
 def _requires(python: str, dist: str) -> dict[str, str]:
@@ -211,12 +210,18 @@ def _requires(python: str, dist: str) -> dict[str, str]:
     return reqs
 
 
+def _writing_bytecode() -> dict:
+    """This process's environment, less ``PYTHONDONTWRITEBYTECODE``: a probe leaves the bytecode of what the engine
+    imports in its environment (uv installs none; pip compiled every module at install), so later what-ifs read it."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def probe_import(python: str, engine: str) -> dict:
     """Import the engine's selection module under the what-if's default stubs; the runner's report."""
     visible = [m for m, v in DEFAULT_KERNEL_LIBS.get(engine, {}).items() if v]
     req = {"engine": engine, "mode": "import", "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
            "visible_modules": visible, "gpu": None}
-    p = subprocess.run([python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=600)
+    p = subprocess.run([python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=600, env=_writing_bytecode())
     for line in reversed(p.stdout.splitlines()):
         if line.startswith("SERVEBOOK_RESULT "):
             return json.loads(line[len("SERVEBOOK_RESULT "):])
@@ -231,7 +236,7 @@ def _probe_resolve(python: str, engine: str) -> dict:
     req = {"engine": engine, "model_dir": str(materialize("deepseek-v3")), "sites": [],
            "gpu": {"capability": "9.0", "gpu_name": "NVIDIA H200", "memory_gib": 141, "count": 1, "cuda_version": "12.8"},
            "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS], "visible_modules": visible}
-    p = subprocess.run([python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=600)
+    p = subprocess.run([python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=600, env=_writing_bytecode())
     for line in reversed(p.stdout.splitlines()):
         if line.startswith("SERVEBOOK_RESULT "):
             return json.loads(line[len("SERVEBOOK_RESULT "):])
@@ -279,7 +284,7 @@ _EXTRA = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
 
 def install_plan(requires: list[str]) -> tuple[list[str], list[str]]:
     """(install, dropped): an engine's Requires-Dist split into what an environment installs (with the
-    engine's own pins, markers kept for pip to evaluate) and the GPU-only / heavy requirements it drops.
+    engine's own pins, markers kept for the installer to evaluate) and the GPU-only / heavy requirements it drops.
 
     When the unconditional requirements do not include the server's web stack (no ``fastapi``), the
     runtime extras (``srt``, ``runtime_common``) are taken too, their ``extra`` marker removed."""
@@ -350,8 +355,10 @@ def add_engine(spec: str, progress: Callable[[str], None] | None = print, force:
     """Prepare (once) a cached environment for ``engine==version`` without GPU-only dependencies.
 
     Deterministic: the engine's own Requires-Dist, less :data:`_DROP_EXACT` (GPU-only and heavy, see the
-    comments there), go to ONE pip install with the engine's pins, under a constraint that holds torch
-    to the local CPU wheel. ``requirements=False`` installs the engine alone (static reading only, seconds).
+    comments there), go to ONE install with the engine's pins, under a constraint that holds torch
+    to the local CPU wheel; uv installs where it is at hand, pip otherwise (the metadata's ``installer``, and
+    ``installer_fallbacks``: the uv calls that failed and pip repeated). ``requirements=False`` installs the engine
+    alone (static reading only, seconds).
     A few rounds (``max_rounds``) then install modules the engine imports without
     declaring them; the metadata records each step and its time. While it builds, ``progress`` hears every
     minute that it is still working.
@@ -394,36 +401,40 @@ def _build_env(d: Path, engine: str, version: str, say, max_rounds: int, require
     """A fresh environment in ``d``: the engine alone, then (``requirements``) what it needs to import."""
     t0 = time.monotonic()
     steps: dict = {}
-    py, pin = _new_venv(d, engine, version, say, steps)
-    _install_engine_alone(py, d, engine, version, say, steps)
+    inst = Installer.find(_TORCH_PIN)
+    say(f"[{engine} {version}] installing with {inst.name}")
+    py, pin = _new_venv(inst, d, engine, version, say, steps)
+    _install_engine_alone(inst, py, d, engine, version, say, steps)
     keep, drop = install_plan(_wheel_requires(py, engine))
     if not requirements:
         why = (f"static-only environment: built without the engine's requirements; `servebook engines add {engine}=={version} "
                "--force` builds one that resolves")
-        meta = _write_meta(d, py, engine, t0, steps, {"requires_installed": [], "requires_dropped": drop, "requires_not_installed": keep,
+        meta = _write_meta(d, py, engine, t0, steps, {"installer": inst.name, "installer_fallbacks": inst.fallbacks,
+                                                      "requires_installed": [], "requires_dropped": drop, "requires_not_installed": keep,
                                                       "stubs": [], "importable": False, "import_error": why})
         say(f"[{engine} {version}] static-only environment ready in {meta['built_seconds']}s")
         return EngineEnv(engine, meta["version"], py, meta["package_dir"], "cached", (), meta["cuda"], meta["cuda_source"], why)
     say(f"[{engine} {version}] {len(keep)} requirements from its METADATA; dropped (GPU-only/heavy): {', '.join(drop)}")
-    _install_requirements(py, pin, engine, version, keep, say, steps)
+    _install_requirements(inst, py, pin, engine, version, keep, say, steps)
     t = time.monotonic()
-    installed, import_error, used_stubs = _install_until_it_resolves(py, pin, engine, version, max_rounds, say)
+    installed, import_error, used_stubs = _install_until_it_resolves(inst, py, pin, engine, version, max_rounds, say)
     steps["probe"] = round(time.monotonic() - t, 1)
-    meta = _write_meta(d, py, engine, t0, steps, {"requires_installed": keep, "requires_dropped": drop, "installed_for_import": installed,
+    meta = _write_meta(d, py, engine, t0, steps, {"installer": inst.name, "installer_fallbacks": inst.fallbacks,
+                                                  "requires_installed": keep, "requires_dropped": drop, "installed_for_import": installed,
                                                   "stubs": used_stubs, "torch": _TORCH_PIN, "importable": import_error is None,
                                                   "import_error": import_error})
     say(f"[{engine} {version}] ready in {meta['built_seconds']}s {steps}; stubbed GPU-only modules: {', '.join(used_stubs) or 'none'}")
     return EngineEnv(engine, meta["version"], py, meta["package_dir"], "cached", tuple(used_stubs), meta["cuda"], meta["cuda_source"])
 
 
-def _new_venv(d: Path, engine: str, version: str, say, steps: dict) -> tuple[str, Path]:
+def _new_venv(inst: Installer, d: Path, engine: str, version: str, say, steps: dict) -> tuple[str, Path]:
     """A fresh virtual environment in ``d`` (its python) and the constraint file holding torch to the CPU wheel."""
     if d.exists():
         shutil.rmtree(d)
     d.parent.mkdir(parents=True, exist_ok=True)
     say(f"[{engine} {version}] creating {d}")
     t = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(d)], check=True, capture_output=True)
+    inst.new_venv(d)
     pin = d / "servebook-constraints.txt"
     # torch held to the local CPU wheel for every package that asks for torch (never a CUDA download)
     pin.write_text(_TORCH_PIN + "\n")
@@ -431,10 +442,10 @@ def _new_venv(d: Path, engine: str, version: str, say, steps: dict) -> tuple[str
     return str(d / "bin" / "python"), pin
 
 
-def _install_engine_alone(py: str, d: Path, engine: str, version: str, say, steps: dict) -> None:
-    """``pip install --no-deps engine==version``; on failure the environment is removed and the error lists the versions."""
+def _install_engine_alone(inst: Installer, py: str, d: Path, engine: str, version: str, say, steps: dict) -> None:
+    """``install --no-deps engine==version``; on failure the environment is removed and the error lists the versions."""
     t = time.monotonic()
-    p = _pip(py, "--no-deps", f"{engine}=={version}", say=say)
+    p = _pip(inst, py, "--no-deps", f"{engine}=={version}", say=say)
     if p.returncode:
         versions = available_versions(engine)
         shutil.rmtree(d, ignore_errors=True)
@@ -443,23 +454,23 @@ def _install_engine_alone(py: str, d: Path, engine: str, version: str, say, step
     steps["engine_no_deps"] = round(time.monotonic() - t, 1)
 
 
-def _install_requirements(py: str, pin: Path, engine: str, version: str, keep: list[str], say, steps: dict) -> None:
-    """The kept requirements in one pip install; if that fails, one by one (the failures are recorded in ``steps``)."""
+def _install_requirements(inst: Installer, py: str, pin: Path, engine: str, version: str, keep: list[str], say, steps: dict) -> None:
+    """The kept requirements in one install; if that fails, one by one (the failures are recorded in ``steps``)."""
     t = time.monotonic()
     # triton: not declared by the engines (the CUDA torch wheel brings it on a GPU host), but imported by
     # their kernels modules at import time; it installs and imports without a GPU.
     extra = ["triton"] if engine in ("sglang", "vllm") else []
-    p = _pip(py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, *extra, *keep, say=say)
+    p = _pip(inst, py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, *extra, *keep, say=say)
     if p.returncode:
         # one requirement without a wheel for this machine must not sink the rest: install one by one
         say(f"[{engine} {version}] one-shot install failed; installing requirement by requirement")
-        _pip(py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, say=say)
-        failed = [r for r in keep if _pip(py, "--prefer-binary", "-c", str(pin), r, say=lambda _m: None).returncode]
+        _pip(inst, py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, say=say)
+        failed = [r for r in keep if _pip(inst, py, "--prefer-binary", "-c", str(pin), r, say=lambda _m: None).returncode]
         steps["failed_requirements"] = failed
     steps["requirements"] = round(time.monotonic() - t, 1)
 
 
-def _install_until_it_resolves(py: str, pin: Path, engine: str, version: str, max_rounds: int, say) -> tuple[list[str], str | None, list[str]]:
+def _install_until_it_resolves(inst: Installer, py: str, pin: Path, engine: str, version: str, max_rounds: int, say) -> tuple[list[str], str | None, list[str]]:
     """Import the engine and run its resolution; install each undeclared module it misses, up to ``max_rounds``.
     Returns (modules installed, the last error or None, the GPU-only modules stubbed)."""
     installed: list[str] = []
@@ -478,8 +489,8 @@ def _install_until_it_resolves(py: str, pin: Path, engine: str, version: str, ma
             say(f"[{engine} {version}] does not resolve without a GPU here ({import_error}); kept for static reading")
             break
         dist = _DIST_OF.get(top, top)
-        say(f"[{engine} {version}] imports undeclared {top!r}: pip install {dist}")
-        _pip(py, "--prefer-binary", "-c", str(pin), dist, say=say)
+        say(f"[{engine} {version}] imports undeclared {top!r}: install {dist}")
+        _pip(inst, py, "--prefer-binary", "-c", str(pin), dist, say=say)
         installed.append(top)
     return installed, import_error, r.get("stubbed_modules", [])
 
