@@ -44,8 +44,11 @@ import servebook
 from servebook.results import RunStore, show_corrections
 from servebook.selection import (add_engine, decision_matrix, list_engines, matrix_diff, read_selection,
                                  render_tree, resolve_engine, whatif)
-from servebook.selection.whatif import static_reading
+from servebook.selection.whatif import remember_answers, static_reading
 
+# The same what-if (same engine environment, GPU, model, assumptions) is asked more than once below (this book's case,
+# the seed case, a matrix cell): each is asked of the engine once in this chapter and its answer kept for the others.
+remember_answers()
 store = RunStore.at(run_dir) if run_dir else RunStore.open(host=host)
 store.write_manifest({"chapter": "02", "engine": engine, "model": model, "profile": profile, "smoke": smoke})
 print("servebook", servebook.__version__, "| run:", store.path)

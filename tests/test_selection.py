@@ -56,13 +56,63 @@ def test_ast_reader_on_real_transformers_source():
     assert any(s.value == '"sdpa"' for s in r.sites)
 
 
-def test_transformers_whatif_embedded_this_host():
-    r = whatif("transformers", "embedded")
-    assert r["method"] == "dynamic"
-    # established by running transformers' own resolution (AutoModelForCausalLM.from_config, no
-    # attn_implementation requested): DeepseekV3 supports sdpa -> get_correct_attn_implementation takes "sdpa"
-    assert r["attention_backend"] == "sdpa"
-    assert r["decided_by"]["function"].endswith("get_correct_attn_implementation")
+def test_transformers_whatif_embedded_this_host_asked_once_and_again_when_the_model_changes(tmp_path):
+    """transformers' own resolution on this host; asked again, the answer comes from the memo (while it is on); the
+    model's config.json edited in place (same path, one field: the architecture) is asked of the engine again, and the
+    engine's answer for an architecture it does not know is an error, never the kept answer."""
+    import shutil
+
+    from servebook.selection.whatif import remember_answers, remembered, whatif_many
+
+    model = shutil.copytree(materialize("embedded"), tmp_path / "embedded")
+    remember_answers()
+    try:
+        r = whatif("transformers", str(model))
+        assert r["method"] == "dynamic"
+        # established by running transformers' own resolution (AutoModelForCausalLM.from_config, no
+        # attn_implementation requested): DeepseekV3 supports sdpa -> get_correct_attn_implementation takes "sdpa"
+        assert r["attention_backend"] == "sdpa"
+        assert r["decided_by"]["function"].endswith("get_correct_attn_implementation")
+        assert remembered() == {"asked": 1, "reused": 0, "kept": 1} and "reused" not in r
+        # the same request through the matrix's path (forked cases): no engine process, the same answer
+        (again,) = whatif_many("transformers", [str(model)])
+        assert again.pop("reused") is True and again == r and remembered()["asked"] == 1
+        again["resolved"]["attention_backend"] = "changed by the caller"  # a caller's edit does not reach the memo
+        third = whatif("transformers", str(model))
+        assert third.pop("reused") is True and third == r and remembered() == {"asked": 1, "reused": 2, "kept": 1}
+        # one field differs: an architecture transformers does not know, in the same directory
+        cfg = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps(cfg | {"architectures": ["FooForCausalLM"], "model_type": "foo_bar"}))
+        with pytest.raises(ModelError, match="does not know architecture"):
+            whatif("transformers", str(model))
+        assert remembered() == {"asked": 2, "reused": 2, "kept": 1}  # asked, and a failure is not kept
+    finally:
+        remember_answers(False)
+    assert remembered() == {"asked": 0, "reused": 0, "kept": 0}
+
+
+def test_whatif_memo_key_covers_every_input(tmp_path, monkeypatch):
+    """The memo's key changes with each thing an answer depends on, one at a time (no engine run needed to show it)."""
+    import shutil
+
+    from servebook.selection.whatif import _case, _memo_key, _setup
+
+    model = shutil.copytree(materialize("kimi-k2.5"), tmp_path / "kimi")
+
+    def key(gpu="rtx-pro-6000", kernel_libs=None, cuda=None, tp=1, server_args=None):
+        env, _hw, _libs, _reading, request = _setup("transformers", gpu, None, None, kernel_libs, cuda, tp)
+        return _memo_key(env, request | _case(str(model), server_args, tp)[1])
+
+    base = key()
+    assert key() == base  # the same request: the same key (the memo can answer it)
+    variants = {"gpu": key(gpu="b200"), "kernel_libs": key(kernel_libs={"flashinfer": False}), "cuda": key(cuda="13.0"),
+                "tp_size": key(tp=8), "server_args": key(server_args={"attention_backend": "triton"})}
+    cfg = model / "config.json"
+    cfg.write_text(cfg.read_text() + " ")  # same path, other content
+    variants["model_files"] = key()
+    monkeypatch.setenv("SGLANG_SERVEBOOK_MEMO_PROBE", "1")
+    variants["environ"] = key()
+    assert len({base, *variants.values()}) == len(variants) + 1, variants
 
 
 def test_cards_are_facts_with_sources(tmp_path):
@@ -93,12 +143,6 @@ def test_bad_input_is_one_line():
         whatif("transformers", "no-such-card")
     with pytest.raises(ParameterError):
         whatif("transformers", "embedded", gpu="no-such-gpu")
-
-
-def test_unknown_architecture(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["FooForCausalLM"], "model_type": "foo_bar"}))
-    with pytest.raises(ModelError, match="does not know architecture"):
-        whatif("transformers", str(tmp_path))
 
 
 def test_cli_standalone():

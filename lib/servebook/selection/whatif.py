@@ -23,15 +23,26 @@ static reading, says why, and is marked ``method="static"``.
     v["candidates_checked"]                              # that list in order, each backend's own validation verdict
     v["decode_path"]                                     # CUDA graphs, custom all-reduce, MoE backend, sampler
     v["assumptions"]["stubbed_extensions"]               # vLLM's compiled modules that could not load here, and why
+
+Within one run (a chapter's kernel) the same what-if is often asked more than once (the book's own case, the seed case,
+a matrix cell). ``remember_answers()`` keeps the engine's raw answer to each request while on, keyed by everything
+that goes into it (see ``_memo_key``); a request that differs in anything is asked again. Off by default.
+
+    remember_answers()          # on, for the rest of this process (chapter 02 turns it on)
+    remember_answers(False)     # off, and forgotten
+    remembered()                # {'asked': 2, 'reused': 1, 'kept': 2}
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +52,8 @@ from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, EngineEnv, res
 from .rootcause import explain, helper_requests
 from .static import Site, read_selection, render_tree
 
-__all__ = ["SelectionError", "whatif", "whatif_many", "decision_matrix", "matrix_diff", "gpu_from", "DEFAULT_KERNEL_LIBS", "static_reading"]
+__all__ = ["SelectionError", "whatif", "whatif_many", "decision_matrix", "matrix_diff", "gpu_from", "DEFAULT_KERNEL_LIBS", "static_reading",
+           "remember_answers", "remembered"]
 
 _RUNNER = Path(__file__).with_name("_runner.py")
 _ATTN_TARGETS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "applicable_attention",
@@ -100,6 +112,73 @@ def _run(env: EngineEnv, request: dict, timeout: int) -> dict:
             return json.loads(line[len("SERVEBOOK_RESULT "):])
     tail = [l for l in p.stderr.strip().splitlines() if l.strip()]
     return {"ok": False, "error": tail[-1] if tail else f"runner exited {p.returncode} without a result"}
+
+
+# -- the per-run memo of the engine's answers ------------------------------------------------------------------------
+
+class _Memo:
+    def __init__(self):
+        self.on, self.answers, self.asked, self.reused = False, {}, 0, 0
+        self.lock = threading.Lock()
+
+
+_MEMO = _Memo()
+
+
+def remember_answers(on: bool = True) -> None:
+    """Keep (``on``) or stop keeping and forget the engine's answers to identical what-if requests in this process."""
+    with _MEMO.lock:
+        if not on:
+            _MEMO.answers.clear()
+            _MEMO.asked = _MEMO.reused = 0
+        _MEMO.on = bool(on)
+
+
+def remembered() -> dict:
+    """How many requests went to the engine, how many were answered from the memo, how many answers are kept."""
+    with _MEMO.lock:
+        return {"asked": _MEMO.asked, "reused": _MEMO.reused, "kept": len(_MEMO.answers)}
+
+
+def _files_state(path: str | None) -> list:
+    """Name, size and mtime of each file directly in ``path`` (a model directory, the runner's folder)."""
+    try:
+        return sorted([e.name, e.stat().st_size, e.stat().st_mtime_ns] for e in os.scandir(path) if e.is_file())
+    except OSError:
+        return []
+
+
+def _memo_key(env: EngineEnv, request: dict) -> str:
+    """Everything an answer depends on: the engine's interpreter and install (path, version, when it was written),
+    the whole request (faked GPU and CUDA, kernel libraries, stubs, traced sites, helpers, model directory, server
+    args, TP size), the model directory's files, the runner's own files and this process's environment variables."""
+    def stat(p):
+        try:
+            st = os.stat(p)
+            return [st.st_size, st.st_mtime_ns]
+        except OSError:
+            return None
+
+    parts = {"env": env.as_dict(), "python": stat(env.python), "package": stat(env.package_dir), "request": request,
+             "model_files": _files_state(request.get("model_dir")), "runner_files": _files_state(str(_RUNNER.parent)),
+             "environ": sorted(os.environ.items())}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _recall(key: str):
+    with _MEMO.lock:
+        if not _MEMO.on or key not in _MEMO.answers:
+            return None
+        _MEMO.reused += 1
+        return copy.deepcopy(_MEMO.answers[key])
+
+
+def _keep(key: str, r: dict, seconds: float) -> None:
+    """Keep a resolved answer; a failure (timeout, an error) is asked again next time."""
+    with _MEMO.lock:
+        _MEMO.asked += 1
+        if _MEMO.on and r.get("ok"):
+            _MEMO.answers[key] = (copy.deepcopy(r), seconds)
 
 
 def _unknown_arch(error: str, cfg: dict | None = None) -> bool:
@@ -310,9 +389,16 @@ def whatif(engine: str = "transformers", model: str | os.PathLike = "embedded", 
     """Resolve the attention backend with the engine's own code; see the module docstring."""
     env, hw, libs, reading, request = _setup(engine, gpu, capability, engine_python, kernel_libs, cuda_version, tp_size)
     cfg, case = _case(model, server_args, tp_size)
+    key = _memo_key(env, request | case)
+    known = _recall(key)
+    if known is not None:
+        r, seconds = known
+        return _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds) | {"reused": True}
     t0 = time.monotonic()
     r = _run(env, request | case, timeout)
-    return _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, round(time.monotonic() - t0, 2))
+    seconds = round(time.monotonic() - t0, 2)
+    _keep(key, r, seconds)
+    return _answer(env, hw, libs, reading, model, cfg, r, server_args, tp_size, seconds)
 
 
 def whatif_many(engine: str, models: list, gpu: str | dict | None = None, capability: str | None = None,
@@ -334,14 +420,30 @@ def whatif_many(engine: str, models: list, gpu: str | dict | None = None, capabi
         cases.append(case), cfgs.append(cfg), ok_models.append(m)
     if not cases:
         return []
-    t0 = time.monotonic()
-    r = _run(env, request | {"cases": cases}, timeout)
-    seconds = round((time.monotonic() - t0) / len(cases), 2)
-    results = r.get("cases") if r.get("ok") else [r] * len(cases)
+    keys = [_memo_key(env, request | c) for c in cases]
+    known = {}
+    for i, k in enumerate(keys):
+        if (hit := _recall(k)) is not None:
+            known[i] = hit
+    ask = [i for i in range(len(cases)) if i not in known]
+    answers = {}  # index -> (result, the process's import result, seconds)
+    if ask:
+        t0 = time.monotonic()
+        r = _run(env, request | {"cases": [cases[i] for i in ask]}, timeout)
+        seconds = round((time.monotonic() - t0) / len(ask), 2)
+        results = r.get("cases") if r.get("ok") else [r] * len(ask)
+        for i, rc in zip(ask, results):
+            answers[i] = (rc, r, seconds)
+            # kept as whatif's own single-case answer looks: the case's result with the import's patches
+            _keep(keys[i], rc | {"patched": r.get("patched", []), "import_logs": r.get("import_logs", [])}, seconds)
+    for i, (rk, sk) in known.items():
+        answers[i] = (rk, rk, sk)
     out = []
-    for m, cfg, rc in zip(ok_models, cfgs, results):
+    for i, (m, cfg) in enumerate(zip(ok_models, cfgs)):
+        rc, imported, seconds = answers[i]
         try:
-            out.append(_answer(env, hw, libs, reading, m, cfg, rc, server_args, tp_size, seconds, import_result=r))
+            out.append(_answer(env, hw, libs, reading, m, cfg, rc, server_args, tp_size, seconds, import_result=imported)
+                       | ({"reused": True} if i in known else {}))
         except ServebookError as exc:
             if on_error is None:
                 raise
