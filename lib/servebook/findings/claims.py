@@ -236,7 +236,8 @@ def _bench_claims(f: Findings) -> list[Claim]:
                 f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=lab)} tok/s bandwidth roofline"
                 if t.get("pct_of_roofline") is not None else "; no roofline recorded")
         n_starts = int(t.get("starts") or 1)
-        over = (f"95% t-interval over {n_starts} server starts of {q('single_runs', t.get('runs'), 'd', of=lab)} runs each"
+        over = (f"95% t-interval over {q('single_starts', n_starts, 'd', of=lab)} server starts of "
+                f"{q('single_runs', t.get('runs'), 'd', of=lab)} runs each"
                 if n_starts >= 2 else f"95% CI over {q('single_runs', t.get('runs'), 'd', of=lab)} runs")
         c.append(Claim("05", f"{lab}: single stream {q('single_tok_s', t['single_tok_s'], ',.1f', of=lab)} ± "
                        f"{q('single_ci95', t['single_ci95'], ',.1f', of=lab)} tok/s ({over}){roof}", H_BENCH))

@@ -159,12 +159,14 @@ def default_methods(store: RunStore) -> list[dict]:
 def method_figures(items: list[dict]) -> dict:
     """Every figure ``say_default_methods`` states, by subject: ``"<engine> | <what> | 03"`` (and ``| 05``) for each
     compared item of ``default_methods`` (``what`` as its ``method`` list names it: "prompt tokens", "decode tok/s",
-    "95% half-width", ...), and ``"<engine> | change %"``: chapter 05's rate against chapter 03's, signed (%)."""
+    "95% half-width", ...), ``"<engine> | server starts | 03"`` (and ``| 05``), and ``"<engine> | change %"``: chapter 05's rate against chapter 03's, signed (%)."""
     out: dict[str, Any] = {}
     for m in items:
         for it in m["method"]:
             for side in ("03", "05"):
                 out[f"{m['engine']} | {it['what']} | {side}"] = it[f"ch{side}"]
+        for side in ("03", "05"):
+            out[f"{m['engine']} | server starts | {side}"] = m[f"ch{side}"]["starts"]
         a, b = m["ch03"]["tok_s"], m["ch05"]["tok_s"]
         out[f"{m['engine']} | change %"] = 100 * (b - a) / a if a else None
     return out
@@ -186,8 +188,8 @@ def say_default_methods(items: list[dict]) -> str:
                      next(it[f"ch{side}"] for it in m["method"] if it["what"] == what), fmt,
                      of=f"{e} | {_WHAT.get(what, what)} | {side}")
 
-        nums = (f"chapter 03 {t('tok_s', '03', ',.1f')} ± {t('ci95', '03', ',.1f')} tok/s ({_over(a)}), chapter 05 "
-                f"{t('tok_s', '05', ',.1f')} ± {t('ci95', '05', ',.1f')} ({_over(b)})")
+        nums = (f"chapter 03 {t('tok_s', '03', ',.1f')} ± {t('ci95', '03', ',.1f')} tok/s ({_over(a, e, '03')}), chapter 05 "
+                f"{t('tok_s', '05', ',.1f')} ± {t('ci95', '05', ',.1f')} ({_over(b, e, '05')})")
         pct = 100 * (b["tok_s"] - a["tok_s"]) / a["tok_s"] if a["tok_s"] else None
         pct_s = q("default_method", pct, "+.1f", of=f"{e} | change %")
         if m["same_method"]:
@@ -210,5 +212,8 @@ def say_default_methods(items: list[dict]) -> str:
 _WHAT = {"tok_s": "decode tok/s", "ci95": "95% half-width"}  # the method list's names of the two rates
 
 
-def _over(m: dict) -> str:
-    return f"over {m['starts']} server starts" if m["starts"] >= 2 else ONE_START
+def _over(m: dict, engine: str, side: str) -> str:
+    from ..stated.tags import q
+
+    return f"over {q('default_method', m['starts'], 'd', of=f'{engine} | server starts | {side}')} server starts" \
+        if m["starts"] >= 2 else ONE_START

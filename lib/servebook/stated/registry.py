@@ -669,6 +669,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("single_tok_s", "single-stream decode tok/s (chapter 05)", _per(_throughput, "single_tok_s"), ("05", "06")),
     Quantity("single_ci95", "95% half-width of the single-stream tok/s", _per(_throughput, "single_ci95")),
     Quantity("single_runs", "runs the single-stream interval is computed over", _per(_throughput, "runs"), ("05",)),
+    Quantity("single_starts", "server starts the single-stream interval is computed over (one rate per start)",
+             _per(_throughput, lambda t: int(t.get("starts") or 1))),
     Quantity("roofline_tok_s", "bandwidth roofline (tok/s) of this run's model on this host", _per(_throughput, "roofline_tok_s"),
              ("05", "06")),
     Quantity("pct_of_roofline", "single-stream tok/s as % of the bandwidth roofline", _per(_throughput, "pct_of_roofline"),

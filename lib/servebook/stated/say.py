@@ -134,7 +134,7 @@ def say_throughput(t: dict, runs: int | None = None) -> list[str]:
     if n_starts >= 2:
         rates = ", ".join(q("start_single_tok_s", x, ",.1f", of=f"{label} | start {i}")
                           for i, x in enumerate([x for x in t.get("start_tok_s") or [] if x is not None], 1))
-        over = (f"95% t-interval over {n_starts} server starts, each the mean of {q('single_runs', n_runs, 'd', of=label)} runs{kept}; "
+        over = (f"95% t-interval over {q('single_starts', n_starts, 'd', of=label)} server starts, each the mean of {q('single_runs', n_runs, 'd', of=label)} runs{kept}; "
                 f"per start: {rates}")
     else:
         over = f"95% CI over {q('single_runs', n_runs, 'd', of=label)} runs{kept}; one start: interval within a start only"
