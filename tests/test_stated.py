@@ -369,22 +369,17 @@ def _run_tables(run: Path) -> dict[str, list[dict]]:
 
 def _change_every(rows: list[dict], value) -> int:
     """Every cell of ``rows`` (top-level fields) equal to ``value`` given another value; how many."""
-    n = 0
-    for r in rows:
-        for k, v in r.items():
-            if type(v) is type(value) and (v == value or (isinstance(v, float) and abs(v - value) <= 1e-9 * max(1.0, abs(value)))):
-                r[k] = _other(v)
-                n += 1
-    return n
+    return sum(_change_in_json(r, value, deep=False) for r in rows)
 
 
-def _change_in_json(node, value) -> int:
-    """Every value equal to ``value`` anywhere in a JSON document (dicts and lists, nested) given another; how many."""
+def _change_in_json(node, value, deep: bool = True) -> int:
+    """Every value equal to ``value`` in a JSON document (dicts and lists; nested ones too where ``deep``) given
+    another; how many."""
     n = 0
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for k, v in list(items):
         if isinstance(v, (dict, list)):
-            n += _change_in_json(v, value)
+            n += _change_in_json(v, value) if deep else 0
         elif type(v) is type(value) and (v == value or (isinstance(v, float) and abs(v - value) <= 1e-9 * max(1.0, abs(value)))):
             node[k] = _other(v)
             n += 1

@@ -193,11 +193,6 @@ def _vkey(v: str):
     return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]|post", v))
 
 
-def _pip(inst: Installer, python: str, *args: str, say: Callable[[str], None]) -> subprocess.CompletedProcess:
-    """``pip install ARGS`` into ``python``'s environment, by ``inst`` (uv with pip's sources, falling back to pip)."""
-    return inst.install(python, *args, say=say)
-
-
 def _requires(python: str, dist: str) -> dict[str, str]:
     code = f"import importlib.metadata as m; print('\\n'.join(m.requires({dist!r}) or []))"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.splitlines()
@@ -445,7 +440,7 @@ def _new_venv(inst: Installer, d: Path, engine: str, version: str, say, steps: d
 def _install_engine_alone(inst: Installer, py: str, d: Path, engine: str, version: str, say, steps: dict) -> None:
     """``install --no-deps engine==version``; on failure the environment is removed and the error lists the versions."""
     t = time.monotonic()
-    p = _pip(inst, py, "--no-deps", f"{engine}=={version}", say=say)
+    p = inst.install(py, "--no-deps", f"{engine}=={version}", say=say)
     if p.returncode:
         versions = available_versions(engine)
         shutil.rmtree(d, ignore_errors=True)
@@ -460,12 +455,12 @@ def _install_requirements(inst: Installer, py: str, pin: Path, engine: str, vers
     # triton: not declared by the engines (the CUDA torch wheel brings it on a GPU host), but imported by
     # their kernels modules at import time; it installs and imports without a GPU.
     extra = ["triton"] if engine in ("sglang", "vllm") else []
-    p = _pip(inst, py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, *extra, *keep, say=say)
+    p = inst.install(py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, *extra, *keep, say=say)
     if p.returncode:
         # one requirement without a wheel for this machine must not sink the rest: install one by one
         say(f"[{engine} {version}] one-shot install failed; installing requirement by requirement")
-        _pip(inst, py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, say=say)
-        failed = [r for r in keep if _pip(inst, py, "--prefer-binary", "-c", str(pin), r, say=lambda _m: None).returncode]
+        inst.install(py, "--prefer-binary", "-c", str(pin), _TORCH_PIN, say=say)
+        failed = [r for r in keep if inst.install(py, "--prefer-binary", "-c", str(pin), r, say=lambda _m: None).returncode]
         steps["failed_requirements"] = failed
     steps["requirements"] = round(time.monotonic() - t, 1)
 
@@ -490,7 +485,7 @@ def _install_until_it_resolves(inst: Installer, py: str, pin: Path, engine: str,
             break
         dist = _DIST_OF.get(top, top)
         say(f"[{engine} {version}] imports undeclared {top!r}: install {dist}")
-        _pip(inst, py, "--prefer-binary", "-c", str(pin), dist, say=say)
+        inst.install(py, "--prefer-binary", "-c", str(pin), dist, say=say)
         installed.append(top)
     return installed, import_error, r.get("stubbed_modules", [])
 

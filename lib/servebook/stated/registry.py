@@ -153,6 +153,11 @@ def _per(getter: Callable[[Any], dict], field_: str | Callable[[dict], Any]) -> 
     return lambda store: {k: pick_(d) for k, d in getter(store).items()}
 
 
+def _single_starts(store) -> dict:
+    """Per served configuration (label), the server starts its single-stream rate covers."""
+    return _per(_throughput, lambda t: int(t.get("starts") or 1))(store)
+
+
 def _profiles(store) -> dict:
     from ..profile.tables import latest_ok
 
@@ -669,8 +674,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("single_tok_s", "single-stream decode tok/s (chapter 05)", _per(_throughput, "single_tok_s"), ("05", "06")),
     Quantity("single_ci95", "95% half-width of the single-stream tok/s", _per(_throughput, "single_ci95")),
     Quantity("single_runs", "runs the single-stream interval is computed over", _per(_throughput, "runs"), ("05",)),
-    Quantity("single_starts", "server starts the single-stream interval is computed over (one rate per start)",
-             _per(_throughput, lambda t: int(t.get("starts") or 1))),
+    Quantity("single_starts", "server starts the single-stream interval is computed over (one rate per start)", _single_starts),
     Quantity("roofline_tok_s", "bandwidth roofline (tok/s) of this run's model on this host", _per(_throughput, "roofline_tok_s"),
              ("05", "06")),
     Quantity("pct_of_roofline", "single-stream tok/s as % of the bandwidth roofline", _per(_throughput, "pct_of_roofline"),
@@ -923,7 +927,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("single_vs_pct", "one configuration's single-stream rate against another's of the same run, signed % (label vs label)",
              lambda store: _s9_pairs(_per(_throughput, "single_tok_s")(store), _s9_pct)),
     Quantity("single_vs_starts", "server starts that comparison covers (the fewer of the two; label vs label)",
-             lambda store: _s9_pairs(_per(_throughput, lambda t: int(t.get("starts") or 1))(store), min)),
+             lambda store: _s9_pairs(_single_starts(store), min)),
     Quantity("other_run_vs_pct", "another run's single-stream rate against this run's, signed % (run | label vs label)",
              lambda store: {}, lookup_in=_s9_other_vs(_s9_pct)),
     Quantity("other_run_ratio", "another run's single-stream rate over this run's (run | label vs label)",
