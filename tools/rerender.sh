@@ -52,7 +52,7 @@ if [ -n "$live" ] || [ "$phase" = trust ]; then
   R=data/runs/h200x1-trust
   step $R --refresh 01 --out rendered/h200x1-trust
   step $R --refresh 03 -p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" -p modes=graph -p runs=3 \
-    -p starts=2 -p max_tokens=64 -p "backends=sglang: triton,flashmla; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x1-trust
+    -p starts=2 -p max_tokens=64 -p "backends=sglang: triton,flashmla,flashinfer; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x1-trust
   step $R --refresh 05 -p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" -p starts=2 -p max_tokens=64 \
     -p input_len=32 -p profile_steps=0 -p max_concurrency=16 -p ceiling_sglang_version=0.5.16 --out rendered/h200x1-trust
   step $R --refresh 06 --compare-with data/runs/h200x1-live --out rendered/h200x1-trust
