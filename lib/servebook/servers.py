@@ -397,20 +397,22 @@ def leftover_servers(registry: str | os.PathLike) -> list[dict]:
     return [r for pgid, r in state.items() if _group_alive(pgid)]
 
 
-def run_bounded(cmd: Sequence[str], timeout: float, env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
+def run_bounded(cmd: Sequence[str], timeout: float, env: dict | None = None, cwd: str | None = None, *,
+                input: str | None = None, unset: Sequence[str] = ()) -> subprocess.CompletedProcess:
     """Run a command in its own process group; on timeout kill the whole group.
 
     Returns the CompletedProcess; ``returncode`` is 124 on timeout (stdout/stderr hold
     what was printed before). A reaper stops the group if this process is killed meanwhile
     (torchrun's agent is the group; its workers are stopped by its own SIGTERM handler).
+    ``env`` is added to this process's environment, less the names in ``unset``; ``input`` goes to its stdin.
     """
-    full_env = dict(os.environ)
+    full_env = {k: v for k, v in os.environ.items() if k not in unset}
     full_env.update(env or {})
-    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full_env, cwd=cwd, start_new_session=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd,
+                            start_new_session=True, stdin=subprocess.DEVNULL if input is None else subprocess.PIPE)
     reaper = _start_reaper(proc.pid)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(input=input, timeout=timeout)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     except subprocess.TimeoutExpired:
         stop_process_group(proc.pid, grace_s=3)

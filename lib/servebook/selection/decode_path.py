@@ -25,13 +25,12 @@ import ast
 import json
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
 from ..errors import ParameterError, ServebookError
 from .cards import materialize, model_config
-from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, resolve_engine
+from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, _ask, resolve_engine
 from .static import _negate
 
 __all__ = ["decode_path", "decode_path_table", "SETTINGS", "conditions_at", "read_custom_ar_rule", "read_env_flags",
@@ -248,15 +247,7 @@ def _request(env, gpu, tp_size, model) -> dict:
 def _run(env, req: dict, timeout: int) -> dict:
     if env.import_error:
         return {"ok": False, "error": env.import_error}
-    try:
-        p = subprocess.run([env.python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"the engine's code did not finish in {timeout}s"}
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("SERVEBOOK_RESULT "):
-            return json.loads(line[len("SERVEBOOK_RESULT "):])
-    tail = [l for l in p.stderr.strip().splitlines() if l.strip()]
-    return {"ok": False, "error": tail[-1] if tail else f"runner exited {p.returncode} without a result"}
+    return _ask(env.python, _RUNNER, req, timeout, "the engine's code")
 
 
 # -- rows -----------------------------------------------------------------------------------------

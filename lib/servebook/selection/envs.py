@@ -205,10 +205,25 @@ def _requires(python: str, dist: str) -> dict[str, str]:
     return reqs
 
 
-def _writing_bytecode() -> dict:
-    """This process's environment, less ``PYTHONDONTWRITEBYTECODE``: a probe leaves the bytecode of what the engine
-    imports in its environment (uv installs none; pip compiled every module at install), so later what-ifs read it."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+def _ask(python: str, runner: Path, req: dict, timeout: float, what: str, unset: tuple[str, ...] = ()) -> dict:
+    """``runner`` run by the engine's ``python`` on ``req`` (its stdin): its ``SERVEBOOK_RESULT`` line, or
+    ``{"ok": False, "error": ...}``. The runner has a process group of its own, stopped at ``timeout`` and when this
+    process dies (``servers.run_bounded``: a killed kernel leaves no runner behind)."""
+    from ..servers import run_bounded
+
+    p = run_bounded([python, str(runner)], timeout=timeout, input=json.dumps(req), unset=unset)
+    if p.returncode == 124:
+        return {"ok": False, "error": f"{what} did not finish in {timeout:.0f}s"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("SERVEBOOK_RESULT "):
+            return json.loads(line[len("SERVEBOOK_RESULT "):])
+    tail = [l for l in p.stderr.strip().splitlines() if l.strip()]
+    return {"ok": False, "error": tail[-1] if tail else f"runner exited {p.returncode} without a result"}
+
+
+# a probe leaves the bytecode of what the engine imports in its environment (uv installs none; pip compiled every
+# module at install), so later what-ifs read it
+_WRITE_BYTECODE = ("PYTHONDONTWRITEBYTECODE",)
 
 
 def probe_import(python: str, engine: str) -> dict:
@@ -216,11 +231,7 @@ def probe_import(python: str, engine: str) -> dict:
     visible = [m for m, v in DEFAULT_KERNEL_LIBS.get(engine, {}).items() if v]
     req = {"engine": engine, "mode": "import", "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS],
            "visible_modules": visible, "gpu": None}
-    p = subprocess.run([python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=600, env=_writing_bytecode())
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("SERVEBOOK_RESULT "):
-            return json.loads(line[len("SERVEBOOK_RESULT "):])
-    return {"ok": False, "error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+    return _ask(python, _RUNNER, req, 600, "the engine's import", unset=_WRITE_BYTECODE)
 
 
 def _probe_resolve(python: str, engine: str) -> dict:
@@ -231,11 +242,7 @@ def _probe_resolve(python: str, engine: str) -> dict:
     req = {"engine": engine, "model_dir": str(materialize("deepseek-v3")), "sites": [],
            "gpu": {"capability": "9.0", "gpu_name": "NVIDIA H200", "memory_gib": 141, "count": 1, "cuda_version": "12.8"},
            "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS], "visible_modules": visible}
-    p = subprocess.run([python, str(_RUNNER)], input=json.dumps(req), capture_output=True, text=True, timeout=600, env=_writing_bytecode())
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("SERVEBOOK_RESULT "):
-            return json.loads(line[len("SERVEBOOK_RESULT "):])
-    return {"ok": False, "error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+    return _ask(python, _RUNNER, req, 600, "the engine's resolution", unset=_WRITE_BYTECODE)
 
 
 # Requirements an engine environment never installs, decided by reading the engines' own

@@ -40,7 +40,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -48,7 +47,7 @@ from pathlib import Path
 
 from ..errors import EngineError, ModelError, ParameterError, ServebookError
 from .cards import architecture_of, materialize, model_config, uses_mla
-from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, EngineEnv, resolve_engine
+from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, EngineEnv, _ask, resolve_engine
 from .rootcause import explain, helper_requests
 from .static import Site, read_selection, render_tree
 
@@ -103,15 +102,7 @@ def static_reading(env: EngineEnv):
 def _run(env: EngineEnv, request: dict, timeout: int) -> dict:
     if env.import_error:  # known beforehand: this environment cannot run the engine's resolution
         return {"ok": False, "error": env.import_error}
-    try:
-        p = subprocess.run([env.python, str(_RUNNER)], input=json.dumps(request), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"the engine's resolution did not finish in {timeout}s"}
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("SERVEBOOK_RESULT "):
-            return json.loads(line[len("SERVEBOOK_RESULT "):])
-    tail = [l for l in p.stderr.strip().splitlines() if l.strip()]
-    return {"ok": False, "error": tail[-1] if tail else f"runner exited {p.returncode} without a result"}
+    return _ask(env.python, _RUNNER, request, timeout, "the engine's resolution")
 
 
 # -- the per-run memo of the engine's answers ------------------------------------------------------------------------
