@@ -317,7 +317,7 @@ def test_record_a_cpu_run_of_chapter_01_and_replay_it(tmp_path, no_engine_envs):
     assert a == b  # the same report, rebuilt without touching the host
     assert (tmp_path / "book-rep" / "01_detect_capabilities.html").exists()
     # a chapter that was not recorded: its failures name the missing interaction, the book does not crash
-    miss = _run_book(tmp_path, f"replay:{rec.run_dir}", ["05"], "miss", max_concurrency=1, starts=1, profile_steps=0)
+    miss = _run_book(tmp_path, f"replay:{rec.run_dir}", ["05"], "miss", max_concurrency=1)
     from servebook.results import RunStore
 
     fails = RunStore.at(miss.run_dir).table("failures")
