@@ -196,12 +196,9 @@ VLLM = "vllm==0.33.0"
 # interpreter, GPU faked from data/hardware, kernel libraries as the engine pins them, CUDA from the
 # engine's own cuda-python pin: 12.9 for 0.5.9, 13.0 for 0.5.23) on 2026-11-29. Not a table of ours:
 # if an engine release changes its rules, re-run `servebook whatif` and update with the new observation.
-# 0.5.9's seed cell, Kimi-K2.5 on rtx-pro-6000 -> "triton" decided at sglang/srt/server_args.py:1833, is asserted by
-# tests/test_whatif_book.py::test_rtx_pro_6000_root_cause_is_found_without_a_gpu (chosen backend and rule file:line, from
-# the same what-if runner in the same environment), so 0.5.9's matrix here leaves that GPU out: one engine import fewer
-# (each is 30-50 s of CPU on 2 busy cores; there is one per GPU profile and version).
 EXPECTED = {
     # (spec, profile, model): (attention_backend, decided_by file:line)
+    (SGLANG_OLD, "rtx-pro-6000", "kimi-k2.5"): ("triton", "sglang/srt/server_args.py:1833"),
     (SGLANG_OLD, "b200", "kimi-k2.5"): ("trtllm_mla", "sglang/srt/server_args.py:1283"),
     (SGLANG_OLD, "h200", "deepseek-v3"): ("fa3", "sglang/srt/server_args.py:1822"),
     (SGLANG_OLD, "b200", "llama-3.1-8b"): ("trtllm_mha", "sglang/srt/server_args.py:1812"),
