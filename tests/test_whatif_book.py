@@ -108,12 +108,12 @@ def rtx_book(sglang_env, tmp_path_factory):
 
 # The b200 book runs the two chapters its test reads: 02 (SGLang's own resolution on the faked B200, the root-cause rows'
 # source) and 06 (the root cause and the launch to try first). The rtx book runs all six, planned chapters included.
-B200_CHAPTERS = ["02", "06"]
+_B200_CHAPTERS = ["02", "06"]
 
 
 @pytest.fixture(scope="module")
 def b200_book(sglang_env, tmp_path_factory):
-    return _whatif_book(tmp_path_factory, "b200", only=B200_CHAPTERS)
+    return _whatif_book(tmp_path_factory, "b200", only=_B200_CHAPTERS)
 
 
 def _cause(book, gpu):
@@ -154,7 +154,7 @@ def test_rtx_pro_6000_root_cause_is_found_without_a_gpu(rtx_book):
 @pytest.mark.slow
 @pytest.mark.envs
 def test_b200_is_not_a_fallback(b200_book):
-    assert [(c["chapter"][:2], c["status"]) for c in b200_book.chapters] == [(n, "ok") for n in B200_CHAPTERS], b200_book.chapters
+    assert [(c["chapter"][:2], c["status"]) for c in b200_book.chapters] == [(n, "ok") for n in _B200_CHAPTERS], b200_book.chapters
     store, c = _cause(b200_book, "b200")
     assert c["decision"] != "fallback" and c["chosen"] == "trtllm_mla" and not c["causing_helpers"]
     assert c["rule_file"] == "sglang/srt/server_args.py"
