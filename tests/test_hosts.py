@@ -268,13 +268,20 @@ def _run_book(tmp_path, host, only, run_id, record=False, **extra):
                     run_id=run_id, only=only, extra=extra, progress=None, record=record)
 
 
+# Chapter 05 over SSH, sized to what crosses the connection: one server start (the second start of a smoke run adds no
+# SSH path; test_book_chapters_03_and_04_over_ssh starts and stops two servers on the host), and no profile (transformers
+# is profiled in the kernel's own process, never on the host: tests/test_profile.py and the smoke book of tests/test_book.py
+# cover it).
+_CH05_OVER_SSH = {"max_concurrency": 2, "starts": 1, "profile_steps": 0}
+
+
 @needs_sshd
 @pytest.mark.slow
 def test_book_chapters_01_and_05_over_ssh(ssh_env, tmp_path, no_engine_envs):
     from servebook.results import RunStore
 
     spec = f"ssh://sbtest?python={os.sys.executable}"  # the host's interpreter with transformers (the engine)
-    res = _run_book(tmp_path, spec, ["01", "05"], "ssh1", record=True, max_concurrency=2)
+    res = _run_book(tmp_path, spec, ["01", "05"], "ssh1", record=True, **_CH05_OVER_SSH)
     store = RunStore.at(res.run_dir)
     assert [c["status"] for c in res.chapters] == ["ok", "ok"], res.chapters
     probe = json.loads((store.path / "probe.json").read_text())
@@ -293,7 +300,7 @@ def test_book_chapters_01_and_05_over_ssh(ssh_env, tmp_path, no_engine_envs):
             os.killpg(r["pgid"], 0)
     assert (store.path / "server-transformers.log").stat().st_size > 0  # fetched from the host
     # the recording of this SSH run replays chapter 05 here, request for request
-    rep = RunStore.at(_run_book(tmp_path, f"replay:{res.run_dir}", ["05"], "ssh1-replay", max_concurrency=2).run_dir)
+    rep = RunStore.at(_run_book(tmp_path, f"replay:{res.run_dir}", ["05"], "ssh1-replay", **_CH05_OVER_SSH).run_dir)
     mine, theirs = rep.rows("bench_requests"), store.rows("bench_requests")
     drop = lambda r: {k: v for k, v in r.items() if k != "recorded_at"}  # noqa: E731
     assert len(mine) == len(theirs) and [drop(r) for r in mine] == [drop(r) for r in theirs]
