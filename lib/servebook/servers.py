@@ -213,6 +213,8 @@ class Server:
         self.log_path = log_path
         self._registry = registry
         self.started_at = time.time()
+        self._spawned = time.monotonic()
+        self._stopped = False
         self.ready_s: float | None = None
         self._reaper: subprocess.Popen | None = None
         self._copier: subprocess.Popen | None = None
@@ -237,7 +239,14 @@ class Server:
         command is missing, the process dies during start, or it is not ready in time;
         the process group is stopped before raising.
         """
-        say = progress or (lambda _m: None)
+        srv = cls.spawn(launch, log_path, registry=registry)
+        srv.wait_ready(ready_timeout, progress, ready_check)
+        return srv
+
+    @classmethod
+    def spawn(cls, launch: Launch, log_path: str | os.PathLike, registry: str | os.PathLike | None = None) -> "Server":
+        """Start ``launch`` without waiting for it (:meth:`wait_ready` waits; :meth:`start` does both). Raises
+        :class:`ServerError` when the port is taken or the command is missing."""
         if not port_is_free(launch.port, "127.0.0.1" if launch.host in ("0.0.0.0", "") else launch.host):
             owner = port_owner(launch.port)
             who = f" (pid {owner['pid']}: {owner['cmd'][:120]})" if owner else ""
@@ -268,15 +277,20 @@ class Server:
         srv._scan_from = log_start
         srv._reaper = _start_reaper(srv.pgid)
         srv._record("started")
-        try:
-            srv._wait_ready(ready_timeout, say, ready_check)
-        except BaseException:
-            srv.stop()
-            raise
         return srv
 
+    def wait_ready(self, ready_timeout: float = 300.0, progress: Callable[[str], None] | None = print,
+                   ready_check: Callable[["Server"], bool] | None = None) -> None:
+        """Wait until the server's ready path answers 200; ``ready_s`` and the timeout count from its spawn. On any
+        failure (it exited, logged a fatal line, was not ready in time, an interrupt) it is stopped and the error raised."""
+        try:
+            self._wait_ready(ready_timeout, progress or (lambda _m: None), ready_check)
+        except BaseException:
+            self.stop()
+            raise
+
     def _wait_ready(self, timeout: float, say: Callable[[str], None], ready_check) -> None:
-        t0 = time.monotonic()
+        t0 = self._spawned
         url = self.base_url + self.launch.ready_path
         next_note = 10.0
         say(f"starting {self.launch.engine or 'server'} on {self.base_url} (log: {self.log_path}) ...")
@@ -347,7 +361,10 @@ class Server:
                 pass
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """Stop the whole process group and wait until the port is free."""
+        """Stop the whole process group and wait until the port is free (once: a second call returns at once)."""
+        if self._stopped:
+            return
+        self._stopped = True
         stop_process_group(self.pgid, grace_s)
         try:
             self.proc.wait(timeout=5)
