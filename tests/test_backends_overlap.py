@@ -53,11 +53,11 @@ def _cpu_s(pgids) -> float:
 @pytest.fixture
 def on_cpu(embedded_model, tmp_path):
     """Skips where the servers would start one at a time (a GPU visible); gives the engine and a store."""
-    from servebook.backends import _overlap_rule, _Sweep
+    from servebook.backends import starts_overlap_here
     from servebook.engines import get_engine
 
     store = RunStore.at(tmp_path / "run")
-    ok, why = _overlap_rule(_Sweep(remote=False, env={}), 3, embedded_model)
+    ok, why = starts_overlap_here(3, embedded_model)
     if not ok:
         pytest.skip(f"the servers start one at a time here: {why}")
     return get_engine("transformers"), store

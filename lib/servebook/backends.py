@@ -37,7 +37,7 @@ from . import agreement
 from .engines import CLIRejected, EngineAdapter
 from .errors import EngineError, ServebookError, ServerError
 from .results import RunStore
-from .servers import Server, leftover_servers, port_listening
+from .servers import Server, leftover_servers, port_listening, start_together
 
 __all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "runnable_here", "engine_error"]
 
@@ -250,13 +250,19 @@ _OVERLAP_MEMORY_SHARE = 0.5  # all the servers' weights, counted twice (loaded c
 
 
 def _overlap_rule(ctx: _Sweep, n: int, model_dir) -> tuple[bool, str]:
-    """Whether the sweep's servers start together: only when they run on this machine's CPU, that is the host is
-    this process's own, neither this process's torch nor ``nvidia-smi`` (within the servers' ``CUDA_VISIBLE_DEVICES``)
-    sees a GPU, and ``n`` copies of the model's weights fit in memory. A GPU's memory does not hold several servers
-    (each takes its share as it starts): there, and on any other host, they start one after the other."""
-    if ctx.remote or n < 2:
+    return starts_overlap_here(n, model_dir, env=ctx.env, remote=ctx.remote)
+
+
+def starts_overlap_here(n: int, model_dir, env: dict | None = None, remote: bool = False) -> tuple[bool, str]:
+    """Whether ``n`` servers of ``model_dir`` may start together (and why): only when they run on this machine's CPU,
+    that is the host is this process's own (not ``remote``), neither this process's torch nor ``nvidia-smi`` (within
+    the servers' ``CUDA_VISIBLE_DEVICES``, from ``env`` or this process) sees a GPU, and ``n`` copies of the model's
+    weights fit in memory. A GPU's memory does not hold several servers (each takes its share as it starts): there,
+    and on any other host, they start one after the other. Used by chapters 03 (``force_each_backend``) and 05."""
+    env = dict(env or {})
+    if remote or n < 2:
         return False, "one server at a time"
-    visible = ctx.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     if visible is None or visible.strip() not in ("", "-1"):
         try:
             import torch
@@ -267,7 +273,7 @@ def _overlap_rule(ctx: _Sweep, n: int, model_dir) -> tuple[bool, str]:
             pass
         from .servers import Launch
 
-        if _gpu_visible(Launch(cmd=[], port=0, env=dict(ctx.env))):
+        if _gpu_visible(Launch(cmd=[], port=0, env=env)):
             return False, "a GPU is visible: one server at a time"
     try:
         import psutil
@@ -342,51 +348,9 @@ def _unique_ports(ctx: _Sweep, preps: list[tuple]) -> list[tuple]:
 
 
 def _start_together(ctx: _Sweep, group: list[tuple]) -> dict:
-    """Launch every ``(key, {"launch", "log_path"})`` at once and wait until each is ready or failed, each waited for
-    by a thread of its own (its messages printed here, named by its configuration). Returns per key the ready
-    ``Server`` or the error its start raised (that server stopped, as ``Server.start`` does). On an interrupt
-    or any other exception while waiting, every one of them is stopped."""
-    import queue
-
-    registry = ctx.store.path / "servers.jsonl"
-    out: dict = {}
-    servers: dict = {}
-    notes: queue.Queue = queue.Queue()
-    threads: list[threading.Thread] = []
-
-    def wait(key, srv):
-        try:
-            srv.wait_ready(ctx.ready_timeout, progress=lambda m: notes.put(f"{_key_label(key)}: {m}"))
-            out[key] = srv
-        except BaseException as exc:  # noqa: BLE001 - handed to the configuration's turn, which records it as today
-            out[key] = exc
-
-    try:
-        for key, p in group:
-            try:
-                servers[key] = Server.spawn(p["launch"], p["log_path"], registry=registry)
-            except ServerError as exc:
-                out[key] = exc
-        threads = [threading.Thread(target=wait, args=item, daemon=True, name=f"wait-ready {_key_label(item[0])}")
-                   for item in servers.items()]
-        for t in threads:
-            t.start()
-        while True:
-            while not notes.empty():
-                ctx.say(notes.get())
-            alive = [t for t in threads if t.is_alive()]
-            if not alive:
-                break
-            alive[0].join(0.25)
-        while not notes.empty():
-            ctx.say(notes.get())
-    except BaseException:
-        for srv in servers.values():
-            srv.stop()
-        for t in threads:  # each sees its server gone and ends
-            t.join(15)
-        raise
-    return out
+    """``servers.start_together`` for a round of the sweep: each server's messages named by its configuration."""
+    return start_together([(key, p["launch"], p["log_path"]) for key, p in group], registry=ctx.store.path / "servers.jsonl",
+                          ready_timeout=ctx.ready_timeout, progress=ctx.say, name=_key_label)
 
 
 def _key_label(key: tuple) -> str:

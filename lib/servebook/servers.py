@@ -34,7 +34,7 @@ from .errors import ServerError
 from . import secrets as _secrets
 from .secrets import mask_argv, mask_text, mask_value
 
-__all__ = ["Launch", "Server", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
+__all__ = ["Launch", "Server", "start_together", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
 
 
 @dataclass
@@ -394,6 +394,56 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def start_together(group: Sequence[tuple], registry: str | os.PathLike | None = None, ready_timeout: float = 300.0,
+                   progress: Callable[[str], None] | None = print, name: Callable = str) -> dict:
+    """Launch every ``(key, launch, log_path)`` at once and wait until each is ready or failed, each waited for by a
+    thread of its own (its messages passed to ``progress`` from this thread, prefixed ``name(key)``). Returns per key
+    the ready :class:`Server` (its ``ready_s`` its own, from its own launch) or the error its start raised (that
+    server stopped, as :meth:`Server.start` does). On an interrupt or any other exception meanwhile, every one is
+    stopped. For a host whose CPU starts servers: several ready servers there wait together at next to no cost."""
+    import queue
+    import threading
+
+    say = progress or (lambda _m: None)
+    out: dict = {}
+    servers: dict = {}
+    notes: queue.Queue = queue.Queue()
+    threads: list = []
+
+    def wait(key, srv):
+        try:
+            srv.wait_ready(ready_timeout, progress=lambda m: notes.put(f"{name(key)}: {m}"))
+            out[key] = srv
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, per key
+            out[key] = exc
+
+    try:
+        for key, launch, log_path in group:
+            try:
+                servers[key] = Server.spawn(launch, log_path, registry=registry)
+            except ServerError as exc:
+                out[key] = exc
+        threads.extend(threading.Thread(target=wait, args=item, daemon=True) for item in servers.items())
+        for t in threads:
+            t.start()
+        while True:
+            while not notes.empty():
+                say(notes.get())
+            alive = [t for t in threads if t.is_alive()]
+            if not alive:
+                break
+            alive[0].join(0.25)
+        while not notes.empty():
+            say(notes.get())
+    except BaseException:
+        for srv in servers.values():
+            srv.stop()
+        for t in threads:  # each sees its server gone and ends
+            t.join(15)
+        raise
+    return out
 
 
 def leftover_servers(registry: str | os.PathLike) -> list[dict]:
