@@ -217,7 +217,7 @@ def force_each_backend(
                 say(f"{engine.name} {label} ({mode}): already measured in this run, skipped")
             plan.append(done or (backend, mode))
     todo = [p for p in plan if isinstance(p, tuple)]
-    overlap, why = (overlap_starts, "asked") if overlap_starts is not None else _overlap_rule(ctx, len(todo), model_dir)
+    overlap, why = (overlap_starts, "overlap_starts=True") if overlap_starts is not None else _overlap_rule(ctx, len(todo), model_dir)
     measured: dict = {}
     if overlap and len(todo) > 1 and not remote:
         say(f"{engine.name}: {why}: the servers of each round start together, then are measured one at a time")
@@ -244,8 +244,8 @@ def _record_row(ctx: _Sweep, row: dict) -> dict:
 # A ready server waiting for requests takes next to no CPU: an idle, ready `transformers serve` (the embedded model, on
 # this book's 2-core CPU host) used 0.02-0.04 s of CPU time per 10 s (user + system of its process group, psutil, three
 # 10 s windows), and tests/test_backends_overlap.py checks that the servers waiting their turn use under 5% of a core
-# each while another one is measured. A server that
-# is *starting* (imports, model load) takes a whole core: that is why no server starts while another is measured.
+# each while another one is measured. A server that is *starting* (imports, model load) takes a whole core: that is
+# why no server starts while another is measured.
 _OVERLAP_MEMORY_SHARE = 0.5  # all the servers' weights, counted twice (loaded copy, load buffers), within this share of free memory
 
 
