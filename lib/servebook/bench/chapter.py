@@ -222,7 +222,7 @@ def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir
             launches[k] = launch_one()
             if launches[k].port not in {l.port for j, l in launches.items() if j != k}:
                 break
-    print(f"{label}: {why}: the servers of its {len(launches)} starts start together, then are measured one at a time")
+    print(f"{label}: {why}: the servers of its {len(launches)} starts are launched together, then measured one at a time")
     logs = {k: store.path / (f"server-{eng.name}.log" if k == 0 else f"server-{eng.name}-start{k}.log") for k in launches}
     return start_together([(k, launches[k], logs[k]) for k in launches], registry=store.path / "servers.jsonl", ready_timeout=600,
                           name=lambda k: f"{label} start {k}"), launches
