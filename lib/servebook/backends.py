@@ -37,7 +37,7 @@ from . import agreement
 from .engines import CLIRejected, EngineAdapter
 from .errors import EngineError, ServebookError, ServerError
 from .results import RunStore
-from .servers import Server, leftover_servers, port_listening
+from .servers import Server, leftover_servers, port_listening, start_together
 
 __all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "runnable_here", "engine_error"]
 
@@ -165,6 +165,7 @@ def force_each_backend(
     env: dict[str, str] | None = None,
     eager_only: list[str] | tuple[str, ...] = (),
     starts: int = 1,
+    overlap_starts: bool | None = None,
 ) -> list[dict]:
     """Run the sweep; ``None`` in ``backends`` means the engine's default (auto).
 
@@ -181,6 +182,14 @@ def force_each_backend(
     again and only the rate measured, ``starts - 1`` times; each start's rate is in the row's ``starts`` list and
     ``decode_tok_s`` / ``decode_tok_s_ci95`` are the mean and 95% t-interval over the per-start means (with one start,
     the interval within it; ``ci_over`` says which).
+
+    ``overlap_starts``: start the sweep's servers together and measure them one at a time (``_overlap_rule``; None:
+    when the servers run on this machine's CPU, False: one after the other as on a GPU, True: together wherever they
+    run here). No server is ever starting while another is measured: all the first starts are launched at once and
+    waited for until each is ready or failed, then each is checked and measured in turn and stopped right after; the
+    further starts (``starts``) of the correct ones are launched together the same way afterwards. Each row's
+    ``ready_s`` is still its own server's time to ready (from its own launch, on a CPU shared with the others that
+    start beside it), and ``started_with`` names the configurations whose servers started beside it.
     """
     say = progress or (lambda _m: None)
     remote = _remote(host)
@@ -196,7 +205,7 @@ def force_each_backend(
     _report_stale(ctx)
     modes = [m for m in modes if m != "eager" or engine.eager_args is not None] or ["default"]
     checked = _preflight(ctx, backends, modes) if preflight else {}
-    rows = []
+    plan: list = []  # per configuration, in sweep order: its rows already measured, or (backend, mode) to run
     for backend in backends:
         for mode in modes:
             label = backend or "auto"
@@ -206,14 +215,159 @@ def force_each_backend(
                 store.find("backends", engine=engine.name, attention=label) if mode == "default" else [])
             if done:
                 say(f"{engine.name} {label} ({mode}): already measured in this run, skipped")
-                rows.extend(done)
-                continue
-            row = _run_one(ctx, backend, mode, checked.get(label))
+            plan.append(done or (backend, mode))
+    todo = [p for p in plan if isinstance(p, tuple)]
+    overlap, why = (overlap_starts, "overlap_starts=True") if overlap_starts is not None else _overlap_rule(ctx, len(todo), model_dir)
+    measured: dict = {}
+    if overlap and len(todo) > 1 and not remote:
+        say(f"{engine.name}: {why}: the servers of each round start together, then are measured one at a time")
+        _overlapped(ctx, todo, checked, measured)
+    else:
+        for backend, mode in todo:
+            row = _run_one(ctx, backend, mode, checked.get(backend or "auto"))
             _restarts(ctx, backend, mode, row)
-            store.append("backends", row)
-            rows.append(row)
-            say(f"{engine.name} {label} ({mode}): {row.get('outcome')}" + (f" ({row.get('error')})" if row.get("error") else ""))
+            measured[(backend, mode)] = _record_row(ctx, row)
+    rows = []
+    for p in plan:
+        rows.extend([measured[p]] if isinstance(p, tuple) else p)
     return rows
+
+
+def _record_row(ctx: _Sweep, row: dict) -> dict:
+    ctx.store.append("backends", row)
+    ctx.say(f"{ctx.engine.name} {row['attention']} ({row['mode']}): {row.get('outcome')}"
+            + (f" ({row.get('error')})" if row.get("error") else ""))
+    return row
+
+
+# -- servers started together on a CPU host ---------------------------------------------------------------------------
+# A ready server waiting for requests takes next to no CPU: an idle, ready `transformers serve` (the embedded model, on
+# this book's 2-core CPU host) used 0.02-0.04 s of CPU time per 10 s (user + system of its process group, psutil, three
+# 10 s windows), and tests/test_backends_overlap.py checks that the servers waiting their turn use under 5% of a core
+# each while another one is measured. A server that is *starting* (imports, model load) takes a whole core: that is
+# why no server starts while another is measured.
+_OVERLAP_MEMORY_SHARE = 0.5  # all the servers' weights, counted twice (loaded copy, load buffers), within this share of free memory
+
+
+def _overlap_rule(ctx: _Sweep, n: int, model_dir) -> tuple[bool, str]:
+    return starts_overlap_here(n, model_dir, env=ctx.env, remote=ctx.remote)
+
+
+def starts_overlap_here(n: int, model_dir, env: dict | None = None, remote: bool = False) -> tuple[bool, str]:
+    """Whether ``n`` servers of ``model_dir`` may start together (and why): only when they run on this machine's CPU,
+    that is the host is this process's own (not ``remote``), neither this process's torch nor ``nvidia-smi`` (within
+    the servers' ``CUDA_VISIBLE_DEVICES``, from ``env`` or this process) sees a GPU, and ``n`` copies of the model's
+    weights fit in memory. A GPU's memory does not hold several servers (each takes its share as it starts): there,
+    and on any other host, they start one after the other. Used by chapters 03 (``force_each_backend``) and 05."""
+    env = dict(env or {})
+    if remote or n < 2:
+        return False, "one server at a time"
+    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is None or visible.strip() not in ("", "-1"):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                return False, "a GPU is visible: one server at a time"
+        except ImportError:
+            pass
+        from .servers import Launch
+
+        if _gpu_visible(Launch(cmd=[], port=0, env=env)):
+            return False, "a GPU is visible: one server at a time"
+    try:
+        import psutil
+
+        weights = sum(f.stat().st_size for f in Path(model_dir).iterdir() if f.suffix in (".safetensors", ".bin", ".pt", ".gguf"))
+        free = psutil.virtual_memory().available
+    except (ImportError, OSError):
+        return False, "free memory unknown: one server at a time"
+    if 2 * n * weights > _OVERLAP_MEMORY_SHARE * free:
+        return False, f"{n} copies of {weights / 1e9:.1f} GB of weights do not fit in {free / 1e9:.1f} GB free: one server at a time"
+    return True, "the servers run on this machine's CPU"
+
+
+def _overlapped(ctx: _Sweep, todo: list[tuple], checked: dict, measured: dict) -> None:
+    """``force_each_backend``'s sweep in two rounds of servers started together (``_overlap_rule``): every
+    configuration's first start, then the further starts of the correct ones. In each round every server is launched
+    at once and waited for until ready or failed, then each in turn is checked and measured and stopped right after.
+    A row is recorded as soon as it has all its starts; every server is stopped on every path."""
+    rounds: list[dict] = []  # what each round started, for stopping whatever is left on the way out
+    try:
+        first = _unique_ports(ctx, [(key, lambda key=key: _prepare(ctx, key[0], key[1], checked.get(key[0] or "auto"))) for key in todo])
+        rounds.append(_start_together(ctx, [(key, p) for key, p in first if p.get("launch")]))
+        names = [_key_label(key) for key, p in first if p.get("launch")]
+        rows, again = {}, []
+        for key, p in first:
+            if p.get("launch") is None:
+                rows[key] = p["row"]
+            else:
+                p["row"]["started_with"] = [n for n in names if n != _key_label(key)]
+                rows[key] = _finish(ctx, key[0], p, lambda key=key: _take(rounds[0], key))
+            more = [((key, k), None) for k in _more_starts(ctx, rows[key])]
+            if more:
+                again.extend(more)
+            else:
+                _restarts(ctx, key[0], key[1], rows[key], more=[])
+                measured[key] = _record_row(ctx, rows[key])
+        if not again:
+            return
+        second = _unique_ports(ctx, [(key, lambda key=key: _prepare_start(ctx, key[0][0], key[0][1], key[1])) for key, _ in again])
+        rounds.append(_start_together(ctx, [(key, p) for key, p in second if p.get("launch")]))
+        names = [_key_label(key) for key, p in second if p.get("launch")]
+        entries: dict = {}
+        for key, p in second:
+            entries.setdefault(key[0], []).append(_one_more_start(
+                ctx, key[0][0], key[0][1], rows[key[0]], key[1], prepared=p, started_with=[n for n in names if n != _key_label(key)],
+                take=lambda key=key: _take(rounds[1], key)))
+        for key in todo:
+            if key in entries:
+                _restarts(ctx, key[0], key[1], rows[key], more=entries[key])
+                measured[key] = _record_row(ctx, rows[key])
+    finally:
+        for started in rounds:
+            for srv in started.values():
+                if isinstance(srv, Server):
+                    srv.stop()
+
+
+def _unique_ports(ctx: _Sweep, preps: list[tuple]) -> list[tuple]:
+    """``(key, prepare())`` for each; servers launched together need distinct ports, each picked free on its own
+    before any server binds it: a launch that drew a port already drawn is prepared again."""
+    out, seen = [], set()
+    for key, prepare in preps:
+        p = prepare()
+        for _ in range(20):
+            if p.get("launch") is None or p["launch"].port not in seen:
+                break
+            p = prepare()
+        if p.get("launch") is not None:
+            seen.add(p["launch"].port)
+        out.append((key, p))
+    return out
+
+
+def _start_together(ctx: _Sweep, group: list[tuple]) -> dict:
+    """``servers.start_together`` for a round of the sweep: each server's messages named by its configuration."""
+    return start_together([(key, p["launch"], p["log_path"]) for key, p in group], registry=ctx.store.path / "servers.jsonl",
+                          ready_timeout=ctx.ready_timeout, progress=ctx.say, name=_key_label)
+
+
+def _key_label(key: tuple) -> str:
+    """``sdpa``, ``auto (eager)``, ``sdpa start 1``: a configuration (``(backend, mode)``) or one of its starts."""
+    if isinstance(key[0], tuple):
+        return f"{_key_label(key[0])} start {key[1]}"
+    return (key[0] or "auto") + ("" if key[1] == "default" else f" ({key[1]})")
+
+
+def _take(started: dict, key):
+    """The server started for a configuration (or start), ready; or the error its start raised, raised again."""
+    got = started.get(key)
+    if isinstance(got, BaseException):
+        raise got
+    if got is None:
+        raise ServerError("its server was not started")
+    return got
 
 
 _IMPORT_LOCK = threading.Lock()
@@ -286,30 +440,55 @@ def _preflight(ctx: _Sweep, backends: list[str | None], modes: list[str]) -> dic
 
 def _run_one(ctx: _Sweep, backend: str | None, mode: str, verdict: dict | None) -> dict:
     """One start: launch, confirm, greedy and teacher-forced agreement, a short measurement, stop."""
-    engine, label = ctx.engine, backend or "auto"
+    p = _prepare(ctx, backend, mode, verdict)
+    if p.get("launch") is None:
+        return p["row"]
+    registry = ctx.store.path / "servers.jsonl"
+    launch, log_path = p["launch"], p["log_path"]
+    return _finish(ctx, backend, p, lambda: (
+        ctx.host.serve(launch, log_path, registry=registry, ready_timeout=ctx.ready_timeout, progress=ctx.say) if ctx.remote
+        else Server.start(launch, log_path, ready_timeout=ctx.ready_timeout, registry=registry, progress=ctx.say)))
+
+
+def _prepare(ctx: _Sweep, backend: str | None, mode: str, verdict: dict | None) -> dict:
+    """A configuration's row and launch (``{"row", "launch", "log_path", "t0"}``); without a launch when nothing is to
+    start: refused by the engine's own validation (preflight) or CLI, its row then complete."""
+    engine = ctx.engine
+    label = backend or "auto"
     row = {"engine": engine.name, "engine_version": ctx.version, "attention": label, "mode": mode}
     t0 = time.monotonic()
     if verdict and verdict.get("ok") is False:
         row.update(outcome="rejected", error=verdict.get("error"), rejected_by="the engine's own validation (preflight; no server started)",
                    seconds=0.0)
-        return row
+        return {"row": row}
     try:
         launch = engine.launch(ctx.served_from, attention=backend, extra=ctx.extra + _mode_args(engine, mode), env=ctx.env,
                                **({"port": ctx.host.free_port()} if ctx.remote else {}))
     except EngineError as exc:  # nothing was started: the engine's own CLI refuses the flag or value, or cannot be read
         row.update(outcome="rejected" if isinstance(exc, CLIRejected) else "failed", error=str(exc), seconds=round(time.monotonic() - t0, 1))
-        return row
+        return {"row": row}
     row["launch"] = launch.shell()
     log_path = ctx.store.path / "logs" / f"{engine.name}-{label.replace('/', '--')}{'' if mode == 'default' else '-' + mode}.log"
-    registry = ctx.store.path / "servers.jsonl"
+    return {"row": row, "launch": launch, "log_path": log_path, "t0": t0}
+
+
+def _finish(ctx: _Sweep, backend: str | None, p: dict, start: Callable) -> dict:
+    """Start (``start()``: the server, ready; used and stopped here) and exercise one configuration; its row.
+    ``seconds``: from its launch to its stop; for a server started beside others, less the time it waited, ready, for
+    its turn (its ``ready_s`` plus its turn)."""
+    row, launch = p["row"], p["launch"]
+    t0 = p["t0"]
     try:
-        starting = (ctx.host.serve(launch, log_path, registry=registry, ready_timeout=ctx.ready_timeout, progress=ctx.say) if ctx.remote
-                    else Server.start(launch, log_path, ready_timeout=ctx.ready_timeout, registry=registry, progress=ctx.say))
+        starting = start()
+        if row.get("started_with") is not None:
+            t0 = time.monotonic() - (starting.ready_s or 0.0)
         with starting as srv:
             _exercise(ctx, srv, backend, row)
     except _Recorded:
         pass
     except ServerError as exc:
+        if row.get("started_with") is not None:
+            t0 = time.monotonic()  # failed to start beside others: its own time is not told apart from theirs
         rejected = backend is not None and _rejection(exc.log_tail, backend)
         row.update(outcome="rejected" if rejected else "failed to start",
                    error=rejected or engine_error(exc.log_tail) or str(exc), server_error=str(exc), log_tail=exc.log_tail[-2000:])
@@ -320,19 +499,30 @@ def _run_one(ctx: _Sweep, backend: str | None, mode: str, verdict: dict | None) 
     return row
 
 
-def _restarts(ctx: _Sweep, backend: str | None, mode: str, row: dict) -> None:
+def _restarts(ctx: _Sweep, backend: str | None, mode: str, row: dict, more: list[dict] | None = None) -> None:
     """The rate over ``ctx.starts`` server starts: the first start's (from ``_run_one``), then the server started again
     and only the rate measured; each start in ``row["starts"]`` (field ``start``), the row's rate and interval taken
-    over the per-start means (``bench.mean_ci``). A start that fails is recorded in the list with its error."""
+    over the per-start means (``bench.mean_ci``). A start that fails is recorded in the list with its error. ``more``:
+    the further starts' entries when they were already taken (servers started together, ``_overlapped``)."""
+    more = [_one_more_start(ctx, backend, mode, row, k) for k in _more_starts(ctx, row)] if more is None else more
+    _rate_over_starts(ctx, row, more)
+
+
+def _more_starts(ctx: _Sweep, row: dict) -> range:
+    """The further starts ``k`` a measured configuration gets: ``1 .. starts - 1`` when its output was correct."""
+    return range(1, ctx.starts if row.get("decode_tok_s") is not None and row.get("outcome") == "ok" else 1)
+
+
+def _rate_over_starts(ctx: _Sweep, row: dict, more: list[dict]) -> None:
     from .bench import mean_ci
 
     row["bench_model"] = ctx.served_from
     if row.get("decode_tok_s") is None:
         return
     first = {"start": 0, "decode_tok_s": row["decode_tok_s"], "decode_tok_s_ci95": row.get("decode_tok_s_ci95"), "ready_s": row.get("ready_s")}
-    entries = [first]
-    for k in range(1, ctx.starts if row.get("outcome") == "ok" else 1):
-        entries.append(_one_more_start(ctx, backend, mode, row, k))
+    if row.get("started_with") is not None:
+        first["started_with"] = row["started_with"]
+    entries = [first, *more]
     rates = [e["decode_tok_s"] for e in entries if e.get("decode_tok_s") is not None]
     ci = mean_ci(rates)
     row["starts"] = entries
@@ -343,17 +533,35 @@ def _restarts(ctx: _Sweep, backend: str | None, mode: str, row: dict) -> None:
         row["ci_over"] = "one start: interval within a start only"
 
 
-def _one_more_start(ctx: _Sweep, backend: str | None, mode: str, row: dict, k: int) -> dict:
-    """Start ``k`` of one configuration: launch, read its rate, stop (``_restarts``)."""
+def _prepare_start(ctx: _Sweep, backend: str | None, mode: str, k: int) -> dict:
+    """Start ``k``'s launch and log (``{"launch", "log_path"}``), or the engine's refusal (``{"error"}``)."""
     engine, label = ctx.engine, backend or "auto"
-    out: dict = {"start": k}
     try:
         launch = engine.launch(ctx.served_from, attention=backend, extra=ctx.extra + _mode_args(engine, mode), env=ctx.env,
                                **({"port": ctx.host.free_port()} if ctx.remote else {}))
-        log_path = ctx.store.path / "logs" / (f"{engine.name}-{label.replace('/', '--')}{'' if mode == 'default' else '-' + mode}"
-                                              f"-start{k}.log")
+    except EngineError as exc:
+        return {"error": exc}
+    log_path = ctx.store.path / "logs" / (f"{engine.name}-{label.replace('/', '--')}{'' if mode == 'default' else '-' + mode}"
+                                          f"-start{k}.log")
+    return {"launch": launch, "log_path": log_path}
+
+
+def _one_more_start(ctx: _Sweep, backend: str | None, mode: str, row: dict, k: int, prepared: dict | None = None,
+                    started_with: list[str] | None = None, take: Callable | None = None) -> dict:
+    """Start ``k`` of one configuration: launch, read its rate, stop (``_restarts``). With ``take``: its server was
+    started beside others (``_overlapped``; ``prepared`` its launch, ``started_with`` the others)."""
+    engine, label = ctx.engine, backend or "auto"
+    out: dict = {"start": k}
+    if started_with is not None:
+        out["started_with"] = started_with
+    try:
+        p = prepared or _prepare_start(ctx, backend, mode, k)
+        if p.get("error") is not None:
+            raise p["error"]
+        launch, log_path = p["launch"], p["log_path"]
         registry = ctx.store.path / "servers.jsonl"
-        starting = (ctx.host.serve(launch, log_path, registry=registry, ready_timeout=ctx.ready_timeout, progress=ctx.say) if ctx.remote
+        starting = (take() if take is not None else
+                    ctx.host.serve(launch, log_path, registry=registry, ready_timeout=ctx.ready_timeout, progress=ctx.say) if ctx.remote
                     else Server.start(launch, log_path, ready_timeout=ctx.ready_timeout, registry=registry, progress=ctx.say))
         with starting as srv:
             out["ready_s"] = srv.ready_s

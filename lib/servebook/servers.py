@@ -34,7 +34,7 @@ from .errors import ServerError
 from . import secrets as _secrets
 from .secrets import mask_argv, mask_text, mask_value
 
-__all__ = ["Launch", "Server", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
+__all__ = ["Launch", "Server", "start_together", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
 
 
 @dataclass
@@ -213,6 +213,8 @@ class Server:
         self.log_path = log_path
         self._registry = registry
         self.started_at = time.time()
+        self._spawned = time.monotonic()
+        self._stopped = False
         self.ready_s: float | None = None
         self._reaper: subprocess.Popen | None = None
         self._copier: subprocess.Popen | None = None
@@ -237,7 +239,14 @@ class Server:
         command is missing, the process dies during start, or it is not ready in time;
         the process group is stopped before raising.
         """
-        say = progress or (lambda _m: None)
+        srv = cls.spawn(launch, log_path, registry=registry)
+        srv.wait_ready(ready_timeout, progress, ready_check)
+        return srv
+
+    @classmethod
+    def spawn(cls, launch: Launch, log_path: str | os.PathLike, registry: str | os.PathLike | None = None) -> "Server":
+        """Start ``launch`` without waiting for it (:meth:`wait_ready` waits; :meth:`start` does both). Raises
+        :class:`ServerError` when the port is taken or the command is missing."""
         if not port_is_free(launch.port, "127.0.0.1" if launch.host in ("0.0.0.0", "") else launch.host):
             owner = port_owner(launch.port)
             who = f" (pid {owner['pid']}: {owner['cmd'][:120]})" if owner else ""
@@ -268,15 +277,20 @@ class Server:
         srv._scan_from = log_start
         srv._reaper = _start_reaper(srv.pgid)
         srv._record("started")
-        try:
-            srv._wait_ready(ready_timeout, say, ready_check)
-        except BaseException:
-            srv.stop()
-            raise
         return srv
 
+    def wait_ready(self, ready_timeout: float = 300.0, progress: Callable[[str], None] | None = print,
+                   ready_check: Callable[["Server"], bool] | None = None) -> None:
+        """Wait until the server's ready path answers 200; ``ready_s`` and the timeout count from its spawn. On any
+        failure (it exited, logged a fatal line, was not ready in time, an interrupt) it is stopped and the error raised."""
+        try:
+            self._wait_ready(ready_timeout, progress or (lambda _m: None), ready_check)
+        except BaseException:
+            self.stop()
+            raise
+
     def _wait_ready(self, timeout: float, say: Callable[[str], None], ready_check) -> None:
-        t0 = time.monotonic()
+        t0 = self._spawned
         url = self.base_url + self.launch.ready_path
         next_note = 10.0
         say(f"starting {self.launch.engine or 'server'} on {self.base_url} (log: {self.log_path}) ...")
@@ -347,7 +361,10 @@ class Server:
                 pass
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """Stop the whole process group and wait until the port is free."""
+        """Stop the whole process group and wait until the port is free (once: a second call returns at once)."""
+        if self._stopped:
+            return
+        self._stopped = True
         stop_process_group(self.pgid, grace_s)
         try:
             self.proc.wait(timeout=5)
@@ -377,6 +394,56 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def start_together(group: Sequence[tuple], registry: str | os.PathLike | None = None, ready_timeout: float = 300.0,
+                   progress: Callable[[str], None] | None = print, name: Callable = str) -> dict:
+    """Launch every ``(key, launch, log_path)`` at once and wait until each is ready or failed, each waited for by a
+    thread of its own (its messages passed to ``progress`` from this thread, prefixed ``name(key)``). Returns per key
+    the ready :class:`Server` (its ``ready_s`` its own, from its own launch) or the error its start raised (that
+    server stopped, as :meth:`Server.start` does). On an interrupt or any other exception meanwhile, every one is
+    stopped. For a host whose CPU starts servers: several ready servers there wait together at next to no cost."""
+    import queue
+    import threading
+
+    say = progress or (lambda _m: None)
+    out: dict = {}
+    servers: dict = {}
+    notes: queue.Queue = queue.Queue()
+    threads: list = []
+
+    def wait(key, srv):
+        try:
+            srv.wait_ready(ready_timeout, progress=lambda m: notes.put(f"{name(key)}: {m}"))
+            out[key] = srv
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, per key
+            out[key] = exc
+
+    try:
+        for key, launch, log_path in group:
+            try:
+                servers[key] = Server.spawn(launch, log_path, registry=registry)
+            except ServerError as exc:
+                out[key] = exc
+        threads.extend(threading.Thread(target=wait, args=item, daemon=True) for item in servers.items())
+        for t in threads:
+            t.start()
+        while True:
+            while not notes.empty():
+                say(notes.get())
+            alive = [t for t in threads if t.is_alive()]
+            if not alive:
+                break
+            alive[0].join(0.25)
+        while not notes.empty():
+            say(notes.get())
+    except BaseException:
+        for srv in servers.values():
+            srv.stop()
+        for t in threads:  # each sees its server gone and ends
+            t.join(15)
+        raise
+    return out
 
 
 def leftover_servers(registry: str | os.PathLike) -> list[dict]:

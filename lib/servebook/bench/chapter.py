@@ -170,8 +170,6 @@ def _bench_engine(store, spec: str, *, on_host, model: str, model_dir, prompts, 
     from ..engines import args_for, get_engine
     from ..hosts import model_on_host
     from ..models import engine_args_of
-    from .client import check_server
-    from .runs import concurrency_sweep, record_start, single_stream, start_measured
 
     eng = get_engine(spec, python=None if on_host.in_process else on_host.python_exe)
     eng.host = on_host
@@ -180,51 +178,112 @@ def _bench_engine(store, spec: str, *, on_host, model: str, model_dir, prompts, 
     try:
         eng.require()
         host_model = model_on_host(on_host, model, model_dir)
-        launch = eng.launch(host_model, attention=w.attention or None, extra=extra_args + engine_args_of(model_dir, eng.name),
-                            port=0 if on_host.in_process else on_host.free_port())
-        with on_host.serve(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
-                           ready_timeout=600) as srv:
-            name = eng.served_model_name(host_model)
-            try:
-                check_server(srv.base_url, host=on_host)
-            except ServebookError as exc:  # the model list is a courtesy endpoint: note it, measure anyway
-                store.record_failure(f"bench {label} model list", exc)
-                print(f"note: {exc}")
-            common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
-                          max_tokens=w.max_tokens, host=on_host)
-            done = start_measured(store, label, 0, w.max_tokens, w.warmup)
-            if done:  # resuming this run: the single-stream measurement is already recorded
-                single = done
-            else:
-                single = single_stream(srv.base_url, name, prompts, runs=w.runs, warmup=w.warmup,
-                                       requests_per_run=w.requests_per_run, start=0, **common)
-            if single.get("decode_tok_s_mean") is None:  # the server died or refused every request: recorded in `failures`
-                print(f"{label}: no single-stream request succeeded ({single['failed']} failed): {(single.get('errors') or ['?'])[0]}")
-            else:
-                print(f"{label}: {single['decode_tok_s_mean']:.1f} ± {single['decode_tok_s_ci95'] or 0:.1f} tok/s single stream")
-            concurrency_sweep(srv.base_url, name, prompts, max_concurrency=w.max_concurrency,
-                              requests_per_level=w.requests_per_level, level_time_budget_s=w.level_time_budget_s,
-                              saturation_patience=w.saturation_patience, **common)
-            if w.client_check and eng.name == "sglang" and on_host.in_process and not w.smoke:
-                _check_client(store, eng, srv.base_url, name, label, model_dir=model_dir, tokenizer=tokenizer, w=w)
-            loaded = getattr(eng, "loaded_from_log", lambda _t: [])(srv.log_path.read_text(errors="replace"))
-            store.append("bench_servers", {"label": label, "engine": eng.name, "version": eng.version(), "launch": launch.shell(),
-                                           "ready_s": srv.ready_s, "loaded": loaded})
-            record_start(store, single, model=host_model, launch=launch.shell(), ready_s=srv.ready_s)
-        for k in range(1, w.starts):  # stopped and started again: only the single stream, so the interval covers restarts
-            if start_measured(store, label, k, w.max_tokens, w.warmup):
-                continue
-            again = eng.launch(host_model, attention=w.attention or None, extra=extra_args + engine_args_of(model_dir, eng.name),
-                               port=0 if on_host.in_process else on_host.free_port())
-            with on_host.serve(again, log_path=store.path / f"server-{eng.name}-start{k}.log", registry=store.path / "servers.jsonl",
-                               ready_timeout=600) as srv:
-                single = single_stream(srv.base_url, name, prompts, runs=w.runs, warmup=w.warmup, requests_per_run=w.requests_per_run,
-                                       start=k, **common)
-                record_start(store, single, model=host_model, launch=again.shell(), ready_s=srv.ready_s)
-                print(f"{label} start {k}: {single['decode_tok_s_mean'] or 0:.1f} ± {single['decode_tok_s_ci95'] or 0:.1f} tok/s single stream")
+
+        def launch_one():
+            return eng.launch(host_model, attention=w.attention or None, extra=extra_args + engine_args_of(model_dir, eng.name),
+                              port=0 if on_host.in_process else on_host.free_port())
+
+        launch = launch_one()
+        ahead, launches = _starts_ahead(store, eng, label, launch, launch_one, on_host, model_dir, w)
+        try:
+            _measure_starts(store, eng, label, launch, launch_one, ahead, launches, on_host=on_host, host_model=host_model,
+                            model_dir=model_dir, prompts=prompts, tokenizer=tokenizer, w=w)
+        finally:
+            for srv in ahead.values():  # started ahead and not used (a start before failed): stopped here
+                if hasattr(srv, "stop"):
+                    srv.stop()
     except ServebookError as exc:
         store.record_failure(f"bench {label}", exc)
         print(f"{label}: not measured: {exc}")
+
+
+def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir, w: Workload) -> tuple[dict, dict]:
+    """On a host whose CPU runs the servers (``backends.starts_overlap_here``), the servers of every start still to
+    measure, started together up front and waited for until ready (``servers.start_together``): ``({start: Server or
+    its start's error}, {start: launch})``; elsewhere (a GPU, another host) ``({}, {})``, each started in its turn.
+    They are measured one at a time, each stopped after its measurement, so none is starting while another is measured;
+    a ready server waiting its turn takes next to no CPU (``backends``)."""
+    from ..backends import starts_overlap_here
+    from ..servers import start_together
+    from .runs import start_measured
+
+    more = [k for k in range(1, w.starts) if not start_measured(store, label, k, w.max_tokens, w.warmup)]
+    if not more or not on_host.in_process:
+        return {}, {}
+    try:
+        ok, why = starts_overlap_here(1 + len(more), model_dir)
+    except (TypeError, OSError):  # not a model directory here
+        return {}, {}
+    if not ok:
+        return {}, {}
+    launches = {0: launch}
+    for k in more:
+        for _ in range(20):  # picked free one by one before any binds: distinct
+            launches[k] = launch_one()
+            if launches[k].port not in {l.port for j, l in launches.items() if j != k}:
+                break
+    print(f"{label}: {why}: the servers of its {len(launches)} starts are launched together, then measured one at a time")
+    logs = {k: store.path / (f"server-{eng.name}.log" if k == 0 else f"server-{eng.name}-start{k}.log") for k in launches}
+    return start_together([(k, launches[k], logs[k]) for k in launches], registry=store.path / "servers.jsonl", ready_timeout=600,
+                          name=lambda k: f"{label} start {k}"), launches
+
+
+def _take_ahead(ahead: dict, k: int):
+    got = ahead.pop(k)
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, launches: dict, *, on_host, host_model, model_dir,
+                    prompts, tokenizer, w: Workload) -> None:
+    """``_bench_engine``'s measurements: start 0 (single stream, the sweep), then each further start's single stream;
+    each start's server taken from ``ahead`` when started there, else started in its turn."""
+    from .client import check_server
+    from .runs import concurrency_sweep, record_start, single_stream, start_measured
+
+    with (_take_ahead(ahead, 0) if 0 in ahead else
+          on_host.serve(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
+                        ready_timeout=600)) as srv:
+        name = eng.served_model_name(host_model)
+        try:
+            check_server(srv.base_url, host=on_host)
+        except ServebookError as exc:  # the model list is a courtesy endpoint: note it, measure anyway
+            store.record_failure(f"bench {label} model list", exc)
+            print(f"note: {exc}")
+        common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
+                      max_tokens=w.max_tokens, host=on_host)
+        done = start_measured(store, label, 0, w.max_tokens, w.warmup)
+        if done:  # resuming this run: the single-stream measurement is already recorded
+            single = done
+        else:
+            single = single_stream(srv.base_url, name, prompts, runs=w.runs, warmup=w.warmup,
+                                   requests_per_run=w.requests_per_run, start=0, **common)
+        if single.get("decode_tok_s_mean") is None:  # the server died or refused every request: recorded in `failures`
+            print(f"{label}: no single-stream request succeeded ({single['failed']} failed): {(single.get('errors') or ['?'])[0]}")
+        else:
+            print(f"{label}: {single['decode_tok_s_mean']:.1f} ± {single['decode_tok_s_ci95'] or 0:.1f} tok/s single stream")
+        concurrency_sweep(srv.base_url, name, prompts, max_concurrency=w.max_concurrency,
+                          requests_per_level=w.requests_per_level, level_time_budget_s=w.level_time_budget_s,
+                          saturation_patience=w.saturation_patience, **common)
+        if w.client_check and eng.name == "sglang" and on_host.in_process and not w.smoke:
+            _check_client(store, eng, srv.base_url, name, label, model_dir=model_dir, tokenizer=tokenizer, w=w)
+        loaded = getattr(eng, "loaded_from_log", lambda _t: [])(srv.log_path.read_text(errors="replace"))
+        store.append("bench_servers", {"label": label, "engine": eng.name, "version": eng.version(), "launch": launch.shell(),
+                                       "ready_s": srv.ready_s, "loaded": loaded,
+                                       **({"started_with": [f"start {k}" for k in launches if k]} if launches else {})})
+        record_start(store, single, model=host_model, launch=launch.shell(), ready_s=srv.ready_s)
+    for k in range(1, w.starts):  # stopped and started again: only the single stream, so the interval covers restarts
+        if start_measured(store, label, k, w.max_tokens, w.warmup):
+            continue
+        again = launches.get(k) or launch_one()
+        with (_take_ahead(ahead, k) if k in ahead else
+              on_host.serve(again, log_path=store.path / f"server-{eng.name}-start{k}.log", registry=store.path / "servers.jsonl",
+                            ready_timeout=600)) as srv:
+            single = single_stream(srv.base_url, name, prompts, runs=w.runs, warmup=w.warmup, requests_per_run=w.requests_per_run,
+                                   start=k, **common)
+            record_start(store, single, model=host_model, launch=again.shell(), ready_s=srv.ready_s)
+            print(f"{label} start {k}: {single['decode_tok_s_mean'] or 0:.1f} ± {single['decode_tok_s_ci95'] or 0:.1f} tok/s single stream")
 
 
 def measure_engines(store, engines, *, on_host, model: str, model_dir, prompts, tokenizer, w: Workload) -> None:
