@@ -20,8 +20,11 @@
 # Triton MLA kernel on capability 12.0, so the backend choice alone does not explain the seed's gap; chapter 06 says
 # what the profiles predict of the kernels' share in it.
 #
-# Here every candidate is started in turn, on 127.0.0.1, and stopped (with its whole process
-# group) before the next one starts.
+# Here every candidate is served on 127.0.0.1 and measured in turn, and stopped (with its whole process group) right
+# after its turn. On a GPU host each starts only after the one before has stopped. On a host without a GPU, where
+# several small servers fit at once, the servers start together and are measured one at a time once all are ready
+# (an idle ready server takes next to no CPU; each row's `started_with` names the others), so no start overlaps a
+# measurement.
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
