@@ -97,8 +97,16 @@ MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         # C=1-8, where the noise kept the 10% saturation rule from stopping it), and every level costs 5 x C requests
         # (C=8 alone took 47 s there; each further level doubles it). Each level keeps its warm-up, its 5 requests per
         # stream and the saturation stop.
+        # The client's ceiling (the fake server, not an engine) is sized to the sweep too: the notebook's (1, 64) x 2048
+        # tokens streams 128 requests of 2048 tokens per client at C=64 (29 of the chapter's 106 s on 2 cores). The ceiling
+        # only has to stay far above what the engine here can produce: servebook's client streamed 18,000-45,000 tok/s and
+        # httpx 7,000-13,000 against it on 2 busy cores, while the embedded model serves 20-70 tok/s, so a rate near half of
+        # it (the ceiling check's warning) is out of reach. bench.ceiling_check compares each rate with the ceiling at the
+        # nearest concurrency, so the top level is the sweep's top (8); 1024 tokens a request at both levels and both
+        # regimes (1 and 64 events per write) keep every client's stream well past its start. Every client, level and
+        # warm-up stays; the chapter's C=64 GPU ceiling is -p ceiling_concurrencies=1,64 -p ceiling_tokens=2048.
         "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16,   # in-process profile: 16 decode steps per depth
-               "max_concurrency": 8},
+               "max_concurrency": 8, "ceiling_concurrencies": "1,8", "ceiling_tokens": 1024},
         # one start per forced backend: chapter 03 sweeps every transformers implementation, and a second start of each
         # doubles the chapter on 2 CPU cores; chapter 05 keeps its 2 starts (one engine, a short single stream each).
         # The forced backends are the two that run as they are on a CPU, sdpa and eager (besides the default): flex_attention
@@ -195,7 +203,7 @@ def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict
 # checked from the notebook's own declaration (servebook.book); these add the ranges and choices that the
 # notebooks' comments state, so a bad value stops the book before anything runs.
 _AT_LEAST_1 = {"max_tokens", "runs", "ready_timeout", "max_batch", "timeout_s", "input_len", "requests_per_run",
-               "max_concurrency", "requests_per_level", "level_time_budget_s", "seed_tp", "starts"}
+               "max_concurrency", "requests_per_level", "level_time_budget_s", "seed_tp", "starts", "ceiling_tokens"}
 _AT_LEAST_0 = {"warmup", "saturation_patience", "seed"}
 _CHOICES = {"api": ("completions", "chat")}
 
@@ -208,6 +216,10 @@ def check_chapter_param(name: str, value: Any) -> None:
         raise ParameterError(name, value, "a whole number of at least 0")
     if name == "seed_allreduce_us" and isinstance(value, (int, float)) and not value >= 0:
         raise ParameterError(name, value, "a latency in microseconds, 0 or more (0: the latencies recorded in data/runs/h200x2-nccl)")
+    if name == "ceiling_concurrencies":
+        from .bench.ceiling import ceiling_levels
+
+        ceiling_levels(value, name=name)  # whole numbers of at least 1, comma-separated
     if name in _CHOICES and value not in _CHOICES[name]:
         raise ParameterError(name, value, "one of: " + ", ".join(_CHOICES[name]))
     if name in ("seed_profile", "matrix_profiles") and value:
