@@ -97,14 +97,19 @@ MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         # C=1-8, where the noise kept the 10% saturation rule from stopping it), and every level costs 5 x C requests
         # (C=8 alone took 47 s there; each further level doubles it). Each level keeps its warm-up, its 5 requests per
         # stream and the saturation stop.
-        # The client's ceiling (the fake server, not an engine) is sized to the sweep too: the notebook's (1, 64) x 2048
-        # tokens streams 128 requests of 2048 tokens per client at C=64 (29 of the chapter's 106 s on 2 cores). The ceiling
-        # only has to stay far above what the engine here can produce: servebook's client streamed 18,000-45,000 tok/s and
-        # httpx 7,000-13,000 against it on 2 busy cores, while the embedded model serves 20-70 tok/s, so a rate near half of
-        # it (the ceiling check's warning) is out of reach. bench.ceiling_check compares each rate with the ceiling at the
-        # nearest concurrency, so the top level is the sweep's top (8); 1024 tokens a request at both levels and both
-        # regimes (1 and 64 events per write) keep every client's stream well past its start. Every client, level and
-        # warm-up stays; the chapter's C=64 GPU ceiling is -p ceiling_concurrencies=1,64 -p ceiling_tokens=2048.
+        # The client's ceiling (against the fake server, not an engine) is sized to this sweep too. The notebook's levels
+        # (1, 64) with 2048 tokens a request stream 128 requests of 2048 tokens per client at C=64: 29 s of the chapter's
+        # 106 s on the 2-core book host (65 s on a busy one, where 1, 8 and 1024 tokens took 22 s, the tokenizer's first
+        # load included).
+        # The ceiling need only stay far above what this engine can produce: at 1 event per write servebook's client
+        # streamed 12,000-44,000 tok/s and httpx 7,000-11,000 with those sizes on 2 busy cores, while the embedded model
+        # serves 20-70 tok/s, a few thousandths of it (the check warns at half). bench.ceiling_check compares each rate
+        # with the ceiling at the nearest concurrency (log scale), so the top level is the sweep's top (8). Every client,
+        # regime (1 and 64 events per write), warm-up and the 2 requests per stream stay; -p ceiling_concurrencies=1,64
+        # -p ceiling_tokens=2048 measures the GPU hosts' ceiling here.
+        # The in-process profile keeps 16 decode steps per depth: 8 (the smoke's) halved its time (20 s -> 11 s on a busy
+        # host), but the prediction subtracts the step times of two slices a layer apart, and on 2 busy cores those moved
+        # by more than a layer's time between runs at 16 steps already: with fewer the difference would be noise.
         "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16,   # in-process profile: 16 decode steps per depth
                "max_concurrency": 8, "ceiling_concurrencies": "1,8", "ceiling_tokens": 1024},
         # one start per forced backend: chapter 03 sweeps every transformers implementation, and a second start of each
