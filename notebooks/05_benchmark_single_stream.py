@@ -45,6 +45,8 @@ saturation_patience: int = 2  # stop the sweep after this many levels without 10
 seed: int = 0  # seed of the prompt set
 client_check: bool = True  # on a live SGLang server, also run SGLangs own client - sglang.bench_serving in turns with servebooks, at concurrency 1 and 8
 ceiling_sglang_version: str = "0.5.9"  # SGLang version whose prepared environment (servebook engines add, never built here) runs sglang.bench_serving against the fake server beside servebooks client and httpx; empty skips it
+ceiling_concurrencies: str = "1,64"  # concurrencies of the client ceiling against the fake server, comma-separated (smoke: at most 8); keep one near the top of the sweep: each rate is checked against the nearest
+ceiling_tokens: int = 2048  # tokens per request the fake server streams for the client ceiling
 measure: bool = True  # False: start nothing and measure nothing, re-read this run's tables (servebook html RUN --refresh 05)
 seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
@@ -63,7 +65,6 @@ seed_reported_tok_s: str = ""  # single-stream tok/s of the seed case, engine:va
 # commands to measure the real number on the host are in `plan_commands`.
 
 # %% tags=["whatif"]
-import pandas as pd
 from IPython.display import Markdown
 
 from servebook import plan
@@ -145,9 +146,9 @@ print(f"run {store.path}\nmodel: {shown}\nengines: {', '.join(engines)}; {w}")
 # %%
 tokenizer = bench.load_tokenizer(model_dir) if model_dir and measure else None
 if not len(store.rows("client_ceiling")) and measure:
-    bench.client_ceiling(store=store, tokenizer=tokenizer, concurrencies=(1, 8) if smoke else (1, 64), tokens_per_request=2048,
-                         requests_per_level=2, clients=bench.CLIENTS, tokenizer_dir=model_dir, workdir=store.path / "bench_serving_ceiling",
-                         bench_serving=f"sglang=={ceiling_sglang_version}" if ceiling_sglang_version else "")
+    bench.client_ceiling(store=store, tokenizer=tokenizer, concurrencies=bench.ceiling_levels(ceiling_concurrencies, smoke),
+                         tokens_per_request=ceiling_tokens, requests_per_level=2, clients=bench.CLIENTS, tokenizer_dir=model_dir,
+                         workdir=store.path / "bench_serving_ceiling", bench_serving=f"sglang=={ceiling_sglang_version}" if ceiling_sglang_version else "")
 ceiling_all, ceiling_df = ch05.ceiling_tables(store)
 display(ceiling_df[["concurrency", "events_per_write", "tokens", "stream_tok_s", "client_cpu_us_per_token", "parse_us_per_token",
                     "ttft_server_p50_s"]])
@@ -239,12 +240,11 @@ ch05.plot_single_runs(m["request_rows"]);
 # Run-to-run spread is what the confidence interval above summarizes.
 #
 # ### Concurrency: throughput against what each user gets
-# Every level sends `requests_per_level x C` requests with at most C in flight, all arriving at
-# once. `ttft_s` includes the wait for a slot (what a queued user sees); `ttft_server_s` starts when
-# the request is sent. The sweep doubles C until throughput stops growing (by `bench.runs.SATURATION_GROWTH` over the best
-# level before) for `saturation_patience` levels
-# (saturation), a level hits `level_time_budget_s`, or C reaches `max_concurrency`. What it ran with, read from the
-# recorded levels (not from the parameters cell), and why it stopped:
+# Every level sends `requests_per_level x C` requests with at most C in flight, all arriving at once. `ttft_s` includes the wait
+# for a slot (what a queued user sees); `ttft_server_s` starts when the request is sent. The sweep doubles C until throughput
+# stops growing (by `bench.runs.SATURATION_GROWTH` over the best level before) for `saturation_patience` levels (saturation), a
+# level hits `level_time_budget_s`, or C reaches `max_concurrency`. What it ran with, read from the recorded levels (not from
+# the parameters cell), and why it stopped:
 
 # %%
 display(pd.DataFrame(ch05.sweep_parameters(store)))

@@ -1,3 +1,5 @@
+import ast
+import math
 import string
 
 import pytest
@@ -56,6 +58,8 @@ def test_any_input_is_accepted_or_a_one_line_parameter_error(engine, host, model
     ({"max_tokens": "-5"}, "max_tokens"), ({"runs": "0"}, "runs"), ({"api": "foo"}, "api"),
     ({"warmup": "-1"}, "warmup"), ({"seed_profile": "no-such-gpu"}, "seed_profile"),
     ({"matrix_models": "kimi-k2.5,no-such-model"}, "matrix_models"), ({"seed_allreduce_us": "-1"}, "seed_allreduce_us"),
+    ({"ceiling_concurrencies": "1,0"}, "ceiling_concurrencies"), ({"ceiling_concurrencies": "1;8"}, "ceiling_concurrencies"),
+    ({"ceiling_tokens": "0"}, "ceiling_tokens"),
 ])
 def test_chapter_parameters_are_checked_before_anything_runs(tmp_path, extra, name):
     from servebook.book import run_book
@@ -92,3 +96,40 @@ def test_model_defaults_name_parameters_the_chapters_declare():
             for name, value in values.items():
                 assert name in declared, f"MODEL_DEFAULTS[{model!r}][{number!r}] names {name!r}, which chapter {number} does not declare"
                 assert type(value).__name__ == declared[name]["inferred_type_name"], (model, number, name, declared[name])
+
+
+@pytest.mark.parametrize("text, smoke, levels", [
+    ("1,64", False, (1, 64)), ("1,64", True, (1, 8)),   # the notebook's defaults: what chapter 05 measured before they were parameters
+    ("1,8", False, (1, 8)), (" 8, 1 ", False, (1, 8)), ("1,16,64", True, (1, 8)), ("4", False, (4,)),
+])
+def test_ceiling_levels_from_the_parameter(text, smoke, levels):
+    from servebook.bench import ceiling_levels
+
+    assert ceiling_levels(text, smoke) == levels
+
+
+@pytest.mark.parametrize("text", ["", "0", "1,,8", "1;8", "-1,8", "one", "1.5", "\u00b2"])
+def test_ceiling_levels_refuse_what_is_not_a_list_of_concurrencies(text):
+    from servebook.bench import ceiling_levels
+
+    with pytest.raises(ParameterError) as err:
+        ceiling_levels(text)
+    assert err.value.name == "ceiling_concurrencies" and "\n" not in str(err.value)
+
+
+def test_chapter_05_ceiling_keeps_a_level_near_the_sweeps_top():
+    """bench.ceiling_check compares each rate with the client's ceiling at the nearest measured concurrency (log scale):
+    sized for a model or not, the sweep's top level must have a ceiling level within a factor of 2, or the busiest rates
+    are checked against a ceiling measured at far fewer streams."""
+    from servebook.bench import ceiling_levels, concurrency_levels
+    from servebook.book import chapters, notebook_parameters
+    from servebook.params import MODEL_DEFAULTS
+
+    declared = notebook_parameters(next(c for c in chapters() if c.number == "05").source)
+    notebook = {k: ast.literal_eval(declared[k]["default"]) for k in ("max_concurrency", "ceiling_concurrencies")}
+    assert notebook == {"max_concurrency": 128, "ceiling_concurrencies": "1,64"}
+    for sized in [{}, *(per.get("05", {}) for per in MODEL_DEFAULTS.values())]:
+        p = {**notebook, **sized}
+        top = concurrency_levels(p["max_concurrency"])[-1]
+        nearest = min(ceiling_levels(p["ceiling_concurrencies"]), key=lambda lv: abs(math.log(lv / top)))
+        assert 0.5 <= nearest / top <= 2, (sized, top, nearest)

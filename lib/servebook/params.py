@@ -97,8 +97,21 @@ MODEL_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
         # C=1-8, where the noise kept the 10% saturation rule from stopping it), and every level costs 5 x C requests
         # (C=8 alone took 47 s there; each further level doubles it). Each level keeps its warm-up, its 5 requests per
         # stream and the saturation stop.
+        # The client's ceiling (against the fake server, not an engine) is sized to this sweep too. The notebook's levels
+        # (1, 64) with 2048 tokens a request stream 128 requests of 2048 tokens per client at C=64: 29 s of the chapter's
+        # 106 s on the 2-core book host (65 s on a busy one, where 1, 8 and 1024 tokens took 22 s, the tokenizer's first
+        # load included).
+        # The ceiling need only stay far above what this engine can produce: at 1 event per write servebook's client
+        # streamed 12,000-44,000 tok/s and httpx 7,000-11,000 with those sizes on 2 busy cores, while the embedded model
+        # serves 20-70 tok/s, a few thousandths of it (the check warns at half). bench.ceiling_check compares each rate
+        # with the ceiling at the nearest concurrency (log scale), so the top level is the sweep's top (8). Every client,
+        # regime (1 and 64 events per write), warm-up and the 2 requests per stream stay; -p ceiling_concurrencies=1,64
+        # -p ceiling_tokens=2048 measures the GPU hosts' ceiling here.
+        # The in-process profile keeps 16 decode steps per depth: 8 (the smoke's) halved its time (20 s -> 11 s on a busy
+        # host), but the prediction subtracts the step times of two slices a layer apart, and on 2 busy cores those moved
+        # by more than a layer's time between runs at 16 steps already: with fewer the difference would be noise.
         "05": {"max_tokens": 32, "input_len": 32, "profile_steps": 16,   # in-process profile: 16 decode steps per depth
-               "max_concurrency": 8},
+               "max_concurrency": 8, "ceiling_concurrencies": "1,8", "ceiling_tokens": 1024},
         # one start per forced backend: chapter 03 sweeps every transformers implementation, and a second start of each
         # doubles the chapter on 2 CPU cores; chapter 05 keeps its 2 starts (one engine, a short single stream each).
         # The forced backend is eager, the implementation besides the default's that runs as it is on a CPU: the default
@@ -198,7 +211,7 @@ def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict
 # checked from the notebook's own declaration (servebook.book); these add the ranges and choices that the
 # notebooks' comments state, so a bad value stops the book before anything runs.
 _AT_LEAST_1 = {"max_tokens", "runs", "ready_timeout", "max_batch", "timeout_s", "input_len", "requests_per_run",
-               "max_concurrency", "requests_per_level", "level_time_budget_s", "seed_tp", "starts"}
+               "max_concurrency", "requests_per_level", "level_time_budget_s", "seed_tp", "starts", "ceiling_tokens"}
 _AT_LEAST_0 = {"warmup", "saturation_patience", "seed"}
 _CHOICES = {"api": ("completions", "chat")}
 
@@ -211,6 +224,10 @@ def check_chapter_param(name: str, value: Any) -> None:
         raise ParameterError(name, value, "a whole number of at least 0")
     if name == "seed_allreduce_us" and isinstance(value, (int, float)) and not value >= 0:
         raise ParameterError(name, value, "a latency in microseconds, 0 or more (0: the latencies recorded in data/runs/h200x2-nccl)")
+    if name == "ceiling_concurrencies":
+        from .bench.ceiling import ceiling_levels
+
+        ceiling_levels(value, name=name)  # whole numbers of at least 1, comma-separated
     if name in _CHOICES and value not in _CHOICES[name]:
         raise ParameterError(name, value, "one of: " + ", ".join(_CHOICES[name]))
     if name in ("seed_profile", "matrix_profiles") and value:

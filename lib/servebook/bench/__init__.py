@@ -20,7 +20,7 @@ Fixed output lengths: ``ignore_eos`` for vLLM/SGLang, a ``generation_config`` wi
 
 from __future__ import annotations
 
-from .ceiling import CEILING_GOAL, CLIENTS, ceiling_check, ceiling_comparison, ceiling_verdict, client_ceiling
+from .ceiling import CEILING_GOAL, CLIENTS, ceiling_check, ceiling_levels, ceiling_comparison, ceiling_verdict, client_ceiling
 from .cli import _run_cli, main, register
 from .client import _host_batch, _host_models, check_server, run_requests
 from .fake import FakeSSEServer
@@ -59,6 +59,7 @@ __all__ = [
     "inprocess_decode_rate",
     "FakeSSEServer",
     "client_ceiling",
+    "ceiling_levels",
     "ceiling_comparison",
     "ceiling_verdict",
     "CLIENTS",

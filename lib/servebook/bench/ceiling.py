@@ -2,6 +2,7 @@
 SGLang's, and each measured rate next to it.
 
     rows = client_ceiling(store=store, clients=CLIENTS, tokenizer_dir=model_dir)   # servebook, httpx, sglang.bench_serving
+    client_ceiling(store=store, concurrencies=ceiling_levels("1,64", smoke=True))   # the notebook's parameter: (1, 8)
     verdict = ceiling_verdict(rows)       # is servebook's ceiling >= CEILING_GOAL x bench_serving's, and is httpx's?
     checks = ceiling_check(summary, store.table("client_ceiling"))
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -17,7 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..errors import ServebookError
+from ..errors import ParameterError, ServebookError
 from .bench_serving import DEFAULT_SPEC, run_bench_serving_many, write_sharegpt
 from .fake import FakeSSEServer
 from .httpx_stream import httpx_batch
@@ -26,12 +28,23 @@ from .sse import finish
 from .stats import percentile
 from .transport import run_batch, run_coro
 
-__all__ = ["CLIENTS", "CEILING_GOAL", "client_ceiling", "ceiling_comparison", "ceiling_verdict", "ceiling_check"]
+__all__ = ["CLIENTS", "CEILING_GOAL", "ceiling_levels", "client_ceiling", "ceiling_comparison", "ceiling_verdict", "ceiling_check"]
 
 CLIENTS = ("servebook", "httpx", "sglang.bench_serving")  # servebook's transport, a library client, SGLang's own client
 # Issue #19: servebook keeps its own HTTP transport only if its ceiling is at least this many times
 # sglang.bench_serving's on the same fake server and a library client (httpx) does not get there.
 CEILING_GOAL = 1.5
+_SMOKE_MAX = 8  # a smoke run (tests, CI) streams the ceiling at concurrencies up to this
+
+
+def ceiling_levels(concurrencies: str, smoke: bool = False, name: str = "ceiling_concurrencies") -> tuple[int, ...]:
+    """The concurrencies of :func:`client_ceiling` from chapter 05's parameter, e.g. ``"1,64"`` -> ``(1, 64)``: whole
+    numbers of at least 1, comma-separated (taken in increasing order, once each); with ``smoke`` each is capped at
+    ``_SMOKE_MAX`` (``"1,64"`` -> ``(1, 8)``). A ParameterError names the parameter otherwise."""
+    items = [x.strip() for x in str(concurrencies).split(",")]
+    if not all(re.fullmatch(r"[0-9]{1,6}", x) and int(x) >= 1 for x in items):
+        raise ParameterError(name, concurrencies, "comma-separated whole numbers of at least 1, e.g. 1,64")
+    return tuple(sorted({min(int(x), _SMOKE_MAX) if smoke else int(x) for x in items}))
 
 
 def client_ceiling(
