@@ -43,6 +43,20 @@ def _shims() -> dict[int, float]:
     return out
 
 
+def _running_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` still running (zombies, dead and waiting for their reaper, left out)."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # process group, state
+            out.append(int(d))
+    return out
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -87,44 +101,72 @@ def test_turns_alternate_in_one_idle_process(sglang_env, embedded_model, tmp_pat
     idle = [(e[4][pid] - e[3][pid], e[2] - e[1]) for e in events[1:] if e[0] == "servebook"]
     print("bench_serving CPU s during servebook's turns (cpu, wall):", idle)
     assert all(cpu <= 0.05 + 0.05 * wall for cpu, wall in idle), idle
-    assert _gone(pid) and not _shims()
+    assert _gone(pid) and not _running_in_group(pid) and not _shims()
 
 
-def test_stopped_after_an_exception_mid_way(sglang_env, embedded_model, tmp_path, monkeypatch):
+# A stand-in for the shim that speaks its --servebook-turns protocol (no sglang: it costs no imports): ready, then per
+# stdin line a result file (first run) or a failure on stderr with no result (later runs), each followed by the marker.
+_FAKE_SHIM = """
+import json, sys
+print("starting"); print("\\n@@servebook-turn@@ ready", flush=True)
+for i, line in enumerate(iter(sys.stdin.readline, "")):
+    if not line.strip():
+        break
+    args = json.loads(line)
+    if i == 0:
+        res = {"completed": 4, "mean_ttft_ms": 1.0, "mean_itl_ms": 1.0, "output_throughput": 1.0,
+               "total_output_tokens": 32, "duration": 1.0, "itls": [[1.0]]}
+        open(args[args.index("--output-file") + 1], "w").write(json.dumps(res) + "\\n")
+        print("note 0", file=sys.stderr, flush=True)
+    else:
+        print("Traceback (most recent call last):\\nValueError: boom", i, file=sys.stderr, flush=True)
+    print("\\n@@servebook-turn@@ done", i, int(i > 0), flush=True)
+"""
+
+
+def test_a_failed_turn_mid_way_surfaces_and_stops_the_process(embedded_model, tmp_path, monkeypatch):
+    """bench_serving's second turn fails: agreement() raises with its log (as a failed run_bench_serving does), and
+    the process is gone. (The driver's side, against a stand-in shim.)"""
+    import sys
+
     tok = bench.load_tokenizer(embedded_model)
-    seen, real_requests = [], bench_compare.run_requests
+    fake_shim = tmp_path / "fake_shim.py"
+    fake_shim.write_text(_FAKE_SHIM)
+    monkeypatch.setattr(bs_mod, "SHIM", fake_shim)
+    pids, real_run = [], bs_mod._BenchServingTurns.run
 
-    def sb(*a, **kw):
-        seen.append(_shims())
-        if len(seen) == 3:  # the warm-up, servebook, bench_serving's first turn, then this
-            raise KeyboardInterrupt
-        return real_requests(*a, **kw)
+    def bs(self, *a, **kw):
+        pids.append(self.pid)
+        return real_run(self, *a, **kw)
 
-    monkeypatch.setattr(bench_compare, "run_requests", sb)
-    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=1, delay_s=0.005) as fake:
-        with pytest.raises(KeyboardInterrupt):
-            bench_compare.agreement(sglang_env.python, fake.url, "fake-sse", embedded_model, tok, input_len=16,
+    monkeypatch.setattr(bs_mod._BenchServingTurns, "run", bs)
+    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=1, delay_s=0.001) as fake:
+        with pytest.raises(RuntimeError, match=r"(?s)sglang.bench_serving failed \(rc=1\):.*ValueError: boom 1") as exc:
+            bench_compare.agreement(sys.executable, fake.url, "fake-sse", embedded_model, tok, input_len=16,
                                     output_len=8, concurrency=1, num_prompts=4, engine="", repeats=3, workdir=tmp_path)
-    assert len(seen) == 3 and len(seen[2]) == 1, seen
-    (pid,) = seen[2]
-    assert _gone(pid) and not _shims()
+    assert "note 0" not in str(exc.value) and "starting" not in str(exc.value)  # that run's log only
+    assert len(pids) == 2 and pids[0] == pids[1] and pids[0] is not None, pids
+    assert _gone(pids[0]) and not _running_in_group(pids[0]) and not _shims()
 
 
-def test_failed_and_timed_out_runs(sglang_env, embedded_model, tmp_path):
-    """A failed run says why (its log) and the next run goes on in the same process; a run past its timeout raises
-    TimeoutExpired and the process is stopped."""
-    from servebook.servers import free_port
-
-    data = bs_mod.write_sharegpt(["hello there, " * 20] * 4, tmp_path / "sharegpt.json")
-    run = {"model": "fake-sse", "dataset_path": data, "input_len": 8, "output_len": 8, "num_prompts": 2,
-           "max_concurrency": 1}
-    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=1, delay_s=0.05) as fake:
-        with pytest.raises(subprocess.TimeoutExpired):
-            with bs_mod._BenchServingTurns(sglang_env.python, embedded_model, drop_fields=(), workdir=tmp_path) as bs:
-                dead = bs.run({**run, "url": f"http://127.0.0.1:{free_port()}"})
-                assert isinstance(dead, str) and dead.startswith("sglang.bench_serving failed") and "Traceback" in dead, dead
-                ok = bs.run({**run, "url": fake.url})
-                assert isinstance(ok, dict) and ok["completed"] == 2 and ok["_process_pid"] == bs.pid, ok
-                pid = bs.pid
-                bs.run({**run, "url": fake.url, "output_len": 200}, timeout=1.0)  # 200 tokens at 50 ms each
-    assert _gone(pid) and not _shims()
+def test_start_timeout_and_early_end(tmp_path):
+    """Without bench_serving itself (no engine environment needed): an interpreter that never gets ready times out
+    and its whole group is stopped; one that ends before it is ready says why."""
+    hang = tmp_path / "hang.sh"
+    hang.write_text("#!/bin/sh\nsleep 300 &\nwait\n")  # a child in its group too
+    hang.chmod(0o755)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text("{}")
+    bs = bs_mod._BenchServingTurns(str(hang), tmp_path / "tok", timeout=1.0, workdir=tmp_path / "a")
+    with pytest.raises(subprocess.TimeoutExpired):
+        with bs:
+            pid = bs.pid
+            bs.wait_ready()
+    assert _gone(pid)
+    assert not _running_in_group(pid)  # its child too
+    end = tmp_path / "end.sh"
+    end.write_text("#!/bin/sh\necho no bench_serving here >&2\nexit 3\n")
+    end.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"(?s)rc=3, before its first run.*no bench_serving here"):
+        with bs_mod._BenchServingTurns(str(end), tmp_path / "tok", timeout=30.0, workdir=tmp_path / "b") as bs:
+            bs.wait_ready()

@@ -9,7 +9,8 @@
 It runs in its own process through a small shim (``servebook/bench/compare_patches/bench_serving_shim.py``) that pins
 it to one CPU when asked and drops named fields from the JSON bodies it posts (``servebook.bench.compare`` says why).
 Chapter 05 runs it against the fake server beside servebook's client (``client_ceiling``); ``servebook.bench.compare``
-against a live server.
+against a live server, through ``_BenchServingTurns``: one process whose runs come on request, taking turns with
+servebook's client's.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def run_bench_serving_many(python: str, tokenizer_dir: str | os.PathLike, runs: 
     """Several runs of ``sglang.bench_serving`` in one process (its imports take seconds): per run, its JSONL result
     line, or a string saying why there is none. Each run is a dict of :func:`run_bench_serving`'s arguments (``url``,
     ``model``, ``dataset_path``, ``input_len``, ``output_len``, ``num_prompts``, ``max_concurrency``, optionally
-    ``extra_body`` and ``warmup_requests``). ``subprocess.TimeoutExpired`` when they take over ``timeout`` seconds."""
+    ``extra_body`` and ``warmup_requests``). ``subprocess.TimeoutExpired`` when they take over ``timeout`` seconds.
+    Each result's ``_process_wall_s`` is the whole process's wall time (its imports and every run)."""
     wd = Path(workdir or tempfile.mkdtemp(prefix="bench-serving-"))
     wd.mkdir(parents=True, exist_ok=True)
     tok_dir = compat_tokenizer_dir(tokenizer_dir, wd / "tokenizer")

@@ -92,7 +92,9 @@ def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, t
     ``repeats`` x (bench_serving, servebook)); each metric's mean over each client's runs and their difference.
 
     Taking turns brackets the server's own drift; ``pin_cpu`` puts both clients on that CPU (the server
-    elsewhere). ``engine`` decides the fixed-length request fields (``""`` for none)."""
+    elsewhere). ``engine`` decides the fixed-length request fields (``""`` for none). All of bench_serving's turns run
+    in one process (its imports paid once, during the warm-up), which waits on its stdin, without CPU, while servebook
+    runs; each of its runs records ``process_pid`` and ``wall_s`` (that run's wall time, the imports not in it)."""
     n = num_prompts or max(4, 2 * concurrency)
     wd = Path(workdir or tempfile.mkdtemp(prefix="bench-compare-"))
     wd.mkdir(parents=True, exist_ok=True)
