@@ -52,6 +52,9 @@ def test_agreement_on_a_paced_server(sglang_env, embedded_model, tmp_path):
                                         repeats=3, pin_cpu=client_cpu, workdir=tmp_path / f"c{c}")
             assert a["bench_serving"]["completed"] == a["num_prompts"]
             assert all(r["completed"] == a["num_prompts"] for r in a["servebook"]["runs"])
+            (bs_pid,) = {r["process_pid"] for r in a["bench_serving"]["runs"]}  # one bench_serving process, all turns
+            with pytest.raises(ProcessLookupError):
+                os.kill(bs_pid, 0)  # and stopped
             for metric, m in a["metrics"].items():
                 sb, bs = m["servebook"], m["bench_serving"]
                 print(f"paced C={c} {metric}: servebook {sb:.3f} bench_serving {bs:.3f} diff {100 * m['rel_diff']:+.1f}%")

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from .bench_serving import DEFAULT_SPEC, compat_tokenizer_dir, run_bench_serving, write_sharegpt
+from .bench_serving import DEFAULT_SPEC, _BenchServingTurns, compat_tokenizer_dir, run_bench_serving, write_sharegpt
 from .ceiling import client_ceiling
 from .client import run_requests
 from .payload import fixed_length_fields
@@ -64,7 +64,7 @@ def _bs_metrics(res: dict) -> dict:
     itls = [x for per in res.get("itls", []) for x in per]
     return {"ttft_ms": res["mean_ttft_ms"], "itl_ms": res["mean_itl_ms"], "output_tok_s": res["output_throughput"],
             "completed": res["completed"], "output_tokens": res["total_output_tokens"], "duration_s": res["duration"],
-            "n_itl": len(itls)}
+            "n_itl": len(itls), "process_pid": res.get("_process_pid"), "wall_s": res.get("_process_wall_s")}
 
 
 def servebook_metrics(results: Sequence[RequestResult]) -> dict:
@@ -92,32 +92,41 @@ def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, t
     ``repeats`` x (bench_serving, servebook)); each metric's mean over each client's runs and their difference.
 
     Taking turns brackets the server's own drift; ``pin_cpu`` puts both clients on that CPU (the server
-    elsewhere). ``engine`` decides the fixed-length request fields (``""`` for none)."""
+    elsewhere). ``engine`` decides the fixed-length request fields (``""`` for none). All of bench_serving's turns run
+    in one process (its imports paid once, during the warm-up), which waits on its stdin, without CPU, while servebook
+    runs; each of its runs records ``process_pid`` and ``wall_s`` (that run's wall time, the imports not in it)."""
     n = num_prompts or max(4, 2 * concurrency)
     wd = Path(workdir or tempfile.mkdtemp(prefix="bench-compare-"))
     wd.mkdir(parents=True, exist_ok=True)
     prompts = build_prompts(tokenizer, input_len, n, seed=seed)
     data = write_sharegpt(prompts, wd / "sharegpt.json")
     gen = fixed_length_fields(engine, output_len)
-    # warm the server at this concurrency first: an engine pays a first-use cost for a batch size it has not served yet
-    # (h200x1-live, C=8: servebook's first run waited 466 ms for first tokens, its run after bench_serving 21 ms)
-    run_requests(url, model, prompts[:concurrency], max_tokens=output_len, concurrency=concurrency, engine=engine,
-                       tokenizer=tokenizer)
+    bs_run_args = {"url": url, "model": model, "dataset_path": data, "input_len": input_len, "output_len": output_len,
+                   "num_prompts": n, "max_concurrency": concurrency, "extra_body": gen or None}
 
     def sb_run() -> dict:
         return servebook_metrics(run_requests(url, model, prompts, max_tokens=output_len, concurrency=concurrency,
                                                     engine=engine, tokenizer=tokenizer, pin_cpu=pin_cpu))
 
-    def bs_run() -> dict:
-        return _bs_metrics(run_bench_serving(python, url, model, str(model_dir), data, input_len=input_len,
-                                             output_len=output_len, num_prompts=n, max_concurrency=concurrency,
-                                             extra_body=gen or None, pin_cpu=pin_cpu, workdir=wd,
-                                             drop_fields=_refused_fields(engine)))
+    # one bench_serving process for all its turns (its imports, seconds of CPU, paid once), idle between them
+    with _BenchServingTurns(python, str(model_dir), drop_fields=_refused_fields(engine), pin_cpu=pin_cpu,
+                            workdir=wd) as bs:
+        def bs_run() -> dict:
+            res = bs.run(bs_run_args)
+            if isinstance(res, str):
+                raise RuntimeError(res)
+            return _bs_metrics(res)
 
-    sbs, bss = [sb_run()], []
-    for _ in range(max(1, repeats)):
-        bss.append(bs_run())
-        sbs.append(sb_run())
+        # warm the server at this concurrency first (bench_serving imports meanwhile; nothing is measured yet): an
+        # engine pays a first-use cost for a batch size it has not served yet (h200x1-live, C=8: servebook's first
+        # run waited 466 ms for first tokens, its run after bench_serving 21 ms)
+        run_requests(url, model, prompts[:concurrency], max_tokens=output_len, concurrency=concurrency, engine=engine,
+                     tokenizer=tokenizer)
+        bs.wait_ready()  # from here it waits on its stdin, without CPU, while servebook runs
+        sbs, bss = [sb_run()], []
+        for _ in range(max(1, repeats)):
+            bss.append(bs_run())
+            sbs.append(sb_run())
     rows = {}
     for k in ("ttft_ms", "itl_ms", "output_tok_s"):
         sb_vals, bs_vals = [r[k] for r in sbs], [r[k] for r in bss]

@@ -8,6 +8,13 @@ POST, and lowers a ``min_tokens`` above the request's ``max_tokens`` to it (benc
 HTTP 400, which stops bench_serving before it measures: seen on SGLang 0.5.16, benchmark/serving.py:1390-1413); then runs bench_serving's own ``__main__`` with the remaining arguments, once per group of arguments between
 ``--servebook-next`` markers (one process, so its imports, some seconds, are paid once). A run that fails is reported
 on stderr and the next one runs; the exit status is 1 when any failed. Started by ``servebook.bench.bench_serving``.
+
+    ... python bench_serving_shim.py --servebook-turns      (stdin: one JSON list of arguments per line)
+
+runs on request instead (``servebook.bench.bench_serving._BenchServingTurns``, so that its runs can take turns with
+another client's): it pays bench_serving's imports, prints a ``@@servebook-turn@@ ready`` line, then waits on a blocking
+read of stdin (no CPU while it waits); each line is one run's arguments, and after the run (its result file written)
+it prints ``@@servebook-turn@@ done I RC``. An empty line or the end of stdin ends it.
 """
 import sys
 
@@ -15,7 +22,9 @@ import sys
 if sys.path and sys.path[0].rstrip("/").endswith("compare_patches"):
     sys.path.pop(0)
 
-import os, runpy, traceback
+import json, os, runpy, traceback
+
+MARK = "@@servebook-turn@@"
 
 
 def fix_body(j, drop):
@@ -41,23 +50,47 @@ def main() -> int:
         fix_body(kw.get("json"), drop)
         return _post(self, url, data=data, **kw)
     aiohttp.ClientSession.post = post
-    groups, failed = [[]], 0
+    if sys.argv[1:] == ["--servebook-turns"]:
+        return turns()
+    groups = [[]]
     for a in sys.argv[1:]:
         if a == "--servebook-next":
             groups.append([])
         else:
             groups[-1].append(a)
-    for g in groups:
-        sys.argv = ["sglang.bench_serving", *g]
-        try:
-            runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
-        except SystemExit as exc:
-            if exc.code not in (0, None):
-                failed += 1
-                print(f"servebook shim: bench_serving exited with {exc.code}", file=sys.stderr, flush=True)
-        except Exception:  # noqa: BLE001 - reported, and the next run goes on
-            failed += 1
-            traceback.print_exc()
+    return 1 if sum(run(g) for g in groups) else 0
+
+
+def run(args) -> int:
+    """One bench_serving run (its ``__main__``) with ``args``: 0, or 1 when it failed (reported on stderr)."""
+    sys.argv = ["sglang.bench_serving", *args]
+    try:
+        runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            print(f"servebook shim: bench_serving exited with {exc.code}", file=sys.stderr, flush=True)
+            return 1
+    except Exception:  # noqa: BLE001 - reported, and the next run goes on
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def turns() -> int:
+    """Runs on request: one JSON list of arguments per stdin line, a marker line on stdout after each."""
+    import sglang.bench_serving  # noqa: F401 - its imports, paid before the first turn
+    sys.modules.pop("sglang.bench_serving", None)  # each run executes it afresh as __main__ (its imports stay cached)
+    print(f"\n{MARK} ready", flush=True)
+    failed, i = 0, 0
+    while True:
+        line = sys.stdin.readline()  # blocks: no CPU between turns
+        if not line.strip():
+            break
+        rc = run(json.loads(line))
+        failed += rc
+        sys.stderr.flush()
+        print(f"\n{MARK} done {i} {rc}", flush=True)
+        i += 1
     return 1 if failed else 0
 
 
