@@ -101,3 +101,30 @@ def test_keyboard_interrupt_stops_the_server(tmp_path):
             pid = srv.proc.pid
             raise KeyboardInterrupt
     assert not _alive(pid) and not port_listening(port)
+
+
+def test_free_port_never_hands_out_a_recent_port_again(monkeypatch):
+    """Servers launched together each pick a port before any binds one, and the OS may offer a port just released
+    again (here it does, by script): the picks must still differ."""
+    import servebook.servers as servers
+
+    offered = iter([47001, 47001, 47001, 47002])
+
+    class _Socket:
+        def __init__(self, *a, **k):
+            self.port = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, addr):
+            self.port = next(offered)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(servers.socket, "socket", _Socket)
+    assert [servers.free_port(), servers.free_port()] == [47001, 47002]

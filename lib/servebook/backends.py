@@ -37,7 +37,7 @@ from . import agreement
 from .engines import CLIRejected, EngineAdapter
 from .errors import EngineError, ServebookError, ServerError
 from .results import RunStore
-from .servers import Server, leftover_servers, port_listening, start_together
+from .servers import Server, leftover_servers, port_listening, start_together, take_started
 
 __all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "runnable_here", "engine_error"]
 
@@ -294,7 +294,7 @@ def _overlapped(ctx: _Sweep, todo: list[tuple], checked: dict, measured: dict) -
     A row is recorded as soon as it has all its starts; every server is stopped on every path."""
     rounds: list[dict] = []  # what each round started, for stopping whatever is left on the way out
     try:
-        first = _unique_ports(ctx, [(key, lambda key=key: _prepare(ctx, key[0], key[1], checked.get(key[0] or "auto"))) for key in todo])
+        first = [(key, _prepare(ctx, key[0], key[1], checked.get(key[0] or "auto"))) for key in todo]
         rounds.append(_start_together(ctx, [(key, p) for key, p in first if p.get("launch")]))
         names = [_key_label(key) for key, p in first if p.get("launch")]
         rows, again = {}, []
@@ -303,7 +303,7 @@ def _overlapped(ctx: _Sweep, todo: list[tuple], checked: dict, measured: dict) -
                 rows[key] = p["row"]
             else:
                 p["row"]["started_with"] = [n for n in names if n != _key_label(key)]
-                rows[key] = _finish(ctx, key[0], p, lambda key=key: _take(rounds[0], key))
+                rows[key] = _finish(ctx, key[0], p, lambda key=key: take_started(rounds[0], key))
             more = [((key, k), None) for k in _more_starts(ctx, rows[key])]
             if more:
                 again.extend(more)
@@ -312,14 +312,14 @@ def _overlapped(ctx: _Sweep, todo: list[tuple], checked: dict, measured: dict) -
                 measured[key] = _record_row(ctx, rows[key])
         if not again:
             return
-        second = _unique_ports(ctx, [(key, lambda key=key: _prepare_start(ctx, key[0][0], key[0][1], key[1])) for key, _ in again])
+        second = [(key, _prepare_start(ctx, key[0][0], key[0][1], key[1])) for key, _ in again]
         rounds.append(_start_together(ctx, [(key, p) for key, p in second if p.get("launch")]))
         names = [_key_label(key) for key, p in second if p.get("launch")]
         entries: dict = {}
         for key, p in second:
             entries.setdefault(key[0], []).append(_one_more_start(
                 ctx, key[0][0], key[0][1], rows[key[0]], key[1], prepared=p, started_with=[n for n in names if n != _key_label(key)],
-                take=lambda key=key: _take(rounds[1], key)))
+                take=lambda key=key: take_started(rounds[1], key)))
         for key in todo:
             if key in entries:
                 _restarts(ctx, key[0], key[1], rows[key], more=entries[key])
@@ -329,22 +329,6 @@ def _overlapped(ctx: _Sweep, todo: list[tuple], checked: dict, measured: dict) -
             for srv in started.values():
                 if isinstance(srv, Server):
                     srv.stop()
-
-
-def _unique_ports(ctx: _Sweep, preps: list[tuple]) -> list[tuple]:
-    """``(key, prepare())`` for each; servers launched together need distinct ports, each picked free on its own
-    before any server binds it: a launch that drew a port already drawn is prepared again."""
-    out, seen = [], set()
-    for key, prepare in preps:
-        p = prepare()
-        for _ in range(20):
-            if p.get("launch") is None or p["launch"].port not in seen:
-                break
-            p = prepare()
-        if p.get("launch") is not None:
-            seen.add(p["launch"].port)
-        out.append((key, p))
-    return out
 
 
 def _start_together(ctx: _Sweep, group: list[tuple]) -> dict:
@@ -358,16 +342,6 @@ def _key_label(key: tuple) -> str:
     if isinstance(key[0], tuple):
         return f"{_key_label(key[0])} start {key[1]}"
     return (key[0] or "auto") + ("" if key[1] == "default" else f" ({key[1]})")
-
-
-def _take(started: dict, key):
-    """The server started for a configuration (or start), ready; or the error its start raised, raised again."""
-    got = started.get(key)
-    if isinstance(got, BaseException):
-        raise got
-    if got is None:
-        raise ServerError("its server was not started")
-    return got
 
 
 _IMPORT_LOCK = threading.Lock()

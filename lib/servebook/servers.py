@@ -16,6 +16,7 @@ in the run directory when one is given, so leftovers can be found by pid.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,7 +36,7 @@ from .errors import ServerError
 from . import secrets as _secrets
 from .secrets import mask_argv, mask_text, mask_value
 
-__all__ = ["Launch", "Server", "start_together", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
+__all__ = ["Launch", "Server", "start_together", "take_started", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
 
 
 @dataclass
@@ -70,11 +72,22 @@ def shell_line(cmd: list[str], env: dict[str, str] | None = None) -> str:
     return mask_text(" ".join(words + [shlex.quote(str(c)) for c in mask_argv([str(c) for c in cmd])]))
 
 
+_HANDED_OUT: "collections.deque[int]" = collections.deque(maxlen=64)
+_PORT_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port nothing listens on right now, and not one of the last 64 this process handed out: servers launched
+    together (``start_together``) each pick a port before any of them binds one, so those picks must differ."""
+    with _PORT_LOCK:
+        for _ in range(50):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                break
+        _HANDED_OUT.append(port)
+        return port
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -396,6 +409,17 @@ class Server:
         self.stop()
 
 
+def take_started(started: dict, key):
+    """From :func:`start_together`'s result, the ready server of ``key``, taken out (its caller stops it); the error its
+    start raised is raised again, and a key that was never started is a :class:`ServerError`."""
+    got = started.pop(key, None)
+    if isinstance(got, BaseException):
+        raise got
+    if got is None:
+        raise ServerError("its server was not started")
+    return got
+
+
 def start_together(group: Sequence[tuple], registry: str | os.PathLike | None = None, ready_timeout: float = 300.0,
                    progress: Callable[[str], None] | None = print, name: Callable = str) -> dict:
     """Launch every ``(key, launch, log_path)`` at once and wait until each is ready or failed, each waited for by a
@@ -404,7 +428,6 @@ def start_together(group: Sequence[tuple], registry: str | os.PathLike | None = 
     server stopped, as :meth:`Server.start` does). On an interrupt or any other exception meanwhile, every one is
     stopped. For a host whose CPU starts servers: several ready servers there wait together at next to no cost."""
     import queue
-    import threading
 
     say = progress or (lambda _m: None)
     out: dict = {}

@@ -216,33 +216,22 @@ def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir
         return {}, {}
     if not ok:
         return {}, {}
-    launches = {0: launch}
-    for k in more:
-        for _ in range(20):  # picked free one by one before any binds: distinct
-            launches[k] = launch_one()
-            if launches[k].port not in {l.port for j, l in launches.items() if j != k}:
-                break
+    launches = {0: launch, **{k: launch_one() for k in more}}  # distinct ports: servers.free_port
     print(f"{label}: {why}: the servers of its {len(launches)} starts are launched together, then measured one at a time")
     logs = {k: store.path / (f"server-{eng.name}.log" if k == 0 else f"server-{eng.name}-start{k}.log") for k in launches}
     return start_together([(k, launches[k], logs[k]) for k in launches], registry=store.path / "servers.jsonl", ready_timeout=600,
                           name=lambda k: f"{label} start {k}"), launches
 
 
-def _take_ahead(ahead: dict, k: int):
-    got = ahead.pop(k)
-    if isinstance(got, BaseException):
-        raise got
-    return got
-
-
 def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, launches: dict, *, on_host, host_model, model_dir,
                     prompts, tokenizer, w: Workload) -> None:
     """``_bench_engine``'s measurements: start 0 (single stream, the sweep), then each further start's single stream;
     each start's server taken from ``ahead`` when started there, else started in its turn."""
+    from ..servers import take_started
     from .client import check_server
     from .runs import concurrency_sweep, record_start, single_stream, start_measured
 
-    with (_take_ahead(ahead, 0) if 0 in ahead else
+    with (take_started(ahead, 0) if 0 in ahead else
           on_host.serve(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
                         ready_timeout=600)) as srv:
         name = eng.served_model_name(host_model)
@@ -277,7 +266,7 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
         if start_measured(store, label, k, w.max_tokens, w.warmup):
             continue
         again = launches.get(k) or launch_one()
-        with (_take_ahead(ahead, k) if k in ahead else
+        with (take_started(ahead, k) if k in ahead else
               on_host.serve(again, log_path=store.path / f"server-{eng.name}-start{k}.log", registry=store.path / "servers.jsonl",
                             ready_timeout=600)) as srv:
             single = single_stream(srv.base_url, name, prompts, runs=w.runs, warmup=w.warmup, requests_per_run=w.requests_per_run,
