@@ -183,7 +183,7 @@ def force_each_backend(
     ``decode_tok_s`` / ``decode_tok_s_ci95`` are the mean and 95% t-interval over the per-start means (with one start,
     the interval within it; ``ci_over`` says which).
 
-    ``overlap_starts``: start the sweep's servers together and measure them one at a time (``_overlap_rule``; None:
+    ``overlap_starts``: start the sweep's servers together and measure them one at a time (``starts_overlap_here``; None:
     when the servers run on this machine's CPU, False: one after the other as on a GPU, True: together wherever they
     run here). No server is ever starting while another is measured: all the first starts are launched at once and
     waited for until each is ready or failed, then each is checked and measured in turn and stopped right after; the
@@ -217,7 +217,7 @@ def force_each_backend(
                 say(f"{engine.name} {label} ({mode}): already measured in this run, skipped")
             plan.append(done or (backend, mode))
     todo = [p for p in plan if isinstance(p, tuple)]
-    overlap, why = (overlap_starts, "overlap_starts=True") if overlap_starts is not None else _overlap_rule(ctx, len(todo), model_dir)
+    overlap, why = (overlap_starts, "overlap_starts=True") if overlap_starts is not None else starts_overlap_here(len(todo), model_dir, env=ctx.env, remote=ctx.remote)
     measured: dict = {}
     if overlap and len(todo) > 1 and not remote:
         say(f"{engine.name}: {why}: the servers of each round start together, then are measured one at a time")
@@ -247,10 +247,6 @@ def _record_row(ctx: _Sweep, row: dict) -> dict:
 # each while another one is measured. A server that is *starting* (imports, model load) takes a whole core: that is
 # why no server starts while another is measured.
 _OVERLAP_MEMORY_SHARE = 0.5  # all the servers' weights, counted twice (loaded copy, load buffers), within this share of free memory
-
-
-def _overlap_rule(ctx: _Sweep, n: int, model_dir) -> tuple[bool, str]:
-    return starts_overlap_here(n, model_dir, env=ctx.env, remote=ctx.remote)
 
 
 def starts_overlap_here(n: int, model_dir, env: dict | None = None, remote: bool = False) -> tuple[bool, str]:
@@ -288,7 +284,7 @@ def starts_overlap_here(n: int, model_dir, env: dict | None = None, remote: bool
 
 
 def _overlapped(ctx: _Sweep, todo: list[tuple], checked: dict, measured: dict) -> None:
-    """``force_each_backend``'s sweep in two rounds of servers started together (``_overlap_rule``): every
+    """``force_each_backend``'s sweep in two rounds of servers started together (``starts_overlap_here``): every
     configuration's first start, then the further starts of the correct ones. In each round every server is launched
     at once and waited for until ready or failed, then each in turn is checked and measured and stopped right after.
     A row is recorded as soon as it has all its starts; every server is stopped on every path."""
