@@ -167,7 +167,7 @@ show("02")
 # on the way were about the hardware, the model, an installed kernel library or a user flag.
 
 # %% [markdown]
-# ## The fastest correct backend
+# ## The fastest backend against the default
 
 # %%
 bk = pd.DataFrame(f.backends)
@@ -307,7 +307,7 @@ else:
 from servebook.stated import say_allreduce, say_backends, say_selection, say_throughput
 
 found = ["**What each engine picks** (chapter 02)", ""] + (say_selection(store) or ["- No backend selection was recorded in this run."])
-found += ["", "**The fastest correct backend** (chapter 03)", ""]
+found += ["", "**The fastest backend against the default** (chapter 03)", ""]
 found += ([f"- {b['engine']}: {say_backends(b)}" for b in f.backends if b.get("correct") and b.get("default_tok_s") is not None]
           or ["- No backend was forced in this run, or none served correct output."])
 found += ["", "**All-reduce** (chapter 04)", "", f"- {say_allreduce(f.nccl)}"]

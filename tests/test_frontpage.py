@@ -86,6 +86,41 @@ def test_front_page_states_each_run_from_its_tables(front):
         assert not [c for c in found if "front page" in c.page], "\n".join(map(str, found))
 
 
+def test_front_page_says_correct_only_where_the_decode_kernel_was_checked(front):
+    """"Correct" on a card means what chapters 03 and 06 mean by it: every start compared had its decode kernel's tokens
+    checked (a ``decode_agreement`` on each ok row of ``backends``); older runs say their check covered the prefill path only.
+    The model is named in words, never as a path on the recording host."""
+    from servebook.results import RunStore
+
+    page = front.read_text()
+    seen = set()
+    for r in RENDERS:
+        card = re.search(rf'<section class="sb-book" id="book-{re.escape(r.name)}".*?</section>', page, flags=re.S).group(0)
+        text = " ".join(visible(card).blocks)
+        assert "/tmp/" not in text, f"{r.name}'s card names the model by a path on the recording host: {text}"
+        ok = [x for x in RunStore(frontpage._run_dir(r, ROOT / "data" / "runs")).rows("backends")
+              if x.get("outcome") == "ok" and x.get("decode_tok_s")]
+        if not ok:
+            continue
+        checked = all(x.get("decode_agreement") is not None for x in ok)
+        seen.add(checked)
+        assert ("Fastest correct configuration" in text) == checked, (r.name, text)
+        assert ("prefill path only" in text) == (not checked), (r.name, text)
+    assert seen == {True, False}, "the committed books no longer hold both kinds of run: this test checks one side only"
+
+
+@pytest.mark.parametrize("b, says", [
+    ({"best_tok_s": 5.0, "default_tok_s": 5.0}, "its default"),
+    ({"best_tok_s": 9.0, "default_tok_s": None}, "the default did not run"),
+    ({"best_tok_s": 9.0, "default_tok_s": 5.0, "best_reported": "fa3", "default_reported": "fa3"}, "the kernel the default loads"),
+    ({"best_tok_s": 9.0, "default_tok_s": 5.0, "change_supported": True}, "beyond both intervals over server starts"),
+    ({"best_tok_s": 9.0, "default_tok_s": 5.0, "ties": ["auto"]}, "within the default's interval"),
+    ({"best_tok_s": 9.0, "default_tok_s": 5.0, "ties": []}, "within one server start only"),
+])
+def test_front_page_names_how_the_fastest_start_stands_against_the_default(b, says):
+    assert says in frontpage._how(b)
+
+
 def test_front_page_questions_are_the_readmes():
     readme = (ROOT / "README.md").read_text()
     for number, question in frontpage.QUESTIONS.items():

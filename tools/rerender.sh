@@ -4,7 +4,8 @@
 # (servebook engines add sglang==0.5.9 sglang==0.5.16 sglang==0.5.23 vllm==0.26.0 ...), the rest reads tables.
 #   bash tools/rerender.sh [PHASE]     PHASE: 02 (chapter 02 of every book), rest (01, 03-06 and the front page), all;
 #                                      trust (the h200x1-trust book alone; then `front`);
-#                                      rest-live and rest-book split rest in two halves to run side by side (then `front`)
+#                                      rest-live and rest-book split rest in two halves to run side by side (then `front`);
+#                                      06 (chapter 06 of every book, then the front page: after a change to the findings' words)
 # Each book's parameters are the ones it was recorded with (its RECORDED.md); commit the code first, so the runs record
 # a clean revision.
 set -uo pipefail
@@ -64,4 +65,12 @@ if [ -n "$books" ]; then
   step data/runs/h200x2-book --refresh-findings --compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu --out rendered/h200x2
   step $WHATIF --refresh 01,03,04,05,06 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
 fi
-case $phase in rest|all|front) "$SB" front rendered/;; esac
+if [ "$phase" = 06 ]; then
+  step data/runs/h200x1-live --refresh 06 --compare-with data/runs/h200x2-live --out rendered/h200x1-live
+  step data/runs/h200x2-live --refresh 06 --compare-with data/runs/h200x1-book --out rendered/h200x2-live
+  step data/runs/h200x1-trust --refresh 06 --compare-with data/runs/h200x1-live --out rendered/h200x1-trust
+  step data/runs/h200x1-book --refresh-findings --compare-with data/runs/h200x2-book,data/runs/h200x1-compile --out rendered/h200x1
+  step data/runs/h200x2-book --refresh-findings --compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu --out rendered/h200x2
+  step $WHATIF --refresh 06 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
+fi
+case $phase in rest|all|front|06) "$SB" front rendered/;; esac

@@ -5,7 +5,8 @@
 
 One card per book (a folder with ``index.html`` and ``run.json``): its host (GPUs, from the run's probe and tables),
 engines and versions, model, date, and a one-line answer computed from the run's tables (``servebook.findings``):
-the fastest correct configuration and its tok/s for a measured run; for a what-if, the projection's predicted tok/s
+the fastest configuration and its tok/s for a measured run ("correct" only where its decode kernel's tokens were
+compared); for a what-if, the projection's predicted tok/s
 per engine (table ``seed_projection``) when the run has one, else the backend each engine's own code selects. Every
 figure is tagged with ``servebook.stated.q``, so the front page can be checked against the book it summarises.
 Then the debugging path as a figure: chapter by chapter, the question it answers, linked to each book's page.
@@ -51,14 +52,16 @@ def _run_dir(render: Path, runs_dir: Path | None) -> Path:
     return named if named.is_absolute() else book_root() / named
 
 
-def _model_text(model: str | None) -> str:
+def _model_text(model: str | None, run: Path) -> str:
+    """The model under study in words: from its ``servebook_model.json``, where the path names a model built by servebook;
+    a path on the recording host is looked up in the run's own ``models/`` folder (the model's files kept with the run)."""
     if not model:
         return "?"
     if model == "embedded":
         return "embedded (small DeepSeek-V3-architecture model, random weights)"
     path = Path(model) if Path(model).is_absolute() else book_root() / model
-    info = path / "servebook_model.json"
-    if info.exists():
+    info = next((p for p in (path / "servebook_model.json", run / "models" / path.name / "servebook_model.json") if p.exists()), None)
+    if info:
         m = json.loads(info.read_text())
         scale = f", width 1/{m['scale']}" if m.get("scale", 1) != 1 else ""
         return f"{m.get('card')} slice: {m.get('layers')} layers, {m.get('weights')} weights{scale}"
@@ -87,6 +90,21 @@ def _engines(store, h: dict) -> tuple[list[str], list[str]]:
     return ran, [v for v in versions_read(store) if v not in ran]
 
 
+def _how(b: dict) -> str:
+    """How the fastest start of one engine stands against its default, in chapter 06's terms (``findings.backends``)."""
+    if b.get("best_tok_s") == b.get("default_tok_s"):
+        return "its default"
+    if b.get("default_tok_s") is None:
+        return "forced; the default did not run, so nothing to compare"
+    if b.get("best_reported") and b.get("best_reported") == b.get("default_reported"):
+        return "forced; the kernel the default loads"
+    if b.get("change_supported"):
+        return "forced; faster than the default beyond both intervals over server starts"
+    if "auto" in (b.get("ties") or []):
+        return "forced; within the default's interval, so keep the default"
+    return "forced; ahead of the default within one server start only, so keep the default"
+
+
 def _answer(store, profile: str | None) -> str:
     """The run's answer in one line, HTML, every figure tagged: computed from its tables, never typed in."""
     from .findings import backends, throughput
@@ -109,16 +127,18 @@ def _answer(store, profile: str | None) -> str:
         return "Nothing measured (what-if), and no engine's selection was resolved in this run."
     parts = []
     ranked = sorted((b for b in backends(store) if b.get("best_tok_s") is not None), key=lambda b: -b["best_tok_s"])
+    # "correct" only where the forced decode kernels' tokens were compared (chapters 03 and 06 say the same, fastest_correct)
+    decode_checked = all(b.get("decode_checked", True) for b in ranked)
     for i, b in enumerate(ranked):
         e = b["engine"]
         best = b.get("best_reported") or b.get("best")
-        how = ("its default" if b.get("best_tok_s") == b.get("default_tok_s") else "forced; faster than the default beyond both intervals"
-               if b.get("change_supported") else "forced; within the default's interval, so keep the default")
-        lead = "Fastest correct configuration: " if i == 0 else "next, "
+        how = _how(b)
+        lead = ("Fastest correct configuration: " if decode_checked else "Fastest configuration that ran: ") if i == 0 else "next, "
         parts.append(f"{lead}{html.escape(e)} {html.escape(str(b.get('version')))} with "
                      f"{q('best_backend', best, of=e, code=True)} ({how}) at {q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
                      f"{q('best_ci95', b.get('best_ci95'), ',.1f', of=e)} tok/s single stream")
-    text = "; ".join(parts) + (" (chapter 03)" if parts else "")
+    text = "; ".join(parts) + (" (chapter 03" + ("" if decode_checked else "; output checked on the prefill path only: this run "
+                                                  "has no decode-path agreement") + ")" if parts else "")
     served = sorted((t for t in throughput(store) if t.get("single_tok_s") is not None), key=lambda t: -t["single_tok_s"])
     if served:
         t = served[0]
@@ -143,7 +163,7 @@ def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None =
     return {
         "name": render.name, "run": store.path.name, "host": _host_text(h, params.get("profile")),
         "whatif": bool(params.get("profile")), "engine": params.get("engine"), "engines": ran, "read": read,
-        "model": _model_text(params.get("model")), "date": str(m.get("started") or h.get("date") or "?")[:10],
+        "model": _model_text(params.get("model"), store.path), "date": str(m.get("started") or h.get("date") or "?")[:10],
         "answer": _answer(store, params.get("profile")), "pages": pages,
     }
 
