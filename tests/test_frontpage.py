@@ -121,6 +121,17 @@ def test_front_page_names_how_the_fastest_start_stands_against_the_default(b, sa
     assert says in frontpage._how(b)
 
 
+@pytest.mark.parametrize("a, b, says", [
+    ((700.0, 300.0, 2), (500.0, 340.0, 2), "overlap, so A is not faster than B"),
+    ((700.0, 10.0, 1), (500.0, 30.0, 1), "only within one server start, which is no verdict"),
+    ((700.0, 10.0, 2), (500.0, 30.0, 1), "only within one server start, which is no verdict"),
+    ((700.0, 10.0, 3), (500.0, 30.0, 2), "A is faster than B beyond both 95% intervals over server starts"),
+])
+def test_front_page_compares_engines_by_chapter_06s_rule(a, b, says):
+    """Two engines' fastest rates: "faster" only where the intervals separate over two server starts or more."""
+    assert says in frontpage._between("A", a, "B", b)
+
+
 def test_front_page_questions_are_the_readmes():
     readme = (ROOT / "README.md").read_text()
     for number, question in frontpage.QUESTIONS.items():

@@ -125,26 +125,58 @@ def _answer(store, profile: str | None) -> str:
         if seen:
             return "Nothing measured (what-if): " + "; ".join(seen.values()) + f" on {html.escape(profile)}, each by its own code (chapter 02)."
         return "Nothing measured (what-if), and no engine's selection was resolved in this run."
-    parts = []
     ranked = sorted((b for b in backends(store) if b.get("best_tok_s") is not None), key=lambda b: -b["best_tok_s"])
     # "correct" only where the forced decode kernels' tokens were compared (chapters 03 and 06 say the same, fastest_correct)
     decode_checked = all(b.get("decode_checked", True) for b in ranked)
-    for i, b in enumerate(ranked):
-        e = b["engine"]
-        best = b.get("best_reported") or b.get("best")
-        how = _how(b)
-        lead = ("Fastest correct configuration: " if decode_checked else "Fastest configuration that ran: ") if i == 0 else "next, "
-        parts.append(f"{lead}{html.escape(e)} {html.escape(str(b.get('version')))} with "
-                     f"{q('best_backend', best, of=e, code=True)} ({how}) at {q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
-                     f"{q('best_ci95', b.get('best_ci95'), ',.1f', of=e)} tok/s single stream")
-    text = "; ".join(parts) + (" (chapter 03" + ("" if decode_checked else "; output checked on the prefill path only: this run "
-                                                  "has no decode-path agreement") + ")" if parts else "")
+    text = ""
+    if ranked:
+        parts = [f"{html.escape(b['engine'])} {html.escape(str(b.get('version')))} with "
+                 f"{q('best_backend', b.get('best_reported') or b.get('best'), of=b['engine'], code=True)} ({_how(b)}) at "
+                 f"{q('best_tok_s', b['best_tok_s'], ',.1f', of=b['engine'])} ± {q('best_ci95', b.get('best_ci95'), ',.1f', of=b['engine'])} "
+                 f"tok/s single stream ({_over(b.get('best_starts'), 'best_starts', b['engine'])})" for b in ranked]
+        text = (("Fastest correct configuration" if decode_checked else "Fastest configuration that ran") + " per engine (chapter 03"
+                + ("" if decode_checked else "; output checked on the prefill path only: this run has no decode-path agreement")
+                + "): " + "; ".join(parts) + ".")
+        if len(ranked) > 1:
+            a, b = ranked[:2]
+            text += " Between the engines: " + _between(a["engine"], (a["best_tok_s"], a.get("best_ci95"), a.get("best_starts")),
+                                                        b["engine"], (b["best_tok_s"], b.get("best_ci95"), b.get("best_starts"))) + "."
     served = sorted((t for t in throughput(store) if t.get("single_tok_s") is not None), key=lambda t: -t["single_tok_s"])
     if served:
         t = served[0]
-        text += ("; " if text else "") + (f"served, the fastest: {code(t['label'])} {q('single_tok_s', t['single_tok_s'], ',.1f', of=t['label'])} ± "
-                                         f"{q('single_ci95', t.get('single_ci95'), ',.1f', of=t['label'])} tok/s single stream (chapter 05)")
-    return (text[:1].upper() + text[1:] + ".") if text else "No measurement succeeded in this run."
+        text += (" " if text else "") + (f"Served (chapter 05), the highest single-stream rate: {code(t['label'])} "
+                                         f"{q('single_tok_s', t['single_tok_s'], ',.1f', of=t['label'])} ± "
+                                         f"{q('single_ci95', t.get('single_ci95'), ',.1f', of=t['label'])} tok/s "
+                                         f"({_over(t.get('starts'), 'single_starts', t['label'])})")
+        if len(served) > 1:
+            u = served[1]
+            text += "; against the next, " + code(u["label"]) + ": " + _between(
+                "it", (t["single_tok_s"], t.get("single_ci95"), t.get("starts")),
+                code(u["label"]), (u["single_tok_s"], u.get("single_ci95"), u.get("starts")))
+        text += "."
+    return text or "No measurement succeeded in this run."
+
+
+def _over(starts, quantity: str, of: str) -> str:
+    """What a 95% interval covers, as chapters 03 and 05 say it: over N server starts, or within one."""
+    from .stated import q
+
+    n = int(starts or 1)
+    return f"95% interval over {q(quantity, n, 'd', of=of)} server starts" if n >= 2 else "95% interval within one server start"
+
+
+def _between(a_name: str, a: tuple, b_name: str, b: tuple) -> str:
+    """Whether ``a`` (mean, 95% half-width, starts) is ahead of ``b`` beyond the intervals: chapter 06's rule
+    (:func:`servebook.findings.intervals.separated`), said without a verdict where the intervals cannot give one."""
+    from .findings.intervals import _overlap
+
+    (ma, ea, na), (mb, eb, nb) = a, b
+    if _overlap(ma, ea or 0.0, mb, eb or 0.0):
+        return f"the 95% intervals overlap, so {a_name} is not faster than {b_name} beyond them"
+    if min(int(na or 1), int(nb or 1)) < 2:
+        return (f"{a_name} is ahead of {b_name} only within one server start, which is no verdict "
+                "(the rate moves between starts by more than within one)")
+    return f"{a_name} is faster than {b_name} beyond both 95% intervals over server starts"
 
 
 def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None = None) -> dict:

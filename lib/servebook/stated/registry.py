@@ -657,6 +657,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _per(_backends, lambda b: b.get("best_reported") or b.get("best")), ("03", "06")),
     Quantity("best_tok_s", "single-stream tok/s of the fastest correct backend", _per(_backends, "best_tok_s"), ("03", "06")),
     Quantity("best_ci95", "95% half-width of the fastest correct backend's tok/s", _per(_backends, "best_ci95")),
+    Quantity("best_starts", "server starts the fastest backend's interval covers (one rate per start)", _per(_backends, "best_starts")),
     Quantity("change_supported", "whether forcing the fastest backend is supported (faster than the default beyond both "
              "95% intervals over server starts, correct output)", _per(_backends, "change_supported"), ("03", "06")),
     # chapter 04: all-reduce at the decode message size
