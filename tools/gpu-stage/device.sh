@@ -21,6 +21,7 @@
 #   profile [S] a one-GPU machine: chapter 05's decode-step profiles (servebook profile run) of the servers in
 #               tools/gpu-stage/profile-plan.json - Kimi-K2.5 slices of 1 and 2 layers (bf16, and INT4 experts), Moonlight
 #               and Llama-3.1-8B slices and whole models - RUN_ID h200x1-prof unless set; traces to traces.tgz
+#               (a run carried in .devout/runs/local-vm/RUN_ID is resumed: labels it holds are not profiled again)
 #   more [S]    a one-GPU machine resuming the carried run (RUN_ID h200x1-live unless set): chapter 03 for what it lacks,
 #               then chapter 05 again with WARMUP (default 10) warm-up requests and every sweep level warmed first (both
 #               are measured again: another method) and SGLang's own client beside servebook's; then wait up to S
@@ -196,6 +197,8 @@ for n in 2 4 32; do \$B llama-3.1-8b --layers \$n --weights dummy --out /tmp/mod
     fi
     [ -f /tmp/jobs/prof.pid ] && return 0
     engines_in || { echo "[device.sh] engines not unpacked yet"; return 0; }
+    # a recorded run carried in .devout/runs is resumed: servers whose label it already holds are not profiled again
+    [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     job prof "cd $REPO
 while [ ! -f /tmp/jobs/pmodels.done ]; do sleep 2; done
 rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data /tmp/sbtree/; cp tools/gpu-stage/profile-plan.json /tmp/profile-plan.json
