@@ -77,6 +77,13 @@ def test_too_few_steps_is_a_clear_error():
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "norm/rope/elementwise"),
     ("rotary_embedding_kernel", "norm/rope/elementwise"),
     ("cub::DeviceRadixSortOnesweepKernel", "other"),
+    # SGLang's norms come from flashinfer: "flash" in their names is not attention (h200x1-prof, sglang kimi-2L triton)
+    ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned int)",
+     "norm/rope/elementwise"),
+    ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*)",
+     "norm/rope/elementwise"),
+    ("flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheKernel", "norm/rope/elementwise"),
+    ("create_flashinfer_kv_indices_triton", "attention"),
 ])
 def test_the_rule(name, category):
     assert classify(name) == category
@@ -229,6 +236,25 @@ def test_recorded_breakdowns_sum_to_their_steps_and_recompute_from_the_kept_trac
             continue      # cut to stay under the cap: its first steps only
         b = step_breakdown(kernel_events(load_trace(_RUN / r["trace"])))
         assert b["steps"] == r["steps"] and b["step_ms"] == pytest.approx(r["step_ms"]) and b["busy_ms"] == pytest.approx(r["busy_ms"])
+
+
+def test_recorded_categories_are_todays_rule_on_the_kept_traces():
+    """decode_breakdown was re-classified from the kept traces (flashinfer's norms are not attention): a trace kept
+    whole gives exactly the recorded categories, and SGLang's Triton-MLA attention holds MLA and KV kernels only."""
+    from servebook.profile.tables import latest_breakdown, latest_ok
+    from servebook.results import RunStore
+
+    store = RunStore.at(_RUN)
+    rows = latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    for r in latest_ok(store.rows("profile_runs")):
+        if r.get("trace_kept") != "whole trace":
+            continue
+        b = step_breakdown(kernel_events(load_trace(_RUN / r["trace"])))
+        for x in (x for x in rows if x["label"] == r["label"]):
+            assert x["ms_per_step"] == pytest.approx(b["categories"][x["category"]], abs=1e-9), (r["label"], x["category"])
+    d = json.loads((_RUN / "traces" / "sglang_kimi-2L_triton.excerpt.json").read_text())
+    att = {k["name"] for k in d["kernels"] if classify(k["name"], k["cat"]) == "attention"}
+    assert att and not any("norm" in n.lower() for n in att)
 
 
 def test_recorded_predictions_recompute_from_the_recorded_profiles():
