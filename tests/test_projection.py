@@ -159,11 +159,11 @@ def test_ranking_order_and_labels():
     fixes = pj.ranked_fixes(a + b, custom_allreduce_us=10.0, nccl_tuned_us=30.0)
     gains = [f["gain_ms_per_token"] for f in fixes if f["gain_ms_per_token"] is not None]
     assert gains == sorted(gains, reverse=True)
-    assert all(f["label"] in ("predicted", pj.NOT_IN_VERSION) and f["check_command"] for f in fixes)
+    assert all(f["label"] in ("predicted", pj.UNCHECKED) and f["check_command"] for f in fixes)
     assert not any("root cause" in (f["basis"] + f["change"]).lower() for f in fixes)
     car = next(f for f in fixes if f["engine"] == "sglang" and f["change"].startswith("custom PCIe"))
-    # no released version has the PCIe all-reduce switch: listed as such, with no gain, after every predicted change
-    assert car["label"] == pj.NOT_IN_VERSION and car["gain_ms_per_token"] is None
+    # no reading of the engine's code says it has the PCIe all-reduce switch: listed so, with no gain, after the predicted
+    assert car["label"] == pj.UNCHECKED and car["gain_ms_per_token"] is None
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1" in car["check_command"]
     nccl = next(f for f in fixes if f["engine"] == "sglang" and "NCCL block" in f["change"])
     assert nccl["gain_ms_per_token"] == pytest.approx(124 * (40.0 - 30.0) / 1e3)     # a given figure: the caller's
@@ -195,7 +195,7 @@ def test_the_seed_projection_from_the_recorded_h200_profiles(tmp_path):
     gap = sum(g["diff_ms"] for g in gap_by_category(rows) if g["diff_ms"] is not None)
     tot = {r["engine"]: r["predicted_ms"] for r in rows if r["category"] == "total"}
     assert gap == pytest.approx(tot["sglang"] - tot["vllm"])
-    assert fixes and {f["label"] for f in fixes} >= {"predicted", pj.NOT_IN_VERSION}
+    assert fixes and {f["label"] for f in fixes} >= {"predicted", pj.UNCHECKED}
     assert all((f["gain_ms_per_token"] is None) == (f["label"] != "predicted") for f in fixes)
     assert len(store.rows("seed_projection")) == len(rows) and "Verdict" in verdict(rows, fixes)
 
@@ -269,8 +269,17 @@ def test_changes_the_engine_has_not_or_runs_already_are_not_gains():
     assert "--cuda-graph-bs-decode" not in " ".join(f["check_command"] for f in fixes)
     assert by[("sglang", "MoE")]["label"] == pj.NO_EFFECT and by[("vllm", "MoE")]["label"] == pj.ALREADY_DEFAULT
     assert by[("vllm", "CUDA-graph")]["label"] == pj.ALREADY_DEFAULT
-    # vLLM 0.26.0 has no decode_path row for the PCIe switch here: the PR's own statement decides it
-    assert by[("vllm", "custom")]["label"] == pj.NOT_IN_VERSION
+    # vLLM 0.26.0 has no decode_path row for the PCIe switch here: not read, so not a gain either
+    assert by[("vllm", "custom")]["label"] == pj.UNCHECKED
+    # a version whose code has the switch (SGLang 0.5.23 in the what-if run) gets the published same-machine gain
+    path2 = _path("sglang", "0.5.23", **{"PCIe all-reduce options": {"choice": "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"}})
+    published = pj.project(_tables("sglang"), "sglang") + pj.project(_tables("vllm"), "vllm")
+    f2 = pj.ranked_fixes(published, decode_path=path2, versions={"sglang": "0.5.23"})
+    car2 = next(f for f in f2 if f["engine"] == "sglang" and f["change"].startswith("custom"))
+    assert car2["label"] == "predicted" and car2["gain_ms_per_token"] > 0
+    # against a latency the caller gave (its machine unknown), the published kernel's figure is no gain
+    f3 = pj.ranked_fixes(a + b, decode_path=path2, versions={"sglang": "0.5.23"})
+    assert next(f for f in f3 if f["engine"] == "sglang" and f["change"].startswith("custom"))["label"] == pj.NOT_COMPUTABLE
     for f in fixes:
         assert (f["gain_ms_per_token"] is None) == (f["label"] != "predicted")
     first_unranked = next(i for i, f in enumerate(fixes) if f["label"] != "predicted")

@@ -13,7 +13,12 @@ The rules, in order:
    sampling) is the *fixed* part; the 2-layer slice minus the 1-layer slice is *one MoE layer*; the full model is
    fixed + 60 MoE layers (61 layers, ``first_k_dense_replace`` 1). Where the INT4 2-layer slice (``quant`` card) was
    recorded, the MoE experts of one layer are that slice's experts minus the 1-layer slice's; otherwise the bf16
-   experts times the INT4/bf16 bytes ratio of a routed-expert weight (labelled as such).
+   experts times the INT4/bf16 bytes ratio of a routed-expert weight (labelled as such). Where the 2-layer slice ran
+   another attention backend than the 1-layer one (the Triton MLA slices), attention per layer is that slice's / 2,
+   and every other category's MoE layer is taken between the slices of one backend (the default's 2-layer minus its
+   1-layer) plus half the backend's own difference at 2 layers (its extra kernels counted per layer: an upper bound
+   where some run once per step); with no such pair the category is marked ``confounded``. A per-layer difference
+   below 0 is the noise of the subtraction: taken as 0, and the row's ``source`` says so.
 2. Memory-bound categories (attention, MoE experts, dense GEMM) onto the target: times the bandwidth ratio (H200 /
    target, datasheet TB/s, or the H200's measured read bandwidth from table ``memory_bandwidth``) times the TP share
    of the bytes each rank reads (MoE experts 1/tp: every expert's intermediate dimension is split; dense GEMM counted
@@ -27,7 +32,8 @@ The rules, in order:
    all-reduces per decoder layer + 1 for the vocab-parallel embedding + 1 gather of the logits; read in SGLang
    0.5.16 and vLLM 0.26.0 ``models/deepseek_v2.py``, ``layers/vocab_parallel_embedding.py``,
    ``layers/logits_processor.py``) x one all-reduce's latency at the decode message (hidden 7168 x bf16 = 14,336 B)
-   from a published series in ``data/reference/allreduce-pcie-published.json`` (or the caller's figure).
+   from a published series in ``data/reference/allreduce-pcie-published.json`` (or the caller's figure): one latency
+   for every engine, measured on another machine - an assumption, never evidence that the engines' all-reduce is equal.
 5. Host / GPU idle: the deeper slice's unprofiled time per token minus its GPU busy time, kept (the target's host
    CPU is unknown).
 """
@@ -216,7 +222,8 @@ def _cats(breakdown_rows: list[dict], row: dict | None) -> dict:
 
 def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: float | None) -> dict:
     """Per category ``{"fixed", "moe", "how"}`` in ms per step on the H200 (``None`` where unknown, with the reason):
-    fixed = the 1-layer slice; one MoE layer = 2-layer minus 1-layer (experts from the INT4 slice where recorded)."""
+    fixed = the 1-layer slice; one MoE layer = 2-layer minus 1-layer (experts from the INT4 slice where recorded), both
+    of one backend where the 2-layer slice ran another (rule 1 of this module); ``confounded`` where they cannot be."""
     s, d, q, a = slices["shallow"], slices["deep"], slices["int4"], slices.get("deep_same")
     cs, cd, cq, ca = (_cats(breakdown_rows, r) for r in (s, d, q, a))
     mixed = s is not None and d is not None and s.get("backend", "auto") != d.get("backend", "auto")
@@ -432,8 +439,9 @@ def _total_row(base: dict, rows: list[dict], slices: dict, engine: str, seed_tok
 _MODEL = "moonshotai/Kimi-K2.5"
 _VERSIONS = {"sglang": "0.5.16", "vllm": "0.26.0"}
 # A row's ``label``: only "predicted" rows carry a gain and are ranked; the others say why the change is not one here.
-NOT_IN_VERSION, ALREADY_DEFAULT, NO_EFFECT, NOT_COMPUTABLE, ALREADY_IN_SEED = (
-    "not in this version", "already the default", "no effect in this version", "not computable", "already in the seed's launch")
+NOT_IN_VERSION, ALREADY_DEFAULT, NO_EFFECT, NOT_COMPUTABLE, ALREADY_IN_SEED, UNCHECKED = (
+    "not in this version", "already the default", "no effect in this version", "not computable", "already in the seed's launch",
+    "not read in this version's code")
 
 
 def _cat(rows: list[dict], engine: str, cat: str) -> float | None:
@@ -539,9 +547,10 @@ def _comm_fixes(ctx: dict, comm: dict, cust_given: float | None, ll_given: float
     env, pr = pcie_env.get(eng, ({}, "no PCIe custom all-reduce known for this engine"))
     read = _path_row(ctx["path"], eng, vers.get(eng), "PCIe all-reduce options")
     there = read is not None and not str(read.get("choice", "")).startswith("none")
-    label = "predicted" if there else NOT_IN_VERSION
+    same = cust_given is not None or (cur_id is not None and _machine(cur_id) == _machine(ref["custom"]))
+    label = UNCHECKED if read is None else NOT_IN_VERSION if not there else ("predicted" if same else NOT_COMPUTABLE)
     avail = (f"chapter 02 read {read['choice']!r} in {eng} {vers.get(eng)}'s code (table decode_path)" if read is not None
-             else f"{pr}: not in {eng} {vers.get(eng)}")
+             else f"chapter 02's decode_path holds no reading of {eng} {vers.get(eng)}'s PCIe all-reduce options")
     rows = [_fix(eng, total, "custom PCIe all-reduce instead of NCCL", n * max(0.0, cur - cust_us) / 1e3,
                  f"{n} collectives x ({cur:.2f} - {cust_us:.2f}) us; {cust_label}; availability: {avail}; the switch is "
                  f"{pr}'s", _launch(eng, tp, vers, env=env), label=label)]
