@@ -49,7 +49,8 @@ from .kernels import CATEGORIES, classify
 from .tables import latest_breakdown, latest_ok
 
 __all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
-           "tp_shares", "kernel_floors", "select_slices", "h200_parts", "project", "ranked_fixes", "seed_figures"]
+           "tp_shares", "kernel_floors", "select_slices", "h200_parts", "project", "ranked_fixes", "seed_figures",
+           "NOT_IN_VERSION", "ALREADY_DEFAULT", "NO_EFFECT", "NOT_COMPUTABLE", "ALREADY_IN_SEED", "UNCHECKED"]
 
 MEMORY_BOUND = ("attention", "moe experts", "dense gemm")
 LATENCY_BOUND = ("moe routing", "norm/rope/elementwise", "sampling", "other")
