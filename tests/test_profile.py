@@ -77,6 +77,13 @@ def test_too_few_steps_is_a_clear_error():
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "norm/rope/elementwise"),
     ("rotary_embedding_kernel", "norm/rope/elementwise"),
     ("cub::DeviceRadixSortOnesweepKernel", "other"),
+    # SGLang's norms come from flashinfer: "flash" in their names is not attention (h200x1-prof, sglang kimi-2L triton)
+    ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned int)",
+     "norm/rope/elementwise"),
+    ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*)",
+     "norm/rope/elementwise"),
+    ("flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheKernel", "norm/rope/elementwise"),
+    ("create_flashinfer_kv_indices_triton", "attention"),
 ])
 def test_the_rule(name, category):
     assert classify(name) == category
@@ -231,6 +238,25 @@ def test_recorded_breakdowns_sum_to_their_steps_and_recompute_from_the_kept_trac
         assert b["steps"] == r["steps"] and b["step_ms"] == pytest.approx(r["step_ms"]) and b["busy_ms"] == pytest.approx(r["busy_ms"])
 
 
+def test_recorded_categories_are_todays_rule_on_the_kept_traces():
+    """decode_breakdown was re-classified from the kept traces (flashinfer's norms are not attention): a trace kept
+    whole gives exactly the recorded categories, and SGLang's Triton-MLA attention holds MLA and KV kernels only."""
+    from servebook.profile.tables import latest_breakdown, latest_ok
+    from servebook.results import RunStore
+
+    store = RunStore.at(_RUN)
+    rows = latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    for r in latest_ok(store.rows("profile_runs")):
+        if r.get("trace_kept") != "whole trace":
+            continue
+        b = step_breakdown(kernel_events(load_trace(_RUN / r["trace"])))
+        for x in (x for x in rows if x["label"] == r["label"]):
+            assert x["ms_per_step"] == pytest.approx(b["categories"][x["category"]], abs=1e-9), (r["label"], x["category"])
+    d = json.loads((_RUN / "traces" / "sglang_kimi-2L_triton.excerpt.json").read_text())
+    att = {k["name"] for k in d["kernels"] if classify(k["name"], k["cat"]) == "attention"}
+    assert att and not any("norm" in n.lower() for n in att)
+
+
 def test_recorded_predictions_recompute_from_the_recorded_profiles():
     from servebook.results import RunStore
 
@@ -256,3 +282,36 @@ def test_the_prediction_table_states_the_prediction_in_tok_s_too():
     assert len(p) and list(p.columns).index("predicted_tok_s") == list(p.columns).index("predicted_ms") + 1
     assert ((p["predicted_tok_s"] - 1e3 / t["predictions"]["predicted_ms"]).abs() < 1e-3).all()
     assert prediction_table({"predictions": t["predictions"].iloc[0:0]}) == "no two slice depths profiled: no prediction"
+
+
+def test_a_host_bound_difference_over_one_start_is_a_hypothesis(tmp_path):
+    """Chapter 06 of a live run: two host-bound profiles of one server start each do not show the difference is on the
+    host; the page says it is a hypothesis and what settles it, and names a shallower slice that took longer. With
+    two starts of each profile it states the finding."""
+    import re
+
+    from servebook.profile.chapter import where_time_goes
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path)
+
+    def profile(label, engine, layers, tpot, t):
+        store.append("profile_runs", {"label": label, "engine": engine, "backend": "auto", "mode": "graph", "card": "kimi-k2.5",
+                                      "quant": "bf16", "layers": layers, "role": "slice", "ok": True, "tpot_ms": tpot,
+                                      "step_ms": tpot + 0.5, "busy_ms": 1.0, "taken_at": t})
+        for cat, ms in (("attention", 0.3), ("dense gemm", 0.7), ("gpu idle", tpot - 0.5)):
+            store.append("decode_breakdown", {"label": label, "engine": engine, "category": cat, "ms_per_step": ms,
+                                              "taken_at": t, "card": "kimi-k2.5", "layers": layers})
+
+    profile("s 1L", "sglang", 1, 2.6, 1.0)
+    profile("s 2L", "sglang", 2, 2.0, 2.0)
+    profile("v 2L", "vllm", 2, 2.3, 3.0)
+    profile("v 1L", "vllm", 1, 2.2, 4.0)
+    text = re.sub(r"<[^>]+>", "", where_time_goes(store))
+    assert "on the host, not in their kernels" not in text
+    assert "**hypothesis**" in text and "several server starts" in text and "host-side trace" in text
+    assert "s 1L took 2.600 ms per token, more than s 2L with fewer layers" in text
+    for label, engine, layers, tpot, t in (("s 2L", "sglang", 2, 2.0, 5.0), ("v 2L", "vllm", 2, 2.3, 6.0)):
+        profile(label, engine, layers, tpot, t)
+    text = re.sub(r"<[^>]+>", "", where_time_goes(store))
+    assert "2 layers" in text and "host-bound, so the difference between the engines here is on the host" in text

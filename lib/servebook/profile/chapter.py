@@ -231,7 +231,7 @@ def where_time_goes(store) -> str:
     if not rows:
         return ""
     recorded = {p["label"]: p.get("busy_ms") for p in latest_ok(store.rows("profile_runs"))}  # the GPU time each profile recorded
-    lines = []
+    lines, single = [], []
     seen = set()
     for r in sorted(rows, key=lambda x: (x["card"], int(x["layers"] or 0), x["quant"])):
         key = (r["card"], r["layers"], r["mode"], r["quant"])
@@ -252,10 +252,9 @@ def where_time_goes(store) -> str:
             f"against {q('profile_busy_ms', busy_b, '.3f', of=r['b'])} ms per step (largest difference: {top['category']} "
             f"{q('profile_diff_ms', top['diff_ms'], '+.3f', of=r['a'] + ' | ' + r['b'] + ' | ' + top['category'])} ms); "
             + ("the GPU is busy for nearly all of the time per token: GPU-bound, so the kernels decide"
-               if min(busy_a / tpot['a_ms'], busy_b / tpot['b_ms']) > 0.9 else
-               "the rest of each token's time has no kernel running (host work, launch gaps): host-bound, so the "
-               "difference between the engines here is on the host, not in their kernels (one server start each: how much such a "
-               "difference moves between starts is measured by chapter 03's intervals over starts, not here)") + ".")
+               if min(busy_a / tpot['a_ms'], busy_b / tpot['b_ms']) > 0.9 else _host_bound(store, r, single)) + ".")
+    if single:
+        lines.append(_HOST_HYPOTHESIS)
     for p in store.rows("prediction_check"):
         if p.get("measured_ms") is None:
             continue
@@ -265,3 +264,33 @@ def where_time_goes(store) -> str:
                      f"{q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms "
                      f"({q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%).")
     return "\n".join(lines)
+
+
+def _host_bound(store, r: dict, single: list) -> str:
+    """A host-bound pair of profiles: "on the host, not in their kernels" where each engine was profiled over several
+    server starts; else that claim is left to the hypothesis after the list (``single`` collects the pair), with any
+    shallower slice of the same engine that took longer per token (a sign of start-to-start noise)."""
+    from ..stated import q
+
+    ok = [p for p in store.rows("profile_runs") if p.get("ok")]
+    head = "the rest of each token's time has no kernel running (host work, launch gaps): host-bound"
+    if min(sum(1 for p in ok if p["label"] == lab) for lab in (r["a"], r["b"])) >= 2:
+        return head + ", so the difference between the engines here is on the host, not in their kernels"
+    single.append(r)
+    last = {p["label"]: p for p in latest_ok(ok)}
+    odd = []
+    for lab in (r["a"], r["b"]):
+        me = last.get(lab)
+        for o in last.values() if me is not None and me.get("tpot_ms") is not None else ():
+            same = all(o.get(k) == me.get(k) for k in ("engine", "card", "quant", "mode", "backend"))
+            if same and int(o["layers"]) < int(me["layers"]) and (o.get("tpot_ms") or 0) > me["tpot_ms"]:
+                odd.append(f"{o['label']} took {q('profile_tpot_ms', o['tpot_ms'], '.3f', of=o['label'])} ms per token, "
+                           f"more than {lab} with fewer layers")
+    return head + (" (" + "; ".join(odd) + ": a sign of start-to-start noise)" if odd else "")
+
+
+_HOST_HYPOTHESIS = (
+    "- Host-bound slices above, one server start per engine: that the difference between the engines there is on the "
+    "host rather than in their kernels is a **hypothesis** - a difference that size can come from one start to the next "
+    "(chapter 03's intervals over starts). What settles it: profiles of each engine over several server starts, plus a "
+    "host-side trace of each engine's scheduler loop (py-spy or nsys CPU sampling) during the same decode.")

@@ -35,7 +35,8 @@ CATEGORIES = ("attention", "moe experts", "moe routing", "dense gemm", "communic
               "sampling", "other", "gpu idle")
 
 # First match wins (lower-cased kernel name, searched, not anchored). Order matters: communication and
-# routing are tested before the broad "moe" and "gemm" words, sampling before the elementwise catch-all.
+# routing are tested before the broad "moe" and "gemm" words, sampling before the elementwise catch-all, norms and
+# rope (flashinfer's among them) before attention's broad "flash".
 RULES: tuple[tuple[str, str], ...] = (
     # kernels torch.compile generated name the operators they fuse: a norm fused with its neighbours is a norm
     ("norm/rope/elementwise", r"^triton_(?:poi|red|per)_fused\w*(?:rms_norm|layer_norm|rotary|rope)"),
@@ -47,6 +48,8 @@ RULES: tuple[tuple[str, str], ...] = (
                     r"moe_unpermute|prepare_moe|shuffle_rows|expand_idx|compute_arg_sorts|routing"),
     ("moe experts", r"fused_moe|moe_wna16|marlin_moe|moe_marlin|cutlass_moe|grouped_gemm|group_gemm|grouped_mm|moe_mm|"
                     r"fused_experts|moe_sum|expert|moe"),
+    # flashinfer ships norm, rope and activation kernels beside its attention: their names say "flash" too
+    ("norm/rope/elementwise", r"flashinfer::(?:norm|activation|rope|pos_enc)|rms_?norm|layer_?norm|rotary"),
     ("attention", r"flash|fmha|mla|attn|attention|paged|decode_kernel|_fwd_kernel|_fwd_grouped|merge_state|"
                   r"merge_attn|cascade|reshape_and_cache|cache_kernel|set_kv|store_kv|kv_buffer|concat_and_cache|"
                   r"splitkv|combine_kernel"),

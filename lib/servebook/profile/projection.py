@@ -13,7 +13,12 @@ The rules, in order:
    sampling) is the *fixed* part; the 2-layer slice minus the 1-layer slice is *one MoE layer*; the full model is
    fixed + 60 MoE layers (61 layers, ``first_k_dense_replace`` 1). Where the INT4 2-layer slice (``quant`` card) was
    recorded, the MoE experts of one layer are that slice's experts minus the 1-layer slice's; otherwise the bf16
-   experts times the INT4/bf16 bytes ratio of a routed-expert weight (labelled as such).
+   experts times the INT4/bf16 bytes ratio of a routed-expert weight (labelled as such). Where the 2-layer slice ran
+   another attention backend than the 1-layer one (the Triton MLA slices), attention per layer is that slice's / 2,
+   and every other category's MoE layer is taken between the slices of one backend (the default's 2-layer minus its
+   1-layer) plus half the backend's own difference at 2 layers (its extra kernels counted per layer: an upper bound
+   where some run once per step); with no such pair the category is marked ``confounded``. A per-layer difference
+   below 0 is the noise of the subtraction: taken as 0, and the row's ``source`` says so.
 2. Memory-bound categories (attention, MoE experts, dense GEMM) onto the target: times the bandwidth ratio (H200 /
    target, datasheet TB/s, or the H200's measured read bandwidth from table ``memory_bandwidth``) times the TP share
    of the bytes each rank reads (MoE experts 1/tp: every expert's intermediate dimension is split; dense GEMM counted
@@ -27,7 +32,8 @@ The rules, in order:
    all-reduces per decoder layer + 1 for the vocab-parallel embedding + 1 gather of the logits; read in SGLang
    0.5.16 and vLLM 0.26.0 ``models/deepseek_v2.py``, ``layers/vocab_parallel_embedding.py``,
    ``layers/logits_processor.py``) x one all-reduce's latency at the decode message (hidden 7168 x bf16 = 14,336 B)
-   from a published series in ``data/reference/allreduce-pcie-published.json`` (or the caller's figure).
+   from a published series in ``data/reference/allreduce-pcie-published.json`` (or the caller's figure): one latency
+   for every engine, measured on another machine - an assumption, never evidence that the engines' all-reduce is equal.
 5. Host / GPU idle: the deeper slice's unprofiled time per token minus its GPU busy time, kept (the target's host
    CPU is unknown).
 """
@@ -43,7 +49,8 @@ from .kernels import CATEGORIES, classify
 from .tables import latest_breakdown, latest_ok
 
 __all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
-           "tp_shares", "kernel_floors", "select_slices", "h200_parts", "project", "ranked_fixes", "seed_figures"]
+           "tp_shares", "kernel_floors", "select_slices", "h200_parts", "project", "ranked_fixes", "seed_figures",
+           "NOT_IN_VERSION", "ALREADY_DEFAULT", "NO_EFFECT", "NOT_COMPUTABLE", "ALREADY_IN_SEED", "UNCHECKED"]
 
 MEMORY_BOUND = ("attention", "moe experts", "dense gemm")
 LATENCY_BOUND = ("moe routing", "norm/rope/elementwise", "sampling", "other")
@@ -195,7 +202,15 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
             notes.append(f"no 1-layer slice with backend {backend}: the fixed part comes from the default backend's "
                          f"1-layer slice ({shallow['label']}); attention per layer = the 2-layer slice's attention / 2")
     int4 = pick(2, "card", backend, (mode, "eager", "graph")) or pick(2, "card", None, (mode, "eager", "graph"))
-    return {"shallow": shallow, "deep": deep, "int4": int4, "notes": notes}
+    # the 2-layer slice of the 1-layer slice's backend: a per-layer difference is taken between slices of one backend
+    deep_same = None
+    if shallow is not None and deep is not None and shallow.get("backend", "auto") != deep.get("backend", "auto"):
+        deep_same = pick(2, "bf16", shallow.get("backend", "auto"), (mode,))
+        notes.append(f"per MoE layer (every category but attention and experts) = {deep_same['label']} - {shallow['label']} "
+                     f"(one backend); {deep['label']} - {deep_same['label']} (the backend's difference at 2 layers) "
+                     "spread over both layers" if deep_same is not None else
+                     f"no 2-layer slice with {shallow['label']}'s backend: the other categories mix two backends (confounded)")
+    return {"shallow": shallow, "deep": deep, "int4": int4, "deep_same": deep_same, "notes": notes}
 
 
 def _cats(breakdown_rows: list[dict], row: dict | None) -> dict:
@@ -208,10 +223,11 @@ def _cats(breakdown_rows: list[dict], row: dict | None) -> dict:
 
 def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: float | None) -> dict:
     """Per category ``{"fixed", "moe", "how"}`` in ms per step on the H200 (``None`` where unknown, with the reason):
-    fixed = the 1-layer slice; one MoE layer = 2-layer minus 1-layer (experts from the INT4 slice where recorded)."""
-    s, d, q = slices["shallow"], slices["deep"], slices["int4"]
-    cs, cd, cq = _cats(breakdown_rows, s), _cats(breakdown_rows, d), _cats(breakdown_rows, q)
-    mixed = bool(slices["notes"]) and s is not None and d is not None and s.get("backend") != d.get("backend")
+    fixed = the 1-layer slice; one MoE layer = 2-layer minus 1-layer (experts from the INT4 slice where recorded), both
+    of one backend where the 2-layer slice ran another (rule 1 of this module); ``confounded`` where they cannot be."""
+    s, d, q, a = slices["shallow"], slices["deep"], slices["int4"], slices.get("deep_same")
+    cs, cd, cq, ca = (_cats(breakdown_rows, r) for r in (s, d, q, a))
+    mixed = s is not None and d is not None and s.get("backend", "auto") != d.get("backend", "auto")
     out = {}
     for cat in CATEGORIES:
         if cat in ("gpu idle", "communication"):
@@ -222,12 +238,24 @@ def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: flo
             continue
         fixed, moe = cs[cat], cd[cat] - cs[cat]
         how = f"fixed = {s['label']}; one MoE layer = {d['label']} - {s['label']}"
+        confounded = False
         if cat == "attention" and mixed:
             fixed, moe = cd[cat] / 2, cd[cat] / 2
             how = f"attention per layer = {d['label']} / 2 (every layer's MLA is the same)"
+        elif mixed and a is not None and cat in ca:
+            # one MoE layer between slices of one backend; the deep slice's backend adds (or saves) cd - ca at 2 layers,
+            # spread over both layers like its attention (an upper bound where some of it runs once per step)
+            extra = cd[cat] - ca[cat]
+            fixed, moe = cs[cat] + extra / 2, ca[cat] - cs[cat] + extra / 2
+            how = (f"fixed = {s['label']} + half the backend's difference; one MoE layer = {a['label']} - {s['label']} "
+                   f"(one backend) + half of {d['label']} - {a['label']} ({extra:+.4f} ms at 2 layers, counted per layer: "
+                   "an upper bound where part of it runs once per step; a 1-layer slice of this backend settles it)")
+        elif mixed:
+            confounded = True
+            how += " - confounded: the two slices ran different backends, so their difference holds backend kernels too"
         if cat == "moe experts":
             if q is not None and cat in cq:
-                moe = cq[cat] - cs[cat]
+                fixed, moe, confounded = cs[cat], cq[cat] - cs[cat], False
                 how = f"fixed = {s['label']}; experts of one MoE layer = {q['label']} (INT4, mode {q.get('mode')}) - {s['label']}"
             elif expert_bytes_ratio:
                 moe = moe * expert_bytes_ratio
@@ -235,7 +263,10 @@ def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: flo
             else:
                 out[cat] = {"fixed": fixed, "moe": None, "how": "unknown: no INT4 slice and no bytes ratio for the card"}
                 continue
-        out[cat] = {"fixed": fixed, "moe": moe, "how": how}
+        if moe is not None and moe < 0:
+            how += f"; one MoE layer came out {moe:+.4f} ms: within the noise of the subtraction, taken as 0"
+            moe = 0.0
+        out[cat] = {"fixed": fixed, "moe": moe, "how": how, **({"confounded": True} if confounded else {})}
     return out
 
 
@@ -356,6 +387,8 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
             row = _memory_row(cat, parts[cat], floors[cat], shares, ratio, facts["moe_layers"], bw_label, tp)
         else:
             row = _latency_row(cat, parts[cat], facts["moe_layers"], clock_ratio)
+        if parts.get(cat, {}).get("confounded"):
+            row["confounded"] = True
         out.append({**base, "category": cat, "h200_full_ms": None, **row})
     out.append(_total_row(base, out, slices, engine, seed_tok_s))
     return out
@@ -365,13 +398,16 @@ def _comm_row(card: dict, tp: int, facts: dict, allreduce_us: float | None, allr
     coll = collectives_per_token(card, tp)
     if coll["count"] == 0:
         return {"ms_per_token": 0.0, "source": coll["rule"], "rule": "communication: none at tp 1", "collectives": 0}
+    figure = None
     if allreduce_us is None:
         allreduce_us, label = _default_allreduce(facts["message_bytes"])
-        allreduce_source = "default: " + label
+        allreduce_source, figure = "default: " + label, load_allreduce_reference()["default"]["nccl"]
     return {"ms_per_token": coll["count"] * allreduce_us / 1e3, "collectives": coll["count"], "allreduce_us": allreduce_us,
+            "allreduce_figure": figure, "message_bytes": facts["message_bytes"],
             "source": allreduce_source or "given by the caller (no source stated)",
             "rule": f"communication floor: {coll['rule']} = {coll['count']} x {allreduce_us:.2f} us "
-                    f"(the H200 slices ran at TP=1: their communication is not used)"}
+                    f"(the H200 slices ran at TP=1: their communication is not used); one latency for every engine - "
+                    "an assumption where the engines ran with different NCCL settings or on another machine"}
 
 
 def _idle_row(deep: dict | None) -> dict:
@@ -391,7 +427,10 @@ def _total_row(base: dict, rows: list[dict], slices: dict, engine: str, seed_tok
     return {**base, "category": "total", "ms_per_token": total, "predicted_ms": total, "predicted_tok_s": tok_s,
             "seed_tok_s": seed, "error_pct": 100 * (tok_s - seed) / seed if tok_s and seed else None,
             "unknown": unknown, "notes": slices["notes"],
-            "from_labels": [r["label"] for r in (slices["shallow"], slices["deep"], slices["int4"]) if r],
+            "measured_version": ", ".join(sorted({str(r.get("version")) for r in (slices["shallow"], slices["deep"],
+                                                                                  slices.get("deep_same"), slices["int4"])
+                                                  if r and r.get("version")})) or None,
+            "from_labels": [r["label"] for r in (slices["shallow"], slices["deep"], slices.get("deep_same"), slices["int4"]) if r],
             "source": "sum of the categories" + (f"; unknown: {', '.join(unknown)}" if unknown else ""),
             "rule": "predicted; error_pct = 100 x (predicted - seed) / seed tok/s (positive: faster than the seed's figure); "
                     "the seed's figures are compared against, never an input"}
@@ -400,101 +439,165 @@ def _total_row(base: dict, rows: list[dict], slices: dict, engine: str, seed_tok
 # -- candidate changes ---------------------------------------------------------------------------
 _MODEL = "moonshotai/Kimi-K2.5"
 _VERSIONS = {"sglang": "0.5.16", "vllm": "0.26.0"}
+# A row's ``label``: only "predicted" rows carry a gain and are ranked; the others say why the change is not one here.
+NOT_IN_VERSION, ALREADY_DEFAULT, NO_EFFECT, NOT_COMPUTABLE, ALREADY_IN_SEED, UNCHECKED = (
+    "not in this version", "already the default", "no effect in this version", "not computable", "already in the seed's launch",
+    "not read in this version's code")
 
 
 def _cat(rows: list[dict], engine: str, cat: str) -> float | None:
     return next((r["ms_per_token"] for r in rows if r["engine"] == engine and r["category"] == cat), None)
 
 
-def _launch(engine: str, tp: int, **kw) -> str:
+def _launch(engine: str, tp: int, versions: dict, **kw) -> str:
     from ..engines import user_command
 
-    return user_command(engine, _MODEL, tp=tp, version=_VERSIONS.get(engine), **kw)
+    return user_command(engine, _MODEL, tp=tp, version=versions.get(engine), **kw)
 
 
-def _fix(engine: str, total: float, change: str, gain_ms: float | None, basis: str, command: str, **extra) -> dict:
+def _fix(engine: str, total: float, change: str, gain_ms: float | None, basis: str, command: str,
+         label: str = "predicted", **extra) -> dict:
+    if label != "predicted":
+        gain_ms = None
     after = None if gain_ms is None else total - gain_ms
     return {"engine": engine, "change": change, "gain_ms_per_token": gain_ms,
             "gain_tok_s": None if gain_ms is None or not after else 1e3 / after - 1e3 / total,
-            "label": "predicted", "basis": basis, "check_command": command, **extra}
+            "label": label, "basis": basis, "check_command": command, **extra}
+
+
+def _path_row(decode_path: list[dict], engine: str, version: str | None, setting: str) -> dict | None:
+    """Chapter 02's reading of ``setting`` in ``engine`` ``version``'s code (table ``decode_path``), or None."""
+    return next((r for r in decode_path if r.get("engine") == engine and r.get("version") == version
+                 and r.get("setting") == setting), None)
+
+
+def _machine(fig_id: str) -> str:
+    """The machine a published figure was measured on: the figure it names as "same system as ID", else its own id."""
+    fig = next(f for f in load_allreduce_reference()["figures"] if f["id"] == fig_id)
+    return fig["hardware"].split("same system as ", 1)[1].split()[0].rstrip(";,.") \
+        if fig["hardware"].startswith("same system as ") else fig_id
 
 
 def ranked_fixes(projection_rows: list[dict], *, tp: int = 8, attention_alternatives: dict | None = None,
                  custom_allreduce_us: float | None = None, nccl_tuned_us: float | None = None,
-                 message_bytes: int = 14336, expert_floor_ms: dict | None = None) -> list[dict]:
+                 message_bytes: int = 14336, expert_floor_ms: dict | None = None, decode_path: list[dict] = (),
+                 versions: dict | None = None, seed_env_engines: tuple[str, ...] = ()) -> list[dict]:
     """Candidate changes per engine with their predicted gain (ms and tok/s per token) from the projection, largest
-    first, each labelled "predicted" with the command that checks it on the real host. Never a cause.
+    first, each labelled "predicted" with the command that checks it on the real host. Never a cause. A change the
+    engine's code does not have, that is already its default, or whose gain needs figures of two machines is listed
+    with that label instead (``NOT_IN_VERSION`` ...), with no gain, after the predicted ones.
 
     ``attention_alternatives``: ``{engine: (backend, ms per token or None)}``; None ms = as fast as the other
     engine's projected attention. ``custom_allreduce_us`` / ``nccl_tuned_us``: default the published custom PCIe
     kernel and the tuned-NCCL (LL) series at ``message_bytes``. ``expert_floor_ms``: ``{engine: ms}`` the MoE experts
     would take at the bandwidth roofline (default: the card's INT4 expert bytes / tp / the target's datasheet bandwidth).
+    ``decode_path``: chapter 02's table for ``versions`` (``{engine: version}``, default 0.5.16 / 0.26.0): which options
+    exist and what is already the default. ``seed_env_engines``: engines the seed launched with its NCCL block.
     """
     alts = attention_alternatives if attention_alternatives is not None else {"sglang": ("flashinfer", None)}
-    cust_us, cust_label = (custom_allreduce_us, "given") if custom_allreduce_us is not None else \
-        _default_allreduce(message_bytes, "custom")
-    ll_us, ll_label = (nccl_tuned_us, "given") if nccl_tuned_us is not None else _default_allreduce(message_bytes, "nccl_tuned")
+    vers = {**_VERSIONS, **(versions or {})}
     out = []
     totals = {r["engine"]: r for r in projection_rows if r["category"] == "total" and r["ms_per_token"]}
     for eng, tot in totals.items():
         total = tot["ms_per_token"]
         comm = next(r for r in projection_rows if r["engine"] == eng and r["category"] == "communication")
-        out += _attention_fix(projection_rows, eng, total, alts, tp)
-        out += _comm_fixes(eng, total, comm, cust_us, cust_label, ll_us, ll_label, tp)
-        out.append(_graph_fix(projection_rows, eng, total, tp))
-        out.append(_moe_fix(projection_rows, eng, total, tp, (expert_floor_ms or {}).get(eng)))
+        ctx = {"eng": eng, "total": total, "tp": tp, "vers": vers, "path": list(decode_path)}
+        out += _attention_fix(projection_rows, ctx, alts)
+        out += _comm_fixes(ctx, comm, custom_allreduce_us, nccl_tuned_us, message_bytes, eng in seed_env_engines)
+        out.append(_graph_fix(projection_rows, ctx))
+        out.append(_moe_fix(projection_rows, ctx, (expert_floor_ms or {}).get(eng)))
     return sorted(out, key=lambda f: -(f["gain_ms_per_token"] if f["gain_ms_per_token"] is not None else -1e9))
 
 
-def _attention_fix(rows: list[dict], eng: str, total: float, alts: dict, tp: int) -> list[dict]:
+def _attention_fix(rows: list[dict], ctx: dict, alts: dict) -> list[dict]:
+    eng, total, tp, vers = ctx["eng"], ctx["total"], ctx["tp"], ctx["vers"]
     if eng not in alts or alts[eng] is None:
         return []
     backend, target_ms = alts[eng]
     mine = _cat(rows, eng, "attention")
-    basis = f"attention backend {backend}"
+    basis, assumption = f"attention backend {backend}", None
     if target_ms is None:
         others = [(_cat(rows, e, "attention"), e) for e in {r["engine"] for r in rows} if e != eng]
         others = [(ms, e) for ms, e in others if ms is not None]
         if not others or mine is None:
             return [_fix(eng, total, f"--attention-backend {backend}", None, basis + ": no figure to compare with",
-                         _launch(eng, tp, attention=backend))]
+                         _launch(eng, tp, vers, attention=backend))]
         target_ms, other = min(others)
-        basis += f" as fast as {other}'s projected attention ({target_ms:.3f} ms per token)"
+        assumption = (f"{backend}'s MLA decode runs as fast as {other}'s projected attention; nothing measured {backend} "
+                      "on this path")
+        basis += f" as fast as {other}'s projected attention ({target_ms:.3f} ms per token, an assumption)"
     gain = None if mine is None else max(0.0, mine - target_ms)
     return [_fix(eng, total, f"attention backend {backend}", gain, basis + f"; now {mine} ms per token",
-                 _launch(eng, tp, attention=backend))]
+                 _launch(eng, tp, vers, attention=backend), **({"assumption": assumption} if assumption else {}))]
 
 
-def _comm_fixes(eng: str, total: float, comm: dict, cust_us: float, cust_label: str, ll_us: float, ll_label: str,
-                tp: int) -> list[dict]:
+def _comm_fixes(ctx: dict, comm: dict, cust_given: float | None, ll_given: float | None, message_bytes: int,
+                seed_env: bool) -> list[dict]:
+    from ..nccl.e2e import SEED_ENV
+
+    eng, total, tp, vers = ctx["eng"], ctx["total"], ctx["tp"], ctx["vers"]
     n, cur = comm.get("collectives"), comm.get("allreduce_us")
     if not n or cur is None:
         return []
-    pcie_env = {"sglang": ({"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "SGLang PR #34528 (open): not in 0.5.16"),
-                "vllm": ({"VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC": "1"}, "vLLM PR #53576: not in 0.26.0's envs.py")}
-    env, avail = pcie_env.get(eng, ({}, "no PCIe custom all-reduce known for this engine"))
-    nccl_env = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS", "NCCL_MIN_NCHANNELS": "8", "NCCL_DEBUG": "INFO"}
-    return [
-        _fix(eng, total, "custom PCIe all-reduce instead of NCCL", n * max(0.0, cur - cust_us) / 1e3,
-             f"{n} collectives x ({cur:.2f} - {cust_us:.2f}) us; {cust_label}; availability: {avail}",
-             _launch(eng, tp, env=env)),
-        _fix(eng, total, "NCCL_PROTO=LL, NCCL_P2P_LEVEL=SYS, NCCL_MIN_NCHANNELS=8", n * max(0.0, cur - ll_us) / 1e3,
-             f"{n} collectives x max(0, {cur:.2f} - {ll_us:.2f}) us; {ll_label}; gains only where the host's NCCL "
-             "picked a slower protocol (confirm with NCCL_DEBUG=INFO); nccl-tests on the host: "
-             "NCCL_PROTO=LL all_reduce_perf -b 8K -e 32K -f 2 -g 8 -G 20 -d bfloat16",
-             _launch(eng, tp, env=nccl_env)),
-    ]
+    ref = load_allreduce_reference()["default"]
+    cur_id = comm.get("allreduce_figure")     # None: a latency the caller gave (its machine unknown)
+    # custom PCIe all-reduce: the published kernel against NCCL on its own machine (the same machine as the default)
+    cust_us, cust_label = (cust_given, "given") if cust_given is not None else _default_allreduce(message_bytes, "custom")
+    pcie_env = {"sglang": ({"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, "SGLang PR #34528 (open)"),
+                "vllm": ({"VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC": "1"}, "vLLM PR #53576")}
+    env, pr = pcie_env.get(eng, ({}, "no PCIe custom all-reduce known for this engine"))
+    read = _path_row(ctx["path"], eng, vers.get(eng), "PCIe all-reduce options")
+    there = read is not None and not str(read.get("choice", "")).startswith("none")
+    same = cust_given is not None or (cur_id is not None and _machine(cur_id) == _machine(ref["custom"]))
+    label = UNCHECKED if read is None else NOT_IN_VERSION if not there else ("predicted" if same else NOT_COMPUTABLE)
+    avail = (f"chapter 02 read {read['choice']!r} in {eng} {vers.get(eng)}'s code (table decode_path)" if read is not None
+             else f"chapter 02's decode_path holds no reading of {eng} {vers.get(eng)}'s PCIe all-reduce options")
+    rows = [_fix(eng, total, "custom PCIe all-reduce instead of NCCL", n * max(0.0, cur - cust_us) / 1e3,
+                 f"{n} collectives x ({cur:.2f} - {cust_us:.2f}) us; {cust_label}; availability: {avail}; the switch is "
+                 f"{pr}'s", _launch(eng, tp, vers, env=env), label=label)]
+    # the seed's NCCL block: a gain only from two figures of one machine
+    nccl_basis = ("; confirm the protocol NCCL picks with NCCL_DEBUG=INFO; nccl-tests on the host: NCCL_PROTO=LL "
+                  f"all_reduce_perf -b 8K -e 32K -f 2 -g {tp} -G 20 -d bfloat16")
+    cmd = _launch(eng, tp, vers, env=SEED_ENV)
+    change = "the seed's NCCL block (" + ", ".join(f"{k}={v}" for k, v in SEED_ENV.items()) + ")"
+    if seed_env:
+        return rows + [_fix(eng, total, change, None, f"the seed launched {eng} with this block already" + nccl_basis, cmd,
+                            label=ALREADY_IN_SEED)]
+    if ll_given is not None:
+        return rows + [_fix(eng, total, change, n * max(0.0, cur - ll_given) / 1e3,
+                            f"{n} collectives x max(0, {cur:.2f} - {ll_given:.2f}) us; given" + nccl_basis, cmd)]
+    ll_us, ll_label = _default_allreduce(message_bytes, "nccl_tuned")
+    d_us, d_label = _default_allreduce(message_bytes, "nccl_untuned")
+    pair = n * max(0.0, d_us - ll_us) / 1e3
+    pair_basis = (f"same-machine pair ({_machine(ref['nccl_tuned'])}): default {d_us:.2f} us -> LL {ll_us:.2f} us, "
+                  f"{n} collectives x {d_us - ll_us:.2f} us = {pair:.2f} ms per token where the host's NCCL picks the "
+                  f"slower protocol as that machine's did; default: {d_label}; tuned: {ll_label}")
+    extra = {"pair_default_us": d_us, "pair_tuned_us": ll_us, "pair_ms_per_token": pair, "collectives": n}
+    if cur_id is not None and _machine(cur_id) == _machine(ref["nccl_tuned"]):
+        return rows + [_fix(eng, total, change, n * max(0.0, cur - ll_us) / 1e3, pair_basis + nccl_basis, cmd, **extra)]
+    return rows + [_fix(eng, total, change, None,
+                        f"not computable against this projection: figures from different machines (its "
+                        f"{cur:.2f} us is {cur_id or 'a given figure'}'s); {pair_basis}" + nccl_basis, cmd,
+                        label=NOT_COMPUTABLE, **extra)]
 
 
-def _graph_fix(rows: list[dict], eng: str, total: float, tp: int) -> dict:
+def _graph_fix(rows: list[dict], ctx: dict) -> dict:
+    eng, total, tp, vers = ctx["eng"], ctx["total"], ctx["tp"], ctx["vers"]
     idle = _cat(rows, eng, "gpu idle")
-    extra = ["--cuda-graph-bs-decode", "1", "2", "4", "8"] if eng == "sglang" else ["--cudagraph-capture-sizes", "1", "2", "4", "8"]
+    read = _path_row(ctx["path"], eng, vers.get(eng), "CUDA-graph capture sizes")
+    if read is not None and "batch 1 captured" in str(read.get("choice", "")):
+        return _fix(eng, total, "CUDA-graph capture sizes covering batch 1", None,
+                    f"chapter 02 read {eng} {vers.get(eng)} capturing batch 1 by default ({read.get('where')}): the "
+                    f"projection's host / gpu idle ({idle} ms per token) is not launch gaps a capture size removes",
+                    _launch(eng, tp, vers), label=ALREADY_DEFAULT)
+    extra = ["--cuda-graph-bs", "1", "2", "4", "8"] if eng == "sglang" else ["--cudagraph-capture-sizes", "1", "2", "4", "8"]
     return _fix(eng, total, "CUDA-graph capture sizes covering batch 1", idle,
                 f"upper bound: the projection's host / gpu idle ({idle} ms per token, kept from the H200 host); "
-                "graphs change launch gaps, not kernel time", _launch(eng, tp, extra_args=extra), bound="upper")
+                "graphs change launch gaps, not kernel time", _launch(eng, tp, vers, extra_args=extra), bound="upper")
 
 
-def _moe_fix(rows: list[dict], eng: str, total: float, tp: int, floor_ms: float | None) -> dict:
+def _moe_fix(rows: list[dict], ctx: dict, floor_ms: float | None) -> dict:
+    eng, total, tp, vers = ctx["eng"], ctx["total"], ctx["tp"], ctx["vers"]
     mine = _cat(rows, eng, "moe experts")
     if floor_ms is None:
         floor_ms, basis = _expert_roofline_ms(rows, eng, tp)
@@ -502,9 +605,20 @@ def _moe_fix(rows: list[dict], eng: str, total: float, tp: int, floor_ms: float 
         basis = f"given floor {floor_ms:.3f} ms per token"
     extra = ["--moe-runner-backend", "triton"] if eng == "sglang" else ["--moe-backend", "marlin"]
     gain = None if mine is None or floor_ms is None else max(0.0, mine - floor_ms)
+    basis = f"projected experts {mine} ms per token against {basis}"
+    read = _path_row(ctx["path"], eng, vers.get(eng), "MoE runner")
+    label = "predicted"
+    if read is not None and "marlin" in (str(read.get("choice")) + str(read.get("logs"))).lower():
+        where = f"chapter 02 read {eng} {vers.get(eng)}'s INT4 experts going to Marlin at {read.get('where')}"
+        if eng == "vllm":
+            label, basis = ALREADY_DEFAULT, f"{where}: {' '.join(extra)} names the kernel it runs already; {basis}"
+        elif "mxint4a16" in str(read.get("condition", "")).lower():
+            label, basis = NO_EFFECT, (f"{where}; the runner option enters that rule only for MXINT4 checkpoints, so "
+                                       f"{' '.join(extra)} leaves these experts on Marlin; {basis}")
     return _fix(eng, total, "MoE expert kernel at the bandwidth roofline", gain,
-                f"projected experts {mine} ms per token against {basis}; the alternative kernel named in the command "
-                "is one to try, read the default's kernel names in the trace first", _launch(eng, tp, extra_args=extra))
+                basis + "; the alternative kernel named in the command is one to try, read the default's kernel names "
+                "in the trace first", _launch(eng, tp, vers, extra_args=extra), label=label,
+                **({"headroom_ms": gain} if label != "predicted" else {}))
 
 
 def _expert_roofline_ms(rows: list[dict], eng: str, tp: int) -> tuple[float | None, str]:

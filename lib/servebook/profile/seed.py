@@ -15,11 +15,14 @@ from pathlib import Path
 
 from .projection import project, ranked_fixes
 
-__all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "seed_projection", "record_seed", "verdict", "gap_by_category", "seed_allreduce_share"]
+__all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "verdict", "gap_by_category", "seed_allreduce_share"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
 # what each engine runs on capability 12.0, as chapter 02 resolves it from the engines' own code
 SEED_BACKENDS = {"sglang": "triton", "vllm": "TRITON_MLA"}
+# engines the seed launched with its NCCL block (servebook.nccl.e2e.SEED_ENV, copied from a vLLM systemd unit; SGLang
+# ran without it until the investigation copied it over: shared/seeds)
+SEED_NCCL_ENGINES = ("vllm",)
 
 
 def _reference_dir() -> Path:
@@ -50,12 +53,102 @@ def gap_by_category(rows: list[dict], a: str = "sglang", b: str = "vllm") -> lis
 
 def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
     """Project both engines, rank the candidate fixes, and store both tables in ``store`` (rewritten whole: a
-    projection computed again from newer profiles supersedes the old)."""
+    projection computed again from newer profiles supersedes the old). The fixes are checked against chapter 02's
+    reading of the studied versions' code (table ``decode_path`` of ``store``)."""
     rows = seed_projection(reference)
-    fixes = ranked_fixes(rows, attention_alternatives={"sglang": ("flashinfer", None)})
+    versions = _studied_versions(store, rows)
+    for r in rows:
+        if r["category"] == "total":
+            r["studied_version"] = versions.get(r["engine"])
+    fixes = ranked_fixes(rows, attention_alternatives={"sglang": ("flashinfer", None)}, decode_path=store.rows("decode_path"),
+                         versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
     store.replace("seed_projection", rows)
     store.replace("seed_fixes", fixes)
     return rows, fixes
+
+
+def _studied_versions(store, rows: list[dict]) -> dict:
+    """``{engine: version}`` this book studies: the run's pinned engine (its manifest's ``engine`` parameter), else the
+    version the engine's kernels were measured with."""
+    from ..errors import ServebookError
+    from ..selection.envs import parse_engine_spec
+
+    out = {r["engine"]: r.get("measured_version") for r in rows if r["category"] == "total"}
+    try:
+        spec = (store.manifest.get("parameters") or {}).get("engine") or ""
+        name, version = parse_engine_spec(spec) if spec else (None, None)
+    except ServebookError:  # a damaged manifest or an engine servebook does not know: the measured versions stand
+        name, version = None, None
+    if name in out and version:
+        out[name] = version
+    return out
+
+
+def _parts_line(rows: list[dict], gap: float) -> str:
+    from ..stated.tags import q
+
+    confounded = {r["category"] for r in rows if r.get("confounded")}
+    parts = [g for g in gap_by_category(rows) if g["diff_ms"] is not None and g["diff_ms"] > 0.05 * max(gap, 1e-9)
+             and g["category"] not in confounded]
+    line = (f"The projected gap is {q('seed_projected_gap_ms', gap, '.2f')} ms per token; its largest parts: "
+            + ", ".join(f"{g['category']} {q('seed_projected_part_ms', g['diff_ms'], '+.2f', of=g['category'])} ms"
+                        for g in parts[:4]) + ".")
+    if confounded:
+        line += (" Confounded, and so left out of the parts: " + ", ".join(sorted(confounded)) + " (the slices they come "
+                 "from ran different attention backends; a one-layer slice of each engine's Triton backend settles them).")
+    return line
+
+
+def _versions_line(s: dict, v: dict) -> str:
+    from ..stated.tags import q
+
+    line = (f"The kernels were measured with SGLang {q('seed_profile_version', s.get('measured_version'), of='sglang')} "
+            f"and vLLM {q('seed_profile_version', v.get('measured_version'), of='vllm')} (`profile_runs`' version of "
+            "each slice used).")
+    off = [(e, r) for e, r in (("SGLang", s), ("vLLM", v)) if r.get("studied_version") and
+           r.get("studied_version") != r.get("measured_version")]
+    for name, r in off:
+        eng = name.lower()
+        line += (f" This book studies {name} {q('seed_studied_version', r['studied_version'], of=eng)}, whose kernels "
+                 f"were not profiled: that they take what {q('seed_profile_version', r['measured_version'], of=eng)}'s "
+                 f"took is an assumption, settled by profiling {name} "
+                 f"{q('seed_studied_version', r['studied_version'], of=eng)}'s Triton MLA backend on the same slices.")
+    return line
+
+
+def _allreduce_line(rows: list[dict], fixes: list[dict]) -> str:
+    from ..nccl.e2e import SEED_ENV
+    from ..stated.tags import q
+
+    comm = {r["engine"]: r for r in rows if r["category"] == "communication"}
+    c = comm.get("sglang") or next(iter(comm.values()), {})
+    if not c.get("collectives"):
+        return ""
+    pair = next((f for f in fixes if f.get("pair_ms_per_token") is not None), None)
+    block = " ".join(f"{k}={v}" for k, v in SEED_ENV.items())
+    names = {"sglang": "SGLang", "vllm": "vLLM"}
+    with_block = [names.get(e, e) for e in comm if e in SEED_NCCL_ENGINES]
+    without = [names.get(e, e) for e in comm if e not in SEED_NCCL_ENGINES]
+    line = ("**All-reduce is an open hypothesis for the gap.** The projection gives both engines the same "
+            f"{q('seed_collectives', c['collectives'], 'd', of=c['engine'])} collectives per token at one published "
+            f"latency ({q('seed_allreduce_us', c.get('allreduce_us'), '.2f', of=c['engine'])} us, measured on another "
+            "machine than the seed's host), so it shows no all-reduce difference; but the seed launched "
+            + (" and ".join(with_block) or "no engine") + f" with an NCCL block (`{block}`) and "
+            + (" and ".join(without) or "no engine") + " without it.")
+    if pair is not None:
+        line += (" On one published dual-socket machine NCCL's all-reduce took "
+                 f"{q('seed_nccl_pair_us', pair['pair_default_us'], '.2f', of='default')} us by default and "
+                 f"{q('seed_nccl_pair_us', pair['pair_tuned_us'], '.2f', of='tuned')} us with LL, "
+                 f"{q('seed_nccl_pair_ms', pair['pair_ms_per_token'], '.2f')} ms per token over that many collectives, "
+                 "where the seed's host behaves like that machine - a difference between the engines this projection "
+                 "cannot show, since it gives both one latency.")
+    line += (f" The seed's own profile put all-reduce at {q('seed_allreduce_share', seed_allreduce_share(), '.1%')} of "
+             "SGLang's decode time. What settles it: all-reduce at "
+             f"{q('seed_message_bytes', c.get('message_bytes'), ',d', of=c['engine'])} B on the seed's host, "
+             f"{q('seed_tp', c.get('tp'), 'd')} ranks under CUDA graphs, "
+             "with and without the seed's NCCL settings (chapter 04 with `tp_seed_block`), and NCCL_DEBUG=INFO from "
+             "each engine's launch for the protocol it picked.")
+    return line
 
 
 def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
@@ -68,7 +161,6 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
                 f"`data/runs/{REFERENCE_PROFILE_RUN}`; the seed's gap stays unexplained here.")
     s, v = tot["sglang"], tot["vllm"]
     gap = s["predicted_ms"] - v["predicted_ms"]
-    parts = [g for g in gap_by_category(rows) if g["diff_ms"] is not None and g["diff_ms"] > 0.05 * max(gap, 1e-9)]
     att = next((g for g in gap_by_category(rows) if g["category"] == "attention"), None)
     lines = [
         "**Verdict (predicted from measurements, not measured on that host).** On 8x RTX PRO 6000 both engines run a "
@@ -76,27 +168,32 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
         f"below, SGLang decodes {q('seed_projected_tok_s', s['predicted_tok_s'], '.1f', of='sglang')} tok/s "
         f"(the seed measured {q('seed_tok_s', s['seed_tok_s'], '', of='sglang')}, error {q('seed_projection_error_pct', s['error_pct'], '+.1f', of='sglang')}%) "
         f"and vLLM {q('seed_projected_tok_s', v['predicted_tok_s'], '.1f', of='vllm')} tok/s (the seed measured "
-        f"{q('seed_tok_s', v['seed_tok_s'], '', of='vllm')}, error {q('seed_projection_error_pct', v['error_pct'], '+.1f', of='vllm')}%).",
-        f"The projected gap is {q('seed_projected_gap_ms', gap, '.2f')} ms per token; its largest parts: "
-        + ", ".join(f"{g['category']} {q('seed_projected_part_ms', g['diff_ms'], '+.2f', of=g['category'])} ms" for g in parts[:4]) + ".",
+        f"{q('seed_tok_s', v['seed_tok_s'], '', of='vllm')}, error {q('seed_projection_error_pct', v['error_pct'], '+.1f', of='vllm')}%). "
+        + _versions_line(s, v),
+        _parts_line(rows, gap),
     ]
     if att and att["diff_ms"] and att["diff_ms"] > 0:
         ratio = att["sglang"] / att["vllm"] if att.get("vllm") else None
         lines.append("Why attention (a hypothesis, measured on the H200, not on the seed's GPU): at batch 1 SGLang's Triton "
                      f"MLA decode kernels take {q('seed_attention_ratio', ratio, '.1f') + ' times' if ratio else 'longer than'} as long "
-                     "per layer as vLLM's "
-                     "Triton MLA kernels on the same slice "
-                     "(`data/runs/h200x1-prof`, table `decode_breakdown`; kernel names in the traces' excerpts), and SGLang's "
-                     "Triton path adds copy and index kernels around them. All-reduce is the same projected cost for both "
-                     "engines (the same count at the same published latency), so on this evidence it does not explain the gap.")
-    if fixes:
-        f0 = fixes[0]
+                     "per layer as vLLM's Triton MLA kernels on the same slice (`data/runs/h200x1-prof`, table "
+                     "`decode_breakdown`; kernel names in the traces' excerpts).")
+    lines.append(_allreduce_line(rows, fixes))
+    ranked = [f for f in fixes if f.get("label") == "predicted" and f.get("gain_ms_per_token") is not None]
+    if ranked:
+        f0 = ranked[0]
         lines.append(f"First change to check (predicted gain {q('seed_fix_gain_ms', f0['gain_ms_per_token'], '.2f', of='first')} ms per "
-                     f"token for {f0['engine']}): "
+                     f"token for {f0['engine']}"
+                     + (f", assuming {f0['assumption']}" if f0.get("assumption") else "") + f"): "
                      f"{f0['change']} - `{f0['check_command']}`.")
+    others = sorted({f["label"] for f in fixes if f.get("label") != "predicted"})
+    if others:
+        lines.append("The other candidate changes in the table below carry no predicted gain: they are "
+                     + ", ".join(f"*{o}*" for o in others) + " for the versions named (each row's basis says which code "
+                     "or figures decided it).")
     lines.append("What settles it: profile both engines on the RTX PRO 6000 host (`servebook profile run` with a plan "
                  "of the real model) and compare each category with the projection below.")
-    return "\n\n".join(lines)
+    return "\n\n".join(x for x in lines if x)
 
 
 def seed_allreduce_share() -> float:

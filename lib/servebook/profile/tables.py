@@ -15,7 +15,8 @@ from typing import Iterable
 
 from .predict import predict_full
 
-__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference", "write_predictions"]
+__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference", "write_predictions",
+           "reclassify_breakdown"]
 
 
 def latest_breakdown(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]) -> list[dict]:
@@ -155,3 +156,33 @@ def write_predictions(store) -> list[dict]:
     rows = prediction_rows(store.rows("profile_runs"), bw, _datasheet_tbs(bw[-1]["device"] if bw else None))
     store.replace("prediction_check", rows)
     return rows
+
+
+def reclassify_breakdown(store, reason: str, at: str) -> list[dict]:
+    """``decode_breakdown`` of the last ok profile of each label with today's rule (``kernels.RULES``), from the kept
+    trace's kernel names: each category gets the recorded GPU-busy time per step x its share of the kernel time in
+    the kept trace's whole steps (a trace kept whole gives exactly what the recording would give today; a cut one,
+    the split of its first steps); "gpu idle", steps and step times stay as recorded. Rewrites the table whole; a row
+    whose time changed carries ``corrected`` (by, fields, reason, at) as ``tools/corrections/mark_rows.py`` writes it."""
+    from .kernels import load_trace, kernel_events
+    from .steps import step_breakdown
+
+    old = latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    out = []
+    for p in latest_ok(store.rows("profile_runs")):
+        mine = [r for r in old if r["label"] == p["label"]]
+        if not mine:
+            continue
+        b = step_breakdown(kernel_events(load_trace(Path(store.path) / p["trace"])))
+        busy = float(p["busy_ms"])
+        for r in mine:
+            ms = float(r["ms_per_step"]) if r["category"] == "gpu idle" else \
+                busy * b["categories"].get(r["category"], 0.0) / b["busy_ms"]
+            if abs(ms - float(r["ms_per_step"])) <= 1e-9:
+                out.append(r)
+                continue
+            out.append({**r, "ms_per_step": ms, "share": ms / float(p["step_ms"]),
+                        "corrected": {"by": "servebook.profile.tables.reclassify_breakdown",
+                                      "fields": ["ms_per_step", "share"], "reason": reason, "at": at}})
+    store.replace("decode_breakdown", out)
+    return out

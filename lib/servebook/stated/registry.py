@@ -563,6 +563,16 @@ def _s9_attention_ratio(store) -> dict:
     return {None: r["sglang"] / r["vllm"]} if r.get("vllm") and r.get("sglang") is not None else {}
 
 
+# seed verdict (fix-prof, 2026-12-02): helpers of the quantities in the block marked "seed verdict (fix-prof)" below
+def _seed_total(field_: str) -> Callable[[Any], dict]:
+    return lambda store: {r["engine"]: r.get(field_) for r in store.rows("seed_projection") if r["category"] == "total"}
+
+
+def _seed_comm(field_: str) -> Callable[[Any], dict]:
+    return lambda store: {r["engine"]: r.get(field_) for r in store.rows("seed_projection") if r["category"] == "communication"}
+# end of seed verdict helpers (fix-prof)
+
+
 def _s9_nvlink(store) -> dict:
     links = {str(r.get("link")).strip() for r in store.rows("topology") if r.get("link")}
     return {c: int(m.group(1)) for c in links if (m := re.fullmatch(r"NV(\d+)", c))}
@@ -933,6 +943,24 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {}, lookup_in=_s9_other_vs(_s9_pct)),
     Quantity("other_run_ratio", "another run's single-stream rate over this run's (run | label vs label)",
              lambda store: {}, lookup_in=_s9_other_vs(lambda a, b: a / b)),
+    # seed verdict (fix-prof, 2026-12-02): versions, all-reduce figures and the same-machine NCCL pair of chapter 06's
+    # seed verdict, from its tables seed_projection and seed_fixes (profile.seed.verdict)
+    Quantity("seed_profile_version", "seed case: the engine version the projected kernels were measured with (engine; "
+             "seed_projection total row's measured_version)", _seed_total("measured_version")),
+    Quantity("seed_studied_version", "seed case: the engine version the book studies (engine; seed_projection total row's "
+             "studied_version)", _seed_total("studied_version")),
+    Quantity("seed_collectives", "seed case: collectives per token at TP (engine; seed_projection communication row)",
+             _seed_comm("collectives")),
+    Quantity("seed_allreduce_us", "seed case: the one all-reduce latency (us) the projection gives an engine (engine)",
+             _seed_comm("allreduce_us")),
+    Quantity("seed_message_bytes", "seed case: the decode all-reduce message (bytes; engine)", _seed_comm("message_bytes")),
+    Quantity("seed_nccl_pair_us", "seed case: NCCL all-reduce latency (us) of one published machine, default and tuned (LL) "
+             "(default | tuned; seed_fixes)", lambda store: next(({"default": f.get("pair_default_us"), "tuned": f.get("pair_tuned_us")}
+                                                                  for f in store.rows("seed_fixes") if f.get("pair_default_us") is not None), {})),
+    Quantity("seed_nccl_pair_ms", "seed case: that same-machine difference over the collectives of a token (ms; seed_fixes)",
+             lambda store: next(({None: f["pair_ms_per_token"]} for f in store.rows("seed_fixes")
+                                 if f.get("pair_ms_per_token") is not None), {})),
+    # end of seed verdict (fix-prof)
 ]}
 
 
