@@ -114,9 +114,19 @@ def _answer(store, profile: str | None) -> str:
     if profile:
         totals = [r for r in store.rows("seed_projection") if r.get("category") == "total" and r.get("predicted_tok_s")]
         if totals:
-            return ("Predicted, not measured (projected from the H200 profiles): "
-                    + ", ".join(f"{html.escape(str(r['engine']))} {q('seed_projected_tok_s', r['predicted_tok_s'], '.1f', of=r['engine'])} tok/s"
-                                for r in totals) + " single stream.")
+            def one(r: dict) -> str:
+                e = str(r["engine"])
+                notes = []
+                if r.get("measured_version"):
+                    notes.append(f"kernels of {html.escape(e)} {q('seed_profile_version', r['measured_version'], of=e)} profiled on an H200"
+                                 + (f", for the studied {q('seed_studied_version', r['studied_version'], of=e)}"
+                                    if r.get("studied_version") not in (None, r["measured_version"]) else ""))
+                if r.get("seed_tok_s") is not None:
+                    notes.append(f"the seed measured {q('seed_tok_s', r['seed_tok_s'], '.1f', of=e)}")
+                return (f"{html.escape(e)} {q('seed_projected_tok_s', r['predicted_tok_s'], '.1f', of=e)} tok/s"
+                        + (f" ({'; '.join(notes)})" if notes else ""))
+            return ("Predicted, not measured (projected onto this profile from decode-step profiles on an H200, chapter 06): "
+                    + "; ".join(one(r) for r in totals) + ", single stream.")
         seen: dict[str, str] = {}
         for r in store.rows("selection"):
             if r.get("method") == "dynamic" and r.get("gpu") == profile and r.get("attention_backend"):
