@@ -97,3 +97,49 @@ def test_the_whatif_page_states_the_recorded_roofline_once_tagged():
     assert len(qa) == 2 and "257 to 321 tok/s" in re.sub(r"<[^>]+>", "", qa[1][1])
     for t in stated_on("\n".join(lines + [a for _, a in qa])):
         assert expected(store, t.name, t.of) == t.value, (t.name, t.of)
+
+
+RUN_TRUST = book_root() / "data" / "runs" / "h200x1-trust"
+
+
+def _plain(lines) -> str:
+    return re.sub(r"<[^>]+>", "", "\n".join(lines))
+
+
+def test_a_fall_gone_once_warmed_is_a_fact_only_on_one_server_start(tmp_path):
+    """h200x1-live measured its sweeps before and after warming each level on different server starts (and machines):
+    the C=8 fall gone 9.1x is a hypothesis there, naming the measurement that settles it; the same pair on one recorded
+    server start is stated as a first-use cost."""
+    import json
+    import shutil
+
+    from servebook.bench.runs import remeasured
+
+    text = _plain(ch05._remeasured_lines(remeasured(RunStore(RUN1).rows("bench_summary")), RunStore(RUN1)))
+    assert "it was a first-use cost" not in text
+    assert "a 9.1x change. Hypothesis: a first-use cost at that concurrency" in text
+    assert "the two sweeps ran on different server starts" in text and "warmed on one server start" in text
+    shutil.copytree(RUN1, tmp_path / "run")
+    store = RunStore(tmp_path / "run")
+    pairs = remeasured(store.rows("bench_summary"))
+    (c8,) = [p for p in pairs if p["label"].startswith("sglang") and p["concurrency"] == 8]
+    from datetime import datetime
+
+    t0, t1 = (datetime.fromisoformat(c8[k]).timestamp() for k in ("before_at", "after_at"))
+    (tmp_path / "run" / "servers.jsonl").write_text("\n".join(json.dumps(e) for e in (
+        {"event": "started", "pid": 7, "engine": "sglang", "time": t0 - 60}, {"event": "stopped", "pid": 7, "engine": "sglang", "time": t1 + 60})) + "\n")
+    same = _plain(ch05._remeasured_lines(pairs, store))
+    assert "a 9.1x change on the same server start: it was a first-use cost at that concurrency" in same
+
+
+def test_a_stall_on_a_warmed_level_counts_against_first_use():
+    """h200x1-trust: vLLM's C=4 was warmed first (`level_warmup`) and still fell 891 -> 264 tok/s: the page says the
+    warm-up counts against the first-use hypothesis, not that a warm-up would settle it."""
+    from servebook.bench.runs import sweep_stalls
+
+    m = ch05.measured(RunStore(RUN_TRUST))
+    (st,) = [s for s in sweep_stalls(m["summary_rows"], m["request_rows"]) if s["stalled"]]
+    text = ch05._stall_reading(st, m["summary_rows"])
+    assert "stalled all the same: that counts against a first-use cost" in text and "which the sweep now does" not in text
+    unwarmed = [{k: v for k, v in r.items() if k != "level_warmup"} for r in m["summary_rows"]]
+    assert "which the sweep now does before every level" in ch05._stall_reading(st, unwarmed)

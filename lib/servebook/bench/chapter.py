@@ -760,7 +760,38 @@ def _at(label, c) -> str:
     return f"{label} | C={int(c)}"
 
 
-def _remeasured_lines(again) -> list[str]:
+def _same_start(store, r) -> bool | None:
+    """Whether one recorded server start measured both takes of a pair of ``bench.remeasured`` (``servers.jsonl``),
+    None where the run cannot tell (no store, no registry, or servers of that engine side by side)."""
+    from .figures import server_start_at
+
+    if store is None:
+        return None
+    engine = str(r["label"]).split("/")[0]
+    a, b = server_start_at(store, engine, r.get("before_at")), server_start_at(store, engine, r.get("after_at"))
+    return (a == b) if a and b else None
+
+
+def _first_use_reading(r, t, same: bool | None) -> str:
+    """What a sweep level's fall that did not recur once warmed says: a fact only where one server start measured the
+    level both ways; otherwise a hypothesis, with the measurement that settles it."""
+    starts = ("the two sweeps ran on different server starts (`servers.jsonl`)" if same is False else
+              "this run does not show that one server start measured both (`servers.jsonl`)")
+    settle = "the level measured unwarmed and then warmed on one server start, several batches each way, would settle it"
+    if r["after"] >= 3 * r["before"]:
+        if same:
+            return ("did not recur once the level was warmed first, a " + f"{t(r, 'ratio', '.1f')}x change on the same server "
+                    "start: it was a first-use cost at that concurrency, not saturation (which kernel or cache paid it is not "
+                    "measured here).")
+        return ("did not recur once the level was warmed first, a " + f"{t(r, 'ratio', '.1f')}x change. Hypothesis: a first-use "
+                f"cost at that concurrency, not saturation; not settled, since {starts}, one batch per level each; {settle}.")
+    return ("did not recur once the level was warmed first: consistent with a first-use cost, a hypothesis only (one batch "
+            f"per level each way, no interval{'' if same else '; ' + starts}; {settle}).")
+
+
+def _remeasured_lines(again, store=None) -> list[str]:
+    """What measuring again changed, per configuration (``bench.remeasured`` rows); ``store`` tells whether one server
+    start measured both takes (without it, the run is taken not to show that)."""
     import pandas as pd
 
     from ..stated import q
@@ -785,14 +816,28 @@ def _remeasured_lines(again) -> list[str]:
             text = f"- {label}: sweep measured again with {t(last, 'after_method')} (before: {t(last, 'before_method')}), tok/s: {levels}."
             for r in fell:
                 text += (f" The fall at C={int(r['concurrency'])} " + (
-                    ("did not recur once the level was warmed first, a " + f"{t(r, 'ratio', '.1f')}x change: it was a first-use "
-                     "cost at that concurrency, not saturation (which kernel or cache paid it is not measured here)."
-                     if r["after"] >= 3 * r["before"] else
-                     "did not recur once the level was warmed first: consistent with a first-use cost, a hypothesis only (one batch "
-                     "per level each way, no interval; more batches per level would settle it).") if not r["recurred"]
+                    _first_use_reading(r, t, _same_start(store, r)) if not r["recurred"]
                     else "recurred with the level warmed first, so first use does not explain it; the cause is not settled by this run."))
             lines.append(text)
     return lines
+
+
+def _stall_reading(st: dict, summary_rows) -> str:
+    """What a stalled sweep level (``bench.sweep_stalls``) says about its cause: where the level was warmed first
+    (``level_warmup`` on its row) and stalled all the same, the warm-up counts against a first-use cost; else first use
+    is the hypothesis, settled by the level warmed first."""
+    row = next((r for r in reversed(list(summary_rows)) if r.get("phase") == "sweep" and r.get("label") == st["label"]
+                and r.get("concurrency") == st["concurrency"]), {})
+    head = "A saturated server holds its throughput and queues each request a little; this looks like a stall. "
+    if row.get("level_warmup"):
+        return (head + f"The level was warmed first (as many untimed requests as its concurrency, at C={st['concurrency']}, just "
+                "before it: `level_warmup`) and stalled all the same: that counts against a first-use cost (kernels compiled on the first "
+                "use of the batch shape) as the cause. The cause is not settled by this run; a trace of the engine's scheduler "
+                "at that level, or the level repeated on the same server start, would settle it. The sweep's peak is a lower "
+                "bound and its stop is not a saturation point.")
+    return (head + "Hypothesis: kernels compiled on the first use of the new batch shape (not measured here); settled by the "
+            "same level measured again after a warm-up at that concurrency, which the sweep now does before every level "
+            "(`level_warmup`). Until then the sweep's peak is a lower bound and its stop is not a saturation point.")
 
 
 def _client_check_line(cc) -> str:
@@ -863,12 +908,9 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
         lines.append(f"- {st['label']}: throughput fell from {s_('best_before_tok_s', ',.0f')} tok/s at C={st['best_before_concurrency']} to "
                      f"{s_('throughput_tok_s', ',.0f')} at C={st['concurrency']}; first tokens there took {s_('ttft_median_s', '.2f')} s "
                      f"(median) and up to {s_('ttft_max_s', '.2f')} s, against {s_('ttft_median_best_s', '.2f')} s at C={st['best_before_concurrency']}. "
-                     + ("A saturated server holds its throughput and queues each request a little; this looks like a stall. "
-                        "Hypothesis: kernels compiled on the first use of the new batch shape (not measured here); settled by the "
-                        "same level measured again after a warm-up at that concurrency, which the sweep now does before every level "
-                        "(`level_warmup`). Until then the sweep's peak is a lower bound and its stop is not a saturation point."
-                        if st["stalled"] else "The first tokens do not show a stall; the cause is not settled by this run."))
-    lines += _remeasured_lines(remeasured(store.rows("bench_summary")))
+                     + (_stall_reading(st, m["summary_rows"]) if st["stalled"]
+                        else "The first tokens do not show a stall; the cause is not settled by this run."))
+    lines += _remeasured_lines(remeasured(store.rows("bench_summary")), store)
     for _, r in (sweep_ok.iterrows() if len(sweep_ok) else []):  # a level held back by first-token waits, not by decode
         p50, p99, user = r.get("ttft_server_s_p50"), r.get("ttft_server_s_p99"), r.get("per_user_tok_s")
         stalled = any(st["label"] == r["label"] and st["concurrency"] == r["concurrency"] for st in stalls)  # said above
