@@ -143,3 +143,23 @@ def test_a_stall_on_a_warmed_level_counts_against_first_use():
     assert "stalled all the same: that counts against a first-use cost" in text and "which the sweep now does" not in text
     unwarmed = [{k: v for k, v in r.items() if k != "level_warmup"} for r in m["summary_rows"]]
     assert "which the sweep now does before every level" in ch05._stall_reading(st, unwarmed)
+
+
+def test_a_single_stream_far_from_its_sweeps_c1_is_flagged_beside_both():
+    """h200x1-live: vLLM's single stream 556.0 ± 24.5 tok/s and its sweep's C=1 level 361 tok/s (requests 369-375 per
+    user), one server start a second apart, same 128/128 tokens: 'What we found' flags the gap where it states both, with
+    what differs and a hypothesis naming the measurement that settles it; h200x1-trust's agree and are not flagged."""
+    from servebook.bench.figures import single_vs_c1
+
+    v = {x["label"].split("/")[0]: x for x in single_vs_c1(RunStore(RUN1))}["vllm"]
+    assert v["apart"] and v["same_start"] and v["same_tokens"] and round(v["gap_pct"]) == -33
+    assert v["c1_tpot_ms"] > 1.4 * v["single_tpot_ms"] and v["warmup_min"] <= v["c1_max"]  # a warm-up request was as slow
+    assert not any(x["apart"] for x in single_vs_c1(RunStore(RUN_TRUST)))
+    store = RunStore(RUN1)
+    m = ch05.measured(store)
+    lines = [re.sub(r"<[^>]+>", "", x) for x in ch05.found(store, m, runs=5, warmup=10, verdict={"compared": False, "reason_tagged": "x"},
+                                                           ceiling_tok_s=1.0, ceiling_check_df=m["summary"].iloc[0:0], seed={"rows": []})]
+    i = next(k for k, x in enumerate(lines) if x.startswith("- **vllm/default --max-num-seqs 16: its single stream and its sweep's C=1"))
+    assert "361.0 tok/s at C=1" in lines[i - 1] and "556.0 ± 24.5" in "".join(lines[i - 4:i])  # right under the figures it weighs
+    assert "-33%, outside the single stream's interval" in lines[i] and "1.81 ms against 2.68 ms" in lines[i]
+    assert "Hypothesis: the server's decode speed changed" in lines[i] and "alternated several times on one server start" in lines[i]

@@ -822,6 +822,43 @@ def _remeasured_lines(again, store=None) -> list[str]:
     return lines
 
 
+def _single_vs_c1_line(v: dict) -> str:
+    """A configuration whose single stream and sweep C=1 level disagree (``bench.figures.single_vs_c1``, ``apart``):
+    both figures, where the gap is (time per token), what differs between the two measurements, and a hypothesis with
+    the measurement that settles it."""
+    from ..stated import q
+
+    lab = v["label"]
+
+    def f(field: str, fmt: str) -> str:
+        return q("single_vs_c1", v[field], fmt, of=f"{lab} | {field}")
+
+    reaches = (v["warmup_min"] is not None and v["warmup_min"] <= v["c1_max"] and v["warmup_max"] >= v["c1_min"])
+    text = (f"- **{lab}: its single stream and its sweep's C=1 level disagree.** Single stream (the sweep's server start) "
+            f"{f('single_tok_s', ',.1f')} ± {f('single_ci95', ',.1f')} tok/s, its requests {f('single_min', ',.0f')} to "
+            f"{f('single_max', ',.0f')}; the C=1 level {f('c1_user_tok_s', ',.1f')} tok/s per user "
+            f"({f('c1_throughput_tok_s', ',.1f')} tok/s throughput), its requests {f('c1_min', ',.0f')} to {f('c1_max', ',.0f')}: "
+            f"{f('gap_pct', '+.0f')}%, outside the single stream's interval. The median time per output token was "
+            f"{f('single_tpot_ms', '.2f')} ms against {f('c1_tpot_ms', '.2f')} ms, so the gap is in decode itself, not in the first "
+            "token or in how the level's throughput is counted. "
+            + ("Both ran on one server start (`servers.jsonl`), one after the other, " if v["same_start"] else "")
+            + (f"{'w' if v['same_start'] else 'W'}ith the same prompt and output tokens ({f('prompt_tokens', '')} and "
+               f"{f('output_tokens', '')}). " if v["same_tokens"] else ("" if not v["same_start"] else "with different tokens. "))
+            + f"What differs is how they were sent: the single stream sent {f('single_warmup', 'd')} warm-up requests, then one "
+            "client call per run; the C=1 level sent " + ("one untimed request first (`level_warmup`), then " if v["c1_level_warmup"]
+                                                          else "no warm-up of its own, then ")
+            + f"its {f('c1_requests', 'd')} requests back to back in one client call.")
+    if v["warmup_min"] is not None:
+        text += (f" The single stream's own warm-up requests, sent back to back in one call as the level's are, ran at "
+                 f"{f('warmup_min', ',.0f')} to {f('warmup_max', ',.0f')} tok/s"
+                 + (": the C=1 level's rate appears there too, so how the requests were sent does not explain the gap alone." if reaches
+                    else "."))
+    return text + (" Hypothesis: the server's decode speed changed between the two measurements" if reaches else
+                   " Hypothesis: the warm-up before each or the way the requests were sent, or the server's decode speed changing "
+                   "between the two") + ("; this run does not settle it: single-stream runs and C=1 batches alternated several "
+                                         "times on one server start, with the GPU's clocks recorded, would.")
+
+
 def _stall_reading(st: dict, summary_rows) -> str:
     """What a stalled sweep level (``bench.sweep_stalls``) says about its cause: where the level was warmed first
     (``level_warmup`` on its row) and stalled all the same, the warm-up counts against a first-use cost; else first use
@@ -871,13 +908,17 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
 
     from ..findings import default_methods, say_default_methods, separated, throughput
     from ..stated import q, say_throughput
+    from .figures import single_vs_c1
     from .runs import remeasured, sweep_stalls
 
     single_df, sweep_ok, sweep_df, single_all = m["single_df"], m["sweep_ok"], m["sweep_df"], m["single_all"]
     lines = []
     measured_t = [t for t in throughput(store) if t["single_tok_s"] is not None]
+    apart = {v["label"]: v for v in single_vs_c1(store) if v["apart"]}  # single stream and C=1 disagree: said beside them
     for t in measured_t:  # chapter 06's definition and sentences: per label, the recorded single-stream row, its roofline
         lines += say_throughput(t, runs=runs)
+        if t["label"] in apart:
+            lines.append(_single_vs_c1_line(apart[t["label"]]))
         r = single_df[single_df["label"] == t["label"]].iloc[-1]
         lab = t["label"]
         lines.append(f"- {lab}: TTFT {q('single_ttft_ms', r['ttft_s_mean'] * 1e3, '.0f', of=lab)} ms, TPOT "

@@ -156,8 +156,8 @@ def single_vs_c1(store) -> list[dict]:
             "c1_level_warmup": bool(c.get("level_warmup")), "gap_pct": 100 * gap,
             "same_tokens": ({q.get("prompt_tokens") for q in sq} == {q.get("prompt_tokens") for q in cq}
                             and {q.get("output_tokens") for q in sq} == {q.get("output_tokens") for q in cq}) if sq and cq else None,
-            "prompt_tokens": sorted({q.get("prompt_tokens") for q in sq + cq if q.get("prompt_tokens") is not None}),
-            "output_tokens": sorted({q.get("output_tokens") for q in sq + cq if q.get("output_tokens") is not None}),
+            "prompt_tokens": ", ".join(map(str, sorted({q["prompt_tokens"] for q in sq + cq if q.get("prompt_tokens") is not None}))),
+            "output_tokens": ", ".join(map(str, sorted({q["output_tokens"] for q in sq + cq if q.get("output_tokens") is not None}))),
             "same_start": (a == b) if a and b else None,
             "apart": abs(c["per_user_tok_s"] - s["decode_tok_s_mean"]) > ci and abs(gap) > C1_GAP,
         })

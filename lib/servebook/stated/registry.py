@@ -932,6 +932,20 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {}, lookup_in=_s9_other_vs(_s9_pct)),
     Quantity("other_run_ratio", "another run's single-stream rate over this run's (run | label vs label)",
              lambda store: {}, lookup_in=_s9_other_vs(lambda a, b: a / b)),
+    # -- chapter 05 (bench): single stream against C=1, both bandwidths, the full model's GPUs --------------------------
+    Quantity("single_vs_c1", "a configuration's single stream beside its sweep's C=1 level and what differs (label | field; "
+             "bench.figures.single_vs_c1)", lambda store: {f"{v['label']} | {k}": x for v in __import__(
+                 "servebook.bench.figures", fromlist=["x"]).single_vs_c1(store) for k, x in v.items() if k != "label"}),
+    Quantity("bandwidth_roofline", "a roofline row against the datasheet and the measured read bandwidth (case | field; "
+             "bench.figures.bandwidth_roofline)", lambda store: {f"{c} | {k}": x for c, v in __import__(
+                 "servebook.bench.figures", fromlist=["x"]).bandwidth_roofline(store)["cases"].items() for k, x in v.items()}),
+    Quantity("gpu_read_bandwidth", "a GPU's measured read bandwidth (table memory_bandwidth) and the reference it is set against "
+             "(device | field; bench.figures.bandwidth_roofline, roofline.REFERENCE_GPU_READ)", lambda store: {f"{d} | {k}": x for d, v in
+                 __import__("servebook.bench.figures", fromlist=["x"]).bandwidth_roofline(store)["devices"].items() for k, x in v.items()}),
+    Quantity("full_model_weights", "a model card's weights and the GPUs of a profile they need at least (card | bf16 or card | "
+             "profile | weights_gb, gpu_memory_gib or gpus_to_hold; roofline.weights_on_gpus), from data/models and data/hardware",
+             lambda store: {}, lookup=lambda of: __import__("servebook.roofline", fromlist=["x"]).weights_on_gpus(
+                 *[x.strip() for x in of.split("|")][:3])[of.split("|")[3].strip()] if of and of.count("|") == 3 else MISSING),
 ]}
 
 
