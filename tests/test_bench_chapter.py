@@ -163,3 +163,22 @@ def test_a_single_stream_far_from_its_sweeps_c1_is_flagged_beside_both():
     assert "361.0 tok/s at C=1" in lines[i - 1] and "556.0 ± 24.5" in "".join(lines[i - 4:i])  # right under the figures it weighs
     assert "-33%, outside the single stream's interval" in lines[i] and "1.81 ms against 2.68 ms" in lines[i]
     assert "Hypothesis: the server's decode speed changed" in lines[i] and "alternated several times on one server start" in lines[i]
+
+
+def test_the_roofline_note_gives_both_bandwidths_and_the_reference_gap():
+    """h200x1-live's roofline was computed at the H200's datasheet 4.8 TB/s while its table memory_bandwidth measured
+    3.97 TB/s (4 GiB tensors; the reference 4.34 at 8 GiB): the note gives each rate against both and flags the gap;
+    h200x1-trust measured no bandwidth and says why the datasheet stands alone."""
+    from pathlib import Path
+
+    store = RunStore(RUN1)
+    note = ch05.host_roofline(store, Path("slice"), ch05.measured(store)["single_cfg"], measure=False, w=ch05.Workload())["note"]
+    plain = re.sub(r"<[^>]+>", "", note)
+    assert "**4,800.0 GB/s**" in plain and "**3,973.8 GB/s**" in plain
+    assert "556.0 tok/s is 50.3% of the datasheet roofline (1,105 tok/s) and 60.8% of the measured one (915 tok/s)" in plain
+    assert "4 GiB" in plain and "8 GiB tensors" in plain and "8.4% below it. Hypothesis:" in plain
+    for t in stated_on(note):
+        assert expected(store, t.name, t.of) == t.value, (t.name, t.of)
+    trust = RunStore(RUN_TRUST)
+    note = ch05.host_roofline(trust, Path("slice"), ch05.measured(trust)["single_cfg"], measure=False, w=ch05.Workload())["note"]
+    assert "read bandwidth was not measured in this run" in note

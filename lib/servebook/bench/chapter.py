@@ -500,7 +500,7 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
             from ..stated import q
 
             out["note"] = (f"Bandwidth for this run's roofline: **{q('roofline_bandwidth_gbs', r0['bandwidth_tbs'] * 1e3, ',.1f', of=r0['case'])} "
-                           f"GB/s**, the {r0['bandwidth_source']} (as recorded on the host).")
+                           f"GB/s**, the {r0['bandwidth_source']} (as recorded on the host)." + _bandwidth_note(store, out["rows"]))
         return out
     if list(model_dir.glob("*.safetensors")):
         weights = roofline.weight_bytes(model_dir)
@@ -529,7 +529,48 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
                    "derived_from": sources.get(r["label"])}
             store.append("bench_roofline", row)
             out["rows"].append(row)
+        out["note"] += _bandwidth_note(store, out["rows"])
     return out
+
+
+def _bandwidth_note(store, rows) -> str:
+    """Where the roofline rows used a GPU's datasheet: the GPU's read bandwidth measured in this run (``memory_bandwidth``)
+    and each configuration's share of both rooflines, with the measurement against its reference
+    (``roofline.REFERENCE_GPU_READ``); or why the page gives the datasheet's alone. Markdown, every figure tagged."""
+    from ..stated import q
+    from .figures import bandwidth_roofline
+
+    b = bandwidth_roofline(store, rows)
+    cases = {c: v for c, v in b["cases"].items() if v["from_datasheet"]}
+    if not cases:
+        return ""
+    measured = {c: v for c, v in cases.items() if "read_gbs" in v}
+    if not measured:
+        return (" The GPU's read bandwidth was not measured in this run (the decode-step profiles measure it, table "
+                "`memory_bandwidth`), so each rate is set against the datasheet's alone, a peak that measured reads stay below: "
+                "its share of it understates how close the engine came to what the memory delivers.")
+    out = []
+    for dev in dict.fromkeys(v["device"] for v in measured.values()):
+        d = b["devices"][dev]
+
+        def g(field: str, fmt: str, dev=dev) -> str:
+            return q("gpu_read_bandwidth", d[field], fmt, of=f"{dev} | {field}")
+        text = (f" The same GPU's read bandwidth as this run's table `memory_bandwidth` records it (`x.sum()` over a bf16 tensor of "
+                f"{g('size_gib', 'g')} GiB, best of its repeats): **{g('read_gbs', ',.1f')} GB/s**.")
+        if "reference_read_gbs" in d:
+            text += (f" A reference measurement of the same kind with {g('reference_size_gib', 'g')} GiB tensors on "
+                     f"{d['reference_where'].split(',')[0]} read {g('reference_read_gbs', ',.1f')} GB/s; this run's is "
+                     f"{g('below_reference_pct', '.1f')}% below it. Hypothesis: the smaller tensor or the machine; one machine "
+                     "measuring both sizes would settle it. Until then the roofline at the measured bandwidth may be set too low, "
+                     "and a rate's share of it too high.")
+        out.append(text)
+    per = "; ".join(
+        f"{c.rsplit(' on ', 1)[0]}: {q('bandwidth_roofline', v['measured_tok_s'], ',.1f', of=f'{c} | measured_tok_s')} tok/s is "
+        f"{q('bandwidth_roofline', v['datasheet_pct'], '.1f', of=f'{c} | datasheet_pct')}% of the datasheet roofline "
+        f"({q('bandwidth_roofline', v['datasheet_roofline_tok_s'], ',.0f', of=f'{c} | datasheet_roofline_tok_s')} tok/s) and "
+        f"{q('bandwidth_roofline', v['read_pct'], '.1f', of=f'{c} | read_pct')}% of the measured one "
+        f"({q('bandwidth_roofline', v['read_roofline_tok_s'], ',.0f', of=f'{c} | read_roofline_tok_s')} tok/s)" for c, v in measured.items())
+    return "".join(out) + f" Each rate against both: {per}. The table below keeps the datasheet's."
 
 
 def extrapolation(store, model_dir, roof_rows, *, measure: bool = True, sources: dict | None = None, stands=None):
