@@ -182,3 +182,26 @@ def test_the_roofline_note_gives_both_bandwidths_and_the_reference_gap():
     trust = RunStore(RUN_TRUST)
     note = ch05.host_roofline(trust, Path("slice"), ch05.measured(trust)["single_cfg"], measure=False, w=ch05.Workload())["note"]
     assert "read bandwidth was not measured in this run" in note
+
+
+def test_each_full_model_prediction_states_its_method_gpus_and_why_the_two_differ():
+    """h200x1-live predicts the whole bf16 Kimi-K2.5 twice (bytes rule 39.8 tok/s, slope rule 48): each states its method
+    and that it assumes one GPU (TP=1, no all-reduce), the page says why the two differ, and that the weights need at
+    least 14 H200s (2 TB)."""
+    store = RunStore(RUN1)
+    lines = ch05.say_prediction_tok_s(store)
+    plain = [re.sub(r"<[^>]+>", "", x) for x in lines]
+    assert all("on one GPU with TP=1 and no all-reduce" in x for x in plain if "predicted " in x and "predicted twice" not in x)
+    (two,) = [x for x in plain if x.startswith("- kimi-k2.5 (bf16) is predicted twice")]
+    assert "charged again with every layer" in two and "counts the fixed part once" in two
+    assert "its weights, 2,053 GB, need at least 14 GPUs of 141 GiB" in two
+    for t in stated_on("\n".join(lines)):
+        assert expected(store, t.name, t.of) == t.value, (t.name, t.of)
+    from pathlib import Path
+
+    roof = ch05.host_roofline(store, Path("slice"), ch05.measured(store)["single_cfg"], measure=False, w=ch05.Workload())
+    x = ch05.extrapolation(store, RUN1 / "models" / "kimi-slice-dummy", roof["rows"], measure=False, sources=roof["sources"],
+                           stands=roof["stands"])
+    assert set(x["tp_assumed"]) == {1} and set(x["all_reduce"]) == {"none"}
+    assert dict(zip(x["full_model"], x["gpus_to_hold_weights"])) == {"full model, bf16 like the slice": 14,
+                                                                     "full model, the card's quantization": 4}

@@ -600,7 +600,8 @@ def extrapolation(store, model_dir, roof_rows, *, measure: bool = True, sources:
             rows_x.append({"case": r["case"], "full_model": what, "layers": f"{f['slice_layers']} -> {f['full_layers']}",
                            "slice_ms_per_token": t_slice, "slice_share_of_floor": eff, "full_floor_ms": floor_ms,
                            "predicted_full_ms_per_token": floor_ms / eff if eff else None,
-                           "label": "prediction, not measured: every layer assumed to reach the slice's share of the bandwidth floor on one GPU",
+                           "label": ("prediction, not measured: every layer assumed to reach the slice's share of the bandwidth floor, "
+                                     "on one GPU (TP=1, no all-reduce)"),
                            "derived_from": r.get("derived_from") or next((v for k, v in sources.items() if r["case"].startswith(f"{k} on ")), None)})
     for x in rows_x if measure else []:
         if not store.done("model_extrapolation", case=x["case"], full_model=x["full_model"], derived_from=x["derived_from"]):
@@ -614,7 +615,21 @@ def extrapolation(store, model_dir, roof_rows, *, measure: bool = True, sources:
     df = pd.DataFrame(kept or rows_x).drop(columns=["derived_from"], errors="ignore")
     df.insert(df.columns.get_loc("predicted_full_ms_per_token") + 1, "predicted_full_tok_s",
               [1e3 / x if x else None for x in df["predicted_full_ms_per_token"]])
-    return df
+    return _on_gpus(df, json.loads(slice_meta.read_text()).get("card"), str(roof_rows[0]["case"]).rsplit(" on ", 1)[-1])
+
+
+def _on_gpus(df, card: str | None, device: str):
+    """The extrapolation's rows with what they assume (one GPU, TP=1, no all-reduce) beside what the full model needs:
+    its weights in that quantization and the GPUs of this kind they take at least (``roofline.weights_on_gpus``)."""
+    from .. import roofline
+
+    profile = roofline.gpu_profile_named(device)
+    df = df.assign(gpus_assumed=1, tp_assumed=1, all_reduce="none")
+    if not card or not profile:
+        return df
+    need = {what: roofline.weights_on_gpus(card, "bf16" if "bf16" in what else "card", profile) for what in df["full_model"].unique()}
+    return df.assign(full_weights_gb=[need[w]["weights_gb"] for w in df["full_model"]],
+                     gpus_to_hold_weights=[need[w]["gpus_to_hold"] for w in df["full_model"]])
 
 
 def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, prompts, *, measure: bool, w: Workload):
@@ -790,9 +805,49 @@ def say_prediction_tok_s(store) -> list[str]:
         if lo and hi:
             text += (f" (between {q('predicted_tok_s_low', 1e3 / hi, ',.0f', of=subject)} and "
                      f"{q('predicted_tok_s_high', 1e3 / lo, ',.0f', of=subject)})")
+        text += (", on one GPU with TP=1 and no all-reduce, from the per-layer GPU time between the two slices' profiles with "
+                 "the rest counted once")
         if p.get("measured_ms"):
             text += f"; measured {q('measured_full_tok_s', 1e3 / p['measured_ms'], ',.0f', of=subject)} tok/s"
         lines.append(text + ".")
+    return lines + _two_predictions(store)
+
+
+def _two_predictions(store) -> list[str]:
+    """Per card and quantization predicted but not run whole (``prediction_check``): why the page's two predictions of
+    it differ (the bytes rule of ``extrapolation`` and the slope rule above), and the GPUs its weights need, which
+    neither prediction assumes (both: one GPU, TP=1, no all-reduce)."""
+    from .. import roofline
+    from ..stated import q
+
+    bw = store.rows("memory_bandwidth")
+    cases = [r["case"] for r in store.rows("bench_roofline") if r.get("source") == "measured here"]
+    profile = roofline.gpu_profile_named(bw[-1].get("device") if bw else (cases[-1].rsplit(" on ", 1)[-1] if cases else None))
+    lines = []
+    if not store.rows("model_extrapolation"):  # no slice served in chapter 05: the slope rule is the page's one prediction
+        return lines
+    checked = any(p.get("measured_ms") for p in store.rows("prediction_check"))
+    for card, quant in dict.fromkeys((p["card"], p.get("quant", "bf16")) for p in store.rows("prediction_check")
+                                     if p.get("predicted_ms") and not p.get("measured_ms")):
+        text = (f"- {card} ({quant}) is predicted twice on this page, by two methods and both for one GPU (TP=1, no all-reduce): "
+                "the table under \"Against the roofline\" scales the whole served slice's time per token by the bytes the full model "
+                "reads, so the slice's fixed per-token costs (LM head, embedding, sampling, host work) are charged again with "
+                "every layer; the prediction above measures what one more layer costs (its GPU time, deeper slice minus shallower) "
+                "and counts the fixed part once. The two differ by that: the bytes rule gives the longer time wherever fixed "
+                "costs are a large share of the slice's time." + (" The slope rule is the one checked against whole models above."
+                                                                 if checked else ""))
+        try:
+            need = roofline.weights_on_gpus(card, quant, profile) if profile else None
+        except (ServebookError, KeyError, TypeError):
+            need = None
+        if need and need["gpus_to_hold"] > 1:
+            of = f"{card} | {quant} | {profile}"
+            text += (f" Neither is a configuration that runs: its weights, {q('full_model_weights', need['weights_gb'], ',.0f', of=of + ' | weights_gb')} GB, "
+                     f"need at least {q('full_model_weights', need['gpus_to_hold'], 'd', of=of + ' | gpus_to_hold')} GPUs of "
+                     f"{q('full_model_weights', need['gpu_memory_gib'], 'g', of=of + ' | gpu_memory_gib')} GiB; tensor-parallel over "
+                     "them, each GPU reads its share of the bytes per token and every layer adds all-reduces (chapter 04's floor), "
+                     "which neither prediction includes.")
+        lines.append(text)
     return lines
 
 
