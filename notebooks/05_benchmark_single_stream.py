@@ -300,12 +300,11 @@ x = ch05.extrapolation(store, model_dir, roof_rows, measure=measure, sources=hos
 x.round(3) if x is not None else "no slice of a larger model here: nothing to extrapolate"
 
 # %% [markdown]
-# Above: what each decode step of the full model would cost at the share of its bandwidth floor the slice reached.
-# The slice has the full model's width, so its kernels see the real shapes; the extrapolation above is a labelled
-# prediction. It assumes time scales with bytes read at the efficiency the slice reached, which overstates the full
-# model's time where fixed per-token costs (launches, sampling, the scheduler) dominate a shallow slice, and understates
-# it where the full model needs several GPUs and their all-reduces (chapter 04). A second slice with more layers
-# measured the same way would turn the assumption into a per-layer slope.
+# Above: the full model's decode step at the share of its bandwidth floor the slice reached, on one GPU (TP=1, no
+# all-reduce; `gpus_to_hold_weights`: the GPUs its weights alone need). A labelled prediction, by the bytes rule: the
+# slice's whole time scales with bytes read, which overstates the full model's time where fixed per-token costs (LM head,
+# launches, sampling, the scheduler) are much of a shallow slice's, and leaves out the all-reduces of the GPUs it needs
+# (chapter 04). "The whole model, predicted from two slices" below measures a per-layer slope instead, and says why the two differ.
 #
 # ### Where the time goes
 # Method: the same model decoding in this process with `model.generate` (no server, no HTTP),

@@ -39,6 +39,9 @@ __all__ = [
     "config_bytes_per_token",
     "decode_roofline",
     "time_breakdown",
+    "gpu_profile_named",
+    "weights_on_gpus",
+    "REFERENCE_GPU_READ",
 ]
 
 _DTYPE_BYTES = {
@@ -357,6 +360,38 @@ def config_bytes_per_token(config: dict, dense_bytes: float = 2.0, expert_bytes:
             "method": (f"counted from the config layer by layer: attention, {dense_layers} dense MLP layers, {moe_layers} MoE layers "
                        f"({k} of {n_routed} routed experts active), LM head, one embedding row; {dense_bytes} B per dense weight, "
                        f"{eb:.4g} B per routed-expert weight")}
+
+
+# A GPU's read bandwidth measured by measure_gpu_bandwidth's method with other tensors, on another machine of the kind:
+# what a run's own measurement is set against (chapter 05 states the gap). H200: 8 GiB bf16 tensors, best of 10, on a
+# lent nvidia-h200 machine on 2026-12-01 (the team's reference notes for H200 hosts; copy 4.28 TB/s read + write).
+REFERENCE_GPU_READ = {"NVIDIA H200": {"read_tbs": 4.34, "copy_tbs": 4.28, "size_gib": 8.0, "repeats": 10,
+                                      "where": "another nvidia-h200 machine, 2026-12-01"}}
+
+
+def gpu_profile_named(gpu_name: str | None) -> str | None:
+    """The hardware profile (data/hardware) whose ``gpu_name`` is ``gpu_name`` as the driver reports it, else None."""
+    from .profiles import list_profiles, load_profile
+
+    for name in list_profiles():
+        if gpu_name and (load_profile(name).get("gpu_name") or "").lower() == gpu_name.lower():
+            return name
+    return None
+
+
+def weights_on_gpus(card_name: str, quant: str, profile: str) -> dict:
+    """How many GPUs of ``profile`` a model card's weights need at least (weights alone: no KV cache, no activations):
+    ``quant`` "bf16" counts every weight at 2 bytes, "card" the card's own quantization of the routed experts (as the
+    slices' ``full_bytes_per_token_card``). Returns ``weights_gb``, ``gpu_memory_gib`` and ``gpus_to_hold``."""
+    import math
+
+    from .profiles import load_profile
+
+    card = load_model_card(card_name)
+    counted = config_bytes_per_token(card, expert_bytes=2.0) if quant == "bf16" else config_bytes_per_token(card)
+    mem_gib = float(load_profile(profile)["memory_gib"])
+    return {"weights_gb": counted["total_bytes"] / 1e9, "gpu_memory_gib": mem_gib,
+            "gpus_to_hold": math.ceil(counted["total_bytes"] / (mem_gib * (1 << 30)))}
 
 
 # -- the roofline ----------------------------------------------------------------------

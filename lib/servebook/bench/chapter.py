@@ -500,7 +500,7 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
             from ..stated import q
 
             out["note"] = (f"Bandwidth for this run's roofline: **{q('roofline_bandwidth_gbs', r0['bandwidth_tbs'] * 1e3, ',.1f', of=r0['case'])} "
-                           f"GB/s**, the {r0['bandwidth_source']} (as recorded on the host).")
+                           f"GB/s**, the {r0['bandwidth_source']} (as recorded on the host)." + _bandwidth_note(store, out["rows"]))
         return out
     if list(model_dir.glob("*.safetensors")):
         weights = roofline.weight_bytes(model_dir)
@@ -529,7 +529,48 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
                    "derived_from": sources.get(r["label"])}
             store.append("bench_roofline", row)
             out["rows"].append(row)
+        out["note"] += _bandwidth_note(store, out["rows"])
     return out
+
+
+def _bandwidth_note(store, rows) -> str:
+    """Where the roofline rows used a GPU's datasheet: the GPU's read bandwidth measured in this run (``memory_bandwidth``)
+    and each configuration's share of both rooflines, with the measurement against its reference
+    (``roofline.REFERENCE_GPU_READ``); or why the page gives the datasheet's alone. Markdown, every figure tagged."""
+    from ..stated import q
+    from .figures import bandwidth_roofline
+
+    b = bandwidth_roofline(store, rows)
+    cases = {c: v for c, v in b["cases"].items() if v["from_datasheet"]}
+    if not cases:
+        return ""
+    measured = {c: v for c, v in cases.items() if "read_gbs" in v}
+    if not measured:
+        return (" The GPU's read bandwidth was not measured in this run (the decode-step profiles measure it, table "
+                "`memory_bandwidth`), so each rate is set against the datasheet's alone, a peak that measured reads stay below: "
+                "its share of it understates how close the engine came to what the memory delivers.")
+    out = []
+    for dev in dict.fromkeys(v["device"] for v in measured.values()):
+        d = b["devices"][dev]
+
+        def g(field: str, fmt: str, dev=dev) -> str:
+            return q("gpu_read_bandwidth", d[field], fmt, of=f"{dev} | {field}")
+        text = (f" The same GPU's read bandwidth as this run's table `memory_bandwidth` records it (`x.sum()` over a bf16 tensor of "
+                f"{g('size_gib', 'g')} GiB, best of its repeats): **{g('read_gbs', ',.1f')} GB/s**.")
+        if "reference_read_gbs" in d:
+            text += (f" A reference measurement of the same kind with {g('reference_size_gib', 'g')} GiB tensors on "
+                     f"{d['reference_where'].split(',')[0]} read {g('reference_read_gbs', ',.1f')} GB/s; this run's is "
+                     f"{g('below_reference_pct', '.1f')}% below it. Hypothesis: the smaller tensor or the machine; one machine "
+                     "measuring both sizes would settle it. Until then the roofline at the measured bandwidth may be set too low, "
+                     "and a rate's share of it too high.")
+        out.append(text)
+    per = "; ".join(
+        f"{c.rsplit(' on ', 1)[0]}: {q('bandwidth_roofline', v['measured_tok_s'], ',.1f', of=f'{c} | measured_tok_s')} tok/s is "
+        f"{q('bandwidth_roofline', v['datasheet_pct'], '.1f', of=f'{c} | datasheet_pct')}% of the datasheet roofline "
+        f"({q('bandwidth_roofline', v['datasheet_roofline_tok_s'], ',.0f', of=f'{c} | datasheet_roofline_tok_s')} tok/s) and "
+        f"{q('bandwidth_roofline', v['read_pct'], '.1f', of=f'{c} | read_pct')}% of the measured one "
+        f"({q('bandwidth_roofline', v['read_roofline_tok_s'], ',.0f', of=f'{c} | read_roofline_tok_s')} tok/s)" for c, v in measured.items())
+    return "".join(out) + f" Each rate against both: {per}. The table below keeps the datasheet's."
 
 
 def extrapolation(store, model_dir, roof_rows, *, measure: bool = True, sources: dict | None = None, stands=None):
@@ -559,7 +600,8 @@ def extrapolation(store, model_dir, roof_rows, *, measure: bool = True, sources:
             rows_x.append({"case": r["case"], "full_model": what, "layers": f"{f['slice_layers']} -> {f['full_layers']}",
                            "slice_ms_per_token": t_slice, "slice_share_of_floor": eff, "full_floor_ms": floor_ms,
                            "predicted_full_ms_per_token": floor_ms / eff if eff else None,
-                           "label": "prediction, not measured: every layer assumed to reach the slice's share of the bandwidth floor on one GPU",
+                           "label": ("prediction, not measured: every layer assumed to reach the slice's share of the bandwidth floor, "
+                                     "on one GPU (TP=1, no all-reduce)"),
                            "derived_from": r.get("derived_from") or next((v for k, v in sources.items() if r["case"].startswith(f"{k} on ")), None)})
     for x in rows_x if measure else []:
         if not store.done("model_extrapolation", case=x["case"], full_model=x["full_model"], derived_from=x["derived_from"]):
@@ -573,7 +615,21 @@ def extrapolation(store, model_dir, roof_rows, *, measure: bool = True, sources:
     df = pd.DataFrame(kept or rows_x).drop(columns=["derived_from"], errors="ignore")
     df.insert(df.columns.get_loc("predicted_full_ms_per_token") + 1, "predicted_full_tok_s",
               [1e3 / x if x else None for x in df["predicted_full_ms_per_token"]])
-    return df
+    return _on_gpus(df, json.loads(slice_meta.read_text()).get("card"), str(roof_rows[0]["case"]).rsplit(" on ", 1)[-1])
+
+
+def _on_gpus(df, card: str | None, device: str):
+    """The extrapolation's rows with what they assume (one GPU, TP=1, no all-reduce) beside what the full model needs:
+    its weights in that quantization and the GPUs of this kind they take at least (``roofline.weights_on_gpus``)."""
+    from .. import roofline
+
+    profile = roofline.gpu_profile_named(device)
+    df = df.assign(gpus_assumed=1, tp_assumed=1, all_reduce="none")
+    if not card or not profile:
+        return df
+    need = {what: roofline.weights_on_gpus(card, "bf16" if "bf16" in what else "card", profile) for what in df["full_model"].unique()}
+    return df.assign(full_weights_gb=[need[w]["weights_gb"] for w in df["full_model"]],
+                     gpus_to_hold_weights=[need[w]["gpus_to_hold"] for w in df["full_model"]])
 
 
 def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, prompts, *, measure: bool, w: Workload):
@@ -749,9 +805,49 @@ def say_prediction_tok_s(store) -> list[str]:
         if lo and hi:
             text += (f" (between {q('predicted_tok_s_low', 1e3 / hi, ',.0f', of=subject)} and "
                      f"{q('predicted_tok_s_high', 1e3 / lo, ',.0f', of=subject)})")
+        text += (", on one GPU with TP=1 and no all-reduce, from the per-layer GPU time between the two slices' profiles with "
+                 "the rest counted once")
         if p.get("measured_ms"):
             text += f"; measured {q('measured_full_tok_s', 1e3 / p['measured_ms'], ',.0f', of=subject)} tok/s"
         lines.append(text + ".")
+    return lines + _two_predictions(store)
+
+
+def _two_predictions(store) -> list[str]:
+    """Per card and quantization predicted but not run whole (``prediction_check``): why the page's two predictions of
+    it differ (the bytes rule of ``extrapolation`` and the slope rule above), and the GPUs its weights need, which
+    neither prediction assumes (both: one GPU, TP=1, no all-reduce)."""
+    from .. import roofline
+    from ..stated import q
+
+    bw = store.rows("memory_bandwidth")
+    cases = [r["case"] for r in store.rows("bench_roofline") if r.get("source") == "measured here"]
+    profile = roofline.gpu_profile_named(bw[-1].get("device") if bw else (cases[-1].rsplit(" on ", 1)[-1] if cases else None))
+    lines = []
+    if not store.rows("model_extrapolation"):  # no slice served in chapter 05: the slope rule is the page's one prediction
+        return lines
+    checked = any(p.get("measured_ms") for p in store.rows("prediction_check"))
+    for card, quant in dict.fromkeys((p["card"], p.get("quant", "bf16")) for p in store.rows("prediction_check")
+                                     if p.get("predicted_ms") and not p.get("measured_ms")):
+        text = (f"- {card} ({quant}) is predicted twice on this page, by two methods and both for one GPU (TP=1, no all-reduce): "
+                "the table under \"Against the roofline\" scales the whole served slice's time per token by the bytes the full model "
+                "reads, so the slice's fixed per-token costs (LM head, embedding, sampling, host work) are charged again with "
+                "every layer; the prediction above measures what one more layer costs (its GPU time, deeper slice minus shallower) "
+                "and counts the fixed part once. The two differ by that: the bytes rule gives the longer time wherever fixed "
+                "costs are a large share of the slice's time." + (" The slope rule is the one checked against whole models above."
+                                                                 if checked else ""))
+        try:
+            need = roofline.weights_on_gpus(card, quant, profile) if profile else None
+        except (ServebookError, KeyError, TypeError):
+            need = None
+        if need and need["gpus_to_hold"] > 1:
+            of = f"{card} | {quant} | {profile}"
+            text += (f" Neither is a configuration that runs: its weights, {q('full_model_weights', need['weights_gb'], ',.0f', of=of + ' | weights_gb')} GB, "
+                     f"need at least {q('full_model_weights', need['gpus_to_hold'], 'd', of=of + ' | gpus_to_hold')} GPUs of "
+                     f"{q('full_model_weights', need['gpu_memory_gib'], 'g', of=of + ' | gpu_memory_gib')} GiB; tensor-parallel over "
+                     "them, each GPU reads its share of the bytes per token and every layer adds all-reduces (chapter 04's floor), "
+                     "which neither prediction includes.")
+        lines.append(text)
     return lines
 
 
@@ -760,7 +856,38 @@ def _at(label, c) -> str:
     return f"{label} | C={int(c)}"
 
 
-def _remeasured_lines(again) -> list[str]:
+def _same_start(store, r) -> bool | None:
+    """Whether one recorded server start measured both takes of a pair of ``bench.remeasured`` (``servers.jsonl``),
+    None where the run cannot tell (no store, no registry, or servers of that engine side by side)."""
+    from .figures import server_start_at
+
+    if store is None:
+        return None
+    engine = str(r["label"]).split("/")[0]
+    a, b = server_start_at(store, engine, r.get("before_at")), server_start_at(store, engine, r.get("after_at"))
+    return (a == b) if a and b else None
+
+
+def _first_use_reading(r, t, same: bool | None) -> str:
+    """What a sweep level's fall that did not recur once warmed says: a fact only where one server start measured the
+    level both ways; otherwise a hypothesis, with the measurement that settles it."""
+    starts = ("the two sweeps ran on different server starts (`servers.jsonl`)" if same is False else
+              "this run does not show that one server start measured both (`servers.jsonl`)")
+    settle = "the level measured unwarmed and then warmed on one server start, several batches each way, would settle it"
+    if r["after"] >= 3 * r["before"]:
+        if same:
+            return ("did not recur once the level was warmed first, a " + f"{t(r, 'ratio', '.1f')}x change on the same server "
+                    "start: it was a first-use cost at that concurrency, not saturation (which kernel or cache paid it is not "
+                    "measured here).")
+        return ("did not recur once the level was warmed first, a " + f"{t(r, 'ratio', '.1f')}x change. Hypothesis: a first-use "
+                f"cost at that concurrency, not saturation; not settled, since {starts}, one batch per level each; {settle}.")
+    return ("did not recur once the level was warmed first: consistent with a first-use cost, a hypothesis only (one batch "
+            f"per level each way, no interval{'' if same else '; ' + starts}; {settle}).")
+
+
+def _remeasured_lines(again, store=None) -> list[str]:
+    """What measuring again changed, per configuration (``bench.remeasured`` rows); ``store`` tells whether one server
+    start measured both takes (without it, the run is taken not to show that)."""
     import pandas as pd
 
     from ..stated import q
@@ -785,14 +912,65 @@ def _remeasured_lines(again) -> list[str]:
             text = f"- {label}: sweep measured again with {t(last, 'after_method')} (before: {t(last, 'before_method')}), tok/s: {levels}."
             for r in fell:
                 text += (f" The fall at C={int(r['concurrency'])} " + (
-                    ("did not recur once the level was warmed first, a " + f"{t(r, 'ratio', '.1f')}x change: it was a first-use "
-                     "cost at that concurrency, not saturation (which kernel or cache paid it is not measured here)."
-                     if r["after"] >= 3 * r["before"] else
-                     "did not recur once the level was warmed first: consistent with a first-use cost, a hypothesis only (one batch "
-                     "per level each way, no interval; more batches per level would settle it).") if not r["recurred"]
+                    _first_use_reading(r, t, _same_start(store, r)) if not r["recurred"]
                     else "recurred with the level warmed first, so first use does not explain it; the cause is not settled by this run."))
             lines.append(text)
     return lines
+
+
+def _single_vs_c1_line(v: dict) -> str:
+    """A configuration whose single stream and sweep C=1 level disagree (``bench.figures.single_vs_c1``, ``apart``):
+    both figures, where the gap is (time per token), what differs between the two measurements, and a hypothesis with
+    the measurement that settles it."""
+    from ..stated import q
+
+    lab = v["label"]
+
+    def f(field: str, fmt: str) -> str:
+        return q("single_vs_c1", v[field], fmt, of=f"{lab} | {field}")
+
+    reaches = (v["warmup_min"] is not None and v["warmup_min"] <= v["c1_max"] and v["warmup_max"] >= v["c1_min"])
+    text = (f"- **{lab}: its single stream and its sweep's C=1 level disagree.** Single stream (the sweep's server start) "
+            f"{f('single_tok_s', ',.1f')} ± {f('single_ci95', ',.1f')} tok/s, its requests {f('single_min', ',.0f')} to "
+            f"{f('single_max', ',.0f')}; the C=1 level {f('c1_user_tok_s', ',.1f')} tok/s per user "
+            f"({f('c1_throughput_tok_s', ',.1f')} tok/s throughput), its requests {f('c1_min', ',.0f')} to {f('c1_max', ',.0f')}: "
+            f"{f('gap_pct', '+.0f')}%, outside the single stream's interval. The median time per output token was "
+            f"{f('single_tpot_ms', '.2f')} ms against {f('c1_tpot_ms', '.2f')} ms, so the gap is in decode itself, not in the first "
+            "token or in how the level's throughput is counted. "
+            + ("Both ran on one server start (`servers.jsonl`), one after the other, " if v["same_start"] else "")
+            + (f"{'w' if v['same_start'] else 'W'}ith the same prompt and output tokens ({f('prompt_tokens', '')} and "
+               f"{f('output_tokens', '')}). " if v["same_tokens"] else ("" if not v["same_start"] else "with different tokens. "))
+            + f"What differs is how they were sent: the single stream sent {f('single_warmup', 'd')} warm-up requests, then one "
+            "client call per run; the C=1 level sent " + ("one untimed request first (`level_warmup`), then " if v["c1_level_warmup"]
+                                                          else "no warm-up of its own, then ")
+            + f"its {f('c1_requests', 'd')} requests back to back in one client call.")
+    if v["warmup_min"] is not None:
+        text += (f" The single stream's own warm-up requests, sent back to back in one call as the level's are, ran at "
+                 f"{f('warmup_min', ',.0f')} to {f('warmup_max', ',.0f')} tok/s"
+                 + (": the C=1 level's rate appears there too, so how the requests were sent does not explain the gap alone." if reaches
+                    else "."))
+    return text + (" Hypothesis: the server's decode speed changed between the two measurements" if reaches else
+                   " Hypothesis: the warm-up before each or the way the requests were sent, or the server's decode speed changing "
+                   "between the two") + ("; this run does not settle it: single-stream runs and C=1 batches alternated several "
+                                         "times on one server start, with the GPU's clocks recorded, would.")
+
+
+def _stall_reading(st: dict, summary_rows) -> str:
+    """What a stalled sweep level (``bench.sweep_stalls``) says about its cause: where the level was warmed first
+    (``level_warmup`` on its row) and stalled all the same, the warm-up counts against a first-use cost; else first use
+    is the hypothesis, settled by the level warmed first."""
+    row = next((r for r in reversed(list(summary_rows)) if r.get("phase") == "sweep" and r.get("label") == st["label"]
+                and r.get("concurrency") == st["concurrency"]), {})
+    head = "A saturated server holds its throughput and queues each request a little; this looks like a stall. "
+    if row.get("level_warmup"):
+        return (head + f"The level was warmed first (as many untimed requests as its concurrency, at C={st['concurrency']}, just "
+                "before it: `level_warmup`) and stalled all the same: that counts against a first-use cost (kernels compiled on the first "
+                "use of the batch shape) as the cause. The cause is not settled by this run; a trace of the engine's scheduler "
+                "at that level, or the level repeated on the same server start, would settle it. The sweep's peak is a lower "
+                "bound and its stop is not a saturation point.")
+    return (head + "Hypothesis: kernels compiled on the first use of the new batch shape (not measured here); settled by the "
+            "same level measured again after a warm-up at that concurrency, which the sweep now does before every level "
+            "(`level_warmup`). Until then the sweep's peak is a lower bound and its stop is not a saturation point.")
 
 
 def _client_check_line(cc) -> str:
@@ -826,13 +1004,17 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
 
     from ..findings import default_methods, say_default_methods, separated, throughput
     from ..stated import q, say_throughput
+    from .figures import single_vs_c1
     from .runs import remeasured, sweep_stalls
 
     single_df, sweep_ok, sweep_df, single_all = m["single_df"], m["sweep_ok"], m["sweep_df"], m["single_all"]
     lines = []
     measured_t = [t for t in throughput(store) if t["single_tok_s"] is not None]
+    apart = {v["label"]: v for v in single_vs_c1(store) if v["apart"]}  # single stream and C=1 disagree: said beside them
     for t in measured_t:  # chapter 06's definition and sentences: per label, the recorded single-stream row, its roofline
         lines += say_throughput(t, runs=runs)
+        if t["label"] in apart:
+            lines.append(_single_vs_c1_line(apart[t["label"]]))
         r = single_df[single_df["label"] == t["label"]].iloc[-1]
         lab = t["label"]
         lines.append(f"- {lab}: TTFT {q('single_ttft_ms', r['ttft_s_mean'] * 1e3, '.0f', of=lab)} ms, TPOT "
@@ -863,12 +1045,9 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
         lines.append(f"- {st['label']}: throughput fell from {s_('best_before_tok_s', ',.0f')} tok/s at C={st['best_before_concurrency']} to "
                      f"{s_('throughput_tok_s', ',.0f')} at C={st['concurrency']}; first tokens there took {s_('ttft_median_s', '.2f')} s "
                      f"(median) and up to {s_('ttft_max_s', '.2f')} s, against {s_('ttft_median_best_s', '.2f')} s at C={st['best_before_concurrency']}. "
-                     + ("A saturated server holds its throughput and queues each request a little; this looks like a stall. "
-                        "Hypothesis: kernels compiled on the first use of the new batch shape (not measured here); settled by the "
-                        "same level measured again after a warm-up at that concurrency, which the sweep now does before every level "
-                        "(`level_warmup`). Until then the sweep's peak is a lower bound and its stop is not a saturation point."
-                        if st["stalled"] else "The first tokens do not show a stall; the cause is not settled by this run."))
-    lines += _remeasured_lines(remeasured(store.rows("bench_summary")))
+                     + (_stall_reading(st, m["summary_rows"]) if st["stalled"]
+                        else "The first tokens do not show a stall; the cause is not settled by this run."))
+    lines += _remeasured_lines(remeasured(store.rows("bench_summary")), store)
     for _, r in (sweep_ok.iterrows() if len(sweep_ok) else []):  # a level held back by first-token waits, not by decode
         p50, p99, user = r.get("ttft_server_s_p50"), r.get("ttft_server_s_p99"), r.get("per_user_tok_s")
         stalled = any(st["label"] == r["label"] and st["concurrency"] == r["concurrency"] for st in stalls)  # said above

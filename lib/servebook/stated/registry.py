@@ -647,6 +647,27 @@ def _s9_default_method(store) -> dict:
 _SEED = {"seed_loss": lambda store: {None: seed_case()["loss"]},
          "seed_tok_s": lambda store: dict(seed_case()["single_stream_tok_s"])}
 
+def _ch05_single_vs_c1(store) -> dict:
+    from ..bench.figures import single_vs_c1
+
+    return {f"{v['label']} | {k}": x for v in single_vs_c1(store) for k, x in v.items() if k != "label"}
+
+
+def _ch05_bandwidths(store, part: str) -> dict:
+    from ..bench.figures import bandwidth_roofline
+
+    return {f"{c} | {k}": x for c, v in bandwidth_roofline(store)[part].items() for k, x in v.items()}
+
+
+def _ch05_full_model_weights(of: str | None) -> Any:
+    from ..roofline import weights_on_gpus
+
+    if not of or of.count("|") != 3:
+        return MISSING
+    parts = [x.strip() for x in of.split("|")]
+    return weights_on_gpus(*parts[:3])[parts[3]]
+
+
 QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     # the seed case (reference figures, data/reference/seed-case.json)
     Quantity("seed_loss", "share of vLLM's single-stream rate SGLang did not reach in the seed case", _SEED["seed_loss"], ("01", "02")),
@@ -961,6 +982,16 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: next(({None: f["pair_ms_per_token"]} for f in store.rows("seed_fixes")
                                  if f.get("pair_ms_per_token") is not None), {})),
     # end of seed verdict (fix-prof)
+    # -- chapter 05 (bench): single stream against C=1, both bandwidths, the full model's GPUs --------------------------
+    Quantity("single_vs_c1", "a configuration's single stream beside its sweep's C=1 level and what differs (label | field; "
+             "bench.figures.single_vs_c1)", _ch05_single_vs_c1),
+    Quantity("bandwidth_roofline", "a roofline row against the datasheet and the measured read bandwidth (case | field; "
+             "bench.figures.bandwidth_roofline)", lambda store: _ch05_bandwidths(store, "cases")),
+    Quantity("gpu_read_bandwidth", "a GPU's measured read bandwidth (table memory_bandwidth) and the reference it is set against "
+             "(device | field; bench.figures.bandwidth_roofline, roofline.REFERENCE_GPU_READ)", lambda store: _ch05_bandwidths(store, "devices")),
+    Quantity("full_model_weights", "a model card's weights and the GPUs of a profile they need at least (card | bf16 or card | "
+             "profile | weights_gb, gpu_memory_gib or gpus_to_hold; roofline.weights_on_gpus), from data/models and data/hardware",
+             lambda store: {}, lookup=_ch05_full_model_weights),
 ]}
 
 
