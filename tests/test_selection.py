@@ -380,3 +380,33 @@ def test_found_lines_print_the_deciding_condition_and_tag_counts(tmp_path):
     for s in stated_on(text):
         assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
     assert all(isinstance(v, str) and v for v in UNTAGGED.values())
+
+
+def test_disagreements_counted_of_the_standing_matrix_only():
+    """Chapter 02 was executed four times on the what-if run; each execution appended its disagreements beside the
+    earlier ones (179 rows). The count the page states is that of the matrix that stands, the one the chapter prints
+    under its side-by-side table (recomputed here from `selection_matrix`), never a sum over executions."""
+    from servebook.results import RunStore
+    from servebook.selection.compare import disagreements
+    from servebook.selection.figures import diff_count, disagreement_count
+
+    store = RunStore(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9")
+    assert len({r["recorded_at"] for r in store.rows("selection_disagreements")}) > 1  # several executions recorded
+    printed = sum(d["kind"] == "differs" for d in disagreements(store.rows("selection_matrix")))
+    assert disagreement_count(store)[None] == printed == 10
+    assert diff_count(store) == {"sglang==0.5.9 -> sglang==0.5.23": 1}
+
+
+def test_disagreements_of_a_replaced_matrix_are_not_counted(tmp_path):
+    """A matrix replaced by a later execution takes the rows derived from it out of the count (rows appended by each
+    execution, as chapter 02 did before it wrote the table whole)."""
+    from servebook.results import RunStore
+    from servebook.selection.figures import disagreement_count
+
+    store = RunStore(tmp_path)
+    old = {"a": "sglang 0.5.9", "b": "vllm 0.26.0", "kind": "differs", "model": "m", "gpu": "a100", "between": "engines"}
+    store.append("selection_disagreements", old | {"recorded_at": "2026-12-01T00:00:01+00:00"})
+    store.append("selection_disagreements", old | {"gpu": "h200", "recorded_at": "2026-12-01T00:00:01+00:00"})
+    store.replace("selection_matrix", [{"engine_spec": "sglang==0.5.9", "recorded_at": "2026-12-02T00:00:00+00:00"}])
+    store.append("selection_disagreements", old | {"gpu": "b200"})
+    assert disagreement_count(store) == {None: 1}
