@@ -221,3 +221,15 @@ def test_a_helper_answering_a_version_string_is_judged_by_its_truthiness():
     assert agrees["verdict"] == "agrees", agrees
     wrong = judge_helper({"name": "is_cuda()", "answer": None}, gpu, gpu_count=1, cuda="12.8")
     assert wrong["verdict"] == "mismatch", wrong
+
+
+def test_memory_is_stated_in_its_source_unit():
+    """A profile's memory is the datasheet's figure: stated in GB with where data/hardware quotes it from; a measured
+    host's is NVML's MiB / 1024, stated in GiB."""
+    runs = data_dir() / "runs"
+    prof = json.loads((runs / "whatif-rtx-pro-6000-sglang-0.5.9" / "probe.json").read_text())
+    text = sbp.describe_host(prof)
+    assert "96 GB each (the datasheet's figure, quoted in `data/hardware/rtx-pro-6000.json` from https://" in text
+    assert "GiB" not in text and "mem GB" in sbp.format_report(prof)
+    host = json.loads((runs / "h200x1-book" / "probe.json").read_text())
+    assert " GiB each" in sbp.describe_host(host) and "datasheet" not in sbp.describe_host(host)
