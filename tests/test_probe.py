@@ -233,3 +233,22 @@ def test_memory_is_stated_in_its_source_unit():
     assert "GiB" not in text and "mem GB" in sbp.format_report(prof)
     host = json.loads((runs / "h200x1-book" / "probe.json").read_text())
     assert " GiB each" in sbp.describe_host(host) and "datasheet" not in sbp.describe_host(host)
+
+
+def test_helper_verdicts_are_worded_as_chapter_01_defines_them():
+    """A gap is consistent with the hardware (is_sm100_supported() -> False on capability 12.0, as expected): the
+    sentence never says it 'did not agree'; a mismatch says it contradicts the hardware. Counts tagged and recomputed."""
+    from servebook.results import RunStore
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = RunStore(data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    rows = store.rows("engine_helpers")
+    text = sbp.say_helper_verdicts(rows, ["sglang 0.5.9"])
+    assert "did not agree" not in text and "contradict" not in text
+    assert "1</span> of them leaves this GPU out: `sglang.srt.utils.common.is_sm100_supported()` -> False, the hardware says False" in text
+    assert "the answer is the hardware's" in text and "a gap)" in text
+    for s in stated_on(text):
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
+    bad = [r | {"verdict": "mismatch", "expected": True} for r in rows if r["helper"].endswith("is_sm100_supported()")]
+    assert "1</span> of them contradicts it:" in sbp.say_helper_verdicts(bad, ["sglang 0.5.9"])

@@ -90,6 +90,38 @@ def _memory_source(report: dict) -> str:
     return f"the datasheet's figure, quoted in `data/hardware/{report.get('profile')}.json`" + (f" from {src}" if src else "")
 
 
+# each verdict of ``verdicts.judge_helper`` in the words chapter 01 defines it with
+_VERDICT_WORDS = {
+    "gap": "the answer is the hardware's, but it keeps this GPU out of paths written for the other Blackwell line: a gap",
+    "mismatch": "the answer contradicts the hardware: a mismatch",
+    "error": "the helper raised an error",
+}
+
+
+def say_helper_verdicts(rows: list[dict], engines: list[str]) -> str:
+    """The engine helpers chapter 01 asked (table ``engine_helpers``), in the words its verdicts are defined with: how
+    many were asked and judged, and each one that leaves this GPU out (gap: consistent with the hardware) or contradicts
+    it (mismatch), with the answer beside what the hardware says. Counts tagged (``engine_helpers_count``)."""
+    from ..stated import q
+
+    if not rows:
+        return "No engine helper was recorded in this run (no engine could be asked)."
+    judged = [r for r in rows if r.get("verdict") not in (None, "unknown")]
+    flagged = [r for r in judged if r.get("verdict") != "agrees"]
+    head = (f"{q('engine_helpers_count', len(rows), 'd', of='asked')} helpers asked in {', '.join(engines) or 'no engine'}; "
+            f"{q('engine_helpers_count', len(judged), 'd', of='judged')} could be judged against the hardware")
+    if not flagged:
+        return head + " and all agree with it. The rest depend on installed packages, not on the GPU."
+    one = len(flagged) == 1
+    kinds = " or ".join(dict.fromkeys({"gap": "leaves this GPU out" if one else "leave this GPU out",
+                                       "mismatch": "contradicts it" if one else "contradict it"}.get(r["verdict"], "failed")
+                                      for r in flagged))
+    items = "; ".join(f"`{r.get('helper')}` -> {r.get('answer')}, the hardware says {r.get('expected')} "
+                      f"({_VERDICT_WORDS.get(r['verdict'], r['verdict'])})" for r in flagged[:4])
+    return (head + f"; {q('engine_helpers_count', len(flagged), 'd', of='disagreed')} of them {kinds}: {items}. "
+            "The rest depend on installed packages, not on the GPU.")
+
+
 def findings(report: dict) -> list[str]:
     """The engine conclusions worth a newcomer's attention: mismatches first, then Blackwell gaps, then failures."""
     out = []
