@@ -477,3 +477,19 @@ def test_profiles_are_named_only_where_a_table_holds_them():
     for _, a in questions(store) + check_yourself(store, "02"):
         assert "what the profiles predict" not in a
     assert any(said["h200x2-live"] in a for _, a in questions(store))
+
+
+def test_check_yourself_states_the_answer_that_stands(tmp_path):
+    """Chapter 02's questions read the answers that stand: an answer recorded after the matrix replaces the earlier
+    one for the same case and question."""
+    import shutil
+
+    from servebook.results import RunStore
+    from servebook.selection.report import questions
+
+    shutil.copytree(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9", tmp_path / "run")
+    store = RunStore(tmp_path / "run")
+    assert "(dynamic reading)" in questions(store)[0][1]
+    own = next(r for r in store.rows("selection") if r["case"] != "seed")
+    store.append("selection", own | {"method": "static", "attention_backend": None, "recorded_at": "2099-01-01T00:00:00+00:00"})
+    assert "(static reading)" in questions(store)[0][1]

@@ -258,7 +258,10 @@ def questions(store) -> list[tuple[str, str]]:
     from .answers import standing_answers
 
     standing = standing_answers(store)  # an answer a later one superseded is not stated
-    rows = [s for r, s in zip(store.rows("selection"), selection(store)) if r in standing]
+    said = {(r.get("case"), r.get("engine"), r.get("version"), r.get("model"), r.get("gpu"), r.get("method"),
+             r.get("attention_backend")) for r in standing}
+    rows = [s for s in selection(store)
+            if (s.get("case"), s["engine"], s["version"], s["model"], s.get("gpu"), s["method"], s["backend"]) in said]
     own = [s for s in rows if s.get("case") != "seed"]
     seed = [s for s in rows if s.get("case") == "seed" and s.get("method") == "dynamic"]
     qa = []
