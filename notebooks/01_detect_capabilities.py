@@ -25,8 +25,8 @@ Markdown(f"The investigation this book follows began with one number. {q('seed_t
          "computed cell below, from the seed's own figures), and **the seed suspected** that SGLang's fast attention paths, "
          "guarded by a check for `major == 10` (datacenter Blackwell, B200/GB200), let those GPUs fall through to a slower "
          "backend. What the book found: chapter 02 reads from both engines' own code that *both* fall back to a Triton MLA "
-         f"kernel on {_cap}, so the fallback alone cannot explain the gap; chapter 06 states what the measured profiles "
-         "predict instead (a prediction, with the measurement that would settle it).")
+         f"kernel on {_cap}, so the fallback alone cannot explain the gap; which profiles could say what does, and where "
+         "this run's chapter 06 finds them, is stated under the seed's figures below.")
 
 # %% [markdown]
 # So before measuring anything we write down two things side by side:
@@ -72,9 +72,11 @@ print(f"servebook {servebook.__version__}, Python {platform.python_version()}, r
 # ## The case this book follows
 
 # %%
+from servebook.selection.report import profiles_sentence
 from servebook.stated import seed_sentence
 
-Markdown(seed_sentence())
+# what would explain the gap is said only from profiles a table holds (this run's, or the H200 ones chapter 06 projects)
+Markdown(seed_sentence() + " " + profiles_sentence(store))
 
 # %%
 # What-if with a pinned engine (e.g. sglang==0.5.9): that version's helpers are asked in its prepared environment.

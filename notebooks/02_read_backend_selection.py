@@ -255,8 +255,8 @@ all_rows = [r for rows in matrices.values() for r in rows]
 if all_rows:
     print(pd.DataFrame(side_by_side(all_rows)).to_string(index=False))
 dis = disagreements(all_rows)
-for d in dis:
-    store.append("selection_disagreements", d)
+if matrices:  # derived from the matrix: replaced whole with it, so one execution's rows are counted, never several
+    store.replace("selection_disagreements", dis)
 print_disagreements(dis)
 
 # %% [markdown]
@@ -267,8 +267,7 @@ diff = []
 if len(matrices) >= 2:
     a, b = list(matrices)[:2]
     diff = matrix_diff(matrices[a], matrices[b])
-    for d in diff:
-        store.append("selection_diff", d | {"a_spec": a, "b_spec": b})
+    store.replace("selection_diff", [d | {"a_spec": a, "b_spec": b} for d in diff])  # whole, like the matrix
     print_diff(diff, a, b)
 else:
     print("version diff skipped: it needs two cached engine environments", f"(have {len(matrices)})")

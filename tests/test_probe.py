@@ -221,3 +221,34 @@ def test_a_helper_answering_a_version_string_is_judged_by_its_truthiness():
     assert agrees["verdict"] == "agrees", agrees
     wrong = judge_helper({"name": "is_cuda()", "answer": None}, gpu, gpu_count=1, cuda="12.8")
     assert wrong["verdict"] == "mismatch", wrong
+
+
+def test_memory_is_stated_in_its_source_unit():
+    """A profile's memory is the datasheet's figure: stated in GB with where data/hardware quotes it from; a measured
+    host's is NVML's MiB / 1024, stated in GiB."""
+    runs = data_dir() / "runs"
+    prof = json.loads((runs / "whatif-rtx-pro-6000-sglang-0.5.9" / "probe.json").read_text())
+    text = sbp.describe_host(prof)
+    assert "96 GB each (the datasheet's figure, quoted in `data/hardware/rtx-pro-6000.json` from https://" in text
+    assert "GiB" not in text and "mem GB" in sbp.format_report(prof)
+    host = json.loads((runs / "h200x1-book" / "probe.json").read_text())
+    assert " GiB each" in sbp.describe_host(host) and "datasheet" not in sbp.describe_host(host)
+
+
+def test_helper_verdicts_are_worded_as_chapter_01_defines_them():
+    """A gap is consistent with the hardware (is_sm100_supported() -> False on capability 12.0, as expected): the
+    sentence never says it 'did not agree'; a mismatch says it contradicts the hardware. Counts tagged and recomputed."""
+    from servebook.results import RunStore
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = RunStore(data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    rows = store.rows("engine_helpers")
+    text = sbp.say_helper_verdicts(rows, ["sglang 0.5.9"])
+    assert "did not agree" not in text and "contradict" not in text
+    assert "1</span> of them leaves this GPU out: `sglang.srt.utils.common.is_sm100_supported()` -> False, the hardware says False" in text
+    assert "the answer is the hardware's" in text and "a gap)" in text
+    for s in stated_on(text):
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
+    bad = [r | {"verdict": "mismatch", "expected": True} for r in rows if r["helper"].endswith("is_sm100_supported()")]
+    assert "1</span> of them contradicts it:" in sbp.say_helper_verdicts(bad, ["sglang 0.5.9"])

@@ -380,3 +380,116 @@ def test_found_lines_print_the_deciding_condition_and_tag_counts(tmp_path):
     for s in stated_on(text):
         assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
     assert all(isinstance(v, str) and v for v in UNTAGGED.values())
+
+
+def test_disagreements_counted_of_the_standing_matrix_only():
+    """Chapter 02 was executed four times on the what-if run; each execution appended its disagreements beside the
+    earlier ones (179 rows). The count the page states is that of the matrix that stands, the one the chapter prints
+    under its side-by-side table (recomputed here from `selection_matrix`), never a sum over executions."""
+    from servebook.results import RunStore
+    from servebook.selection.compare import disagreements
+    from servebook.selection.figures import diff_count, disagreement_count
+
+    store = RunStore(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9")
+    assert len({r["recorded_at"] for r in store.rows("selection_disagreements")}) > 1  # several executions recorded
+    printed = sum(d["kind"] == "differs" for d in disagreements(store.rows("selection_matrix")))
+    assert disagreement_count(store)[None] == printed == 10
+    assert diff_count(store) == {"sglang==0.5.9 -> sglang==0.5.23": 1}
+
+
+def test_disagreements_of_a_replaced_matrix_are_not_counted(tmp_path):
+    """A matrix replaced by a later execution takes the rows derived from it out of the count (rows appended by each
+    execution, as chapter 02 did before it wrote the table whole)."""
+    from servebook.results import RunStore
+    from servebook.selection.figures import disagreement_count
+
+    store = RunStore(tmp_path)
+    old = {"a": "sglang 0.5.9", "b": "vllm 0.26.0", "kind": "differs", "model": "m", "gpu": "a100", "between": "engines"}
+    store.append("selection_disagreements", old | {"recorded_at": "2026-12-01T00:00:01+00:00"})
+    store.append("selection_disagreements", old | {"gpu": "h200", "recorded_at": "2026-12-01T00:00:01+00:00"})
+    store.replace("selection_matrix", [{"engine_spec": "sglang==0.5.9", "recorded_at": "2026-12-02T00:00:00+00:00"}])
+    store.append("selection_disagreements", old | {"gpu": "b200"})
+    assert disagreement_count(store) == {None: 1}
+
+
+def test_a_superseded_answer_is_not_read():
+    """vLLM 0.33.0's seed answer was read statically once (2026-12-01T23:13, its environment built without vLLM's
+    requirements) and dynamically before and after (the matrix of 2026-12-02 answers TRITON_MLA dynamically): only the
+    answer that stands is read, so chapter 06's root cause agrees with chapter 02 (hardware-selected, not unresolved)."""
+    from servebook.results import RunStore
+    from servebook.selection.answers import standing_answers
+    from servebook.selection.rootcause import root_causes
+
+    store = RunStore(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9")
+    v33 = [r for r in store.rows("selection") if (r["engine"], r["version"]) == ("vllm", "0.33.0")]
+    assert [r["method"] for r in v33] == ["dynamic", "static"]  # the later row of the table is the stale one
+    standing = [r for r in standing_answers(store) if (r["engine"], r["version"]) == ("vllm", "0.33.0")]
+    assert [(r["method"], r["attention_backend"]) for r in standing] == [("dynamic", "TRITON_MLA")]
+    assert len(standing_answers(store)) == len(store.rows("selection")) - 1
+    causes = {(c["engine"], c["version"]): c["decision"] for c in root_causes(store)}
+    assert causes[("vllm", "0.33.0")] == "hardware-selected"
+    for run in ("h200x1-live", "h200x2-live", "h200x1-book"):  # nothing superseded there: every answer stands
+        other = RunStore(RUNS / run)
+        assert standing_answers(other) == other.rows("selection")
+
+
+def test_an_answer_that_returns_is_recorded_again(tmp_path, monkeypatch):
+    """Asked dynamic, then static (a broken environment), then dynamic again: the third answer is recorded, so the
+    latest row is the latest answer; asked again unchanged, nothing is added."""
+    import importlib
+
+    from servebook.results import RunStore
+    from servebook.selection.answers import standing_answers
+    from servebook.selection.report import ask
+
+    wi = importlib.import_module("servebook.selection.whatif")
+
+    def answer(method):
+        dyn = method == "dynamic"
+        return {"engine": "vllm", "version": "0.33.0", "model": "kimi-k2.5", "gpu": "rtx-pro-6000", "capability": "12.0",
+                "method": method, "attention_backend": "TRITON_MLA" if dyn else None, "reason": None if dyn else "static only",
+                "decided_by": {"where": "vllm/platforms/cuda.py:135", "function": "f", "target": "t", "value": "v"} if dyn else None,
+                "conditions": [], "logs": [], "assumptions": {"kernel_libs": {}, "cuda_version": "12.9", "cuda_source": "pin"}}
+
+    store = RunStore(tmp_path)
+    for method in ("dynamic", "static", "dynamic", "dynamic"):
+        monkeypatch.setattr(wi, "whatif", lambda *a, m=method, **k: answer(m))
+        ask(store, "vllm==0.33.0", "kimi-k2.5", "seed", "whatif_seed", gpu="rtx-pro-6000")
+    assert [r["method"] for r in store.rows("selection")] == ["dynamic", "static", "dynamic"]
+    assert [r["method"] for r in standing_answers(store)] == ["dynamic"]
+
+
+def test_profiles_are_named_only_where_a_table_holds_them():
+    """'Chapter 06 says what the profiles predict' only where chapter 06 has profiles: this run's (h200x1-live), or the
+    H200 ones it projects in the seed case's book; elsewhere the sentence says which chapter and run measure them."""
+    from servebook.findings import check_yourself
+    from servebook.results import RunStore
+    from servebook.selection.report import profiles_sentence, questions
+
+    said = {run: profiles_sentence(RunStore(RUNS / run)) for run in
+            ("h200x1-live", "whatif-rtx-pro-6000-sglang-0.5.9", "h200x1-trust", "h200x2-live")}
+    assert "`profile_runs` and `decode_breakdown`" in said["h200x1-live"]
+    assert said["whatif-rtx-pro-6000-sglang-0.5.9"].startswith("Chapter 06 projects") and "h200x1-prof" in said["whatif-rtx-pro-6000-sglang-0.5.9"]
+    for run in ("h200x1-trust", "h200x2-live"):
+        assert said[run].startswith("No decode-step profile was recorded in this run") and "chapter 05" in said[run]
+        assert "data/runs/h200x1-prof" in said[run]
+    store = RunStore(RUNS / "h200x2-live")
+    for _, a in questions(store) + check_yourself(store, "02"):
+        assert "what the profiles predict" not in a
+    assert any(said["h200x2-live"] in a for _, a in questions(store))
+
+
+def test_check_yourself_states_the_answer_that_stands(tmp_path):
+    """Chapter 02's questions read the answers that stand: an answer recorded after the matrix replaces the earlier
+    one for the same case and question."""
+    import shutil
+
+    from servebook.results import RunStore
+    from servebook.selection.report import questions
+
+    shutil.copytree(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9", tmp_path / "run")
+    store = RunStore(tmp_path / "run")
+    assert "(dynamic reading)" in questions(store)[0][1]
+    own = next(r for r in store.rows("selection") if r["case"] != "seed")
+    store.append("selection", own | {"method": "static", "attention_backend": None, "recorded_at": "2099-01-01T00:00:00+00:00"})
+    assert "(static reading)" in questions(store)[0][1]

@@ -5,6 +5,7 @@
     print(format_report(report))             # a readable table
     describe_host(report)                    # "What this host is", one paragraph generated from the data
     findings(report)                         # the engine answers that disagree with the hardware, in words
+    say_helper_verdicts(rows, engines)       # the helpers asked and judged, each gap or mismatch in the chapter's words
 
 Truth comes from the hardware (NVML, nvidia-smi as fallback, torch for SM counts and P2P), and each
 engine's conclusions come from the engine's own helpers, called in the engine's own interpreter.
@@ -21,7 +22,7 @@ from .common import ENGINE_NAMES, ENV_PREFIXES, PACKAGES, SCHEMA
 from .engines import _ask_engines, engine_helpers
 from .gpus import _QUERY, _finish_gpu, detect_gpus
 from .parse import describe_link, link_rank, parse_query_csv, parse_smi_xml, parse_topo_matrix, parse_topo_p2p
-from .text import describe_host, findings, format_report, record
+from .text import describe_host, findings, format_report, record, say_helper_verdicts
 from .verdicts import judge_helper
 from .versions import _restrict_topology, collect_env, detect_p2p, detect_topology, detect_versions
 
@@ -47,5 +48,6 @@ __all__ = [
     "format_report",
     "describe_host",
     "findings",
+    "say_helper_verdicts",
     "record",
 ]

@@ -31,8 +31,10 @@ def describe_host(report: dict, tagged: bool = False) -> str:
 
     parts = [f"{src} {q('host_gpu_count', len(gpus), 'd')} x {', '.join(sorted(names))}: compute capability "
              f"{q('host_capability', g['capability'])} ({g['family']})"]
-    mem = f"{q('host_gpu_memory_gib', g['memory_gib'])} GiB" if g.get("memory_gib") else "unknown memory"
-    parts[-1] += f", {mem} each" + (f", {q('host_sm_count', g['sm_count'], 'd')} SMs" if g.get("sm_count") else "") + "."
+    mem = f"{q('host_gpu_memory_gib', g['memory_gib'])} GiB each" if g.get("memory_gib") else "unknown memory each"
+    if g.get("memory_gib") and report.get("source") == "profile":  # a datasheet's figure, in the datasheet's unit
+        mem = f"{q('host_gpu_memory_gib', g['memory_gib'])} GB each ({_memory_source(report)})"
+    parts[-1] += f", {mem}" + (f", {q('host_sm_count', g['sm_count'], 'd')} SMs" if g.get("sm_count") else "") + "."
     if g.get("major") in (10, 11, 12):
         if g["major"] == 12:
             parts.append("It is a Blackwell GPU of the workstation/consumer line (sm_12x), not the datacenter line (sm_10x): "
@@ -81,6 +83,45 @@ def describe_host(report: dict, tagged: bool = False) -> str:
     return " ".join(parts)
 
 
+def _memory_source(report: dict) -> str:
+    """Where a profile's memory figure comes from: the datasheet, quoted in data/hardware with its address. A measured
+    host's figure is NVML's (or nvidia-smi's) MiB / 1024, hence GiB; a datasheet states GB."""
+    src = ((report.get("profile_data") or {}).get("sources") or {}).get("memory_gib")
+    return f"the datasheet's figure, quoted in `data/hardware/{report.get('profile')}.json`" + (f" from {src}" if src else "")
+
+
+# each verdict of ``verdicts.judge_helper`` in the words chapter 01 defines it with
+_VERDICT_WORDS = {
+    "gap": "the answer is the hardware's, but it keeps this GPU out of paths written for the other Blackwell line: a gap",
+    "mismatch": "the answer contradicts the hardware: a mismatch",
+    "error": "the helper raised an error",
+}
+
+
+def say_helper_verdicts(rows: list[dict], engines: list[str]) -> str:
+    """The engine helpers chapter 01 asked (table ``engine_helpers``), in the words its verdicts are defined with: how
+    many were asked and judged, and each one that leaves this GPU out (gap: consistent with the hardware) or contradicts
+    it (mismatch), with the answer beside what the hardware says. Counts tagged (``engine_helpers_count``)."""
+    from ..stated import q
+
+    if not rows:
+        return "No engine helper was recorded in this run (no engine could be asked)."
+    judged = [r for r in rows if r.get("verdict") not in (None, "unknown")]
+    flagged = [r for r in judged if r.get("verdict") != "agrees"]
+    head = (f"{q('engine_helpers_count', len(rows), 'd', of='asked')} helpers asked in {', '.join(engines) or 'no engine'}; "
+            f"{q('engine_helpers_count', len(judged), 'd', of='judged')} could be judged against the hardware")
+    if not flagged:
+        return head + " and all agree with it. The rest depend on installed packages, not on the GPU."
+    one = len(flagged) == 1
+    kinds = " or ".join(dict.fromkeys({"gap": "leaves this GPU out" if one else "leave this GPU out",
+                                       "mismatch": "contradicts it" if one else "contradict it"}.get(r["verdict"], "failed")
+                                      for r in flagged))
+    items = "; ".join(f"`{r.get('helper')}` -> {r.get('answer')}, the hardware says {r.get('expected')} "
+                      f"({_VERDICT_WORDS.get(r['verdict'], r['verdict'])})" for r in flagged[:4])
+    return (head + f"; {q('engine_helpers_count', len(flagged), 'd', of='disagreed')} of them {kinds}: {items}. "
+            "The rest depend on installed packages, not on the GPU.")
+
+
 def findings(report: dict) -> list[str]:
     """The engine conclusions worth a newcomer's attention: mismatches first, then Blackwell gaps, then failures."""
     out = []
@@ -111,7 +152,7 @@ def format_report(report: dict) -> str:
     out.append("")
     gpus = report.get("gpus") or []
     if gpus:
-        out.append(_fmt_table(["#", "name", "cap", "family", "SMs", "mem GiB", "SM/max MHz", "power W", "MIG", "ECC", "busy"], [
+        out.append(_fmt_table(["#", "name", "cap", "family", "SMs", "mem GB" if report.get("source") == "profile" else "mem GiB", "SM/max MHz", "power W", "MIG", "ECC", "busy"], [
             [g["index"], g["name"], g["capability"], g["family"], g.get("sm_count"), g.get("memory_gib"),
              f"{(g.get('clocks') or {}).get('sm_mhz') or '-'}/{(g.get('clocks') or {}).get('max_sm_mhz') or '-'}",
              g.get("power_limit_w"), g.get("mig_mode"), g.get("ecc_mode"), "yes" if g.get("busy") else ""] for g in gpus]))

@@ -3,7 +3,7 @@
 
     assignments(store)["sglang 0.5.9"]      # recorded assignments of the attention backend in that version's code
     site_files(store)["sglang 0.5.9"]       # files those assignments are in
-    disagreements(store)                    # {None: engine/version disagreements in the matrix}
+    disagreement_count(store)               # {None: engine/version disagreements in the matrix that stands}
 """
 
 from __future__ import annotations
@@ -40,16 +40,33 @@ def _distinct(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _of_standing_matrix(store, table: str) -> list[dict]:
+    """The rows of ``table`` (derived from chapter 02's decision matrix) that derive from the matrix that stands now.
+
+    ``selection_matrix`` is written whole at each execution of chapter 02, so its rows carry that execution's stamp; the
+    derived tables were appended to at each execution (before 2026-12-02), so a run executed four times holds four
+    executions' rows. Only the rows recorded no earlier than the standing matrix are of its execution; the rest derive
+    from a matrix that was replaced. A run without a ``selection_matrix`` keeps every row."""
+    stamps = [str(r["recorded_at"]) for r in store.rows("selection_matrix") if r.get("recorded_at")]
+    rows = store.rows(table)
+    if not stamps:
+        return rows
+    since = max(stamps)
+    return [r for r in rows if str(r.get("recorded_at") or "") >= since]
+
+
 def disagreement_count(store) -> dict:
-    """Engine/version disagreements in the decision matrix (``selection_disagreements``, kind ``differs``, each once)."""
-    rows = _distinct(store.rows("selection_disagreements"))
+    """Engine/version disagreements in the decision matrix that stands (``selection_disagreements`` of its execution,
+    kind ``differs``, each once): the count chapter 02 prints under its side-by-side table."""
+    rows = _distinct(_of_standing_matrix(store, "selection_disagreements"))
     return {None: sum(r.get("kind") == "differs" for r in rows)} if rows else {}
 
 
 def diff_count(store) -> dict:
-    """Cells that differ between the two versions compared (``selection_diff``, each once), by ``"a -> b"``."""
+    """Cells that differ between the two versions compared in the matrix that stands (``selection_diff`` of its
+    execution, each once), by ``"a -> b"``."""
     out: dict[str, int] = {}
-    for r in _distinct(store.rows("selection_diff")):
+    for r in _distinct(_of_standing_matrix(store, "selection_diff")):
         k = f"{r.get('a_spec')} -> {r.get('b_spec')}"
         out[k] = out.get(k, 0) + 1
     return out

@@ -14,7 +14,7 @@ from ..stated import q
 from . import figures
 
 __all__ = ["UNTAGGED", "SELECTION_FIELDS", "show", "selection_row", "append_once", "ask", "print_seed_pair", "print_decode_path", "matrix_tables", "plot_matrix",
-           "print_disagreements", "print_diff", "found_lines", "questions", "sites_sentence"]
+           "print_disagreements", "print_diff", "found_lines", "questions", "sites_sentence", "profiles_sentence"]
 
 UNTAGGED = {
     "engine versions, file:line locations and capabilities": "identifiers read from the engine's code and the hardware "
@@ -41,6 +41,19 @@ def append_once(store, table: str, row: dict, *key: str) -> None:
         store.append(table, row)
 
 
+def _record_answer(store, row: dict) -> None:
+    """Append a what-if answer to table ``selection`` unless the latest answer recorded for the same case and question
+    (engine, version, model, GPU) is this one: executing chapter 02 again states each answer once, and an answer that
+    returns after another (a rebuilt environment answering dynamically again) is recorded again, so the latest row is
+    the latest answer (``answers.standing_answers``)."""
+    import json
+
+    same = store.find("selection", **{k: row.get(k) for k in ("case", "engine", "version", "model", "gpu")})
+    said = lambda r: json.dumps([r.get(k) for k in ("method", "attention_backend", "decided_by")], sort_keys=True, default=str)  # noqa: E731
+    if not same or said(same[-1]) != said(row):
+        store.append("selection", row)
+
+
 def ask(store, spec: str, model: str, case: str, step: str, gpu: str | None = None, **kw) -> dict | None:
     """One what-if (``servebook.selection.whatif``), recorded in table ``selection`` once and printed; a failure is
     recorded under ``step`` and printed, and gives None."""
@@ -53,8 +66,7 @@ def ask(store, spec: str, model: str, case: str, step: str, gpu: str | None = No
         store.record_failure(step, exc, engine=spec, model=model, gpu=gpu)
         print(f"{spec}: what-if failed:", exc)
         return None
-    append_once(store, "selection", selection_row(ans, case), "case", "engine", "version", "model", "gpu", "method",
-                "attention_backend", "decided_by")
+    _record_answer(store, selection_row(ans, case))
     show(ans)
     return ans
 
@@ -206,21 +218,57 @@ def found_lines(store, seed_pair: dict | None, matrices: dict, diff: list[dict])
     return "\n".join(found)
 
 
+def profiles_sentence(store) -> str:
+    """What would explain the seed's gap beyond the attention choice, said only from profiles a table holds: this run's
+    decode-step profiles (``profile_runs`` with both engines' ``decode_breakdown``: chapter 06 reads them), or, in a book
+    of the seed case, the H200 profiles chapter 06 projects onto its GPUs (the reference run's ``profile_runs``, the
+    rule chapter 06 applies); otherwise which run and chapter measure it."""
+    from ..paths import data_dir
+    from ..profile.seed import REFERENCE_PROFILE_RUN
+    from ..profile.tables import engine_difference, latest_ok
+    from ..results import RunStore
+    from ..stated import seed_case
+
+    if engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs")):
+        return ("Chapter 06 says where each engine's decode step spends its time, from this run's profiles (tables "
+                "`profile_runs` and `decode_breakdown`).")
+    m = store.manifest
+    params = m.get("parameters") or {}
+    ref, seed = data_dir() / "runs" / REFERENCE_PROFILE_RUN, seed_case()
+    if (params.get("profile", m.get("profile")) == seed["profile"]
+            and str(params.get("model", m.get("model")) or "").startswith(seed["model"])
+            and latest_ok(RunStore(ref).rows("profile_runs"))):
+        return (f"Chapter 06 projects the decode-step profiles recorded on an H200 (`data/runs/{REFERENCE_PROFILE_RUN}`, "
+                "table `profile_runs`) onto the seed's GPUs: a prediction, with the measurement on the real host that "
+                "would settle it.")
+    return ("No decode-step profile was recorded in this run when this page was executed, so nothing here says where the "
+            "time goes: chapter 05 records one where the engine has a profiler endpoint (chapter 06 then reads it), and "
+            "chapter 06 of the seed case's what-if book "
+            f"(`servebook book --profile {seed['profile']} --engine sglang=={str(seed['engines']['sglang']).split()[0]} "
+            f"--model {seed['model']}`) projects the H200 profiles of "
+            f"`data/runs/{REFERENCE_PROFILE_RUN}` onto the seed's GPUs.")
+
+
 def questions(store) -> list[tuple[str, str]]:
     """Chapter 02's 'Check yourself': the pick of the case this book studies (this host, or the profile it fakes), the
     kind of condition that decides it, and the seed case's rule. A case is stated as missing only when no answer for it
     was recorded."""
     from ..findings.tables import selection
     from ..stated import selection_of
+    from .answers import standing_answers
 
-    rows = selection(store)
+    standing = standing_answers(store)  # an answer a later one superseded is not stated
+    said = {(r.get("case"), r.get("engine"), r.get("version"), r.get("model"), r.get("gpu"), r.get("method"),
+             r.get("attention_backend")) for r in standing}
+    rows = [s for s in selection(store)
+            if (s.get("case"), s["engine"], s["version"], s["model"], s.get("gpu"), s["method"], s["backend"]) in said]
     own = [s for s in rows if s.get("case") != "seed"]
     seed = [s for s in rows if s.get("case") == "seed" and s.get("method") == "dynamic"]
     qa = []
     if own:
         s = own[0]
         where = "this host" if s.get("case") == "this-host" else f"{s['gpu']} (the profile this book fakes)"
-        raw = next(r for r in store.rows("selection") if r.get("case") == s.get("case") and r.get("engine") == s["engine"])
+        raw = next(r for r in standing if r.get("case") == s.get("case") and r.get("engine") == s["engine"])
         pick = (q("selected_backend", s["backend"], of=selection_of(raw), code=True) if s["method"] == "dynamic" else f"`{s['backend']}`")
         qa.append((f"Which attention backend does {s['engine']} {s['version']} pick for `{s['model']}` on {where}, and which line decides it?",
                    f"{pick}, written at `{s.get('where')}` in `{s.get('function')}` ({s['method']} reading)."))
@@ -239,5 +287,5 @@ def questions(store) -> list[tuple[str, str]]:
                    f"`{s['backend']}` at `{s.get('where')}`, because {'; '.join(s['rule'][-3:])}: the fast branch's check does not "
                    f"cover capability {s.get('capability')}. That this costs speed was the seed's suspicion; the book found the other "
                    "engine falls back to a Triton MLA kernel too (the comparison above), so the choice alone does not explain the "
-                   "gap, and chapter 06 says what the profiles predict."))
+                   "gap. " + profiles_sentence(store)))
     return qa

@@ -1,7 +1,7 @@
 """Root causes: why the engine chose what it chose on that GPU, in plain words, tied to its evidence.
 
     from servebook.selection.rootcause import root_causes, record_root_causes
-    causes = root_causes(store)        # from chapter 02's `selection` rows (and chapter 01's helper verdicts)
+    causes = root_causes(store)        # from chapter 02's standing `selection` rows (and chapter 01's helper verdicts)
     cause_of(whatif("sglang==0.5.9", "kimi-k2.5", gpu="rtx-pro-6000"))["cause"]   # one answer, no run
     causes[0]["decision"]              # 'fallback' | 'hypothesis' | 'hardware-selected' | 'rule' | 'unresolved'
     causes[0]["cause"]                 # "sglang 0.5.9 writes `triton` ... because is_sm100_supported() answered False ..."
@@ -237,8 +237,11 @@ def cause_of(answer: dict) -> dict:
 
 
 def root_causes(store) -> list[dict]:
-    """One record per what-if answer that chapter 02 stored (table ``selection``), newest per (engine, version, gpu, model)."""
-    rows = store.rows("selection") if "selection" in store.tables() else []
+    """One record per what-if answer of chapter 02 that stands (table ``selection`` as ``answers.standing_answers`` reads
+    it: an answer a later one superseded is left out), one per (engine, version, gpu, model)."""
+    from .answers import standing_answers
+
+    rows = standing_answers(store) if "selection" in store.tables() else []
     verdicts = {}
     if "engine_helpers" in store.tables():
         for h in store.rows("engine_helpers"):
