@@ -263,8 +263,10 @@ def test_chapter_06_reads_and_never_measures(tmp_path):
 
 
 def test_launch_command_for_a_tp_engine(tmp_path):
-    """Two GPUs, SGLang with a backend faster beyond the intervals, NCCL_PROTO=LL faster at every decode size:
-    the command forces both. The rows are written the way chapters 01, 03 and 04 write them."""
+    """Two GPUs, SGLang with a backend faster beyond the intervals at TP=1 (chapter 03 gives a sweep one GPU), NCCL_PROTO=LL
+    faster at every decode size: the command forces the backend at the size it was measured at, and the NCCL block and
+    TP=2 only once chapter 04 measured them end to end at TP=2. The rows are written the way chapters 01, 03 and 04
+    write them."""
     store = RunStore.at(tmp_path / "run")
     store.write_manifest({"parameters": {"engine": "sglang", "model": "embedded"}})
     for i in range(2):
@@ -272,7 +274,9 @@ def test_launch_command_for_a_tp_engine(tmp_path):
     for att, rate, ci, rep in (("auto", 40.0, 1.0, "fa3"), ("flashinfer", 55.0, 1.5, "flashinfer")):
         store.append("backends", {"engine": "sglang", "engine_version": "0.5.9", "attention": att, "outcome": "ok",
                                   "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0,
-                                  "starts": _two_starts(rate)})
+                                  "starts": _two_starts(rate),
+                                  "launch": "CUDA_VISIBLE_DEVICES=0 /tmp/py -m sglang.launch_server --model-path /m --port 1 "
+                                            f"--tensor-parallel-size 1{'' if att == 'auto' else ' --attention-backend ' + att}"})
     for setting, us in (("default", 12.0), ("NCCL_PROTO=LL", 8.0)):
         for batch in (1, 2):
             store.append("allreduce", {"backend": "nccl", "world_size": 2, "setting": setting, "mode": "graph", "path": "torch",
@@ -281,9 +285,10 @@ def test_launch_command_for_a_tp_engine(tmp_path):
     f = sbf.collect(store)
     assert f.nccl["setting"] == "NCCL_PROTO=LL" and f.nccl["predicted_delta_ms"] < 0
     (launch,) = f.launch
-    # predicted by the grid, not measured end to end: no variable is exported
-    assert launch["command"] == "python -m sglang.launch_server --model-path MODEL --tensor-parallel-size 2 --attention-backend flashinfer"
+    # predicted by the grid, not measured end to end: no variable is exported, and the size is the one measured (TP=1)
+    assert launch["command"] == "python -m sglang.launch_server --model-path MODEL --attention-backend flashinfer"
     assert any("not confirmed end to end" in w and "NCCL_PROTO=LL" in w for w in launch["why"])
+    assert any("TP=1 (chapter 03)" in w and "TP=2 not measured here" in w for w in launch["why"])
     # chapter 04's end-to-end rows: the engine restarted at TP=2; the block beats "custom all-reduce off" and the default
     for setting, rate, ci, env, args in (("engine default", 50.0, 1.0, {}, []), ("custom all-reduce off", 45.0, 1.0, {}, ["--disable-custom-all-reduce"]),
                                          ("custom all-reduce off + NCCL_PROTO=LL", 56.0, 1.0, {"NCCL_PROTO": "LL"}, ["--disable-custom-all-reduce"])):
@@ -293,6 +298,7 @@ def test_launch_command_for_a_tp_engine(tmp_path):
     (launch,) = f.launch
     assert launch["command"] == ("NCCL_PROTO=LL python -m sglang.launch_server --model-path MODEL --tensor-parallel-size 2 --attention-backend flashinfer "
                                  "--disable-custom-all-reduce")
+    assert any("TP=2 (chapter 04)" in w and "the forced backend was measured at TP=1 only" in w for w in launch["why"])
     assert any(c.chapter == "04" and c.supported and "NCCL_PROTO=LL" in c.text and "separate" in c.text for c in f.claims)
     # overlapping intervals: nothing is exported, the engine's all-reduce stays
     store2 = RunStore.at(tmp_path / "run2")
@@ -304,3 +310,28 @@ def test_launch_command_for_a_tp_engine(tmp_path):
                                  "env": {"NCCL_PROTO": "LL"} if "LL" in setting else {}, "args": [], "outcome": "ok"})
     (launch,) = sbf.collect(store2).launch
     assert "NCCL_PROTO" not in launch["command"] and any("keep the engine's all-reduce" in w for w in launch["why"])
+
+
+def test_launch_command_uses_the_tp_the_run_measured_at():
+    """h200x2-live: two GPUs, but chapters 03 and 05 started every server at TP=1 on one of them (their recorded launch
+    lines say so): the recommended command carries no --tensor-parallel-size 2, and says TP=2 was not measured."""
+    store = RunStore(ROOT / "data" / "runs" / "h200x2-live")
+    launches = [r["launch"] for t in ("backends", "bench_servers") for r in _rows(store.path, t) if r.get("launch")]
+    assert launches and all("--tensor-parallel-size 1" in x for x in launches)
+    (lc,) = sbf.launch_commands(store)
+    assert "--tensor-parallel-size" not in lc["command"]
+    line = next(w for w in lc["why"] if "TP=1 (chapters 03 and 05)" in w)
+    assert "TP=2 not measured here" in line and 'data-q="host_gpu_count"' in line
+
+
+def test_launch_command_without_a_recorded_start_keeps_the_default_tp(tmp_path):
+    """Rows with no launch line (no server start recorded): the size stays the engine's default, not the host's GPU count."""
+    store = RunStore.at(tmp_path / "run")
+    store.write_manifest({"parameters": {"engine": "sglang", "model": "embedded"}})
+    for i in range(8):
+        store.append("gpus", {"index": i, "name": "NVIDIA H200", "capability": "9.0", "family": "sm_90 Hopper"})
+    store.append("backends", {"engine": "sglang", "attention": "auto", "outcome": "ok", "decode_tok_s": 40.0,
+                              "decode_tok_s_ci95": 1.0, "reported": "fa3"})
+    (lc,) = sbf.collect(store).launch
+    assert "--tensor-parallel-size" not in lc["command"]
+    assert any("no server start of this engine is recorded" in w and 'data-v="8"' in w for w in lc["why"])
