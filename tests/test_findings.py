@@ -335,3 +335,26 @@ def test_launch_command_without_a_recorded_start_keeps_the_default_tp(tmp_path):
     (lc,) = sbf.collect(store).launch
     assert "--tensor-parallel-size" not in lc["command"]
     assert any("no server start of this engine is recorded" in w and 'data-v="8"' in w for w in lc["why"])
+
+
+def test_a_pick_within_the_run_to_run_spread_is_no_supported_setting():
+    """h200x2-live: its grid's fastest setting gains less than one setting moved between two recordings of the grid
+    (chapter 04 says no setting is supported): chapter 06's statement, its claim, its comparison table and its launch
+    say the same, and chapter 04's env block exports nothing."""
+    from servebook.nccl.figures import run_spread
+    from servebook.nccl.report import env_blocks, load_reference
+    from servebook.stated import say_allreduce
+
+    store = RunStore(ROOT / "data" / "runs" / "h200x2-live")
+    f = sbf.collect(store)
+    spread = run_spread(store, f.nccl)
+    assert spread["within_spread"] and f.nccl["within_spread"] is True and f.nccl["setting"] == spread["pick"]
+    said = say_allreduce(f.nccl)
+    assert "no setting is supported" in said and "grid picks" not in said
+    (claim,) = [c for c in f.claims if c.chapter == "04" and spread["pick"] in c.text]
+    assert not claim.supported and "no setting is supported" in claim.text
+    table = sbf.compare_runs([store.path, H200])
+    assert table.at["best NCCL setting", "h200x2-live"].startswith("none supported")
+    assert any("no setting is supported" in w for lc in f.launch for w in lc["why"])
+    blocks = env_blocks(load_reference({}), {"setting": "default", "reason": "r"}, f.nccl, "m")
+    assert "picks nothing to export" in blocks and "export " + spread["pick"] not in blocks

@@ -36,7 +36,8 @@ def _summary(store: RunStore) -> dict:
         "links": "/".join(h["links"]) if h.get("links") else (None if (h.get("gpu_count") or 0) >= 2 else ("none (one GPU)" if h.get("gpu") else None)),
         "selected backends (chapter 02)": ", ".join(f"{s['engine']} {s['version']} on {s['gpu']}: {s['backend']}" for s in sel) or None,
         "default backend reported (chapter 03)": ", ".join(f"{b['engine']}: {b['default_reported']}" for b in reported) or None,
-        "best NCCL setting": (n.get("setting") or n.get("reason")) if n else None,
+        "best NCCL setting": (f"none supported: {n['setting']} is fastest, within the run-to-run spread (chapter 04)"
+                              if n.get("within_spread") else n.get("setting") or n.get("reason")) if n else None,
         # named by its backend: a gloo all-reduce on a CPU and an NCCL one on GPUs are different quantities, never a delta
         f"{n.get('backend') if n else 'nccl'} all-reduce at batch 1 (us)": n.get("best_us") or n.get("default_us") if n else None,
     }
