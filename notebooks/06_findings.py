@@ -171,14 +171,15 @@ show("02")
 
 # %%
 bk = pd.DataFrame(f.backends)
-display(bk[[c for c in ["engine", "tried", "correct", "best", "best_tok_s", "best_ci95", "default_reported", "default_tok_s",
+display(bk[[c for c in ["engine", "tried", "correct", "server_starts", "best", "best_tok_s", "best_ci95", "default_reported", "default_tok_s",
                         "default_ci95", "change_supported"] if c in bk]] if len(bk) else Markdown("_No backend was forced._"))
 show_corrections(store, "backends", "backends_preflight", "backends_not_run")  # rows changed after they were recorded
 show("03")
 
 # %% [markdown]
-# `change_supported` is true only when the fastest backend's interval lies wholly above the default's
-# and its greedy output agreed with the default's.
+# `tried` and `correct` count configurations (a backend, forced or the default, in one mode); `server_starts` counts the
+# server starts they took. `change_supported` is true only when the fastest backend's interval lies wholly above the
+# default's and its greedy output agreed with the default's.
 
 # %% [markdown]
 # ## NCCL for decode-sized all-reduces

@@ -114,7 +114,7 @@ def backends(store: RunStore) -> list[dict]:
         failed = [{"attention": r.get("attention"), "outcome": r.get("outcome"), "error": r.get("error"), "key": row_key(r),
                    "recorded_at": r.get("recorded_at")} for r in mine if r.get("outcome") != "ok"]
         item: dict[str, Any] = {"engine": eng, "version": next((r.get("engine_version") for r in mine if r.get("engine_version")), None),
-                                "tried": len(mine), "correct": len(ok), "failed": failed,
+                                "tried": len(mine), "correct": len(ok), "failed": failed, "server_starts": sum(starts_of(r) for r in mine),
                                 "not_run": not_run_of(store, eng)}  # each backend once; none that ran
         if ok:
             best = max(ok, key=lambda r: r["decode_tok_s"])
