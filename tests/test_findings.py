@@ -217,7 +217,15 @@ def test_compare_deltas_respect_intervals(tmp_path):
         store.append("bench_summary", {"label": "x/default", "engine": "x", "phase": "single", "decode_tok_s_mean": rate,
                                        "decode_tok_s_ci95": 5.0, "runs": 5})
     table = sbf.compare_runs([a.path, b.path])
-    assert "no change supported" in table.at["x/default tok/s at C=1 (single stream)", "delta b vs a"]
+    # one server start each: an interval within a start says nothing about the spread between starts
+    assert "no verdict" in table.at["x/default tok/s at C=1 (single stream)", "delta b vs a"]
+    c, d = RunStore.at(tmp_path / "c"), RunStore.at(tmp_path / "d")
+    for store, rate in ((c, 50.0), (d, 52.0)):
+        for start, shift in ((0, -1.0), (1, 1.0)):
+            store.append("bench_summary", {"label": "x/default", "engine": "x", "phase": "single", "decode_tok_s_mean": rate + shift,
+                                           "decode_tok_s_ci95": 5.0, "runs": 5, "start": start})
+    table = sbf.compare_runs([c.path, d.path])
+    assert "no difference beyond the restart spread" in table.at["x/default tok/s at C=1 (single stream)", "delta d vs c"]
 
 
 def test_compare_cli(capsys):
@@ -358,3 +366,57 @@ def test_a_pick_within_the_run_to_run_spread_is_no_supported_setting():
     assert any("no setting is supported" in w for lc in f.launch for w in lc["why"])
     blocks = env_blocks(load_reference({}), {"setting": "default", "reason": "r"}, f.nccl, "m")
     assert "picks nothing to export" in blocks and "export " + spread["pick"] not in blocks
+
+
+@pytest.mark.parametrize("starts", [(1, 1), (1, 2), (2, 1), 1])
+@pytest.mark.parametrize("rates", [(416.2, 8.6, 580.7, 75.6), (580.7, 75.6, 416.2, 8.6), (500.0, 10.0, 505.0, 10.0)])
+def test_a_one_start_comparison_never_says_separate(starts, rates):
+    """An interval within one server start does not cover the spread between starts: whatever the two intervals do,
+    the comparison gives no verdict and never says they separate."""
+    text = sbf.separated(*rates, starts=starts)
+    assert "separate" not in text and not text.startswith(("faster", "slower")) and "no verdict" in text
+
+
+def test_chapter_06_compares_other_runs_over_their_starts_and_their_methods():
+    """h200x1-live against h200x2-live (finding: "slower, the 95% intervals separate"): each single stream covers one
+    server start and the two runs differ in host and warm-ups, so the pair is no verdict and never 'faster'; every
+    figure of the sentence is tagged and recomputed, the count of starts too."""
+    from servebook.findings.methods import bench_method, method_differences
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = RunStore(ROOT / "data" / "runs" / "h200x1-live")
+    other = "data/runs/h200x2-live"
+    items = sbf.across_runs(store, sbf.throughput(store), [other])
+    assert items
+    for a in items:
+        assert a["faster"] is False and "separate" not in a["verdict"] and "no verdict" in a["verdict"]
+        mine, theirs = bench_method(store, a["base"]), bench_method(RunStore(ROOT / other), a["label"])
+        assert mine["starts"] == theirs["starts"] == 1
+        differ = {x["what"] for x in method_differences(theirs, mine)}
+        assert {"warm-up requests", "GPUs on the host"} <= differ and all(w in a["text"] for w in differ)
+        tags = stated_on(a["text"])
+        for t in tags:
+            assert pick(QUANTITIES[t.name], QUANTITIES[t.name].compute(store), t.of, store) == t.value, t
+
+
+def test_comparison_table_lists_what_differs_instead_of_a_verdict():
+    """h200x1-trust against h200x1-live: different prompt and output lengths, weights, warm-ups, server starts, and
+    sweeps that stopped at different levels. Each tok/s row's delta says it is not a verdict and lists the differences
+    (the sweep's levels beside the peak); compared with itself, the same run gets a verdict over its server starts."""
+    from servebook.findings.methods import bench_method
+
+    trust, live = ROOT / "data" / "runs" / "h200x1-trust", ROOT / "data" / "runs" / "h200x1-live"
+    table = sbf.compare_runs([trust, live])
+    delta = table.columns[-1]
+    for t in sbf.throughput(RunStore(trust)):
+        a, b = bench_method(RunStore(trust), t["label"]), bench_method(RunStore(live), t["label"])
+        single, peak = table.at[f"{t['label']} tok/s at C=1 (single stream)", delta], table.at[f"{t['label']} peak tok/s", delta]
+        for cell in (single, peak):
+            assert "not a verdict" in cell and "overlap" not in cell and "beyond" not in cell
+            assert f"prompt tokens {b['input_tokens']} vs {a['input_tokens']}" in cell
+            assert f"warm-up requests {b['warmup']} vs {a['warmup']}" in cell and "weights" in cell
+        assert "sweep levels" not in single and (a["levels"] == b["levels"] or f"sweep levels {b['levels']} vs {a['levels']}" in peak)
+    same = sbf.compare_runs([trust, trust])
+    cell = same.at[f"{t['label']} tok/s at C=1 (single stream)", same.columns[-1]]
+    assert "not a verdict" not in cell and "over 2 server starts" in cell
