@@ -77,8 +77,9 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
                 why.append(f"at TP={e2e[0]['tp']}, no communication setting beat the engine's default beyond the 95% intervals "
                            "(chapter 04, measured end to end): keep the engine's all-reduce and NCCL's defaults")
         elif eng != "transformers" and n.get("backend") == "nccl" and n.get("within_spread"):
-            why.append(f"NCCL: no setting is supported, so no variables are set (the grid's fastest, `{n['setting']}`, gains less than "
-                       "the run-to-run spread between two recordings of the grid, chapter 04)")
+            why.append(f"NCCL: no setting is supported, so no variables are set (the grid's fastest, `{n['setting']}`: "
+                       f"{q('nccl_fact', n.get('reason'), of='reason')}; a gain no more than the run-to-run spread between two "
+                       "recordings of the grid, chapter 04)")
         elif eng != "transformers" and (tp > 1 or gpus > 1) and n.get("backend") == "nccl":
             why.append("NCCL: not confirmed end to end in this run, so no variables are set"
                        + (f" (the grid predicts `{n['setting']}`: {q('nccl_fact', n.get('reason'), of='reason')}; chapter 04 with "
