@@ -409,6 +409,8 @@ def test_comparison_table_lists_what_differs_instead_of_a_verdict():
     trust, live = ROOT / "data" / "runs" / "h200x1-trust", ROOT / "data" / "runs" / "h200x1-live"
     table = sbf.compare_runs([trust, live])
     delta = table.columns[-1]
+    # columns named by directory: h200x1-trust's manifest keeps the run_id of the run it was recorded beside
+    assert list(table.columns) == ["h200x1-trust", "h200x1-live", "delta h200x1-live vs h200x1-trust"]
     for t in sbf.throughput(RunStore(trust)):
         a, b = bench_method(RunStore(trust), t["label"]), bench_method(RunStore(live), t["label"])
         single, peak = table.at[f"{t['label']} tok/s at C=1 (single stream)", delta], table.at[f"{t['label']} peak tok/s", delta]

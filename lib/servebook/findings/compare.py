@@ -68,7 +68,7 @@ def compare_runs(paths: list[str | Path], name: str = "runs"):
     stores = [open_run(p, name) for p in paths]
     names, seen = [], set()
     for s in stores:
-        name = s.manifest.get("run_id") or s.path.name
+        name = s.path.name or s.manifest.get("run_id")  # the directory: a run copied to another one keeps its run_id
         name = name if name not in seen else f"{s.path.parent.name}/{s.path.name}"
         if name in seen:
             name = str(s.path)
