@@ -171,14 +171,15 @@ show("02")
 
 # %%
 bk = pd.DataFrame(f.backends)
-display(bk[[c for c in ["engine", "tried", "correct", "best", "best_tok_s", "best_ci95", "default_reported", "default_tok_s",
+display(bk[[c for c in ["engine", "tried", "correct", "server_starts", "best", "best_tok_s", "best_ci95", "default_reported", "default_tok_s",
                         "default_ci95", "change_supported"] if c in bk]] if len(bk) else Markdown("_No backend was forced._"))
 show_corrections(store, "backends", "backends_preflight", "backends_not_run")  # rows changed after they were recorded
 show("03")
 
 # %% [markdown]
-# `change_supported` is true only when the fastest backend's interval lies wholly above the default's
-# and its greedy output agreed with the default's.
+# `tried` and `correct` count configurations (a backend, forced or the default, in one mode); `server_starts` counts the
+# server starts they took. `change_supported` is true only when the fastest backend's interval lies wholly above the
+# default's and its greedy output agreed with the default's.
 
 # %% [markdown]
 # ## NCCL for decode-sized all-reduces
@@ -268,34 +269,19 @@ pd.DataFrame(f.failures) if f.failures else Markdown("No step failed in this run
 # ## Comparison with other runs
 # With `compare_with` set (run directories, comma separated), this run and those stand side by side:
 # capability, selected backends, best NCCL setting, tok/s at C=1 and at peak, with deltas against
-# this run. A quantity a run did not record shows as `missing`. The same table on the command line:
-# `servebook compare RUN_A RUN_B ...`.
+# this run. A quantity a run did not record shows as `missing`. A delta is a verdict only where both runs measured
+# the same way, over server starts; otherwise its row lists what differs (workload, weights, warm-ups, sweep levels,
+# host). The same table on the command line: `servebook compare RUN_A RUN_B ...`.
 
 # %%
 from servebook.stated import q
 
 others = [p.strip() for p in compare_with.split(",") if p.strip()]
-across = []  # single stream of the same engine in another run, by the one comparison every chapter uses
+across = []  # single stream of the same engine in another run: a verdict only over server starts, measured the same way
 if others:
     comparison = sbf.compare_runs([str(store.path), *others], name="compare_with")
     display(Markdown(sbf.compare_markdown(comparison)))
-    mine = {t["engine"]: t for t in f.throughput if t.get("single_tok_s") is not None}
-    for other in others:
-        for t in sbf.throughput(sbf.open_run(other, "compare_with")):
-            base = mine.get(t.get("engine"))
-            if base is None or t.get("single_tok_s") is None:
-                continue
-            pair = f"{other} | {t['label']} vs {base['label']}"  # the subject of the tagged difference and ratio
-            verdict = sbf.separated(t["single_tok_s"], t.get("single_ci95"), base["single_tok_s"], base.get("single_ci95"),
-                                    of=pair, names=("other_run_vs_pct", None))
-            extra = t["label"][len(base["label"]):].strip() if t["label"].startswith(base["label"]) else ""
-            across.append({"run": other, "label": t["label"], "base": base["label"], "engine": t["engine"], "extra": extra,
-                           "faster": verdict.startswith("faster"), "verdict": verdict,
-                           "text": f"`{t['label']}` in `{other}`: {q('other_run_single_tok_s', t['single_tok_s'], ',.1f', of=other + ' | ' + t['label'])} ± "
-                                   f"{q('other_run_single_ci95', t.get('single_ci95'), ',.1f', of=other + ' | ' + t['label'])} tok/s single stream "
-                                   f"against this run's `{base['label']}` {q('single_tok_s', base['single_tok_s'], ',.1f', of=base['label'])} ± "
-                                   f"{q('single_ci95', base.get('single_ci95'), ',.1f', of=base['label'])}: "
-                                   f"{verdict}; {q('other_run_ratio', t['single_tok_s'] / base['single_tok_s'], '.2f', of=pair)}x"})
+    across = sbf.across_runs(store, f.throughput, others)
     display(Markdown("\n".join(f"- {a['text']}." for a in across) or "No other run measured the same engine single stream."))
 else:
     print("compare_with is empty: no other run to compare with (servebook book ... -p compare_with=DIR1,DIR2)")

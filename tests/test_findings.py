@@ -217,7 +217,15 @@ def test_compare_deltas_respect_intervals(tmp_path):
         store.append("bench_summary", {"label": "x/default", "engine": "x", "phase": "single", "decode_tok_s_mean": rate,
                                        "decode_tok_s_ci95": 5.0, "runs": 5})
     table = sbf.compare_runs([a.path, b.path])
-    assert "no change supported" in table.at["x/default tok/s at C=1 (single stream)", "delta b vs a"]
+    # one server start each: an interval within a start says nothing about the spread between starts
+    assert "no verdict" in table.at["x/default tok/s at C=1 (single stream)", "delta b vs a"]
+    c, d = RunStore.at(tmp_path / "c"), RunStore.at(tmp_path / "d")
+    for store, rate in ((c, 50.0), (d, 52.0)):
+        for start, shift in ((0, -1.0), (1, 1.0)):
+            store.append("bench_summary", {"label": "x/default", "engine": "x", "phase": "single", "decode_tok_s_mean": rate + shift,
+                                           "decode_tok_s_ci95": 5.0, "runs": 5, "start": start})
+    table = sbf.compare_runs([c.path, d.path])
+    assert "no difference beyond the restart spread" in table.at["x/default tok/s at C=1 (single stream)", "delta d vs c"]
 
 
 def test_compare_cli(capsys):
@@ -263,8 +271,10 @@ def test_chapter_06_reads_and_never_measures(tmp_path):
 
 
 def test_launch_command_for_a_tp_engine(tmp_path):
-    """Two GPUs, SGLang with a backend faster beyond the intervals, NCCL_PROTO=LL faster at every decode size:
-    the command forces both. The rows are written the way chapters 01, 03 and 04 write them."""
+    """Two GPUs, SGLang with a backend faster beyond the intervals at TP=1 (chapter 03 gives a sweep one GPU), NCCL_PROTO=LL
+    faster at every decode size: the command forces the backend at the size it was measured at, and the NCCL block and
+    TP=2 only once chapter 04 measured them end to end at TP=2. The rows are written the way chapters 01, 03 and 04
+    write them."""
     store = RunStore.at(tmp_path / "run")
     store.write_manifest({"parameters": {"engine": "sglang", "model": "embedded"}})
     for i in range(2):
@@ -272,7 +282,9 @@ def test_launch_command_for_a_tp_engine(tmp_path):
     for att, rate, ci, rep in (("auto", 40.0, 1.0, "fa3"), ("flashinfer", 55.0, 1.5, "flashinfer")):
         store.append("backends", {"engine": "sglang", "engine_version": "0.5.9", "attention": att, "outcome": "ok",
                                   "decode_tok_s": rate, "decode_tok_s_ci95": ci, "reported": rep, "agreement": 1.0,
-                                  "starts": _two_starts(rate)})
+                                  "starts": _two_starts(rate),
+                                  "launch": "CUDA_VISIBLE_DEVICES=0 /tmp/py -m sglang.launch_server --model-path /m --port 1 "
+                                            f"--tensor-parallel-size 1{'' if att == 'auto' else ' --attention-backend ' + att}"})
     for setting, us in (("default", 12.0), ("NCCL_PROTO=LL", 8.0)):
         for batch in (1, 2):
             store.append("allreduce", {"backend": "nccl", "world_size": 2, "setting": setting, "mode": "graph", "path": "torch",
@@ -281,9 +293,10 @@ def test_launch_command_for_a_tp_engine(tmp_path):
     f = sbf.collect(store)
     assert f.nccl["setting"] == "NCCL_PROTO=LL" and f.nccl["predicted_delta_ms"] < 0
     (launch,) = f.launch
-    # predicted by the grid, not measured end to end: no variable is exported
-    assert launch["command"] == "python -m sglang.launch_server --model-path MODEL --tensor-parallel-size 2 --attention-backend flashinfer"
+    # predicted by the grid, not measured end to end: no variable is exported, and the size is the one measured (TP=1)
+    assert launch["command"] == "python -m sglang.launch_server --model-path MODEL --attention-backend flashinfer"
     assert any("not confirmed end to end" in w and "NCCL_PROTO=LL" in w for w in launch["why"])
+    assert any("TP=1 (chapter 03)" in w and "TP=2 not measured here" in w for w in launch["why"])
     # chapter 04's end-to-end rows: the engine restarted at TP=2; the block beats "custom all-reduce off" and the default
     for setting, rate, ci, env, args in (("engine default", 50.0, 1.0, {}, []), ("custom all-reduce off", 45.0, 1.0, {}, ["--disable-custom-all-reduce"]),
                                          ("custom all-reduce off + NCCL_PROTO=LL", 56.0, 1.0, {"NCCL_PROTO": "LL"}, ["--disable-custom-all-reduce"])):
@@ -293,6 +306,7 @@ def test_launch_command_for_a_tp_engine(tmp_path):
     (launch,) = f.launch
     assert launch["command"] == ("NCCL_PROTO=LL python -m sglang.launch_server --model-path MODEL --tensor-parallel-size 2 --attention-backend flashinfer "
                                  "--disable-custom-all-reduce")
+    assert any("TP=2 (chapter 04)" in w and "the forced backend was measured at TP=1 only" in w for w in launch["why"])
     assert any(c.chapter == "04" and c.supported and "NCCL_PROTO=LL" in c.text and "separate" in c.text for c in f.claims)
     # overlapping intervals: nothing is exported, the engine's all-reduce stays
     store2 = RunStore.at(tmp_path / "run2")
@@ -304,3 +318,107 @@ def test_launch_command_for_a_tp_engine(tmp_path):
                                  "env": {"NCCL_PROTO": "LL"} if "LL" in setting else {}, "args": [], "outcome": "ok"})
     (launch,) = sbf.collect(store2).launch
     assert "NCCL_PROTO" not in launch["command"] and any("keep the engine's all-reduce" in w for w in launch["why"])
+
+
+def test_launch_command_uses_the_tp_the_run_measured_at():
+    """h200x2-live: two GPUs, but chapters 03 and 05 started every server at TP=1 on one of them (their recorded launch
+    lines say so): the recommended command carries no --tensor-parallel-size 2, and says TP=2 was not measured."""
+    store = RunStore(ROOT / "data" / "runs" / "h200x2-live")
+    launches = [r["launch"] for t in ("backends", "bench_servers") for r in _rows(store.path, t) if r.get("launch")]
+    assert launches and all("--tensor-parallel-size 1" in x for x in launches)
+    (lc,) = sbf.launch_commands(store)
+    assert "--tensor-parallel-size" not in lc["command"]
+    line = next(w for w in lc["why"] if "TP=1 (chapters 03 and 05)" in w)
+    assert "TP=2 not measured here" in line and 'data-q="host_gpu_count"' in line
+
+
+def test_launch_command_without_a_recorded_start_keeps_the_default_tp(tmp_path):
+    """Rows with no launch line (no server start recorded): the size stays the engine's default, not the host's GPU count."""
+    store = RunStore.at(tmp_path / "run")
+    store.write_manifest({"parameters": {"engine": "sglang", "model": "embedded"}})
+    for i in range(8):
+        store.append("gpus", {"index": i, "name": "NVIDIA H200", "capability": "9.0", "family": "sm_90 Hopper"})
+    store.append("backends", {"engine": "sglang", "attention": "auto", "outcome": "ok", "decode_tok_s": 40.0,
+                              "decode_tok_s_ci95": 1.0, "reported": "fa3"})
+    (lc,) = sbf.collect(store).launch
+    assert "--tensor-parallel-size" not in lc["command"]
+    assert any("no server start of this engine is recorded" in w and 'data-v="8"' in w for w in lc["why"])
+
+
+def test_a_pick_within_the_run_to_run_spread_is_no_supported_setting():
+    """h200x2-live: its grid's fastest setting gains less than one setting moved between two recordings of the grid
+    (chapter 04 says no setting is supported): chapter 06's statement, its claim, its comparison table and its launch
+    say the same, and chapter 04's env block exports nothing."""
+    from servebook.nccl.figures import run_spread
+    from servebook.nccl.report import env_blocks, load_reference
+    from servebook.stated import say_allreduce
+
+    store = RunStore(ROOT / "data" / "runs" / "h200x2-live")
+    f = sbf.collect(store)
+    spread = run_spread(store, f.nccl)
+    assert spread["within_spread"] and f.nccl["within_spread"] is True and f.nccl["setting"] == spread["pick"]
+    said = say_allreduce(f.nccl)
+    assert "no setting is supported" in said and "grid picks" not in said
+    (claim,) = [c for c in f.claims if c.chapter == "04" and spread["pick"] in c.text]
+    assert not claim.supported and "no setting is supported" in claim.text
+    table = sbf.compare_runs([store.path, H200])
+    assert table.at["best NCCL setting", "h200x2-live"].startswith("none supported")
+    assert any("no setting is supported" in w for lc in f.launch for w in lc["why"])
+    blocks = env_blocks(load_reference({}), {"setting": "default", "reason": "r"}, f.nccl, "m")
+    assert "picks nothing to export" in blocks and "export " + spread["pick"] not in blocks
+
+
+@pytest.mark.parametrize("starts", [(1, 1), (1, 2), (2, 1), 1])
+@pytest.mark.parametrize("rates", [(416.2, 8.6, 580.7, 75.6), (580.7, 75.6, 416.2, 8.6), (500.0, 10.0, 505.0, 10.0)])
+def test_a_one_start_comparison_never_says_separate(starts, rates):
+    """An interval within one server start does not cover the spread between starts: whatever the two intervals do,
+    the comparison gives no verdict and never says they separate."""
+    text = sbf.separated(*rates, starts=starts)
+    assert "separate" not in text and not text.startswith(("faster", "slower")) and "no verdict" in text
+
+
+def test_chapter_06_compares_other_runs_over_their_starts_and_their_methods():
+    """h200x1-live against h200x2-live (finding: "slower, the 95% intervals separate"): each single stream covers one
+    server start and the two runs differ in host and warm-ups, so the pair is no verdict and never 'faster'; every
+    figure of the sentence is tagged and recomputed, the count of starts too."""
+    from servebook.findings.methods import bench_method, method_differences
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = RunStore(ROOT / "data" / "runs" / "h200x1-live")
+    other = "data/runs/h200x2-live"
+    items = sbf.across_runs(store, sbf.throughput(store), [other])
+    assert items
+    for a in items:
+        assert a["faster"] is False and "separate" not in a["verdict"] and "no verdict" in a["verdict"]
+        mine, theirs = bench_method(store, a["base"]), bench_method(RunStore(ROOT / other), a["label"])
+        assert mine["starts"] == theirs["starts"] == 1
+        differ = {x["what"] for x in method_differences(theirs, mine)}
+        assert {"warm-up requests", "GPUs on the host"} <= differ and all(w in a["text"] for w in differ)
+        tags = stated_on(a["text"])
+        for t in tags:
+            assert pick(QUANTITIES[t.name], QUANTITIES[t.name].compute(store), t.of, store) == t.value, t
+
+
+def test_comparison_table_lists_what_differs_instead_of_a_verdict():
+    """h200x1-trust against h200x1-live: different prompt and output lengths, weights, warm-ups, server starts, and
+    sweeps that stopped at different levels. Each tok/s row's delta says it is not a verdict and lists the differences
+    (the sweep's levels beside the peak); compared with itself, the same run gets a verdict over its server starts."""
+    from servebook.findings.methods import bench_method
+
+    trust, live = ROOT / "data" / "runs" / "h200x1-trust", ROOT / "data" / "runs" / "h200x1-live"
+    table = sbf.compare_runs([trust, live])
+    delta = table.columns[-1]
+    # columns named by directory: h200x1-trust's manifest keeps the run_id of the run it was recorded beside
+    assert list(table.columns) == ["h200x1-trust", "h200x1-live", "delta h200x1-live vs h200x1-trust"]
+    for t in sbf.throughput(RunStore(trust)):
+        a, b = bench_method(RunStore(trust), t["label"]), bench_method(RunStore(live), t["label"])
+        single, peak = table.at[f"{t['label']} tok/s at C=1 (single stream)", delta], table.at[f"{t['label']} peak tok/s", delta]
+        for cell in (single, peak):
+            assert "not a verdict" in cell and "overlap" not in cell and "beyond" not in cell
+            assert f"prompt tokens {b['input_tokens']} vs {a['input_tokens']}" in cell
+            assert f"warm-up requests {b['warmup']} vs {a['warmup']}" in cell and "weights" in cell
+        assert "sweep levels" not in single and (a["levels"] == b["levels"] or f"sweep levels {b['levels']} vs {a['levels']}" in peak)
+    same = sbf.compare_runs([trust, trust])
+    cell = same.at[f"{t['label']} tok/s at C=1 (single stream)", same.columns[-1]]
+    assert "not a verdict" not in cell and "over 2 server starts" in cell

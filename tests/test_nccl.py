@@ -215,6 +215,7 @@ def test_chapter_04_page_states_tagged_figures_and_the_spread(tmp_path):
     text = this_run_answer(store, here, {}, {"NCCL_NTHREADS=512", "default"})
     assert "within the run-to-run spread" in text
     qa = questions(here, ref, 7168)
+    assert "no setting is supported" in qa[0][1]  # the pick's answer carries the spread's verdict, as the answer above does
     for s in stated_on(text + "".join(a for _, a in qa)):
         assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
     assert all(isinstance(v, str) and v for v in UNTAGGED.values())

@@ -26,9 +26,10 @@ def _row(att: str, per_start: list[float], within: float = 3.0, rep: str | None 
 
 
 def test_separate_within_a_start_but_not_over_starts_is_no_difference(tmp_path):
-    """803 ± 3 against 700 ± 3 in the first start separates; over two starts (803, 688 against 700, 600) it does not."""
+    """803 ± 3 against 700 ± 3 in the first start do not overlap (no verdict: one start); over two starts (803, 688
+    against 700, 600) they overlap."""
     within = sbf.separated(803.0, 3.0, 700.0, 3.0, starts=(1, 1))
-    assert within.startswith("one start: interval within a start only") and "separate" in within
+    assert within.startswith("one start: interval within a start only") and "do not overlap" in within and "separate" not in within
     store = RunStore.at(tmp_path / "run")
     store.append("backends", _row("auto", [803.0, 688.0], rep="triton"))
     store.append("backends", _row("flashinfer", [700.0, 600.0]))

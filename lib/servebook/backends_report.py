@@ -157,9 +157,12 @@ def _engine_lines(store, name: str, t, b: dict) -> list[str]:
     rows = [r.to_dict() for _, r in t.iterrows()]
     mode = next((m for m in ("graph", "default", "eager") if ((ok["mode"] == m) & (ok["attention"] == "auto")).any()), None)
     other = sum(1 for r in rows if r.get("outcome") == "ok" and r.get("mode") != mode)
-    lines = [f"**{name}**: {q('backend_starts', b.get('tried', len(t)), 'd', of=f'{name} | tried')} starts tried; "
-             f"{q('backend_starts', b.get('correct', 0), 'd', of=f'{name} | correct')} of them in {mode or 'no'} mode (the mode "
-             "compared, and the count chapter 06's table gives) served output that agrees with the default backend and was timed"
+    # what is counted: configurations (a backend, forced or the default, in one mode: a row of backends) and the server
+    # starts they took (a configuration that served correct output is started `starts` times; one that failed, once)
+    lines = [f"**{name}**: {q('backend_starts', b.get('tried', len(t)), 'd', of=f'{name} | tried')} configurations tried (a backend, "
+             f"forced or the default, in one mode), {q('backend_server_starts', b.get('server_starts'), 'd', of=name)} server starts in all; "
+             f"{q('backend_starts', b.get('correct', 0), 'd', of=f'{name} | correct')} of those configurations in {mode or 'no'} mode (the mode "
+             "compared, and the count chapter 06's table gives) served output that agrees with the default backend and were timed"
              + (f"; {q('backend_starts', other, 'd', of=f'{name} | other modes')} more served it in another mode." if other else ".")]
     if b.get("correct") and b.get("default_tok_s") is not None:
         lines.append(f"- The answer (chapter 06 states the same): {say_backends(b)} Each start against the default:")
@@ -192,7 +195,8 @@ def _engine_lines(store, name: str, t, b: dict) -> list[str]:
 
 
 def found_lines(store, names: list[str], table) -> str:
-    """'What we found': per engine the starts tried and correct (chapter 06's counts), each start against the default,
+    """'What we found': per engine the configurations tried and correct (chapter 06's counts) and the server starts they
+    took, each configuration against the default,
     what failed, what stopped, and what did not run (each backend once)."""
     from .findings import backends, default_methods, say_default_methods
 

@@ -14,9 +14,9 @@ chapter states (over server starts), ``methods`` whether chapters 03 and 05 meas
 from __future__ import annotations
 
 from .claims import Findings, collect, what_we_found
-from .compare import compare_markdown, compare_runs, register
+from .compare import across_runs, compare_markdown, compare_runs, register
 from .intervals import ONE_START, interval_of, separated, starts_of
-from .methods import default_methods, model_of_launch, say_default_methods
+from .methods import bench_method, default_methods, method_differences, model_of_launch, say_default_methods
 from .launch import launch_commands
 from .links import (H_BACKENDS_FOUND, H_BENCH, H_ENGINES, H_HOST, H_NCCL, H_NCCL_PRED, H_ROOF, H_SELECTION,  # noqa: F401
                     H_SELECTION_FOUND, H_SWEEP, H_SWEEP_C, Claim, anchor, link)
@@ -26,6 +26,6 @@ from .tables import backends, failures, fastest_correct, host_summary, nccl, ope
 __all__ = [
     "Claim", "Findings", "anchor", "link", "collect", "host_summary", "selection", "backends", "nccl", "throughput", "tp_end_to_end", "separated",
     "launch_commands", "failures", "fastest_correct", "what_we_found", "check_yourself", "check_yourself_markdown", "compare_runs",
-    "compare_markdown", "open_run", "register", "interval_of", "starts_of", "ONE_START", "default_methods", "say_default_methods",
+    "compare_markdown", "across_runs", "open_run", "register", "interval_of", "starts_of", "ONE_START", "default_methods", "say_default_methods", "bench_method", "method_differences",
     "model_of_launch", "versions_read",
 ]

@@ -210,6 +210,12 @@ def _nccl_claims(f: Findings) -> list[Claim]:
             else:
                 verdict = f": within the {noise}% the book treats as noise, so keep NCCL's defaults"
             c.append(Claim("04", head + alt + verdict, H_NCCL_PRED, False))
+        elif n.get("within_spread"):  # chapter 04's test: the pick's gain is inside the run-to-run spread
+            c.append(Claim("04", head + f"; fastest: `{n['setting']}` at {nf('best_us', ',.1f')} us, a gain within the run-to-run "
+                           "spread between two recordings of the grid (chapter 04), so no setting is supported: keep NCCL's "
+                           f"defaults. Predicted effect were the gain real: {nf('predicted_delta_ms', ',.3f')} ms per token "
+                           f"({nf('allreduces_per_token', 'd')} all-reduces per token, {nf('layers', 'd')} layers of {n.get('model')})",
+                           H_NCCL_PRED, False))
         else:
             c.append(Claim("04", head + f"; best: `{n['setting']}` at {nf('best_us', ',.1f')} us. Predicted effect: "
                            f"{nf('predicted_delta_ms', ',.3f')} ms per token ({nf('allreduces_per_token', 'd')} all-reduces per token, "

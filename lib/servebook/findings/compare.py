@@ -1,6 +1,11 @@
 """Runs side by side (``servebook compare RUN_A RUN_B``): one column per run, deltas against the first.
 
     compare_runs(["data/runs/h200x2-book", "data/runs/h200x2-probe/1gpu"])
+    across_runs(store, f.throughput, ["data/runs/h200x1-live"])   # chapter 06: single stream against other runs'
+
+A delta between two runs is a verdict only where both measured the same way (``methods.method_differences``: host
+GPUs, model, weights, prompt and output tokens, prompts, warm-ups, runs, server starts; for a peak also the sweep's
+levels) and over server starts (``separated`` with ``starts``); otherwise the row lists what differs.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from typing import Any
 from ..errors import ParameterError
 from ..results import RunStore
 from .claims import _host_text
-from .intervals import _num, _overlap
+from .intervals import separated
+from .methods import bench_method, method_differences
 from .tables import backends, host_summary, nccl, open_run, selection, throughput
 
-__all__ = ["compare_runs", "compare_markdown", "register"]
+__all__ = ["compare_runs", "compare_markdown", "across_runs", "register"]
 
 _MISSING = "missing"
 
@@ -36,7 +42,8 @@ def _summary(store: RunStore) -> dict:
         "links": "/".join(h["links"]) if h.get("links") else (None if (h.get("gpu_count") or 0) >= 2 else ("none (one GPU)" if h.get("gpu") else None)),
         "selected backends (chapter 02)": ", ".join(f"{s['engine']} {s['version']} on {s['gpu']}: {s['backend']}" for s in sel) or None,
         "default backend reported (chapter 03)": ", ".join(f"{b['engine']}: {b['default_reported']}" for b in reported) or None,
-        "best NCCL setting": (n.get("setting") or n.get("reason")) if n else None,
+        "best NCCL setting": (f"none supported: {n['setting']} is fastest, within the run-to-run spread (chapter 04)"
+                              if n.get("within_spread") else n.get("setting") or n.get("reason")) if n else None,
         # named by its backend: a gloo all-reduce on a CPU and an NCCL one on GPUs are different quantities, never a delta
         f"{n.get('backend') if n else 'nccl'} all-reduce at batch 1 (us)": n.get("best_us") or n.get("default_us") if n else None,
     }
@@ -61,17 +68,20 @@ def compare_runs(paths: list[str | Path], name: str = "runs"):
     stores = [open_run(p, name) for p in paths]
     names, seen = [], set()
     for s in stores:
-        name = s.manifest.get("run_id") or s.path.name
+        name = s.path.name or s.manifest.get("run_id")  # the directory: a run copied to another one keeps its run_id
         name = name if name not in seen else f"{s.path.parent.name}/{s.path.name}"
         if name in seen:
             name = str(s.path)
         seen.add(name)
         names.append(name)
     rows = [_summary(s) for s in stores]
+    methods = [{t["label"]: bench_method(s, t["label"]) for t in throughput(s)} for s in stores]
+    label_of = {f"{lab} {suffix}": (lab, suffix == "peak tok/s") for m in methods for lab in m
+                for suffix in ("tok/s at C=1 (single stream)", "peak tok/s")}
     keys = list(dict.fromkeys(k for r in rows for k in r))
     table = pd.DataFrame({n: [r.get(k) for k in keys] for n, r in zip(names, rows)}, index=keys, dtype=object)
     base = names[0]
-    for n in names[1:]:
+    for i, n in enumerate(names[1:], 1):
         deltas = []
         for k in keys:
             va, vb = table.at[k, base], table.at[k, n]
@@ -81,10 +91,16 @@ def compare_runs(paths: list[str | Path], name: str = "runs"):
             elif numeric and not k.endswith("at C") and "CI" not in k:
                 d = vb - va
                 text = (f"{d:+,d}" if isinstance(d, int) else f"{d:+,.2f}") + (f" ({d / va:+.0%})" if va else "")
+                label, sweep = label_of.get(k, (None, False))
+                ma, mb = (methods[0].get(label), methods[i].get(label)) if label else (None, None)
+                differ = method_differences(mb, ma, sweep=sweep) if ma and mb else []
                 ci_key = k.replace("tok/s at C=1 (single stream)", "single-stream 95% CI (tok/s)")
-                if ci_key != k and ci_key in keys:
-                    ea, eb = _num(table.at[ci_key, base]) or 0.0, _num(table.at[ci_key, n]) or 0.0
-                    text += ": intervals overlap, no change supported" if _overlap(va, ea, vb, eb) else ": beyond both 95% intervals"
+                if differ:  # two methods: the delta is shown, never a verdict
+                    text += (", not a verdict: measured differently (" + "; ".join(f"{x['what']} {x['a']} vs {x['b']}" for x in differ)
+                             + ")")
+                elif ci_key != k and ci_key in keys:
+                    text += ": " + separated(vb, table.at[ci_key, n], va, table.at[ci_key, base],
+                                             starts=(mb["starts"] if mb else 1, ma["starts"] if ma else 1))
                 deltas.append(text)
             else:
                 deltas.append("same" if va == vb else "changed")
@@ -121,3 +137,43 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     p.set_defaults(func=_cmd_compare)
 
+
+
+def across_runs(store: RunStore, mine: list[dict], others: list[str], name: str = "compare_with") -> list[dict]:
+    """Chapter 06's comparison of this run's single streams (``mine``: its ``throughput`` items) with the same engine's in
+    each of ``others`` (run directories): per pair {run, label, base, engine, extra, faster, verdict, differences, text}.
+
+    The verdict is ``separated`` over the server starts each rate covers (one start: no verdict); where the two runs
+    measured differently (``method_differences``) the text names what differs and the pair is no verdict either:
+    ``faster`` is True only for a difference beyond both intervals over server starts, measured the same way."""
+    from ..stated.tags import q
+
+    by_engine = {t["engine"]: t for t in mine if t.get("single_tok_s") is not None}
+    out = []
+    for other in others:
+        theirs = open_run(other, name)
+        for t in throughput(theirs):
+            base = by_engine.get(t.get("engine"))
+            if base is None or t.get("single_tok_s") is None:
+                continue
+            pair = f"{other} | {t['label']} vs {base['label']}"  # the subject of the tagged difference, ratio and starts
+            verdict = separated(t["single_tok_s"], t.get("single_ci95"), base["single_tok_s"], base.get("single_ci95"),
+                                starts=(t.get("starts") or 1, base.get("starts") or 1), of=pair,
+                                names=("other_run_vs_pct", "other_run_vs_starts"))
+            ma, mb = bench_method(theirs, t["label"]), bench_method(store, base["label"])
+            differ = method_differences(ma, mb) if ma and mb else []
+            extra = t["label"][len(base["label"]):].strip() if t["label"].startswith(base["label"]) else ""
+            of_t = f"{other} | {t['label']}"
+            text = (f"`{t['label']}` in `{other}`: {q('other_run_single_tok_s', t['single_tok_s'], ',.1f', of=of_t)} ± "
+                    f"{q('other_run_single_ci95', t.get('single_ci95'), ',.1f', of=of_t)} tok/s single stream against this run's "
+                    f"`{base['label']}` {q('single_tok_s', base['single_tok_s'], ',.1f', of=base['label'])} ± "
+                    f"{q('single_ci95', base.get('single_ci95'), ',.1f', of=base['label'])}: {verdict}; "
+                    f"{q('other_run_ratio', t['single_tok_s'] / base['single_tok_s'], '.2f', of=pair)}x")
+            if differ:
+                text += (". Not a verdict either way: the two runs measured it differently ("
+                         + ", ".join(x["what"] for x in differ) + "; the comparison table above lists each side), so the "
+                         "difference mixes the method with the configuration")
+            out.append({"run": other, "label": t["label"], "base": base["label"], "engine": t["engine"], "extra": extra,
+                        "faster": verdict.startswith("faster") and not differ, "verdict": verdict, "differences": differ,
+                        "text": text})
+    return out

@@ -80,7 +80,8 @@ def separated(a, ea, b, eb, what: str = "tok/s", starts: tuple[int, int] | int |
     n = min(starts) if isinstance(starts, (tuple, list)) else int(starts)
     n_s = _tag(names[1], n, "d", of)
     if n < 2:
-        return (f"{ONE_START} ({pct_s}%, the intervals within it {'overlap' if _overlap(a, ea, b, eb) else 'separate'}; "
+        # never "separate": within one start that reads as a verdict the rate's spread between starts does not allow
+        return (f"{ONE_START} ({pct_s}%, the intervals within it {'overlap' if _overlap(a, ea, b, eb) else 'do not overlap'}; "
                 "the spread between starts is not measured, so no verdict)")
     if _overlap(a, ea, b, eb):
         return f"no difference beyond the restart spread ({pct_s}%, the 95% intervals over {n_s} server starts overlap)"

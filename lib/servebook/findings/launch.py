@@ -1,7 +1,11 @@
 """The launch command chapter 06 recommends per engine: a forced backend or NCCL setting only where the run
-measured that it helps, written by the engine's own adapter (:func:`servebook.engines.user_command`)."""
+measured that it helps, at the tensor-parallel size the run's measurements ran at (read from the launches they
+recorded, never assumed from the host's GPU count), written by the engine's own adapter
+(:func:`servebook.engines.user_command`)."""
 
 from __future__ import annotations
+
+import re
 
 from ..engines import user_command
 from ..stated.tags import q
@@ -37,13 +41,15 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
     engines += [r.get("engine") for r in store.rows("tp_e2e") if r.get("engine") and r.get("engine") not in engines]
     model = host.get("model") or "MODEL"
     model_ref = "MODEL" if model in ("embedded", None) else model
-    tp = max(1, int(host.get("gpu_count") or 1))
+    gpus = int(host.get("gpu_count") or 0)
     out = []
     for eng in dict.fromkeys(engines):
         b = next((x for x in found_backends if x["engine"] == eng), {})
         attention, extra = None, []
         env: dict[str, str] = {}
         why = []
+        measured = _measured_tp(store, eng)
+        tp = max(measured, default=1)  # a size the run served this engine at; the engine's default when none was recorded
         if b.get("change_supported"):
             attention = b["best"]
             why.append(f"{b['best']} was faster than the default beyond both 95% intervals and agreed with it on "
@@ -65,18 +71,60 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
                                      best["setting"] != "custom all-reduce off" and _beats_default(e2e, best)):
                 extra += list(best["args"])
                 env.update({k: str(v) for k, v in best["env"].items()})
+                tp = int(best["tp"])  # the size the setting was measured faster at
                 why.append(f"at TP={best['tp']}, {best['setting']}: {best['verdict']} against {best['vs']} (chapter 04, measured end to end)")
             else:
                 why.append(f"at TP={e2e[0]['tp']}, no communication setting beat the engine's default beyond the 95% intervals "
                            "(chapter 04, measured end to end): keep the engine's all-reduce and NCCL's defaults")
-        elif eng != "transformers" and tp > 1 and n.get("backend") == "nccl":
+        elif eng != "transformers" and n.get("backend") == "nccl" and n.get("within_spread"):
+            why.append(f"NCCL: no setting is supported, so no variables are set (the grid's fastest, `{n['setting']}`: "
+                       f"{q('nccl_fact', n.get('reason'), of='reason')}; a gain no more than the run-to-run spread between two "
+                       "recordings of the grid, chapter 04)")
+        elif eng != "transformers" and (tp > 1 or gpus > 1) and n.get("backend") == "nccl":
             why.append("NCCL: not confirmed end to end in this run, so no variables are set"
                        + (f" (the grid predicts `{n['setting']}`: {q('nccl_fact', n.get('reason'), of='reason')}; chapter 04 with "
                           "tp_check measures it)" if n.get("setting") not in (None, "default") else f" ({q('nccl_fact', n.get('reason'), of='reason')})"))
+        if eng != "transformers":  # its server has no tensor parallelism
+            why.append(_tp_line(measured, tp, gpus, attention))
         text = user_command(eng, model_ref, attention=attention, tp=tp, env=env,
                             extra_args=extra, version=b.get("version"))
         out.append({"engine": eng, "command": text, "env": env, "why": why})
     return out
+
+
+_TP_FLAG = re.compile(r"(?:--tensor-parallel-size|--tp-size|--tp)[ =](\d+)")
+_TP_TABLES = {"backends": "03", "bench_servers": "05", "bench_starts": "05"}
+
+
+def _measured_tp(store: RunStore, engine: str) -> dict[int, list[str]]:
+    """The tensor-parallel sizes this run served ``engine`` at, each with the chapters that measured there: read from
+    the launch line every recorded server start wrote (chapters 03 and 05; a line without the flag ran at the
+    engine's default, 1) and from chapter 04's end-to-end rows (``tp_e2e``)."""
+    seen = [(int(m.group(1)) if (m := _TP_FLAG.search(str(r["launch"]))) else 1, chapter)
+            for table, chapter in _TP_TABLES.items() for r in store.rows(table) if r.get("engine") == engine and r.get("launch")]
+    seen += [(int(r["tp"]), "04") for r in store.rows("tp_e2e") if r.get("engine") == engine and r.get("tp")]
+    out: dict[int, list[str]] = {}
+    for size, chapter in seen:
+        if chapter not in out.setdefault(size, []):
+            out[size].append(chapter)
+    return dict(sorted(out.items()))
+
+
+def _tp_line(measured: dict[int, list[str]], tp: int, gpus: int, attention: str | None) -> str:
+    """Why the command runs at ``tp``: the sizes the run measured at (by chapter), and what it did not measure where
+    the host has more GPUs than the measurements used."""
+    n_gpus = q("host_gpu_count", gpus, "d") if gpus else None
+    if not measured:
+        return ("tensor parallelism left at the engine's default (TP=1): no server start of this engine is recorded in "
+                "this run, so no size was measured" + (f" (the host has {n_gpus} GPUs)" if gpus > 1 else ""))
+    at = "; ".join(f"TP={k} (chapter{'s' if len(v) > 1 else ''} {' and '.join(sorted(v))})" for k, v in measured.items())
+    line = f"measured at {at}"
+    if attention and tp not in {k for k, v in measured.items() if "03" in v}:
+        line += f"; the forced backend was measured at TP={min(k for k, v in measured.items() if '03' in v)} only"
+    if gpus > max(measured):
+        line += (f", on {'one' if max(measured) == 1 else 'some'} of {n_gpus} GPUs; TP={gpus} not measured here, so the command "
+                 f"runs at TP={tp}")
+    return line
 
 
 def _beats_default(e2e: list[dict], best: dict) -> bool:

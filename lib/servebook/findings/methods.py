@@ -22,7 +22,7 @@ from typing import Any
 from ..results import RunStore
 from .intervals import ONE_START, _num, _overlap, starts_of
 
-__all__ = ["default_methods", "say_default_methods", "method_figures", "model_of_launch"]
+__all__ = ["default_methods", "say_default_methods", "method_figures", "model_of_launch", "bench_method", "method_differences"]
 
 _LEGACY_03_INPUT_LEN = 32  # chapter 03's rate before its rows recorded the method: bench.build_prompts(tok, 32, runs + 1, seed=0)
 
@@ -88,12 +88,13 @@ def _runs_of(method: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _ch05(store: RunStore, engine: str) -> dict | None:
+def _ch05(store: RunStore, engine: str | None, label: str | None = None) -> dict | None:
+    """Chapter 05's single stream and its method: ``engine``'s default (its first label), or the configuration ``label``."""
     from ..bench.runs import current, over_starts
 
     rows, _ = current(store.rows("bench_summary"))
-    single = [r for r in rows if r.get("phase") == "single" and r.get("engine") == engine and r.get("attention") in ("default", "", None)
-              and _num(r.get("decode_tok_s_mean")) is not None]
+    single = [r for r in rows if r.get("phase") == "single" and _num(r.get("decode_tok_s_mean")) is not None and (
+        r.get("label") == label if label else r.get("engine") == engine and r.get("attention") in ("default", "", None))]
     if not single:
         return None
     label = single[0].get("label")
@@ -126,6 +127,46 @@ def _prompts(m: dict) -> str:
     return f"seed {m.get('prompt_seed')}, {m.get('input_tokens')}-token windows" if m.get("prompt_seed") is not None else "not recorded"
 
 
+def _compare(a: dict, b: dict, side_a: str, side_b: str, items=None) -> tuple[list[dict], list[dict]]:
+    """Every compared item of two measurements' methods ({what, side_a: .., side_b: ..}) and those that differ. An item
+    one side did not record is shown, not counted a difference."""
+    method, diffs = [], []
+    for what, key in items or _COMPARED:
+        va, vb = (_prompts(a), _prompts(b)) if key == "prompts" else (a.get(key), b.get(key))
+        method.append({"what": what, side_a: va, side_b: vb})
+        if key == "prompts":
+            differ = (a.get("prompts_sha") != b.get("prompts_sha") if a.get("prompts_sha") and b.get("prompts_sha")
+                      else (a.get("prompt_seed"), a.get("input_tokens")) != (b.get("prompt_seed"), b.get("input_tokens")))
+        else:
+            differ = va is not None and vb is not None and str(va) != str(vb)
+        if differ:
+            diffs.append({"what": what, side_a: va, side_b: vb})
+    return method, diffs
+
+
+def bench_method(store: RunStore, label: str) -> dict | None:
+    """How chapter 05 measured the configuration ``label`` in this run: its single-stream rate and interval, model
+    directory, weights, prompt and output tokens, prompts, warm-ups, runs per start, server starts, plus the host's GPU
+    count (``gpus``) and the concurrency levels its sweep reached (``levels``)."""
+    from .tables import host_summary, throughput
+
+    m = _ch05(store, None, label)
+    if m is None:
+        return None
+    t = next((x for x in throughput(store) if x["label"] == label), {})
+    return {**m, "gpus": host_summary(store).get("gpu_count"),
+            "levels": "C=" + ",".join(str(c) for c in t.get("levels") or []) if t.get("levels") else None}
+
+
+_ACROSS = [("GPUs on the host", "gpus"), *_COMPARED]  # what a comparison between two runs' single streams sets side by side
+
+
+def method_differences(a: dict, b: dict, sweep: bool = False) -> list[dict]:
+    """What differs between two runs' measurements of a configuration (two :func:`bench_method` results):
+    [{what, a, b}]; ``sweep``: also the concurrency levels each sweep reached (for its peak)."""
+    return _compare(a, b, "a", "b", _ACROSS + ([("sweep levels", "levels")] if sweep else []))[1]
+
+
 def default_methods(store: RunStore) -> list[dict]:
     """Per engine whose default both chapters measured: {engine, ch03, ch05, differences: [{what, ch03, ch05}],
     same_method, intervals_overlap, method: [{what, ch03, ch05}] (every compared item)}. The items compared: model
@@ -136,17 +177,7 @@ def default_methods(store: RunStore) -> list[dict]:
         a, b = _ch03(store, eng), _ch05(store, eng)
         if not a or not b:
             continue
-        method, diffs = [], []
-        for what, key in _COMPARED:
-            va, vb = (_prompts(a), _prompts(b)) if key == "prompts" else (a.get(key), b.get(key))
-            method.append({"what": what, "ch03": va, "ch05": vb})
-            if key == "prompts":
-                differ = (a.get("prompts_sha") != b.get("prompts_sha") if a.get("prompts_sha") and b.get("prompts_sha")
-                          else (a.get("prompt_seed"), a.get("input_tokens")) != (b.get("prompt_seed"), b.get("input_tokens")))
-            else:
-                differ = va is not None and vb is not None and str(va) != str(vb)
-            if differ:
-                diffs.append({"what": what, "ch03": va, "ch05": vb})
+        method, diffs = _compare(a, b, "ch03", "ch05")
         method.append({"what": "decode tok/s", "ch03": a["tok_s"], "ch05": b["tok_s"]})
         method.append({"what": "95% half-width", "ch03": a["ci95"], "ch05": b["ci95"]})
         method.append({"what": "interval over", "ch03": f"{a['starts']} server starts" if a["starts"] >= 2 else ONE_START,

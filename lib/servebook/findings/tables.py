@@ -114,7 +114,7 @@ def backends(store: RunStore) -> list[dict]:
         failed = [{"attention": r.get("attention"), "outcome": r.get("outcome"), "error": r.get("error"), "key": row_key(r),
                    "recorded_at": r.get("recorded_at")} for r in mine if r.get("outcome") != "ok"]
         item: dict[str, Any] = {"engine": eng, "version": next((r.get("engine_version") for r in mine if r.get("engine_version")), None),
-                                "tried": len(mine), "correct": len(ok), "failed": failed,
+                                "tried": len(mine), "correct": len(ok), "failed": failed, "server_starts": sum(starts_of(r) for r in mine),
                                 "not_run": not_run_of(store, eng)}  # each backend once; none that ran
         if ok:
             best = max(ok, key=lambda r: r["decode_tok_s"])
@@ -171,7 +171,9 @@ def _model_layers(manifest: dict) -> tuple[int | None, str]:
 
 
 def nccl(store: RunStore) -> dict | None:
-    """The best NCCL setting for decode-sized all-reduces, its predicted per-token effect, and what was measured (chapter 04)."""
+    """The best NCCL setting for decode-sized all-reduces, its predicted per-token effect, and what was measured (chapter 04).
+    ``within_spread``: True where the pick's gain over the defaults is no larger than the spread between two recordings
+    of the same grid (``spread``, :func:`servebook.nccl.figures.run_spread`): then no setting is supported."""
     import pandas as pd
 
     rows = store.rows("allreduce")
@@ -229,6 +231,13 @@ def nccl(store: RunStore) -> dict | None:
                                 "delta_ms": _num(r["delta_ms_vs_default"]),
                                 "slower_at_batches": sorted(int(b) for b in slower["batch"].unique())}
     out["measured_effect"] = tp_end_to_end(store) or None
+    from ..nccl.figures import reference_store, run_spread
+
+    # the pick's gain against the spread between two recordings of the same grid (chapter 04's test): a gain within it
+    # supports no setting, whatever the grid's order; None where there is no second recording to read a spread from
+    spread = run_spread(store, out) if Path(store.path).resolve() != Path(reference_store().path).resolve() else {}
+    out["spread"] = spread or None
+    out["within_spread"] = bool(spread["within_spread"]) if spread else None
     return out
 
 

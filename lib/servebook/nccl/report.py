@@ -327,7 +327,10 @@ def env_blocks(r: Reference, rec_pick: dict, here: dict, model: str) -> str:
     out = [f"the reference grid (data/runs/{REFERENCE_NCCL_RUN}, its host) picks: {rec_pick['setting']}  ({rec_pick['reason']})",
            env_block(rec_pick["setting"], model_ref=(card.get("hf_repo") if isinstance(card, dict) else None) or "<model>")]
     mine = here.get("setting") if here.get("backend") == "nccl" else None
-    if mine and mine != "default":
+    if mine and mine != "default" and here.get("within_spread"):
+        out.append(f"\nthis run's grid picks nothing to export: its fastest, {mine}, gains no more than the run-to-run spread "
+                   "(no setting is supported)")
+    elif mine and mine != "default":
         out += [f"\nthis run's grid picks: {mine}  ({here.get('reason')})", env_block(mine, model_ref=model if model != "embedded" else "<model>")]
     else:
         out.append("\nthis run's grid picks nothing to export: " + (here.get("reason") or "no all-reduce recorded") if here
@@ -419,7 +422,10 @@ def questions(here: dict, r: Reference, hidden: int) -> list[tuple[str, str]]:
         mine = f"`{pick}`" + (f" at {q('allreduce_us', us, ',.1f')} us per all-reduce at "
                               f"{q('nccl_fact', here['b1_bytes'], 'd', of='b1_bytes')} B" if us is not None else "")
         qa = [("Which NCCL setting does this run's own grid pick for the batch-1 decode message, and why not simply copy the "
-               "reference run's pick?", f"{mine} ({q('nccl_fact', here.get('reason'), of='reason')}). A grid's pick is a property of its host (links, NCCL "
+               "reference run's pick?", f"{mine} ({q('nccl_fact', here.get('reason'), of='reason')})"
+               + (", but its gain is within the run-to-run spread between two recordings of the grid, so no setting is supported: "
+                  "keep NCCL's defaults" if here.get("within_spread") else "")
+               + ". A grid's pick is a property of its host (links, NCCL "
                "version, topology): the reference run's is measured on its H200 x2, this one here; and either stays a prediction "
                "until the engine at TP>1 is measured faster with it (end to end above).")]
     elif here:

@@ -638,6 +638,15 @@ def _s9_other_vs(fn: Callable[[float, float], Any]) -> Callable[[Any, str], Any]
     return lookup
 
 
+def _s9_other_vs_starts(store, of: str):
+    """The fewer server starts of the two single-stream rates chapter 06 compares across runs (``of`` as
+    :func:`_s9_other_vs`), each recomputed from its run's tables."""
+    head, sep, mine = (of or "").rpartition(" vs ")
+    other = _s8_other_run("starts")(head) if sep else MISSING
+    here = (_throughput(store).get(mine) or {}).get("starts")
+    return MISSING if other is MISSING or here is None else min(int(other), int(here))
+
+
 def _s9_default_method(store) -> dict:
     from ..findings.methods import default_methods, method_figures
 
@@ -992,6 +1001,12 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("full_model_weights", "a model card's weights and the GPUs of a profile they need at least (card | bf16 or card | "
              "profile | weights_gb, gpu_memory_gib or gpus_to_hold; roofline.weights_on_gpus), from data/models and data/hardware",
              lambda store: {}, lookup=_ch05_full_model_weights),
+    # fix-find (review findings 2 and 4): server starts chapter 03 counted per engine; starts a cross-run comparison covers
+    Quantity("backend_server_starts", "server starts chapter 03 took per engine: each configuration's starts (one where it "
+             "failed), summed (engine; servebook.findings.backends server_starts)",
+             _per(_backends, "server_starts")),
+    Quantity("other_run_vs_starts", "server starts a comparison of another run's single-stream rate with this run's covers "
+             "(the fewer of the two; run | label vs label)", lambda store: {}, lookup_in=_s9_other_vs_starts),
 ]}
 
 

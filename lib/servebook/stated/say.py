@@ -104,7 +104,8 @@ def say_backends(b: dict) -> str:
 
 def say_allreduce(n: dict | None) -> str:
     """This run's all-reduce answer (a ``servebook.findings.nccl`` result): the backend, the setting its grid picks and
-    that setting's latency at the batch-1 message (chapters 04 and 06)."""
+    that setting's latency at the batch-1 message (chapters 04 and 06); where the pick's gain is within the run-to-run
+    spread (``within_spread``), that no setting is supported."""
     if not n:
         return "No all-reduce was recorded in this run: nothing to pick from."
     if n.get("backend") != "nccl":
@@ -113,6 +114,17 @@ def say_allreduce(n: dict | None) -> str:
                 f"{n.get('mode')}). NCCL settings do not apply to it, and these microseconds say nothing about NCCL on GPUs: "
                 "they compare with no NCCL figure.")
     setting = chosen_setting(n)
+    if n.get("within_spread") and setting != "default":  # chapter 04's test: the gain is inside the run-to-run spread
+        sp = n.get("spread") or {}
+        return (f"{q('allreduce_backend', n.get('backend'), code=True)} on {q('nccl_fact', n.get('world_size'), 'd', of='world_size')} GPUs, "
+                f"{q('nccl_fact', n.get('settings'), 'd', of='settings')} settings, "
+                f"{n.get('mode')}-replayed, at the batch-1 message ({q('nccl_fact', n.get('b1_bytes'), 'd', of='b1_bytes')} B): "
+                f"**no setting is supported**. The grid's fastest, {q('allreduce_setting', setting, code=True)}, took "
+                f"{q('allreduce_us', chosen_us(n), ',.1f')} us per all-reduce against {q('nccl_fact', n.get('default_us'), ',.1f', of='default_us')} us "
+                f"with NCCL's defaults ({q('nccl_spread', sp.get('pick gain'), '.1%', of='pick gain')} faster), within the run-to-run "
+                f"spread: one setting's latency moved by up to {q('nccl_spread', sp.get('largest change between grids'), '.1%', of='largest change between grids')} "
+                "between two recordings of the same grid. Keep NCCL's defaults until intervals over repeated launches separate "
+                "or the engine at TP>1 is measured faster with it end to end (chapter 04's `tp_check`).")
     return (f"{q('allreduce_backend', n.get('backend'), code=True)} on {q('nccl_fact', n.get('world_size'), 'd', of='world_size')} GPUs, "
             f"{q('nccl_fact', n.get('settings'), 'd', of='settings')} settings, "
             f"{n.get('mode')}-replayed, at the batch-1 message ({q('nccl_fact', n.get('b1_bytes'), 'd', of='b1_bytes')} B): this run's grid picks "

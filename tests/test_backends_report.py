@@ -1,0 +1,32 @@
+"""Chapter 03's page (servebook.backends_report) on recorded runs: what its counts count."""
+
+import re
+
+from servebook import findings as sbf
+from servebook.paths import book_root
+from servebook.results import RunStore
+
+RUNS = book_root() / "data" / "runs"
+
+
+def test_chapter_03_counts_configurations_and_the_server_starts_they_took():
+    """h200x1-trust: each backend row is a configuration (a backend in one mode); those that served correct output were
+    started twice (its `starts` parameter). The page names the rows configurations, not starts, and states the server
+    starts they took, tagged and recomputed by the registry."""
+    from servebook.backends_report import found_lines, starts_table
+    from servebook.findings.intervals import starts_of
+    from servebook.stated import stated_on
+    from servebook.stated.registry import QUANTITIES, pick
+
+    store = RunStore(RUNS / "h200x1-trust")
+    table = starts_table(store, ["sglang", "vllm"])
+    text = found_lines(store, ["sglang", "vllm"], table)
+    plain = re.sub(r"<[^>]+>", "", text)
+    assert "starts tried" not in plain
+    for b in sbf.backends(store):
+        rows = [r for r in store.rows("backends") if r.get("engine") == b["engine"]]
+        assert b["server_starts"] == sum(starts_of(r) for r in rows) > b["tried"] == len(rows)
+        assert f"**{b['engine']}**: {b['tried']} configurations tried" in plain
+        assert f"{b['server_starts']} server starts in all" in plain
+    for s in stated_on(text):
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
