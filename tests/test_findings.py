@@ -422,3 +422,26 @@ def test_comparison_table_lists_what_differs_instead_of_a_verdict():
     same = sbf.compare_runs([trust, trust])
     cell = same.at[f"{t['label']} tok/s at C=1 (single stream)", same.columns[-1]]
     assert "not a verdict" not in cell and "over 2 server starts" in cell
+
+
+def test_check_yourself_exports_no_nccl_pick_within_the_spread():
+    """h200x2-live's grid picked a setting whose gain chapter 04 found within the run-to-run spread: chapter 06's
+    Check-yourself answer exports nothing, as chapters 04 and 06 say (review of 2026-12-02)."""
+    from servebook.findings.questions import _questions_06
+
+    store = RunStore(ROOT / "data" / "runs" / "h200x2-live")
+    (answer,) = [a for qq, a in _questions_06(store) if "NCCL variables" in qq]
+    assert answer.startswith("None") and "no setting is supported" in answer, answer
+
+
+def test_run_in_short_says_the_measured_roofline_and_a_c1_level_that_disagrees():
+    """Chapter 06's claims state what chapter 05 states beside a single-stream rate: the roofline at the GPU's measured
+    read bandwidth too, and a sweep C=1 level outside the single stream's interval (h200x1-live, vLLM: 556 against 372
+    tok/s per user on the same server start)."""
+    store = RunStore(ROOT / "data" / "runs" / "h200x1-live")
+    text = {re.sub(r"<[^>]+>", "", c.text) for c in sbf.collect(store).claims if c.chapter == "05"}
+    vllm = next(t for t in text if t.startswith("vllm/") and "single stream" in t)
+    assert "measured read bandwidth" in vllm and "the sweep's C=1 level ran at" in vllm, vllm
+    trust = {re.sub(r"<[^>]+>", "", c.text) for c in sbf.collect(RunStore(ROOT / "data" / "runs" / "h200x1-trust")).claims
+             if c.chapter == "05"}
+    assert not any("C=1 level ran at" in t for t in trust), trust  # its C=1 levels agree with the single stream

@@ -46,7 +46,7 @@ def collect(store: RunStore) -> Findings:
     tp = throughput(store)
     lc = launch_commands(store, bk, nc, host)
     f = Findings(run=host["run_id"], host=host, selection=sel, backends=bk, nccl=nc, throughput=tp, launch=lc, failures=failures(store))
-    f.claims = _claims(f)
+    f.claims = _claims(f, store)
     return f
 
 
@@ -72,9 +72,9 @@ def _host_text(h: dict, tagged: bool = True) -> str:
             f"driver {h.get('driver')}, CUDA {q('host_cuda', h['cuda'], of='host') if h.get('cuda') is not None else None}, NCCL {h.get('nccl')}")
 
 
-def _claims(f: Findings) -> list[Claim]:
+def _claims(f: Findings, store: RunStore) -> list[Claim]:
     """Every statement, chapter by chapter."""
-    return [*_host_claims(f), *_selection_claims(f), *_backend_claims(f), *_nccl_claims(f), *_bench_claims(f)]
+    return [*_host_claims(f), *_selection_claims(f), *_backend_claims(f), *_nccl_claims(f), *_bench_claims(f, store)]
 
 
 def _host_claims(f: Findings) -> list[Claim]:
@@ -231,16 +231,30 @@ def _nccl_claims(f: Findings) -> list[Claim]:
     return c
 
 
-def _bench_claims(f: Findings) -> list[Claim]:
-    """Chapter 05: single stream and the concurrency sweep."""
+def _bench_claims(f: Findings, store: RunStore) -> list[Claim]:
+    """Chapter 05: single stream and the concurrency sweep; beside a rate, the roofline at the measured bandwidth too and
+    a C=1 level that disagrees with the single stream (``bench.figures``, as chapter 05 says them)."""
     from ..stated.tags import q
 
+    from ..bench.figures import bandwidth_roofline, single_vs_c1
+
     c: list[Claim] = []
+    apart = {v["label"]: v for v in single_vs_c1(store) if v["apart"]} if f.throughput else {}
+    cases = bandwidth_roofline(store)["cases"] if f.throughput else {}
     for t in f.throughput:
         lab = t["label"]
         roof = (f"; {q('pct_of_roofline', t['pct_of_roofline'], '.3g', of=lab)}% of the "
                 f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=lab)} tok/s bandwidth roofline"
                 if t.get("pct_of_roofline") is not None else "; no roofline recorded")
+        case = next((k for k, v in cases.items() if str(k).startswith(lab) and v.get("read_pct") is not None), None)
+        if case and t.get("pct_of_roofline") is not None:  # the datasheet's roofline, and the one at the measured bandwidth
+            roof += (f" (datasheet), {q('bandwidth_roofline', cases[case]['read_pct'], '.3g', of=f'{case} | read_pct')}% of "
+                     f"{q('bandwidth_roofline', cases[case]['read_roofline_tok_s'], ',.0f', of=f'{case} | read_roofline_tok_s')} "
+                     "tok/s at this GPU's measured read bandwidth")
+        if lab in apart:
+            v = apart[lab]
+            roof += (f"; the sweep's C=1 level ran at {q('single_vs_c1', v['c1_user_tok_s'], ',.1f', of=f'{lab} | c1_user_tok_s')} "
+                     "tok/s per user, outside this interval and unexplained by the recorded method (chapter 05 states a hypothesis)")
         n_starts = int(t.get("starts") or 1)
         over = (f"95% t-interval over {q('single_starts', n_starts, 'd', of=lab)} server starts of "
                 f"{q('single_runs', t.get('runs'), 'd', of=lab)} runs each"

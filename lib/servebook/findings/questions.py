@@ -51,16 +51,10 @@ def _questions_01(store: RunStore) -> list[tuple[str, str]]:
                    "None: no GPU was seen, so no capability check can pass; the engines' GPU kernels cannot run and the book runs on the CPU."))
     eng = [e for e in h["engines"] if e.get("status") == "ok"]
     helpers = store.rows("engine_helpers")
-    judged = [r for r in helpers if r.get("verdict") not in (None, "unknown")]
-    bad = [r for r in helpers if r.get("verdict") not in (None, "unknown", "agrees")]
+    from ..probe import say_helper_verdicts
+
     qa.append(("Did any engine's own helper contradict the hardware or leave this GPU out (a mismatch or a gap)?",
-               (f"{q('engine_helpers_count', len(helpers), 'd', of='asked')} helpers asked in "
-                f"{', '.join(e['engine'] + ' ' + str(e.get('version')) for e in eng) or 'no engine'}; "
-                f"{q('engine_helpers_count', len(judged), 'd', of='judged')} could be judged against the hardware and "
-                + (f"{q('engine_helpers_count', len(bad), 'd', of='disagreed')} did not agree: " + "; ".join(f"{r.get('helper')} -> {r.get('answer')} ({r.get('verdict')})" for r in bad[:4])
-                   if bad else "all agreed")
-                + ". The rest depend on installed packages, not on the GPU.") if helpers else
-               "No engine helper was recorded in this run (no engine could be asked)."))
+               say_helper_verdicts(helpers, [e["engine"] + " " + str(e.get("version")) for e in eng])))
     if (h.get("gpu_count") or 0) >= 2:
         qa.append(("How are the GPUs linked, and what does that predict for decode-time all-reduces under tensor parallelism?",
                    f"{'/'.join(h['links']) or 'unknown'}" + (f", {q('p2p_gbs', h['p2p_gbs'], '.0f', of='max')} GB/s measured peer copies" if h.get("p2p_gbs") else "")
@@ -129,6 +123,9 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
         qa.append(("Which NCCL variables would you export for tensor parallelism on this host, and what is the predicted gain per token?",
                    ("None. " + next((c.text for c in f.claims if c.chapter == "04"), "") + "."
                     if n.get("setting") in (None, "default") else
+                    f"None: the grid's fastest, `{n['setting']}`, gains no more than the run-to-run spread (chapter 04), so no "
+                    "setting is supported and none is exported."
+                    if n.get("within_spread") else
                     f"`{n['setting']}`: {q('nccl_fact', n.get('predicted_delta_ms'), ',.3f', of='predicted_delta_ms')} ms per token predicted; "
                     + ("measured end to end: " + "; ".join(f"{x['engine']} {x['setting']}: {x['verdict']}" for x in n["measured_effect"] if x["vs"])
                        if n.get("measured_effect") else "not confirmed end to end, so none is exported yet."))))

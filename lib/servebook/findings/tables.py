@@ -74,8 +74,10 @@ def host_summary(store: RunStore) -> dict:
 def selection(store: RunStore) -> list[dict]:
     """What each engine picks and the rule that decides it (chapter 02's ``selection`` and ``selection_sites``)."""
     sites = store.rows("selection_sites")
+    from ..selection.answers import standing_answers
+
     out = []
-    for r in store.rows("selection"):
+    for r in standing_answers(store):  # an answer a later one superseded is not stated
         d = r.get("decided_by") or {}
         conds = r.get("conditions") or []
         n_sites = len({s.get("where") for s in sites if s.get("engine") == r.get("engine") and s.get("version") == r.get("version")})
