@@ -227,12 +227,15 @@ Markdown("Shown in the what-if book of the seed case. Each category of the H200 
 if seed_rows:
     proj = pd.DataFrame(seed_rows)
     display(proj[proj["category"] != "total"].pivot_table(index="category", columns="engine", values="ms_per_token").round(3))
-    display(proj[proj["category"] == "total"][["engine", "backend", "predicted_ms", "predicted_tok_s", "seed_tok_s", "error_pct"]].round(2))
+    display(proj[proj["category"] == "total"][[c for c in ["engine", "backend", "measured_version", "studied_version", "predicted_ms",
+                                                          "predicted_tok_s", "seed_tok_s", "error_pct"] if c in proj]].round(2))
     display(Markdown("The seed's own profile put all-reduce at "
                      f"{q('seed_allreduce_share', sbseed.seed_allreduce_share(), '.1%')} of SGLang's decode time; the projection's communication row "
-                     "is lower. Where that figure holds, the host's all-reduce is slower than the published one (for example "
-                     "NCCL choosing its SIMPLE protocol, as the published dual-CPU host did): the same cost for both engines "
-                     "unless their all-reduce paths differ - chapter 02's decode-path table reads which path each takes."))
+                     "is lower. A hypothesis, not a measurement: the host's all-reduce was slower than the published one (for "
+                     "example NCCL choosing its SIMPLE protocol, as the published dual-CPU host did), and the engines need not "
+                     "pay the same, since the seed launched them with different NCCL settings and chapter 02's decode-path table "
+                     "reads which all-reduce path each takes. All-reduce at the decode message on the real host, with and "
+                     "without the seed's NCCL settings, settles it (the verdict above)."))
 else:
     print("not the seed case's what-if book: no projection here")
 
