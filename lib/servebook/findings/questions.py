@@ -51,7 +51,7 @@ def _questions_01(store: RunStore) -> list[tuple[str, str]]:
                    "None: no GPU was seen, so no capability check can pass; the engines' GPU kernels cannot run and the book runs on the CPU."))
     eng = [e for e in h["engines"] if e.get("status") == "ok"]
     helpers = store.rows("engine_helpers")
-    from ..probe import say_helper_verdicts
+    from ..probe.text import say_helper_verdicts
 
     qa.append(("Did any engine's own helper contradict the hardware or leave this GPU out (a mismatch or a gap)?",
                say_helper_verdicts(helpers, [e["engine"] + " " + str(e.get("version")) for e in eng])))

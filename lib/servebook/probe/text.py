@@ -23,7 +23,7 @@ def describe_host(report: dict, tagged: bool = False) -> str:
                 "The book continues on the CPU; GPU chapters say what they skip.")
     g = gpus[0]
     names = {x["name"] for x in gpus}
-    from ..stated import q as q_
+    from ..stated.tags import q as q_
     from ..stated.text import text_of
 
     def q(name, value, fmt="", of=None):
@@ -102,7 +102,7 @@ def say_helper_verdicts(rows: list[dict], engines: list[str]) -> str:
     """The engine helpers chapter 01 asked (table ``engine_helpers``), in the words its verdicts are defined with: how
     many were asked and judged, and each one that leaves this GPU out (gap: consistent with the hardware) or contradicts
     it (mismatch), with the answer beside what the hardware says. Counts tagged (``engine_helpers_count``)."""
-    from ..stated import q
+    from ..stated.tags import q
 
     if not rows:
         return "No engine helper was recorded in this run (no engine could be asked)."
