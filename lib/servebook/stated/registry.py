@@ -961,6 +961,23 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: next(({None: f["pair_ms_per_token"]} for f in store.rows("seed_fixes")
                                  if f.get("pair_ms_per_token") is not None), {})),
     # end of seed verdict (fix-prof)
+    # start-to-start spread of the profiles (fix-prof2, 2026-12-02): server starts each profile's figures cover
+    Quantity("profile_starts", "server starts one profiled server was profiled over (label; profile.tables.start_spread)",
+             lambda store: {p["label"]: s["starts"] for p in store.rows("profile_runs") if p.get("ok")
+                            for s in [__import__("servebook.profile.tables", fromlist=["x"]).start_spread(store.rows("profile_runs"), p["label"])]
+                            if s is not None}),
+    Quantity("seed_fix_alternative_ms", "seed case: the projected attention (ms per token) of the alternative backend a fix "
+             "names, from its measured H200 profile (engine | backend; seed_fixes)",
+             lambda store: {f"{f['engine']} | {f['alternative_backend']}": f.get("alternative_ms") for f in store.rows("seed_fixes")
+                            if f.get("alternative_ms") is not None}),
+    Quantity("seed_fix_like_gain_ms", "seed case: the first-ranked change's gain with both backends' attention taken from "
+             "their 2-layer slices by one rule (ms per token; seed_fixes)",
+             lambda store: {"first": store.rows("seed_fixes")[0].get("like_for_like_gain_ms")} if store.rows("seed_fixes") else {}),
+    Quantity("seed_host_start_ms", "seed case: host / gpu idle per token of an engine's deep slice in each server start "
+             "(engine | start; seed_projection gpu idle row's starts_host_ms)",
+             lambda store: {f"{r['engine']} | {i + 1}": x for r in store.rows("seed_projection") if r["category"] == "gpu idle"
+                            for i, x in enumerate(r.get("starts_host_ms") or [])}),
+    # end of start-to-start spread (fix-prof2)
 ]}
 
 
