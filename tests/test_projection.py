@@ -368,19 +368,36 @@ def test_a_second_start_never_changes_the_projection_and_its_host_time_is_stated
 
 
 def test_a_gap_part_within_the_start_to_start_spread_is_not_stated_as_a_part():
-    from servebook.profile.seed import _parts_line
+    """The seed verdict: a part of the gap no larger than one engine's move between two starts of its 2-layer slice is
+    left out of the parts with both starts stated; the projection with the other start is stated beside it."""
+    import re
 
-    a = pj.project(_with_repeat(_tables("sglang"), "sglang 2L"), "sglang", allreduce_us=20.0)
+    from servebook.profile.seed import _engine_rows, _parts_line, _starts_line
+
+    a = _engine_rows(_with_repeat(_tables("sglang"), "sglang 2L"), "sglang", "auto", allreduce_us=20.0)
     t = _tables("vllm")
     for p in t["profile_runs"]:
         p["tpot_ms"] = p["tpot_ms"] + 0.3                         # vLLM's host 0.3 ms slower in its first start
-    b = pj.project(_with_repeat(t, "vllm 2L"), "vllm", allreduce_us=20.0)
-    line = _parts_line(a + b, 1.0)
-    assert "Left out of the parts too: gpu idle" in line and "then" in line and "a hypothesis these profiles do not settle" in line
-    assert "gpu idle" not in line.split("Left out")[0]
-    # without a second start the part is stated as before
-    plain = _parts_line(pj.project(_tables("sglang"), "sglang", allreduce_us=20.0) + pj.project(t, "vllm", allreduce_us=20.0), 0.1)
-    assert "Left out" not in plain
+    b = _engine_rows(_with_repeat(t, "vllm 2L"), "vllm", "auto", allreduce_us=20.0)
+    assert _row(a, "total")["ms_per_token"] == _row(pj.project(_tables("sglang"), "sglang", allreduce_us=20.0), "total")["ms_per_token"]
+    assert _row(a, "gpu idle")["starts_ms"] == pytest.approx([0.5, 1.7])
+    per = pj.project_per_start(_with_repeat(_tables("sglang"), "sglang 2L"), "sglang", allreduce_us=20.0)
+    assert [x["start"] for x in per] == [1, 2] and per[1]["deep_label"] == "sglang 2L start 2"
+    line = re.sub(r"<[^>]+>", "", _parts_line(a + b, 1.0))
+    assert "Left out of the parts: gpu idle (-0.30 ms)" not in line       # vLLM's is larger: no positive part to leave out
+    b2 = _engine_rows(_with_repeat(_tables("vllm"), "vllm 2L"), "vllm", "auto", allreduce_us=20.0)
+    for r in b2:
+        if r["category"] == "gpu idle":     # SGLang's host part +0.3 ms, within SGLang's own move of 1.2 ms
+            r["ms_per_token"] -= 0.3
+    line = re.sub(r"<[^>]+>", "", _parts_line(a + b2, 1.0))
+    assert "Left out of the parts: gpu idle (+0.30 ms)" in line and "0.500 then 1.700" in line
+    assert "a hypothesis these profiles do not settle" in line and "gpu idle" not in line.split("Left out")[0]
+    s, v = _row(a, "total"), _row(b2, "total")
+    assert "start 2: SGLang" in re.sub(r"<[^>]+>", "", _starts_line(s, v))
+    # without a second start the part is stated as before, and nothing is said of starts
+    one = pj.project(_tables("sglang"), "sglang", allreduce_us=20.0)
+    assert "Left out" not in _parts_line(one + pj.project(_tables("vllm"), "vllm", allreduce_us=20.0), 0.1)
+    assert _starts_line(_row(one, "total"), v) == ""
 
 
 def test_the_flashinfer_fix_takes_its_measured_profile():

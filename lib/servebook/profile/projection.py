@@ -53,7 +53,7 @@ from .tables import latest_breakdown, latest_ok
 
 __all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
            "tp_shares", "kernel_floors", "select_slices", "h200_parts", "project", "ranked_fixes", "seed_figures",
-           "measured_alternative",
+           "measured_alternative", "project_per_start",
            "NOT_IN_VERSION", "ALREADY_DEFAULT", "NO_EFFECT", "NOT_COMPUTABLE", "ALREADY_IN_SEED", "UNCHECKED"]
 
 MEMORY_BOUND = ("attention", "moe experts", "dense gemm")
@@ -395,6 +395,36 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
             row["confounded"] = True
         out.append({**base, "category": cat, "h200_full_ms": None, **row})
     out.append(_total_row(base, out, slices, engine, seed_tok_s))
+    return out
+
+
+def project_per_start(source, engine: str, **kw) -> list[dict]:
+    """The projection again with each other server start of the 2-layer slice (role "repeat") in place of the first,
+    by the same rules: ``[{"start", "deep_label", "predicted_ms", "predicted_tok_s", "ms_by_category"}]``, the first
+    start first (that is ``project``'s own answer). How far one start of the H200 slices moves the projection; never
+    an input to it. One entry where the slice has no other start."""
+    from .tables import starts_of
+
+    profiles, breakdown, bw, excerpts = _tables(source)
+    tables = {"profile_runs": profiles, "decode_breakdown": breakdown, "memory_bandwidth": bw, "excerpts": excerpts}
+    sl = select_slices(profiles, engine, backend=kw.get("backend", "auto"), mode=kw.get("mode", "graph"),
+                       card=kw.get("card", "kimi-k2.5"))
+    deep = sl["deep"]
+    starts = [p for p in starts_of(profiles, deep["label"]) if p.get("role") == "repeat"] if deep else []
+    out = []
+    for i, rep in enumerate([None] + starts):
+        t = tables
+        if rep is not None:   # the repeat's rows under the first start's label; the first start's rows left out
+            t = {**tables,
+                 "profile_runs": [{**rep, "label": deep["label"], "role": deep.get("role", "slice")} if p is rep else p
+                                  for p in profiles if p["label"] != deep["label"]],
+                 "decode_breakdown": [{**b, "label": deep["label"]} if b["label"] == rep["label"] else b
+                                      for b in breakdown if b["label"] != deep["label"]]}
+        rows = project(t, engine, **kw)
+        tot = rows[-1]
+        out.append({"start": i + 1, "deep_label": rep["label"] if rep is not None else (deep or {}).get("label"),
+                    "predicted_ms": tot["predicted_ms"], "predicted_tok_s": tot["predicted_tok_s"],
+                    "ms_by_category": {r["category"]: r["ms_per_token"] for r in rows[:-1]}})
     return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .projection import project, ranked_fixes
+from .projection import project, project_per_start, ranked_fixes
 
 __all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "verdict", "gap_by_category", "seed_allreduce_share"]
 
@@ -38,8 +38,22 @@ def seed_projection(reference=None, **kw) -> list[dict]:
     src = RunStore.at(reference or _reference_dir())
     rows = []
     for engine, backend in SEED_BACKENDS.items():
-        rows += [{**r, "reference_run": REFERENCE_PROFILE_RUN} for r in project(src, engine, backend=backend, **kw)]
+        rows += [{**r, "reference_run": REFERENCE_PROFILE_RUN} for r in _engine_rows(src, engine, backend, **kw)]
     return rows
+
+
+def _engine_rows(src, engine: str, backend: str, **kw) -> list[dict]:
+    """``project``'s rows, each with ``starts_ms`` (and the total ``starts_tok_s``) where the 2-layer slice had other
+    server starts: stated beside the projection, never in it."""
+    mine = project(src, engine, backend=backend, **kw)
+    starts = project_per_start(src, engine, backend=backend, **kw)
+    if len(starts) > 1:
+        mine[-1].update({"starts_tok_s": [x["predicted_tok_s"] for x in starts],
+                         "starts_deep_labels": [x["deep_label"] for x in starts]})
+        for r in mine:
+            r["starts_ms"] = [x["predicted_ms"] if r["category"] == "total" else x["ms_by_category"].get(r["category"])
+                              for x in starts]
+    return mine
 
 
 def gap_by_category(rows: list[dict], a: str = "sglang", b: str = "vllm") -> list[dict]:
@@ -146,30 +160,51 @@ def _parts_line(rows: list[dict], gap: float) -> str:
     if confounded:
         line += (" Confounded, and so left out of the parts: " + ", ".join(sorted(confounded)) + " (the slices they come "
                  "from ran different attention backends; a one-layer slice of each engine's Triton backend settles them).")
+    names = {"sglang": "SGLang", "vllm": "vLLM"}
     for cat, diff in noisy.items():
-        names = {"sglang": "SGLang", "vllm": "vLLM"}
         starts = "; ".join(
             f"{names.get(r['engine'], r['engine'])} " + " then ".join(
-                q("seed_host_start_ms", x, ".3f", of=f"{r['engine']} | {i + 1}") for i, x in enumerate(r["starts_host_ms"]))
-            for r in rows if r["category"] == cat and r.get("starts_host_ms"))
-        line += (f" Left out of the parts too: {cat} "
-                 f"({q('seed_projected_part_ms', diff, '+.2f', of=cat)} ms), the host time per token kept from one server "
-                 f"start of each engine's slice, which moved between two starts by as much as that or more in one engine at least "
-                 f"({starts} ms per token): "
-                 "which engine's host is slower is a hypothesis these profiles do not settle; more starts of each slice, "
-                 "and a host-side trace of each engine's scheduler loop, settle it.")
+                q("seed_category_start_ms", x, ".3f", of=f"{r['engine']} | {cat} | {i + 1}") for i, x in enumerate(r["starts_ms"]))
+            for r in rows if r["category"] == cat and r.get("starts_ms"))
+        what = ("the host time per token kept from one server start of each engine's slice" if cat == "gpu idle" else
+                "projected from one server start of each engine's two-layer slice")
+        line += (f" Left out of the parts: {cat} ({q('seed_projected_part_ms', diff, '+.2f', of=cat)} ms), {what}, which "
+                 f"moved from one start to the next by as much as that or more in one engine at least ({starts} ms per "
+                 "token): which engine takes longer there is a hypothesis these profiles do not settle; more starts of each "
+                 "slice" + (", and a host-side trace of each engine's scheduler loop," if cat == "gpu idle" else "")
+                 + " settle it.")
     return line
 
 
 def _within_starts(rows: list[dict]) -> dict:
-    """``{category: gap part}`` of a part no larger than one engine's start-to-start spread of it (the host / gpu idle
-    rows carry ``host_spread_ms`` where their slice had a second start)."""
+    """``{category: gap part}`` of a positive part no larger than one engine's start-to-start spread of that category
+    (``starts_ms``: the category projected with each server start of the 2-layer slice, where it had several)."""
     out = {}
     for g in gap_by_category(rows):
-        spreads = [r.get("host_spread_ms") for r in rows if r["category"] == g["category"] and r.get("host_spread_ms") is not None]
-        if g["diff_ms"] is not None and len(spreads) >= 2 and abs(g["diff_ms"]) <= max(spreads):
+        spreads = [max(r["starts_ms"]) - min(r["starts_ms"]) for r in rows if r["category"] == g["category"]
+                   and r.get("starts_ms") and None not in r["starts_ms"]]
+        if g["diff_ms"] is not None and g["diff_ms"] > 0 and len(spreads) >= 2 and g["diff_ms"] <= max(spreads):
             out[g["category"]] = g["diff_ms"]
     return out
+
+
+def _starts_line(s: dict, v: dict) -> str:
+    """What the projection gives with the other server start of each engine's 2-layer slice (same rules), where both
+    engines' slices had one: how far one start of the H200 profiles moves it."""
+    from ..stated.tags import q
+
+    if not (s.get("starts_tok_s") and v.get("starts_tok_s")) or min(len(s["starts_tok_s"]), len(v["starts_tok_s"])) < 2:
+        return ""
+    n = min(len(s["starts_tok_s"]), len(v["starts_tok_s"]))
+    others = "; ".join(
+        f"start {q('seed_start_n', i + 1, 'd', of=str(i + 1))}: SGLang "
+        f"{q('seed_start_tok_s', s['starts_tok_s'][i], '.1f', of=f'sglang | {i + 1}')} and vLLM "
+        f"{q('seed_start_tok_s', v['starts_tok_s'][i], '.1f', of=f'vllm | {i + 1}')} tok/s, a gap of "
+        f"{q('seed_start_gap_ms', s['starts_ms'][i] - v['starts_ms'][i], '.2f', of=str(i + 1))} ms per token"
+        for i in range(1, n))
+    return (" The projection takes the first server start of each two-layer slice; by the same rules the other starts give "
+            f"({others}): the projection moves that much from one start of the H200 slices to the next, so an error or a "
+            "gap smaller than that move is not settled by them (more starts of each slice settle it).")
 
 
 def _versions_line(s: dict, v: dict) -> str:
@@ -242,7 +277,7 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
         f"(the seed measured {q('seed_tok_s', s['seed_tok_s'], '', of='sglang')}, error {q('seed_projection_error_pct', s['error_pct'], '+.1f', of='sglang')}%) "
         f"and vLLM {q('seed_projected_tok_s', v['predicted_tok_s'], '.1f', of='vllm')} tok/s (the seed measured "
         f"{q('seed_tok_s', v['seed_tok_s'], '', of='vllm')}, error {q('seed_projection_error_pct', v['error_pct'], '+.1f', of='vllm')}%). "
-        + _versions_line(s, v),
+        + _versions_line(s, v) + _starts_line(s, v),
         _parts_line(rows, gap),
     ]
     if att and att["diff_ms"] and att["diff_ms"] > 0:

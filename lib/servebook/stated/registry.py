@@ -973,10 +973,20 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("seed_fix_like_gain_ms", "seed case: the first-ranked change's gain with both backends' attention taken from "
              "their 2-layer slices by one rule (ms per token; seed_fixes)",
              lambda store: {"first": store.rows("seed_fixes")[0].get("like_for_like_gain_ms")} if store.rows("seed_fixes") else {}),
-    Quantity("seed_host_start_ms", "seed case: host / gpu idle per token of an engine's deep slice in each server start "
-             "(engine | start; seed_projection gpu idle row's starts_host_ms)",
-             lambda store: {f"{r['engine']} | {i + 1}": x for r in store.rows("seed_projection") if r["category"] == "gpu idle"
-                            for i, x in enumerate(r.get("starts_host_ms") or [])}),
+    Quantity("seed_category_start_ms", "seed case: one category's projected ms per token with one server start of the "
+             "engine's 2-layer slice (engine | category | start; seed_projection row's starts_ms)",
+             lambda store: {f"{r['engine']} | {r['category']} | {i + 1}": x for r in store.rows("seed_projection")
+                            for i, x in enumerate(r.get("starts_ms") or [])}),
+    Quantity("seed_start_n", "seed case: the number of a server start of the 2-layer slices (start; identity)",
+             lambda store: {str(i + 1): i + 1 for r in store.rows("seed_projection") if r["category"] == "total"
+                            for i in range(len(r.get("starts_tok_s") or []))}),
+    Quantity("seed_start_tok_s", "seed case: the projected tok/s with one server start of the engine's 2-layer slice "
+             "(engine | start; seed_projection total row's starts_tok_s)",
+             lambda store: {f"{r['engine']} | {i + 1}": x for r in store.rows("seed_projection") if r["category"] == "total"
+                            for i, x in enumerate(r.get("starts_tok_s") or [])}),
+    Quantity("seed_start_gap_ms", "seed case: SGLang's projected ms per token minus vLLM's with the slices' start N (start)",
+             lambda store: (lambda t: {str(i + 1): a - b for i, (a, b) in enumerate(zip(t.get("sglang") or [], t.get("vllm") or []))})(
+                 {r["engine"]: r.get("starts_ms") for r in store.rows("seed_projection") if r["category"] == "total"})),
     # end of start-to-start spread (fix-prof2)
 ]}
 
