@@ -314,4 +314,112 @@ def test_a_host_bound_difference_over_one_start_is_a_hypothesis(tmp_path):
     for label, engine, layers, tpot, t in (("s 2L", "sglang", 2, 2.0, 5.0), ("v 2L", "vllm", 2, 2.3, 6.0)):
         profile(label, engine, layers, tpot, t)
     text = re.sub(r"<[^>]+>", "", where_time_goes(store))
-    assert "2 layers" in text and "host-bound, so the difference between the engines here is on the host" in text
+    assert "2 layers" in text and "so the difference between the engines here is on the host, not in their kernels" in text
+
+
+# -- start-to-start spread (a second server start of each slice, role "repeat") -------------------------------------
+def _start(label, engine, busy, tpot, t, role="slice", backend="auto", layers=2):
+    return {"label": label, "engine": engine, "backend": backend, "mode": "graph", "card": "kimi-k2.5", "quant": "bf16",
+            "layers": layers, "role": role, "ok": True, "tpot_ms": tpot, "step_ms": tpot + 0.5, "busy_ms": busy, "taken_at": t}
+
+
+def test_start_spread_pairs_a_slice_with_its_other_starts():
+    from servebook.profile.tables import engine_difference, start_spread
+
+    rows = [_start("s 2L", "sglang", 1.20, 2.00, 1.0), _start("s 2L triton", "sglang", 1.25, 2.20, 2.0, backend="triton"),
+            _start("s 2L start 2", "sglang", 1.10, 2.30, 3.0, role="repeat"), _start("s 1L", "sglang", 0.9, 1.8, 4.0, layers=1)]
+    sp = start_spread(rows, "s 2L")
+    assert sp["starts"] == 2 and sp["labels"] == ["s 2L", "s 2L start 2"]
+    assert sp["busy_ms"] == [1.20, 1.10] and sp["busy_spread_ms"] == pytest.approx(0.10)
+    assert sp["tpot_spread_ms"] == pytest.approx(0.30) and sp["tpot_mean_ms"] == pytest.approx(2.15)
+    assert start_spread(rows, "s 2L start 2")["labels"] == ["s 2L", "s 2L start 2"]          # from either start
+    assert start_spread(rows, "s 2L triton") is None and start_spread(rows, "s 1L") is None   # one start each
+    # a profile taken again under its own label is another start too
+    again = rows + [_start("s 2L triton", "sglang", 1.27, 2.10, 5.0, backend="triton")]
+    assert start_spread(again, "s 2L triton")["starts"] == 2
+    # a second start is no other server: the engines' difference is taken between first starts
+    rows += [_start("v 2L start 2", "vllm", 1.0, 9.0, 6.0, role="repeat"), _start("v 2L", "vllm", 1.0, 2.5, 0.5)]
+    diff = engine_difference([], rows)
+    assert {r["b"] for r in diff} == {"v 2L"}
+
+
+def _host_store(tmp_path, starts):
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path)
+    for label, engine, busy, tpot, t, role in starts:
+        store.append("profile_runs", _start(label, engine, busy, tpot, t, role=role))
+        for cat, ms in (("attention", 0.3), ("dense gemm", busy - 0.3), ("gpu idle", tpot - busy)):
+            store.append("decode_breakdown", {"label": label, "engine": engine, "category": cat, "ms_per_step": ms,
+                                              "taken_at": t, "card": "kimi-k2.5", "layers": 2})
+    return store
+
+
+def test_a_host_bound_difference_over_two_starts_is_a_finding_only_beyond_each_spread(tmp_path):
+    """Chapter 06: with a second start of each slice the starts' figures are stated; "on the host, not in their kernels"
+    only where the busy times agree within the engines' start-to-start spread and the times per token differ by more
+    than each engine's spread; else a hypothesis saying what settles it."""
+    import re
+
+    from servebook.profile.chapter import where_time_goes
+
+    # busy agree (1.20/1.19 against 1.19/1.17), tpot apart (2.0/2.05 against 2.6/2.8: 0.675 > 0.2)
+    store = _host_store(tmp_path / "a", [("s 2L", "sglang", 1.20, 2.00, 1.0, "slice"), ("v 2L", "vllm", 1.19, 2.60, 2.0, "slice"),
+                                         ("s 2L start 2", "sglang", 1.19, 2.05, 3.0, "repeat"),
+                                         ("v 2L start 2", "vllm", 1.17, 2.80, 4.0, "repeat")])
+    text = re.sub(r"<[^>]+>", "", where_time_goes(store))
+    assert "over 2 and 2 server starts" in text and "1.200 and 1.190 ms per step" in text and "2.600 and 2.800 ms per token" in text
+    assert "on the host, not in their kernels" in text and "**hypothesis**" not in text
+    # vLLM's second start moves its tpot by more than the engines' difference: a hypothesis
+    store = _host_store(tmp_path / "b", [("s 2L", "sglang", 1.20, 2.00, 1.0, "slice"), ("v 2L", "vllm", 1.19, 2.40, 2.0, "slice"),
+                                         ("s 2L start 2", "sglang", 1.19, 2.05, 3.0, "repeat"),
+                                         ("v 2L start 2", "vllm", 1.17, 1.80, 4.0, "repeat")])
+    text = re.sub(r"<[^>]+>", "", where_time_goes(store))
+    assert "on the host, not in their kernels" not in text and "**hypothesis**" in text
+    assert "less than one engine's own start-to-start spread" in text and "more starts of each server" in text
+    # kernels apart beyond their spread: a hypothesis too
+    store = _host_store(tmp_path / "c", [("s 2L", "sglang", 1.40, 2.00, 1.0, "slice"), ("v 2L", "vllm", 1.19, 2.60, 2.0, "slice"),
+                                         ("s 2L start 2", "sglang", 1.39, 2.05, 3.0, "repeat"),
+                                         ("v 2L start 2", "vllm", 1.17, 2.80, 4.0, "repeat")])
+    text = re.sub(r"<[^>]+>", "", where_time_goes(store))
+    assert "the kernels differ beyond their start-to-start spread" in text and "**hypothesis**" in text
+
+
+def test_the_recorded_second_starts_and_what_they_say():
+    """h200x1-prof: each of the four 2-layer Kimi slices has a second start; the spread is computed from both."""
+    from servebook.profile.tables import start_spread
+    from servebook.results import RunStore
+
+    rows = RunStore.at(_RUN).rows("profile_runs")
+    for label in ("sglang kimi-2L", "vllm kimi-2L", "sglang kimi-2L triton", "vllm kimi-2L TRITON_MLA"):
+        sp = start_spread(rows, label)
+        assert sp["starts"] == 2 and sp["labels"] == [label, label + " start 2"], label
+        assert sp["busy_spread_ms"] < 0.05 and sp["tpot_spread_ms"] > 0
+
+
+def test_copy_profile_tables_copies_every_row_as_stored(tmp_path):
+    from servebook.profile.tables import PROFILE_TABLES, copy_profile_tables
+    from servebook.results import RunStore
+
+    src, dst = RunStore.at(tmp_path / "src"), RunStore.at(tmp_path / "dst")
+    src.append("profile_runs", {"label": "a", "ok": True})
+    src.append("profile_runs", {"label": "b", "ok": True, "withdrawn": {"reason": "x"}})
+    src.append("decode_breakdown", {"label": "a", "category": "other", "ms_per_step": 1.0, "corrected": {"by": "t"}})
+    dst.append("profile_runs", {"label": "old", "ok": True})
+    got = copy_profile_tables(src, dst)
+    assert got["profile_runs"] == 2 and got["prediction_check"] == 0
+    for t in PROFILE_TABLES:
+        assert dst.rows(t, withdrawn=True) == src.rows(t, withdrawn=True)
+
+
+def test_the_live_run_holds_the_profile_run_tables():
+    """h200x1-live shows the profiles of h200x1-prof beside its benchmark (chapters 05, 06): its copy is the same rows,
+    the corrected and the later ones included."""
+    from servebook.paths import book_root
+    from servebook.profile.tables import PROFILE_TABLES
+    from servebook.results import RunStore
+
+    live = RunStore(book_root() / "data" / "runs" / "h200x1-live")
+    prof = RunStore.at(_RUN)
+    for t in PROFILE_TABLES:
+        assert live.rows(t, withdrawn=True) == prof.rows(t, withdrawn=True), t

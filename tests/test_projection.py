@@ -315,7 +315,7 @@ def test_the_verdict_names_versions_assumptions_and_the_open_allreduce_question(
     run = tmp_path / "wi"
     run.mkdir()
     src = data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
-    for name in ("manifest.json", "decode_path.jsonl"):
+    for name in ("manifest.json", "decode_path.jsonl", "selection.jsonl"):
         shutil.copy(src / name, run / name)
     rows, fixes = record_seed(RunStore.at(run))
     text = re.sub(r"<[^>]+>", "", verdict(rows, fixes))
@@ -323,5 +323,130 @@ def test_the_verdict_names_versions_assumptions_and_the_open_allreduce_question(
     assert "All-reduce is an open hypothesis" in text and "does not explain the gap" not in text
     assert "with and without the seed's NCCL settings" in text and "14,336 B" in text
     first = next(f for f in fixes if f["label"] == "predicted")
-    assert first["change"] == "attention backend flashinfer" and "assuming flashinfer's MLA decode runs as fast" in text
+    # h200x1-prof holds a flashinfer profile of SGLang: the gain is measured, what is still assumed is said beside it
+    assert first["change"] == "attention backend flashinfer" and "It assumes that flashinfer's MLA decode runs on capability 12.0 at all" in text
     assert all(f["label"] != "predicted" for f in fixes if f["change"].split()[0] in ("custom", "CUDA-graph", "MoE"))
+
+
+# -- same-backend 1-layer slices, a measured flashinfer profile, second starts (fix-prof2, 2026-12-02) ---------------
+def _recorded():
+    from servebook.paths import data_dir
+    from servebook.results import RunStore
+
+    return RunStore.at(data_dir() / "runs" / "h200x1-prof")
+
+
+def test_the_recorded_projection_takes_each_backends_own_one_layer_slice():
+    """h200x1-prof holds 1-layer slices of SGLang triton and vLLM TRITON_MLA: every per-layer difference is taken between
+    slices of one backend, so no category is confounded or an upper bound (those are only the fallback)."""
+    store = _recorded()
+    for engine, backend in (("sglang", "triton"), ("vllm", "TRITON_MLA")):
+        sl = pj.select_slices(store.rows("profile_runs"), engine, backend=backend)
+        assert sl["shallow"]["backend"] == sl["deep"]["backend"] == backend and sl["deep_same"] is None and not sl["notes"]
+        rows = pj.project(store, engine, backend=backend)
+        assert not any(r.get("confounded") for r in rows)
+        assert not any("upper bound" in r["source"] or "confounded" in r["source"] for r in rows)
+        assert _row(rows, "total")["from_labels"][:2] == [sl["shallow"]["label"], sl["deep"]["label"]]
+        assert " start 2" not in " ".join(_row(rows, "total")["from_labels"])
+
+
+def _with_repeat(t, label, **ms):
+    """``t`` plus a second start (role repeat) of the slice ``label``, taken last, with other figures."""
+    p = next(p for p in t["profile_runs"] if p["label"] == label)
+    r = {**p, "label": label + " start 2", "role": "repeat", "taken_at": 99.0, "tpot_ms": p["tpot_ms"] + 1.0, "busy_ms": p["busy_ms"] - 0.2}
+    return {**t, "profile_runs": t["profile_runs"] + [r], "decode_breakdown": t["decode_breakdown"] + _breakdown(r, **ms)}
+
+
+def test_a_second_start_never_changes_the_projection_and_its_host_time_is_stated():
+    t = _tables()
+    base = pj.project(t, "sglang", allreduce_us=20.0)
+    again = pj.project(_with_repeat(t, "sglang 2L", attention=9.0, dense_gemm=9.0), "sglang", allreduce_us=20.0)
+    assert [r["ms_per_token"] for r in again] == [r["ms_per_token"] for r in base]
+    idle = _row(again, "gpu idle")
+    assert idle["starts_host_ms"] == pytest.approx([2.0 - 1.5, 3.0 - 1.3]) and idle["host_spread_ms"] == pytest.approx(1.2)
+    assert "the first start's is used" in idle["source"] and "starts_host_ms" not in _row(base, "gpu idle")
+
+
+def test_a_gap_part_within_the_start_to_start_spread_is_not_stated_as_a_part():
+    """The seed verdict: a part of the gap no larger than one engine's move between two starts of its 2-layer slice is
+    left out of the parts with both starts stated; the projection with the other start is stated beside it."""
+    import re
+
+    from servebook.profile.seed import _engine_rows, _parts_line, _starts_line
+
+    a = _engine_rows(_with_repeat(_tables("sglang"), "sglang 2L"), "sglang", "auto", allreduce_us=20.0)
+    t = _tables("vllm")
+    for p in t["profile_runs"]:
+        p["tpot_ms"] = p["tpot_ms"] + 0.3                         # vLLM's host 0.3 ms slower in its first start
+    b = _engine_rows(_with_repeat(t, "vllm 2L"), "vllm", "auto", allreduce_us=20.0)
+    assert _row(a, "total")["ms_per_token"] == _row(pj.project(_tables("sglang"), "sglang", allreduce_us=20.0), "total")["ms_per_token"]
+    assert _row(a, "gpu idle")["starts_ms"] == pytest.approx([0.5, 1.7])
+    per = pj.project_per_start(_with_repeat(_tables("sglang"), "sglang 2L"), "sglang", allreduce_us=20.0)
+    assert [x["start"] for x in per] == [1, 2] and per[1]["deep_label"] == "sglang 2L start 2"
+    line = re.sub(r"<[^>]+>", "", _parts_line(a + b, 1.0))
+    assert "Left out of the parts: gpu idle (-0.30 ms)" not in line       # vLLM's is larger: no positive part to leave out
+    b2 = _engine_rows(_with_repeat(_tables("vllm"), "vllm 2L"), "vllm", "auto", allreduce_us=20.0)
+    for r in b2:
+        if r["category"] == "gpu idle":     # SGLang's host part +0.3 ms, within SGLang's own move of 1.2 ms
+            r["ms_per_token"] -= 0.3
+    line = re.sub(r"<[^>]+>", "", _parts_line(a + b2, 1.0))
+    assert "Left out of the parts: gpu idle (+0.30 ms)" in line and "0.500 then 1.700" in line
+    assert "a hypothesis these profiles do not settle" in line and "gpu idle" not in line.split("Left out")[0]
+    s, v = _row(a, "total"), _row(b2, "total")
+    assert "start 2: SGLang" in re.sub(r"<[^>]+>", "", _starts_line(s, v))
+    # without a second start the part is stated as before, and nothing is said of starts
+    one = pj.project(_tables("sglang"), "sglang", allreduce_us=20.0)
+    assert "Left out" not in _parts_line(one + pj.project(_tables("vllm"), "vllm", allreduce_us=20.0), 0.1)
+    assert _starts_line(_row(one, "total"), v) == ""
+
+
+def test_the_flashinfer_fix_takes_its_measured_profile():
+    """Finding: the gain of SGLang's flashinfer fix comes from flashinfer's measured attention carried by the attention
+    rule (2-layer slice / 2 per layer where it has no 1-layer slice), not from vLLM's Triton kernel; with no flashinfer
+    profile the old labelled assumption stays."""
+    t = _tables("sglang")
+    for label, layers, backend, att in (("sglang 1L triton", 1, "triton", 0.1), ("sglang 2L triton", 2, "triton", 0.2),
+                                        ("sglang 2L flashinfer", 2, "flashinfer", 0.12)):
+        p = _profile(label, "sglang", layers, backend=backend, t=5.0 + layers)
+        t["profile_runs"].append(p)
+        t["decode_breakdown"] += _breakdown(p, attention=att, moe_experts=0.4 if layers == 2 else 0.0, dense_gemm=0.7)
+    m = pj.measured_alternative(t, "sglang", "flashinfer", against="triton", allreduce_us=20.0)
+    assert m["ms"] == pytest.approx(61 * 0.12 / 2) and m["like_for_like_ms"] == pytest.approx(61 * 0.2 / 2)
+    assert "2-layer slice's / 2" in m["basis"]
+    assert pj.measured_alternative(_tables("sglang"), "sglang", "flashinfer", allreduce_us=20.0) is None
+    a = pj.project(t, "sglang", backend="triton", allreduce_us=20.0)
+    b = pj.project(_tables("vllm"), "vllm", allreduce_us=20.0)
+    m["assumption"] = "it runs there"
+    fixes = pj.ranked_fixes(a + b, attention_alternatives={"sglang": ("flashinfer", m["ms"], m)})
+    att = next(f for f in fixes if f["change"] == "attention backend flashinfer")
+    assert att["gain_ms_per_token"] == pytest.approx(_row(a, "attention")["ms_per_token"] - 61 * 0.06)
+    assert att["alternative_ms"] == pytest.approx(61 * 0.06) and att["assumption"] == "it runs there"
+    assert att["like_for_like_gain_ms"] == pytest.approx(61 * (0.1 - 0.06))
+    assert "measured" in att["basis"] and "as fast as" not in att["basis"]
+    old = next(f for f in pj.ranked_fixes(a + b) if f["change"] == "attention backend flashinfer")
+    assert "as fast as vllm's projected attention" in old["assumption"]
+
+
+def test_the_seed_verdict_cites_the_rule_that_skips_flashinfer(tmp_path):
+    """The flashinfer fix's remaining assumption names the selection rule chapter 02 read (the what-if run's table
+    selection), not a guess; with no selection row it says chapter 02 holds no reading."""
+    import shutil
+
+    from servebook.paths import data_dir
+    from servebook.profile.seed import record_seed
+    from servebook.results import RunStore
+
+    src = data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
+    for with_selection in (True, False):
+        run = tmp_path / str(with_selection)
+        run.mkdir()
+        for name in ("manifest.json", "decode_path.jsonl") + (("selection.jsonl",) if with_selection else ()):
+            shutil.copy(src / name, run / name)
+        _, fixes = record_seed(RunStore.at(run))
+        att = next(f for f in fixes if f["change"] == "attention backend flashinfer")
+        assert att["alternative_backend"] == "flashinfer" and "sglang kimi-2L flashinfer" in att["alternative_from"]
+        if with_selection:
+            assert "`sglang/srt/server_args.py:1824`" in att["assumption"] and "`is_sm100_supported()` holds" in att["assumption"]
+            assert "capability 12.0" in att["assumption"]
+        else:
+            assert "chapter 02 holds no reading" in att["assumption"]

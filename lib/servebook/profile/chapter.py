@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from .kernels import CATEGORIES, rules_table
-from .tables import latest_breakdown, latest_ok, prediction_rows
+from .tables import latest_breakdown, latest_ok, prediction_rows, starts_of
 
 __all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "show_breakdown", "prediction_table", "findings", "record_inprocess",
            "where_time_goes"]
@@ -198,7 +198,11 @@ def findings(store) -> list[str]:
         idle = "time outside any operator" if "in process" in r["engine"] else "GPU idle"
         parts = ", ".join(f"{idle if k == 'gpu idle' else k} {q('profile_category_ms', v, '.3f', of=r['label'] + ' | ' + k)} ms"
                           for v, k in top)
-        lines.append(f"- {r['label']}: {q('profile_step_ms', r['step_ms'], '.3f', of=r['label'])} ms per profiled step "
+        name = r["label"]
+        if r.get("role") == "repeat":      # its label ends in the start's number: named as code, with what it repeats
+            first = next((p["label"] for p in starts_of(runs, r["label"]) if p.get("role") != "repeat"), None)
+            name = f"`{r['label']}`" + (f" (another server start of {first})" if first else "")
+        lines.append(f"- {name}: {q('profile_step_ms', r['step_ms'], '.3f', of=r['label'])} ms per profiled step "
                      f"against {q('profile_tpot_ms', r['tpot_ms'], '.3f', of=r['label'])} ms per token without the profiler; "
                      f"the largest parts: {parts}.")
     for p in store.rows("prediction_check"):
@@ -267,15 +271,20 @@ def where_time_goes(store) -> str:
 
 
 def _host_bound(store, r: dict, single: list) -> str:
-    """A host-bound pair of profiles: "on the host, not in their kernels" where each engine was profiled over several
-    server starts; else that claim is left to the hypothesis after the list (``single`` collects the pair), with any
-    shallower slice of the same engine that took longer per token (a sign of start-to-start noise)."""
+    """A host-bound pair of profiles. Where each engine's server was profiled over two starts or more
+    (``tables.start_spread``) the starts' figures are stated, and the difference is "on the host, not in their
+    kernels" only where the engines' GPU-busy times agree within their own start-to-start spread and their times per
+    token differ by more than each engine's spread; otherwise a hypothesis, with what settles it. With one start each
+    the claim is left to the hypothesis after the list (``single`` collects the pair), with any shallower slice of the
+    same engine that took longer per token (a sign of start-to-start noise)."""
     from ..stated import q
+    from .tables import start_spread
 
     ok = [p for p in store.rows("profile_runs") if p.get("ok")]
     head = "the rest of each token's time has no kernel running (host work, launch gaps): host-bound"
-    if min(sum(1 for p in ok if p["label"] == lab) for lab in (r["a"], r["b"])) >= 2:
-        return head + ", so the difference between the engines here is on the host, not in their kernels"
+    sa, sb = start_spread(ok, r["a"]), start_spread(ok, r["b"])
+    if sa is not None and sb is not None:
+        return head + _over_starts(sa, sb, q)
     single.append(r)
     last = {p["label"]: p for p in latest_ok(ok)}
     odd = []
@@ -283,10 +292,33 @@ def _host_bound(store, r: dict, single: list) -> str:
         me = last.get(lab)
         for o in last.values() if me is not None and me.get("tpot_ms") is not None else ():
             same = all(o.get(k) == me.get(k) for k in ("engine", "card", "quant", "mode", "backend"))
-            if same and int(o["layers"]) < int(me["layers"]) and (o.get("tpot_ms") or 0) > me["tpot_ms"]:
+            if same and o.get("role", "slice") != "repeat" and int(o["layers"]) < int(me["layers"]) and \
+                    (o.get("tpot_ms") or 0) > me["tpot_ms"]:
                 odd.append(f"{o['label']} took {q('profile_tpot_ms', o['tpot_ms'], '.3f', of=o['label'])} ms per token, "
                            f"more than {lab} with fewer layers")
     return head + (" (" + "; ".join(odd) + ": a sign of start-to-start noise)" if odd else "")
+
+
+def _over_starts(sa: dict, sb: dict, q) -> str:
+    """The two engines' starts stated, and whether their difference is on the host (a finding) or a hypothesis."""
+    def starts(s: dict) -> str:
+        busy = " and ".join(q("profile_busy_ms", b, ".3f", of=lab) for b, lab in zip(s["busy_ms"], s["labels"]))
+        tpot = " and ".join(q("profile_tpot_ms", t, ".3f", of=lab) for t, lab in zip(s["tpot_ms"], s["labels"]))
+        return f"kernels {busy} ms per step, {tpot} ms per token"
+
+    said = f" (over {q('profile_starts', sa['starts'], 'd', of=sa['label'])} and " \
+           f"{q('profile_starts', sb['starts'], 'd', of=sb['label'])} server starts: SGLang {starts(sa)}; vLLM {starts(sb)})"
+    # over the starts' means: busy agrees within either engine's own spread; tpot differs by more than each one's
+    busy_agree = abs(sa["busy_mean_ms"] - sb["busy_mean_ms"]) <= max(sa["busy_spread_ms"], sb["busy_spread_ms"])
+    tpot_apart = abs(sa["tpot_mean_ms"] - sb["tpot_mean_ms"]) > max(sa["tpot_spread_ms"], sb["tpot_spread_ms"])
+    if busy_agree and tpot_apart:
+        return (said + ": the kernels agree within the engines' start-to-start spread and the times per token differ by more "
+                "than either engine's, so the difference between the engines here is on the host, not in their kernels")
+    why = ("the kernels differ beyond their start-to-start spread" if not busy_agree else
+           "the times per token differ by less than one engine's own start-to-start spread")
+    return (said + f": {why}, so that the difference between the engines here is on the host is a **hypothesis**; more "
+            "starts of each server (until each engine's spread is smaller than the difference) and a host-side trace of "
+            "each engine's scheduler loop settle it")
 
 
 _HOST_HYPOTHESIS = (

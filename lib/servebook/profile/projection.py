@@ -13,8 +13,10 @@ The rules, in order:
    sampling) is the *fixed* part; the 2-layer slice minus the 1-layer slice is *one MoE layer*; the full model is
    fixed + 60 MoE layers (61 layers, ``first_k_dense_replace`` 1). Where the INT4 2-layer slice (``quant`` card) was
    recorded, the MoE experts of one layer are that slice's experts minus the 1-layer slice's; otherwise the bf16
-   experts times the INT4/bf16 bytes ratio of a routed-expert weight (labelled as such). Where the 2-layer slice ran
-   another attention backend than the 1-layer one (the Triton MLA slices), attention per layer is that slice's / 2,
+   experts times the INT4/bf16 bytes ratio of a routed-expert weight (labelled as such). Both slices are taken with the
+   projected backend where it has a 1-layer slice (``h200x1-prof`` has them for SGLang ``triton`` and vLLM
+   ``TRITON_MLA``). Only as a fallback, where the 2-layer slice ran another attention backend than the 1-layer one,
+   attention per layer is that slice's / 2,
    and every other category's MoE layer is taken between the slices of one backend (the default's 2-layer minus its
    1-layer) plus half the backend's own difference at 2 layers (its extra kernels counted per layer: an upper bound
    where some run once per step); with no such pair the category is marked ``confounded``. A per-layer difference
@@ -35,7 +37,8 @@ The rules, in order:
    from a published series in ``data/reference/allreduce-pcie-published.json`` (or the caller's figure): one latency
    for every engine, measured on another machine - an assumption, never evidence that the engines' all-reduce is equal.
 5. Host / GPU idle: the deeper slice's unprofiled time per token minus its GPU busy time, kept (the target's host
-   CPU is unknown).
+   CPU is unknown). Profiles of role "repeat" (another server start of a slice) never enter the projection; the idle
+   row states what the deep slice's other starts gave (``starts_host_ms``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from .tables import latest_breakdown, latest_ok
 
 __all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
            "tp_shares", "kernel_floors", "select_slices", "h200_parts", "project", "ranked_fixes", "seed_figures",
+           "measured_alternative", "project_per_start",
            "NOT_IN_VERSION", "ALREADY_DEFAULT", "NO_EFFECT", "NOT_COMPUTABLE", "ALREADY_IN_SEED", "UNCHECKED"]
 
 MEMORY_BOUND = ("attention", "moe experts", "dense gemm")
@@ -375,7 +379,7 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
         if cat == "communication":
             row = _comm_row(c, tp, facts, allreduce_us, allreduce_source)
         elif cat == "gpu idle":
-            row = _idle_row(slices["deep"])
+            row = _idle_row(slices["deep"], profiles)
         elif slices["shallow"] is None or slices["deep"] is None:
             row = {"ms_per_token": None, "source": parts[cat]["how"], "rule": "unknown: the slice profiles are missing"}
         elif cat == "attention" and attention_rule == "latency":
@@ -391,6 +395,36 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
             row["confounded"] = True
         out.append({**base, "category": cat, "h200_full_ms": None, **row})
     out.append(_total_row(base, out, slices, engine, seed_tok_s))
+    return out
+
+
+def project_per_start(source, engine: str, **kw) -> list[dict]:
+    """The projection again with each other server start of the 2-layer slice (role "repeat") in place of the first,
+    by the same rules: ``[{"start", "deep_label", "predicted_ms", "predicted_tok_s", "ms_by_category"}]``, the first
+    start first (that is ``project``'s own answer). How far one start of the H200 slices moves the projection; never
+    an input to it. One entry where the slice has no other start."""
+    from .tables import starts_of
+
+    profiles, breakdown, bw, excerpts = _tables(source)
+    tables = {"profile_runs": profiles, "decode_breakdown": breakdown, "memory_bandwidth": bw, "excerpts": excerpts}
+    sl = select_slices(profiles, engine, backend=kw.get("backend", "auto"), mode=kw.get("mode", "graph"),
+                       card=kw.get("card", "kimi-k2.5"))
+    deep = sl["deep"]
+    starts = [p for p in starts_of(profiles, deep["label"]) if p.get("role") == "repeat"] if deep else []
+    out = []
+    for i, rep in enumerate([None] + starts):
+        t = tables
+        if rep is not None:   # the repeat's rows under the first start's label; the first start's rows left out
+            t = {**tables,
+                 "profile_runs": [{**rep, "label": deep["label"], "role": deep.get("role", "slice")} if p is rep else p
+                                  for p in profiles if p["label"] != deep["label"]],
+                 "decode_breakdown": [{**b, "label": deep["label"]} if b["label"] == rep["label"] else b
+                                      for b in breakdown if b["label"] != deep["label"]]}
+        rows = project(t, engine, **kw)
+        tot = rows[-1]
+        out.append({"start": i + 1, "deep_label": rep["label"] if rep is not None else (deep or {}).get("label"),
+                    "predicted_ms": tot["predicted_ms"], "predicted_tok_s": tot["predicted_tok_s"],
+                    "ms_by_category": {r["category"]: r["ms_per_token"] for r in rows[:-1]}})
     return out
 
 
@@ -410,13 +444,24 @@ def _comm_row(card: dict, tp: int, facts: dict, allreduce_us: float | None, allr
                     "an assumption where the engines ran with different NCCL settings or on another machine"}
 
 
-def _idle_row(deep: dict | None) -> dict:
+def _idle_row(deep: dict | None, profiles: list[dict]) -> dict:
+    """Host / gpu idle from the deep slice's (first) start; the other starts of that server (role "repeat") only stated
+    beside it (``starts_host_ms``, ``host_spread_ms``), never used."""
+    from .tables import start_spread
+
     if deep is None or deep.get("tpot_ms") is None or deep.get("busy_ms") is None:
         return {"ms_per_token": None, "source": "unknown: no 2-layer slice profile", "rule": "host / gpu idle; unknown input"}
     host = max(0.0, float(deep["tpot_ms"]) - float(deep["busy_ms"]))
-    return {"ms_per_token": host, "source": f"{deep['label']}: unprofiled {float(deep['tpot_ms']):.3f} ms per token - "
-                                            f"GPU busy {float(deep['busy_ms']):.3f} ms per step",
-            "rule": "host / gpu idle: kept as measured on the H200 host (the target's host CPU is unknown)"}
+    row = {"ms_per_token": host, "source": f"{deep['label']}: unprofiled {float(deep['tpot_ms']):.3f} ms per token - "
+                                           f"GPU busy {float(deep['busy_ms']):.3f} ms per step",
+           "rule": "host / gpu idle: kept as measured on the H200 host (the target's host CPU is unknown)"}
+    sp = start_spread(profiles, deep["label"])
+    if sp is not None:
+        starts = [max(0.0, t - b) for t, b in zip(sp["tpot_ms"], sp["busy_ms"])]
+        row.update({"starts_host_ms": starts, "starts_labels": sp["labels"], "host_spread_ms": max(starts) - min(starts)})
+        row["source"] += (f"; the server's {sp['starts']} starts gave " + ", ".join(f"{x:.3f}" for x in starts)
+                          + " ms (the first start's is used)")
+    return row
 
 
 def _total_row(base: dict, rows: list[dict], slices: dict, engine: str, seed_tok_s: float | None) -> dict:
@@ -487,8 +532,9 @@ def ranked_fixes(projection_rows: list[dict], *, tp: int = 8, attention_alternat
     engine's code does not have, that is already its default, or whose gain needs figures of two machines is listed
     with that label instead (``NOT_IN_VERSION`` ...), with no gain, after the predicted ones.
 
-    ``attention_alternatives``: ``{engine: (backend, ms per token or None)}``; None ms = as fast as the other
-    engine's projected attention. ``custom_allreduce_us`` / ``nccl_tuned_us``: default the published custom PCIe
+    ``attention_alternatives``: ``{engine: (backend, ms per token or None[, info])}``; None ms = as fast as the other
+    engine's projected attention (an assumption, labelled); ``info`` = ``measured_alternative``'s answer where the
+    backend was profiled (its basis and the caller's ``assumption`` go into the row). ``custom_allreduce_us`` / ``nccl_tuned_us``: default the published custom PCIe
     kernel and the tuned-NCCL (LL) series at ``message_bytes``. ``expert_floor_ms``: ``{engine: ms}`` the MoE experts
     would take at the bandwidth roofline (default: the card's INT4 expert bytes / tp / the target's datasheet bandwidth).
     ``decode_path``: chapter 02's table for ``versions`` (``{engine: version}``, default 0.5.16 / 0.26.0): which options
@@ -509,13 +555,58 @@ def ranked_fixes(projection_rows: list[dict], *, tp: int = 8, attention_alternat
     return sorted(out, key=lambda f: -(f["gain_ms_per_token"] if f["gain_ms_per_token"] is not None else -1e9))
 
 
+def measured_alternative(source, engine: str, backend: str, *, against: str | None = None, **kw) -> dict | None:
+    """``backend``'s attention for ``engine`` carried to the target by the attention category's own rule (``project``
+    with that backend), from its measured H200 profile; ``None`` where the run holds no 2-layer profile of that
+    backend. Where ``backend`` has no 1-layer slice (its attention per layer = its 2-layer slice's / 2) and ``against``
+    (the engine's current backend) has one, ``like_for_like_ms`` is ``against``'s attention by that same rule (its own
+    1-layer slice left out), so the gain can be read both ways. For
+    ``ranked_fixes(attention_alternatives={engine: (backend, m["ms"], m)})``."""
+    profiles, breakdown, bw, excerpts = _tables(source)
+    mode, card = kw.get("mode", "graph"), kw.get("card", "kimi-k2.5")
+    sl = select_slices(profiles, engine, backend=backend, mode=mode, card=card)
+    if sl["deep"] is None:
+        return None
+    tables = {"profile_runs": profiles, "decode_breakdown": breakdown, "memory_bandwidth": bw, "excerpts": excerpts}
+    rows = project(tables, engine, backend=backend, **kw)
+    att, tot = next(r for r in rows if r["category"] == "attention"), next(r for r in rows if r["category"] == "total")
+    if att["ms_per_token"] is None:
+        return None
+    out = {"engine": engine, "backend": backend, "ms": att["ms_per_token"], "h200_full_ms": att.get("h200_full_ms"),
+           "from_labels": tot["from_labels"], "measured_version": tot.get("measured_version"), "like_for_like_ms": None,
+           "basis": f"{backend}'s attention measured on the H200 ({sl['deep']['label']}): {att['source']}"}
+    own = select_slices(profiles, engine, backend=against, mode=mode, card=card) if against else None
+    halved = sl["shallow"] is not None and sl["shallow"].get("backend", "auto") != backend
+    if halved and own is not None and own["shallow"] is not None and own["shallow"].get("backend", "auto") == against:
+        drop = own["shallow"]["label"]
+        other = {**tables, "profile_runs": [p for p in profiles if p["label"] != drop]}
+        like = next(r for r in project(other, engine, backend=against, **kw) if r["category"] == "attention")["ms_per_token"]
+        out["like_for_like_ms"] = like
+    if out["like_for_like_ms"] is not None:
+        out["basis"] += (f"; {backend} has no 1-layer slice, so its attention per layer is its 2-layer slice's / 2: the same "
+                         f"rule on {own['deep']['label']} (its 1-layer slice left out) gives {against} {like:.3f} ms per token")
+    return out
+
+
 def _attention_fix(rows: list[dict], ctx: dict, alts: dict) -> list[dict]:
+    """``alts[eng]``: (backend, ms or None) or (backend, ms, info) where ``info`` (``measured_alternative``'s answer, plus
+    an ``assumption`` the caller states) says where the ms came from."""
     eng, total, tp, vers = ctx["eng"], ctx["total"], ctx["tp"], ctx["vers"]
     if eng not in alts or alts[eng] is None:
         return []
-    backend, target_ms = alts[eng]
+    backend, target_ms, info = (tuple(alts[eng]) + (None,))[:3]
     mine = _cat(rows, eng, "attention")
     basis, assumption = f"attention backend {backend}", None
+    if info is not None and target_ms is not None:
+        assumption = info.get("assumption")
+        gain = None if mine is None else max(0.0, mine - target_ms)
+        return [_fix(eng, total, f"attention backend {backend}", gain,
+                     f"{basis}: projected {target_ms:.3f} ms per token from its measured profile, now {mine} ms per token; "
+                     + info.get("basis", ""), _launch(eng, tp, vers, attention=backend),
+                     alternative_backend=backend, alternative_ms=target_ms, alternative_from=info.get("from_labels"),
+                     like_for_like_gain_ms=(None if info.get("like_for_like_ms") is None
+                                            else max(0.0, info["like_for_like_ms"] - target_ms)),
+                     **({"assumption": assumption} if assumption else {}))]
     if target_ms is None:
         others = [(_cat(rows, e, "attention"), e) for e in {r["engine"] for r in rows} if e != eng]
         others = [(ms, e) for ms, e in others if ms is not None]

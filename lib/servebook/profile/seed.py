@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .projection import project, ranked_fixes
+from .projection import project, project_per_start, ranked_fixes
 
 __all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "verdict", "gap_by_category", "seed_allreduce_share"]
 
@@ -38,8 +38,22 @@ def seed_projection(reference=None, **kw) -> list[dict]:
     src = RunStore.at(reference or _reference_dir())
     rows = []
     for engine, backend in SEED_BACKENDS.items():
-        rows += [{**r, "reference_run": REFERENCE_PROFILE_RUN} for r in project(src, engine, backend=backend, **kw)]
+        rows += [{**r, "reference_run": REFERENCE_PROFILE_RUN} for r in _engine_rows(src, engine, backend, **kw)]
     return rows
+
+
+def _engine_rows(src, engine: str, backend: str, **kw) -> list[dict]:
+    """``project``'s rows, each with ``starts_ms`` (and the total ``starts_tok_s``) where the 2-layer slice had other
+    server starts: stated beside the projection, never in it."""
+    mine = project(src, engine, backend=backend, **kw)
+    starts = project_per_start(src, engine, backend=backend, **kw)
+    if len(starts) > 1:
+        mine[-1].update({"starts_tok_s": [x["predicted_tok_s"] for x in starts],
+                         "starts_deep_labels": [x["deep_label"] for x in starts]})
+        for r in mine:
+            r["starts_ms"] = [x["predicted_ms"] if r["category"] == "total" else x["ms_by_category"].get(r["category"])
+                              for x in starts]
+    return mine
 
 
 def gap_by_category(rows: list[dict], a: str = "sglang", b: str = "vllm") -> list[dict]:
@@ -60,11 +74,60 @@ def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
     for r in rows:
         if r["category"] == "total":
             r["studied_version"] = versions.get(r["engine"])
-    fixes = ranked_fixes(rows, attention_alternatives={"sglang": ("flashinfer", None)}, decode_path=store.rows("decode_path"),
-                         versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
+    fixes = ranked_fixes(rows, attention_alternatives=_alternatives(store, reference, versions),
+                         decode_path=store.rows("decode_path"), versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
     store.replace("seed_projection", rows)
     store.replace("seed_fixes", fixes)
     return rows, fixes
+
+
+# the attention backend each engine's fix would switch to on the seed's GPU
+_ALTERNATIVES = {"sglang": "flashinfer"}
+
+
+def _alternatives(store, reference, versions: dict) -> dict:
+    """``ranked_fixes``' attention alternatives: the backend's measured H200 profile carried by the attention rule where
+    the reference run holds one (with what is still assumed: that it runs on the seed's GPU at all, and as on the H200),
+    else the old labelled assumption (as fast as the other engine's projected attention)."""
+    from ..results import RunStore
+    from .projection import measured_alternative
+
+    src = RunStore.at(reference or _reference_dir())
+    out = {}
+    for eng, backend in _ALTERNATIVES.items():
+        m = measured_alternative(src, eng, backend, against=SEED_BACKENDS.get(eng))
+        if m is None:
+            out[eng] = (backend, None)
+            continue
+        m["assumption"] = _runs_there(store, eng, backend, versions.get(eng), m)
+        out[eng] = (backend, m["ms"], m)
+    return out
+
+
+def _runs_there(store, engine: str, backend: str, version: str | None, m: dict) -> str:
+    """What a measured alternative still assumes: that ``backend`` runs on the seed's GPU at all, and as it ran on the
+    H200; with the rule by which ``engine`` ``version``'s auto-selection skips it there (chapter 02's table
+    ``selection``), or that chapter 02 holds no such reading."""
+    names = {"sglang": "SGLang", "vllm": "vLLM"}
+    sel = [r for r in store.rows("selection") if r.get("engine") == engine and (version is None or r.get("version") == version)]
+    skip = next(((r, a) for r in sel for a in r.get("alternatives") or [] if backend in (a.get("would_write") or [])), None)
+    cap = next((r.get("capability") for r in sel if r.get("capability")), None)
+    head = (f"{backend}'s MLA decode runs on capability {cap} at all, and as it ran on the H200" if cap else
+            f"{backend}'s MLA decode runs on the seed's GPU at all, and as it ran on the H200")
+    head += f" ({', '.join(m['from_labels'][1:2])}, {names.get(engine, engine)} {m.get('measured_version')})"
+    if skip is None:
+        return head + (f"; chapter 02 holds no reading of {names.get(engine, engine)} {version}'s rule for {backend} on this "
+                       "GPU (table selection)")
+    r, a = skip
+    helper = next((h for h in r.get("helper_answers") or [] if h.get("condition_line") == a.get("condition_line")), {})
+    where = ", ".join(f"`{x}`" for x in a.get("at") or [])
+    rule = (f"`{a.get('condition')}` holds, {helper.get('answer')} on this GPU" + (f" (defined at `{helper['defined_at']}`)"
+                                                                                  if helper.get("defined_at") else "")
+            if helper else f"`{a.get('condition')}` holds, which it does not on this GPU")
+    return (head + f"; {names.get(engine, engine)} {r.get('version')}'s auto-selection skips {backend} on this GPU "
+            f"(chapter 02, table selection): the branch that writes it ({where}) is taken only where {rule}, and no code "
+            f"read here says {backend}'s MLA kernels support this GPU - settled by forcing `--attention-backend {backend}` on "
+            "the seed's host")
 
 
 def _studied_versions(store, rows: list[dict]) -> dict:
@@ -88,15 +151,60 @@ def _parts_line(rows: list[dict], gap: float) -> str:
     from ..stated.tags import q
 
     confounded = {r["category"] for r in rows if r.get("confounded")}
+    noisy = _within_starts(rows)
     parts = [g for g in gap_by_category(rows) if g["diff_ms"] is not None and g["diff_ms"] > 0.05 * max(gap, 1e-9)
-             and g["category"] not in confounded]
+             and g["category"] not in confounded and g["category"] not in noisy]
     line = (f"The projected gap is {q('seed_projected_gap_ms', gap, '.2f')} ms per token; its largest parts: "
             + ", ".join(f"{g['category']} {q('seed_projected_part_ms', g['diff_ms'], '+.2f', of=g['category'])} ms"
                         for g in parts[:4]) + ".")
     if confounded:
         line += (" Confounded, and so left out of the parts: " + ", ".join(sorted(confounded)) + " (the slices they come "
                  "from ran different attention backends; a one-layer slice of each engine's Triton backend settles them).")
+    names = {"sglang": "SGLang", "vllm": "vLLM"}
+    for cat, diff in noisy.items():
+        starts = "; ".join(
+            f"{names.get(r['engine'], r['engine'])} " + " then ".join(
+                q("seed_category_start_ms", x, ".3f", of=f"{r['engine']} | {cat} | {i + 1}") for i, x in enumerate(r["starts_ms"]))
+            for r in rows if r["category"] == cat and r.get("starts_ms"))
+        what = ("the host time per token kept from one server start of each engine's slice" if cat == "gpu idle" else
+                "projected from one server start of each engine's two-layer slice")
+        line += (f" Left out of the parts: {cat} ({q('seed_projected_part_ms', diff, '+.2f', of=cat)} ms), {what}, which "
+                 f"moved from one start to the next by as much as that or more in one engine at least ({starts} ms per "
+                 "token): which engine takes longer there is a hypothesis these profiles do not settle; more starts of each "
+                 "slice" + (", and a host-side trace of each engine's scheduler loop," if cat == "gpu idle" else "")
+                 + " settle it.")
     return line
+
+
+def _within_starts(rows: list[dict]) -> dict:
+    """``{category: gap part}`` of a positive part no larger than one engine's start-to-start spread of that category
+    (``starts_ms``: the category projected with each server start of the 2-layer slice, where it had several)."""
+    out = {}
+    for g in gap_by_category(rows):
+        spreads = [max(r["starts_ms"]) - min(r["starts_ms"]) for r in rows if r["category"] == g["category"]
+                   and r.get("starts_ms") and None not in r["starts_ms"]]
+        if g["diff_ms"] is not None and g["diff_ms"] > 0 and len(spreads) >= 2 and g["diff_ms"] <= max(spreads):
+            out[g["category"]] = g["diff_ms"]
+    return out
+
+
+def _starts_line(s: dict, v: dict) -> str:
+    """What the projection gives with the other server start of each engine's 2-layer slice (same rules), where both
+    engines' slices had one: how far one start of the H200 profiles moves it."""
+    from ..stated.tags import q
+
+    if not (s.get("starts_tok_s") and v.get("starts_tok_s")) or min(len(s["starts_tok_s"]), len(v["starts_tok_s"])) < 2:
+        return ""
+    n = min(len(s["starts_tok_s"]), len(v["starts_tok_s"]))
+    others = "; ".join(
+        f"start {q('seed_start_n', i + 1, 'd', of=str(i + 1))}: SGLang "
+        f"{q('seed_start_tok_s', s['starts_tok_s'][i], '.1f', of=f'sglang | {i + 1}')} and vLLM "
+        f"{q('seed_start_tok_s', v['starts_tok_s'][i], '.1f', of=f'vllm | {i + 1}')} tok/s, a gap of "
+        f"{q('seed_start_gap_ms', s['starts_ms'][i] - v['starts_ms'][i], '.2f', of=str(i + 1))} ms per token"
+        for i in range(1, n))
+    return (" The projection takes the first server start of each two-layer slice; by the same rules the other starts give "
+            f"({others}): the projection moves that much from one start of the H200 slices to the next, so an error or a "
+            "gap smaller than that move is not settled by them (more starts of each slice settle it).")
 
 
 def _versions_line(s: dict, v: dict) -> str:
@@ -169,7 +277,7 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
         f"(the seed measured {q('seed_tok_s', s['seed_tok_s'], '', of='sglang')}, error {q('seed_projection_error_pct', s['error_pct'], '+.1f', of='sglang')}%) "
         f"and vLLM {q('seed_projected_tok_s', v['predicted_tok_s'], '.1f', of='vllm')} tok/s (the seed measured "
         f"{q('seed_tok_s', v['seed_tok_s'], '', of='vllm')}, error {q('seed_projection_error_pct', v['error_pct'], '+.1f', of='vllm')}%). "
-        + _versions_line(s, v),
+        + _versions_line(s, v) + _starts_line(s, v),
         _parts_line(rows, gap),
     ]
     if att and att["diff_ms"] and att["diff_ms"] > 0:
@@ -180,7 +288,9 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
                      "`decode_breakdown`; kernel names in the traces' excerpts).")
     lines.append(_allreduce_line(rows, fixes))
     ranked = [f for f in fixes if f.get("label") == "predicted" and f.get("gain_ms_per_token") is not None]
-    if ranked:
+    if ranked and ranked[0].get("alternative_ms") is not None:
+        lines.append(_measured_fix_line(ranked[0]))
+    elif ranked:
         f0 = ranked[0]
         lines.append(f"First change to check (predicted gain {q('seed_fix_gain_ms', f0['gain_ms_per_token'], '.2f', of='first')} ms per "
                      f"token for {f0['engine']}"
@@ -194,6 +304,21 @@ def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
     lines.append("What settles it: profile both engines on the RTX PRO 6000 host (`servebook profile run` with a plan "
                  "of the real model) and compare each category with the projection below.")
     return "\n\n".join(x for x in lines if x)
+
+
+def _measured_fix_line(f0: dict) -> str:
+    """The first-ranked change where its gain comes from a measured profile of the alternative (``measured_alternative``)."""
+    from ..stated.tags import q
+
+    alt, eng = f0["alternative_backend"], f0["engine"]
+    line = (f"First change to check: {f0['change']} for {eng} - `{f0['check_command']}`. Predicted gain "
+            f"{q('seed_fix_gain_ms', f0['gain_ms_per_token'], '.2f', of='first')} ms per token: {alt}'s attention, measured on "
+            f"the H200 and carried by the attention rule, projects to "
+            f"{q('seed_fix_alternative_ms', f0['alternative_ms'], '.3f', of=f'{eng} | {alt}')} ms per token")
+    if f0.get("like_for_like_gain_ms") is not None:
+        line += (f" ({alt} has no one-layer slice: taking both backends' attention from their two-layer slices by one rule, "
+                 f"the gain is {q('seed_fix_like_gain_ms', f0['like_for_like_gain_ms'], '.2f', of='first')} ms)")
+    return line + (f". It assumes that {f0['assumption']}." if f0.get("assumption") else ".")
 
 
 def seed_allreduce_share() -> float:

@@ -16,7 +16,11 @@ from typing import Iterable
 from .predict import predict_full
 
 __all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference", "write_predictions",
-           "reclassify_breakdown"]
+           "reclassify_breakdown", "start_spread", "starts_of", "copy_profile_tables", "PROFILE_TABLES"]
+
+PROFILE_TABLES = ("profile_runs", "decode_breakdown", "prediction_check", "memory_bandwidth")
+# what makes two profiles starts of one server: the same engine, model slice, mode and backend (labels differ: "... start 2")
+_SERVER_KEY = ("engine", "card", "layers", "quant", "mode", "backend")
 
 
 def latest_breakdown(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]) -> list[dict]:
@@ -113,8 +117,9 @@ def breakdown_check(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]
 def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict], a: str = "sglang", b: str = "vllm") -> list[dict]:
     """Per category, engine ``a``'s ms per step minus engine ``b``'s, for every model both engines were profiled on
     with the same layers, mode and quantization (each engine's backend named): what the measured gap between the
-    engines consists of. The "total" row is the difference of the unprofiled times per token."""
-    latest = latest_ok(profile_rows)
+    engines consists of. The "total" row is the difference of the unprofiled times per token. A profile of role
+    "repeat" (another start of a server already profiled) is left out: :func:`start_spread` reads those."""
+    latest = [p for p in latest_ok(profile_rows) if p.get("role", "slice") != "repeat"]  # a second start is no other server
     rows = latest_breakdown(breakdown_rows, profile_rows)
     by: dict[tuple, dict] = {}
     for p in latest:
@@ -185,4 +190,49 @@ def reclassify_breakdown(store, reason: str, at: str) -> list[dict]:
                         "corrected": {"by": "servebook.profile.tables.reclassify_breakdown",
                                       "fields": ["ms_per_step", "share"], "reason": reason, "at": at}})
     store.replace("decode_breakdown", out)
+    return out
+
+
+def _server(p: dict) -> tuple:
+    return tuple(str(p.get(k, "bf16" if k == "quant" else "auto" if k == "backend" else None)) for k in _SERVER_KEY)
+
+
+def starts_of(profile_rows: Iterable[dict], label: str) -> list[dict]:
+    """Every ok profile of the server ``label`` was taken on, one per server start, in the order taken: the rows of that
+    label (a profile taken again under its label is another start) and, of the same engine, model slice, mode and
+    backend, those of role "repeat" (``... start 2``) or, where ``label`` is a repeat, the first start's. Empty where
+    ``label`` has no ok row."""
+    ok = [p for p in profile_rows if p.get("ok")]
+    me = next((p for p in reversed(ok) if p["label"] == label), None)
+    if me is None:
+        return []
+    return [p for p in ok if p["label"] == label or (_server(p) == _server(me) and "repeat" in (p.get("role"), me.get("role")))]
+
+
+def start_spread(profile_rows: Iterable[dict], label: str) -> dict | None:
+    """How far one server's profile moved from one start to the next: per start its GPU-busy time per step
+    (``busy_ms``) and unprofiled time per token (``tpot_ms``), and each one's spread (largest - smallest over the
+    starts). ``None`` where the server has fewer than two starts with both figures.
+
+        start_spread(store.rows("profile_runs"), "sglang kimi-2L")
+        # {"label": ..., "starts": 2, "labels": [...], "busy_ms": [1.203, 1.193], "tpot_ms": [...], "busy_spread_ms": ..., ...}
+    """
+    rows = [p for p in starts_of(list(profile_rows), label) if p.get("busy_ms") is not None and p.get("tpot_ms") is not None]
+    if len(rows) < 2:
+        return None
+    busy, tpot = [float(p["busy_ms"]) for p in rows], [float(p["tpot_ms"]) for p in rows]
+    return {"label": label, "engine": rows[0]["engine"], "backend": rows[0].get("backend", "auto"), "starts": len(rows),
+            "labels": [p["label"] for p in rows], "busy_ms": busy, "tpot_ms": tpot,
+            "busy_spread_ms": max(busy) - min(busy), "tpot_spread_ms": max(tpot) - min(tpot),
+            "busy_mean_ms": sum(busy) / len(busy), "tpot_mean_ms": sum(tpot) / len(tpot)}
+
+
+def copy_profile_tables(source, dest, tables: Iterable[str] = PROFILE_TABLES) -> dict:
+    """Make ``dest``'s copy of the profile tables the same rows as ``source``'s (RunStores; corrected and withdrawn rows
+    included, each row as stored). Returns ``{table: rows copied}``."""
+    out = {}
+    for t in tables:
+        rows = source.rows(t, withdrawn=True)
+        dest.replace(t, rows)
+        out[t] = len(rows)
     return out

@@ -1007,6 +1007,33 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _per(_backends, "server_starts")),
     Quantity("other_run_vs_starts", "server starts a comparison of another run's single-stream rate with this run's covers "
              "(the fewer of the two; run | label vs label)", lambda store: {}, lookup_in=_s9_other_vs_starts),
+    # start-to-start spread of the profiles (fix-prof2, 2026-12-02): server starts each profile's figures cover
+    Quantity("profile_starts", "server starts one profiled server was profiled over (label; profile.tables.start_spread)",
+             lambda store: {p["label"]: s["starts"] for p in store.rows("profile_runs") if p.get("ok")
+                            for s in [__import__("servebook.profile.tables", fromlist=["x"]).start_spread(store.rows("profile_runs"), p["label"])]
+                            if s is not None}),
+    Quantity("seed_fix_alternative_ms", "seed case: the projected attention (ms per token) of the alternative backend a fix "
+             "names, from its measured H200 profile (engine | backend; seed_fixes)",
+             lambda store: {f"{f['engine']} | {f['alternative_backend']}": f.get("alternative_ms") for f in store.rows("seed_fixes")
+                            if f.get("alternative_ms") is not None}),
+    Quantity("seed_fix_like_gain_ms", "seed case: the first-ranked change's gain with both backends' attention taken from "
+             "their 2-layer slices by one rule (ms per token; seed_fixes)",
+             lambda store: {"first": store.rows("seed_fixes")[0].get("like_for_like_gain_ms")} if store.rows("seed_fixes") else {}),
+    Quantity("seed_category_start_ms", "seed case: one category's projected ms per token with one server start of the "
+             "engine's 2-layer slice (engine | category | start; seed_projection row's starts_ms)",
+             lambda store: {f"{r['engine']} | {r['category']} | {i + 1}": x for r in store.rows("seed_projection")
+                            for i, x in enumerate(r.get("starts_ms") or [])}),
+    Quantity("seed_start_n", "seed case: the number of a server start of the 2-layer slices (start; identity)",
+             lambda store: {str(i + 1): i + 1 for r in store.rows("seed_projection") if r["category"] == "total"
+                            for i in range(len(r.get("starts_tok_s") or []))}),
+    Quantity("seed_start_tok_s", "seed case: the projected tok/s with one server start of the engine's 2-layer slice "
+             "(engine | start; seed_projection total row's starts_tok_s)",
+             lambda store: {f"{r['engine']} | {i + 1}": x for r in store.rows("seed_projection") if r["category"] == "total"
+                            for i, x in enumerate(r.get("starts_tok_s") or [])}),
+    Quantity("seed_start_gap_ms", "seed case: SGLang's projected ms per token minus vLLM's with the slices' start N (start)",
+             lambda store: (lambda t: {str(i + 1): a - b for i, (a, b) in enumerate(zip(t.get("sglang") or [], t.get("vllm") or []))})(
+                 {r["engine"]: r.get("starts_ms") for r in store.rows("seed_projection") if r["category"] == "total"})),
+    # end of start-to-start spread (fix-prof2)
 ]}
 
 
