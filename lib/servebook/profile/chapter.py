@@ -210,7 +210,8 @@ def findings(store) -> list[str]:
         text = (f"- {p['card']} with {p['engine']} ({p['backend']}): predicted from the "
                 f"{q('prediction_layers', p['layers_measured'], of=subject + ' | measured')}-layer slices "
                 f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all "
-                f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers")
+                f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers, on one GPU as the slices ran "
+                "(`servebook profile run` starts each server on one GPU: no tensor parallelism, so no all-reduce term)")
         if p.get("measured_ms") is not None:
             text += (f"; measured {q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms, error "
                      f"{q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%"
