@@ -28,5 +28,8 @@ def test_chapter_03_counts_configurations_and_the_server_starts_they_took():
         assert b["server_starts"] == sum(starts_of(r) for r in rows) > b["tried"] == len(rows)
         assert f"**{b['engine']}**: {b['tried']} configurations tried" in plain
         assert f"{b['server_starts']} server starts in all" in plain
-    for s in stated_on(text):
-        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
+    computed: dict = {}
+    for s in stated_on(text):  # each quantity recomputed once, however many figures it tags
+        if s.name not in computed:
+            computed[s.name] = QUANTITIES[s.name].compute(store)
+        assert pick(QUANTITIES[s.name], computed[s.name], s.of) == s.value, s
