@@ -83,12 +83,14 @@ def _questions_02(store: RunStore) -> list[tuple[str, str]]:
                    + "passing the engine's attention flag changes it (chapter 03 forces each value)."))
     else:
         qa.append(("Which attention backend does the engine pick on this host?", "Not recorded in this run: chapter 02's what-if failed or did not run (see failures)."))
+    from ..profile.seed import profiles_sentence
+
     if seed and seed[0].get("method") == "dynamic":
         s = seed[0]
         qa.append((f"In the seed case ({s['engine']} {s['version']}, {s['model']} on {s['gpu']}), which backend is picked, and by which rule?",
                    f"`{s['backend']}` at `{s.get('where')}`, because {'; '.join(s['rule'][-3:])}: the fast branch's check does not "
                    f"cover capability {s.get('capability')}. Whether that costs speed is a separate question: the other engine falls back "
-                   "too (chapter 02's comparison). " + __import__("servebook.selection.report", fromlist=["x"]).profiles_sentence(store)))
+                   "too (chapter 02's comparison). " + profiles_sentence(store)))
     else:
         qa.append(("Why does this chapter run the engine's own resolution instead of reading its documentation?",
                    "Because the decision is code, and it moves between releases: write-ups about it can be wrong or out of date, "

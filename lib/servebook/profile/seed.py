@@ -326,3 +326,33 @@ def seed_allreduce_share() -> float:
     from ..stated.figures import seed_case
 
     return float(seed_case()["allreduce_share_of_sglang_decode"])
+
+
+def profiles_sentence(store) -> str:
+    """What would explain the seed's gap beyond the attention choice, said only from profiles a table holds: this run's
+    decode-step profiles (``profile_runs`` with both engines' ``decode_breakdown``: chapter 06 reads them), or, in a book
+    of the seed case, the H200 profiles chapter 06 projects onto its GPUs (the reference run's ``profile_runs``, the
+    rule chapter 06 applies); otherwise which run and chapter measure it."""
+    from ..paths import data_dir
+    from .tables import engine_difference, latest_ok
+    from ..results import RunStore
+    from ..stated.figures import seed_case
+
+    if engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs")):
+        return ("Chapter 06 says where each engine's decode step spends its time, from this run's profiles (tables "
+                "`profile_runs` and `decode_breakdown`).")
+    m = store.manifest
+    params = m.get("parameters") or {}
+    ref, seed = data_dir() / "runs" / REFERENCE_PROFILE_RUN, seed_case()
+    if (params.get("profile", m.get("profile")) == seed["profile"]
+            and str(params.get("model", m.get("model")) or "").startswith(seed["model"])
+            and latest_ok(RunStore(ref).rows("profile_runs"))):
+        return (f"Chapter 06 projects the decode-step profiles recorded on an H200 (`data/runs/{REFERENCE_PROFILE_RUN}`, "
+                "table `profile_runs`) onto the seed's GPUs: a prediction, with the measurement on the real host that "
+                "would settle it.")
+    return ("No decode-step profile was recorded in this run when this page was executed, so nothing here says where the "
+            "time goes: chapter 05 records one where the engine has a profiler endpoint (chapter 06 then reads it), and "
+            "chapter 06 of the seed case's what-if book "
+            f"(`servebook book --profile {seed['profile']} --engine sglang=={str(seed['engines']['sglang']).split()[0]} "
+            f"--model {seed['model']}`) projects the H200 profiles of "
+            f"`data/runs/{REFERENCE_PROFILE_RUN}` onto the seed's GPUs.")
