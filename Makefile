@@ -13,13 +13,19 @@ JOBS ?= 2
 RUN ?=
 RECORD ?=
 TORCH_WHEELS ?= /opt/wheels
+# LOCKED=1 (the default) installs the versions in locks/ (the ones the suite passes with); LOCKED=0 the newest ones
+# pyproject.toml allows. `make lock` refreshes the lock (UPGRADE=1: to the newest allowed versions).
+LOCKED ?= 1
+LOCK := locks/constraints.txt
+LOCK_PINS := locks/pins.txt
+VENV_LATEST ?= .venv-latest
 # uv installs no bytecode (compiling all 17,000 modules of the environment took almost 3 min on 2 busy cores); the first
 # process that imports a module writes its bytecode, and every later one reads it. A shell that sets
 # PYTHONDONTWRITEBYTECODE would have every kernel and server of the book compile torch and transformers again, so the
 # recipes here run without it (__pycache__ is ignored by git).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: book html test env book-env test-env model clean help
+.PHONY: book html test env book-env test-env model clean help lock test-latest
 
 help:
 	@echo "make book   - create the environment if missing, build the embedded model, run every chapter, render $(OUT)"
@@ -27,6 +33,10 @@ help:
 	@echo "make html   - re-render the newest run as the book (RUN=DIR for another, e.g. RUN=data/runs/h200x2-book)"
 	@echo "make env    - create/refresh the environment ($(VENV)), JupyterLab included"
 	@echo "             (installs with uv, put into $(VENV) by pip; INSTALLER=pip installs with pip alone)"
+	@echo "             every level installs the locked versions ($(LOCK)); LOCKED=0: the newest pyproject.toml allows"
+	@echo "make lock   - refresh $(LOCK) and $(LOCK_PINS) from pyproject.toml (UPGRADE=1: newest allowed versions)"
+	@echo "make test-latest - in $(VENV_LATEST): the newest versions pyproject.toml allows, the packages that differ from"
+	@echo "             the lock, the fast tests and a smoke book (catches upstream releases; not part of .ci/run)"
 
 # Three levels of the same environment: what the book needs (servebook and its dependencies), on top of it what the
 # tests need, and on top of that JupyterLab. `make book` on a fresh clone installs only the first, `make test` the second.
@@ -36,38 +46,64 @@ help:
 # and under 1 min with uv. INSTALLER=pip installs with pip alone, and so does a machine where uv cannot be had or fails
 # (uv reads the system's certificate store, --system-certs, as pip does here).
 # torch first: where the machine carries a CPU wheel of torch (CI), it is taken instead of a multi-GB CUDA build.
+# The lock is used as constraints (-c): a level installs only what it needs, at the locked versions. uv checks the
+# lock's hashes; pip reads the same pins without them (locks/pins.txt: pip's hash mode refuses `-e .`).
+# install(EXTRAS, VENV, FLAGS): FLAGS is "locked" (constraints) or "latest" (no constraints, --upgrade).
 INSTALLER ?= uv
 comma := ,
 define install
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing servebook$(1) and its dependencies into $(VENV) (first time: a minute or two) ..."
-	@pip="$(PY) -m pip install -q"; inst="$$pip"; \
+	@test -x $(2)/bin/python || $(PYTHON) -m venv $(2)
+	@echo "installing servebook$(1) and its dependencies into $(2) ($(3) versions; first time: a minute or two) ..."
+	@py=$(2)/bin/python; pip="$$py -m pip install -q"; inst="$$pip"; cons=""; pcons=""; up=""; \
+	 if [ "$(3)" = locked ]; then cons="-c $(LOCK)"; pcons="-c $(LOCK_PINS)"; else up="--upgrade"; fi; \
 	 if [ "$(INSTALLER)" = uv ]; then \
-	   if test -x $(VENV)/bin/uv || $(PY) -m pip install -q --disable-pip-version-check uv; then \
-	     inst="$(VENV)/bin/uv pip install -q --system-certs --python $(PY)"; \
+	   if test -x $(2)/bin/uv || $$py -m pip install -q --disable-pip-version-check uv; then \
+	     inst="$(2)/bin/uv pip install -q --system-certs --python $$py"; \
 	   else echo "uv could not be installed: installing with pip (slower)"; fi; \
 	 fi; \
-	 tag=$$($(PY) -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'); \
+	 tag=$$($$py -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'); \
 	 wheel=$$(ls $(TORCH_WHEELS)/torch-*-$$tag-$$tag-*.whl 2>/dev/null | sort | tail -1); \
-	 if $(PY) -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)'; then torch=""; echo "torch already installed"; \
+	 if $$py -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)'; then torch=""; echo "torch already installed"; \
 	 elif [ -n "$$wheel" ]; then torch="$$wheel"; echo "torch from $$wheel"; \
 	 else torch=torch; fi; \
-	 { [ -z "$$torch" ] || $$inst "$$torch"; } && $$inst -e ".$(1)" || { \
+	 { [ -z "$$torch" ] || $$inst $$cons "$$torch"; } && $$inst $$cons $$up -e ".$(1)" || { \
 	   [ "$$inst" != "$$pip" ] && echo "uv failed (above): installing with pip (slower)" && \
-	   { [ -z "$$torch" ] || $$pip "$$torch"; } && $$pip -e ".$(1)"; }
+	   { [ -z "$$torch" ] || $$pip $$pcons "$$torch"; } && $$pip $$pcons $$up -e ".$(1)"; }
 endef
+installed_as = $(if $(filter 0,$(LOCKED)),latest,locked)
 
-$(VENV)/.installed-book: pyproject.toml
-	$(call install,)
+$(VENV)/.installed-book: pyproject.toml $(LOCK)
+	$(call install,,$(VENV),$(installed_as))
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml
-	$(call install,[test])
+$(VENV)/.installed-test: pyproject.toml $(LOCK)
+	$(call install,[test],$(VENV),$(installed_as))
 	@touch $@ $(VENV)/.installed-book
 
-$(VENV)/.installed: pyproject.toml
-	$(call install,[test$(comma)lab])
+$(VENV)/.installed: pyproject.toml $(LOCK)
+	$(call install,[test$(comma)lab],$(VENV),$(installed_as))
 	@touch $@ $(VENV)/.installed-test $(VENV)/.installed-book
+
+lock:
+	VENV=$(VENV) TORCH_WHEELS=$(TORCH_WHEELS) bash tools/lock.sh
+
+# Upstream drift: the newest versions pyproject.toml allows, in an environment of their own (the lock's stays as it is).
+# Prints the packages that differ from the lock, runs the fast tests and a smoke book, and says what failed.
+test-latest:
+	@rm -f $(VENV_LATEST)/.installed-latest
+	$(call install,[test],$(VENV_LATEST),latest)
+	@$(VENV_LATEST)/bin/python tools/lockdiff.py $(LOCK)
+	@rc=0; \
+	 echo "== fast tests (-m 'not slow and not envs and not drills') with the newest versions =="; \
+	 $(VENV_LATEST)/bin/python -m pytest -q -ra -m "not slow and not envs and not drills" -p no:cacheprovider \
+	   $(if $(filter-out 1,$(JOBS)),-n $(JOBS)) $(ARGS) || rc=1; \
+	 echo "== smoke book with the newest versions =="; \
+	 $(VENV_LATEST)/bin/servebook book --smoke --out build/book-latest --runs build/runs-latest || rc=$$((rc+2)); \
+	 case $$rc in 0) echo "test-latest: the newest allowed versions pass the fast tests and the smoke book";; \
+	   1) echo "test-latest: FAILED: the fast tests (listed above); the smoke book passed";; \
+	   2) echo "test-latest: FAILED: the smoke book (its chapters above); the fast tests passed";; \
+	   *) echo "test-latest: FAILED: the fast tests and the smoke book (above)";; esac; \
+	 exit $$rc
 
 
 env: $(VENV)/.installed
