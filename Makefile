@@ -48,7 +48,9 @@ help:
 # torch first: where the machine carries a CPU wheel of torch (CI), it is taken instead of a multi-GB CUDA build.
 # The lock is used as constraints (-c): a level installs only what it needs, at the locked versions. uv checks the
 # lock's hashes; pip reads the same pins without them (locks/pins.txt: pip's hash mode refuses `-e .`).
-# install(EXTRAS, VENV, FLAGS): FLAGS is "locked" (constraints) or "latest" (no constraints, --upgrade).
+# install(EXTRAS, VENV, FLAGS): FLAGS is "locked" (constraints) or "latest" (no constraints, --upgrade). Either way the
+# torch installed first is held (a constraint on its version): --upgrade would otherwise replace the CPU wheel with the
+# newest CUDA build from the index.
 INSTALLER ?= uv
 comma := ,
 define install
@@ -66,9 +68,11 @@ define install
 	 if $$py -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)'; then torch=""; echo "torch already installed"; \
 	 elif [ -n "$$wheel" ]; then torch="$$wheel"; echo "torch from $$wheel"; \
 	 else torch=torch; fi; \
-	 { [ -z "$$torch" ] || $$inst $$cons "$$torch"; } && $$inst $$cons $$up -e ".$(1)" || { \
+	 hold="$(2)/.torch-held.txt"; \
+	 held() { $$py -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' >"$$hold"; }; \
+	 { [ -z "$$torch" ] || $$inst $$cons "$$torch"; } && held && $$inst $$cons -c "$$hold" $$up -e ".$(1)" || { \
 	   [ "$$inst" != "$$pip" ] && echo "uv failed (above): installing with pip (slower)" && \
-	   { [ -z "$$torch" ] || $$pip $$pcons "$$torch"; } && $$pip $$pcons $$up -e ".$(1)"; }
+	   { [ -z "$$torch" ] || $$pip $$pcons "$$torch"; } && held && $$pip $$pcons -c "$$hold" $$up -e ".$(1)"; }
 endef
 installed_as = $(if $(filter 0,$(LOCKED)),latest,locked)
 

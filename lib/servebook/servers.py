@@ -314,8 +314,10 @@ class Server:
                 tail = _tail(self.log_path)
                 oom = "the GPU ran out of memory: free it (nvidia-smi lists what holds it) or lower the engine's memory use; " \
                     if _OOM.search(tail) else ""
+                fatal = self.fatal_line()  # the engine's own last word (a launcher refusing a version says why)
+                why = f" ({fatal.strip()[:300]})" if fatal else ""
                 raise ServerError(
-                    f"{self.launch.engine or 'the server'} exited with code {code} during start; "
+                    f"{self.launch.engine or 'the server'} exited with code {code} during start{why}; "
                     f"{oom}see its log {self.log_path} (tail below)",
                     log_tail=tail,
                 )

@@ -48,6 +48,8 @@ class TransformersEngine(EngineAdapter):
     # --device: where servebook ran it ("auto" is the server's own default); --log-level info: so that servebook
     # can read what the server loaded
     servebook_options = ("--device", "--log-level")
+    # the launcher's refusal of a transformers version it does not serve (launchers/transformers_serve.py)
+    fatal_log = r"\[servebook\] refused: [^\n]*"
 
     def _command(self, model, *, port, host, attention, tp):
         script = str(Path(__file__).parent / "launchers" / "transformers_serve.py")
