@@ -113,13 +113,19 @@ def plot_rates(table):
     plot = table.copy()
     if not len(plot):
         return None
-    plot["decode_tok_s"] = pd.to_numeric(plot.get("decode_tok_s"), errors="coerce").fillna(0)
-    plot = plot[plot["outcome"].isin(["ok", "overridden", "wrong output"]) | (plot["decode_tok_s"] > 0)]
-    if not len(plot):
+
+    def column(name, fill):  # a column no row has (every backend failed: no rate) reads as all `fill`
+        return plot[name] if name in plot else pd.Series(fill, index=plot.index, dtype=object)
+
+    plot["decode_tok_s"] = pd.to_numeric(column("decode_tok_s", None), errors="coerce")
+    plot["outcome"] = column("outcome", "")
+    plot = plot[plot["decode_tok_s"].notna() & plot["outcome"].isin(["ok", "overridden", "wrong output"])
+                | (plot["decode_tok_s"].fillna(0) > 0)]
+    if not len(plot):  # no start produced a rate: the failure table says why, no plot
         return None
-    plot["label"] = plot["engine"] + " " + plot["attention"] + " " + plot["mode"].fillna("")
+    plot["label"] = plot["engine"] + " " + plot["attention"] + " " + column("mode", "").fillna("")
     fig_, ax = plt.subplots(figsize=(8, 0.35 * len(plot) + 1.2))
-    ax.barh(plot["label"], plot["decode_tok_s"], xerr=pd.to_numeric(plot.get("decode_tok_s_ci95"), errors="coerce").fillna(0),
+    ax.barh(plot["label"], plot["decode_tok_s"], xerr=pd.to_numeric(column("decode_tok_s_ci95", 0), errors="coerce").fillna(0),
             color=["tab:blue" if o == "ok" else "tab:red" for o in plot["outcome"]])
     ax.invert_yaxis()
     ax.set_xlabel("decode tok/s, single stream (bars: 95% interval; red: not ok)")

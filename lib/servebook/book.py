@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__
+from . import __version__, measured
 from .errors import ParameterError, ServebookError
 from .params import PARAMS, check_chapter_param, coerce, model_defaults, validate
 from .paths import book_root, notebooks_dir
@@ -337,6 +337,7 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
     nbformat.write(_with_setup(_select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile")))), source)
     given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
+    failures_before = measured.failures_so_far(store)
     try:
         papermill.execute_notebook(
             str(source), str(target), parameters=parameters, kernel_name="python3",
@@ -344,6 +345,10 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
             report_mode=False,
         )
         status, error = "ok", None
+        nothing = measured.nothing_measured(store, chapter.number, failures_before, whatif=bool(values.get("profile")))
+        if nothing:  # every cell ran, and none measured what the chapter is for: not "ok"
+            status, error = "failed", nothing
+            store.record_failure(f"chapter {chapter.stem}", nothing)
     except PapermillExecutionError as exc:
         status, error = "failed", f"{exc.ename}: {exc.evalue}"  # whole: the page folds it, never cuts it
         store.record_failure(f"chapter {chapter.stem}", error, cell=exc.cell_index)
@@ -639,8 +644,9 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         info = status.get(chapter.stem, {})
         if info.get("status") == "failed" or errors[chapter.stem]:
             why = excerpt_html(str(info.get("error") or "a cell raised an error"))
-            banner = (f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}'
-                      f'<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.</div>')
+            where = ('<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.'
+                     if errors[chapter.stem] else "Every cell ran; what each measurement tried and why it failed is below.")
+            banner = f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}{where}</div>'
         nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner + boxes.get(chapter.stem[:2], "")
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
         body = _shared_stylesheet(body, out)
@@ -729,6 +735,8 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         info = status.get(chapter.stem, {})
         state = "failed" if errors.get(chapter.stem) and info.get("status") == "ok" else info.get("status", "?")
         mark = "&#10003;" if state == "ok" else f"&#10007; {html.escape(str(state))}"
+        if state == "failed" and str(info.get("error") or "").startswith(measured.PREFIX):
+            mark += f": {measured.PREFIX}"
         secs = f" {info['seconds']}s" if info.get("seconds") is not None else ""
         secs += f", executed again on the recorded tables {html.escape(str(info.get('recorded_at') or ''))}" if info.get("refreshed") else ""
         rows.append(f'<li><a href="{chapter.stem}.html">{html.escape(chapter.title)}</a> <small class="sb-status">{mark}{secs}</small></li>')

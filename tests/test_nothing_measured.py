@@ -1,0 +1,106 @@
+""""ok" means measured: chapters 03, 04 and 05 run against a server (or a grid) that never starts are recorded as
+failed with "nothing measured" and the first cause, in the chapter's first lines and on the index, and the book command
+exits non-zero.
+
+The server that never starts: SERVEBOOK_PYTHON_TRANSFORMERS names a wrapper of this interpreter that runs everything
+(the engine's version, its CLI, its attention list) except the server launcher, which exits at once with its reason.
+Chapter 04 starts no server: each torchrun launch of its grid is given one second (`timeout_s=1`), less than torch takes
+to import, so every launch is killed and recorded.
+"""
+
+import os
+import stat
+import sys
+
+import pytest
+
+from servebook.cli import main
+from servebook.measured import nothing_measured
+from servebook.results import RunStore
+
+
+
+REASON = "drill: this server never starts"
+
+
+@pytest.fixture
+def never_starts(tmp_path, monkeypatch):
+    wrapper = tmp_path / "python-never-serves"
+    wrapper.write_text(f'#!/bin/sh\ncase "$1" in *transformers_serve.py) echo "{REASON}" >&2; exit 3;; esac\n'
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("SERVEBOOK_PYTHON_TRANSFORMERS", str(wrapper))
+    return wrapper
+
+
+def _book(tmp_path, capsys, number: str, *params: str):
+    runs, site = tmp_path / "runs", tmp_path / "site"
+    rc = main(["book", "--smoke", "--only", number, "--runs", str(runs), "--out", str(site), "--run-id", "r",
+               *[a for p in params for a in ("-p", p)]])
+    err = capsys.readouterr().err
+    store = RunStore(next(runs.glob("*/r")))
+    row = store.rows("chapters")[-1]
+    page = next(site.glob(f"{number}_*.html")).read_text()
+    index = (site / "index.html").read_text()
+    return rc, row, page, index, err, store
+
+
+def _check(rc, row, page, index, err, number, missing):
+    assert rc == 1 and f"chapter(s) failed: {number}_" in err
+    assert row["status"] == "failed" and row["error"].startswith(f"nothing measured: {missing}; first cause: "), row
+    banner = page[page.index('id="sb-failed"'):][:3000]  # the page's first lines, before any cell
+    assert page.index('id="sb-failed"') < page.index("jp-Cell")
+    assert "nothing measured" in banner and "Every cell ran" in banner
+    item = next(line for line in index.split("<li>") if f'href="{number}_' in line)
+    assert "&#10003;" not in item and "&#10007; failed: nothing measured" in item
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("no_engine_envs")
+def test_chapter_03_with_no_backend_started(tmp_path, capsys, never_starts, no_leftover_servers):
+    rc, row, page, index, err, store = _book(tmp_path, capsys, "03")
+    _check(rc, row, page, index, err, "03", "no backend produced a decode rate")
+    rows = store.rows("backends")
+    assert rows and all(r["outcome"] == "failed to start" and r.get("decode_tok_s") is None for r in rows), rows
+    assert REASON in row["error"] or "exited with code 3" in row["error"]
+    assert "failed to start" in page  # the failure table is rendered
+    assert "Traceback" not in page and "AttributeError" not in page  # plot_rates drew nothing and raised nothing
+    assert '<img src="data:image/png' not in page
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("no_engine_envs")
+def test_chapter_05_with_a_server_that_never_starts(tmp_path, capsys, never_starts, no_leftover_servers):
+    rc, row, page, index, err, store = _book(tmp_path, capsys, "05", "profile_steps=0")
+    _check(rc, row, page, index, err, "05", "no single-stream decode rate was measured")
+    assert REASON in row["error"] or "exited with code 3" in row["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("no_engine_envs")
+def test_chapter_04_with_no_grid_point(tmp_path, capsys):
+    rc, row, page, index, err, store = _book(tmp_path, capsys, "04", "timeout_s=1", "builtin_grid=false")
+    _check(rc, row, page, index, err, "04", "no all-reduce grid point was measured")
+    assert not store.rows("allreduce")
+
+
+def test_a_measured_chapter_and_a_whatif_are_left_alone(tmp_path):
+    store = RunStore.at(tmp_path / "run")
+    assert nothing_measured(store, "03").startswith("nothing measured: no backend produced a decode rate; first cause: "
+                                                    "the chapter recorded no failure")
+    store.record_failure("chapter 03 sweep transformers", "ServerError: it exited")
+    store.append("backends", {"engine": "transformers", "attention": "eager", "outcome": "failed to start", "error": "x"})
+    assert nothing_measured(store, "03", 0).endswith("first cause: chapter 03 sweep transformers: ServerError: it exited")
+    assert nothing_measured(store, "03", 1).endswith("first cause: transformers eager: x")
+    assert nothing_measured(store, "03", whatif=True) is None and nothing_measured(store, "01") is None
+    store.append("backends", {"engine": "transformers", "attention": "sdpa", "outcome": "ok", "decode_tok_s": 12.5})
+    assert nothing_measured(store, "03") is None
+    store.append("bench_summary", {"phase": "sweep", "decode_tok_s_mean": 30.0})
+    assert nothing_measured(store, "05") is not None  # a sweep is not the single stream
+    store.append("bench_summary", {"phase": "single", "decode_tok_s_mean": float("nan")})
+    assert nothing_measured(store, "05") is not None
+    store.append("bench_summary", {"phase": "single", "decode_tok_s_mean": 30.0})
+    assert nothing_measured(store, "05") is None
