@@ -38,6 +38,7 @@ vllm_versions: str = "0.26.0,0.33.0,0.10.2"  # vLLM versions beside it (the firs
 matrix_profiles: str = "a100,h200,b200,rtx-pro-6000"  # hardware profiles for the matrix (capability 8.0, 9.0, 10.0, 12.0), comma-separated
 matrix_models: str = "kimi-k2.5,deepseek-v3,llama-3.1-8b,qwen3-30b-a3b,gpt-oss-120b"  # model cards for the matrix, comma-separated
 prepare_envs: bool = False  # build missing engine environments (servebook engines add; minutes; needs the package index)
+cached_versions: bool = True  # ask the cached environments of the versions named above (seed case, vLLM, matrix); False: only the engine of this kernel (the embedded book's default, so that its time does not depend on what this machine has cached)
 
 # %%
 import servebook
@@ -70,7 +71,21 @@ Markdown(seed_sentence())
 # If no environment for the seed engine is cached, we read the engine this kernel has (`engine`).
 
 # %%
-prepared = {f"{e['engine']}=={e['version']}" for e in list_engines()}
+cached = {f"{e['engine']}=={e['version']}" for e in list_engines()}
+prepared = cached if cached_versions or prepare_envs else set()  # the cached versions this chapter asks
+
+
+def skipped(spec):
+    """Why ``spec`` is not asked here: not cached, or cached and left out (cached_versions=False)."""
+    if spec in cached:
+        return f"{spec}: not asked in this book (cached, but cached_versions is off; -p cached_versions=true asks it)"
+    return f"{spec}: no environment cached; skipped (servebook engines add {spec})"
+
+
+if not (cached_versions or prepare_envs):
+    print("cached engine environments are not asked in this book (cached_versions=False): it reads the engine of this "
+          "kernel only, so it does the same work on any machine; -p cached_versions=true asks "
+          + (", ".join(sorted(cached)) if cached else "those cached (none here)"))
 seed_spec = f"{seed_engine}=={seed_version}"
 tree_engine = seed_spec if seed_spec in prepared else engine
 env = None
@@ -109,7 +124,7 @@ answer = ask(store, engine, model, f"profile {profile}" if profile else "this-ho
 seed = ask(store, seed_spec, seed_model, "seed", "whatif_seed", gpu=seed_profile) if seed_spec in prepared else None
 show_corrections(store, "selection")  # a row changed after it was recorded says so, by what and why
 if seed_spec not in prepared:
-    print(f"seed case skipped: no cached environment for {seed_spec} (servebook engines add {seed_spec})")
+    print(f"seed case skipped: {skipped(seed_spec)}")
 
 # %% [markdown]
 # ### The seed case in the other engine
@@ -126,7 +141,7 @@ vllm_specs = [f"vllm=={v.strip()}" for v in vllm_versions.split(",") if v.strip(
 seed_other, seed_pair = None, None
 for spec in vllm_specs[:1] if smoke else vllm_specs:
     if spec not in prepared:
-        print(f"{spec}: no environment cached; skipped (servebook engines add {spec})")
+        print(skipped(spec))
         continue
     ans = ask(store, spec, seed_model, "seed", "whatif_seed", gpu=seed_profile, tp_size=8)
     if ans:
@@ -172,7 +187,7 @@ for r in dp_rows:
 if dp_rows:
     print_decode_path(dp_rows)
 else:
-    print("decode path skipped: no cached SGLang/vLLM environment (servebook engines add sglang==0.5.9)")
+    print("decode path skipped: " + ("; ".join(skipped(s) for s in [seed_spec] + vllm_specs[:1]) if read_dp else "not read in this book"))
 
 # %% [markdown]
 # Read the all-reduce row first: where an engine's own rule turns custom all-reduce off on PCIe-only GPUs, every
@@ -198,6 +213,8 @@ for spec in versions:
         except servebook.ServebookError as exc:
             store.record_failure("engines_add", exc, engine=spec)
             print(f"{spec}: could not prepare: {exc}")
+    elif spec in cached:
+        print(skipped(spec))
     else:
         print(f"{spec}: no environment cached; skipped (run `servebook engines add {spec}` or set prepare_envs)"
               + (" (smoke mode never builds one)" if smoke else ""))
@@ -221,7 +238,9 @@ with ThreadPoolExecutor(max_workers=2 if smoke else 1) as pool:
     matrices = dict(zip(usable, pool.map(matrix_of, usable)))
 if matrices:  # computed again from the engines' code: the table is replaced whole, never appended to
     store.replace("selection_matrix", [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows])
-print({spec: len(rows) for spec, rows in matrices.items()} or "no matrix: no SGLang/vLLM environment is cached on this machine")
+none_asked = ("no SGLang/vLLM environment is cached on this machine" if cached_versions or prepare_envs
+              else "cached environments are not asked in this book (-p cached_versions=true)")
+print({spec: len(rows) for spec, rows in matrices.items()} or f"no matrix: {none_asked}")
 
 # %%
 from servebook.selection.report import matrix_tables
@@ -235,7 +254,7 @@ tables = matrix_tables(store, matrices, profiles)
 # %%
 from servebook.selection.report import plot_matrix
 
-plot_matrix(tables, len(models)) if tables else print("no heatmap: no engine environment cached")
+plot_matrix(tables, len(models)) if tables else print(f"no heatmap: {none_asked}")
 
 # %% [markdown]
 # Same colour, same backend, in both panels; compare rows (models) across columns (GPUs).
@@ -270,7 +289,7 @@ if len(matrices) >= 2:
     store.replace("selection_diff", [d | {"a_spec": a, "b_spec": b} for d in diff])  # whole, like the matrix
     print_diff(diff, a, b)
 else:
-    print("version diff skipped: it needs two cached engine environments", f"(have {len(matrices)})")
+    print("version diff skipped: it needs two engine environments asked", f"(have {len(matrices)}; {none_asked})")
 
 # %% [markdown]
 # ## What we found
