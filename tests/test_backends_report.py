@@ -33,3 +33,23 @@ def test_chapter_03_counts_configurations_and_the_server_starts_they_took():
         if s.name not in computed:
             computed[s.name] = QUANTITIES[s.name].compute(store)
         assert pick(QUANTITIES[s.name], computed[s.name], s.of) == s.value, s
+
+
+def test_plot_rates_draws_nothing_when_no_backend_produced_a_rate(tmp_path):
+    """Every backend failed to start: the rows carry no rate column at all (the fresh-clone crash: numpy.float64.fillna)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from servebook.backends_report import plot_rates, starts_table
+
+    store = RunStore.at(tmp_path / "run")
+    for attention in ("auto", "eager"):
+        store.append("backends", {"engine": "transformers", "attention": attention, "outcome": "failed to start",
+                                  "error": "transformers exited with code 1 during start"})
+    table = starts_table(store, ["transformers"])
+    assert "decode_tok_s" not in table and len(table) == 2
+    assert plot_rates(table) is None
+    store.append("backends", {"engine": "transformers", "attention": "sdpa", "outcome": "ok", "decode_tok_s": 20.0,
+                              "decode_tok_s_ci95": 2.0})
+    fig = plot_rates(starts_table(store, ["transformers"]))
+    assert fig is not None and [b.get_width() for b in fig.axes[0].patches] == [20.0]
