@@ -31,7 +31,7 @@ from .paths import book_root, notebooks_dir
 from .provenance import describe_revision, host_fingerprint, record_code, software_versions
 from .results import RunStore
 
-__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "answer_boxes", "refresh_findings", "refresh_chapter",
+__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "check_run_dir", "answer_boxes", "refresh_findings", "refresh_chapter",
            "chapter_verdict", "host_fingerprint", "software_versions", "excerpt_html", "parameters_that_ran"]
 
 _CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
@@ -181,6 +181,9 @@ def run_book(
     say = progress or (lambda _m: None)
     _require_notebook_tools()
     values = validate(params or {})
+    from .paths import writable_dir
+
+    writable_dir(out)  # the book's directory: a path that cannot be made is said now, not after the chapters ran
     selected = _select_chapters(only)
     # Check chapter-specific parameters before anything runs.
     declared = {c.stem: notebook_parameters(c.source) for c in selected}
@@ -609,12 +612,27 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     return row
 
 
+def check_run_dir(run_dir: str | os.PathLike) -> Path:
+    """``run_dir`` when it is a run's directory (it holds the ``manifest.json`` that ``servebook book`` writes), else a
+    one-line ``ParameterError`` naming what is there instead."""
+    path = Path(run_dir)
+    if (path / "manifest.json").is_file():
+        return path
+    what = ("does not exist" if not path.exists() else "is not a directory" if not path.is_dir() else
+            "holds runs, not one run" if any(path.glob("*/manifest.json")) or any(path.glob("*/*/manifest.json")) else
+            "has no manifest.json")
+    raise ParameterError("run_dir", str(run_dir), f"it {what}; give one run's directory, runs/<host>/<run-id> "
+                                                  f"(servebook book writes it, with its manifest.json)")
+
+
 def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Render a run's executed notebooks to ``out``: one page per chapter and an index."""
     import nbformat
 
-    run_dir, out = Path(run_dir), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    from .paths import writable_dir
+
+    run_dir = check_run_dir(run_dir)
+    out = writable_dir(out)
     store = RunStore(run_dir)
     manifest = store.manifest
     status = _chapter_status(store)

@@ -102,9 +102,12 @@ def _cmd_book(args) -> int:
 
 
 def _cmd_html(args) -> int:
-    from .book import chapters, notebook_parameters, refresh_chapter, render_book
+    from .book import chapters, check_run_dir, notebook_parameters, refresh_chapter, render_book
     from .errors import ParameterError
+    from .paths import writable_dir
 
+    run_dir = check_run_dir(args.run_dir)
+    writable_dir(args.out)
     if args.compare_with and not (args.refresh_findings or "06" in args.refresh):
         raise ParameterError("compare_with", args.compare_with, "it takes effect with --refresh-findings (chapter 06 is executed again)")
     if args.cell_timeout < 1:
@@ -113,6 +116,7 @@ def _cmd_html(args) -> int:
     todo = [c.strip() for c in args.refresh.split(",") if c.strip()]
     if args.refresh_findings and "06" not in todo:
         todo.append("06")
+    failed = 0
     for number in sorted(todo):
         mine = dict(extra, **({"compare_with": args.compare_with} if number == "06" and args.compare_with else {}))
         chapter = next((c for c in chapters() if c.stem.startswith(number)), None)  # none: refresh_chapter names the valid ones
@@ -120,8 +124,12 @@ def _cmd_html(args) -> int:
         row = refresh_chapter(args.run_dir, number, {k: v for k, v in mine.items() if k in declared}, args.cell_timeout)
         if row["status"] != "ok":
             print(f"servebook: chapter {number} failed: {row['error']}; its page shows where", file=sys.stderr)
-    print(render_book(args.run_dir, args.out).resolve())
-    return 0
+            failed += 1
+    if not any((run_dir / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        raise ParameterError("run_dir", args.run_dir, "the run has no executed chapter (notebooks/NN_*.ipynb) to render; "
+                                                      "run its chapters (servebook book --run-id ID) or add --refresh 06")
+    print(render_book(run_dir, args.out).resolve())
+    return 1 if failed else 0
 
 
 # Chapters add their own subcommands through a ``register(subparsers)`` function.
