@@ -106,8 +106,13 @@ def _cmd_html(args) -> int:
     from .errors import ParameterError
     from .paths import writable_dir
 
+    from .results import RunStore
+
     run_dir = check_run_dir(args.run_dir)
     writable_dir(args.out)
+    damaged = RunStore(run_dir).say_damaged()  # said before any chapter reads the tables; the book is still rendered
+    if damaged:
+        print(f"servebook: warning: {damaged}", file=sys.stderr)
     if args.compare_with and not (args.refresh_findings or "06" in args.refresh):
         raise ParameterError("compare_with", args.compare_with, "it takes effect with --refresh-findings (chapter 06 is executed again)")
     if args.cell_timeout < 1:
@@ -129,7 +134,7 @@ def _cmd_html(args) -> int:
         raise ParameterError("run_dir", args.run_dir, "the run has no executed chapter (notebooks/NN_*.ipynb) to render; "
                                                       "run its chapters (servebook book --run-id ID) or add --refresh 06")
     print(render_book(run_dir, args.out).resolve())
-    return 1 if failed else 0
+    return 1 if failed or damaged else 0
 
 
 # Chapters add their own subcommands through a ``register(subparsers)`` function.

@@ -177,6 +177,44 @@ class RunStore:
                 out.append(row)
         return out
 
+    def damaged(self, table: str | None = None) -> dict[str, list[int]]:
+        """Lines (1-based) of this run's tables that are not a whole row: torn by a killed run or edited by hand. ``rows``
+        leaves them out, so what they held is missing from every page; ``{table: [line, ...]}``, only tables with one.
+
+            store.damaged()                    # {'bench_summary': [10]}
+        """
+        names = [table] if table else self.tables()
+        out: dict[str, list[int]] = {}
+        for name in names:
+            path = self.table_path(name)
+            if not path.exists():
+                continue
+            bad = []
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                for n, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        row = None
+                    if not isinstance(row, dict):
+                        bad.append(n)
+            if bad:
+                out[name] = bad
+        return out
+
+    def say_damaged(self) -> str | None:
+        """One line naming this run's damaged rows and what that means for a reader, or None when every line is whole."""
+        bad = self.damaged()
+        if not bad:
+            return None
+        where = "; ".join(f"{t}.jsonl line{'s' if len(n) > 1 else ''} {', '.join(map(str, n[:5]))}{' ...' if len(n) > 5 else ''}"
+                          for t, n in sorted(bad.items()))
+        return (f"{self.path}: {sum(map(len, bad.values()))} row(s) cannot be read ({where}): torn by a killed run or "
+                f"edited; they are left out, so a figure or method read from those tables may be an older row's. Restore "
+                f"the lines from a copy (or delete them) to silence this")
+
     def table(self, table: str):
         import pandas as pd
 
