@@ -15,7 +15,7 @@ from typing import Any
 from . import backends_figures as fig
 from .stated import q
 
-__all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "candidates_for", "starts_table", "plot_rates", "found_lines", "questions",
+__all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "unknown_backends", "check_backends_here", "candidates_for", "starts_table", "plot_rates", "found_lines", "questions",
            "whatif_found", "whatif_questions", "flags_note", "TABLE_COLUMNS"]
 
 UNTAGGED = {
@@ -63,6 +63,35 @@ def listed_for(text: str, name: str) -> list[str] | None:
     return [b.strip() for b in text.split(",") if b.strip()] if parts else None
 
 
+def unknown_backends(listed: list[str], choices: list[str], engine: str) -> list[str]:
+    """The names of ``listed`` that are not among the engine's own ``choices`` (compared without case; for transformers
+    a hub kernel ``org/name`` is a value its own resolution accepts)."""
+    known = {c.lower() for c in choices}
+    return [b for b in listed if b.lower() not in known and not (engine == "transformers" and "/" in b)]
+
+
+def check_backends_here(backends: str, specs: list[str], python: str | None = None) -> None:
+    """Before a local book starts any server: every backend the ``backends`` parameter names must be a value the engine
+    it is for accepts (its own list, read in its interpreter); else a one-line ``ParameterError`` with that list. An
+    engine not installed here is left to chapter 03, which records it."""
+    from .engines import get_engine
+    from .errors import ParameterError, ServebookError
+
+    for i, spec in enumerate(specs):
+        try:
+            eng = get_engine(spec, python=python if i == 0 else None)
+            listed = listed_for(backends, eng.name)
+            if listed is None or eng.version() is None:
+                continue
+            choices = eng.attention_choices()
+        except ServebookError:
+            continue
+        bad = unknown_backends(listed, choices, eng.name)
+        if bad:
+            raise ParameterError("backends", bad[0], f"not a backend {eng.name} {eng.version()} accepts; its own list: "
+                                                     f"{', '.join(choices)}")
+
+
 def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[list[str], list[dict]]:
     """The backends to force for ``eng`` and those left out, each with its reason: the ``backends`` parameter's list
     where it names this engine, else every value the engine accepts that can run here (``runnable_here``)."""
@@ -78,8 +107,13 @@ def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[
     listed = listed_for(backends, eng.name)
     picked, skipped = [], []
     if listed is not None:  # the run names its candidates: the others are recorded as not run, with that reason
-        picked = listed
+        bad = unknown_backends(listed, choices, eng.name)  # never started: the engine's own list does not have them
+        picked = [n for n in listed if n not in bad]
         skipped = [{"engine": eng.name, "attention": n, "reason": "not in this run's `backends` list"} for n in choices if n not in listed]
+        skipped += [{"engine": eng.name, "attention": n, "reason": f"not a value {eng.name} accepts (its list: {', '.join(choices)}); "
+                     "no server was started for it"} for n in bad]
+        for n in bad:
+            print(f"warning: `backends` names {n!r}, which {eng.name} does not accept; left out, no server started")
     else:
         for name in choices:
             ok, why = runnable_here(name, smoke=smoke, host=host)

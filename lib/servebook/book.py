@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .errors import ParameterError, ServebookError
-from .params import PARAMS, check_chapter_param, coerce, model_defaults, validate
+from .params import PARAMS, check_chapter_param, check_here, coerce, model_defaults, validate
 from .paths import book_root, notebooks_dir
 from .provenance import describe_revision, host_fingerprint, record_code, software_versions
 from .results import RunStore
@@ -188,6 +188,7 @@ def run_book(
     # Check chapter-specific parameters before anything runs.
     declared = {c.stem: notebook_parameters(c.source) for c in selected}
     extra = _check_extra(dict(extra or {}), declared)
+    check_here(values, extra)  # a pinned engine version, the backends named: against this host, before anything starts
     _prepare_engine(values, extra, say)
     sized = _sized_defaults(selected, declared, values, extra, say)
     store = _open_run(runs_root, run_id, {**values, **extra}, say, sized)
