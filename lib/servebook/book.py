@@ -32,7 +32,7 @@ from .provenance import describe_revision, host_fingerprint, record_code, softwa
 from .results import RunStore
 
 __all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "check_run_dir", "answer_boxes", "refresh_findings", "refresh_chapter",
-           "chapter_verdict", "host_fingerprint", "software_versions", "excerpt_html", "parameters_that_ran"]
+           "chapter_verdict", "host_fingerprint", "software_versions", "excerpt_html", "parameters_that_ran", "partial_notebook"]
 
 _CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
 
@@ -338,12 +338,13 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
 
     source = executed_dir / f"{chapter.stem}.source.ipynb"
     target = executed_dir / f"{chapter.stem}.ipynb"
+    partial = partial_notebook(executed_dir, chapter.stem)  # papermill writes here; moved over ``target`` when it ends
     nbformat.write(_with_setup(_select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile")))), source)
     given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     try:
         papermill.execute_notebook(
-            str(source), str(target), parameters=parameters, kernel_name="python3",
+            str(source), str(partial), parameters=parameters, kernel_name="python3",
             cwd=str(book_root()), progress_bar=False, execution_timeout=cell_timeout,
             report_mode=False,
         )
@@ -354,9 +355,30 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
     except Exception as exc:  # noqa: BLE001 - a dead kernel or a timeout: record and go on
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         store.record_failure(f"chapter {chapter.stem}", error)
+    except BaseException:  # Ctrl-C: the finished notebook stays; the chapter's status says interrupted
+        _interrupted(store, chapter)
+        raise
     finally:
         source.unlink(missing_ok=True)
+    if partial.exists():
+        os.replace(partial, target)
     return status, error
+
+
+def partial_notebook(executed_dir: Path, stem: str) -> Path:
+    """Where a chapter's execution in progress is written: beside its finished notebook, moved over it at the end. Left
+    behind, it says the last execution did not finish (interrupted, or the book was killed)."""
+    return Path(executed_dir) / f"{stem}.partial.ipynb"
+
+
+def _interrupted(store: RunStore, chapter: Chapter) -> None:
+    """An execution stopped by Ctrl-C: recorded as ``interrupted``. The finished notebook of an earlier execution stays in
+    place, the partial one beside it (with none finished, the partial one is the page, under the interrupted banner)."""
+    try:
+        store.append("chapters", {"chapter": chapter.stem, "title": chapter.title, "status": "interrupted",
+                                  "error": "interrupted (Ctrl-C) before the chapter finished"})
+    except ServebookError:
+        pass
 
 
 # -- rendering -----------------------------------------------------------------
@@ -544,10 +566,15 @@ def _answer_box(lines: list[str]) -> str:
 
 
 def _chapter_status(store: RunStore) -> dict[str, dict]:
-    """Each chapter's last recorded outcome: the ``chapters`` table (every invocation), then the manifest."""
+    """Each chapter's last recorded outcome: the ``chapters`` table (every invocation), then the manifest; a chapter whose
+    last execution left its partial notebook behind (killed, or stopped before it could say so) is ``interrupted``."""
     status = {r["chapter"]: r for r in store.rows("chapters") if r.get("chapter")}
     for r in store.manifest.get("chapters", []):
         status.setdefault(r["chapter"], r)
+    for c in chapters():
+        if partial_notebook(store.path / "notebooks", c.stem).exists() and status.get(c.stem, {}).get("status") != "interrupted":
+            status[c.stem] = {**status.get(c.stem, {}), "chapter": c.stem, "status": "interrupted",
+                              "error": "its last execution did not finish (the book was stopped or killed while it ran)"}
     return status
 
 
@@ -638,8 +665,9 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     manifest = store.manifest
     status = _chapter_status(store)
     pages = []
-    for chapter in chapters():
+    for chapter in chapters():  # the finished notebook; with none, an interrupted execution's partial one
         executed = run_dir / "notebooks" / f"{chapter.stem}.ipynb"
+        executed = executed if executed.exists() else partial_notebook(run_dir / "notebooks", chapter.stem)
         if executed.exists():
             pages.append((chapter, executed))
     exporter = _exporter()
@@ -656,7 +684,12 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         nxt = (f"{pages[i + 1][0].stem}.html", pages[i + 1][0].title) if i + 1 < len(pages) else None
         banner = ""
         info = status.get(chapter.stem, {})
-        if info.get("status") == "failed" or errors[chapter.stem]:
+        if info.get("status") == "interrupted":
+            finished = executed.name == f"{chapter.stem}.ipynb"
+            banner = ('<div class="sb-failed" id="sb-failed">The last execution of this chapter was interrupted before it '
+                      'finished; ' + ("this page is the execution before it, which finished." if finished else
+                                      "this page is what it had run by then: the cells after that did not run.") + '</div>')
+        elif info.get("status") == "failed" or errors[chapter.stem]:
             why = excerpt_html(str(info.get("error") or "a cell raised an error"))
             banner = (f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}'
                       f'<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.</div>')
