@@ -170,8 +170,12 @@ def run_book(
     cell_timeout: int | None = None,
     progress: Callable[[str], None] | None = print,
     record: bool = False,
+    again: bool = False,
 ) -> BookResult:
     """Execute the chapters (``only``: numbers or slugs) and render the book under ``out``.
+
+    ``run_id`` of a recorded run resumes it: what it recorded is not measured again. ``again``: measure it again, the rows
+    of this execution kept apart from the earlier ones' (field ``execution``; the pages read what stands, never a row twice).
 
     ``record``: every host interaction of the chapters goes to ``<run_dir>/cassette.jsonl``, so that
     ``host='replay:<run_dir>'`` can rebuild the book later without the host. A what-if (``profile``) with a
@@ -191,7 +195,7 @@ def run_book(
     check_here(values, extra)  # a pinned engine version, the backends named: against this host, before anything starts
     _prepare_engine(values, extra, say)
     sized = _sized_defaults(selected, declared, values, extra, say)
-    store = _open_run(runs_root, run_id, {**values, **extra}, say, sized)
+    store = _open_run(runs_root, run_id, {**values, **extra}, say, sized, again)
     if record:
         from .hosts import start_recording
 
@@ -273,11 +277,16 @@ def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> No
 
 
 def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[str], None],
-              sized: dict | None = None) -> RunStore:
-    """The run directory, new or resumed, with its manifest: where and with what code it runs."""
+              sized: dict | None = None, again: bool = False) -> RunStore:
+    """The run directory, new or resumed, with its manifest: where and with what code it runs, and which execution of
+    the run id this is (``execution``: its number, and whether it measures ``again``)."""
     store = RunStore.open(runs_root, host=parameters["host"], run_id=run_id)
     previous = store.manifest
     resumed = "started" in previous
+    executions = list(previous.get("executions") or [])
+    number = (executions[-1]["id"] if executions else (1 if resumed else 0)) + 1  # unstamped rows are execution 1's
+    execution = {"id": number, "again": bool(again and resumed), "at": _now()}
+    store.write_manifest({"execution": execution, "executions": executions + [execution]})
     here = {"servebook_version": __version__, "git_revision": record_code(store), "versions": software_versions(),
             "host_fingerprint": host_fingerprint()}
     if sized:
@@ -291,7 +300,9 @@ def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[st
         resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": parameters, **here,
                                                                  **({"chapter_defaults": sized} if sized else {})}]
         store.write_manifest({"resumptions": resumptions, "finished": None})
-    say(f"run directory: {store.path}" + (" (resuming)" if resumed else ""))
+    say(f"run directory: {store.path}" + ((f" (execution {number}: measuring again, earlier executions' rows kept apart)"
+                                             if execution["again"] else f" (execution {number}: resuming; what is recorded "
+                                             f"is not measured again, --again measures it again)") if resumed else ""))
     return store
 
 

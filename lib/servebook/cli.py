@@ -43,6 +43,9 @@ def _add_book(sub) -> None:
     p.add_argument("--out", default="build/book", help="where the rendered book goes (default: build/book)")
     p.add_argument("--runs", default="runs", help="root of the run directories (default: runs)")
     p.add_argument("--run-id", default=None, help="resume or name a run (default: a new id from the time)")
+    p.add_argument("--again", action="store_true",
+                   help="with --run-id of a recorded run: measure again what it recorded (each execution's rows kept apart; "
+                        "the pages read the latest), instead of resuming")
     p.add_argument("--only", default=None, help="comma-separated chapters to run, e.g. 01,05")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a chapter parameter, e.g. -p max_tokens=64 (repeatable)")
@@ -89,11 +92,13 @@ def _cmd_book(args) -> int:
         from .params import _check_run_id
 
         _check_run_id(args.run_id)
+    if args.again and args.run_id is None:
+        raise ParameterError("again", True, "it measures a recorded run again: name the run with --run-id ID")
     if args.cell_timeout is not None and args.cell_timeout < 1:
         raise ParameterError("cell_timeout", args.cell_timeout, "seconds one cell may run: 1 or more (leave it out for no limit)")
     only = [o for o in (args.only or "").split(",") if o.strip()] or None
     result = run_book(params, out=args.out, runs_root=args.runs, run_id=args.run_id, only=only, extra=extra,
-                      cell_timeout=args.cell_timeout, record=args.record)
+                      cell_timeout=args.cell_timeout, record=args.record, again=args.again)
     failed = [c["chapter"] for c in result.chapters if c["status"] != "ok"]
     if failed:
         print(f"servebook: {len(failed)} chapter(s) failed: {', '.join(failed)}; their pages show where", file=sys.stderr)

@@ -205,9 +205,10 @@ def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir
     a ready server waiting its turn takes next to no CPU (``backends``)."""
     from ..backends import starts_overlap_here
     from ..servers import start_together
-    from .runs import start_measured
+    from .runs import first_start, start_measured
 
-    more = [k for k in range(1, w.starts) if not start_measured(store, label, k, w.max_tokens, w.warmup)]
+    first = first_start(store, label, w.max_tokens, w.warmup)
+    more = [k for k in range(first + 1, first + w.starts) if not start_measured(store, label, k, w.max_tokens, w.warmup)]
     if not more or not on_host.in_process:
         return {}, {}
     try:
@@ -216,7 +217,7 @@ def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir
         return {}, {}
     if not ok:
         return {}, {}
-    launches = {0: launch, **{k: launch_one() for k in more}}  # distinct ports: servers.free_port
+    launches = {first: launch, **{k: launch_one() for k in more}}  # distinct ports: servers.free_port
     print(f"{label}: {why}: the servers of its {len(launches)} starts are launched together, then measured one at a time")
     logs = {k: store.path / (f"server-{eng.name}.log" if k == 0 else f"server-{eng.name}-start{k}.log") for k in launches}
     return start_together([(k, launches[k], logs[k]) for k in launches], registry=store.path / "servers.jsonl", ready_timeout=600,
@@ -229,11 +230,12 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
     each start's server taken from ``ahead`` when started there, else started in its turn."""
     from ..servers import take_started
     from .client import check_server
-    from .runs import concurrency_sweep, record_start, single_stream, start_measured
+    from .runs import concurrency_sweep, first_start, record_start, single_stream, start_measured
 
-    with (take_started(ahead, 0) if 0 in ahead else
-          on_host.serve(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
-                        ready_timeout=600)) as srv:
+    first = first_start(store, label, w.max_tokens, w.warmup)  # 0; measured again (--again): after the earlier starts
+    log0 = store.path / (f"server-{eng.name}.log" if first == 0 else f"server-{eng.name}-start{first}.log")
+    with (take_started(ahead, first) if first in ahead else
+          on_host.serve(launch, log_path=log0, registry=store.path / "servers.jsonl", ready_timeout=600)) as srv:
         name = eng.served_model_name(host_model)
         try:
             check_server(srv.base_url, host=on_host)
@@ -242,12 +244,12 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
             print(f"note: {exc}")
         common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
                       max_tokens=w.max_tokens, host=on_host)
-        done = start_measured(store, label, 0, w.max_tokens, w.warmup)
+        done = start_measured(store, label, first, w.max_tokens, w.warmup)
         if done:  # resuming this run: the single-stream measurement is already recorded
             single = done
         else:
             single = single_stream(srv.base_url, name, prompts, runs=w.runs, warmup=w.warmup,
-                                   requests_per_run=w.requests_per_run, start=0, **common)
+                                   requests_per_run=w.requests_per_run, start=first, **common)
         if single.get("decode_tok_s_mean") is None:  # the server died or refused every request: recorded in `failures`
             print(f"{label}: no single-stream request succeeded ({single['failed']} failed): {(single.get('errors') or ['?'])[0]}")
         else:
@@ -262,7 +264,7 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
                                        "ready_s": srv.ready_s, "loaded": loaded,
                                        **({"started_with": [f"start {k}" for k in launches if k]} if launches else {})})
         record_start(store, single, model=host_model, launch=launch.shell(), ready_s=srv.ready_s)
-    for k in range(1, w.starts):  # stopped and started again: only the single stream, so the interval covers restarts
+    for k in range(first + 1, first + w.starts):  # stopped and started again: only the single stream, so the interval covers restarts
         if start_measured(store, label, k, w.max_tokens, w.warmup):
             continue
         again = launches.get(k) or launch_one()
