@@ -335,7 +335,7 @@ def _last_byte(path: Path, size: int) -> bytes:
 # configuration (its identity): what stands is each configuration's row of the latest execution that recorded it.
 _WHOLE_PER_EXECUTION = {"gpus", "versions", "topology", "p2p", "engines", "engine_helpers", "warnings"}
 _ONE_ROW_PER = {"backends": ("engine", "attention", "mode"), "backends_not_run": ("engine", "attention"),
-                "skipped": ("setting",)}
+                "skipped": ("setting",), "bench_inprocess": ("max_tokens", "threads", "device"), "bench_breakdown": ("label", "part")}
 
 
 def _standing_executions(table: str, rows: list[dict]) -> list[dict]:
@@ -354,12 +354,12 @@ def _standing_executions(table: str, rows: list[dict]) -> list[dict]:
     if table not in _WHOLE_PER_EXECUTION and table not in _ONE_ROW_PER:
         return rows
     seen, out = set(), []
-    for r in rows:  # the same row recorded twice (a re-run before rows carried their execution): listed once
+    for r in reversed(rows):  # the same row recorded twice (a re-run before rows carried their execution): its last, once
         key = json.dumps({k: v for k, v in r.items() if k not in ("recorded_at", "execution")}, sort_keys=True) if isinstance(r, dict) else r
         if key not in seen:
             seen.add(key)
             out.append(r)
-    return out
+    return out[::-1]
 
 
 def derived_from(source: dict, key: Iterable[str] = ("label",), method: Any = None) -> dict:

@@ -224,26 +224,22 @@ def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir
                           name=lambda k: f"{label} start {k}"), launches
 
 
-def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, launches: dict, *, on_host, host_model, model_dir,
-                    prompts, tokenizer, w: Workload) -> None:
-    """``_bench_engine``'s measurements: start 0 (single stream, the sweep), then each further start's single stream;
-    each start's server taken from ``ahead`` when started there, else started in its turn."""
+def _first_start(store, eng, label: str, launch, ahead: dict, launches: dict, first: int, name: str, common: dict, *,
+                 host_model, on_host, model_dir, prompts, tokenizer, w: Workload) -> None:
+    """Start ``first`` of ``_measure_starts``: the single stream (unless recorded), the concurrency sweep (the levels it
+    lacks), the client check, the server's row (``bench_servers``) and the start's (``bench_starts``)."""
     from ..servers import take_started
     from .client import check_server
-    from .runs import concurrency_sweep, first_start, record_start, single_stream, start_measured
+    from .runs import concurrency_sweep, record_start, single_stream, start_measured
 
-    first = first_start(store, label, w.max_tokens, w.warmup)  # 0; measured again (--again): after the earlier starts
     log0 = store.path / (f"server-{eng.name}.log" if first == 0 else f"server-{eng.name}-start{first}.log")
     with (take_started(ahead, first) if first in ahead else
           on_host.serve(launch, log_path=log0, registry=store.path / "servers.jsonl", ready_timeout=600)) as srv:
-        name = eng.served_model_name(host_model)
         try:
             check_server(srv.base_url, host=on_host)
         except ServebookError as exc:  # the model list is a courtesy endpoint: note it, measure anyway
             store.record_failure(f"bench {label} model list", exc)
             print(f"note: {exc}")
-        common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
-                      max_tokens=w.max_tokens, host=on_host)
         done = start_measured(store, label, first, w.max_tokens, w.warmup)
         if done:  # resuming this run: the single-stream measurement is already recorded
             single = done
@@ -264,6 +260,25 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
                                        "ready_s": srv.ready_s, "loaded": loaded,
                                        **({"started_with": [f"start {k}" for k in launches if k]} if launches else {})})
         record_start(store, single, model=host_model, launch=launch.shell(), ready_s=srv.ready_s)
+
+
+def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, launches: dict, *, on_host, host_model, model_dir,
+                    prompts, tokenizer, w: Workload) -> None:
+    """``_bench_engine``'s measurements: start 0 (single stream, the sweep), then each further start's single stream;
+    each start's server taken from ``ahead`` when started there, else started in its turn; what this run recorded is
+    not measured again (a start whose single stream and server row are recorded starts no server)."""
+    from ..servers import take_started
+    from .runs import first_start, record_start, single_stream, start_measured
+
+    first = first_start(store, label, w.max_tokens, w.warmup)  # 0; measured again (--again): after the earlier starts
+    name = eng.served_model_name(host_model)
+    common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
+                  max_tokens=w.max_tokens, host=on_host)
+    if start_measured(store, label, first, w.max_tokens, w.warmup) and store.done("bench_servers", label=label):
+        print(f"{label}: start {first} (single stream and sweep) is recorded in this run: not measured again")
+    else:
+        _first_start(store, eng, label, launch, ahead, launches, first, name, common, host_model=host_model, on_host=on_host,
+                     model_dir=model_dir, prompts=prompts, tokenizer=tokenizer, w=w)
     for k in range(first + 1, first + w.starts):  # stopped and started again: only the single stream, so the interval covers restarts
         if start_measured(store, label, k, w.max_tokens, w.warmup):
             continue
@@ -659,9 +674,13 @@ def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, 
         return breakdown[breakdown["label"].isin(single_df["label"])] if len(breakdown) and "label" in breakdown else breakdown
     if roof is None:
         return breakdown
-    for threads in ((1,) if w.smoke else (None, 1)):  # torch's default threads, and one: small CPU models are often faster on one
-        store.append("bench_inprocess", inprocess_decode_rate(model_dir, prompts[0].text, max_tokens=w.max_tokens,
-                                                              attention=w.attention or None, repeats=1 if w.smoke else 3, threads=threads))
+    if store.find("bench_inprocess", max_tokens=w.max_tokens):  # resumed: recorded in this run, not measured again
+        print("in-process decode as recorded in this run (servebook book --again measures it again)")
+    else:
+        for threads in ((1,) if w.smoke else (None, 1)):  # torch's default threads, and one: small CPU models are often faster on one
+            store.append("bench_inprocess", inprocess_decode_rate(model_dir, prompts[0].text, max_tokens=w.max_tokens,
+                                                                  attention=w.attention or None, repeats=1 if w.smoke else 3,
+                                                                  threads=threads))
     inproc = store.table("bench_inprocess")
     from IPython.display import display
 
@@ -675,9 +694,12 @@ def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, 
     parts = roofline.time_breakdown(first["decode_tok_s_mean"], roof, compute_and_framework=direct_ms - roof["t_mem_ms"] - roof["t_comm_ms"],
                                     serving_path=served_ms - direct_ms)
     for p in parts:
-        store.append("bench_breakdown", {"label": first["label"], **p})
+        if not store.done("bench_breakdown", label=first["label"], **p):  # computed again from the same rows: the same row
+            store.append("bench_breakdown", {"label": first["label"], **p})
     print(f"in-process decode: {direct['tok_s']:.1f} tok/s ({direct['method']})")
-    return store.table("bench_breakdown")
+    from .figures import breakdowns
+
+    return pd.DataFrame([r for _, rows in breakdowns(store) for r in rows])  # a row computed again supersedes its older one
 
 
 def say_breakdown(store) -> list[str]:
