@@ -335,7 +335,10 @@ def _last_byte(path: Path, size: int) -> bytes:
 # configuration (its identity): what stands is each configuration's row of the latest execution that recorded it.
 _WHOLE_PER_EXECUTION = {"gpus", "versions", "topology", "p2p", "engines", "engine_helpers", "warnings"}
 _ONE_ROW_PER = {"backends": ("engine", "attention", "mode"), "backends_not_run": ("engine", "attention"),
-                "skipped": ("setting",), "bench_inprocess": ("max_tokens", "threads", "device"), "bench_breakdown": ("label", "part")}
+                "skipped": ("setting",), "bench_inprocess": ("max_tokens", "threads", "device"), "bench_breakdown": ("label", "part"),
+                "backends_preflight": ("engine", "attention"), "plan_commands": ("chapter", "purpose", "command"),
+                "roofline": ("chapter", "case"), "bench_sweep_stops": ("label", "stopped_before"),
+                "allreduce": ("setting", "path", "mode", "bytes", "backend", "device")}
 
 
 def _standing_executions(table: str, rows: list[dict]) -> list[dict]:
