@@ -9,11 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from io import StringIO
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
-import pandas as pd
 import pytest
 
 from servebook.book import render_book, run_book
@@ -30,12 +29,45 @@ def _book(root: Path, only: list[str], again: bool = False):
                     again=again)
 
 
-def _html_tables(run: Path, stem: str, marker: str) -> list[pd.DataFrame]:
-    """The HTML tables a chapter's executed notebook displayed from the cell whose source holds ``marker``."""
+class _Table(HTMLParser):
+    """The body rows of an HTML table as lists of cell texts (pandas' ``to_html``: the index in a ``th``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self._row, self._cell, self._body = [], None, None, False
+
+    def handle_starttag(self, tag, attrs):
+        self._body = self._body or tag == "tbody"
+        if tag == "tr" and self._body:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = ""
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._row is not None and self._cell is not None:
+            self._row.append(self._cell.strip())
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.rows.append(self._row)
+            self._row = None
+
+
+def _html_tables(run: Path, stem: str, marker: str) -> list[list[list[str]]]:
+    """The body rows of each HTML table a chapter's executed notebook displayed from the cell whose source holds
+    ``marker``."""
     nb = nbformat.read(run / "notebooks" / f"{stem}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and marker in c.source)
-    return [pd.read_html(StringIO("".join(o["data"]["text/html"])))[0]
-            for o in cell.get("outputs", []) if "text/html" in o.get("data", {})]
+    out = []
+    for o in cell.get("outputs", []):
+        if "text/html" in o.get("data", {}):
+            parser = _Table()
+            parser.feed("".join(o["data"]["text/html"]))
+            out.append(parser.rows)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +116,9 @@ def test_no_page_lists_a_row_twice(three_executions):
         rows = store.rows(table)
         assert len({str(sorted((k, str(v)) for k, v in r.items() if k not in ("recorded_at",))) for r in rows}) == len(rows), table
         assert len({r.get("execution") for r in rows}) <= 1, table  # one execution's facts: the latest that probed
-    (engines,) = _html_tables(run, "01_detect_capabilities", 'store.table("engines")')[:1]
-    assert engines["engine"].is_unique, engines
+    engines = _html_tables(run, "01_detect_capabilities", 'store.table("engines")')[0]  # [index, engine, version, ...]
+    names = [row[1] for row in engines]
+    assert names and len(names) == len(set(names)), engines
     sweep = [r for r in store.rows("bench_summary") if r.get("phase") == "sweep"]
     from servebook.bench.runs import current
 
