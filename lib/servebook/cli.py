@@ -110,19 +110,18 @@ def _cmd_html(args) -> int:
     from .book import chapters, check_run_dir, notebook_parameters, refresh_chapter, render_book
     from .errors import ParameterError
     from .paths import writable_dir
-
     from .results import RunStore
 
-    run_dir = check_run_dir(args.run_dir)
-    writable_dir(args.out)
-    damaged = RunStore(run_dir).say_damaged()  # said before any chapter reads the tables; the book is still rendered
-    if damaged:
-        print(f"servebook: warning: {damaged}", file=sys.stderr)
     if args.compare_with and not (args.refresh_findings or "06" in args.refresh):
         raise ParameterError("compare_with", args.compare_with, "it takes effect with --refresh-findings (chapter 06 is executed again)")
     if args.cell_timeout < 1:
         raise ParameterError("cell_timeout", args.cell_timeout, "seconds one cell may run: 1 or more")
     extra = _chapter_params(args.param)
+    run_dir = check_run_dir(args.run_dir)
+    writable_dir(args.out)
+    damaged = RunStore(run_dir).say_damaged()  # said before any chapter reads the tables; the book is still rendered
+    if damaged:
+        print(f"servebook: warning: {damaged}", file=sys.stderr)
     todo = [c.strip() for c in args.refresh.split(",") if c.strip()]
     if args.refresh_findings and "06" not in todo:
         todo.append("06")
