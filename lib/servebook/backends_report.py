@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import backends_figures as fig
+from .engines import listed_for, unknown_backends
 from .stated import q
 
-__all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "unknown_backends", "check_backends_here", "candidates_for", "starts_table", "plot_rates", "found_lines", "questions",
+__all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "candidates_for", "starts_table", "plot_rates", "found_lines", "questions",
            "whatif_found", "whatif_questions", "flags_note", "TABLE_COLUMNS"]
 
 UNTAGGED = {
@@ -51,45 +52,6 @@ def flags_note(args: list[str]) -> str:
             value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else ""
             seen[a] = f"`{a}{' ' + value if value else ''}`: {FLAG_NOTES[a]}"
     return ("Launch flags added to every start, and what they do: " + "; ".join(seen.values()) + ".") if seen else ""
-
-
-def listed_for(text: str, name: str) -> list[str] | None:
-    """The backends the ``backends`` parameter names for engine ``name``: "a,b" for every engine, or per engine
-    "sglang: triton,flashmla; vllm: FLASHMLA"; None when it names none for this engine."""
-    parts = [p.strip() for p in (text or "").split(";") if p.strip()]
-    tagged = {p.split(":", 1)[0].strip().lower(): p.split(":", 1)[1] for p in parts if ":" in p}
-    if tagged:
-        return [b.strip() for b in tagged[name].split(",") if b.strip()] if name in tagged else None
-    return [b.strip() for b in text.split(",") if b.strip()] if parts else None
-
-
-def unknown_backends(listed: list[str], choices: list[str], engine: str) -> list[str]:
-    """The names of ``listed`` that are not among the engine's own ``choices`` (compared without case; for transformers
-    a hub kernel ``org/name`` is a value its own resolution accepts)."""
-    known = {c.lower() for c in choices}
-    return [b for b in listed if b.lower() not in known and not (engine == "transformers" and "/" in b)]
-
-
-def check_backends_here(backends: str, specs: list[str], python: str | None = None) -> None:
-    """Before a local book starts any server: every backend the ``backends`` parameter names must be a value the engine
-    it is for accepts (its own list, read in its interpreter); else a one-line ``ParameterError`` with that list. An
-    engine not installed here is left to chapter 03, which records it."""
-    from .engines import get_engine
-    from .errors import ParameterError, ServebookError
-
-    for i, spec in enumerate(specs):
-        try:
-            eng = get_engine(spec, python=python if i == 0 else None)
-            listed = listed_for(backends, eng.name)
-            if listed is None or eng.version() is None:
-                continue
-            choices = eng.attention_choices()
-        except ServebookError:
-            continue
-        bad = unknown_backends(listed, choices, eng.name)
-        if bad:
-            raise ParameterError("backends", bad[0], f"not a backend {eng.name} {eng.version()} accepts; its own list: "
-                                                     f"{', '.join(choices)}")
 
 
 def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[list[str], list[dict]]:

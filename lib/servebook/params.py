@@ -54,14 +54,14 @@ def _check_engine(value: str) -> None:
 
 def check_here(values: dict, extra: dict) -> None:
     """What a local book can check about this host before chapter 01: the pinned engine version (``check_engine_here``)
-    and the backends ``-p backends=`` names (each engine's own list; ``backends_report.check_backends_here``)."""
+    and the backends ``-p backends=`` names (each engine's own list; ``engines.check_backends``)."""
     host, profile = values.get("host") or "local", values.get("profile") or ""
     check_engine_here(values["engine"], host, extra.get("engine_python"), profile)
     if extra.get("backends") and host == "local" and not profile:
-        from .backends_report import check_backends_here
+        from .engines import check_backends
 
         specs = [e.strip() for e in [values["engine"], *str(extra.get("compare_engines") or "").split(",")] if e.strip()]
-        check_backends_here(str(extra["backends"]), specs, extra.get("engine_python"))
+        check_backends(str(extra["backends"]), specs, extra.get("engine_python"))
 
 
 def check_engine_here(spec: str, host: str, python: str | None = None, profile: str = "") -> None:
