@@ -213,3 +213,8 @@ def test_chapter_03_leaves_an_unknown_backend_out_with_its_reason(capsys):
     (row,) = [s for s in skipped if s["attention"] == "nosuch"]
     assert "not a value transformers accepts" in row["reason"] and "no server was started" in row["reason"]
     assert "'nosuch', which transformers does not accept" in capsys.readouterr().out
+
+
+def test_again_without_a_run_id(tmp_path, capsys):
+    assert main(["book", "--again", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "s")]) == 2
+    _one_line(capsys, "parameter 'again'", "--run-id")

@@ -1,6 +1,7 @@
 """The ``servebook`` command.
 
     servebook book [--host local|ssh://user@box[:port]|replay:RUN_DIR] [--record] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
+    servebook book --run-id ID [--again]               (resume a run, or measure it again, each execution's rows kept apart)
     servebook html RUN_DIR [--out build/book] [--refresh-findings [--compare-with DIR,...]]
     servebook front [RENDERED_DIR] [--runs DIR]         (the front page of every rendered book)
     servebook compare RUN_A RUN_B [...]                 (chapter 06)
