@@ -300,9 +300,9 @@ def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[st
         resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": parameters, **here,
                                                                  **({"chapter_defaults": sized} if sized else {})}]
         store.write_manifest({"resumptions": resumptions, "finished": None})
-    say(f"run directory: {store.path}" + ((f" (execution {number}: measuring again, earlier executions' rows kept apart)"
-                                             if execution["again"] else f" (execution {number}: resuming; what is recorded "
-                                             f"is not measured again, --again measures it again)") if resumed else ""))
+    say(f"run directory: {store.path}" + ((f" (measuring again): execution {number}, earlier executions' rows kept apart"
+                                             if execution["again"] else f" (resuming): execution {number}; what is recorded "
+                                             f"is not measured again (--again measures it again)") if resumed else ""))
     return store
 
 
