@@ -137,7 +137,7 @@ def _probe_completion(url: str, model: str, prompt, api: str, engine: str, tok) 
     line, instead of after a whole benchmark of failed requests."""
     from ..errors import ServerError
 
-    (r,) = run_requests(url, model, [prompt], max_tokens=2, api=api, engine=engine, tokenizer=tok, request_timeout=60.0)
+    (r,) = run_requests(url, model, [prompt], max_tokens=2, api=api, engine=engine, tokenizer=tok)
     if not r.ok:
         raise ServerError(f"{url} answers /v1/models but its first completion for model {model!r} failed ({r.error}); "
                           f"nothing was measured: check the server's log, --model and --api")
