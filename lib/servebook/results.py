@@ -137,8 +137,7 @@ class RunStore:
         """
         row = _jsonable(mask_value(dict(row)))
         row.setdefault("recorded_at", _now())
-        if self.execution.get("id") is not None:
-            row.setdefault("execution", self.execution["id"])
+        row.setdefault("execution", self.execution.get("id") or 1)  # outside a book (servebook bench, a test): the first
         with _APPEND_LOCK:  # parallel sweeps (one engine per GPU) append from threads
             self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
         return row
