@@ -99,8 +99,11 @@ if profile and not engine_python and "==" in engine and measure:
 report = None
 if not measure:
     print("measure=False: nothing is probed; the probe and tables below are this run's, as recorded on its host")
+resumed = measure and (store.path / "probe.json").exists() and store.done("versions")  # a run id executed again
+if resumed:
+    print("resumed: this run's probe is recorded, so nothing is probed again (servebook book --again probes again)")
 try:
-    report = None if not measure else sbp.probe(profile or None, host=get_host(host, run_dir=store.path), python=engine_python or None,
+    report = None if not measure or resumed else sbp.probe(profile or None, host=get_host(host, run_dir=store.path), python=engine_python or None,
                        p2p_bytes=(16 if smoke else 256) * 2**20)
     if report is not None:
         sbp.record(store, report)

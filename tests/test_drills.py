@@ -478,6 +478,11 @@ def test_disk_full_for_the_book_is_a_one_line_error(tmp_path):
         # rendering a finished run onto the full disk: the same
         run = RunStore.at(tmp_path / "a-run")
         run.write_manifest({"chapters": []})
+        import nbformat  # one executed chapter: a run with none is refused before its --out is written (test_inputs.py)
+
+        (run.path / "notebooks").mkdir()
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 06. Findings")]),
+                       run.path / "notebooks" / "06_findings.ipynb")
         html = subprocess.run(SERVEBOOK + ["html", str(run.path), "--out", str(mnt / "site")],
                               capture_output=True, text=True, env=_env(), timeout=100)
         assert html.returncode == 2 and "Traceback" not in html.stderr, html.stderr[-2000:]

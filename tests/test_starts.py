@@ -189,3 +189,33 @@ def test_flag_notes_name_the_value_used():
     note = flags_note("python -m sglang.launch_server --cuda-graph-max-bs 16 --sampling-backend pytorch".split())
     assert "`--cuda-graph-max-bs 16`" in note and "`--sampling-backend pytorch`" in note
     assert flags_note(["--port", "1"]) == ""
+
+
+def test_chapter_03_measured_again_pools_further_starts_of_the_same_method(tmp_path):
+    """``servebook book --again`` (issue 42): the new execution's starts of a configuration are numbered after the earlier
+    execution's and pooled with them where the method is the same; with another method the latest stands alone. The
+    pages list one row per configuration (``RunStore.rows``: the latest execution's)."""
+    from types import SimpleNamespace
+
+    from servebook.backends import _rate_over_starts
+
+    store = RunStore.at(tmp_path / "run")
+    store.write_manifest({"execution": {"id": 1, "again": False}})
+    first = {**_row("auto", [800.0, 700.0]), "bench_method": "1 warm-up, 3 runs", "bench_model": "/m"}
+    store.append("backends", first)
+    store.write_manifest({"execution": {"id": 2, "again": True}})
+    ctx = SimpleNamespace(store=store, served_from="/m")
+    for method, pooled in (("1 warm-up, 3 runs", True), ("2 warm-ups, 5 runs", False)):
+        row = {k: v for k, v in first.items() if k not in ("starts", "execution", "recorded_at")}
+        row.update(decode_tok_s=600.0, decode_tok_s_ci95=4.0, bench_method=method)
+        _rate_over_starts(ctx, row, [{"start": 1, "decode_tok_s": 500.0, "decode_tok_s_ci95": 4.0}])
+        rates = [e["decode_tok_s"] for e in row["starts"]]
+        if pooled:
+            assert rates == [800.0, 700.0, 600.0, 500.0] and [e["start"] for e in row["starts"]] == [0, 1, 2, 3]
+            assert [e["execution"] for e in row["starts"]] == [1, 1, 2, 2] and row["ci_over"] == "4 server starts"
+            assert row["decode_tok_s"] == pytest.approx(650.0)
+        else:
+            assert rates == [600.0, 500.0] and row["ci_over"] == "2 server starts"
+    store.append("backends", row)
+    (standing,) = store.rows("backends")  # one row of the configuration: the latest execution's
+    assert standing["execution"] == 2 and len(store.rows("backends", executions="all")) == 2

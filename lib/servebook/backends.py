@@ -493,6 +493,11 @@ def _rate_over_starts(ctx: _Sweep, row: dict, more: list[dict]) -> None:
     if row.get("started_with") is not None:
         first["started_with"] = row["started_with"]
     entries = [first, *more]
+    earlier = _earlier_starts(ctx, row)
+    if earlier:  # measured again (--again): further starts of this configuration and method, pooled with the earlier ones
+        k0 = 1 + max(int(e.get("start") or 0) for e in earlier)
+        mine = ctx.store.execution.get("id")
+        entries = earlier + [{**e, "start": k0 + int(e.get("start") or 0), "execution": mine} for e in entries]
     rates = [e["decode_tok_s"] for e in entries if e.get("decode_tok_s") is not None]
     ci = mean_ci(rates)
     row["starts"] = entries
@@ -501,6 +506,25 @@ def _rate_over_starts(ctx: _Sweep, row: dict, more: list[dict]) -> None:
         row.update(decode_tok_s=ci["mean"], decode_tok_s_ci95=ci["half_width"], ci_over=f"{len(rates)} server starts")
     else:
         row["ci_over"] = "one start: interval within a start only"
+
+
+def _earlier_starts(ctx: _Sweep, row: dict) -> list[dict]:
+    """In an execution that measures a recorded run again (``servebook book --again``): the starts the last earlier
+    execution recorded for this configuration (engine, backend, mode) with the same method (engine version, model,
+    ``bench_method``), each with its ``execution``; [] otherwise, or where the method differs (the latest method stands)."""
+    ex = ctx.store.execution
+    if not ex.get("again"):
+        return []
+    method = lambda r: (r.get("bench_method"), r.get("engine_version"), r.get("bench_model"))  # noqa: E731
+    same = lambda r: all((r.get(k) or d) == (row.get(k) or d) for k, d in (("engine", ""), ("attention", ""), ("mode", "default")))  # noqa: E731
+    prior = [r for r in ctx.store.rows("backends", executions="all") if (r.get("execution") or 1) < ex["id"] and same(r)
+             and r.get("outcome") == "ok" and r.get("decode_tok_s") is not None and method(r) == method(row)]
+    if not prior:
+        return []
+    last = prior[-1]
+    starts = last.get("starts") or [{"start": 0, "decode_tok_s": last["decode_tok_s"],
+                                     "decode_tok_s_ci95": last.get("decode_tok_s_ci95_within", last.get("decode_tok_s_ci95"))}]
+    return [{**e, "execution": e.get("execution", last.get("execution") or 1)} for e in starts]
 
 
 def _prepare_start(ctx: _Sweep, backend: str | None, mode: str, k: int) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import backends_figures as fig
+from .engines import listed_for, unknown_backends
 from .stated import q
 
 __all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "candidates_for", "starts_table", "plot_rates", "found_lines", "questions",
@@ -53,16 +54,6 @@ def flags_note(args: list[str]) -> str:
     return ("Launch flags added to every start, and what they do: " + "; ".join(seen.values()) + ".") if seen else ""
 
 
-def listed_for(text: str, name: str) -> list[str] | None:
-    """The backends the ``backends`` parameter names for engine ``name``: "a,b" for every engine, or per engine
-    "sglang: triton,flashmla; vllm: FLASHMLA"; None when it names none for this engine."""
-    parts = [p.strip() for p in (text or "").split(";") if p.strip()]
-    tagged = {p.split(":", 1)[0].strip().lower(): p.split(":", 1)[1] for p in parts if ":" in p}
-    if tagged:
-        return [b.strip() for b in tagged[name].split(",") if b.strip()] if name in tagged else None
-    return [b.strip() for b in text.split(",") if b.strip()] if parts else None
-
-
 def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[list[str], list[dict]]:
     """The backends to force for ``eng`` and those left out, each with its reason: the ``backends`` parameter's list
     where it names this engine, else every value the engine accepts that can run here (``runnable_here``)."""
@@ -78,8 +69,13 @@ def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[
     listed = listed_for(backends, eng.name)
     picked, skipped = [], []
     if listed is not None:  # the run names its candidates: the others are recorded as not run, with that reason
-        picked = listed
+        bad = unknown_backends(listed, choices, eng.name)  # never started: the engine's own list does not have them
+        picked = [n for n in listed if n not in bad]
         skipped = [{"engine": eng.name, "attention": n, "reason": "not in this run's `backends` list"} for n in choices if n not in listed]
+        skipped += [{"engine": eng.name, "attention": n, "reason": f"not a value {eng.name} accepts (its list: {', '.join(choices)}); "
+                     "no server was started for it"} for n in bad]
+        for n in bad:
+            print(f"warning: `backends` names {n!r}, which {eng.name} does not accept; left out, no server started")
     else:
         for name in choices:
             ok, why = runnable_here(name, smoke=smoke, host=host)

@@ -26,13 +26,13 @@ from typing import Any, Callable
 
 from . import __version__, measured
 from .errors import ParameterError, ServebookError
-from .params import PARAMS, check_chapter_param, coerce, model_defaults, validate
+from .params import PARAMS, check_chapter_param, check_here, coerce, model_defaults, validate
 from .paths import book_root, notebooks_dir
 from .provenance import describe_revision, host_fingerprint, record_code, software_versions
 from .results import RunStore
 
-__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "answer_boxes", "refresh_findings", "refresh_chapter",
-           "chapter_verdict", "host_fingerprint", "software_versions", "excerpt_html", "parameters_that_ran"]
+__all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "check_run_dir", "answer_boxes", "refresh_findings", "refresh_chapter",
+           "chapter_verdict", "host_fingerprint", "software_versions", "excerpt_html", "parameters_that_ran", "partial_notebook"]
 
 _CHAPTER = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
 
@@ -170,8 +170,12 @@ def run_book(
     cell_timeout: int | None = None,
     progress: Callable[[str], None] | None = print,
     record: bool = False,
+    again: bool = False,
 ) -> BookResult:
     """Execute the chapters (``only``: numbers or slugs) and render the book under ``out``.
+
+    ``run_id`` of a recorded run resumes it: what it recorded is not measured again. ``again``: measure it again, the rows
+    of this execution kept apart from the earlier ones' (field ``execution``; the pages read what stands, never a row twice).
 
     ``record``: every host interaction of the chapters goes to ``<run_dir>/cassette.jsonl``, so that
     ``host='replay:<run_dir>'`` can rebuild the book later without the host. A what-if (``profile``) with a
@@ -181,13 +185,17 @@ def run_book(
     say = progress or (lambda _m: None)
     _require_notebook_tools()
     values = validate(params or {})
+    from .paths import writable_dir
+
+    writable_dir(out)  # the book's directory: a path that cannot be made is said now, not after the chapters ran
     selected = _select_chapters(only)
     # Check chapter-specific parameters before anything runs.
     declared = {c.stem: notebook_parameters(c.source) for c in selected}
     extra = _check_extra(dict(extra or {}), declared)
+    check_here(values, extra)  # a pinned engine version, the backends named: against this host, before anything starts
     _prepare_engine(values, extra, say)
     sized = _sized_defaults(selected, declared, values, extra, say)
-    store = _open_run(runs_root, run_id, {**values, **extra}, say, sized)
+    store = _open_run(runs_root, run_id, {**values, **extra}, say, sized, again)
     if record:
         from .hosts import start_recording
 
@@ -269,11 +277,16 @@ def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> No
 
 
 def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[str], None],
-              sized: dict | None = None) -> RunStore:
-    """The run directory, new or resumed, with its manifest: where and with what code it runs."""
+              sized: dict | None = None, again: bool = False) -> RunStore:
+    """The run directory, new or resumed, with its manifest: where and with what code it runs, and which execution of
+    the run id this is (``execution``: its number, and whether it measures ``again``)."""
     store = RunStore.open(runs_root, host=parameters["host"], run_id=run_id)
     previous = store.manifest
     resumed = "started" in previous
+    executions = list(previous.get("executions") or [])
+    number = (executions[-1]["id"] if executions else (1 if resumed else 0)) + 1  # unstamped rows are execution 1's
+    execution = {"id": number, "again": bool(again and resumed), "at": _now()}
+    store.write_manifest({"execution": execution, "executions": executions + [execution]})
     here = {"servebook_version": __version__, "git_revision": record_code(store), "versions": software_versions(),
             "host_fingerprint": host_fingerprint()}
     if sized:
@@ -287,7 +300,9 @@ def _open_run(runs_root, run_id: str | None, parameters: dict, say: Callable[[st
         resumptions = list(previous.get("resumptions", [])) + [{"at": _now(), "parameters": parameters, **here,
                                                                  **({"chapter_defaults": sized} if sized else {})}]
         store.write_manifest({"resumptions": resumptions, "finished": None})
-    say(f"run directory: {store.path}" + (" (resuming)" if resumed else ""))
+    say(f"run directory: {store.path}" + ((f" (measuring again): execution {number}, earlier executions' rows kept apart"
+                                             if execution["again"] else f" (resuming): execution {number}; what is recorded "
+                                             f"is not measured again (--again measures it again)") if resumed else ""))
     return store
 
 
@@ -334,13 +349,14 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
 
     source = executed_dir / f"{chapter.stem}.source.ipynb"
     target = executed_dir / f"{chapter.stem}.ipynb"
+    partial = partial_notebook(executed_dir, chapter.stem)  # papermill writes here; moved over ``target`` when it ends
     nbformat.write(_with_setup(_select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile")))), source)
     given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     failures_before = measured.failures_so_far(store)
     try:
         papermill.execute_notebook(
-            str(source), str(target), parameters=parameters, kernel_name="python3",
+            str(source), str(partial), parameters=parameters, kernel_name="python3",
             cwd=str(book_root()), progress_bar=False, execution_timeout=cell_timeout,
             report_mode=False,
         )
@@ -355,9 +371,30 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
     except Exception as exc:  # noqa: BLE001 - a dead kernel or a timeout: record and go on
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         store.record_failure(f"chapter {chapter.stem}", error)
+    except BaseException:  # Ctrl-C: the finished notebook stays; the chapter's status says interrupted
+        _interrupted(store, chapter)
+        raise
     finally:
         source.unlink(missing_ok=True)
+    if partial.exists():
+        os.replace(partial, target)
     return status, error
+
+
+def partial_notebook(executed_dir: Path, stem: str) -> Path:
+    """Where a chapter's execution in progress is written: beside its finished notebook, moved over it at the end. Left
+    behind, it says the last execution did not finish (interrupted, or the book was killed)."""
+    return Path(executed_dir) / f"{stem}.partial.ipynb"
+
+
+def _interrupted(store: RunStore, chapter: Chapter) -> None:
+    """An execution stopped by Ctrl-C: recorded as ``interrupted``. The finished notebook of an earlier execution stays in
+    place, the partial one beside it (with none finished, the partial one is the page, under the interrupted banner)."""
+    try:
+        store.append("chapters", {"chapter": chapter.stem, "title": chapter.title, "status": "interrupted",
+                                  "error": "interrupted (Ctrl-C) before the chapter finished"})
+    except ServebookError:
+        pass
 
 
 # -- rendering -----------------------------------------------------------------
@@ -545,10 +582,15 @@ def _answer_box(lines: list[str]) -> str:
 
 
 def _chapter_status(store: RunStore) -> dict[str, dict]:
-    """Each chapter's last recorded outcome: the ``chapters`` table (every invocation), then the manifest."""
+    """Each chapter's last recorded outcome: the ``chapters`` table (every invocation), then the manifest; a chapter whose
+    last execution left its partial notebook behind (killed, or stopped before it could say so) is ``interrupted``."""
     status = {r["chapter"]: r for r in store.rows("chapters") if r.get("chapter")}
     for r in store.manifest.get("chapters", []):
         status.setdefault(r["chapter"], r)
+    for c in chapters():
+        if partial_notebook(store.path / "notebooks", c.stem).exists() and status.get(c.stem, {}).get("status") != "interrupted":
+            status[c.stem] = {**status.get(c.stem, {}), "chapter": c.stem, "status": "interrupted",
+                              "error": "its last execution did not finish (the book was stopped or killed while it ran)"}
     return status
 
 
@@ -614,18 +656,34 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     return row
 
 
+def check_run_dir(run_dir: str | os.PathLike) -> Path:
+    """``run_dir`` when it is a run's directory (it holds the ``manifest.json`` that ``servebook book`` writes), else a
+    one-line ``ParameterError`` naming what is there instead."""
+    path = Path(run_dir)
+    if (path / "manifest.json").is_file():
+        return path
+    what = ("does not exist" if not path.exists() else "is not a directory" if not path.is_dir() else
+            "holds runs, not one run" if any(path.glob("*/manifest.json")) or any(path.glob("*/*/manifest.json")) else
+            "has no manifest.json")
+    raise ParameterError("run_dir", str(run_dir), f"it {what}; give one run's directory, runs/<host>/<run-id> "
+                                                  f"(servebook book writes it, with its manifest.json)")
+
+
 def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Render a run's executed notebooks to ``out``: one page per chapter and an index."""
     import nbformat
 
-    run_dir, out = Path(run_dir), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    from .paths import writable_dir
+
+    run_dir = check_run_dir(run_dir)
+    out = writable_dir(out)
     store = RunStore(run_dir)
     manifest = store.manifest
     status = _chapter_status(store)
     pages = []
-    for chapter in chapters():
+    for chapter in chapters():  # the finished notebook; with none, an interrupted execution's partial one
         executed = run_dir / "notebooks" / f"{chapter.stem}.ipynb"
+        executed = executed if executed.exists() else partial_notebook(run_dir / "notebooks", chapter.stem)
         if executed.exists():
             pages.append((chapter, executed))
     exporter = _exporter()
@@ -642,7 +700,12 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         nxt = (f"{pages[i + 1][0].stem}.html", pages[i + 1][0].title) if i + 1 < len(pages) else None
         banner = ""
         info = status.get(chapter.stem, {})
-        if info.get("status") == "failed" or errors[chapter.stem]:
+        if info.get("status") == "interrupted":
+            finished = executed.name == f"{chapter.stem}.ipynb"
+            banner = ('<div class="sb-failed" id="sb-failed">The last execution of this chapter was interrupted before it '
+                      'finished; ' + ("this page is the execution before it, which finished." if finished else
+                                      "this page is what it had run by then: the cells after that did not run.") + '</div>')
+        elif info.get("status") == "failed" or errors[chapter.stem]:
             why = excerpt_html(str(info.get("error") or "a cell raised an error"))
             where = ('<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.'
                      if errors[chapter.stem] else "Every cell ran; what each measurement tried and why it failed is below.")

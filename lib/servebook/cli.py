@@ -1,6 +1,7 @@
 """The ``servebook`` command.
 
     servebook book [--host local|ssh://user@box[:port]|replay:RUN_DIR] [--record] [--engine transformers] [--model embedded] [--out build/book] [--smoke]
+    servebook book --run-id ID [--again]               (resume a run, or measure it again, each execution's rows kept apart)
     servebook html RUN_DIR [--out build/book] [--refresh-findings [--compare-with DIR,...]]
     servebook front [RENDERED_DIR] [--runs DIR]         (the front page of every rendered book)
     servebook compare RUN_A RUN_B [...]                 (chapter 06)
@@ -43,6 +44,9 @@ def _add_book(sub) -> None:
     p.add_argument("--out", default="build/book", help="where the rendered book goes (default: build/book)")
     p.add_argument("--runs", default="runs", help="root of the run directories (default: runs)")
     p.add_argument("--run-id", default=None, help="resume or name a run (default: a new id from the time)")
+    p.add_argument("--again", action="store_true",
+                   help="with --run-id of a recorded run: measure again what it recorded (each execution's rows kept apart; "
+                        "the pages read the latest), instead of resuming")
     p.add_argument("--only", default=None, help="comma-separated chapters to run, e.g. 01,05")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a chapter parameter, e.g. -p max_tokens=64 (repeatable)")
@@ -89,11 +93,13 @@ def _cmd_book(args) -> int:
         from .params import _check_run_id
 
         _check_run_id(args.run_id)
+    if args.again and args.run_id is None:
+        raise ParameterError("again", True, "it measures a recorded run again: name the run with --run-id ID")
     if args.cell_timeout is not None and args.cell_timeout < 1:
         raise ParameterError("cell_timeout", args.cell_timeout, "seconds one cell may run: 1 or more (leave it out for no limit)")
     only = [o for o in (args.only or "").split(",") if o.strip()] or None
     result = run_book(params, out=args.out, runs_root=args.runs, run_id=args.run_id, only=only, extra=extra,
-                      cell_timeout=args.cell_timeout, record=args.record)
+                      cell_timeout=args.cell_timeout, record=args.record, again=args.again)
     failed = [c["chapter"] for c in result.chapters if c["status"] != "ok"]
     if failed:
         print(f"servebook: {len(failed)} chapter(s) failed: {', '.join(failed)}; their pages show where", file=sys.stderr)
@@ -102,17 +108,25 @@ def _cmd_book(args) -> int:
 
 
 def _cmd_html(args) -> int:
-    from .book import chapters, notebook_parameters, refresh_chapter, render_book
+    from .book import chapters, check_run_dir, notebook_parameters, refresh_chapter, render_book
     from .errors import ParameterError
+    from .paths import writable_dir
+    from .results import RunStore
 
     if args.compare_with and not (args.refresh_findings or "06" in args.refresh):
         raise ParameterError("compare_with", args.compare_with, "it takes effect with --refresh-findings (chapter 06 is executed again)")
     if args.cell_timeout < 1:
         raise ParameterError("cell_timeout", args.cell_timeout, "seconds one cell may run: 1 or more")
     extra = _chapter_params(args.param)
+    run_dir = check_run_dir(args.run_dir)
+    writable_dir(args.out)
+    damaged = RunStore(run_dir).say_damaged()  # said before any chapter reads the tables; the book is still rendered
+    if damaged:
+        print(f"servebook: warning: {damaged}", file=sys.stderr)
     todo = [c.strip() for c in args.refresh.split(",") if c.strip()]
     if args.refresh_findings and "06" not in todo:
         todo.append("06")
+    failed = 0
     for number in sorted(todo):
         mine = dict(extra, **({"compare_with": args.compare_with} if number == "06" and args.compare_with else {}))
         chapter = next((c for c in chapters() if c.stem.startswith(number)), None)  # none: refresh_chapter names the valid ones
@@ -120,8 +134,12 @@ def _cmd_html(args) -> int:
         row = refresh_chapter(args.run_dir, number, {k: v for k, v in mine.items() if k in declared}, args.cell_timeout)
         if row["status"] != "ok":
             print(f"servebook: chapter {number} failed: {row['error']}; its page shows where", file=sys.stderr)
-    print(render_book(args.run_dir, args.out).resolve())
-    return 0
+            failed += 1
+    if not any((run_dir / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        raise ParameterError("run_dir", args.run_dir, "the run has no executed chapter (notebooks/NN_*.ipynb) to render; "
+                                                      "run its chapters (servebook book --run-id ID) or add --refresh 06")
+    print(render_book(run_dir, args.out).resolve())
+    return 1 if failed or damaged else 0
 
 
 # Chapters add their own subcommands through a ``register(subparsers)`` function.

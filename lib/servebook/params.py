@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from .errors import ParameterError, ServebookError
 
-__all__ = ["Param", "PARAMS", "MODEL_DEFAULTS", "validate", "coerce", "resolve_model", "check_chapter_param", "model_defaults"]
+__all__ = ["Param", "PARAMS", "MODEL_DEFAULTS", "validate", "coerce", "resolve_model", "check_chapter_param", "model_defaults",
+           "check_engine_here", "check_here"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,54 @@ def _check_engine(value: str) -> None:
     spec = parse_engine_spec(value)
     if spec.name not in ENGINES:
         raise ParameterError("engine", value, f"valid engines: {', '.join(ENGINES)} (optionally NAME==VERSION)")
+    if spec.version is not None:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(spec.version)
+        except InvalidVersion:
+            raise ParameterError("engine", value, f"{spec.version!r} is not a release version (PEP 440); give one such as "
+                                                  f"{spec.name}==0.5.9, or {spec.name} alone for the installed one") from None
+
+
+def check_here(values: dict, extra: dict) -> None:
+    """What a local book can check about this host before chapter 01: the pinned engine version (``check_engine_here``)
+    and the backends ``-p backends=`` names (each engine's own list; ``engines.check_backends``)."""
+    host, profile = values.get("host") or "local", values.get("profile") or ""
+    check_engine_here(values["engine"], host, extra.get("engine_python"), profile)
+    if extra.get("backends") and host == "local" and not profile:
+        from .engines import check_backends
+
+        specs = [e.strip() for e in [values["engine"], *str(extra.get("compare_engines") or "").split(",")] if e.strip()]
+        check_backends(str(extra["backends"]), specs, extra.get("engine_python"))
+
+
+def check_engine_here(spec: str, host: str, python: str | None = None, profile: str = "") -> None:
+    """Before a local book starts anything: a pinned ``NAME==VERSION`` must be the version this host runs (installed in
+    the interpreter the book will use, or prepared with ``servebook engines add``); else a one-line error naming what is
+    installed and how to add the version asked for. A what-if (``profile``) prepares its version itself, and a remote or
+    replayed host answers for itself: neither is checked here."""
+    from .engines import get_engine, parse_engine_spec
+
+    parsed = parse_engine_spec(spec)
+    if parsed.version is None or profile or (host or "local") != "local":
+        return
+    eng = get_engine(spec, python=python or None)
+    try:
+        found = eng.version()
+    except ServebookError:
+        found = None
+    if found == parsed.version:
+        return
+    from .selection.envs import list_engines
+
+    prepared = [f"{e['engine']}=={e['version']}" for e in list_engines() if e.get("engine") == parsed.name]
+    have = f"{eng.python} has {parsed.name} {found}" if found else f"{parsed.name} is not installed in {eng.python}"
+    how = ("pass -p engine_python= with an interpreter that has it" if parsed.name == "transformers" else
+           f"prepare it with `servebook engines add {spec}` (or point SERVEBOOK_PYTHON_{parsed.name.upper()} at an "
+           f"interpreter that has it)")
+    raise ParameterError("engine", spec, f"{have}" + (f"; prepared: {', '.join(prepared)}" if prepared else "")
+                         + f"; {how}, or drop ==VERSION")
 
 
 def _check_model(value: str) -> None:
@@ -202,12 +251,30 @@ def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ParameterError("model", model, "the directory has no config.json; point at a Hugging Face model directory")
+        _check_config(model, path / "config.json")
         return path.resolve()
     known = sorted(p.stem for p in cards.glob("*.json")) if cards.exists() else []
     raise ParameterError(
         "model", model,
         "not 'embedded', not a model card" + (f" (cards: {', '.join(known)})" if known else "") + ", and no such directory",
     )
+
+
+def _check_config(model: str, config: Path) -> None:
+    """A model directory's ``config.json`` must be a JSON object naming its architecture (``model_type``): what every
+    engine reads first. A damaged one is named here, before chapter 01, not found by an engine's traceback later."""
+    import json
+
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParameterError("model", model, f"{config} cannot be read ({exc}); restore it from the model's source") from None
+    except json.JSONDecodeError as exc:
+        raise ParameterError("model", model, f"{config} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                                             f"restore it from the model's source") from None
+    if not isinstance(data, dict) or not data.get("model_type"):
+        raise ParameterError("model", model, f"{config} has no model_type, so no engine can tell the architecture; restore it "
+                                             f"from the model's source")
 
 
 # Chapter parameters (``-p NAME=VALUE``) whose valid values are narrower than their type. The type itself is

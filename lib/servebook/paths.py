@@ -13,7 +13,7 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["book_root", "data_dir", "notebooks_dir", "cache_dir", "build_lock"]
+__all__ = ["book_root", "data_dir", "notebooks_dir", "cache_dir", "build_lock", "writable_dir"]
 
 
 def book_root() -> Path:
@@ -53,3 +53,23 @@ def build_lock(target: str | os.PathLike):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def writable_dir(path: str | os.PathLike, name: str = "out") -> Path:
+    """``path`` made (with its parents) and checked writable, before any work that will write there; else a one-line
+    ``ParameterError`` naming the path, why, and the fix.
+
+        writable_dir(args.out)      # servebook book / html --out, checked before a chapter runs
+    """
+    from .errors import ParameterError
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ParameterError(name, str(path), f"cannot create it ({exc.strerror or exc}); pass a directory you can write "
+                                              f"to, e.g. --{name.replace('_', '-')} build/book") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ParameterError(name, str(path), f"the directory is not writable; pass a directory you can write to, e.g. "
+                                              f"--{name.replace('_', '-')} build/book")
+    return path

@@ -76,6 +76,7 @@ class RunStore:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._execution_seen: tuple[int, dict] | None = None  # (manifest mtime, its "execution") read by ``execution``
 
     # -- opening ---------------------------------------------------------------
     @classmethod
@@ -136,6 +137,7 @@ class RunStore:
         """
         row = _jsonable(mask_value(dict(row)))
         row.setdefault("recorded_at", _now())
+        row.setdefault("execution", self.execution.get("id") or 1)  # outside a book (servebook bench, a test): the first
         with _APPEND_LOCK:  # parallel sweeps (one engine per GPU) append from threads
             self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
         return row
@@ -158,9 +160,33 @@ class RunStore:
                 raise self._error(path, exc) from exc
         return stored
 
-    def rows(self, table: str, withdrawn: bool = False) -> list[dict]:
+    @property
+    def execution(self) -> dict:
+        """This run's execution in progress, as ``servebook book`` recorded it in the manifest: ``{"id": n, "again": bool}``
+        (the n-th invocation on this run id; ``again``: it measures again what earlier ones recorded); {} outside a book."""
+        try:
+            stamp = self.manifest_path.stat().st_mtime_ns
+        except OSError:
+            return {}
+        if self._execution_seen is None or self._execution_seen[0] != stamp:
+            try:
+                self._execution_seen = (stamp, dict(self.manifest.get("execution") or {}))
+            except ResultsError:
+                self._execution_seen = (stamp, {})
+        return self._execution_seen[1]
+
+    def rows(self, table: str, withdrawn: bool = False, executions: str = "standing") -> list[dict]:
         """The rows of a table; a torn last line (a run killed mid-write) is skipped, and so are rows a correction
-        withdrew (``withdrawn``: not this run's; tools/corrections/mark_rows.py) unless ``withdrawn=True``."""
+        withdrew (``withdrawn``: not this run's; tools/corrections/mark_rows.py) unless ``withdrawn=True``.
+
+        A run id executed again (``servebook book --again``) keeps every execution's rows, each with its ``execution``;
+        ``executions="standing"`` gives what stands now: of a table recorded whole per execution (chapter 01's facts) the
+        latest execution's rows, of a table with one row per configuration (``backends``) the latest execution's row of
+        each, and never the same row twice (``executions="all"``: every row as recorded)."""
+        out = self._read(table, withdrawn)
+        return _standing_executions(table, out) if executions == "standing" else out
+
+    def _read(self, table: str, withdrawn: bool) -> list[dict]:
         path = self.table_path(table)
         if not path.exists():
             return []
@@ -177,6 +203,44 @@ class RunStore:
                 out.append(row)
         return out
 
+    def damaged(self, table: str | None = None) -> dict[str, list[int]]:
+        """Lines (1-based) of this run's tables that are not a whole row: torn by a killed run or edited by hand. ``rows``
+        leaves them out, so what they held is missing from every page; ``{table: [line, ...]}``, only tables with one.
+
+            store.damaged()                    # {'bench_summary': [10]}
+        """
+        names = [table] if table else self.tables()
+        out: dict[str, list[int]] = {}
+        for name in names:
+            path = self.table_path(name)
+            if not path.exists():
+                continue
+            bad = []
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                for n, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        row = None
+                    if not isinstance(row, dict):
+                        bad.append(n)
+            if bad:
+                out[name] = bad
+        return out
+
+    def say_damaged(self) -> str | None:
+        """One line naming this run's damaged rows and what that means for a reader, or None when every line is whole."""
+        bad = self.damaged()
+        if not bad:
+            return None
+        where = "; ".join(f"{t}.jsonl line{'s' if len(n) > 1 else ''} {', '.join(map(str, n[:5]))}{' ...' if len(n) > 5 else ''}"
+                          for t, n in sorted(bad.items()))
+        return (f"{self.path}: {sum(map(len, bad.values()))} row(s) cannot be read ({where}): torn by a killed run or "
+                f"edited; they are left out, so a figure or method read from those tables may be an older row's. Restore "
+                f"the lines from a copy (or delete them) to silence this")
+
     def table(self, table: str):
         import pandas as pd
 
@@ -186,13 +250,18 @@ class RunStore:
         return sorted(p.stem for p in self.path.glob("*.jsonl"))
 
     def done(self, table: str, **key: Any) -> bool:
-        """True when a row of ``table`` matches every ``key=value`` (resume support)."""
-        key = _jsonable(key)
-        return any(all(r.get(k) == v for k, v in key.items()) for r in self.rows(table))
+        """True when a row of ``table`` matches every ``key=value`` (resume support). In an execution that measures again
+        (``--again``) only its own rows count: what earlier executions recorded is measured again."""
+        return bool(self.find(table, **key))
 
     def find(self, table: str, **key: Any) -> list[dict]:
+        """The rows of ``table`` matching every ``key=value`` that count as recorded for resuming (see ``done``)."""
         key = _jsonable(key)
-        return [r for r in self.rows(table) if all(r.get(k) == v for k, v in key.items())]
+        rows = self.rows(table, executions="all")
+        ex = self.execution
+        if ex.get("again") and ex.get("id") is not None:
+            rows = [r for r in rows if (r.get("execution") or 1) >= ex["id"]]
+        return [r for r in rows if all(r.get(k) == v for k, v in key.items())]
 
     def record_failure(self, step: str, error: BaseException | str, **context: Any) -> dict:
         """A failed measurement is a finding: store what failed and why."""
@@ -259,6 +328,40 @@ def _last_byte(path: Path, size: int) -> bytes:
     with open(path, "rb") as fh:
         fh.seek(size - 1)
         return fh.read(1)
+
+
+# Tables chapter 01 records whole at each probe: what stands is the latest execution's rows. Tables with one row per
+# configuration (its identity): what stands is each configuration's row of the latest execution that recorded it.
+_WHOLE_PER_EXECUTION = {"gpus", "versions", "topology", "p2p", "engines", "engine_helpers", "warnings"}
+_ONE_ROW_PER = {"backends": ("engine", "attention", "mode"), "backends_not_run": ("engine", "attention"),
+                "skipped": ("setting",), "bench_inprocess": ("max_tokens", "threads", "device"), "bench_breakdown": ("label", "part"),
+                "backends_preflight": ("engine", "attention"), "plan_commands": ("chapter", "purpose", "command"),
+                "roofline": ("chapter", "case"), "bench_sweep_stops": ("label", "stopped_before"),
+                "allreduce": ("setting", "path", "mode", "bytes", "backend", "device")}
+
+
+def _standing_executions(table: str, rows: list[dict]) -> list[dict]:
+    """``rows`` as they stand across executions (``RunStore.rows``), each distinct row once. A row without ``execution``
+    (recorded before rows carried it) is execution 1's."""
+    ex = lambda r: (r.get("execution") or 1) if isinstance(r, dict) else 1  # noqa: E731
+    if table in _WHOLE_PER_EXECUTION and rows:
+        latest = max(ex(r) for r in rows)
+        rows = [r for r in rows if ex(r) == latest]
+    elif table in _ONE_ROW_PER and rows:
+        ident = lambda r: tuple(json.dumps(r.get(k) if k != "mode" else r.get(k) or "default") for k in _ONE_ROW_PER[table])  # noqa: E731
+        latest: dict = {}
+        for r in rows:
+            latest[ident(r)] = max(latest.get(ident(r), 0), ex(r))
+        rows = [r for r in rows if ex(r) == latest[ident(r)]]
+    if table not in _WHOLE_PER_EXECUTION and table not in _ONE_ROW_PER:
+        return rows
+    seen, out = set(), []
+    for r in reversed(rows):  # the same row recorded twice (a re-run before rows carried their execution): its last, once
+        key = json.dumps({k: v for k, v in r.items() if k not in ("recorded_at", "execution")}, sort_keys=True) if isinstance(r, dict) else r
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out[::-1]
 
 
 def derived_from(source: dict, key: Iterable[str] = ("label",), method: Any = None) -> dict:

@@ -205,9 +205,10 @@ def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir
     a ready server waiting its turn takes next to no CPU (``backends``)."""
     from ..backends import starts_overlap_here
     from ..servers import start_together
-    from .runs import start_measured
+    from .runs import first_start, start_measured
 
-    more = [k for k in range(1, w.starts) if not start_measured(store, label, k, w.max_tokens, w.warmup)]
+    first = first_start(store, label, w.max_tokens, w.warmup)
+    more = [k for k in range(first + 1, first + w.starts) if not start_measured(store, label, k, w.max_tokens, w.warmup)]
     if not more or not on_host.in_process:
         return {}, {}
     try:
@@ -216,38 +217,35 @@ def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir
         return {}, {}
     if not ok:
         return {}, {}
-    launches = {0: launch, **{k: launch_one() for k in more}}  # distinct ports: servers.free_port
+    launches = {first: launch, **{k: launch_one() for k in more}}  # distinct ports: servers.free_port
     print(f"{label}: {why}: the servers of its {len(launches)} starts are launched together, then measured one at a time")
     logs = {k: store.path / (f"server-{eng.name}.log" if k == 0 else f"server-{eng.name}-start{k}.log") for k in launches}
     return start_together([(k, launches[k], logs[k]) for k in launches], registry=store.path / "servers.jsonl", ready_timeout=600,
                           name=lambda k: f"{label} start {k}"), launches
 
 
-def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, launches: dict, *, on_host, host_model, model_dir,
-                    prompts, tokenizer, w: Workload) -> None:
-    """``_bench_engine``'s measurements: start 0 (single stream, the sweep), then each further start's single stream;
-    each start's server taken from ``ahead`` when started there, else started in its turn."""
+def _first_start(store, eng, label: str, launch, ahead: dict, launches: dict, first: int, name: str, common: dict, *,
+                 host_model, on_host, model_dir, prompts, tokenizer, w: Workload) -> None:
+    """Start ``first`` of ``_measure_starts``: the single stream (unless recorded), the concurrency sweep (the levels it
+    lacks), the client check, the server's row (``bench_servers``) and the start's (``bench_starts``)."""
     from ..servers import take_started
     from .client import check_server
     from .runs import concurrency_sweep, record_start, single_stream, start_measured
 
-    with (take_started(ahead, 0) if 0 in ahead else
-          on_host.serve(launch, log_path=store.path / f"server-{eng.name}.log", registry=store.path / "servers.jsonl",
-                        ready_timeout=600)) as srv:
-        name = eng.served_model_name(host_model)
+    log0 = store.path / (f"server-{eng.name}.log" if first == 0 else f"server-{eng.name}-start{first}.log")
+    with (take_started(ahead, first) if first in ahead else
+          on_host.serve(launch, log_path=log0, registry=store.path / "servers.jsonl", ready_timeout=600)) as srv:
         try:
             check_server(srv.base_url, host=on_host)
         except ServebookError as exc:  # the model list is a courtesy endpoint: note it, measure anyway
             store.record_failure(f"bench {label} model list", exc)
             print(f"note: {exc}")
-        common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
-                      max_tokens=w.max_tokens, host=on_host)
-        done = start_measured(store, label, 0, w.max_tokens, w.warmup)
+        done = start_measured(store, label, first, w.max_tokens, w.warmup)
         if done:  # resuming this run: the single-stream measurement is already recorded
             single = done
         else:
             single = single_stream(srv.base_url, name, prompts, runs=w.runs, warmup=w.warmup,
-                                   requests_per_run=w.requests_per_run, start=0, **common)
+                                   requests_per_run=w.requests_per_run, start=first, **common)
         if single.get("decode_tok_s_mean") is None:  # the server died or refused every request: recorded in `failures`
             print(f"{label}: no single-stream request succeeded ({single['failed']} failed): {(single.get('errors') or ['?'])[0]}")
         else:
@@ -262,7 +260,26 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
                                        "ready_s": srv.ready_s, "loaded": loaded,
                                        **({"started_with": [f"start {k}" for k in launches if k]} if launches else {})})
         record_start(store, single, model=host_model, launch=launch.shell(), ready_s=srv.ready_s)
-    for k in range(1, w.starts):  # stopped and started again: only the single stream, so the interval covers restarts
+
+
+def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, launches: dict, *, on_host, host_model, model_dir,
+                    prompts, tokenizer, w: Workload) -> None:
+    """``_bench_engine``'s measurements: start 0 (single stream, the sweep), then each further start's single stream;
+    each start's server taken from ``ahead`` when started there, else started in its turn; what this run recorded is
+    not measured again (a start whose single stream and server row are recorded starts no server)."""
+    from ..servers import take_started
+    from .runs import first_start, record_start, single_stream, start_measured
+
+    first = first_start(store, label, w.max_tokens, w.warmup)  # 0; measured again (--again): after the earlier starts
+    name = eng.served_model_name(host_model)
+    common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
+                  max_tokens=w.max_tokens, host=on_host)
+    if start_measured(store, label, first, w.max_tokens, w.warmup) and store.done("bench_servers", label=label):
+        print(f"{label}: start {first} (single stream and sweep) is recorded in this run: not measured again")
+    else:
+        _first_start(store, eng, label, launch, ahead, launches, first, name, common, host_model=host_model, on_host=on_host,
+                     model_dir=model_dir, prompts=prompts, tokenizer=tokenizer, w=w)
+    for k in range(first + 1, first + w.starts):  # stopped and started again: only the single stream, so the interval covers restarts
         if start_measured(store, label, k, w.max_tokens, w.warmup):
             continue
         again = launches.get(k) or launch_one()
@@ -510,7 +527,8 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
     # measured on a CPU host only (a GPU's is its datasheet's). 512 MiB is 16 times the 32 MiB L3 of the 2-core book host;
     # there it read what 1024 MiB did within the noise (5.9-7.4 against 6.2-7.3 GB/s, alternated on a busy host) in about
     # half the time (3.4 s against 6.3 s). Still best of 5 after a warm-up pass.
-    bw = roofline.host_memory_bandwidth(size_mib=256 if w.smoke else 512, repeats=3 if w.smoke else 5)
+    bw = (_recorded_bandwidth(store, single_cfg, sources, stands)
+          or roofline.host_memory_bandwidth(size_mib=256 if w.smoke else 512, repeats=3 if w.smoke else 5))
     print(f"weights: {weights['total_bytes'] / 1e6:.1f} MB in {weights['total_params'] / 1e6:.1f}M parameters; "
           f"{weights['bytes_per_token'] / 1e6:.1f} MB read per decode token")
     out["note"] = (f"Bandwidth for this run's roofline: **{bw['bandwidth_tbs'] * 1e3:,.1f} GB/s**, "
@@ -527,10 +545,29 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
                    "pct_of_roofline": 100 * r["decode_tok_s_mean"] / roof["tok_s"], "bytes_per_token": roof["bytes_per_token"],
                    "bandwidth_tbs": bw["bandwidth_tbs"], "bandwidth_source": bw["method"], "tp": 1, "source": "measured here",
                    "derived_from": sources.get(r["label"])}
-            store.append("bench_roofline", row)
+            if not store.done("bench_roofline", **{k: v for k, v in row.items() if k != "derived_from"}):
+                store.append("bench_roofline", row)
             out["rows"].append(row)
         out["note"] += _bandwidth_note(store, out["rows"])
     return out
+
+
+def _recorded_bandwidth(store, single_cfg, sources: dict, stands) -> dict | None:
+    """A resumed run: the bandwidth its roofline rows recorded, when every configuration measured has a row derived from
+    the measurement that stands now (nothing is measured again, and the roofline is computed again from the same
+    figures); else None (the bandwidth is measured)."""
+    from ..results import standing
+
+    rows = standing([r for r in store.rows("bench_roofline") if r.get("source") == "measured here"], sources.values(),
+                    identity=("case",), legacy=lambda r: stands(r, lambda x: 1e3 / x["measured_tok_s"]))
+    labels = list(single_cfg["label"]) if len(single_cfg) else []
+    mine = {lab: next((r for r in rows if str(r.get("case", "")).startswith(f"{lab} on ")), None) for lab in labels}
+    if not labels or any(r is None or not store.find("bench_roofline", case=r["case"]) for r in mine.values()):
+        return None
+    r0 = next(iter(mine.values()))
+    print(f"resumed: the bandwidth this run recorded, {r0['bandwidth_tbs'] * 1e3:,.1f} GB/s, is not measured again")
+    return {"bandwidth_tbs": r0["bandwidth_tbs"], "method": r0["bandwidth_source"], "device": r0["case"].split(" on ", 1)[1],
+            "source": "profile" if str(r0["bandwidth_source"]).startswith("datasheet") else "measured"}
 
 
 def _bandwidth_note(store, rows) -> str:
@@ -657,9 +694,13 @@ def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, 
         return breakdown[breakdown["label"].isin(single_df["label"])] if len(breakdown) and "label" in breakdown else breakdown
     if roof is None:
         return breakdown
-    for threads in ((1,) if w.smoke else (None, 1)):  # torch's default threads, and one: small CPU models are often faster on one
-        store.append("bench_inprocess", inprocess_decode_rate(model_dir, prompts[0].text, max_tokens=w.max_tokens,
-                                                              attention=w.attention or None, repeats=1 if w.smoke else 3, threads=threads))
+    if store.find("bench_inprocess", max_tokens=w.max_tokens):  # resumed: recorded in this run, not measured again
+        print("in-process decode as recorded in this run (servebook book --again measures it again)")
+    else:
+        for threads in ((1,) if w.smoke else (None, 1)):  # torch's default threads, and one: small CPU models are often faster on one
+            store.append("bench_inprocess", inprocess_decode_rate(model_dir, prompts[0].text, max_tokens=w.max_tokens,
+                                                                  attention=w.attention or None, repeats=1 if w.smoke else 3,
+                                                                  threads=threads))
     inproc = store.table("bench_inprocess")
     from IPython.display import display
 
@@ -673,9 +714,12 @@ def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, 
     parts = roofline.time_breakdown(first["decode_tok_s_mean"], roof, compute_and_framework=direct_ms - roof["t_mem_ms"] - roof["t_comm_ms"],
                                     serving_path=served_ms - direct_ms)
     for p in parts:
-        store.append("bench_breakdown", {"label": first["label"], **p})
+        if not store.done("bench_breakdown", label=first["label"], **p):  # computed again from the same rows: the same row
+            store.append("bench_breakdown", {"label": first["label"], **p})
     print(f"in-process decode: {direct['tok_s']:.1f} tok/s ({direct['method']})")
-    return store.table("bench_breakdown")
+    from .figures import breakdowns
+
+    return pd.DataFrame([r for _, rows in breakdowns(store) for r in rows])  # a row computed again supersedes its older one
 
 
 def say_breakdown(store) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ParameterError
-from .client import check_server
+from .client import check_server, run_requests
 from .prompts import build_prompts, load_tokenizer
 from .runs import concurrency_sweep, single_stream
 
@@ -101,8 +101,9 @@ def _run_cli(a: argparse.Namespace) -> int:
             raise ParameterError("tokenizer", a.tokenizer, "a local tokenizer directory (prompts are built from it; nothing is downloaded)")
         tok = load_tokenizer(tok_path)
         engine = a.engine or _engine_from_server(a.url)
-        store = RunStore.at(a.out) if a.out else RunStore.open()
         prompts = build_prompts(tok, a.input_len, max(8, a.runs + a.warmup), seed=0)
+        _probe_completion(a.url, model, prompts[0], a.api, engine, tok)
+        store = RunStore.at(a.out) if a.out else RunStore.open()
         out = []
         if 1 in levels:
             out.append(single_stream(a.url, model, prompts, store=store, tokenizer=tok, engine=engine, api=a.api,
@@ -115,16 +116,44 @@ def _run_cli(a: argparse.Namespace) -> int:
     except ServebookError as exc:
         print(f"servebook bench: {exc}", file=sys.stderr)
         return 2
+    broken = [s for s in out if not s.get("ok")]
     if a.json:
         print(json.dumps(out, indent=2, default=str))
     else:
         for s in out:
-            if s["phase"] == "single":
-                print(f"C=1  decode {s['decode_tok_s_mean']:.1f} ± {s['decode_tok_s_ci95'] or 0:.1f} tok/s (95% CI, {s['runs']} runs)  "
-                      f"TTFT {s['ttft_s_mean'] * 1e3:.1f} ms  TPOT {s['tpot_s_mean'] * 1e3:.2f} ms  failed {s['failed']}")
-            else:
-                print(f"C={s['concurrency']:<4} throughput {s['throughput_tok_s'] or 0:.1f} tok/s  per-user {s['per_user_tok_s'] or 0:.1f} tok/s  "
-                      f"TTFT p50/p99 {s['ttft_s_p50'] or 0:.3f}/{s['ttft_s_p99'] or 0:.3f} s  failed {s['failed']}")
+            print(_summary_line(s))
         print(f"results: {store.path}")
+    if broken:
+        levels = ", ".join(f"C={s['concurrency']}" for s in broken)
+        why = "; ".join(sorted({str(e) for s in broken for e in (s.get("errors") or [])}))[:300] or "no reason recorded"
+        print(f"servebook bench: every request at {levels} failed ({why}); nothing was measured there: the requests and "
+              f"their errors are in {store.path}; check the server's log", file=sys.stderr)
+        return 1
     return 0
 
+
+def _probe_completion(url: str, model: str, prompt, api: str, engine: str, tok) -> None:
+    """One short completion before anything is measured or recorded: a server that answers none is named here, in one
+    line, instead of after a whole benchmark of failed requests."""
+    from ..errors import ServerError
+
+    (r,) = run_requests(url, model, [prompt], max_tokens=2, api=api, engine=engine, tokenizer=tok)
+    if not r.ok:
+        raise ServerError(f"{url} answers /v1/models but its first completion for model {model!r} failed ({r.error}); "
+                          f"nothing was measured: check the server's log, --model and --api")
+
+
+def _fmt(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _summary_line(s: dict) -> str:
+    """One printed line per level; a statistic nothing measured (every request failed) prints as n/a."""
+    if s["phase"] == "single":
+        ms = lambda v: None if v is None else v * 1e3  # noqa: E731
+        return (f"C=1  decode {_fmt(s['decode_tok_s_mean'], '.1f')} ± {_fmt(s['decode_tok_s_ci95'] or 0, '.1f')} tok/s "
+                f"(95% CI, {s['runs']} runs)  TTFT {_fmt(ms(s['ttft_s_mean']), '.1f')} ms  "
+                f"TPOT {_fmt(ms(s['tpot_s_mean']), '.2f')} ms  failed {s['failed']}")
+    return (f"C={s['concurrency']:<4} throughput {_fmt(s['throughput_tok_s'], '.1f')} tok/s  per-user "
+            f"{_fmt(s['per_user_tok_s'], '.1f')} tok/s  TTFT p50/p99 {_fmt(s['ttft_s_p50'], '.3f')}/"
+            f"{_fmt(s['ttft_s_p99'], '.3f')} s  failed {s['failed']}")

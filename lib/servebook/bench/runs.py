@@ -18,7 +18,7 @@ from .sse import RequestResult
 from .stats import mean_ci, percentile
 
 __all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
-           "requests_of", "prompts_sha", "over_starts", "record_start", "start_measured"]
+           "requests_of", "prompts_sha", "over_starts", "record_start", "start_measured", "first_start"]
 
 
 def start_measured(store, label: str, start: int, max_tokens: int, warmup: int) -> dict | None:
@@ -27,6 +27,20 @@ def start_measured(store, label: str, start: int, max_tokens: int, warmup: int) 
     rows = [r for r in store.find("bench_summary", label=label, phase="single", max_tokens=max_tokens, warmup=warmup)
             if int(r.get("start") or 0) == start]
     return rows[-1] if rows else None
+
+
+def first_start(store, label: str, max_tokens: int, warmup: int) -> int:
+    """The number of the first server start this execution measures for ``label``: 0; in an execution that measures a
+    recorded run again (``servebook book --again``), the start after the last one earlier executions recorded with this
+    method, so that its starts are further starts of the same configuration and method, pooled with those
+    (:func:`over_starts`), not the same starts taken again."""
+    ex = store.execution
+    if not ex.get("again"):
+        return 0
+    earlier = [int(r.get("start") or 0) for r in store.rows("bench_summary", executions="all")
+               if r.get("label") == label and r.get("phase") == "single" and r.get("max_tokens") == max_tokens
+               and r.get("warmup") == warmup and (r.get("execution") or 1) < ex["id"]]
+    return max(earlier) + 1 if earlier else 0
 
 
 def record_start(store, single: dict, *, model: str, launch: str, ready_s: float | None = None) -> dict:
@@ -380,16 +394,35 @@ def current(summary: Iterable[dict], requests: Iterable[dict] = ()) -> tuple[lis
     max_tokens) the last one recorded, and the requests recorded after any earlier summary of it (a resumed run that
     measured again with another method, e.g. more warm-up requests or each sweep level warmed first, keeps the older rows
     in its tables; :func:`remeasured` pairs them)."""
-    summary = list(summary)
+    everything = list(summary)
+    summary = _latest_method(everything)
     last = {k: takes[-1] for k, takes in _takes(summary).items()}
     keep = {id(row) for row, _ in last.values()}
     cut = {k: prev for k, (_, prev) in last.items() if prev is not None}
+    superseded = {_key(r) for r in everything} - set(last)  # starts of an earlier method: their requests go with them
 
     def stands(q: dict) -> bool:
         k = _key(q)
-        return k not in cut or str(q.get("recorded_at") or "") > cut[k]
+        return k not in superseded and (k not in cut or str(q.get("recorded_at") or "") > cut[k])
 
     return [r for r in summary if id(r) in keep], [q for q in requests if stands(q)]
+
+
+def _single_method(r: dict) -> tuple:
+    return tuple(r.get(k) for k in ("max_tokens", "warmup", "runs", "requests_per_run", "input_tokens"))
+
+
+def _latest_method(summary: list[dict]) -> list[dict]:
+    """``summary`` without the single-stream rows that executions before the last (``execution``, ``servebook book
+    --again``) recorded with another method than the last execution's: its starts pool with earlier starts of the same
+    method only. Rows of one execution are all kept (what a resumed run measured again stands by :func:`current`)."""
+    ex = lambda r: r.get("execution") or 1  # noqa: E731
+    latest: dict = {}
+    for r in summary:
+        if r.get("phase") == "single" and ex(r) >= latest.get(r.get("label"), (0, None))[0]:
+            latest[r.get("label")] = (ex(r), _single_method(r))
+    return [r for r in summary if r.get("phase") != "single" or ex(r) == latest[r.get("label")][0]
+            or _single_method(r) == latest[r.get("label")][1]]
 
 
 def remeasured(summary: Iterable[dict], drop: float = 0.75) -> list[dict]:

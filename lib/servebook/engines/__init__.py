@@ -28,7 +28,7 @@ from .transformers import TransformersEngine
 from .vllm import VLLMEngine
 
 __all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec", "python_from_env", "args_for",
-           "user_command", "forcing"]
+           "user_command", "forcing", "listed_for", "unknown_backends", "check_backends"]
 
 ENGINES: dict[str, type[EngineAdapter]] = {
     "transformers": TransformersEngine,
@@ -125,3 +125,41 @@ def args_for(text: str, name: str) -> list[str]:
         else:
             out += shlex.split(p)
     return out
+
+
+def listed_for(text: str, name: str) -> list[str] | None:
+    """The backends the ``backends`` parameter names for engine ``name``: "a,b" for every engine, or per engine
+    "sglang: triton,flashmla; vllm: FLASHMLA"; None when it names none for this engine."""
+    parts = [p.strip() for p in (text or "").split(";") if p.strip()]
+    tagged = {p.split(":", 1)[0].strip().lower(): p.split(":", 1)[1] for p in parts if ":" in p}
+    if tagged:
+        return [b.strip() for b in tagged[name].split(",") if b.strip()] if name in tagged else None
+    return [b.strip() for b in text.split(",") if b.strip()] if parts else None
+
+
+def unknown_backends(listed: list[str], choices: list[str], engine: str) -> list[str]:
+    """The names of ``listed`` that are not among the engine's own ``choices`` (compared without case; for transformers
+    a hub kernel ``org/name`` is a value its own resolution accepts)."""
+    known = {c.lower() for c in choices}
+    return [b for b in listed if b.lower() not in known and not (engine == "transformers" and "/" in b)]
+
+
+def check_backends(backends: str, specs: list[str], python: str | None = None) -> None:
+    """Before a local book starts any server: every backend the ``backends`` parameter names must be a value the engine
+    it is for accepts (its own list, read in its interpreter); else a one-line ``ParameterError`` with that list. An
+    engine not installed here is left to chapter 03, which records it."""
+    from ..errors import ServebookError
+
+    for i, spec in enumerate(specs):
+        try:
+            eng = get_engine(spec, python=python if i == 0 else None)
+            listed = listed_for(backends, eng.name)
+            if listed is None or eng.version() is None:
+                continue
+            choices = eng.attention_choices()
+        except ServebookError:
+            continue
+        bad = unknown_backends(listed, choices, eng.name)
+        if bad:
+            raise ParameterError("backends", bad[0], f"not a backend {eng.name} {eng.version()} accepts; its own list: "
+                                                     f"{', '.join(choices)}")

@@ -74,6 +74,7 @@ def compare_runs(paths: list[str | Path], name: str = "runs"):
             name = str(s.path)
         seen.add(name)
         names.append(name)
+    damaged = {n: s.damaged() for n, s in zip(names, stores)}
     rows = [_summary(s) for s in stores]
     methods = [{t["label"]: bench_method(s, t["label"]) for t in throughput(s)} for s in stores]
     label_of = {f"{lab} {suffix}": (lab, suffix == "peak tok/s") for m in methods for lab in m
@@ -95,7 +96,10 @@ def compare_runs(paths: list[str | Path], name: str = "runs"):
                 ma, mb = (methods[0].get(label), methods[i].get(label)) if label else (None, None)
                 differ = method_differences(mb, ma, sweep=sweep) if ma and mb else []
                 ci_key = k.replace("tok/s at C=1 (single stream)", "single-stream 95% CI (tok/s)")
-                if differ:  # two methods: the delta is shown, never a verdict
+                torn = _damage_note(damaged, (base, n), k)
+                if torn:  # a row left out may be what makes the methods (or the figures) differ: no verdict, no method story
+                    text += f", not a verdict: {torn}"
+                elif differ:  # two methods: the delta is shown, never a verdict
                     text += (", not a verdict: measured differently (" + "; ".join(f"{x['what']} {x['a']} vs {x['b']}" for x in differ)
                              + ")")
                 elif ci_key != k and ci_key in keys:
@@ -111,6 +115,20 @@ def compare_runs(paths: list[str | Path], name: str = "runs"):
     return table
 
 
+# The tables each compared quantity is read from: a damaged row in one of them makes that quantity's delta no verdict.
+_SOURCES = (("tok/s", ("bench_summary", "bench_starts", "bench_servers")), ("CI", ("bench_summary", "bench_starts")),
+            ("peak", ("bench_summary",)), ("all-reduce", ("nccl", "nccl_grid")), ("GPUs", ("gpus",)))
+
+
+def _damage_note(damaged: dict[str, dict[str, list[int]]], runs: tuple[str, str], quantity: str) -> str:
+    """Why a delta between ``runs`` is no verdict when one of them has unreadable rows in the tables ``quantity`` is
+    read from ('' when neither has)."""
+    tables = next((t for word, t in _SOURCES if word in quantity), ())
+    hit = [f"{run}'s {t}.jsonl line {', '.join(map(str, damaged[run][t][:5]))}" for run in runs for t in tables
+           if t in damaged.get(run, {})]
+    return ("unreadable rows (" + "; ".join(hit) + ") were left out, so a difference here may be that damage") if hit else ""
+
+
 def compare_markdown(table) -> str:
     cols = ["quantity", *map(str, table.columns)]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -121,12 +139,17 @@ def compare_markdown(table) -> str:
 
 
 def _cmd_compare(args) -> int:
+    import sys
+
     table = compare_runs(args.runs)
     if args.json:
         print(json.dumps({"quantities": list(table.index), "runs": {c: list(table[c]) for c in table.columns}}, indent=2))
     else:
         print(compare_markdown(table))
-    return 0
+    warnings = [w for w in (open_run(p, "runs").say_damaged() for p in args.runs) if w]
+    for w in warnings:
+        print(f"servebook compare: warning: {w}", file=sys.stderr)
+    return 1 if warnings else 0
 
 
 def register(sub) -> None:

@@ -63,7 +63,7 @@ def _applicable(store, settings: list[Setting], backend: str) -> list[Setting]:
     if backend == "nccl":
         return settings
     for s in settings:
-        if s:
+        if s and not store.done("skipped", setting=s.label, reason=f"NCCL settings do not apply to {backend}"):  # resumed: once
             store.append("skipped", {"setting": s.label, "reason": f"NCCL settings do not apply to {backend}"})
     return [s for s in settings if not s] or [Setting()]
 

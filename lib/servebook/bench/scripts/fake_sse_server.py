@@ -1,12 +1,14 @@
 """A local OpenAI-style SSE server that is clearly not an engine: the benchmark client's test fixture.
 
-    python fake_sse_server.py PORT TOKENS_PER_EVENT EVENTS_PER_WRITE DELAY_S CPU WORD TTFT_S   # prints "ready"
+    python fake_sse_server.py PORT TOKENS_PER_EVENT EVENTS_PER_WRITE DELAY_S CPU WORD TTFT_S [FAIL_STATUS]   # prints "ready"
 
 Every event carries TOKENS_PER_EVENT copies of WORD; EVENTS_PER_WRITE events per socket write, DELAY_S apart; the
-first after TTFT_S; CPU >= 0 pins it. Started by ``servebook.bench.fake.FakeSSEServer``; standard library only.
+first after TTFT_S; CPU >= 0 pins it. FAIL_STATUS (e.g. 500): every completion is answered with that status and a JSON
+error instead (a server whose every request fails). Started by ``servebook.bench.fake.FakeSSEServer``; standard library only.
 """
 import asyncio, json, os, sys, time
 port, tokens_per_event, events_per_write, delay_s, cpu, word, ttft_s = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7])
+fail_status = int(sys.argv[8]) if len(sys.argv) > 8 else 0
 if cpu >= 0 and hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {cpu})
 
@@ -32,6 +34,11 @@ async def handle(reader, writer):
             if not path.endswith("completions"):  # e.g. bench_serving's GET /get_server_info: not an engine
                 data = b'{"detail":"Not Found"}'
                 writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+                await writer.drain()
+                continue
+            if fail_status:
+                data = b'{"error":{"message":"fake failure","type":"server_error"}}'
+                writer.write(b"HTTP/1.1 %d Failed\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (fail_status, len(data)) + data)
                 await writer.drain()
                 continue
             n = int(body.get("max_tokens", 16))
