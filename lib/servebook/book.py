@@ -30,6 +30,7 @@ from .params import PARAMS, check_chapter_param, coerce, model_defaults, validat
 from .paths import book_root, notebooks_dir
 from .provenance import describe_revision, host_fingerprint, record_code, software_versions
 from .results import RunStore
+from .secret_refs import hide_secrets, mask_known, mask_notebook, masked_notebook_writes
 
 __all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "answer_boxes", "refresh_findings", "refresh_chapter",
            "chapter_verdict", "host_fingerprint", "software_versions", "excerpt_html", "parameters_that_ran"]
@@ -185,6 +186,7 @@ def run_book(
     # Check chapter-specific parameters before anything runs.
     declared = {c.stem: notebook_parameters(c.source) for c in selected}
     extra = _check_extra(dict(extra or {}), declared)
+    values, extra = hide_secrets(values), hide_secrets(extra)  # a secret reaches the chapters as a reference (secret_refs)
     _prepare_engine(values, extra, say)
     sized = _sized_defaults(selected, declared, values, extra, say)
     store = _open_run(runs_root, run_id, {**values, **extra}, say, sized)
@@ -338,11 +340,12 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
     given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     try:
-        papermill.execute_notebook(
-            str(source), str(target), parameters=parameters, kernel_name="python3",
-            cwd=str(book_root()), progress_bar=False, execution_timeout=cell_timeout,
-            report_mode=False,
-        )
+        with masked_notebook_writes(target):  # every save of the executed notebook is masked as it is written
+            papermill.execute_notebook(
+                str(source), str(target), parameters=parameters, kernel_name="python3",
+                cwd=str(book_root()), progress_bar=False, execution_timeout=cell_timeout,
+                report_mode=False,
+            )
         status, error = "ok", None
     except PapermillExecutionError as exc:
         status, error = "failed", f"{exc.ename}: {exc.evalue}"  # whole: the page folds it, never cuts it
@@ -627,7 +630,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     boxes = answer_boxes(store)
     errors: dict[str, int] = {}
     for i, (chapter, executed) in enumerate(pages):
-        nb = nbformat.read(executed, as_version=4)
+        nb = mask_notebook(nbformat.read(executed, as_version=4))
         nb.cells = [c for c in nb.cells if "sb-setup" not in c.metadata.get("tags", [])]
         errors[chapter.stem] = _mark_error_cells(nb)
         _drop_noise(nb)
@@ -643,7 +646,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
                       f'<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.</div>')
         nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner + boxes.get(chapter.stem[:2], "")
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
-        body = _shared_stylesheet(body, out)
+        body = _shared_stylesheet(mask_known(body), out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
     (out / "index.html").write_text(_index_html(store, pages, status, errors), encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))

@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 
 from .errors import ServerError
 from . import secrets as _secrets
+from .secret_refs import resolve_refs
 from .secrets import mask_argv, mask_text, mask_value
 
 __all__ = ["Launch", "Server", "start_together", "take_started", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
@@ -269,11 +270,12 @@ class Server:
                 f"port {launch.port} on {launch.host} is already in use by another program{who}; servebook does not "
                 "stop programs it did not start: stop it yourself if it is a leftover, or let servebook pick a free port (port=0)"
             )
-        _secrets.register(*_secrets.argv_secret_values(launch.cmd), *_secrets.credential_values(dict(launch.env)))
+        _secrets.register(*_secrets.argv_secret_values(resolve_refs([str(c) for c in launch.cmd])),
+                          *_secrets.credential_values(resolve_refs(dict(launch.env))))
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env.update(launch.env)
+        env.update(resolve_refs(dict(launch.env)))
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(log_path, "ab") as log:
             log.write(f"$ {launch.shell()}\n".encode())
@@ -281,7 +283,7 @@ class Server:
         out, copier = start_log_copier(log_path, env)
         try:
             proc = subprocess.Popen(
-                launch.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                resolve_refs([str(c) for c in launch.cmd]), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
             )
         except FileNotFoundError as exc:

@@ -89,8 +89,11 @@ class Host:
         """Start a long-running process in its own process group (output to ``log_path`` on the host)."""
         from ..servers import shell_line
 
+        from ..secret_refs import resolve_refs
+
         shell = shell_line([str(a) for a in argv], {k: str(v) for k, v in (env or {}).items()})  # secrets masked
-        return self._spawn([str(a) for a in argv], env, log_path, shell, label or shell)
+        env = resolve_refs({k: str(v) for k, v in env.items()}) if env else env  # the book's secret references: their values
+        return self._spawn(resolve_refs([str(a) for a in argv]), env, log_path, shell, label or shell)
 
     def python(self, code: str, args: Sequence[str] = (), *, python: str | None = None, timeout: float | None = None,
                label: str | None = None) -> Completed:
