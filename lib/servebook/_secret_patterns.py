@@ -50,7 +50,8 @@ def is_credential_name(name: str) -> bool:
     return any(p not in _NOT_CREDENTIAL_PARTS and any(w in p for w in _CREDENTIAL_WORDS) for p in parts)
 
 
-_NUMBER = re.compile(r"^['\"]?[-+]?\d[\d.,_]*(?:e[-+]?\d+)?[a-z%/]{0,3}['\"]?$", re.I)
+# a number, with a unit at most (64, 0.95, 1e-4, 8,192, 12GB, 12.3ms, 95%): never a secret, never masked after a count's name
+_NUMBER = re.compile(r"^['\"]?[-+]?\d[\d,_]*(?:\.\d+)*(?:e[-+]?\d+)?(?:%|[kmgtp]i?b|[kmgtp]|[mun]?s|x|/s)?['\"]?$", re.I)
 
 
 def looks_like_a_number(value: str) -> bool:
@@ -105,8 +106,10 @@ _WORDS = ["api_key", "api-key", "apikey", "access_key", "access-key", "secret_ke
           "session_id", "session-id", "sessionid"]
 # Words whose values may be counts or flags: a number is not masked after them (a password may be a number).
 _COUNTABLE = ("token", "auth", "cookie", "session", "credential")
-# Words said in prose too ("auth: required"): a plain lower-case word after them is no value.
-_BROAD_KEYS = ("auth", "pwd", "cookie", "credential", "credentials")
+# Words said in prose too ("per token: GPU-bound", "auth: required"): alone before an unquoted value, they make it a
+# secret only when it mixes letters and digits.
+_BROAD_KEYS = ("token", "auth", "pwd", "cookie", "credential", "credentials", "session_id", "session-id", "sessionid")
+_MIXED = re.compile(r"[A-Za-z].*\d|\d.*[A-Za-z]")
 # each word as written in lower, UPPER, Title-Case and camelCase (api_key, API_KEY, Api-Key, ApiKey): spelled out,
 # the pattern starts with literals, which the regex engine scans for several times faster than a case-blind one
 _CASES = sorted({v for w in _WORDS for v in (w, w.upper(), "-".join(p.capitalize() for p in w.split("-")),
@@ -204,8 +207,9 @@ def _sub_keyword_value(m: re.Match) -> str:
         return m.group(0)
     if before.isalnum() or before == "_":  # within a word of other letters ("é_token")
         return m.group(0)
-    if kw.lower() in _BROAD_KEYS and re.fullmatch(r"[a-z]+", m.group("value")):  # "auth: required", "cookie: none"
-        return m.group(0)
+    value = m.group("value")
+    if kw.lower() in _BROAD_KEYS and not prefix and value[:1] not in "'\"[" and not _MIXED.search(value):
+        return m.group(0)  # a bare word in prose ("per token: GPU-bound", "auth: required"): a value has letters and digits
     return _masked_pair(prefix + kw, m.group(0)[:m.start("value") - start], m.group("value"))
 
 

@@ -89,27 +89,45 @@ def resolve_refs(words: Any) -> Any:
 _KEEP_MIME = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
+def _joined(value: Any) -> Any:
+    """A notebook's multi-line string as one string (files store it as a list of lines; a wrapped value spans two)."""
+    return "".join(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else value
+
+
+def _mask_field(holder: dict, key: str, values: list[str]) -> None:
+    """``holder[key]`` masked (a string, or lines joined first); left as it was stored when nothing was masked."""
+    value = _joined(holder.get(key))
+    masked = mask_text(value, values) if isinstance(value, str) else mask_value(value, values)
+    if masked != value:
+        holder[key] = masked
+
+
+def _mask_output(out: dict, values: list[str]) -> None:
+    for key in ("text", "evalue", "ename"):
+        if key in out:
+            _mask_field(out, key, values)
+    if isinstance(out.get("traceback"), list):
+        out["traceback"] = [mask_text(s, values) if isinstance(s, str) else s for s in out["traceback"]]
+    data = out.get("data") or {}
+    for mime in list(data):
+        if mime not in _KEEP_MIME:
+            _mask_field(data, mime, values)
+
+
 def mask_notebook(nb: dict) -> dict:
     """``nb`` (a notebook as a dict or NotebookNode) masked in place: every cell's source, outputs (images kept as they
     are) and metadata, and the notebook's metadata (papermill's parameters too). Returns it."""
     values = registered()
-    nb["metadata"] = mask_value(dict(nb.get("metadata", {})), values)
+    nb["metadata"] = mask_value(nb.get("metadata", {}), values)
     for cell in nb.get("cells", []):
-        src = cell.get("source", "")
-        cell["source"] = mask_text(src, values) if isinstance(src, str) else [mask_text(s, values) for s in src]
-        cell["metadata"] = mask_value(dict(cell.get("metadata", {})), values)
+        _mask_field(cell, "source", values)
+        cell["metadata"] = mask_value(cell.get("metadata", {}), values)
         for out in cell.get("outputs", []):
-            for key in ("text", "evalue", "ename"):
-                if isinstance(out.get(key), str):
-                    out[key] = mask_text(out[key], values)
-                elif isinstance(out.get(key), list):
-                    out[key] = [mask_text(s, values) for s in out[key]]
-            if isinstance(out.get("traceback"), list):
-                out["traceback"] = [mask_text(s, values) for s in out["traceback"]]
-            data = out.get("data") or {}
-            for mime in list(data):
-                if mime not in _KEEP_MIME:
-                    data[mime] = mask_value(data[mime], values) if not isinstance(data[mime], str) else mask_text(data[mime], values)
+            _mask_output(out, values)
+    if type(nb).__name__ == "NotebookNode":  # the masked parts as NotebookNodes again (attribute access)
+        import nbformat
+
+        nb.update(nbformat.from_dict(dict(nb)))
     return nb
 
 

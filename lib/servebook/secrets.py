@@ -45,13 +45,16 @@ _NOT_VALUES = {"true", "false", "yes", "no", "on", "off", "none", "null", "nil",
 
 
 def _registrable(value: Any, strict: bool = True) -> bool:
-    """A value worth masking everywhere: a string of 4 or more characters that is no number, boolean or masked value;
-    under a name only the broad rule calls secret (``strict`` False), 6 or more and not a plain lower-case word."""
+    """A value worth masking everywhere: a string of 4 or more characters that is no number, boolean, masked value or
+    short lower-case word (under 8 letters; under 12 and at least 6 characters under a name only the broad rule calls
+    secret, ``strict`` False)."""
     if not isinstance(value, str) or len(value.strip()) < 4 or looks_like_a_number(value):
         return False
     if value.strip().lower() in _NOT_VALUES or MASK in value or value.startswith("${SERVEBOOK_SECRET"):
         return False
-    return strict or (len(value) >= 6 and not re.fullmatch(r"[a-z]+", value))
+    if re.fullmatch(r"[a-z]+", value) and len(value) < (8 if strict else 12):  # a word ("strict", "ubuntu"), not a secret
+        return False
+    return strict or len(value) >= 6
 
 
 def register(*values: Any) -> None:
@@ -139,14 +142,15 @@ def _gap_pattern(value: str) -> re.Pattern:
 
 
 def _mask_values(text: str, values: list[str]) -> str:
+    """``values`` (longest first, so a value holding another is masked whole) masked in ``text``: as written, escaped,
+    and cut by a line wrap or colour codes."""
+    gaps = "\x1b" in text or "\n" in text
     for value in values:
+        if gaps and len(value) >= 4 and (value[:2] in text or value[-2:] in text):  # wrapped, or coloured in parts
+            text = _gap_pattern(value).sub(lambda m: MASK + "\n" * m.group(0).count("\n"), text)
         for form in _variants(value):
             if form in text:
                 text = text.replace(form, MASK)
-    if values and ("\x1b" in text or "\n" in text):  # a value wrapped onto the next line, or coloured in parts
-        for value in values:
-            if len(value) >= 4 and (value[:2] in text or value[-2:] in text):
-                text = _gap_pattern(value).sub(lambda m: MASK + "\n" * m.group(0).count("\n"), text)
     return text
 
 
@@ -201,8 +205,17 @@ def _mask_value(value: Any, values: list[str]) -> Any:
         return {k: (_secret_content(v, values) if isinstance(k, str) and is_secret_name(k) else _mask_value(v, values))
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(mask_argv(list(value), values))
+        return type(value)(mask_argv(_across_items(list(value), values), values))
     return value
+
+
+def _across_items(items: list, values: list[str]) -> list:
+    """Lines stored one per item (a log tail): a value wrapped from one item onto the next is masked in both."""
+    if not values or len(items) < 2 or not all(isinstance(w, str) and "\n" not in w for w in items):
+        return items
+    joined = "\n".join(items)
+    masked = _mask_values(joined, values)
+    return masked.split("\n") if masked != joined and masked.count("\n") == joined.count("\n") else items
 
 
 def mask_value(value: Any, values: list[str] | None = None) -> Any:
@@ -278,11 +291,11 @@ class _Copier:
         self.pending += data
         cut = max(self.pending.rfind(b"\n"), self.pending.rfind(b"\r"))
         if cut >= 0:
-            ready, self.pending = self.pending[:cut + 1], self.pending[cut + 1:]
-            if not self.pending:
-                last = max(ready.rfind(b"\n", 0, len(ready) - 1), ready.rfind(b"\r", 0, len(ready) - 1)) + 1
-                if self.raw and _ends_with_a_value_start(ready[last:], self.raw):
-                    ready, self.pending = ready[:last], ready[last:]
+            ready, rest = self.pending[:cut + 1], self.pending[cut + 1:]
+            last = max(ready.rfind(b"\n", 0, len(ready) - 1), ready.rfind(b"\r", 0, len(ready) - 1)) + 1
+            if self.raw and _ends_with_a_value_start(ready[last:], self.raw):
+                ready, rest = ready[:last], ready[last:] + rest
+            self.pending = rest
             if ready:
                 self.write(ready)
         while len(self.pending) > self.max_line:
