@@ -404,3 +404,31 @@ def test_the_committed_notebooks_and_logs_survive_masking_unchanged():
     for path in sorted(RUNS.rglob("*.log")):
         text = path.read_text(errors="replace")
         assert mask_text(text, []) == text, path
+
+
+# -- the whole book: a secret in -p engine_args and in the environment -------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_book_given_secrets_writes_none_of_them(tmp_path, embedded_model, no_engine_envs):
+    """`servebook book --smoke --only 01,05` with a credential in ``-p engine_args`` (a known and an unknown option name)
+    and in the environment (another spelling, and HF_ENDPOINT with an empty user and @ and / in its password): the
+    server is started with the values (transformers serve refuses --api-key: the recorded failure names the option),
+    and no file of the run, its notebooks or the rendered book holds one."""
+    secrets = {"api key option": "bookApiKey-5151", "unknown option": "bookAuth-5252", "environment": "bookEnvTok-5353",
+               "endpoint password": "bookEndpoint@Pw/5454"}
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "lib"), MY_SERVICE_TOKEN=secrets["environment"], HF_HUB_OFFLINE="1",
+               HF_ENDPOINT=f"https://:{secrets['endpoint password']}@hf.local/")
+    args = f"--api-key {secrets['api key option']} --upstream-auth-thing={secrets['unknown option']}"
+    res = subprocess.run([sys.executable, "-m", "servebook.cli", "book", "--smoke", "--only", "01,05", "--run-id", "secrets",
+                          "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "site"), "-p", f"engine_args={args}",
+                          "-p", "max_tokens=8", "-p", "runs=1"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=540)
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = [(n, s) for n, s in _scan(tmp_path, list(secrets.values()))]
+    found += [("stdout", s) for s in secrets.values() if s in res.stdout + res.stderr]
+    assert not found, found
+    run = next((tmp_path / "runs").glob("*/secrets"))
+    nb = (run / "notebooks" / "05_benchmark_single_stream.ipynb").read_text()
+    assert "--upstream-auth-thing=${SERVEBOOK_SECRET_" in nb and "--api-key ${SERVEBOOK_SECRET_" in nb  # references, not values
+    log = next(run.glob("server-transformers*.log")).read_text()
+    assert "No such option '--api-key'" in log  # the server was given the option
+    assert (tmp_path / "site" / "05_benchmark_single_stream.html").exists()

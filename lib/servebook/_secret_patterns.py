@@ -97,7 +97,9 @@ def _mask_urls(text: str) -> str:
 # non-default args print list-valued options so), or a bare word.
 _SQ = r"'(?:[^'\\\n]|\\.)*'"
 _DQ = r'"(?:[^"\\\n]|\\.)*"'
-_VALUE = rf"(?P<value>{_SQ}|{_DQ}|\[[ \t]*(?:(?:{_SQ}|{_DQ})[ \t]*,?[ \t]*)+\]|[^\s'\",;&)}}\]]+)"
+_VALUE = rf"(?P<value>{_SQ}|{_DQ}|\[[ \t]*(?:(?:{_SQ}|{_DQ})[ \t]*,?[ \t]*)+\]|\$\{{[A-Za-z0-9_]+\}}|[^\s'\",;&)}}\]]+)"
+# the book's reference to a secret (``secret_refs``): no secret itself, shown as it is
+_REFERENCE = re.compile(r"\$\{SERVEBOOK_SECRET_\d+\}")
 # The words that make a key or an option secret (its last part): api_key, hf_token, NCCL_IB_PASSWORD, --api-key.
 _KEYWORD = (r"(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|token|password|passwd|secret|passphrase"
             r"|pwd|cookie|credentials?|auth|session[_-]?id|sessionid)")
@@ -171,7 +173,7 @@ def _masked_value(value: str) -> str:
 
 def _masked_pair(key: str, pre: str, value: str) -> str:
     """``pre`` (the key and what joins it to its value) and the value masked, unless the value is none."""
-    if _NOT_A_VALUE.match(value):
+    if _NOT_A_VALUE.match(value) or _REFERENCE.fullmatch(value.strip("'\"")):
         return pre + value
     low = key.lower()
     if any(w in low for w in _COUNTABLE) and _NUMBER.match(value):  # "max_token: 12", "auth: 1"
