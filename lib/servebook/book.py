@@ -648,7 +648,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
         body = _shared_stylesheet(mask_known(body), out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
-    (out / "index.html").write_text(_index_html(store, pages, status, errors), encoding="utf-8")
+    (out / "index.html").write_text(mask_known(_index_html(store, pages, status, errors)), encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
     return out / "index.html"
 
