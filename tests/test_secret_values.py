@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def test_a_registered_value_is_masked_in_every_spelling_and_across_wraps_and_col
     values = registered()
     assert secret in values
     text = (f"plain {secret}; json {json.dumps(secret)}; html &lt;{secret.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')}; "
-            f"url {__import__('urllib.parse').parse.quote(secret, safe='')}\n"
+            f"url {urllib.parse.quote(secret, safe='')}\n"
             f"wrapped reg/Val\n    @ue-7&<x> and coloured \x1b[31mreg/Va\x1b[0ml@ue-7&<x>\x1b[0m")
     masked = mask_text(text)
     assert "reg/Va" not in masked and "ue-7" not in masked and masked.count(MASK) == 6, masked

@@ -353,7 +353,10 @@ def copy_masked(fd: int, log_path: str, values: list[str] | None = None, chunk: 
 def masker_source() -> str:
     """The source the log copier and the remote watchdog run: ``_secret_patterns`` then this module."""
     here = os.path.dirname(os.path.abspath(__file__))
-    parts = [open(os.path.join(here, n)).read() for n in ("_secret_patterns.py", "secrets.py")]
+    parts = []
+    for name in ("_secret_patterns.py", "secrets.py"):
+        with open(os.path.join(here, name)) as fh:
+            parts.append(fh.read())
     return parts[0] + "\n" + parts[1].replace("from __future__ import annotations\n", "", 1)
 
 
