@@ -187,7 +187,8 @@ _seen_forms = st.sampled_from([  # an unregistered value the engine prints under
     lambda s: f"curl -H 'X-Api-Key: {s}'", lambda s: f"X-Auth-Token: {s}", lambda s: f"Cookie: sid={s}; theme=dark",
     lambda s: f'Authorization: Digest username="u", response="{s}"', lambda s: f"Authorization: Basic {s}",
     lambda s: f"GET /v1/x?key={s}&alt=json", lambda s: f"https://h/x?a=1&api_key={s}", lambda s: f"api_key='{s}'",
-    lambda s: f'{{"password": "{s}"}}', lambda s: f"--api-key {s}", lambda s: f"Bearer {s}", lambda s: f"token={s}"])
+    lambda s: f'{{"password": "{s}"}}', lambda s: f"--api-key {s}", lambda s: f"Bearer {s}", lambda s: f"token={s}",
+    lambda s: f"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE{s[:6]}\n{s}\n-----END EC PRIVATE KEY-----"])
 
 
 def _printed(env_secrets: dict, opt_secrets: dict, url_pw: str, empty_user: bool) -> str:

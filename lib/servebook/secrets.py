@@ -209,13 +209,32 @@ def _mask_value(value: Any, values: list[str]) -> Any:
     return value
 
 
+_PEM_BEGIN_TEXT = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PEM_END_TEXT = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+
+
 def _across_items(items: list, values: list[str]) -> list:
-    """Lines stored one per item (a log tail): a value wrapped from one item onto the next is masked in both."""
-    if not values or len(items) < 2 or not all(isinstance(w, str) and "\n" not in w for w in items):
+    """Lines stored one per item (a log tail): a value wrapped from one item onto the next is masked in both, and
+    the lines of a PEM private key between its armour lines are masked."""
+    if len(items) < 2 or not all(isinstance(w, str) and "\n" not in w for w in items):
         return items
-    joined = "\n".join(items)
-    masked = _mask_values(joined, values)
-    return masked.split("\n") if masked != joined and masked.count("\n") == joined.count("\n") else items
+    if values:
+        joined = "\n".join(items)
+        masked = _mask_values(joined, values)
+        if masked != joined and masked.count("\n") == joined.count("\n"):
+            items = masked.split("\n")
+    in_pem, out = False, []
+    for word in items:
+        if in_pem and not _PEM_END_TEXT.search(word):
+            word = MASK
+        elif in_pem:
+            in_pem = False
+            word = MASK + word[_PEM_END_TEXT.search(word).start():]
+        else:
+            begin = list(_PEM_BEGIN_TEXT.finditer(word))
+            in_pem = bool(begin) and not _PEM_END_TEXT.search(word, begin[-1].end())
+        out.append(word)
+    return out
 
 
 def mask_value(value: Any, values: list[str] | None = None) -> Any:
