@@ -41,6 +41,18 @@ def test_names_that_are_no_credential(name):
     assert not is_credential_name(name)
 
 
+def test_no_parameter_of_the_book_is_a_credential_name():
+    """The book's own parameters (max_tokens, ceiling_tokens, engine_args, ...) are never registered by their name."""
+    from servebook.params import PARAMS
+
+    names = set(PARAMS)
+    for path in sorted((ROOT / "notebooks").glob("0*.py")):
+        cell = re.search(r'# %% tags=\["parameters"\]\n(.*?)\n# %%', path.read_text(), re.S)
+        names |= set(re.findall(r"^(\w+)\s*[:=]", cell.group(1), re.M))
+    assert {"max_tokens", "ceiling_tokens", "engine_args"} <= names
+    assert not [n for n in names if is_credential_name(n)]
+
+
 def test_only_strings_that_can_be_secrets_are_registered():
     env = {"MY_SERVICE_TOKEN": "svcTok-1234", "DB_PASS": "12345678", "AUTH_ENABLED": "true", "SESSION_KEY": "None",
            "XDG_SESSION_TYPE": "wayland", "DESKTOP_SESSION": "ubuntu", "COOKIE_MODE": "strict", "API_KEY": "",

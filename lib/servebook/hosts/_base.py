@@ -87,9 +87,8 @@ class Host:
 
     def spawn(self, argv: Sequence[str], *, log_path: str, env: dict | None = None, label: str | None = None) -> HostProcess:
         """Start a long-running process in its own process group (output to ``log_path`` on the host)."""
-        from ..servers import shell_line
-
         from ..secret_refs import resolve_refs
+        from ..servers import shell_line
 
         shell = shell_line([str(a) for a in argv], {k: str(v) for k, v in (env or {}).items()})  # secrets masked
         env = resolve_refs({k: str(v) for k, v in env.items()}) if env else env  # the book's secret references: their values

@@ -5,8 +5,9 @@ the JSON spec ``{"argv", "env", "log", "shell"}`` (so the environment never show
 the command in its own session (process group), output to the log, prints ``{"pgid": N}``, then waits on its
 own stdin. A line ``stop GRACE`` or EOF on stdin (the caller asked to stop, closed the channel, or the
 connection dropped) stops the group: TERM, grace, KILL; it prints ``{"stopped": N, "returncode": RC}``.
-With ``masker`` in the spec (servebook's masker source, ``secrets.masker_source``; ``values``: the secrets to mask by value) the output reaches the log through a pipe and a thread
-that masks secrets line by line as it writes: the log on the host never holds a raw secret either.
+With ``masker`` in the spec (servebook's masker source, ``secrets.masker_source``) the output reaches the log through a
+pipe and a thread that masks secrets line by line as it writes (``values``: the secrets to mask by value, besides the
+environment's credentials): the log on the host never holds a raw secret either.
 """
 
 import json
