@@ -562,6 +562,7 @@ def test_secrets_an_engine_prints_on_an_ssh_host_are_masked_there_and_in_the_run
         for path in run.rglob("*"):
             text = path.read_text(errors="replace") if path.is_file() else ""
             assert not [f for f, raw in leaky.SECRETS.items() if raw in text], path
+            assert not [f for f, halves in leaky.SPLIT.items() if any(h in text for h in halves)], path
         with pytest.raises(ProcessLookupError):
             os.killpg(srv.proc.pgid, 0)
     finally:
@@ -610,6 +611,7 @@ def test_secrets_on_an_ssh_host_stay_masked_when_the_book_is_killed(ssh_env, tmp
         for path in run.rglob("*"):  # what the run fetched before the kill
             text = path.read_text(errors="replace") if path.is_file() else ""
             assert not [f for f, raw in leaky.SECRETS.items() if raw in text], path
+            assert not [f for f, halves in leaky.SPLIT.items() if any(h in text for h in halves)], path
     finally:
         if proc.poll() is None:
             proc.kill()

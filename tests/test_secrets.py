@@ -34,6 +34,30 @@ FORMS = [
     ("token=hunter22aa", "token=***"),
     ("a stray hf_strayToken12345678 in text", "a stray *** in text"),
     ("key sk-proj-abcdefgh1234 and ghp_abcdefgh12345678", "key *** and ***"),
+    # URLs and DSNs: an empty user, an @ or a / in the password
+    ("redis://:redisPw-14@cache:6379/0", "redis://:***@cache:6379/0"),
+    ("postgres://me:p@ss/w0rd-15@db.local:5432/x", "postgres://me:***@db.local:5432/x"),
+    # auth headers of every spelling, cookies, Digest and Token schemes
+    ("curl -H 'X-Auth-Token: hdrTok-16' -H \"X-Goog-Api-Key: AIzaSy17\"", "curl -H 'X-Auth-Token: ***' -H \"X-Goog-Api-Key: ***\""),
+    ("Private-Token: glpat-abc18", "Private-Token: ***"),
+    ("Cookie: sessionid=abc19; csrftoken=def", "Cookie: ***"),
+    ("Set-Cookie: sid=abc20; Path=/", "Set-Cookie: ***"),
+    ('Authorization: Digest username="u", response="6629fae49393a05397450978507c4ef1"', "Authorization: Digest ***"),
+    ("Authorization: Token tokSecret-21", "Authorization: Token ***"),
+    # query strings
+    ("GET /v1/m?key=AIzaSyQuery22&alt=json", "GET /v1/m?key=***&alt=json"),
+    ("https://h/a?token=qTok-23abc&n=5 and ?api_key=qKey-24&max_tokens=12", "https://h/a?token=***&n=5 and ?api_key=***&max_tokens=12"),
+    ('<a href="/x?a=1&amp;access_token=htmlTok-25">', '<a href="/x?a=1&amp;access_token=***">'),
+    # PEM private keys, JWTs, GitHub and Slack tokens
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA\nQyNTUxOQ\n-----END OPENSSH PRIVATE KEY-----",
+     "-----BEGIN OPENSSH PRIVATE KEY-----\n***\n-----END OPENSSH PRIVATE KEY-----"),
+    ('{"key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADAN\\n-----END PRIVATE KEY-----\\n"}',
+     '{"key": "-----BEGIN PRIVATE KEY-----***-----END PRIVATE KEY-----\\n"}'),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U end", "jwt *** end"),
+    ("gho_abcdefgh12345 ghs_abcdefgh1234 github_pat_11ABCDEFG_abcdefghijkl", "*** *** ***"),
+    ("slack xoxb-1234-5678-abcdefgh xoxp-12345678-abcdef xapp-1-A0-123-abc", "slack *** *** ***"),
+    # a key and its value in colour codes
+    ("\x1b[1mapi_key\x1b[0m='colouredSecret-26'", "api_key='***'"),
 ]
 # lines an engine prints that hold no secret: they stay exactly as they are
 ORDINARY = [
@@ -47,6 +71,12 @@ ORDINARY = [
     "Capturing CUDA graphs (bs=[1, 2, 4, 8]): 100%|##########| 4/4 [00:01<00:00,  2.1it/s]",
     "loss=0.25 lr=1e-4 step=10 https://huggingface.co/org/model",
     "tokens/s: 81.5  tokenizer: LlamaTokenizerFast  tokenizer_mode='auto'",
+    "Decode batch. #running-req: 1, #token: 1234, token usage: 0.01, gen throughput (token/s): 81.5",
+    "X-Max-Tokens: 12; KV cache key: layer.0; auth: required; Date: Mon, 12 Jan; Content-Type: application/json",
+    "the GPU is busy for nearly all of the time per token: GPU-bound, so the kernels decide",
+    "GET /v1/models?limit=10&max_tokens=64&stream=true HTTP/1.1",
+    "\x1b[32mINFO\x1b[0m:     Started server process [1234]; session 3 of 5",
+    "https://huggingface.co/org/model?revision=main git@github.com:org/repo.git",
 ]
 
 

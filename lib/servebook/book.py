@@ -30,6 +30,7 @@ from .params import PARAMS, check_chapter_param, check_here, coerce, model_defau
 from .paths import book_root, notebooks_dir
 from .provenance import describe_revision, host_fingerprint, record_code, software_versions
 from .results import RunStore
+from .secret_refs import hide_secrets, mask_known, mask_notebook, masked_notebook_writes
 
 __all__ = ["BookResult", "chapters", "notebook_parameters", "run_book", "render_book", "check_run_dir", "answer_boxes", "refresh_findings", "refresh_chapter",
            "chapter_verdict", "host_fingerprint", "software_versions", "excerpt_html", "parameters_that_ran", "partial_notebook"]
@@ -193,6 +194,7 @@ def run_book(
     declared = {c.stem: notebook_parameters(c.source) for c in selected}
     extra = _check_extra(dict(extra or {}), declared)
     check_here(values, extra)  # a pinned engine version, the backends named: against this host, before anything starts
+    values, extra = hide_secrets(values), hide_secrets(extra)  # a secret reaches the chapters as a reference (secret_refs)
     _prepare_engine(values, extra, say)
     sized = _sized_defaults(selected, declared, values, extra, say)
     store = _open_run(runs_root, run_id, {**values, **extra}, say, sized, again)
@@ -355,11 +357,12 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
     parameters = {k: v for k, v in given.items() if k in declared}
     failures_before = measured.failures_so_far(store)
     try:
-        papermill.execute_notebook(
-            str(source), str(partial), parameters=parameters, kernel_name="python3",
-            cwd=str(book_root()), progress_bar=False, execution_timeout=cell_timeout,
-            report_mode=False,
-        )
+        with masked_notebook_writes(partial):  # every save of the executed notebook is masked as it is written
+            papermill.execute_notebook(
+                str(source), str(partial), parameters=parameters, kernel_name="python3",
+                cwd=str(book_root()), progress_bar=False, execution_timeout=cell_timeout,
+                report_mode=False,
+            )
         status, error = "ok", None
         nothing = measured.nothing_measured(store, chapter.number, failures_before, whatif=bool(values.get("profile")))
         if nothing:  # every cell ran, and none measured what the chapter is for: not "ok"
@@ -690,7 +693,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     boxes = answer_boxes(store)
     errors: dict[str, int] = {}
     for i, (chapter, executed) in enumerate(pages):
-        nb = nbformat.read(executed, as_version=4)
+        nb = mask_notebook(nbformat.read(executed, as_version=4))
         nb.cells = [c for c in nb.cells if "sb-setup" not in c.metadata.get("tags", [])]
         errors[chapter.stem] = _mark_error_cells(nb)
         _drop_noise(nb)
@@ -712,9 +715,9 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             banner = f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}{where}</div>'
         nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner + boxes.get(chapter.stem[:2], "")
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
-        body = _shared_stylesheet(body, out)
+        body = _shared_stylesheet(mask_known(body), out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
-    (out / "index.html").write_text(_index_html(store, pages, status, errors), encoding="utf-8")
+    (out / "index.html").write_text(mask_known(_index_html(store, pages, status, errors)), encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
     return out / "index.html"
 

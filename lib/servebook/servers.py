@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 
 from .errors import ServerError
 from . import secrets as _secrets
+from .secret_refs import resolve_refs
 from .secrets import mask_argv, mask_text, mask_value
 
 __all__ = ["Launch", "Server", "start_together", "take_started", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
@@ -185,19 +186,21 @@ def _stop_reaper(reaper: subprocess.Popen | None) -> None:
         pass
 
 
-# The log copier: secrets.py run as it is (it imports only the standard library), isolated (-I) from this
-# environment's paths, its stdin the server's output; ``_copier_main`` ignores TERM/INT/HUP and ends at end of file.
-_COPIER = ("import sys; ns = {'__name__': 'servebook_log_copier'}; "
-           "exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'), ns); ns['_copier_main']()")
+# The log copier: secrets.py (after _secret_patterns.py) run from its source, which imports only the standard library,
+# isolated (-I) from this environment's paths, its stdin the server's output; ``_copier_main`` ignores TERM/INT/HUP and
+# ends at end of file.
 
 
-def start_log_copier(log_path: str | os.PathLike, env: dict | None = None) -> tuple[int, subprocess.Popen]:
+def start_log_copier(log_path: str | os.PathLike, env: dict | None = None, values: list[str] | None = None) -> tuple[int, subprocess.Popen]:
     """A masking copier appending to ``log_path``: returns the write end of its pipe (give it to the server as
     stdout/stderr, then close it here) and the copier. It runs in a session of its own, so a signal to this
-    process's group does not end it before the server; it masks the secret-named values of ``env`` too."""
+    process's group does not end it before the server; it masks the credential values of ``env`` (the server's),
+    this process's registered values and ``values`` too (handed over in its environment, never on its command line)."""
+    env = dict(os.environ if env is None else env)
+    env[_secrets.VALUES_VAR] = json.dumps(sorted(set(_secrets.registered()) | set(values or [])))
     r, w = os.pipe()
     try:
-        copier = subprocess.Popen([sys.executable, "-I", "-c", _COPIER, _secrets.__file__, str(log_path)],
+        copier = subprocess.Popen([sys.executable, "-I", "-c", _secrets.masker_source() + "\n_copier_main()\n", str(log_path)],
                                   stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   env=env, start_new_session=True)
     except BaseException:
@@ -267,10 +270,12 @@ class Server:
                 f"port {launch.port} on {launch.host} is already in use by another program{who}; servebook does not "
                 "stop programs it did not start: stop it yourself if it is a leftover, or let servebook pick a free port (port=0)"
             )
+        _secrets.register(*_secrets.argv_secret_values(resolve_refs([str(c) for c in launch.cmd])),
+                          *_secrets.credential_values(resolve_refs(dict(launch.env))))
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env.update(launch.env)
+        env.update(resolve_refs(dict(launch.env)))
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(log_path, "ab") as log:
             log.write(f"$ {launch.shell()}\n".encode())
@@ -278,7 +283,7 @@ class Server:
         out, copier = start_log_copier(log_path, env)
         try:
             proc = subprocess.Popen(
-                launch.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                resolve_refs([str(c) for c in launch.cmd]), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
             )
         except FileNotFoundError as exc:

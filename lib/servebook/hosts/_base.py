@@ -87,10 +87,12 @@ class Host:
 
     def spawn(self, argv: Sequence[str], *, log_path: str, env: dict | None = None, label: str | None = None) -> HostProcess:
         """Start a long-running process in its own process group (output to ``log_path`` on the host)."""
+        from ..secret_refs import resolve_refs
         from ..servers import shell_line
 
         shell = shell_line([str(a) for a in argv], {k: str(v) for k, v in (env or {}).items()})  # secrets masked
-        return self._spawn([str(a) for a in argv], env, log_path, shell, label or shell)
+        env = resolve_refs({k: str(v) for k, v in env.items()}) if env else env  # the book's secret references: their values
+        return self._spawn(resolve_refs([str(a) for a in argv]), env, log_path, shell, label or shell)
 
     def python(self, code: str, args: Sequence[str] = (), *, python: str | None = None, timeout: float | None = None,
                label: str | None = None) -> Completed:
@@ -151,10 +153,12 @@ class Host:
 def watchdog_command(python: str, argv: Sequence[str], env: dict | None, log_path: str, shell: str) -> tuple[list[str], bytes]:
     """The watchdog's command line (``scripts/watchdog.py`` as ``python -c``) and the spec line to send on its stdin.
 
-    The spec carries ``servebook/secrets.py``'s source as ``masker``: the watchdog writes the process's output to
+    The spec carries the masker's source (``secrets.masker_source``) as ``masker`` and this process's registered
+    secret values (and the command's credential options) as ``values``: the watchdog writes the process's output to
     the log through it, masked as it is written (the host need not have servebook)."""
     from .. import secrets
 
+    secrets.register(*secrets.argv_secret_values(list(argv)), *secrets.credential_values(dict(env or {})))
     spec = json.dumps({"argv": list(argv), "env": dict(env or {}), "log": log_path, "shell": shell,
-                       "masker": Path(secrets.__file__).read_text()}) + "\n"
+                       "masker": secrets.masker_source(), "values": secrets.registered()}) + "\n"
     return [python, "-c", (_SCRIPTS / "watchdog.py").read_text()], spec.encode()

@@ -47,7 +47,8 @@ class HostServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # the watchdog masked the log as it wrote it; masked again here, so no copy path can bring a secret in
         # (the server's secret variables included: this process may not have them)
-        values = env_secret_values({k: str(v) for k, v in self.launch.env.items()}, min_len=4) + env_secret_values()
+        values = sorted(set(env_secret_values({k: str(v) for k, v in self.launch.env.items()})) | set(env_secret_values()),
+                        key=len, reverse=True)
         self.log_path.write_text(mask_text(text, values))
 
     def log_tail(self, n: int = 40) -> str:

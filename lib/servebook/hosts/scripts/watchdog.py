@@ -5,8 +5,9 @@ the JSON spec ``{"argv", "env", "log", "shell"}`` (so the environment never show
 the command in its own session (process group), output to the log, prints ``{"pgid": N}``, then waits on its
 own stdin. A line ``stop GRACE`` or EOF on stdin (the caller asked to stop, closed the channel, or the
 connection dropped) stops the group: TERM, grace, KILL; it prints ``{"stopped": N, "returncode": RC}``.
-With ``masker`` in the spec (servebook/secrets.py's source) the output reaches the log through a pipe and a thread
-that masks secrets line by line as it writes: the log on the host never holds a raw secret either.
+With ``masker`` in the spec (servebook's masker source, ``secrets.masker_source``) the output reaches the log through a
+pipe and a thread that masks secrets line by line as it writes (``values``: the secrets to mask by value, besides the
+environment's credentials): the log on the host never holds a raw secret either.
 """
 
 import json
@@ -56,7 +57,7 @@ def main() -> None:
         exec(compile(spec["masker"], "servebook/secrets.py", "exec"), masker)
     shell = spec.get("shell", "")
     with open(spec["log"], "ab") as log:
-        log.write(("$ " + (masker["mask_text"](shell, []) if masker else shell) + "\n").encode())
+        log.write(("$ " + (masker["mask_text"](shell, spec.get("values") or []) if masker else shell) + "\n").encode())
     if masker:
         r, out = os.pipe()
     else:
@@ -71,7 +72,7 @@ def main() -> None:
         os.close(out)
     copier = None
     if masker:  # ends when the group's last process closes the pipe
-        values = masker["env_secret_values"](env, min_len=4)
+        values = sorted(set(masker["env_secret_values"](env)) | set(spec.get("values") or []), key=len, reverse=True)
         copier = threading.Thread(target=masker["copy_masked"], args=(r, spec["log"], values), daemon=True)
         copier.start()
     print(json.dumps({"pgid": proc.pid}), flush=True)
