@@ -13,7 +13,7 @@ host, a bandwidth) moves them together, so the gap's range is not the difference
 
 from __future__ import annotations
 
-from .projection import project, project_per_start
+from .projection import project
 
 __all__ = ["SEED_BACKENDS", "central_projection", "assumption_table", "projection_range", "ATTENTION_12"]
 
@@ -121,13 +121,6 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     rows.append(_row("bandwidth ratio", "H200 measured read bandwidth", _moved(src, central, lat, backends, bandwidth="measured"),
                      "central: datasheet over datasheet (H200 4.8 TB/s, RTX PRO 6000 1.792 TB/s); the end: the H200's "
                      "measured read bandwidth (table memory_bandwidth of the reference run) over the datasheet"))
-    starts = {}
-    for e, b in backends.items():
-        per = project_per_start(src, e, backend=b, allreduce_us=lat[e]["central_us"], allreduce_source="central")
-        starts[e] = per[1]["predicted_ms"] - per[0]["predicted_ms"] if len(per) > 1 else 0.0
-    rows.append(_row("H200 slice server start", "second start", starts,
-                     "central: the first server start of each engine's 2-layer slice; the end: its second start (role "
-                     "repeat, same day, same machine)"))
     return rows
 
 

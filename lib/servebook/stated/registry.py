@@ -182,6 +182,14 @@ def _seed_gap(store) -> dict:
 
 
 
+def _seed_table_figures(store) -> dict:
+    """Every numeric field of every keyed row of the seed verdict's tables, as ``table | key | field``."""
+    from ..profile.seed import SEED_TABLES
+
+    return {f"{t} | {r['key']} | {k}": v for t in SEED_TABLES for r in store.rows(t) if r.get("key") is not None
+            for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 # chapter 05 (s8): helpers of the quantities in the block marked "chapter 05 (s8)" below
 def _ch05_current(store) -> list[dict]:
     from ..bench.runs import current
@@ -990,6 +998,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("seed_nccl_pair_ms", "seed case: that same-machine difference over the collectives of a token (ms; seed_fixes)",
              lambda store: next(({None: f["pair_ms_per_token"]} for f in store.rows("seed_fixes")
                                  if f.get("pair_ms_per_token") is not None), {})),
+    Quantity("seed_table", "seed case: a figure of a recorded row of the seed verdict's tables (table | key | field; "
+             "profile.seed.SEED_TABLES, each row's key)", lambda store: _seed_table_figures(store)),
     # end of seed verdict (fix-prof)
     # -- chapter 05 (bench): single stream against C=1, both bandwidths, the full model's GPUs --------------------------
     Quantity("single_vs_c1", "a configuration's single stream beside its sweep's C=1 level and what differs (label | field; "
