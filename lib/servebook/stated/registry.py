@@ -182,6 +182,14 @@ def _seed_gap(store) -> dict:
 
 
 
+def _comm_floor_facts(store) -> dict:
+    """The latency fields of chapter 04's what-if floor rows, as ``case | field``."""
+    from ..nccl.figures import comm_floor
+
+    return {f"{k} | {f}": r.get(f) for k, r in comm_floor(store).items()
+            for f in ("allreduce_us", "allreduce_us_low", "allreduce_us_high")}
+
+
 def _seed_table_figures(store) -> dict:
     """Every numeric field of every keyed row of the seed verdict's tables, as ``table | key | field``."""
     from ..profile.seed import SEED_TABLES
@@ -840,6 +848,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("comm_floor_ms", "what-if: all-reduce time per token (ms) at batch 1, by case (table roofline, chapter 04)",
              lambda store: {k: r.get("t_comm_ms") for k, r in
                             __import__("servebook.nccl.figures", fromlist=["x"]).comm_floor(store).items()}),
+    Quantity("comm_floor_fact", "what-if: a figure of one communication-floor row (case | field; table roofline, chapter 04)",
+             lambda store: _comm_floor_facts(store)),
     Quantity("comm_allreduces_per_token", "what-if: all-reduces per token, by case",
              lambda store: {k: r.get("allreduces_per_token") for k, r in
                             __import__("servebook.nccl.figures", fromlist=["x"]).comm_floor(store).items()}),
