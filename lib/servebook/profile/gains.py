@@ -73,6 +73,8 @@ def _custom(f: dict, total: float, lat: dict, n: int, decode_path: list[dict], v
     if f.get("label") == NOT_IN_VERSION:
         return _with_range({**f, "label": NEEDS_VERSION, "needs_version": "a version with the switch (open PR)"},
                            total, low, high, "version", why)
+    if f.get("label") != "predicted":   # chapter 02 holds no reading of the version's code: no gain until it does
+        return {**f, "kind": "environment", "key": f"{eng} | {f['change']}", "range_basis": why}
     return _with_range(f, total, low, high, "environment", why)
 
 
@@ -101,8 +103,12 @@ def rank_by_expected_gain(fixes: list[dict], rows: list[dict], lat: dict, n: int
         elif f["change"].startswith("attention backend") and f.get("label") == "predicted":
             out.append(_attention(f, total, served_note or "a served measurement of it on the H200 is not in this run"))
         else:
-            out.append({**f, "kind": "flag", "key": f"{f['engine']} | {f['change']}",
-                        **({"gain_low_ms": None, "gain_high_ms": None, "expected_gain_ms": None} if f.get("gain_ms_per_token") is None else {})})
+            g = f.get("gain_ms_per_token")
+            out.append(_with_range(f, total, 0.0, g, "flag", "upper bound from the projection; low: 0") if g is not None
+                       else {**f, "kind": "flag", "key": f"{f['engine']} | {f['change']}"})
+    for f in out:
+        for k in ("gain_low_ms", "gain_high_ms", "expected_gain_ms"):
+            f.setdefault(k, None)
     has = [f for f in out if f.get("expected_gain_ms") is not None]
     rest = [f for f in out if f.get("expected_gain_ms") is None]
     has.sort(key=lambda f: (-round(f["expected_gain_ms"], 6), KIND_ORDER.get(f.get("kind"), 2)))
