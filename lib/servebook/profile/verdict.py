@@ -80,7 +80,11 @@ def _range_line(tables: dict) -> str:
         f"({t('seed_range', v, 'low_tok_s', '.1f')} to {t('seed_range', v, 'high_tok_s', '.1f')}; the seed measured "
         f"{t('seed_range', v, 'seed_tok_s', '.1f')}); SGLang slower by {t('seed_range', g, 'point_ms', '.2f')} ms per token "
         f"({t('seed_range', g, 'low_ms', '.2f')} to {t('seed_range', g, 'high_ms', '.2f')}; the seed's "
-        f"{t('seed_range', g, 'seed_gap_ms', '.2f')}). The point takes every assumption at its central value; the range takes "
+        f"{t('seed_range', g, 'seed_gap_ms', '.2f')})."
+        + "".join(f" The seed's {_NAMES[e]} rate lies outside that engine's range: the ends of the assumptions here do not "
+                  "reach it." for e, r in (("sglang", s), ("vllm", v))
+                  if r.get("seed_inside") is False)
+        + " The point takes every assumption at its central value; the range takes "
         "all of them together at the ends that shorten or lengthen the time (table `seed_assumptions` moves each alone). "
         "Host time follows one rule, the one the whole models of the reference run validated: a step takes the longer of "
         "the host's time and the GPU's (the serial rule, host idle added, is the bound in the table). Each per-layer "
