@@ -74,9 +74,9 @@ def _range_line(tables: dict) -> str:
     ref = next(iter(tot.values()), {}).get("reference_run", "?")
     return (
         "**The projection (predicted, not measured on that host)**, each engine's Triton MLA profile from "
-        f"`data/runs/{ref}` carried to 8x RTX PRO 6000: SGLang {t('seed_range', s, 'point_tok_s', '.1f')} tok/s "
+        f"`data/runs/{ref}` carried to 8x RTX PRO 6000: SGLang {_point(tot, 'sglang')} tok/s "
         f"({t('seed_range', s, 'low_tok_s', '.1f')} to {t('seed_range', s, 'high_tok_s', '.1f')}; the seed measured "
-        f"{t('seed_range', s, 'seed_tok_s', '.1f')}), vLLM {t('seed_range', v, 'point_tok_s', '.1f')} tok/s "
+        f"{t('seed_range', s, 'seed_tok_s', '.1f')}), vLLM {_point(tot, 'vllm')} tok/s "
         f"({t('seed_range', v, 'low_tok_s', '.1f')} to {t('seed_range', v, 'high_tok_s', '.1f')}; the seed measured "
         f"{t('seed_range', v, 'seed_tok_s', '.1f')}); SGLang slower by {t('seed_range', g, 'point_ms', '.2f')} ms per token "
         f"({t('seed_range', g, 'low_ms', '.2f')} to {t('seed_range', g, 'high_ms', '.2f')}; the seed's "
@@ -91,6 +91,13 @@ def _range_line(tables: dict) -> str:
         "difference is taken between two slices recorded in one run on one day (" + ", ".join(days) + ": the lent machine "
         "changed between days, so no row is subtracted across them); a reference recording of the INT4 slices replaces "
         f"`{ref}` by name (`servebook.profile.seed.REFERENCE_PROFILE_RUN`).")
+
+
+def _point(tot: dict, engine: str) -> str:
+    """An engine's projected tok/s (every assumption central), tagged as chapter 06's headline quantity."""
+    from ..stated.tags import q
+
+    return q("seed_projected_tok_s", tot[engine]["predicted_tok_s"], ".1f", of=engine)
 
 
 def _parts_line(tables: dict) -> str:
