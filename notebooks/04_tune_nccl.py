@@ -47,7 +47,7 @@ measure: bool = True  # False: start nothing, re-read this run's tables (servebo
 # all-reduce at this model's decode message sizes, replayed from CUDA graphs, over a grid of NCCL settings.
 # Until then, the communication floor per token is predicted: the collectives per token read in each engine's code
 # (the count chapters 05 and 06 use) times one all-reduce's latency. On a PCIe profile that latency is each engine's own,
-# a range over published 8-rank PCIe figures chosen by the NCCL environment the seed ran it with (the rule chapter 06
+# a range over published eight-rank PCIe figures chosen by the NCCL environment the seed ran it with (the rule chapter 06
 # uses); on an NVLink profile it is the lent H200 x2 machine's (`data/runs/h200x2-nccl`). Said as such: a host has its own
 # latency, which is the point of running the grid there. Stored in the table `roofline`.
 

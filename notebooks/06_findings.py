@@ -279,7 +279,7 @@ if seed_rows:
     plt.show()
 
 # %% [markdown]
-# The Triton MLA decode kernel's launch on capability 12.0 against 9.0, read in each version's code (table
+# The Triton MLA decode kernel's launch on the seed's GPUs against the H200, read in each version's code (table
 # `seed_attention_12`): block sizes, warps, stages, and how the KV split count is decided.
 
 # %%

@@ -178,7 +178,7 @@ def _seed_verdict(store) -> str:
     ranges = "; ".join(f"{html.escape(e)} {t('seed_range', rng[e], 'low_tok_s', '.1f')} to {t('seed_range', rng[e], 'high_tok_s', '.1f')}"
                        for e in ("sglang", "vllm") if e in rng)
     return (f" Ranges over the assumptions: {ranges} tok/s. Likely cause (a hypothesis): SGLang's all-reduce, launched without "
-            f"the NCCL block vLLM ran with. First change: {html.escape(f0['change'])} for {html.escape(f0['engine'])}, "
+            f"the NCCL block vLLM ran with. First change: <code>{html.escape(f0['change'])}</code> for {html.escape(f0['engine'])}, "
             f"<code>{html.escape(f0['check_command'])}</code>, expected {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s "
             f"({t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms per token).")
 

@@ -20,6 +20,12 @@ def t(table: str, row: dict, field: str, fmt: str) -> str:
     return q("seed_table", row.get(field), fmt, of=f"{table} | {row['key']} | {field}")
 
 
+def _change(f: dict) -> str:
+    """A change's name, its settings (an environment block, a flag) shown as code."""
+    name, _, rest = f["change"].partition(" (")
+    return f"{name} (`{rest.rstrip(')')}`)" if rest else f["change"]
+
+
 def _first(fixes: list[dict]) -> dict | None:
     return next((f for f in fixes if f.get("expected_gain_ms") is not None), None)
 
@@ -38,14 +44,14 @@ def _cause(tables: dict) -> str:
         f"**Likely cause (a hypothesis, predicted from published figures, not measured on that host): SGLang's all-reduce.** "
         f"The seed launched vLLM with its NCCL block (`{block}`) and SGLang without it. Both engines pay "
         f"{t('seed_comm', s, 'collectives', 'd')} collectives per decode token (read in each engine's code, table "
-        f"`seed_collectives`); at the latencies published for 8 PCIe ranks that is {t('seed_comm', s, 'low_ms', '.2f')} to "
+        f"`seed_collectives`); at the latencies published for eight PCIe ranks that is {t('seed_comm', s, 'low_ms', '.2f')} to "
         f"{t('seed_comm', s, 'high_ms', '.2f')} ms per token for SGLang's NCCL default and {t('seed_comm', v, 'low_ms', '.2f')} "
         f"to {t('seed_comm', v, 'high_ms', '.2f')} ms for vLLM's tuned NCCL. The projection meets the seed's two rates when "
         f"SGLang's all-reduce takes {t('seed_comm', s, 'matching_us', '.1f')} us and vLLM's {t('seed_comm', v, 'matching_us', '.1f')} us: "
         f"SGLang's near the published two-socket host's NCCL default ({t('seed_comm', s, 'high_us', '.2f')} us, SIMPLE "
         f"protocol), vLLM's between that and the published LL figures ({t('seed_comm', v, 'low_us', '.2f')} to "
         f"{t('seed_comm', v, 'high_us', '.2f')} us).",
-        f"**First change:** {f0['change']} for {_NAMES.get(f0['engine'], f0['engine'])} - `{f0['check_command']}`. Expected "
+        f"**First change:** {_change(f0)} for {_NAMES.get(f0['engine'], f0['engine'])} - `{f0['check_command']}`. Expected "
         f"gain {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per "
         f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
         "whose NCCL already picks LL by itself to one like the published two-socket host). How sure: a hypothesis - the "
@@ -57,11 +63,11 @@ def _cause(tables: dict) -> str:
         lines.append(
             f"The seed's own profile put all-reduce at {q('seed_allreduce_share', s['share'], '.1%')} of SGLang's decode "
             f"time: {t('seed_comm', s, 'implied_ms', '.2f')} ms per token, {t('seed_comm', s, 'implied_us', '.1f')} us per "
-            f"collective - " + ("above every published 8-rank PCIe figure the book holds (the highest, "
+            f"collective - " + ("above every published eight-rank PCIe figure the book holds (the highest, "
                                 f"{t('seed_comm', s, 'published_high_us', '.2f')} us, is the two-socket host's default), so as "
                                 "a latency it is not plausible; an engine's all-reduce kernels in a profile also hold each "
                                 "rank's wait for the slowest one (a hypothesis: a per-rank trace on the host settles it)"
-                                if s.get("implied_above_published") else "within the published 8-rank PCIe figures")
+                                if s.get("implied_above_published") else "within the published eight-rank PCIe figures")
             + f". At the latency that meets the seed's rate the share would be {t('seed_comm', s, 'share_at_matching', '.1%')}.")
     return "\n\n".join(lines)
 
@@ -110,7 +116,7 @@ def _parts_line(tables: dict) -> str:
     if att and att.get("diff_ms"):
         out.append("**The other parts.** Attention: on the H200 SGLang 0.5.16's Triton MLA decode takes "
                    + _q_ratio(att) + " as long per layer as vLLM's (`decode_breakdown`), the same kernel constants on "
-                   "capability 9.0 and 12.0 in every version read (table `seed_attention_12`); SGLang 0.5.9, the studied "
+                   "the H200's capability and the seed's GPUs' in every version read (table `seed_attention_12`); SGLang 0.5.9, the studied "
                    "version, launches a split grid of 8 where the profiled 0.5.16 launches 256, so at the version end "
                    + (f"its attention moves SGLang by {t('seed_assumptions', version, 'sglang_ms', '+.2f')} ms per token"
                       if version and version.get("sglang_ms") is not None else "it moves SGLang")
@@ -129,7 +135,7 @@ def _fixes_line(tables: dict) -> str:
     ranked = [f for f in tables["seed_fixes"] if f.get("expected_gain_ms") is not None]
     rest = sorted({f["label"] for f in tables["seed_fixes"] if f.get("expected_gain_ms") is None})
     line = ("**Changes ranked by expected gain** (table below; each with the command that checks it): "
-            + "; ".join(f"{_NAMES.get(f['engine'], f['engine'])}: {f['change']} {t('seed_fixes', f, 'expected_gain_ms', '.2f')} ms "
+            + "; ".join(f"{_NAMES.get(f['engine'], f['engine'])}: {_change(f)} {t('seed_fixes', f, 'expected_gain_ms', '.2f')} ms "
                         f"({t('seed_fixes', f, 'gain_low_ms', '.2f')} to {t('seed_fixes', f, 'gain_high_ms', '.2f')}"
                         + (f", needs {f['needs_version']}" if f.get("needs_version") else "") + ")" for f in ranked) + ".")
     if rest:
