@@ -117,11 +117,18 @@ def _parts_line(tables: dict) -> str:
         out.append("**The other parts.** Attention: on the H200 SGLang 0.5.16's Triton MLA decode takes "
                    + _q_ratio(att) + " as long per layer as vLLM's (`decode_breakdown`), the same kernel constants on "
                    "the H200's capability and the seed's GPUs' in every version read (table `seed_attention_12`); SGLang 0.5.9, the studied "
-                   "version, launches a split grid of 8 where the profiled 0.5.16 launches 256, so at the version end "
+                   f"version, launches a split grid of {_grid(tables, '0.5.9')} where the profiled 0.5.16 launches "
+                   f"{_grid(tables, '0.5.16')}, so at the version end "
                    + (f"its attention moves SGLang by {t('seed_assumptions', version, 'sglang_ms', '+.2f')} ms per token"
                       if version and version.get("sglang_ms") is not None else "it moves SGLang")
                    + " (a hypothesis: profiling 0.5.9's triton backend on the same slices settles it).")
     return " ".join(out)
+
+
+def _grid(tables: dict, version: str) -> str:
+    """SGLang ``version``'s Triton MLA split grid on the seed's GPUs (table seed_attention_12), tagged."""
+    row = next((a for a in tables.get("seed_attention_12", []) if a["engine"] == "sglang" and a["version"] == version), None)
+    return t("seed_attention_12", row, "split_cap_12_0", "d") if row else "?"
 
 
 def _q_ratio(att: dict) -> str:
