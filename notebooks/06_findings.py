@@ -111,16 +111,16 @@ for pair in (store.rows("seed_comparison") if "seed_comparison" in store.tables(
 
 # %%
 launch_first = []
-if params.get("profile") and causes:
+if params.get("profile") and (causes or seed_fixes):
     from servebook import plan
 
     facts = plan.host_facts(store, params.get("engine"), params.get("model"), params.get("profile"))
-    launch_first = plan.launch_first(facts, causes)
-    for row in launch_first:
-        if not store.done("recommended_launch", launch=row["launch"]):
-            store.append("recommended_launch", row)
-    text = ("Try first, on the real host (then check it with chapter 03: the backend the engine reports, greedy agreement, "
-            "decode rate; a missed backend may not support this GPU):\n\n" +
+    # the seed verdict's first change (largest expected gain) leads; then the launches the root causes name
+    launch_first = plan.seed_first(facts, seed_fixes) + plan.launch_first(facts, causes)
+    store.replace("recommended_launch", launch_first)   # derived from this chapter's tables: computed again whole
+    text = ("Try first, on the real host, in this order (then check each: chapter 04 for an NCCL setting, chapter 03 for a "
+            "backend - the backend the engine reports, greedy agreement, decode rate; a missed backend may not support this "
+            "GPU):\n\n" +
             "\n\n".join(f"{r['why']}:\n\n```\n{r['launch']}\n```" for r in launch_first)) if launch_first else \
         "No fallback caused by a hardware helper: keep the engine's default and measure (chapters 03 and 05)."
     display(Markdown(text))

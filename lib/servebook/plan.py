@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import ServebookError
 
-__all__ = ["host_facts", "plan_backends", "plan_nccl", "plan_bench", "recommended_launch", "launch_first"]
+__all__ = ["host_facts", "plan_backends", "plan_nccl", "plan_bench", "recommended_launch", "launch_first", "seed_first"]
 
 _PORT = 30000
 _RECORDED_NCCL = "h200x2-nccl"  # data/runs/: graph-replayed all-reduce latencies measured on 2x H200 (NVLink)
@@ -125,6 +125,18 @@ def plan_backends(store, facts: dict) -> list[dict]:
     rows.append(_cmd(store, "03", "the whole sweep, checked (reported backend, greedy agreement, decode rate)",
                      _book_cmd(facts, "01,02,03")))
     return rows
+
+
+def seed_first(facts: dict, fixes: list[dict]) -> list[dict]:
+    """The seed verdict's first change for this engine (``profile.gains``: the largest expected gain in ``seed_fixes``), as
+    chapter 06's first launch to try: its own check command, ahead of the launches the root causes name."""
+    eng = facts["engine"].split("==")[0]
+    f = next((f for f in fixes if f.get("expected_gain_ms") is not None and f["engine"] == eng), None)
+    if f is None:
+        return []
+    return [{"why": (f"{eng} (predicted): the seed verdict's first change, {f['change']}, the largest expected gain in "
+                     "`seed_fixes` (its range and what settles it are in the verdict above)"),
+             "launch": f["check_command"], "decision": "predicted"}]
 
 
 def launch_first(facts: dict, causes: list[dict]) -> list[dict]:
