@@ -134,7 +134,7 @@ def seed_first(facts: dict, fixes: list[dict]) -> list[dict]:
     f = next((f for f in fixes if f.get("expected_gain_ms") is not None and f["engine"] == eng), None)
     if f is None:
         return []
-    return [{"why": (f"{eng} (predicted): the seed verdict's first change, {f['change']}, the largest expected gain in "
+    return [{"why": (f"{eng} (predicted): the seed verdict's first change, `{f['change']}`, the largest expected gain in "
                      "`seed_fixes` (its range and what settles it are in the verdict above)"),
              "launch": f["check_command"], "decision": "predicted"}]
 
