@@ -70,12 +70,13 @@ pd.DataFrame([
 # %%
 from servebook import profile as sbprof
 from servebook.profile import seed as sbseed
+from servebook.profile import verdict as sbverdict
 
 seed_rows, seed_fixes, seed_tabs = [], [], {}
 if params.get("profile") == sbseed_profile and str(params.get("model", "")).startswith(sbseed_model):
     seed_rows, seed_fixes = sbseed.record_seed(store)
     seed_tabs = {name: store.rows(name) for name in sbseed.SEED_TABLES}
-    display(Markdown(sbseed.verdict(seed_tabs)))
+    display(Markdown(sbverdict.verdict_markdown(seed_tabs)))
 elif sbprof.where_time_goes(store):
     display(Markdown("**Where each engine's time goes (measured, chapter 05's profiles):**\n\n" + sbprof.where_time_goes(store)))
 else:

@@ -184,7 +184,8 @@ def test_the_seed_projection_from_the_recorded_h200_profiles(tmp_path):
     """Both engines' Triton MLA profiles of data/runs/h200x1-prof carried to the seed's host: each engine's categories
     add up to its total, the total is compared with the seed's own figure (never fitted to it), and the tables land
     in the run."""
-    from servebook.profile.seed import SEED_BACKENDS, SEED_TABLES, gap_by_category, record_seed, verdict
+    from servebook.profile.seed import SEED_BACKENDS, SEED_TABLES, gap_by_category, record_seed
+    from servebook.profile.verdict import verdict
     from servebook.results import RunStore
 
     store = RunStore.at(tmp_path)
@@ -308,7 +309,8 @@ def test_the_verdict_says_the_likely_cause_and_first_change_first(tmp_path):
     import shutil
 
     from servebook.paths import data_dir
-    from servebook.profile.seed import SEED_TABLES, record_seed, verdict
+    from servebook.profile.seed import SEED_TABLES, record_seed
+    from servebook.profile.verdict import verdict
     from servebook.results import RunStore
 
     run = tmp_path / "wi"

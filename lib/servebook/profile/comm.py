@@ -17,10 +17,67 @@ so the central value is the middle of the range, and the range is the assumption
 
 from __future__ import annotations
 
-from .projection import _default_allreduce, _figure, _text, allreduce_latency, load_allreduce_reference
+import json
+import math
+from pathlib import Path
 
 __all__ = ["SEED_NCCL_ENGINES", "COLLECTIVE_SITES", "collective_table", "collectives_per_token", "engine_latencies",
            "custom_latency", "implied_latency", "matching_latency", "latency_sweep", "pcie_floor"]
+
+_REFERENCE = "allreduce-pcie-published.json"
+
+
+# -- published figures (servebook.profile.projection uses them too) -----------------------------------------
+def _data_dir() -> Path:
+    from ..paths import data_dir
+
+    return data_dir()
+
+
+def load_allreduce_reference(path: str | Path | None = None) -> dict:
+    """The published PCIe all-reduce figures (``data/reference/allreduce-pcie-published.json``)."""
+    return json.loads(Path(path or _data_dir() / "reference" / _REFERENCE).read_text())
+
+
+def allreduce_latency(us_by_bytes: dict, message_bytes: float) -> float:
+    """One all-reduce's latency at ``message_bytes`` from a recorded series ``{bytes: us}``: linear in log2(bytes)
+    between the two nearest recorded sizes; outside the recorded range, the nearest end's value."""
+    pts = sorted((float(b), float(u)) for b, u in us_by_bytes.items())
+    if not pts:
+        raise ValueError("an empty all-reduce series")
+    if message_bytes <= pts[0][0]:
+        return pts[0][1]
+    if message_bytes >= pts[-1][0]:
+        return pts[-1][1]
+    for (b0, u0), (b1, u1) in zip(pts, pts[1:]):
+        if b0 <= message_bytes <= b1:
+            f = (math.log2(message_bytes) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
+            return u0 + f * (u1 - u0)
+    raise AssertionError("unreachable")
+
+
+def _figure(ref: dict, key: str, field: str = "us_by_bytes") -> dict:
+    """The figure ``ref['default'][key]`` (or the figure of that id) with the series ``field``."""
+    fid = ref.get("default", {}).get(key, key)
+    fig = next(f for f in ref["figures"] if f["id"] == fid)
+    return {"id": fid, "series": fig[field], "source": fig["source"], "hardware": fig["hardware"], "ranks": fig["ranks"],
+            "path": fig["path"]}
+
+
+def _default_allreduce(message_bytes: float, key: str = "nccl", field: str = "us_by_bytes") -> tuple[float, str]:
+    """The default latency (us) and its label: the reference's ``key`` series interpolated at ``message_bytes``."""
+    fig = _figure(load_allreduce_reference(), key, field)
+    us = allreduce_latency(fig["series"], message_bytes)
+    sizes = ", ".join(f"{int(float(b))} B {u} us" for b, u in sorted(fig["series"].items(), key=lambda kv: float(kv[0])))
+    return us, (f"published, {fig['ranks']} ranks, {fig['hardware']}; {fig['path']}; series {sizes}; "
+                f"{us:.2f} us interpolated at {int(message_bytes)} B; {fig['source']}")
+
+
+def _text(card: dict) -> dict:
+    cfg = card.get("config", card)
+    return cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+
+
 
 # engines the seed launched with its NCCL block (servebook.nccl.e2e.SEED_ENV, copied from a vLLM systemd unit; SGLang ran
 # without it until the investigation copied it over: shared/seeds)

@@ -15,11 +15,13 @@ from pathlib import Path
 
 from .projection import ranked_fixes
 
-__all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "verdict", "gap_by_category", "seed_allreduce_share"]
+__all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
-from .comm import SEED_NCCL_ENGINES
-from .ranges import SEED_BACKENDS  # what each engine runs on capability 12.0 (chapter 02 resolves it from their code)
+from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
+                   latency_sweep, matching_latency)
+from .gains import rank_by_expected_gain
+from .ranges import ATTENTION_12, SEED_BACKENDS, assumption_table, central_projection, projection_range
 
 
 def _reference_dir() -> Path:
@@ -32,10 +34,8 @@ def seed_projection(reference=None, **kw) -> list[dict]:
     """``seed_projection`` rows for SGLang and vLLM with their 12.0 backends, every assumption at its central value
     (``ranges.central_projection``; ``project``'s keywords pass through)."""
     from ..results import RunStore
-    from . import comm, ranges
-
     src = RunStore.at(reference or _reference_dir())
-    central = ranges.central_projection(src, comm.engine_latencies(), **kw)
+    central = central_projection(src, engine_latencies(), **kw)
     return [{**r, "reference_run": Path(str(reference or _reference_dir())).name} for e in SEED_BACKENDS for r in central[e]]
 
 
@@ -59,31 +59,30 @@ def seed_tables(store, reference=None) -> dict:
     from ..results import RunStore
     from ..selection.cards import load_card
     from ..stated.figures import seed_case
-    from . import comm, gains, ranges
     from .projection import seed_figures
 
     seed = seed_case()
     card = load_card(seed["model"])
     src = RunStore.at(reference or _reference_dir())
-    n, lat = comm.collectives_per_token(card, seed["tp"]), comm.engine_latencies()
-    central = ranges.central_projection(src, lat, tp=seed["tp"])
+    n, lat = collectives_per_token(card, seed["tp"]), engine_latencies()
+    central = central_projection(src, lat, tp=seed["tp"])
     name = Path(str(reference or _reference_dir())).name
     rows = [{**r, "reference_run": name} for e in SEED_BACKENDS for r in central[e]]
     versions = _studied_versions(store, rows)
     for r in rows:
         if r["category"] == "total":
             r["studied_version"] = versions.get(r["engine"])
-    assumptions = ranges.assumption_table(src, central, lat, n)
+    assumptions = assumption_table(src, central, lat, n)
     fixes = ranked_fixes(rows, attention_alternatives=_alternatives(store, reference, versions),
                          decode_path=store.rows("decode_path"), versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
-    fixes = gains.rank_by_expected_gain(fixes, rows, lat, n, store.rows("decode_path"), versions, _SERVED_NOTE)
+    fixes = rank_by_expected_gain(fixes, rows, lat, n, store.rows("decode_path"), versions, _SERVED_NOTE)
     other = {e: next(r["predicted_ms"] for r in central[e] if r["category"] == "total")
              - next(r["ms_per_token"] for r in central[e] if r["category"] == "communication") for e in SEED_BACKENDS}
     return {"seed_projection": rows, "seed_fixes": fixes, "seed_assumptions": assumptions,
-            "seed_range": ranges.projection_range(central, assumptions, seed_figures()),
-            "seed_comm": _comm_rows(lat, n, other, seed_figures()), "seed_collectives": comm.collective_table(card, seed["tp"]),
-            "seed_latency_sweep": comm.latency_sweep(other, n),
-            "seed_attention_12": [{**a, "key": f"{a['engine']} | {a['version']}"} for a in ranges.ATTENTION_12]}
+            "seed_range": projection_range(central, assumptions, seed_figures()),
+            "seed_comm": _comm_rows(lat, n, other, seed_figures()), "seed_collectives": collective_table(card, seed["tp"]),
+            "seed_latency_sweep": latency_sweep(other, n),
+            "seed_attention_12": [{**a, "key": f"{a['engine']} | {a['version']}"} for a in ATTENTION_12]}
 
 
 _SERVED_NOTE = ("chapter 03 of h200x2-live served forced flashinfer slower than triton on the H200 (a 2-layer slice, SGLang "
@@ -93,16 +92,14 @@ _SERVED_NOTE = ("chapter 03 of h200x2-live served forced flashinfer slower than 
 def _comm_rows(lat: dict, n: int, other: dict, seed_tok_s: dict) -> list[dict]:
     """Per engine: its NCCL environment in the seed, the latency range, the communication per token at each end, the
     latency at which the projection meets the seed's rate, and (SGLang) the latency the seed's all-reduce share implies."""
-    from . import comm
-
     out = []
     for e, L in lat.items():
         row = {**{k: L[k] for k in ("engine", "env", "low_us", "central_us", "high_us", "low_host", "high_host", "basis")},
                "collectives": n, "other_ms": other[e], "key": e,
                **{f"{k}_ms": n * L[f"{k}_us"] / 1e3 for k in ("low", "central", "high")},
-               "seed_tok_s": seed_tok_s.get(e), "matching_us": comm.matching_latency(other[e], n, seed_tok_s[e])}
+               "seed_tok_s": seed_tok_s.get(e), "matching_us": matching_latency(other[e], n, seed_tok_s[e])}
         if e == "sglang":
-            imp = comm.implied_latency(n, seed_allreduce_share(), seed_tok_s[e])
+            imp = implied_latency(n, seed_allreduce_share(), seed_tok_s[e])
             row.update({"implied_us": imp["implied_us"], "implied_ms": imp["ms_per_token"], "share": imp["share"],
                         "published_high_us": imp["published_high_us"], "published_high_figure": imp["published_high_figure"],
                         "published_low_us": imp["published_low_us"], "implied_above_published": imp["above_published"],
@@ -202,14 +199,6 @@ def _versions_line(s: dict, v: dict) -> str:
                  f"took is an assumption, settled by profiling {name} "
                  f"{q('seed_studied_version', r['studied_version'], of=eng)}'s Triton MLA backend on the same slices.")
     return line
-
-
-def verdict(tables: dict) -> str:
-    """The seed case's verdict in numbers (Markdown; every figure tagged): ``profile.verdict.verdict_markdown`` over the
-    tables ``seed_tables`` returns (or a run's recorded seed_* tables)."""
-    from .verdict import verdict_markdown
-
-    return verdict_markdown(tables)
 
 
 def seed_allreduce_share() -> float:

@@ -8,7 +8,7 @@ Every figure is tagged with ``servebook.stated.q`` as the recorded row it comes 
 
 from __future__ import annotations
 
-__all__ = ["verdict_markdown", "t"]
+__all__ = ["verdict_markdown", "verdict", "t"]
 
 _NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 
@@ -163,3 +163,6 @@ def verdict_markdown(tables: dict) -> str:
         parts.append(_versions_line(tot["sglang"], tot["vllm"]))
     parts.append(_fixes_line(tables))
     return "\n\n".join(p for p in parts if p)
+
+
+verdict = verdict_markdown
