@@ -294,7 +294,7 @@ pd.DataFrame(seed_tabs["seed_attention_12"])[["engine", "version", "role", "bloc
 
 # %%
 pd.DataFrame(seed_fixes)[[c for c in ["engine", "change", "expected_gain_ms", "gain_low_ms", "gain_high_ms", "gain_tok_s", "label",
-                                      "kind", "check_command"] if c in pd.DataFrame(seed_fixes)]].round(2) if seed_fixes else "no candidate changes: not the seed case"
+                                      "kind", "check_command", "range_basis", "note"] if c in pd.DataFrame(seed_fixes)]].round(2) if seed_fixes else "no candidate changes: not the seed case"
 
 # %% [markdown]
 # ## Recommended launch commands

@@ -386,6 +386,12 @@ def test_slices_are_subtracted_only_within_one_day():
     only = pj.select_slices(t["profile_runs"], "sglang")
     assert only["deep"]["label"] == "sglang 2L" and only["cross_day"] == ["sglang 2L - sglang 1L"]
     assert pj.select_slices(t["profile_runs"], "sglang", same_day=False)["cross_day"] == []
+    # rows that name their machine pair by machine, whatever the day (the reference recording's rows carry one)
+    for p, m in zip(rep["profile_runs"], ("gpu-b", "gpu-a", "gpu-a", "gpu-b")):
+        p["machine"] = m                                   # 1L on b, 2L first start on a, INT4 on a, second start on b
+    sl = pj.select_slices(rep["profile_runs"], "sglang")
+    assert sl["deep"]["label"] == "sglang 2L start 2"
+    assert sl["cross_day"] == ["sglang 2L int4 - sglang 1L"]   # the INT4 slice's machine has no 1-layer slice: named
 
 
 def test_the_flashinfer_fix_takes_its_measured_profile():

@@ -146,14 +146,24 @@ def recorded_day(row: dict | None) -> str | None:
     return datetime.fromtimestamp(float(row["taken_at"]), tz=timezone.utc).date().isoformat()
 
 
+def recording_unit(row: dict | None) -> str | None:
+    """What two slices must share to be subtracted: the machine a profile was measured on where the row names it
+    (``machine``, a hash of its GPUs' UUIDs), else the UTC day it was taken (one lent machine per day in the older runs)."""
+    if not row:
+        return None
+    return row.get("machine") or recorded_day(row)
+
+
 def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "auto", mode: str = "graph",
                   card: str = "kimi-k2.5", same_day: bool = True) -> dict:
     """The last ok profiles an engine's projection uses: the 1- and 2-layer bf16 slices with ``backend``, the 2-layer
-    one taken the same day as the 1-layer one (another server start of it, role "repeat", where the first start was
-    taken another day: the difference of two slices is never taken across machines); the 1-layer slice of the default
-    backend where ``backend`` has none (said in ``notes``), and the INT4 2-layer slice with the 1-layer slice of its own
-    day (``int4_base``: the experts of one layer are their difference). ``same_day=False``: the old choice (first
-    starts only, any day). Missing ones are None; ``cross_day`` lists pairs that could only be taken across days."""
+    one from the same recording unit as the 1-layer one (``recording_unit``: the row's machine, else its day; another
+    server start of it, role "repeat", where the first start was taken on another machine: the difference of two slices
+    is never taken across machines); the 1-layer slice of the default backend where ``backend`` has none (said in
+    ``notes``), and the INT4 2-layer slice with the 1-layer slice of its own unit (``int4_base``: the experts of one
+    layer are their difference). ``same_day=False``: the old choice (first starts only, any unit). Missing ones are
+    None; ``cross_day`` lists pairs that could only be taken across units.
+    """
     rows = [r for r in latest_ok(profile_rows) if r["engine"] == engine and r.get("card") == card
             and r.get("role", "slice") in ("slice", "repeat")]
 
@@ -164,7 +174,7 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
                 for r in rows:
                     if int(r["layers"]) == layers and r.get("quant", "bf16") == quant and r.get("mode") == m and \
                             r.get("role", "slice") == role and (be is None or r.get("backend", "auto") == be) and \
-                            (day is None or recorded_day(r) == day):
+                            (day is None or recording_unit(r) == day):
                         return r
         return None
 
@@ -173,10 +183,10 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
     shallow = pick(1, "bf16", backend, (mode,))
     deep = None
     if shallow is not None:
-        deep = pick(2, "bf16", backend, (mode,), recorded_day(shallow) if same_day else None, both if same_day else ("slice",))
+        deep = pick(2, "bf16", backend, (mode,), recording_unit(shallow) if same_day else None, both if same_day else ("slice",))
     if shallow is None and backend != "auto":
         deep = pick(2, "bf16", backend, (mode,))
-        day = recorded_day(deep) if same_day and deep is not None else None
+        day = recording_unit(deep) if same_day and deep is not None else None
         shallow = pick(1, "bf16", "auto", (mode,), day) or pick(1, "bf16", None, (mode,), day)
         if shallow is not None:
             notes.append(f"no 1-layer slice with backend {backend}: the fixed part comes from {shallow['label']} (taken the "
@@ -191,7 +201,7 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
     int4 = pick(2, "card", backend, (mode, "eager", "graph")) or pick(2, "card", None, (mode, "eager", "graph"))
     int4_base = None
     if int4 is not None:
-        int4_base = (pick(1, "bf16", None, (mode, "eager", "graph"), recorded_day(int4)) if same_day else shallow)
+        int4_base = (pick(1, "bf16", None, (mode, "eager", "graph"), recording_unit(int4)) if same_day else shallow)
         if int4_base is None:
             int4_base = shallow
             cross.append(f"{int4['label']} - {shallow['label'] if shallow else '?'}")
@@ -201,7 +211,7 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
     deep_same = None
     if shallow is not None and deep is not None and shallow.get("backend", "auto") != deep.get("backend", "auto"):
         deep_same = pick(2, "bf16", shallow.get("backend", "auto"), (mode,),
-                         recorded_day(shallow) if same_day else None, both if same_day else ("slice",))
+                         recording_unit(shallow) if same_day else None, both if same_day else ("slice",))
         notes.append(f"per MoE layer (every category but attention and experts) = {deep_same['label']} - {shallow['label']} "
                      f"(one backend); {deep['label']} - {deep_same['label']} (the backend's difference at 2 layers) "
                      "spread over both layers" if deep_same is not None else

@@ -77,6 +77,7 @@ def _range_line(tables: dict) -> str:
     tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
     s, v, g = rng["sglang"], rng["vllm"], rng["gap"]
     days = sorted({d for r in tot.values() for d in (r.get("recorded_days") or [])})
+    cross = [c for r in tot.values() for c in (r.get("cross_day") or [])]
     ref = next(iter(tot.values()), {}).get("reference_run", "?")
     return (
         "**The projection (predicted, not measured on that host)**, each engine's Triton MLA profile from "
@@ -94,9 +95,11 @@ def _range_line(tables: dict) -> str:
         "all of them together at the ends that shorten or lengthen the time (table `seed_assumptions` moves each alone). "
         "Host time follows one rule, the one the whole models of the reference run validated: a step takes the longer of "
         "the host's time and the GPU's (the serial rule, host idle added, is the bound in the table). Each per-layer "
-        "difference is taken between two slices recorded in one run on one day (" + ", ".join(days) + ": the lent machine "
-        "changed between days, so no row is subtracted across them); a reference recording of the INT4 slices replaces "
-        f"`{ref}` by name (`servebook.profile.seed.REFERENCE_PROFILE_RUN`).")
+        "difference is taken between two slices recorded in one run on one machine (here one day each: " + ", ".join(days)
+        + "; the lent machine changed between days, so no row is subtracted across them); a reference recording of the INT4 slices replaces "
+        f"`{ref}` by name (`servebook.profile.seed.REFERENCE_PROFILE_RUN`)."
+        + (" Taken across machines, since no pair of one machine exists (a measurement on one machine settles them): "
+           + "; ".join(f"`{c}`" for c in cross) + "." if cross else ""))
 
 
 def _point(tot: dict, engine: str) -> str:
