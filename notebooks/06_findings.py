@@ -272,7 +272,9 @@ if seed_rows:
         _ax.axhline(_seed["single_stream_tok_s"][_e], color=_line.get_color(), ls="--", label=f"{_e}: the seed's rate")
     for _r in seed_tabs["seed_comm"]:
         _ax.axvspan(_r["low_us"], _r["high_us"], alpha=0.08, color="C0" if _r["engine"] == "sglang" else "C1")
-    _ax.set_xlabel("one all-reduce's latency (us), 124 collectives per token")
+        if _r.get("implied_us"):
+            _ax.axvline(_r["implied_us"], color="grey", ls=":", label="latency the seed's all-reduce share implies (SGLang)")
+    _ax.set_xlabel(f"one all-reduce's latency (us), {seed_tabs['seed_comm'][0]['collectives']} collectives per token")
     _ax.set_ylabel("projected single-stream tok/s")
     _ax.set_ylim(bottom=0)
     _ax.set_title("Seed case: projected rate against all-reduce latency (shaded: each engine's published range)")
