@@ -20,6 +20,15 @@ def t(table: str, row: dict, field: str, fmt: str) -> str:
     return q("seed_table", row.get(field), fmt, of=f"{table} | {row['key']} | {field}")
 
 
+def _where(us: float | None, ref_us: float, name: str) -> str:
+    """Where a latency that meets the seed's rate lies against a published figure (within a tenth, above, below)."""
+    if us is None:
+        return "no latency meets the seed's rate"
+    if abs(us - ref_us) <= 0.1 * ref_us:
+        return f"within a tenth of {name}"
+    return f"above {name}" if us > ref_us else f"below {name}"
+
+
 def _change(f: dict) -> str:
     """A change's name, its settings (an environment block, a flag) shown as code."""
     name, _, rest = f["change"].partition(" (")
@@ -47,10 +56,11 @@ def _cause(tables: dict) -> str:
         f"`seed_collectives`); at the latencies published for eight PCIe ranks that is {t('seed_comm', s, 'low_ms', '.2f')} to "
         f"{t('seed_comm', s, 'high_ms', '.2f')} ms per token for SGLang's NCCL default and {t('seed_comm', v, 'low_ms', '.2f')} "
         f"to {t('seed_comm', v, 'high_ms', '.2f')} ms for vLLM's tuned NCCL. The projection meets the seed's two rates when "
-        f"SGLang's all-reduce takes {t('seed_comm', s, 'matching_us', '.1f')} us and vLLM's {t('seed_comm', v, 'matching_us', '.1f')} us: "
-        f"SGLang's near the published two-socket host's NCCL default ({t('seed_comm', s, 'high_us', '.2f')} us, SIMPLE "
-        f"protocol), vLLM's between that and the published LL figures ({t('seed_comm', v, 'low_us', '.2f')} to "
-        f"{t('seed_comm', v, 'high_us', '.2f')} us).",
+        f"SGLang's all-reduce takes {t('seed_comm', s, 'matching_us', '.1f')} us and vLLM's {t('seed_comm', v, 'matching_us', '.1f')} us, "
+        f"against the published two-socket host's {t('seed_comm', s, 'high_us', '.2f')} us with NCCL's default (SIMPLE "
+        f"protocol) and {t('seed_comm', v, 'low_us', '.2f')} to {t('seed_comm', v, 'high_us', '.2f')} us with LL: "
+        + _where(s["matching_us"], s["high_us"], "that default") + " for SGLang, "
+        + _where(v["matching_us"], v["high_us"], "the highest LL figure") + " for vLLM.",
         f"**First change:** {_change(f0)} for {_NAMES.get(f0['engine'], f0['engine'])} - `{f0['check_command']}`. Expected "
         f"gain {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per "
         f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
