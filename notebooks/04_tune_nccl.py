@@ -45,9 +45,11 @@ measure: bool = True  # False: start nothing, re-read this run's tables (servebo
 # ## What-if: the plan for the real host
 # `profile` is set: no all-reduce is measured here. What chapter 04 measures on the real host: NCCL
 # all-reduce at this model's decode message sizes, replayed from CUDA graphs, over a grid of NCCL settings.
-# Until then, the communication floor per token is predicted from the model card (all-reduces per token)
-# and the latency recorded on the lent H200 x2 machine (`data/runs/h200x2-nccl`), said as such: a PCIe
-# host has its own latency, which is the point of running the grid there. Stored in the table `roofline`.
+# Until then, the communication floor per token is predicted: the collectives per token read in each engine's code
+# (the count chapters 05 and 06 use) times one all-reduce's latency. On a PCIe profile that latency is each engine's own,
+# a range over published eight-rank PCIe figures chosen by the NCCL environment the seed ran it with (the rule chapter 06
+# uses); on an NVLink profile it is the lent H200 x2 machine's (`data/runs/h200x2-nccl`). Said as such: a host has its own
+# latency, which is the point of running the grid there. Stored in the table `roofline`.
 
 # %% tags=["whatif"]
 import pandas as pd
@@ -61,10 +63,12 @@ facts = plan.host_facts(store, engine, model, profile)
 plan.plan_nccl(store, facts)
 floor = store.table("roofline")
 floor = floor[floor["chapter"] == "04"]
-floor[["case", "allreduces_per_token", "allreduce_us", "t_comm_ms", "message_bytes", "latency_source"]].round(3)
+floor[[c for c in ["case", "allreduces_per_token", "allreduce_us", "allreduce_us_low", "allreduce_us_high", "t_comm_ms",
+               "message_bytes", "latency_source"] if c in floor]].round(3)
 
 # %% [markdown] tags=["whatif"]
-# Per token, every layer waits for two all-reduces at batch 1: the floor is their count times one all-reduce's latency.
+# Per token, every layer waits for two all-reduces at batch 1, and the embedding and the logits add one collective each:
+# the floor is their count times one all-reduce's latency.
 
 # %% tags=["whatif"]
 cmds = store.table("plan_commands")

@@ -70,11 +70,13 @@ pd.DataFrame([
 # %%
 from servebook import profile as sbprof
 from servebook.profile import seed as sbseed
+from servebook.profile import verdict as sbverdict
 
-seed_rows, seed_fixes = [], []
+seed_rows, seed_fixes, seed_tabs = [], [], {}
 if params.get("profile") == sbseed_profile and str(params.get("model", "")).startswith(sbseed_model):
     seed_rows, seed_fixes = sbseed.record_seed(store)
-    display(Markdown(sbseed.verdict(seed_rows, seed_fixes)))
+    seed_tabs = {name: store.rows(name) for name in sbseed.SEED_TABLES}
+    display(Markdown(sbverdict.verdict_markdown(seed_tabs)))
 elif sbprof.where_time_goes(store):
     display(Markdown("**Where each engine's time goes (measured, chapter 05's profiles):**\n\n" + sbprof.where_time_goes(store)))
 else:
@@ -110,16 +112,16 @@ for pair in (store.rows("seed_comparison") if "seed_comparison" in store.tables(
 
 # %%
 launch_first = []
-if params.get("profile") and causes:
+if params.get("profile") and (causes or seed_fixes):
     from servebook import plan
 
     facts = plan.host_facts(store, params.get("engine"), params.get("model"), params.get("profile"))
-    launch_first = plan.launch_first(facts, causes)
-    for row in launch_first:
-        if not store.done("recommended_launch", launch=row["launch"]):
-            store.append("recommended_launch", row)
-    text = ("Try first, on the real host (then check it with chapter 03: the backend the engine reports, greedy agreement, "
-            "decode rate; a missed backend may not support this GPU):\n\n" +
+    # the seed verdict's first change (largest expected gain) leads; then the launches the root causes name
+    launch_first = plan.seed_first(facts, seed_fixes) + plan.launch_first(facts, causes)
+    store.replace("recommended_launch", launch_first)   # derived from this chapter's tables: computed again whole
+    text = ("Try first, on the real host, in this order (then check each: chapter 04 for an NCCL setting, chapter 03 for a "
+            "backend - the backend the engine reports, greedy agreement, decode rate; a missed backend may not support this "
+            "GPU):\n\n" +
             "\n\n".join(f"{r['why']}:\n\n```\n{r['launch']}\n```" for r in launch_first)) if launch_first else \
         "No fallback caused by a hardware helper: keep the engine's default and measure (chapters 03 and 05)."
     display(Markdown(text))
@@ -219,31 +221,82 @@ Markdown("Shown in the what-if book of the seed case. Each category of the H200 
          f"kernel they run on capability {q('profile_capability', load_profile(_seed['profile'])['capability'], of=_seed['profile'])}) "
          f"carried to Kimi-K2.5 on {_tp}x RTX PRO 6000 at TP={_tp} (`servebook.profile.projection`): weights-bound kernels (MoE "
          "experts, dense GEMMs) by the bandwidth ratio and each rank's share of the bytes, never below the smallest such kernel "
-         "measured; attention, routing, norms and sampling kept as measured (latency-bound at batch 1); host time kept (the "
-         "seed's CPU is unknown); communication = all-reduces per token (read from both engines' model code) x a published "
-         f"PCIe latency at {_tp} ranks (`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.")
+         "measured; attention, routing, norms and sampling kept as measured (latency-bound at batch 1); host time by the one "
+         "host rule (the longer of the host's time and the GPU's); communication = the collectives per token read in each "
+         "engine's code (the one count chapters 04, 05 and 06 state) x that engine's all-reduce latency, a range over "
+         f"published {_tp}-rank PCIe figures chosen by the NCCL environment the seed launched it with "
+         "(`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.")
 
 # %%
 if seed_rows:
     proj = pd.DataFrame(seed_rows)
     display(proj[proj["category"] != "total"].pivot_table(index="category", columns="engine", values="ms_per_token").round(3))
-    display(proj[proj["category"] == "total"][[c for c in ["engine", "backend", "measured_version", "studied_version", "predicted_ms",
-                                                          "predicted_tok_s", "seed_tok_s", "error_pct"] if c in proj]].round(2))
-    display(Markdown("The seed's own profile put all-reduce at "
-                     f"{q('seed_allreduce_share', sbseed.seed_allreduce_share(), '.1%')} of SGLang's decode time; the projection's communication row "
-                     "is lower. A hypothesis, not a measurement: the host's all-reduce was slower than the published one (for "
-                     "example NCCL choosing its SIMPLE protocol, as the published dual-CPU host did), and the engines need not "
-                     "pay the same, since the seed launched them with different NCCL settings and chapter 02's decode-path table "
-                     "reads which all-reduce path each takes. All-reduce at the decode message on the real host, with and "
-                     "without the seed's NCCL settings, settles it (the verdict above)."))
+    display(pd.DataFrame(seed_tabs["seed_range"])[[c for c in ["who", "point_ms", "low_ms", "high_ms", "point_tok_s", "low_tok_s",
+                                                               "high_tok_s", "seed_tok_s", "seed_gap_ms", "seed_inside"]
+                                                   if c in pd.DataFrame(seed_tabs["seed_range"])]].round(2))
 else:
     print("not the seed case's what-if book: no projection here")
 
 # %% [markdown]
-# Candidate changes, ranked by their predicted gain; each is a prediction with the command that checks it on the real host.
+# The assumptions, each moved alone to its end (the others central): how many ms per token it adds to (or takes from) each
+# engine and the gap (SGLang minus vLLM). The range above is all of them together. Table `seed_assumptions`.
 
 # %%
-pd.DataFrame(seed_fixes)[["engine", "change", "gain_ms_per_token", "gain_tok_s", "label", "check_command"]].round(2) if seed_fixes else "no candidate changes: not the seed case"
+pd.DataFrame(seed_tabs["seed_assumptions"])[["assumption", "end", "sglang_ms", "vllm_ms", "gap_ms", "basis"]].round(3) if seed_rows else None
+
+# %% [markdown]
+# Communication per engine (table `seed_comm`): the collectives per token (the sites in table `seed_collectives`, read in each
+# engine's code), each engine's all-reduce latency range by the NCCL environment it ran with in the seed, the latency at which
+# the projection meets the seed's rate, and the latency the seed's own all-reduce share implies.
+
+# %%
+if seed_rows:
+    display(pd.DataFrame(seed_tabs["seed_comm"])[[c for c in ["engine", "env", "collectives", "low_us", "central_us", "high_us",
+                                                              "low_ms", "central_ms", "high_ms", "matching_us", "implied_us",
+                                                              "published_high_us"] if c in pd.DataFrame(seed_tabs["seed_comm"])]].round(2))
+    display(pd.DataFrame(seed_tabs["seed_collectives"])[["engine", "site", "kind", "per", "count", "message_bytes", "where"]])
+
+# %% [markdown]
+# Each engine's projected rate against one all-reduce's latency (every other part at its central value), the seed's two rates
+# marked: where each engine's line crosses its seed rate is the latency at which the projection meets it (table
+# `seed_latency_sweep`).
+
+# %%
+if seed_rows:
+    import matplotlib.pyplot as plt
+
+    _sw = pd.DataFrame(seed_tabs["seed_latency_sweep"])
+    _fig, _ax = plt.subplots(figsize=(9, 5))
+    for _e, _g in _sw.groupby("engine"):
+        _line = _ax.plot(_g["allreduce_us"], _g["tok_s"], marker="o", label=f"{_e}: projected")[0]
+        _ax.axhline(_seed["single_stream_tok_s"][_e], color=_line.get_color(), ls="--", label=f"{_e}: the seed's rate")
+    for _r in seed_tabs["seed_comm"]:
+        _ax.axvspan(_r["low_us"], _r["high_us"], alpha=0.08, color="C0" if _r["engine"] == "sglang" else "C1")
+        if _r.get("implied_us"):
+            _ax.axvline(_r["implied_us"], color="grey", ls=":", label="latency the seed's all-reduce share implies (SGLang)")
+    _ax.set_xlabel(f"one all-reduce's latency (us), {seed_tabs['seed_comm'][0]['collectives']} collectives per token")
+    _ax.set_ylabel("projected single-stream tok/s")
+    _ax.set_ylim(bottom=0)
+    _ax.set_title("Seed case: projected rate against all-reduce latency (shaded: each engine's published range)")
+    _ax.legend()
+    plt.show()
+
+# %% [markdown]
+# The Triton MLA decode kernel's launch on the seed's GPUs against the H200, read in each version's code (table
+# `seed_attention_12`): block sizes, warps, stages, and how the KV split count is decided.
+
+# %%
+pd.DataFrame(seed_tabs["seed_attention_12"])[["engine", "version", "role", "block_n", "block_h", "block_dmodel", "block_dpe",
+                                              "num_warps", "num_stages", "capability_key", "split_cap_9_0", "split_cap_12_0",
+                                              "splits", "where"]] if seed_rows else None
+
+# %% [markdown]
+# Candidate changes, ranked by their expected gain (the middle of each change's range; a flag or environment change before one
+# that needs another version at equal gain); each is a prediction with the command that checks it on the real host.
+
+# %%
+pd.DataFrame(seed_fixes)[[c for c in ["engine", "change", "expected_gain_ms", "gain_low_ms", "gain_high_ms", "gain_tok_s", "label",
+                                      "kind", "check_command", "range_basis", "note"] if c in pd.DataFrame(seed_fixes)]].round(2) if seed_fixes else "no candidate changes: not the seed case"
 
 # %% [markdown]
 # ## Recommended launch commands

@@ -142,7 +142,11 @@ def test_totals_sum_and_error_sign():
     parts = [r["ms_per_token"] for r in rows if r["category"] != "total"]
     assert tot["ms_per_token"] == pytest.approx(sum(parts))
     assert tot["predicted_tok_s"] == pytest.approx(1e3 / sum(parts))
-    assert _row(rows, "gpu idle")["ms_per_token"] == pytest.approx(2.0 - 1.5)
+    gpu = sum(r["ms_per_token"] for r in rows if r["category"] not in ("total", "gpu idle"))
+    # the one host rule (overlapped): the host adds only what its 2.0 ms per step exceeds the GPU time; serial is the bound
+    assert _row(rows, "gpu idle")["ms_per_token"] == pytest.approx(max(0.0, 2.0 - gpu))
+    assert _row(rows, "gpu idle")["serial_ms"] == pytest.approx(2.0 - 1.5) and _row(rows, "gpu idle")["host_rule"] == "overlapped"
+    assert tot["serial_ms"] == pytest.approx(gpu + 0.5) and tot["host_rule"] == "overlapped"
     faster = tot["predicted_tok_s"] > 10.0
     assert (tot["error_pct"] > 0) == faster
     slow = _row(pj.project(_tables(), "sglang", allreduce_us=20.0, seed_tok_s=1e6), "total")
@@ -180,7 +184,8 @@ def test_the_seed_projection_from_the_recorded_h200_profiles(tmp_path):
     """Both engines' Triton MLA profiles of data/runs/h200x1-prof carried to the seed's host: each engine's categories
     add up to its total, the total is compared with the seed's own figure (never fitted to it), and the tables land
     in the run."""
-    from servebook.profile.seed import SEED_BACKENDS, gap_by_category, record_seed, verdict
+    from servebook.profile.seed import SEED_BACKENDS, SEED_TABLES, gap_by_category, record_seed
+    from servebook.profile.verdict import verdict
     from servebook.results import RunStore
 
     store = RunStore.at(tmp_path)
@@ -197,7 +202,8 @@ def test_the_seed_projection_from_the_recorded_h200_profiles(tmp_path):
     assert gap == pytest.approx(tot["sglang"] - tot["vllm"])
     assert fixes and {f["label"] for f in fixes} >= {"predicted", pj.UNCHECKED}
     assert all((f["gain_ms_per_token"] is None) == (f["label"] != "predicted") for f in fixes)
-    assert len(store.rows("seed_projection")) == len(rows) and "Verdict" in verdict(rows, fixes)
+    assert len(store.rows("seed_projection")) == len(rows)
+    assert "Likely cause" in verdict({name: store.rows(name) for name in SEED_TABLES})
 
 
 # -- review findings of 2026-12-02 ----------------------------------------------------------------------------------
@@ -234,12 +240,6 @@ def test_without_a_same_backend_pair_the_mixed_categories_are_confounded():
     rows = pj.project(_mixed(same_two=False), "sglang", backend="triton", allreduce_us=20.0)
     assert _row(rows, "norm/rope/elementwise").get("confounded") and "confounded" in _row(rows, "norm/rope/elementwise")["source"]
     assert not _row(rows, "attention").get("confounded") and not _row(rows, "moe experts").get("confounded")
-    from servebook.profile.seed import _parts_line
-
-    vllm = [{**r, "engine": "vllm", "confounded": False} for r in pj.project(_mixed(), "sglang", backend="triton", allreduce_us=20.0)]
-    line = _parts_line(rows + vllm, 1.0)
-    assert "Confounded" in line and "norm/rope/elementwise" in line.split("Confounded")[1]
-    assert "norm/rope/elementwise" not in line.split("Confounded")[0]
 
 
 def test_a_negative_per_layer_difference_is_noise_taken_as_zero():
@@ -301,15 +301,16 @@ def test_a_gain_never_subtracts_latencies_of_two_machines():
     assert "NCCL_PROTO=LL" in s["check_command"] and "NCCL_ALGO=Ring" in s["check_command"]
 
 
-def test_the_verdict_names_versions_assumptions_and_the_open_allreduce_question(tmp_path):
-    """Findings 2, 3, 6 on the committed what-if run's decode path: the verdict names the measured and the studied
-    versions, calls all-reduce an open hypothesis with the measurement that settles it, and states the first gain's
-    assumption."""
+def test_the_verdict_says_the_likely_cause_and_first_change_first(tmp_path):
+    """Issue #40 on the committed what-if run's decode path: the verdict opens with the likely cause and the first change
+    (the largest expected gain, with its range and the command), says how sure and what settles it, then the parts: the
+    measured and the studied versions, the 51.5% check, the range of each projection."""
     import re
     import shutil
 
     from servebook.paths import data_dir
-    from servebook.profile.seed import record_seed, verdict
+    from servebook.profile.seed import SEED_TABLES, record_seed
+    from servebook.profile.verdict import verdict
     from servebook.results import RunStore
 
     run = tmp_path / "wi"
@@ -317,15 +318,16 @@ def test_the_verdict_names_versions_assumptions_and_the_open_allreduce_question(
     src = data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
     for name in ("manifest.json", "decode_path.jsonl", "selection.jsonl"):
         shutil.copy(src / name, run / name)
-    rows, fixes = record_seed(RunStore.at(run))
-    text = re.sub(r"<[^>]+>", "", verdict(rows, fixes))
+    store = RunStore.at(run)
+    _, fixes = record_seed(store)
+    text = re.sub(r"<[^>]+>", "", verdict({name: store.rows(name) for name in SEED_TABLES}))
+    assert text.startswith("**Likely cause") and text.index("First change") < text.index("**The projection")
+    first = next(f for f in fixes if f.get("expected_gain_ms") is not None)
+    assert first["change"].startswith("the seed's NCCL block") and first["engine"] == "sglang" and first["kind"] == "environment"
+    assert first["check_command"] in text and "NCCL_PROTO=LL" in first["check_command"]
     assert "measured with SGLang 0.5.16 and vLLM 0.26.0" in text and "This book studies SGLang 0.5.9" in text
-    assert "All-reduce is an open hypothesis" in text and "does not explain the gap" not in text
-    assert "with and without the seed's NCCL settings" in text and "14,336 B" in text
-    first = next(f for f in fixes if f["label"] == "predicted")
-    # h200x1-prof holds a flashinfer profile of SGLang: the gain is measured, what is still assumed is said beside it
-    assert first["change"] == "attention backend flashinfer" and "It assumes that flashinfer's MLA decode runs on capability 12.0 at all" in text
-    assert all(f["label"] != "predicted" for f in fixes if f["change"].split()[0] in ("custom", "CUDA-graph", "MoE"))
+    assert "51.5%" in text and "all_reduce_perf -b 14336" in text and "How sure: a hypothesis" in text
+    assert all(f["label"] != "not computable" for f in fixes)
 
 
 # -- same-backend 1-layer slices, a measured flashinfer profile, second starts (fix-prof2, 2026-12-02) ---------------
@@ -342,12 +344,15 @@ def test_the_recorded_projection_takes_each_backends_own_one_layer_slice():
     store = _recorded()
     for engine, backend in (("sglang", "triton"), ("vllm", "TRITON_MLA")):
         sl = pj.select_slices(store.rows("profile_runs"), engine, backend=backend)
-        assert sl["shallow"]["backend"] == sl["deep"]["backend"] == backend and sl["deep_same"] is None and not sl["notes"]
+        assert sl["shallow"]["backend"] == sl["deep"]["backend"] == backend and sl["deep_same"] is None
         rows = pj.project(store, engine, backend=backend)
         assert not any(r.get("confounded") for r in rows)
         assert not any("upper bound" in r["source"] or "confounded" in r["source"] for r in rows)
         assert _row(rows, "total")["from_labels"][:2] == [sl["shallow"]["label"], sl["deep"]["label"]]
-        assert " start 2" not in " ".join(_row(rows, "total")["from_labels"])
+        # the 1-layer Triton slices were taken on 2026-12-02 on another lent machine than the 2-layer first starts: the
+        # 2-layer slice is the second start, taken that day; the INT4 experts pair with the 1-layer slice of their own day
+        assert pj.recorded_day(sl["shallow"]) == pj.recorded_day(sl["deep"]) and sl["deep"]["label"].endswith(" start 2")
+        assert pj.recorded_day(sl["int4"]) == pj.recorded_day(sl["int4_base"]) and not sl["cross_day"]
 
 
 def _with_repeat(t, label, **ms):
@@ -367,37 +372,26 @@ def test_a_second_start_never_changes_the_projection_and_its_host_time_is_stated
     assert "the first start's is used" in idle["source"] and "starts_host_ms" not in _row(base, "gpu idle")
 
 
-def test_a_gap_part_within_the_start_to_start_spread_is_not_stated_as_a_part():
-    """The seed verdict: a part of the gap no larger than one engine's move between two starts of its 2-layer slice is
-    left out of the parts with both starts stated; the projection with the other start is stated beside it."""
-    import re
-
-    from servebook.profile.seed import _engine_rows, _parts_line, _starts_line
-
-    a = _engine_rows(_with_repeat(_tables("sglang"), "sglang 2L"), "sglang", "auto", allreduce_us=20.0)
-    t = _tables("vllm")
+def test_slices_are_subtracted_only_within_one_day():
+    """A 2-layer slice taken another day (another lent machine) than the 1-layer slice is never subtracted from it when a
+    start of that day exists; where none exists the pair is named in ``cross_day``."""
+    t = _tables()
     for p in t["profile_runs"]:
-        p["tpot_ms"] = p["tpot_ms"] + 0.3                         # vLLM's host 0.3 ms slower in its first start
-    b = _engine_rows(_with_repeat(t, "vllm 2L"), "vllm", "auto", allreduce_us=20.0)
-    assert _row(a, "total")["ms_per_token"] == _row(pj.project(_tables("sglang"), "sglang", allreduce_us=20.0), "total")["ms_per_token"]
-    assert _row(a, "gpu idle")["starts_ms"] == pytest.approx([0.5, 1.7])
-    per = pj.project_per_start(_with_repeat(_tables("sglang"), "sglang 2L"), "sglang", allreduce_us=20.0)
-    assert [x["start"] for x in per] == [1, 2] and per[1]["deep_label"] == "sglang 2L start 2"
-    line = re.sub(r"<[^>]+>", "", _parts_line(a + b, 1.0))
-    assert "Left out of the parts: gpu idle (-0.30 ms)" not in line       # vLLM's is larger: no positive part to leave out
-    b2 = _engine_rows(_with_repeat(_tables("vllm"), "vllm 2L"), "vllm", "auto", allreduce_us=20.0)
-    for r in b2:
-        if r["category"] == "gpu idle":     # SGLang's host part +0.3 ms, within SGLang's own move of 1.2 ms
-            r["ms_per_token"] -= 0.3
-    line = re.sub(r"<[^>]+>", "", _parts_line(a + b2, 1.0))
-    assert "Left out of the parts: gpu idle (+0.30 ms)" in line and "0.500 then 1.700" in line
-    assert "a hypothesis these profiles do not settle" in line and "gpu idle" not in line.split("Left out")[0]
-    s, v = _row(a, "total"), _row(b2, "total")
-    assert "start 2: SGLang" in re.sub(r"<[^>]+>", "", _starts_line(s, v))
-    # without a second start the part is stated as before, and nothing is said of starts
-    one = pj.project(_tables("sglang"), "sglang", allreduce_us=20.0)
-    assert "Left out" not in _parts_line(one + pj.project(_tables("vllm"), "vllm", allreduce_us=20.0), 0.1)
-    assert _starts_line(_row(one, "total"), v) == ""
+        if p["label"] == "sglang 2L":
+            p["taken_at"] = 86400.0 * 3                                       # the first start: another day
+    rep = _with_repeat(t, "sglang 2L", attention=0.2, moe_experts=0.4, dense_gemm=0.7)
+    rep["profile_runs"][-1]["taken_at"] = 2.0                                 # its second start: the 1-layer slice's day
+    sl = pj.select_slices(rep["profile_runs"], "sglang")
+    assert sl["deep"]["label"] == "sglang 2L start 2" and not sl["cross_day"]
+    only = pj.select_slices(t["profile_runs"], "sglang")
+    assert only["deep"]["label"] == "sglang 2L" and only["cross_day"] == ["sglang 2L - sglang 1L"]
+    assert pj.select_slices(t["profile_runs"], "sglang", same_day=False)["cross_day"] == []
+    # rows that name their machine pair by machine, whatever the day (the reference recording's rows carry one)
+    for p, m in zip(rep["profile_runs"], ("gpu-b", "gpu-a", "gpu-a", "gpu-b")):
+        p["machine"] = m                                   # 1L on b, 2L first start on a, INT4 on a, second start on b
+    sl = pj.select_slices(rep["profile_runs"], "sglang")
+    assert sl["deep"]["label"] == "sglang 2L start 2"
+    assert sl["cross_day"] == ["sglang 2L int4 - sglang 1L"]   # the INT4 slice's machine has no 1-layer slice: named
 
 
 def test_the_flashinfer_fix_takes_its_measured_profile():

@@ -669,7 +669,9 @@ def test_the_seed_projection_verdict_is_tagged_and_recomputed():
 
     run = ROOT / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
     store = RunStore(run)
-    text = sbseed.verdict(store.rows("seed_projection"), store.rows("seed_fixes"))
-    _all_tagged_and_recomputed(run, text, {"seed_projected_part_ms", "seed_tok_s", "seed_attention_ratio", "seed_fix_gain_ms"})
-    s = next(x for x in _stated_in(text) if x.name == "seed_projected_part_ms")
-    assert _recomputed(run, stated.q("seed_projected_part_ms", s.value + 1, "+.2f", of=s.of))
+    from servebook.profile.verdict import verdict_markdown
+
+    text = verdict_markdown({name: store.rows(name) for name in sbseed.SEED_TABLES})
+    _all_tagged_and_recomputed(run, text, {"seed_table", "seed_allreduce_share", "seed_attention_ratio"})
+    s = next(x for x in _stated_in(text) if x.name == "seed_table" and x.of.startswith("seed_comm | sglang | matching_us"))
+    assert _recomputed(run, stated.q("seed_table", s.value + 1, ".1f", of=s.of))     # a wrong figure is caught

@@ -126,7 +126,7 @@ def _answer(store, profile: str | None) -> str:
                 return (f"{html.escape(e)} {q('seed_projected_tok_s', r['predicted_tok_s'], '.1f', of=e)} tok/s"
                         + (f" ({'; '.join(notes)})" if notes else ""))
             return ("Predicted, not measured (projected onto this profile from decode-step profiles on an H200, chapter 06): "
-                    + "; ".join(one(r) for r in totals) + ", single stream.")
+                    + "; ".join(one(r) for r in totals) + ", single stream." + _seed_verdict(store))
         seen: dict[str, str] = {}
         for r in store.rows("selection"):
             if r.get("method") == "dynamic" and r.get("gpu") == profile and r.get("attention_backend"):
@@ -165,6 +165,22 @@ def _answer(store, profile: str | None) -> str:
                 code(u["label"]), (u["single_tok_s"], u.get("single_ci95"), u.get("starts")))
         text += "."
     return text or "No measurement succeeded in this run."
+
+
+def _seed_verdict(store) -> str:
+    """The seed verdict's range per engine, its likely cause and first change (chapter 06's tables), every figure tagged."""
+    from .profile.verdict import t
+
+    rng = {r["who"]: r for r in store.rows("seed_range")}
+    f0 = next((f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None), None)
+    if not rng or f0 is None:
+        return ""
+    ranges = "; ".join(f"{html.escape(e)} {t('seed_range', rng[e], 'low_tok_s', '.1f')} to {t('seed_range', rng[e], 'high_tok_s', '.1f')}"
+                       for e in ("sglang", "vllm") if e in rng)
+    return (f" Ranges over the assumptions: {ranges} tok/s. Likely cause (a hypothesis): SGLang's all-reduce, launched without "
+            f"the NCCL block vLLM ran with. First change: <code>{html.escape(f0['change'])}</code> for {html.escape(f0['engine'])}, "
+            f"<code>{html.escape(f0['check_command'])}</code>, expected {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s "
+            f"({t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms per token).")
 
 
 def _over(starts, quantity: str, of: str) -> str:

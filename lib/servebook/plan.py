@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import ServebookError
 
-__all__ = ["host_facts", "plan_backends", "plan_nccl", "plan_bench", "recommended_launch", "launch_first"]
+__all__ = ["host_facts", "plan_backends", "plan_nccl", "plan_bench", "recommended_launch", "launch_first", "seed_first"]
 
 _PORT = 30000
 _RECORDED_NCCL = "h200x2-nccl"  # data/runs/: graph-replayed all-reduce latencies measured on 2x H200 (NVLink)
@@ -127,6 +127,18 @@ def plan_backends(store, facts: dict) -> list[dict]:
     return rows
 
 
+def seed_first(facts: dict, fixes: list[dict]) -> list[dict]:
+    """The seed verdict's first change for this engine (``profile.gains``: the largest expected gain in ``seed_fixes``), as
+    chapter 06's first launch to try: its own check command, ahead of the launches the root causes name."""
+    eng = facts["engine"].split("==")[0]
+    f = next((f for f in fixes if f.get("expected_gain_ms") is not None and f["engine"] == eng), None)
+    if f is None:
+        return []
+    return [{"why": (f"{eng} (predicted): the seed verdict's first change, `{f['change']}`, the largest expected gain in "
+                     "`seed_fixes` (its range and what settles it are in the verdict above)"),
+             "launch": f["check_command"], "decision": "predicted"}]
+
+
 def launch_first(facts: dict, causes: list[dict]) -> list[dict]:
     """Chapter 06's launches to try first on the profiled host: one per backend a hardware helper kept from this GPU
     (``causes``: :func:`servebook.selection.rootcause.root_causes`, a fallback or a hypothesis of this engine on this
@@ -170,31 +182,57 @@ def _nccl_latencies(hidden: int) -> list[dict]:
     return [o | {"bytes": size, "measured_on": f"data/runs/{_RECORDED_NCCL} (2x H200, NVLink, NCCL graph replay)"} for o in out]
 
 
+def _collectives(facts: dict) -> int:
+    """Collectives per decode token at the profile's GPU count: the one count of ``profile.comm`` (read in the engines'
+    code) that chapters 04, 05 and 06 all state; 2 per layer where the card has no vocabulary to count the rest."""
+    from .profile.comm import collectives_per_token
+    from .roofline import allreduces_per_token
+
+    try:
+        return collectives_per_token(facts["card"], max(2, int(facts["gpus"])))
+    except (KeyError, TypeError, ValueError):
+        return allreduces_per_token(facts["card"])
+
+
+def _floor_latencies(facts: dict, message_bytes: int) -> list[dict]:
+    """One all-reduce's latency for the communication floor: on a PCIe profile, each engine's central latency and range
+    from published 8-rank PCIe figures by the NCCL environment the seed ran it with (``profile.comm``: the rule chapter 06
+    uses); on an NVLink profile, the H200 x2 NVLink grid's."""
+    if facts["interconnect"] == "NVLink":
+        return _nccl_latencies(message_bytes // 2)
+    from .profile.comm import engine_latencies
+
+    out = []
+    for eng, L in engine_latencies(message_bytes).items():
+        out.append({"setting": f"{eng} ({'the seed' + chr(39) + 's NCCL block' if L['env'] == 'seed block' else 'NCCL default'})",
+                    "us": L["central_us"], "allreduce_us_low": L["low_us"], "allreduce_us_high": L["high_us"],
+                    "bytes": message_bytes, "measured_on": ("published 8-rank PCIe figures, central of "
+                                                           f"{L['low_us']:.2f}-{L['high_us']:.2f} us "
+                                                           "(data/reference/allreduce-pcie-published.json; profile.comm)")})
+    return out
+
+
 def plan_nccl(store, facts: dict) -> list[dict]:
     """Chapter 04's plan: decode all-reduce sizes, the communication floor per token, and the grid command."""
     from .nccl import model_dims
-    from .roofline import allreduces_per_token
 
     dims = model_dims(facts["card"])
-    per_token = allreduces_per_token(facts["card"])
+    per_token = _collectives(facts)
     rows = []
-    for r in _nccl_latencies(dims["hidden_size"]):
+    for r in _floor_latencies(facts, dims["hidden_size"] * 2):
         row = {"chapter": "04", "case": f"communication floor, TP={facts['gpus']}, batch 1, latency {r['setting']}",
                "allreduces_per_token": per_token, "allreduce_us": r["us"], "t_comm_ms": per_token * r["us"] / 1e3,
                "message_bytes": r["bytes"], "latency_source": r["measured_on"],
-               "caveat": (f"the profile's GPUs talk over {facts['interconnect']}; this latency was measured over NVLink, "
-                          "so the real floor here is measured by chapter 04 on the host") if facts["interconnect"] != "NVLink" else "",
+               "caveat": "the real latency here is measured by chapter 04 on the host" if facts["interconnect"] != "NVLink" else "",
                "source": "prediction: card x recorded latency"}
-        if not store.done("roofline", chapter="04", case=row["case"]):
-            store.append("roofline", row)
-        rows.append(row)
+        rows.append({**row, **{k: r[k] for k in ("allreduce_us_low", "allreduce_us_high") if k in r}})
     sens = {"chapter": "04", "case": f"communication floor per microsecond of all-reduce latency, TP={facts['gpus']}",
             "allreduces_per_token": per_token, "allreduce_us": 1.0, "t_comm_ms": per_token / 1e3,
             "message_bytes": dims["hidden_size"] * 2, "latency_source": "1 us (sensitivity)", "caveat": "",
             "source": "prediction: card"}
-    if not store.done("roofline", chapter="04", case=sens["case"]):
-        store.append("roofline", sens)
     rows.append(sens)
+    # derived from data files and published figures: computed again whole, superseding an older count or latency rule
+    store.replace("roofline", [r for r in store.rows("roofline") if r.get("chapter") != "04"] + rows)
     _cmd(store, "04", "NCCL grid at the model's decode sizes (graph-replayed, sums checked)",
          f"python -m servebook.nccl --model {facts['model']} --out runs/nccl-{facts['profile']}")
     _cmd(store, "04", "nccl-tests reference at the batch-1 size (graph mode, as engines issue it)",
@@ -226,9 +264,9 @@ def plan_bench(store, facts: dict) -> list[dict]:
                "tok_s": r["tok_s"], "tok_s_bandwidth": r["tok_s_bandwidth"], "t_mem_ms": r["t_mem_ms"], "t_comm_ms": r["t_comm_ms"],
                "bytes_per_token": r["bytes_per_token"], "bandwidth_tbs": bw, "tp": facts["gpus"],
                "bytes_method": arch["method"], "source": f"prediction: data/models/{facts['model']}.json x data/hardware/{facts['profile']}.json"}
-        if not store.done("roofline", chapter="05", case=row["case"]):
-            store.append("roofline", row)
         rows.append(row)
+    # derived from data files and chapter 04's floor: computed again whole, superseding an older floor
+    store.replace("roofline", [r for r in store.rows("roofline") if r.get("chapter") != "05"] + rows)
     _cmd(store, "05", "start the engine as it would run by default", recommended_launch(facts, None), attention="auto")
     _cmd(store, "05", "single stream and concurrency sweep against it (same client for every engine)",
          f"servebook bench --url http://127.0.0.1:{_PORT} --engine {facts['engine'].split('==')[0]} --concurrency 1,2,4,8,16,32,64 "

@@ -1255,7 +1255,8 @@ def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
         lo, hi = with_comm.loc[with_comm["tok_s"].idxmin()], with_comm.loc[with_comm["tok_s"].idxmax()]
         lo_s, hi_s = (q("plan_roofline_tok_s", x["tok_s"], ",.0f", of=x["case"]) for x in (lo, hi))
         qa.append(("Why does this page give several limits, and which one will the real host reach?",
-                   f"Each adds the all-reduce floor at one latency recorded on another host ({lo_s} to {hi_s} tok/s); the profile's own "
+                   f"Each adds the all-reduce floor at one latency taken from other hosts (chapter 04's rows: on a PCIe profile each "
+                   f"engine's own, by the NCCL environment the seed ran it with) ({lo_s} to {hi_s} tok/s); the profile's own "
                    "latency is unmeasured, so none of them is its limit. Chapter 04 on the real host gives the latency, chapter 05 there the "
                    "real rate: far below every line means the time goes to overhead, not to bytes or all-reduces."))
     return qa

@@ -27,8 +27,11 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
         rec = store.rows("recommended_launch")
         if rec:
             return [{"engine": engine, "command": r["launch"], "env": {},
-                     "why": [f"what-if on the {params['profile']} profile: {code_locations(r['why'])}; try it first on the real host, "
-                             "then check it there with chapter 03 (reported backend, greedy agreement, decode rate)"]} for r in rec]
+                     "why": [f"what-if on the {params['profile']} profile: {code_locations(r['why'])}; try it "
+                             + ("first" if i == 0 else "next") + " on the real host, then check it there with "
+                             + ("chapter 04 (all-reduce with and without the setting) and chapter 05 (decode rate)"
+                                if r.get("decision") == "predicted" else
+                                "chapter 03 (reported backend, greedy agreement, decode rate)")]} for i, r in enumerate(rec)]
         return [{"engine": engine, "command": "", "env": {},
                  "why": [f"what-if on the {params['profile']} profile: no fallback caused by a hardware helper was found; "
                          "keep the engine's default and measure on the real host (chapters 03 and 05)"]}]

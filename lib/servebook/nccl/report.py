@@ -65,9 +65,19 @@ def whatif_found(floor, facts: dict) -> str:
         case = r["case"]
         n = q("comm_allreduces_per_token", int(r["allreduces_per_token"]), "d", of=case)
         if str(r["latency_source"]).startswith("1 us"):
-            lines.append(f"- Predicted, not measured: {n} all-reduces per token, so every microsecond of all-reduce latency "
+            lines.append(f"- Predicted, not measured: {n} collectives per token (two all-reduces per layer, one for the "
+                         "vocab-parallel embedding, one gather of the logits: read in each engine's code, the count chapter 06 "
+                         "uses, table `seed_collectives` there), so every microsecond of all-reduce latency "
                          f"costs {q('comm_floor_ms', r['t_comm_ms'], '.3f', of=case)} ms per token at batch 1 on "
                          f"{facts['gpus']}x {facts['profile']} ({facts['interconnect']}).")
+        elif str(r["latency_source"]).startswith("published"):
+            setting = case.split("latency ")[-1]
+            lines.append(f"- {setting}: {q('comm_floor_fact', r['allreduce_us'], '.2f', of=f'{case} | allreduce_us')} us, the "
+                         f"middle of {q('comm_floor_fact', r.get('allreduce_us_low'), '.2f', of=f'{case} | allreduce_us_low')} to "
+                         f"{q('comm_floor_fact', r.get('allreduce_us_high'), '.2f', of=f'{case} | allreduce_us_high')} us (published "
+                         f"eight-rank PCIe figures), so {q('comm_floor_ms', r['t_comm_ms'], '.2f', of=case)} ms per token: the "
+                         "latency rule chapter 06 uses for this engine."
+                         + (f" {r['caveat'][0].upper() + r['caveat'][1:]}." if r["caveat"] else ""))
         else:
             setting = case.split("latency ")[-1]
             lines.append(f"- At {q('ref_allreduce_us', r['allreduce_us'], ',.1f', of=setting)} us with `{setting}`, measured in "
@@ -81,7 +91,15 @@ def whatif_questions(floor, facts: dict) -> list[tuple[str, str]]:
     qa = []
     per_us = floor[floor["latency_source"].str.startswith("1 us")]
     measured = floor[~floor["latency_source"].str.startswith("1 us")]
-    if len(measured):
+    if len(measured) and str(measured.iloc[0]["latency_source"]).startswith("published"):
+        r0 = measured.iloc[0]
+        qa.append(("Which all-reduce latency does this page's communication floor use, and why a range?",
+                   f"Each engine's own: for {r0['case'].split('latency ')[-1]} "
+                   f"{q('comm_floor_fact', r0['allreduce_us'], '.2f', of=r0['case'] + ' | allreduce_us')} us, the middle of the "
+                   "published eight-rank PCIe figures for the NCCL environment the seed ran it with - the rule chapter 06 uses. The "
+                   "seed's host is not known to be like either published host, so the range is the assumption; this chapter's "
+                   "grid run on that host replaces it."))
+    elif len(measured):
         r0 = measured.iloc[0]
         setting = r0["case"].split("latency ")[-1]
         qa.append(("Which all-reduce latency does this page's communication floor use, and why is it not this profile's own?",
@@ -93,7 +111,7 @@ def whatif_questions(floor, facts: dict) -> list[tuple[str, str]]:
         qa.append(("What does one microsecond of all-reduce latency cost per token here, and why does that make a small latency "
                    "difference matter?",
                    f"{q('comm_floor_ms', r['t_comm_ms'], '.3f', of=r['case'])} ms per token at batch 1: "
-                   f"{q('comm_allreduces_per_token', int(r['allreduces_per_token']), 'd', of=r['case'])} all-reduces per token, "
+                   f"{q('comm_allreduces_per_token', int(r['allreduces_per_token']), 'd', of=r['case'])} collectives per token, "
                    "each paid in series, so a few microseconds per call add up to a large share of a token's time."))
     return qa
 

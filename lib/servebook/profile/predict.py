@@ -24,7 +24,27 @@ The bytes rule (bytes read per token over the bandwidth) stays beside it as the 
 
 from __future__ import annotations
 
-__all__ = ["predict_full", "varying_layers"]
+__all__ = ["HOST_RULE", "HOST_RULES", "host_combine", "predict_full", "varying_layers"]
+
+# The host-time rule every prediction of this package uses (the full-model predictor here and the seed projection,
+# ``servebook.profile.projection``): "overlapped", the one the whole models of ``data/runs/h200x1-prof`` validated; "serial"
+# (host time added to the GPU time) is the bound beside it.
+HOST_RULE = "overlapped"
+HOST_RULES = {"overlapped": "the larger of the host's time per step and the GPU's (the host prepares the next step while "
+                            "the GPU runs this one)",
+              "serial": "the GPU's time plus the host's idle time (host work that does not overlap the GPU stays)"}
+
+
+def host_combine(gpu_ms: float, host_step_ms: float, host_idle_ms: float, rule: str = HOST_RULE) -> dict:
+    """A step's time from its GPU time and the host's: ``{"ms", "idle_ms", "overlapped_ms", "serial_ms", "rule"}``.
+
+    ``host_step_ms``: the time per step the host needs (a slice's unprofiled time per token); ``host_idle_ms``: that
+    slice's idle time (its time per token minus its GPU busy time). ``rule`` picks ``ms`` (``HOST_RULES``)."""
+    if rule not in HOST_RULES:
+        raise ValueError(f"host rule {rule!r}: use one of {', '.join(HOST_RULES)}")
+    overlapped, serial = max(float(host_step_ms), float(gpu_ms)), float(gpu_ms) + float(host_idle_ms)
+    ms = overlapped if rule == "overlapped" else serial
+    return {"ms": ms, "idle_ms": ms - float(gpu_ms), "overlapped_ms": overlapped, "serial_ms": serial, "rule": rule}
 
 
 def varying_layers(layers: int, dense_layers: int, moe: bool) -> int:
@@ -46,8 +66,8 @@ def predict_full(shallow: dict, deep: dict, *, full_layers: int, dense_layers: i
     slope = (float(deep["busy_ms"]) - float(shallow["busy_ms"])) / (x2 - x1)
     fixed = float(shallow["busy_ms"]) - x1 * slope
     gpu_full = fixed + x_full * slope
-    serial = float(deep["tpot_ms"]) + (x_full - x2) * slope
-    overlapped = max(float(deep["tpot_ms"]), gpu_full)
+    host = host_combine(gpu_full, float(deep["tpot_ms"]), float(deep["tpot_ms"]) - float(deep["busy_ms"]))
+    serial, overlapped = host["serial_ms"], host["overlapped_ms"]
     return {
         "predicted_ms": overlapped, "low_ms": min(overlapped, serial), "high_ms": max(overlapped, serial),
         "slope_ms": slope, "fixed_ms": fixed, "gpu_full_ms": gpu_full,

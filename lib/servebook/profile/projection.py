@@ -36,18 +36,22 @@ The rules, in order:
    ``layers/logits_processor.py``) x one all-reduce's latency at the decode message (hidden 7168 x bf16 = 14,336 B)
    from a published series in ``data/reference/allreduce-pcie-published.json`` (or the caller's figure): one latency
    for every engine, measured on another machine - an assumption, never evidence that the engines' all-reduce is equal.
-5. Host / GPU idle: the deeper slice's unprofiled time per token minus its GPU busy time, kept (the target's host
-   CPU is unknown). Profiles of role "repeat" (another server start of a slice) never enter the projection; the idle
-   row states what the deep slice's other starts gave (``starts_host_ms``).
+5. Host time, by the one host rule of this package (``servebook.profile.predict.HOST_RULE``, "overlapped": the rule the
+   whole models of ``h200x1-prof`` validated): a step takes the larger of the host's time per step (the deeper slice's
+   unprofiled time per token on the H200 host; the target's host CPU is unknown) and the target's GPU time (the sum of
+   the categories above), so the "gpu idle" row is what the host adds beyond the GPU (0 where the GPU is longer); the
+   "serial" rule (that slice's idle time added, ``serial_ms``) is the bound beside it. Profiles of role "repeat" (another
+   server start of a slice) never enter the projection; the idle row states what the deep slice's other starts gave
+   (``starts_host_ms``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Iterable
 
+from .comm import _data_dir, _default_allreduce, _figure, _text, allreduce_latency, load_allreduce_reference
 from .kernels import CATEGORIES, classify
 from .tables import latest_breakdown, latest_ok
 
@@ -58,61 +62,9 @@ __all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allredu
 
 MEMORY_BOUND = ("attention", "moe experts", "dense gemm")
 LATENCY_BOUND = ("moe routing", "norm/rope/elementwise", "sampling", "other")
-_REFERENCE = "allreduce-pcie-published.json"
-
-
-# -- published figures ---------------------------------------------------------------------------
-def _data_dir() -> Path:
-    from ..paths import data_dir
-
-    return data_dir()
-
-
-def load_allreduce_reference(path: str | Path | None = None) -> dict:
-    """The published PCIe all-reduce figures (``data/reference/allreduce-pcie-published.json``)."""
-    return json.loads(Path(path or _data_dir() / "reference" / _REFERENCE).read_text())
-
-
-def allreduce_latency(us_by_bytes: dict, message_bytes: float) -> float:
-    """One all-reduce's latency at ``message_bytes`` from a recorded series ``{bytes: us}``: linear in log2(bytes)
-    between the two nearest recorded sizes; outside the recorded range, the nearest end's value."""
-    pts = sorted((float(b), float(u)) for b, u in us_by_bytes.items())
-    if not pts:
-        raise ValueError("an empty all-reduce series")
-    if message_bytes <= pts[0][0]:
-        return pts[0][1]
-    if message_bytes >= pts[-1][0]:
-        return pts[-1][1]
-    for (b0, u0), (b1, u1) in zip(pts, pts[1:]):
-        if b0 <= message_bytes <= b1:
-            f = (math.log2(message_bytes) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
-            return u0 + f * (u1 - u0)
-    raise AssertionError("unreachable")
-
-
-def _figure(ref: dict, key: str, field: str = "us_by_bytes") -> dict:
-    """The figure ``ref['default'][key]`` (or the figure of that id) with the series ``field``."""
-    fid = ref.get("default", {}).get(key, key)
-    fig = next(f for f in ref["figures"] if f["id"] == fid)
-    return {"id": fid, "series": fig[field], "source": fig["source"], "hardware": fig["hardware"], "ranks": fig["ranks"],
-            "path": fig["path"]}
-
-
-def _default_allreduce(message_bytes: float, key: str = "nccl", field: str = "us_by_bytes") -> tuple[float, str]:
-    """The default latency (us) and its label: the reference's ``key`` series interpolated at ``message_bytes``."""
-    fig = _figure(load_allreduce_reference(), key, field)
-    us = allreduce_latency(fig["series"], message_bytes)
-    sizes = ", ".join(f"{int(float(b))} B {u} us" for b, u in sorted(fig["series"].items(), key=lambda kv: float(kv[0])))
-    return us, (f"published, {fig['ranks']} ranks, {fig['hardware']}; {fig['path']}; series {sizes}; "
-                f"{us:.2f} us interpolated at {int(message_bytes)} B; {fig['source']}")
 
 
 # -- the model card ------------------------------------------------------------------------------
-def _text(card: dict) -> dict:
-    cfg = card.get("config", card)
-    return cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
-
-
 def _card_facts(card: dict) -> dict:
     """Layers, MoE layers, decode message bytes and the INT4/bf16 bytes ratio of a routed-expert weight."""
     from ..roofline import _quant_bytes
@@ -127,17 +79,20 @@ def _card_facts(card: dict) -> dict:
 
 
 def collectives_per_token(card: dict, tp: int) -> dict:
-    """Collectives one decode token pays at ``tp`` ranks: 2 all-reduces per decoder layer (after attention's o_proj,
-    after the MLP/MoE), 1 for the vocab-parallel embedding, 1 gather of the vocab-parallel logits."""
+    """Collectives one decode token pays at ``tp`` ranks, from the one table every chapter reads
+    (``servebook.profile.comm.collective_table``: the sites read in each engine's code): 2 all-reduces per decoder layer
+    (after attention's o_proj, after the MLP/MoE), 1 for the vocab-parallel embedding, 1 gather of the logits."""
     if tp <= 1:
         return {"count": 0, "allreduces": 0, "gathers": 0, "rule": "tp 1: no collectives"}
-    from ..roofline import allreduces_per_token
+    from .comm import collective_table, collectives_per_token as _count
 
-    per_layer = allreduces_per_token(_text(card))
-    return {"count": per_layer + 2, "allreduces": per_layer + 1, "gathers": 1,
-            "rule": (f"{per_layer} all-reduces (2 per decoder layer) + 1 (vocab-parallel embedding) + 1 logits gather "
-                     "(SGLang 0.5.16 / vLLM 0.26.0: models/deepseek_v2.py, layers/vocab_parallel_embedding.py, "
-                     "layers/logits_processor.py); the gather is costed at the all-reduce latency")}
+    n = _count(card, tp)
+    tot = next(r for r in collective_table(card, tp) if r["site"] == "total")
+    layers = int(_text(card)["num_hidden_layers"])
+    return {"count": n, "allreduces": tot["allreduces"], "gathers": n - tot["allreduces"],
+            "rule": (f"{2 * layers} all-reduces (2 per decoder layer) + 1 (vocab-parallel embedding) + 1 logits gather, "
+                     "read in each engine's code (table seed_collectives: file:line per site); the gather is costed at the "
+                     "all-reduce latency")}
 
 
 def tp_shares(card: dict, tp: int) -> dict:
@@ -181,40 +136,89 @@ def _tables(source) -> tuple[list[dict], list[dict], list[dict], dict]:
     return profiles, source.rows("decode_breakdown"), source.rows("memory_bandwidth"), excerpts
 
 
-def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "auto", mode: str = "graph",
-                  card: str = "kimi-k2.5") -> dict:
-    """The last ok profiles an engine's projection uses: the 1- and 2-layer bf16 slices with ``backend`` (the
-    1-layer slice of the default backend where ``backend`` has none; said in ``notes``), and the INT4 2-layer slice
-    (quant card; same mode preferred). Missing ones are None."""
-    rows = [r for r in latest_ok(profile_rows) if r["engine"] == engine and r.get("card") == card
-            and r.get("role", "slice") == "slice"]
+def recorded_day(row: dict | None) -> str | None:
+    """The UTC day a profile was taken (``taken_at``, epoch seconds): the recording session it belongs to. The lent
+    machines of one reference run change between days, so two slices are subtracted only where their days agree."""
+    from datetime import datetime, timezone
 
-    def pick(layers: int, quant: str, be: str | None, modes: tuple[str, ...]) -> dict | None:
-        for m in modes:
-            for r in rows:
-                if int(r["layers"]) == layers and r.get("quant", "bf16") == quant and r.get("mode") == m and \
-                        (be is None or r.get("backend", "auto") == be):
-                    return r
+    if not row or row.get("taken_at") is None:
+        return None
+    return datetime.fromtimestamp(float(row["taken_at"]), tz=timezone.utc).date().isoformat()
+
+
+def recording_unit(row: dict | None) -> str | None:
+    """What two slices must share to be subtracted: the machine a profile was measured on where the row names it
+    (``machine``, a hash of its GPUs' UUIDs), else the UTC day it was taken (one lent machine per day in the older runs)."""
+    if not row:
+        return None
+    return row.get("machine") or recorded_day(row)
+
+
+def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "auto", mode: str = "graph",
+                  card: str = "kimi-k2.5", same_day: bool = True) -> dict:
+    """The last ok profiles an engine's projection uses: the 1- and 2-layer bf16 slices with ``backend``, the 2-layer
+    one from the same recording unit as the 1-layer one (``recording_unit``: the row's machine, else its day; another
+    server start of it, role "repeat", where the first start was taken on another machine: the difference of two slices
+    is never taken across machines); the 1-layer slice of the default backend where ``backend`` has none (said in
+    ``notes``), and the INT4 2-layer slice with the 1-layer slice of its own unit (``int4_base``: the experts of one
+    layer are their difference). ``same_day=False``: the old choice (first starts only, any unit). Missing ones are
+    None; ``cross_day`` lists pairs that could only be taken across units.
+    """
+    rows = [r for r in latest_ok(profile_rows) if r["engine"] == engine and r.get("card") == card
+            and r.get("role", "slice") in ("slice", "repeat")]
+
+    def pick(layers: int, quant: str, be: str | None, modes: tuple[str, ...], day: str | None = None,
+             roles: tuple[str, ...] = ("slice",)) -> dict | None:
+        for role in roles:
+            for m in modes:
+                for r in rows:
+                    if int(r["layers"]) == layers and r.get("quant", "bf16") == quant and r.get("mode") == m and \
+                            r.get("role", "slice") == role and (be is None or r.get("backend", "auto") == be) and \
+                            (day is None or recording_unit(r) == day):
+                        return r
         return None
 
-    notes = []
-    deep = pick(2, "bf16", backend, (mode,))
+    notes, cross = [], []
+    both = ("slice", "repeat")
     shallow = pick(1, "bf16", backend, (mode,))
+    deep = None
+    if shallow is not None:
+        deep = pick(2, "bf16", backend, (mode,), recording_unit(shallow) if same_day else None, both if same_day else ("slice",))
     if shallow is None and backend != "auto":
-        shallow = pick(1, "bf16", "auto", (mode,))
+        deep = pick(2, "bf16", backend, (mode,))
+        day = recording_unit(deep) if same_day and deep is not None else None
+        shallow = pick(1, "bf16", "auto", (mode,), day) or pick(1, "bf16", None, (mode,), day)
         if shallow is not None:
-            notes.append(f"no 1-layer slice with backend {backend}: the fixed part comes from the default backend's "
-                         f"1-layer slice ({shallow['label']}); attention per layer = the 2-layer slice's attention / 2")
+            notes.append(f"no 1-layer slice with backend {backend}: the fixed part comes from {shallow['label']} (taken the "
+                         f"same day); attention per layer = the 2-layer slice's attention / 2")
+    if deep is None and shallow is not None and same_day:
+        deep = pick(2, "bf16", backend, (mode,))
+        if deep is not None:
+            cross.append(f"{deep['label']} - {shallow['label']}")
+    if deep is not None and deep.get("role") == "repeat":
+        notes.append(f"the 2-layer slice is {deep['label']}, the start taken the same day as {shallow['label']} (the first "
+                     "start was taken another day, on another lent machine)")
     int4 = pick(2, "card", backend, (mode, "eager", "graph")) or pick(2, "card", None, (mode, "eager", "graph"))
+    int4_base = None
+    if int4 is not None:
+        int4_base = (pick(1, "bf16", None, (mode, "eager", "graph"), recording_unit(int4)) if same_day else shallow)
+        if int4_base is None:
+            int4_base = shallow
+            cross.append(f"{int4['label']} - {shallow['label'] if shallow else '?'}")
+        elif int4_base is not shallow:
+            notes.append(f"experts of one layer = {int4['label']} - {int4_base['label']} (the 1-layer slice taken the same day)")
     # the 2-layer slice of the 1-layer slice's backend: a per-layer difference is taken between slices of one backend
     deep_same = None
     if shallow is not None and deep is not None and shallow.get("backend", "auto") != deep.get("backend", "auto"):
-        deep_same = pick(2, "bf16", shallow.get("backend", "auto"), (mode,))
+        deep_same = pick(2, "bf16", shallow.get("backend", "auto"), (mode,),
+                         recording_unit(shallow) if same_day else None, both if same_day else ("slice",))
         notes.append(f"per MoE layer (every category but attention and experts) = {deep_same['label']} - {shallow['label']} "
                      f"(one backend); {deep['label']} - {deep_same['label']} (the backend's difference at 2 layers) "
                      "spread over both layers" if deep_same is not None else
                      f"no 2-layer slice with {shallow['label']}'s backend: the other categories mix two backends (confounded)")
-    return {"shallow": shallow, "deep": deep, "int4": int4, "deep_same": deep_same, "notes": notes}
+    return {"shallow": shallow, "deep": deep, "int4": int4, "int4_base": int4_base, "deep_same": deep_same,
+            "notes": notes, "cross_day": cross,
+            "days": sorted({d for d in (recorded_day(r) for r in (shallow, deep, int4, int4_base, deep_same) if r) if d})}
 
 
 def _cats(breakdown_rows: list[dict], row: dict | None) -> dict:
@@ -231,6 +235,8 @@ def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: flo
     of one backend where the 2-layer slice ran another (rule 1 of this module); ``confounded`` where they cannot be."""
     s, d, q, a = slices["shallow"], slices["deep"], slices["int4"], slices.get("deep_same")
     cs, cd, cq, ca = (_cats(breakdown_rows, r) for r in (s, d, q, a))
+    qb = slices.get("int4_base") or s
+    cqb = _cats(breakdown_rows, qb)
     mixed = s is not None and d is not None and s.get("backend", "auto") != d.get("backend", "auto")
     out = {}
     for cat in CATEGORIES:
@@ -258,9 +264,9 @@ def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: flo
             confounded = True
             how += " - confounded: the two slices ran different backends, so their difference holds backend kernels too"
         if cat == "moe experts":
-            if q is not None and cat in cq:
-                fixed, moe, confounded = cs[cat], cq[cat] - cs[cat], False
-                how = f"fixed = {s['label']}; experts of one MoE layer = {q['label']} (INT4, mode {q.get('mode')}) - {s['label']}"
+            if q is not None and cat in cq and cat in cqb:
+                fixed, moe, confounded = cs[cat], cq[cat] - cqb[cat], False
+                how = f"fixed = {s['label']}; experts of one MoE layer = {q['label']} (INT4, mode {q.get('mode')}) - {qb['label']}"
             elif expert_bytes_ratio:
                 moe = moe * expert_bytes_ratio
                 how += f"; no INT4 slice: bf16 experts x {expert_bytes_ratio:.4f} (INT4 group-32 bytes / bf16 bytes per weight)"
@@ -356,7 +362,8 @@ def seed_figures() -> dict:
 def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", card: str = "kimi-k2.5",
             profile: str = "rtx-pro-6000", measured_on: str = "h200", tp: int = 8, allreduce_us: float | None = None,
             allreduce_source: str | None = None, bandwidth: str = "datasheet", floor_us: float | None = None,
-            clock_ratio: float = 1.0, seed_tok_s: float | None = None, attention_rule: str = "latency") -> list[dict]:
+            clock_ratio: float = 1.0, seed_tok_s: float | None = None, attention_rule: str = "latency",
+            host_rule: str | None = None, attention_ms: float | None = None, attention_source: str | None = None) -> list[dict]:
     """Rows of the table ``seed_projection`` for ``engine``: one per category (engine, backend, category,
     ms_per_token, source, rule) and a total (predicted_ms, predicted_tok_s, seed_tok_s, error_pct = 100 x
     (predicted - seed) / seed tok/s, positive where the projection is faster than the seed's figure).
@@ -391,11 +398,34 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
             row = _memory_row(cat, parts[cat], floors[cat], shares, ratio, facts["moe_layers"], bw_label, tp)
         else:
             row = _latency_row(cat, parts[cat], facts["moe_layers"], clock_ratio)
+        if cat == "attention" and attention_ms is not None and row.get("ms_per_token") is not None:
+            row = {**row, "ms_per_token": attention_ms, "as_profiled_ms": row["ms_per_token"],
+                   "source": (attention_source or "given by the caller") + "; as profiled: " + row["source"]}
         if parts.get(cat, {}).get("confounded"):
             row["confounded"] = True
         out.append({**base, "category": cat, "h200_full_ms": None, **row})
+    _apply_host_rule(out, slices["deep"], host_rule)
     out.append(_total_row(base, out, slices, engine, seed_tok_s))
     return out
+
+
+def _apply_host_rule(rows: list[dict], deep: dict | None, rule: str | None) -> None:
+    """Rule 5: the "gpu idle" row becomes what the host adds beyond the target's GPU time under ``rule`` (default
+    ``predict.HOST_RULE``); the H200 idle it started from stays as ``serial_ms`` (the serial rule's addition)."""
+    from .predict import HOST_RULE, HOST_RULES, host_combine
+
+    rule = rule or HOST_RULE
+    idle = next(r for r in rows if r["category"] == "gpu idle")
+    gpu = [r["ms_per_token"] for r in rows if r["category"] != "gpu idle"]
+    if idle["ms_per_token"] is None or None in gpu or deep is None:
+        return
+    h = host_combine(sum(gpu), float(deep["tpot_ms"]), idle["ms_per_token"], rule)
+    idle.update({"serial_ms": idle["ms_per_token"], "host_step_ms": float(deep["tpot_ms"]), "ms_per_token": h["idle_ms"],
+                 "host_rule": rule,
+                 "rule": (f"host rule {rule!r}: {HOST_RULES[rule]}; the host's time per step is {deep['label']}'s unprofiled "
+                          f"{float(deep['tpot_ms']):.3f} ms per token on the H200 host, against {sum(gpu):.3f} ms of GPU time "
+                          f"here, so the host adds {h['idle_ms']:.3f} ms; the serial rule would add the slice's idle "
+                          f"{h['serial_ms'] - sum(gpu):.3f} ms (serial_ms)")})
 
 
 def project_per_start(source, engine: str, **kw) -> list[dict]:
@@ -440,8 +470,9 @@ def _comm_row(card: dict, tp: int, facts: dict, allreduce_us: float | None, allr
             "allreduce_figure": figure, "message_bytes": facts["message_bytes"],
             "source": allreduce_source or "given by the caller (no source stated)",
             "rule": f"communication floor: {coll['rule']} = {coll['count']} x {allreduce_us:.2f} us "
-                    f"(the H200 slices ran at TP=1: their communication is not used); one latency for every engine - "
-                    "an assumption where the engines ran with different NCCL settings or on another machine"}
+                    "(the H200 slices ran at TP=1: their communication is not used)" +
+                    ("" if figure is None else "; one latency for every engine - an assumption where the engines ran with "
+                     "different NCCL settings or on another machine")}
 
 
 def _idle_row(deep: dict | None, profiles: list[dict]) -> dict:
@@ -469,13 +500,18 @@ def _total_row(base: dict, rows: list[dict], slices: dict, engine: str, seed_tok
     seed = seed_tok_s if seed_tok_s is not None else seed_figures().get(engine)
     total = None if unknown else sum(r["ms_per_token"] for r in rows)
     tok_s = 1e3 / total if total else None
+    idle = next((r for r in rows if r["category"] == "gpu idle"), {})
+    serial = None if total is None or idle.get("serial_ms") is None else total - idle["ms_per_token"] + idle["serial_ms"]
     return {**base, "category": "total", "ms_per_token": total, "predicted_ms": total, "predicted_tok_s": tok_s,
+            "host_rule": idle.get("host_rule"), "serial_ms": serial,
             "seed_tok_s": seed, "error_pct": 100 * (tok_s - seed) / seed if tok_s and seed else None,
             "unknown": unknown, "notes": slices["notes"],
             "measured_version": ", ".join(sorted({str(r.get("version")) for r in (slices["shallow"], slices["deep"],
                                                                                   slices.get("deep_same"), slices["int4"])
                                                   if r and r.get("version")})) or None,
-            "from_labels": [r["label"] for r in (slices["shallow"], slices["deep"], slices.get("deep_same"), slices["int4"]) if r],
+            "from_labels": [r["label"] for r in (slices["shallow"], slices["deep"], slices.get("deep_same"), slices["int4"]) if r]
+            + [r["label"] for r in (slices.get("int4_base"),) if r and r is not slices["shallow"]],
+            "recorded_days": slices.get("days"), "cross_day": slices.get("cross_day") or [],
             "source": "sum of the categories" + (f"; unknown: {', '.join(unknown)}" if unknown else ""),
             "rule": "predicted; error_pct = 100 x (predicted - seed) / seed tok/s (positive: faster than the seed's figure); "
                     "the seed's figures are compared against, never an input"}

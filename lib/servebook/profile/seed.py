@@ -13,16 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .projection import project, project_per_start, ranked_fixes
+from .projection import ranked_fixes
 
-__all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "verdict", "gap_by_category", "seed_allreduce_share"]
+__all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
-# what each engine runs on capability 12.0, as chapter 02 resolves it from the engines' own code
-SEED_BACKENDS = {"sglang": "triton", "vllm": "TRITON_MLA"}
-# engines the seed launched with its NCCL block (servebook.nccl.e2e.SEED_ENV, copied from a vLLM systemd unit; SGLang
-# ran without it until the investigation copied it over: shared/seeds)
-SEED_NCCL_ENGINES = ("vllm",)
+from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
+                   latency_sweep, matching_latency)
+from .gains import rank_by_expected_gain
+from .ranges import ATTENTION_12, SEED_BACKENDS, assumption_table, central_projection, projection_range
 
 
 def _reference_dir() -> Path:
@@ -32,28 +31,12 @@ def _reference_dir() -> Path:
 
 
 def seed_projection(reference=None, **kw) -> list[dict]:
-    """``seed_projection`` rows for SGLang and vLLM with their 12.0 backends (``project``'s keywords pass through)."""
+    """``seed_projection`` rows for SGLang and vLLM with their 12.0 backends, every assumption at its central value
+    (``ranges.central_projection``; ``project``'s keywords pass through)."""
     from ..results import RunStore
-
     src = RunStore.at(reference or _reference_dir())
-    rows = []
-    for engine, backend in SEED_BACKENDS.items():
-        rows += [{**r, "reference_run": REFERENCE_PROFILE_RUN} for r in _engine_rows(src, engine, backend, **kw)]
-    return rows
-
-
-def _engine_rows(src, engine: str, backend: str, **kw) -> list[dict]:
-    """``project``'s rows, each with ``starts_ms`` (and the total ``starts_tok_s``) where the 2-layer slice had other
-    server starts: stated beside the projection, never in it."""
-    mine = project(src, engine, backend=backend, **kw)
-    starts = project_per_start(src, engine, backend=backend, **kw)
-    if len(starts) > 1:
-        mine[-1].update({"starts_tok_s": [x["predicted_tok_s"] for x in starts],
-                         "starts_deep_labels": [x["deep_label"] for x in starts]})
-        for r in mine:
-            r["starts_ms"] = [x["predicted_ms"] if r["category"] == "total" else x["ms_by_category"].get(r["category"])
-                              for x in starts]
-    return mine
+    central = central_projection(src, engine_latencies(), **kw)
+    return [{**r, "reference_run": Path(str(reference or _reference_dir())).name} for e in SEED_BACKENDS for r in central[e]]
 
 
 def gap_by_category(rows: list[dict], a: str = "sglang", b: str = "vllm") -> list[dict]:
@@ -65,20 +48,74 @@ def gap_by_category(rows: list[dict], a: str = "sglang", b: str = "vllm") -> lis
     return sorted(out, key=lambda r: -(r["diff_ms"] if r["diff_ms"] is not None else -1e9))
 
 
-def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
-    """Project both engines, rank the candidate fixes, and store both tables in ``store`` (rewritten whole: a
-    projection computed again from newer profiles supersedes the old). The fixes are checked against chapter 02's
-    reading of the studied versions' code (table ``decode_path`` of ``store``)."""
-    rows = seed_projection(reference)
+SEED_TABLES = ("seed_projection", "seed_fixes", "seed_assumptions", "seed_range", "seed_comm", "seed_collectives",
+               "seed_latency_sweep", "seed_attention_12")
+
+
+def seed_tables(store, reference=None) -> dict:
+    """Every table of the seed verdict, computed from the reference run's profiles and the data files (nothing written):
+    ``{table: rows}`` for ``SEED_TABLES``. ``reference``: the run directory of the H200 profiles (default
+    ``REFERENCE_PROFILE_RUN``; the reference recording of the INT4 slices replaces it by that name alone)."""
+    from ..results import RunStore
+    from ..selection.cards import load_card
+    from ..stated.figures import seed_case
+    from .projection import seed_figures
+
+    seed = seed_case()
+    card = load_card(seed["model"])
+    src = RunStore.at(reference or _reference_dir())
+    n, lat = collectives_per_token(card, seed["tp"]), engine_latencies()
+    central = central_projection(src, lat, tp=seed["tp"])
+    name = Path(str(reference or _reference_dir())).name
+    rows = [{**r, "reference_run": name} for e in SEED_BACKENDS for r in central[e]]
     versions = _studied_versions(store, rows)
     for r in rows:
         if r["category"] == "total":
             r["studied_version"] = versions.get(r["engine"])
+    assumptions = assumption_table(src, central, lat, n)
     fixes = ranked_fixes(rows, attention_alternatives=_alternatives(store, reference, versions),
                          decode_path=store.rows("decode_path"), versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
-    store.replace("seed_projection", rows)
-    store.replace("seed_fixes", fixes)
-    return rows, fixes
+    fixes = rank_by_expected_gain(fixes, rows, lat, n, store.rows("decode_path"), versions, _SERVED_NOTE)
+    other = {e: next(r["predicted_ms"] for r in central[e] if r["category"] == "total")
+             - next(r["ms_per_token"] for r in central[e] if r["category"] == "communication") for e in SEED_BACKENDS}
+    return {"seed_projection": rows, "seed_fixes": fixes, "seed_assumptions": assumptions,
+            "seed_range": projection_range(central, assumptions, seed_figures()),
+            "seed_comm": _comm_rows(lat, n, other, seed_figures()), "seed_collectives": collective_table(card, seed["tp"]),
+            "seed_latency_sweep": latency_sweep(other, n),
+            "seed_attention_12": [{**a, "key": f"{a['engine']} | {a['version']}"} for a in ATTENTION_12]}
+
+
+_SERVED_NOTE = ("chapter 03 of h200x2-live served forced flashinfer slower than triton on the H200 (a 2-layer slice, SGLang "
+                "0.5.16)")
+
+
+def _comm_rows(lat: dict, n: int, other: dict, seed_tok_s: dict) -> list[dict]:
+    """Per engine: its NCCL environment in the seed, the latency range, the communication per token at each end, the
+    latency at which the projection meets the seed's rate, and (SGLang) the latency the seed's all-reduce share implies."""
+    out = []
+    for e, L in lat.items():
+        row = {**{k: L[k] for k in ("engine", "env", "low_us", "central_us", "high_us", "low_host", "high_host", "basis")},
+               "collectives": n, "other_ms": other[e], "key": e,
+               **{f"{k}_ms": n * L[f"{k}_us"] / 1e3 for k in ("low", "central", "high")},
+               "seed_tok_s": seed_tok_s.get(e), "matching_us": matching_latency(other[e], n, seed_tok_s[e])}
+        if e == "sglang":
+            imp = implied_latency(n, seed_allreduce_share(), seed_tok_s[e])
+            row.update({"implied_us": imp["implied_us"], "implied_ms": imp["ms_per_token"], "share": imp["share"],
+                        "published_high_us": imp["published_high_us"], "published_high_figure": imp["published_high_figure"],
+                        "published_low_us": imp["published_low_us"], "implied_above_published": imp["above_published"],
+                        "share_at_matching": (n * row["matching_us"] / 1e3) * seed_tok_s[e] / 1e3 if row["matching_us"] else None})
+        out.append(row)
+    return out
+
+
+def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
+    """Project both engines, range the assumptions, rank the candidate fixes by expected gain, and store every table of
+    ``SEED_TABLES`` in ``store`` (each rewritten whole: computed again from newer profiles it supersedes the old). The
+    fixes are checked against chapter 02's reading of the studied versions' code (table ``decode_path`` of ``store``)."""
+    tables = seed_tables(store, reference)
+    for name, rows in tables.items():
+        store.replace(name, rows)
+    return tables["seed_projection"], tables["seed_fixes"]
 
 
 # the attention backend each engine's fix would switch to on the seed's GPU
@@ -147,66 +184,6 @@ def _studied_versions(store, rows: list[dict]) -> dict:
     return out
 
 
-def _parts_line(rows: list[dict], gap: float) -> str:
-    from ..stated.tags import q
-
-    confounded = {r["category"] for r in rows if r.get("confounded")}
-    noisy = _within_starts(rows)
-    parts = [g for g in gap_by_category(rows) if g["diff_ms"] is not None and g["diff_ms"] > 0.05 * max(gap, 1e-9)
-             and g["category"] not in confounded and g["category"] not in noisy]
-    line = (f"The projected gap is {q('seed_projected_gap_ms', gap, '.2f')} ms per token; its largest parts: "
-            + ", ".join(f"{g['category']} {q('seed_projected_part_ms', g['diff_ms'], '+.2f', of=g['category'])} ms"
-                        for g in parts[:4]) + ".")
-    if confounded:
-        line += (" Confounded, and so left out of the parts: " + ", ".join(sorted(confounded)) + " (the slices they come "
-                 "from ran different attention backends; a one-layer slice of each engine's Triton backend settles them).")
-    names = {"sglang": "SGLang", "vllm": "vLLM"}
-    for cat, diff in noisy.items():
-        starts = "; ".join(
-            f"{names.get(r['engine'], r['engine'])} " + " then ".join(
-                q("seed_category_start_ms", x, ".3f", of=f"{r['engine']} | {cat} | {i + 1}") for i, x in enumerate(r["starts_ms"]))
-            for r in rows if r["category"] == cat and r.get("starts_ms"))
-        what = ("the host time per token kept from one server start of each engine's slice" if cat == "gpu idle" else
-                "projected from one server start of each engine's two-layer slice")
-        line += (f" Left out of the parts: {cat} ({q('seed_projected_part_ms', diff, '+.2f', of=cat)} ms), {what}, which "
-                 f"moved from one start to the next by as much as that or more in one engine at least ({starts} ms per "
-                 "token): which engine takes longer there is a hypothesis these profiles do not settle; more starts of each "
-                 "slice" + (", and a host-side trace of each engine's scheduler loop," if cat == "gpu idle" else "")
-                 + " settle it.")
-    return line
-
-
-def _within_starts(rows: list[dict]) -> dict:
-    """``{category: gap part}`` of a positive part no larger than one engine's start-to-start spread of that category
-    (``starts_ms``: the category projected with each server start of the 2-layer slice, where it had several)."""
-    out = {}
-    for g in gap_by_category(rows):
-        spreads = [max(r["starts_ms"]) - min(r["starts_ms"]) for r in rows if r["category"] == g["category"]
-                   and r.get("starts_ms") and None not in r["starts_ms"]]
-        if g["diff_ms"] is not None and g["diff_ms"] > 0 and len(spreads) >= 2 and g["diff_ms"] <= max(spreads):
-            out[g["category"]] = g["diff_ms"]
-    return out
-
-
-def _starts_line(s: dict, v: dict) -> str:
-    """What the projection gives with the other server start of each engine's 2-layer slice (same rules), where both
-    engines' slices had one: how far one start of the H200 profiles moves it."""
-    from ..stated.tags import q
-
-    if not (s.get("starts_tok_s") and v.get("starts_tok_s")) or min(len(s["starts_tok_s"]), len(v["starts_tok_s"])) < 2:
-        return ""
-    n = min(len(s["starts_tok_s"]), len(v["starts_tok_s"]))
-    others = "; ".join(
-        f"start {q('seed_start_n', i + 1, 'd', of=str(i + 1))}: SGLang "
-        f"{q('seed_start_tok_s', s['starts_tok_s'][i], '.1f', of=f'sglang | {i + 1}')} and vLLM "
-        f"{q('seed_start_tok_s', v['starts_tok_s'][i], '.1f', of=f'vllm | {i + 1}')} tok/s, a gap of "
-        f"{q('seed_start_gap_ms', s['starts_ms'][i] - v['starts_ms'][i], '.2f', of=str(i + 1))} ms per token"
-        for i in range(1, n))
-    return (" The projection takes the first server start of each two-layer slice; by the same rules the other starts give "
-            f"({others}): the projection moves that much from one start of the H200 slices to the next, so an error or a "
-            "gap smaller than that move is not settled by them (more starts of each slice settle it).")
-
-
 def _versions_line(s: dict, v: dict) -> str:
     from ..stated.tags import q
 
@@ -222,103 +199,6 @@ def _versions_line(s: dict, v: dict) -> str:
                  f"took is an assumption, settled by profiling {name} "
                  f"{q('seed_studied_version', r['studied_version'], of=eng)}'s Triton MLA backend on the same slices.")
     return line
-
-
-def _allreduce_line(rows: list[dict], fixes: list[dict]) -> str:
-    from ..nccl.e2e import SEED_ENV
-    from ..stated.tags import q
-
-    comm = {r["engine"]: r for r in rows if r["category"] == "communication"}
-    c = comm.get("sglang") or next(iter(comm.values()), {})
-    if not c.get("collectives"):
-        return ""
-    pair = next((f for f in fixes if f.get("pair_ms_per_token") is not None), None)
-    block = " ".join(f"{k}={v}" for k, v in SEED_ENV.items())
-    names = {"sglang": "SGLang", "vllm": "vLLM"}
-    with_block = [names.get(e, e) for e in comm if e in SEED_NCCL_ENGINES]
-    without = [names.get(e, e) for e in comm if e not in SEED_NCCL_ENGINES]
-    line = ("**All-reduce is an open hypothesis for the gap.** The projection gives both engines the same "
-            f"{q('seed_collectives', c['collectives'], 'd', of=c['engine'])} collectives per token at one published "
-            f"latency ({q('seed_allreduce_us', c.get('allreduce_us'), '.2f', of=c['engine'])} us, measured on another "
-            "machine than the seed's host), so it shows no all-reduce difference; but the seed launched "
-            + (" and ".join(with_block) or "no engine") + f" with an NCCL block (`{block}`) and "
-            + (" and ".join(without) or "no engine") + " without it.")
-    if pair is not None:
-        line += (" On one published dual-socket machine NCCL's all-reduce took "
-                 f"{q('seed_nccl_pair_us', pair['pair_default_us'], '.2f', of='default')} us by default and "
-                 f"{q('seed_nccl_pair_us', pair['pair_tuned_us'], '.2f', of='tuned')} us with LL, "
-                 f"{q('seed_nccl_pair_ms', pair['pair_ms_per_token'], '.2f')} ms per token over that many collectives, "
-                 "where the seed's host behaves like that machine - a difference between the engines this projection "
-                 "cannot show, since it gives both one latency.")
-    line += (f" The seed's own profile put all-reduce at {q('seed_allreduce_share', seed_allreduce_share(), '.1%')} of "
-             "SGLang's decode time. What settles it: all-reduce at "
-             f"{q('seed_message_bytes', c.get('message_bytes'), ',d', of=c['engine'])} B on the seed's host, "
-             f"{q('seed_tp', c.get('tp'), 'd')} ranks under CUDA graphs, "
-             "with and without the seed's NCCL settings (chapter 04 with `tp_seed_block`), and NCCL_DEBUG=INFO from "
-             "each engine's launch for the protocol it picked.")
-    return line
-
-
-def verdict(rows: list[dict], fixes: list[dict] = ()) -> str:
-    """The seed case's verdict in numbers (Markdown; every figure tagged with the quantity it is)."""
-    from ..stated.tags import q
-
-    tot = {r["engine"]: r for r in rows if r["category"] == "total"}
-    if not all(e in tot and tot[e].get("predicted_ms") for e in SEED_BACKENDS):
-        return ("**Verdict:** not projected - the H200 profiles of both engines' Triton MLA backends are missing from "
-                f"`data/runs/{REFERENCE_PROFILE_RUN}`; the seed's gap stays unexplained here.")
-    s, v = tot["sglang"], tot["vllm"]
-    gap = s["predicted_ms"] - v["predicted_ms"]
-    att = next((g for g in gap_by_category(rows) if g["category"] == "attention"), None)
-    lines = [
-        "**Verdict (predicted from measurements, not measured on that host).** On 8x RTX PRO 6000 both engines run a "
-        "Triton MLA decode kernel (chapter 02, from their own code). Carried from this book's H200 profiles by the rules "
-        f"below, SGLang decodes {q('seed_projected_tok_s', s['predicted_tok_s'], '.1f', of='sglang')} tok/s "
-        f"(the seed measured {q('seed_tok_s', s['seed_tok_s'], '', of='sglang')}, error {q('seed_projection_error_pct', s['error_pct'], '+.1f', of='sglang')}%) "
-        f"and vLLM {q('seed_projected_tok_s', v['predicted_tok_s'], '.1f', of='vllm')} tok/s (the seed measured "
-        f"{q('seed_tok_s', v['seed_tok_s'], '', of='vllm')}, error {q('seed_projection_error_pct', v['error_pct'], '+.1f', of='vllm')}%). "
-        + _versions_line(s, v) + _starts_line(s, v),
-        _parts_line(rows, gap),
-    ]
-    if att and att["diff_ms"] and att["diff_ms"] > 0:
-        ratio = att["sglang"] / att["vllm"] if att.get("vllm") else None
-        lines.append("Why attention (a hypothesis, measured on the H200, not on the seed's GPU): at batch 1 SGLang's Triton "
-                     f"MLA decode kernels take {q('seed_attention_ratio', ratio, '.1f') + ' times' if ratio else 'longer than'} as long "
-                     "per layer as vLLM's Triton MLA kernels on the same slice (`data/runs/h200x1-prof`, table "
-                     "`decode_breakdown`; kernel names in the traces' excerpts).")
-    lines.append(_allreduce_line(rows, fixes))
-    ranked = [f for f in fixes if f.get("label") == "predicted" and f.get("gain_ms_per_token") is not None]
-    if ranked and ranked[0].get("alternative_ms") is not None:
-        lines.append(_measured_fix_line(ranked[0]))
-    elif ranked:
-        f0 = ranked[0]
-        lines.append(f"First change to check (predicted gain {q('seed_fix_gain_ms', f0['gain_ms_per_token'], '.2f', of='first')} ms per "
-                     f"token for {f0['engine']}"
-                     + (f", assuming {f0['assumption']}" if f0.get("assumption") else "") + f"): "
-                     f"{f0['change']} - `{f0['check_command']}`.")
-    others = sorted({f["label"] for f in fixes if f.get("label") != "predicted"})
-    if others:
-        lines.append("The other candidate changes in the table below carry no predicted gain: they are "
-                     + ", ".join(f"*{o}*" for o in others) + " for the versions named (each row's basis says which code "
-                     "or figures decided it).")
-    lines.append("What settles it: profile both engines on the RTX PRO 6000 host (`servebook profile run` with a plan "
-                 "of the real model) and compare each category with the projection below.")
-    return "\n\n".join(x for x in lines if x)
-
-
-def _measured_fix_line(f0: dict) -> str:
-    """The first-ranked change where its gain comes from a measured profile of the alternative (``measured_alternative``)."""
-    from ..stated.tags import q
-
-    alt, eng = f0["alternative_backend"], f0["engine"]
-    line = (f"First change to check: {f0['change']} for {eng} - `{f0['check_command']}`. Predicted gain "
-            f"{q('seed_fix_gain_ms', f0['gain_ms_per_token'], '.2f', of='first')} ms per token: {alt}'s attention, measured on "
-            f"the H200 and carried by the attention rule, projects to "
-            f"{q('seed_fix_alternative_ms', f0['alternative_ms'], '.3f', of=f'{eng} | {alt}')} ms per token")
-    if f0.get("like_for_like_gain_ms") is not None:
-        line += (f" ({alt} has no one-layer slice: taking both backends' attention from their two-layer slices by one rule, "
-                 f"the gain is {q('seed_fix_like_gain_ms', f0['like_for_like_gain_ms'], '.2f', of='first')} ms)")
-    return line + (f". It assumes that {f0['assumption']}." if f0.get("assumption") else ".")
 
 
 def seed_allreduce_share() -> float:

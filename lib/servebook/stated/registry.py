@@ -182,6 +182,22 @@ def _seed_gap(store) -> dict:
 
 
 
+def _comm_floor_facts(store) -> dict:
+    """The latency fields of chapter 04's what-if floor rows, as ``case | field``."""
+    from ..nccl.figures import comm_floor
+
+    return {f"{k} | {f}": r.get(f) for k, r in comm_floor(store).items()
+            for f in ("allreduce_us", "allreduce_us_low", "allreduce_us_high")}
+
+
+def _seed_table_figures(store) -> dict:
+    """Every numeric field of every keyed row of the seed verdict's tables, as ``table | key | field``."""
+    from ..profile.seed import SEED_TABLES
+
+    return {f"{t} | {r['key']} | {k}": v for t in SEED_TABLES for r in store.rows(t) if r.get("key") is not None
+            for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 # chapter 05 (s8): helpers of the quantities in the block marked "chapter 05 (s8)" below
 def _ch05_current(store) -> list[dict]:
     from ..bench.runs import current
@@ -832,6 +848,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("comm_floor_ms", "what-if: all-reduce time per token (ms) at batch 1, by case (table roofline, chapter 04)",
              lambda store: {k: r.get("t_comm_ms") for k, r in
                             __import__("servebook.nccl.figures", fromlist=["x"]).comm_floor(store).items()}),
+    Quantity("comm_floor_fact", "what-if: a figure of one communication-floor row (case | field; table roofline, chapter 04)",
+             lambda store: _comm_floor_facts(store)),
     Quantity("comm_allreduces_per_token", "what-if: all-reduces per token, by case",
              lambda store: {k: r.get("allreduces_per_token") for k, r in
                             __import__("servebook.nccl.figures", fromlist=["x"]).comm_floor(store).items()}),
@@ -990,6 +1008,8 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("seed_nccl_pair_ms", "seed case: that same-machine difference over the collectives of a token (ms; seed_fixes)",
              lambda store: next(({None: f["pair_ms_per_token"]} for f in store.rows("seed_fixes")
                                  if f.get("pair_ms_per_token") is not None), {})),
+    Quantity("seed_table", "seed case: a figure of a recorded row of the seed verdict's tables (table | key | field; "
+             "profile.seed.SEED_TABLES, each row's key)", lambda store: _seed_table_figures(store)),
     # end of seed verdict (fix-prof)
     # -- chapter 05 (bench): single stream against C=1, both bandwidths, the full model's GPUs --------------------------
     Quantity("single_vs_c1", "a configuration's single stream beside its sweep's C=1 level and what differs (label | field; "

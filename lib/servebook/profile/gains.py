@@ -1,0 +1,117 @@
+"""The seed case's candidate changes ranked by expected gain, each with its range and the command that checks it.
+
+    fixes = rank_by_expected_gain(ranked_fixes(rows, ...), rows, lat, n, decode_path)    # table seed_fixes
+
+``projection.ranked_fixes`` proposes the changes and reads, in chapter 02's ``decode_path``, which exist in the studied
+versions. Here each change gets a gain at both ends of what it depends on (``gain_low_ms``, ``gain_high_ms``) and an
+expected gain (the middle: nothing here says which end the seed's host is nearer), and the communication changes are
+costed per engine from ``comm.engine_latencies``: the seed's NCCL block for an engine launched without it, a custom or
+one-shot PCIe all-reduce where a newer version of the engine has one. Ranked by expected gain; at equal gain a flag or an
+environment change before one that needs another version. A change with no gain here says why in its label (already the
+default, already in the seed's launch, no effect in this version), never "not computable" without the measurement.
+"""
+
+from __future__ import annotations
+
+from .comm import SEED_NCCL_ENGINES, custom_latency
+from .projection import NOT_IN_VERSION, _launch
+
+__all__ = ["NEEDS_VERSION", "KIND_ORDER", "rank_by_expected_gain"]
+
+NEEDS_VERSION = "predicted, needs another version"
+KIND_ORDER = {"flag": 0, "environment": 0, "version": 1}
+_PCIE_ENV = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "sglang", "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC": "vllm"}
+
+
+def _tok_s_gain(total: float, gain_ms: float | None) -> float | None:
+    return None if gain_ms is None or total - gain_ms <= 0 else 1e3 / (total - gain_ms) - 1e3 / total
+
+
+def _with_range(f: dict, total: float, low: float | None, high: float | None, kind: str, why: str) -> dict:
+    exp = None if low is None or high is None else (low + high) / 2
+    return {**f, "gain_low_ms": low, "gain_high_ms": high, "expected_gain_ms": exp, "gain_ms_per_token": exp,
+            "gain_tok_s": _tok_s_gain(total, exp), "gain_low_tok_s": _tok_s_gain(total, low),
+            "gain_high_tok_s": _tok_s_gain(total, high), "kind": kind, "range_basis": why,
+            "key": f"{f['engine']} | {f['change']}"}
+
+
+def _nccl_block(f: dict, total: float, lat: dict, n: int) -> dict:
+    eng = f["engine"]
+    if eng in SEED_NCCL_ENGINES:
+        return {**f, "kind": "environment", "key": f"{eng} | {f['change']}"}
+    blk = next(v for e, v in lat.items() if e in SEED_NCCL_ENGINES) if any(e in SEED_NCCL_ENGINES for e in lat) else None
+    if blk is None:
+        return {**f, "kind": "environment", "key": f"{eng} | {f['change']}"}
+    mine = lat[eng]
+    low, high = (n * max(0.0, mine[k] - blk[k]) / 1e3 for k in ("low_us", "high_us"))
+    why = (f"{n} collectives x ({eng} without the block - with it) at each kind of host: {mine['low_host']}: "
+           f"{mine['low_us']:.2f} - {blk['low_us']:.2f} us; {mine['high_host']}: {mine['high_us']:.2f} - {blk['high_us']:.2f} us "
+           "(the published same-host pair); expected: the middle")
+    return _with_range({**f, "label": "predicted"}, total, low, high, "environment", why)
+
+
+def _newer_pcie(decode_path: list[dict], engine: str, studied: str | None) -> dict | None:
+    """Chapter 02's reading of a version of ``engine`` other than ``studied`` that has a PCIe all-reduce switch."""
+    return next((r for r in decode_path if r.get("engine") == engine and r.get("version") != studied
+                 and r.get("setting") == "PCIe all-reduce options" and not str(r.get("choice", "")).startswith("none")), None)
+
+
+def _custom(f: dict, total: float, lat: dict, n: int, decode_path: list[dict], versions: dict) -> dict:
+    eng, mine = f["engine"], lat[f["engine"]]
+    cust, label = custom_latency(mine.get("message_bytes", 14336))
+    newer = _newer_pcie(decode_path, eng, versions.get(eng))
+    low, high = 0.0, n * max(0.0, mine["low_us"] - cust) / 1e3
+    why = (f"{mine['low_host']}: {n} collectives x ({mine['low_us']:.2f} - {cust:.2f}) us, the custom kernel against NCCL "
+           f"on the same published host ({label.split(';')[0]}); {mine['high_host']}: 0, since the page that published the "
+           "kernel found it slower than NCCL on two-socket hosts without switches; expected: the middle")
+    if f.get("label") == NOT_IN_VERSION and newer is not None:
+        env = next((k for k in _PCIE_ENV if k in str(newer.get("choice"))), None)
+        cmd = _launch(eng, 8, {eng: newer["version"]}, env={env: "1"} if env else {})
+        return _with_range({**f, "label": NEEDS_VERSION, "needs_version": newer["version"], "check_command": cmd,
+                            "basis": f"{f['basis']}; {eng} {newer['version']} has it (chapter 02 read {newer['choice']!r} at "
+                                     f"{newer.get('where')})"}, total, low, high, "version", why)
+    if f.get("label") == NOT_IN_VERSION:
+        return _with_range({**f, "label": NEEDS_VERSION, "needs_version": "a version with the switch (open PR)"},
+                           total, low, high, "version", why)
+    if f.get("label") != "predicted":   # chapter 02 holds no reading of the version's code: no gain until it does
+        return {**f, "kind": "environment", "key": f"{eng} | {f['change']}", "range_basis": why}
+    return _with_range(f, total, low, high, "environment", why)
+
+
+def _attention(f: dict, total: float, served: str) -> dict:
+    g = f.get("gain_ms_per_token")
+    why = ("high: the alternative's attention measured on the H200 and carried by the attention rule; low: 0, since "
+           + served + " and no code read here says its MLA kernels run on capability 12.0; expected: the middle")
+    return _with_range({**f, "note": "the seed launched SGLang with --attention-backend flashinfer together with the NCCL "
+                                     "block (shared/seeds); its rate with that launch is not in the seed's figures"},
+                       total, 0.0 if g is not None else None, g, "flag", why)
+
+
+def rank_by_expected_gain(fixes: list[dict], rows: list[dict], lat: dict, n: int, decode_path: list[dict] = (),
+                          versions: dict | None = None, served_note: str = "") -> list[dict]:
+    """``fixes`` (``ranked_fixes``) with gain ranges and expected gains, ranked: predicted changes by expected gain (a
+    flag or environment change before another version at equal gain), then the changes that carry none, with why."""
+    totals = {r["engine"]: r["predicted_ms"] for r in rows if r["category"] == "total"}
+    versions = versions or {}
+    out = []
+    for f in fixes:
+        total = totals.get(f["engine"])
+        if f["change"].startswith("the seed's NCCL block"):
+            out.append(_nccl_block(f, total, lat, n))
+        elif f["change"].startswith("custom PCIe all-reduce"):
+            out.append(_custom(f, total, lat, n, list(decode_path), versions))
+        elif f["change"].startswith("attention backend") and f.get("label") == "predicted":
+            out.append(_attention(f, total, served_note or "a served measurement of it on the H200 is not in this run"))
+        else:
+            g = f.get("gain_ms_per_token")
+            out.append(_with_range(f, total, 0.0, g, "flag", "upper bound from the projection; low: 0") if g is not None
+                       else {**f, "kind": "flag", "key": f"{f['engine']} | {f['change']}"})
+    for f in out:
+        for k in ("gain_low_ms", "gain_high_ms", "expected_gain_ms"):
+            f.setdefault(k, None)
+    has = [f for f in out if f.get("expected_gain_ms") is not None]
+    rest = [f for f in out if f.get("expected_gain_ms") is None]
+    has.sort(key=lambda f: (-round(f["expected_gain_ms"], 6), KIND_ORDER.get(f.get("kind"), 2)))
+    return has + rest
+
+

@@ -1,0 +1,181 @@
+"""The seed case's verdict in words, from the tables ``profile.seed.seed_tables`` records: the likely cause first, in
+sentences a user can act on (the first change, its expected gain and range, how sure, what settles it), then the parts.
+
+    display(Markdown(verdict_markdown(tables)))      # tables: {name: rows} (the run's seed_* tables)
+
+Every figure is tagged with ``servebook.stated.q`` as the recorded row it comes from (``seed_table``: table | key | field).
+"""
+
+from __future__ import annotations
+
+__all__ = ["verdict_markdown", "verdict", "t"]
+
+_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+
+
+def t(table: str, row: dict, field: str, fmt: str) -> str:
+    """A figure of a recorded row, tagged as ``seed_table`` (table | key | field)."""
+    from ..stated.tags import q
+
+    return q("seed_table", row.get(field), fmt, of=f"{table} | {row['key']} | {field}")
+
+
+def _where(us: float | None, ref_us: float, name: str) -> str:
+    """Where a latency that meets the seed's rate lies against a published figure (within a tenth, above, below)."""
+    if us is None:
+        return "no latency meets the seed's rate"
+    if abs(us - ref_us) <= 0.1 * ref_us:
+        return f"within a tenth of {name}"
+    return f"above {name}" if us > ref_us else f"below {name}"
+
+
+def _change(f: dict) -> str:
+    """A change's name, its settings (an environment block, a flag) shown as code."""
+    name, _, rest = f["change"].partition(" (")
+    return f"{name} (`{rest.rstrip(')')}`)" if rest else f["change"]
+
+
+def _first(fixes: list[dict]) -> dict | None:
+    return next((f for f in fixes if f.get("expected_gain_ms") is not None), None)
+
+
+def _cause(tables: dict) -> str:
+    from ..nccl.e2e import SEED_ENV
+    from ..stated.tags import q
+
+    comm = {r["engine"]: r for r in tables["seed_comm"]}
+    s, v = comm.get("sglang"), comm.get("vllm")
+    f0 = _first(tables["seed_fixes"])
+    if s is None or v is None or f0 is None:
+        return "**Likely cause:** not projected - the reference run lacks a profile this verdict needs."
+    block = " ".join(f"{k}={val}" for k, val in SEED_ENV.items())
+    lines = [
+        f"**Likely cause (a hypothesis, predicted from published figures, not measured on that host): SGLang's all-reduce.** "
+        f"The seed launched vLLM with its NCCL block (`{block}`) and SGLang without it. Both engines pay "
+        f"{t('seed_comm', s, 'collectives', 'd')} collectives per decode token (read in each engine's code, table "
+        f"`seed_collectives`); at the latencies published for eight PCIe ranks that is {t('seed_comm', s, 'low_ms', '.2f')} to "
+        f"{t('seed_comm', s, 'high_ms', '.2f')} ms per token for SGLang's NCCL default and {t('seed_comm', v, 'low_ms', '.2f')} "
+        f"to {t('seed_comm', v, 'high_ms', '.2f')} ms for vLLM's tuned NCCL. The projection meets the seed's two rates when "
+        f"SGLang's all-reduce takes {t('seed_comm', s, 'matching_us', '.1f')} us and vLLM's {t('seed_comm', v, 'matching_us', '.1f')} us, "
+        f"against the published two-socket host's {t('seed_comm', s, 'high_us', '.2f')} us with NCCL's default (SIMPLE "
+        f"protocol) and {t('seed_comm', v, 'low_us', '.2f')} to {t('seed_comm', v, 'high_us', '.2f')} us with LL: "
+        + _where(s["matching_us"], s["high_us"], "that default") + " for SGLang, "
+        + _where(v["matching_us"], v["high_us"], "the highest LL figure") + " for vLLM.",
+        f"**First change:** {_change(f0)} for {_NAMES.get(f0['engine'], f0['engine'])} - `{f0['check_command']}`. Expected "
+        f"gain {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per "
+        f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
+        "whose NCCL already picks LL by itself to one like the published two-socket host). How sure: a hypothesis - the "
+        "latencies are other hosts' published figures. What settles it on the seed's host: `NCCL_DEBUG=INFO` in SGLang's "
+        "launch log (the protocol NCCL picks), and `all_reduce_perf -b 14336 -e 14336 -g 8 -G 20 -d bfloat16` run with and "
+        "without `NCCL_PROTO=LL` (chapter 04 with `tp_seed_block` measures the same inside the engines).",
+    ]
+    if s.get("implied_us") is not None:
+        lines.append(
+            f"The seed's own profile put all-reduce at {q('seed_allreduce_share', s['share'], '.1%')} of SGLang's decode "
+            f"time: {t('seed_comm', s, 'implied_ms', '.2f')} ms per token, {t('seed_comm', s, 'implied_us', '.1f')} us per "
+            f"collective - " + ("above every published eight-rank PCIe figure the book holds (the highest, "
+                                f"{t('seed_comm', s, 'published_high_us', '.2f')} us, is the two-socket host's default), so as "
+                                "a latency it is not plausible; an engine's all-reduce kernels in a profile also hold each "
+                                "rank's wait for the slowest one (a hypothesis: a per-rank trace on the host settles it)"
+                                if s.get("implied_above_published") else "within the published eight-rank PCIe figures")
+            + f". At the latency that meets the seed's rate the share would be {t('seed_comm', s, 'share_at_matching', '.1%')}.")
+    return "\n\n".join(lines)
+
+
+def _range_line(tables: dict) -> str:
+    rng = {r["who"]: r for r in tables["seed_range"]}
+    tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
+    s, v, g = rng["sglang"], rng["vllm"], rng["gap"]
+    days = sorted({d for r in tot.values() for d in (r.get("recorded_days") or [])})
+    cross = [c for r in tot.values() for c in (r.get("cross_day") or [])]
+    ref = next(iter(tot.values()), {}).get("reference_run", "?")
+    return (
+        "**The projection (predicted, not measured on that host)**, each engine's Triton MLA profile from "
+        f"`data/runs/{ref}` carried to 8x RTX PRO 6000: SGLang {_point(tot, 'sglang')} tok/s "
+        f"({t('seed_range', s, 'low_tok_s', '.1f')} to {t('seed_range', s, 'high_tok_s', '.1f')}; the seed measured "
+        f"{t('seed_range', s, 'seed_tok_s', '.1f')}), vLLM {_point(tot, 'vllm')} tok/s "
+        f"({t('seed_range', v, 'low_tok_s', '.1f')} to {t('seed_range', v, 'high_tok_s', '.1f')}; the seed measured "
+        f"{t('seed_range', v, 'seed_tok_s', '.1f')}); SGLang slower by {t('seed_range', g, 'point_ms', '.2f')} ms per token "
+        f"({t('seed_range', g, 'low_ms', '.2f')} to {t('seed_range', g, 'high_ms', '.2f')}; the seed's "
+        f"{t('seed_range', g, 'seed_gap_ms', '.2f')})."
+        + "".join(f" The seed's {_NAMES[e]} rate lies outside that engine's range: the ends of the assumptions here do not "
+                  "reach it." for e, r in (("sglang", s), ("vllm", v))
+                  if r.get("seed_inside") is False)
+        + " The point takes every assumption at its central value; the range takes "
+        "all of them together at the ends that shorten or lengthen the time (table `seed_assumptions` moves each alone). "
+        "Host time follows one rule, the one the whole models of the reference run validated: a step takes the longer of "
+        "the host's time and the GPU's (the serial rule, host idle added, is the bound in the table). Each per-layer "
+        "difference is taken between two slices recorded in one run on one machine (here one day each: " + ", ".join(days)
+        + "; the lent machine changed between days, so no row is subtracted across them); a reference recording of the INT4 slices replaces "
+        f"`{ref}` by name (`servebook.profile.seed.REFERENCE_PROFILE_RUN`)."
+        + (" Taken across machines, since no pair of one machine exists (a measurement on one machine settles them): "
+           + "; ".join(f"`{c}`" for c in cross) + "." if cross else ""))
+
+
+def _point(tot: dict, engine: str) -> str:
+    """An engine's projected tok/s (every assumption central), tagged as chapter 06's headline quantity."""
+    from ..stated.tags import q
+
+    return q("seed_projected_tok_s", tot[engine]["predicted_tok_s"], ".1f", of=engine)
+
+
+def _parts_line(tables: dict) -> str:
+    from .seed import gap_by_category
+
+    rows = tables["seed_projection"]
+    att = next((g for g in gap_by_category(rows) if g["category"] == "attention"), None)
+    version = next((r for r in tables["seed_assumptions"] if r["assumption"] == "engine version"), None)
+    out = []
+    if att and att.get("diff_ms"):
+        out.append("**The other parts.** Attention: on the H200 SGLang 0.5.16's Triton MLA decode takes "
+                   + _q_ratio(att) + " as long per layer as vLLM's (`decode_breakdown`), the same kernel constants on "
+                   "the H200's capability and the seed's GPUs' in every version read (table `seed_attention_12`); SGLang 0.5.9, the studied "
+                   f"version, launches a split grid of {_grid(tables, '0.5.9')} where the profiled 0.5.16 launches "
+                   f"{_grid(tables, '0.5.16')}, so at the version end "
+                   + (f"its attention moves SGLang by {t('seed_assumptions', version, 'sglang_ms', '+.2f')} ms per token"
+                      if version and version.get("sglang_ms") is not None else "it moves SGLang")
+                   + " (a hypothesis: profiling 0.5.9's triton backend on the same slices settles it).")
+    return " ".join(out)
+
+
+def _grid(tables: dict, version: str) -> str:
+    """SGLang ``version``'s Triton MLA split grid on the seed's GPUs (table seed_attention_12), tagged."""
+    row = next((a for a in tables.get("seed_attention_12", []) if a["engine"] == "sglang" and a["version"] == version), None)
+    return t("seed_attention_12", row, "split_cap_12_0", "d") if row else "?"
+
+
+def _q_ratio(att: dict) -> str:
+    from ..stated.tags import q
+
+    ratio = att["sglang"] / att["vllm"] if att.get("vllm") else None
+    return (q("seed_attention_ratio", ratio, ".1f") + " times") if ratio else "longer"
+
+
+def _fixes_line(tables: dict) -> str:
+    ranked = [f for f in tables["seed_fixes"] if f.get("expected_gain_ms") is not None]
+    rest = sorted({f["label"] for f in tables["seed_fixes"] if f.get("expected_gain_ms") is None})
+    line = ("**Changes ranked by expected gain** (table below; each with the command that checks it): "
+            + "; ".join(f"{_NAMES.get(f['engine'], f['engine'])}: {_change(f)} {t('seed_fixes', f, 'expected_gain_ms', '.2f')} ms "
+                        f"({t('seed_fixes', f, 'gain_low_ms', '.2f')} to {t('seed_fixes', f, 'gain_high_ms', '.2f')}"
+                        + (f", needs {f['needs_version']}" if f.get("needs_version") else "") + ")" for f in ranked) + ".")
+    if rest:
+        line += " The others carry no gain here: " + ", ".join(f"*{r}*" for r in rest) + " (each row's basis says which code decided it)."
+    return line
+
+
+def verdict_markdown(tables: dict) -> str:
+    """The verdict (Markdown): the likely cause and first change, the projection as a range, the parts, the fixes."""
+    from .seed import _versions_line
+
+    if not tables.get("seed_range") or not tables.get("seed_comm"):
+        return ("**Verdict:** not projected - the H200 profiles of both engines' Triton MLA backends are missing from the "
+                "reference run; the seed's gap stays unexplained here.")
+    tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
+    parts = [_cause(tables), _range_line(tables), _parts_line(tables)]
+    if "sglang" in tot and "vllm" in tot:
+        parts.append(_versions_line(tot["sglang"], tot["vllm"]))
+    parts.append(_fixes_line(tables))
+    return "\n\n".join(p for p in parts if p)
+
+
+verdict = verdict_markdown

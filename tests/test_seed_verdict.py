@@ -1,0 +1,162 @@
+"""The seed verdict (issue #40): one host rule tested on the validation models, one collective count, each engine's
+latency range, the 51.5% check, the range over the assumptions, fixes ranked by expected gain, and the recorded tables
+of the what-if run recomputed from the reference run and the data files."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from servebook.paths import data_dir
+from servebook.profile import comm, gains, ranges
+from servebook.profile.predict import HOST_RULE, host_combine
+from servebook.results import RunStore
+from servebook.selection.cards import load_card
+
+WHATIF = data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
+REF = data_dir() / "runs" / "h200x1-prof"
+
+
+def _validation():
+    """prediction_check rows with a measured whole model, each with its deeper slice's profile row."""
+    store = RunStore.at(REF)
+    prof = {p["label"]: p for p in store.rows("profile_runs")}
+    out = [(r, prof[r["from_labels"][1]]) for r in store.rows("prediction_check") if r.get("measured_ms")]
+    assert len(out) >= 4, "the reference run holds the whole-model checks (Moonlight, Llama; both engines)"
+    return out
+
+
+def test_the_projection_host_rule_holds_on_the_validation_models():
+    """The rule the projection applies (predict.HOST_RULE through host_combine) predicts each whole model within 5%;
+    the serial rule (host idle added) errs by more than +20% on every one of them."""
+    for r, deep in _validation():
+        idle = float(deep["tpot_ms"]) - float(deep["busy_ms"])
+        h = host_combine(r["gpu_full_ms"], float(deep["tpot_ms"]), idle, HOST_RULE)
+        assert abs(h["ms"] - r["measured_ms"]) / r["measured_ms"] < 0.05, (r["card"], r["engine"], h["ms"], r["measured_ms"])
+        serial = host_combine(r["gpu_full_ms"], float(deep["tpot_ms"]), idle, "serial")["ms"]
+        assert (serial - r["measured_ms"]) / r["measured_ms"] > 0.20
+        assert h["ms"] == pytest.approx(r["predicted_ms"])          # the predictor states the same rule
+    rows = ranges.central_projection(RunStore.at(REF), comm.engine_latencies())["sglang"]
+    idle_row = next(x for x in rows if x["category"] == "gpu idle")
+    assert idle_row["host_rule"] == HOST_RULE and rows[-1]["host_rule"] == HOST_RULE
+    with pytest.raises(ValueError, match="host rule"):
+        host_combine(1.0, 1.0, 0.0, "additive")
+
+
+def test_one_collective_count_read_per_engine():
+    card = load_card("kimi-k2.5")
+    table = comm.collective_table(card, 8)
+    totals = {r["engine"]: r["count"] for r in table if r["site"] == "total"}
+    assert totals == {"sglang": 2 * 61 + 2, "vllm": 2 * 61 + 2} and comm.collectives_per_token(card, 8) == 124
+    assert all(":" in r["where"] for r in table if r["site"] != "total")            # every site cites file:line
+    assert comm.collective_table(card, 1) == [] and comm.collectives_per_token(card, 1) == 0
+
+
+def test_each_engine_latency_from_its_nccl_environment():
+    lat = comm.engine_latencies()
+    assert lat["vllm"]["env"] == "seed block" and lat["sglang"]["env"] == "default"
+    for L in lat.values():
+        assert L["low_us"] <= L["central_us"] <= L["high_us"] and L["central_us"] == pytest.approx((L["low_us"] + L["high_us"]) / 2)
+    assert lat["sglang"]["high_us"] == pytest.approx(48.16) and lat["vllm"]["high_us"] == pytest.approx(26.20)
+    assert lat["sglang"]["low_us"] == lat["vllm"]["low_us"]                           # one host kind: the same figure
+    both = comm.engine_latencies(seed_env_engines=("sglang", "vllm"))
+    assert both["sglang"]["high_us"] == pytest.approx(26.20)                          # with the block, SGLang's is vLLM's
+
+
+def test_the_seed_share_implies_a_latency_above_the_published_figures():
+    imp = comm.implied_latency(124, 0.515, 63.6)
+    assert imp["ms_per_token"] == pytest.approx(0.515 * 1e3 / 63.6)
+    assert imp["implied_us"] == pytest.approx(imp["ms_per_token"] * 1e3 / 124)
+    assert imp["above_published"] and imp["published_high_us"] == pytest.approx(48.16)
+    assert not comm.implied_latency(124, 0.2, 63.6)["above_published"]
+    assert comm.matching_latency(10.0, 100, 50.0) == pytest.approx((20.0 - 10.0) * 1e3 / 100)
+    assert comm.matching_latency(30.0, 100, 50.0) is None
+
+
+def test_the_range_adds_the_moves_and_holds_the_point():
+    src = RunStore.at(REF)
+    lat = comm.engine_latencies()
+    central = ranges.central_projection(src, lat)
+    table = ranges.assumption_table(src, central, lat, 124)
+    assert {r["assumption"] for r in table} >= {"host rule", "all-reduce latency", "attention on capability 12.0",
+                                                "shard shapes at TP=8", "engine version", "bandwidth ratio"}
+    rng = {r["who"]: r for r in ranges.projection_range(central, table, {"sglang": 63.6, "vllm": 82.5})}
+    for who in ("sglang", "vllm", "gap"):
+        r = rng[who]
+        assert r["low_ms"] <= r["point_ms"] <= r["high_ms"]
+        col = f"{who}_ms"
+        by = {}
+        for x in table:
+            by.setdefault(x["assumption"], []).append(x[col])
+        assert r["high_ms"] - r["point_ms"] == pytest.approx(sum(max([0.0] + v) for v in by.values()))
+    host = next(x for x in table if x["assumption"] == "host rule")
+    assert host["sglang_ms"] > 0 and host["vllm_ms"] > 0                              # serial adds the slices' idle
+    ar = [x for x in table if x["assumption"] == "all-reduce latency"]
+    assert sum(x["sglang_ms"] for x in ar) == pytest.approx(0.0)                      # central = the middle
+
+
+def test_fixes_rank_by_expected_gain_flags_before_versions():
+    base = {"gain_ms_per_token": None, "basis": "b", "check_command": "c", "label": "predicted"}
+    rows = [{"engine": e, "category": "total", "predicted_ms": 15.0} for e in ("sglang", "vllm")]
+    lat = comm.engine_latencies()
+    fixes = [{**base, "engine": "sglang", "change": "custom PCIe all-reduce instead of NCCL", "label": "not in this version"},
+             {**base, "engine": "sglang", "change": "the seed's NCCL block (...)"},
+             {**base, "engine": "vllm", "change": "the seed's NCCL block (...)", "label": "already in the seed's launch"},
+             {**base, "engine": "sglang", "change": "attention backend flashinfer", "gain_ms_per_token": 0.4}]
+    out = gains.rank_by_expected_gain(fixes, rows, lat, 124)
+    block = next(f for f in out if f["engine"] == "sglang" and "NCCL block" in f["change"])
+    assert block["gain_low_ms"] == 0.0 and block["gain_high_ms"] == pytest.approx(124 * (48.16 - 26.20) / 1e3)
+    assert block["expected_gain_ms"] == pytest.approx(block["gain_high_ms"] / 2) and out[0] is block
+    custom = next(f for f in out if f["change"].startswith("custom"))
+    assert custom["label"] == gains.NEEDS_VERSION and custom["kind"] == "version" and custom["expected_gain_ms"] > 0
+    vblock = next(f for f in out if f["engine"] == "vllm")
+    assert vblock["expected_gain_ms"] is None and out[-1] is vblock
+    gained = [f["expected_gain_ms"] for f in out if f.get("expected_gain_ms") is not None]
+    assert gained == sorted(gained, reverse=True)
+    # at equal expected gain a flag or environment change ranks before one that needs another version
+    tie = [{**base, "engine": "sglang", "change": "custom PCIe all-reduce instead of NCCL", "label": "not in this version"},
+           {**base, "engine": "sglang", "change": "attention backend flashinfer", "gain_ms_per_token": 2 * custom["expected_gain_ms"]}]
+    ranked = gains.rank_by_expected_gain(tie, rows, lat, 124)
+    assert ranked[0]["change"].startswith("attention") and ranked[1]["change"].startswith("custom")
+
+
+def _plain(rows):
+    return [{k: v for k, v in r.items() if k != "recorded_at"} for r in rows]
+
+
+def _close(a, b, path=""):
+    if isinstance(a, float) or isinstance(b, float):
+        assert a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), path
+    elif isinstance(a, dict):
+        assert set(a) == set(b), (path, set(a) ^ set(b))
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def test_the_recorded_seed_tables_are_computed_again_from_the_reference_run():
+    """CI recomputes every table of the seed verdict in the committed what-if run from h200x1-prof and the data files."""
+    from servebook.profile.seed import SEED_TABLES, seed_tables
+
+    store = RunStore.at(WHATIF)
+    again = seed_tables(store)
+    for name in SEED_TABLES:
+        _close(_plain(store.rows(name)), _plain(again[name]), name)
+
+
+def test_the_whatif_chapters_state_one_count_and_one_latency_rule():
+    """Chapters 04 and 05 of the what-if run read the count and each engine's latency chapter 06 reads."""
+    store = RunStore.at(WHATIF)
+    n = comm.collectives_per_token(load_card("kimi-k2.5"), 8)
+    floor = [r for r in store.rows("roofline") if r.get("chapter") == "04"]
+    assert floor and {r["allreduces_per_token"] for r in floor} == {n}
+    lat = {r["engine"]: r for r in store.rows("seed_comm")}
+    assert {r["collectives"] for r in lat.values()} == {n}
+    us = sorted(r["allreduce_us"] for r in floor if not r["latency_source"].startswith("1 us"))
+    assert us == pytest.approx(sorted(r["central_us"] for r in lat.values()))
