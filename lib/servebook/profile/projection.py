@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .kernels import CATEGORIES, classify
+from .machines import require_one_machine
 from .tables import latest_breakdown, latest_ok
 
 __all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
@@ -214,6 +215,7 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
                      f"(one backend); {deep['label']} - {deep_same['label']} (the backend's difference at 2 layers) "
                      "spread over both layers" if deep_same is not None else
                      f"no 2-layer slice with {shallow['label']}'s backend: the other categories mix two backends (confounded)")
+    require_one_machine([shallow, deep, int4, deep_same], f"the {engine} projection's slice subtraction")
     return {"shallow": shallow, "deep": deep, "int4": int4, "deep_same": deep_same, "notes": notes}
 
 

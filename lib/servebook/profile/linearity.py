@@ -1,0 +1,216 @@
+"""How decode-step time grows with depth: per-layer GPU time between slices of one engine on one machine, kernel
+by kernel, and the deepest slice predicted from the two shallowest.
+
+    kt = kernel_table(kernels, anchor)         # on the GPU host: each position of the step, its kernel and median time
+    m = match_depths(kt_shallow, kt_deep, 3)   # kernels matched between a 1- and a 4-MoE-layer slice
+    rows = slice_linearity(profile_rows, tables)       # table slice_linearity
+    rows = layer_kernels(profile_rows, tables)         # table layer_kernels: one MoE layer's kernels, by identity
+
+A decode step replayed from a CUDA graph launches the same kernels in the same order every step. Between two slices
+that differ only in MoE layers, the deeper step is the shallower one with whole layer blocks inserted: the kernels
+before the insertion match by position from the start, those after it by position from the end (Holistic Trace
+Analysis' trace diff matches kernels the same way: by name and position), and the inserted part, cut into
+``n_extra`` equal blocks of the same kernel names, is one MoE layer's kernels. Matched kernels (embedding, dense
+layer, LM head, sampling and the layers both slices hold) are carried once; the inserted ones count per layer.
+Per-layer and per-step times come from the GPU-busy time per step of every start (the mean over starts, the spread
+is largest - smallest); everything subtracted is from one machine (``machines.require_one_machine``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from typing import Iterable, Sequence
+
+from .kernels import TraceError, classify
+from .machines import require_one_machine
+
+__all__ = ["kernel_table", "match_depths", "slice_linearity", "layer_kernels", "moe_layers_of", "group_starts"]
+
+
+def kernel_table(kernels: Sequence, anchor: str, min_share: float = 0.25) -> dict:
+    """Each position of the decode step (kernels in start order from one anchor to the next, the order that most
+    steps share): its kernel name (an index into ``names``), the trace's event category, and the median duration
+    (us) over the steps with that order. Where start order varies (kernels on several streams), the order by
+    stream, then start is used if more steps share it."""
+    marks = [k.ts for k in kernels if k.name == anchor]
+    if len(marks) < 3:
+        raise TraceError(f"the anchor {anchor[:60]!r} starts fewer than 3 times: no whole steps to tabulate")
+    steps = [[k for k in kernels if lo <= k.ts < hi] for lo, hi in zip(marks, marks[1:])]
+    best = None
+    for key in (lambda k: k.ts, lambda k: (str(k.stream), k.ts)):
+        ordered = [sorted(st, key=key) for st in steps]
+        counts = Counter(tuple(k.name for k in st) for st in ordered)
+        seq, n = counts.most_common(1)[0]
+        if best is None or n > best[1]:
+            best = (seq, n, ordered)
+    seq, n, ordered = best
+    if n < max(2, min_share * len(steps)):
+        raise TraceError(f"no kernel order shared by {min_share:.0%} of the {len(steps)} steps (best: {n}): not a steady replay")
+    same = [st for st in ordered if tuple(k.name for k in st) == seq]
+    names = sorted(set(seq))
+    index = {nm: i for i, nm in enumerate(names)}
+    return {"names": names, "seq": [index[nm] for nm in seq], "cat": [same[0][i].cat for i in range(len(seq))],
+            "median_us": [statistics.median(st[i].dur for st in same) for i in range(len(seq))],
+            "steps_used": n, "steps": len(steps), "step_us_median": statistics.median(hi - lo for lo, hi in zip(marks, marks[1:]))}
+
+
+def _seq(t: dict) -> list[str]:
+    return [t["names"][i] for i in t["seq"]]
+
+
+def match_depths(shallow: dict, deep: dict, n_extra: int) -> dict:
+    """Kernels of two kernel tables matched by name and position (see the module docstring).
+
+    Returns ``{"clean", "why", "prefix", "suffix", "block": [{"pos", "name", "category", "us"}], "per_layer_us",
+    "carried": [{"name", "category", "us_shallow", "us_deep"}], "carried_moved_us"}``; ``clean`` is False (with
+    ``why``) where the deeper step is not the shallower one with ``n_extra`` equal blocks inserted."""
+    a, b = _seq(shallow), _seq(deep)
+    extra = len(b) - len(a)
+    base = {"clean": False, "shallow_kernels": len(a), "deep_kernels": len(b), "n_extra": n_extra}
+    if n_extra < 1 or extra <= 0 or extra % n_extra:
+        return {**base, "why": f"{extra} more kernels per step for {n_extra} more layers: not whole blocks"}
+    pre = 0
+    while pre < len(a) and a[pre] == b[pre]:
+        pre += 1
+    suf = 0
+    while suf < len(a) - pre and a[-1 - suf] == b[-1 - suf]:
+        suf += 1
+    if pre + suf != len(a):
+        return {**base, "why": f"{len(a) - pre - suf} kernels of the shallower step match neither before nor after the inserted part"}
+    k = extra // n_extra
+    mid = list(range(pre, pre + extra))
+    blocks = [mid[i * k:(i + 1) * k] for i in range(n_extra)]
+    if any([b[p] for p in blk] != [b[p] for p in blocks[0]] for blk in blocks):
+        return {**base, "why": "the inserted kernels are not repeats of one layer block"}
+    du = deep["median_us"]
+    block = [{"pos": j, "name": b[blocks[0][j]], "category": classify(b[blocks[0][j]], deep["cat"][blocks[0][j]]),
+              "us": statistics.median(du[blk[j]] for blk in blocks)} for j in range(k)]
+    pairs = [(i, i) for i in range(pre)] + [(len(a) - 1 - i, len(b) - 1 - i) for i in range(suf)]
+    carried = [{"name": a[i], "category": classify(a[i], shallow["cat"][i]), "us_shallow": shallow["median_us"][i],
+                "us_deep": du[j]} for i, j in sorted(pairs)]
+    return {**base, "clean": True, "why": "", "prefix": pre, "suffix": suf, "block_kernels": k, "block": block,
+            "per_layer_us": sum(x["us"] for x in block), "carried": carried,
+            "carried_moved_us": sum(c["us_deep"] - c["us_shallow"] for c in carried)}
+
+
+def moe_layers_of(row: dict) -> int:
+    """MoE layers of a slice row (its layers minus the card's dense ones)."""
+    return int(row["layers"]) - int(row.get("dense_layers") or 0)
+
+
+_GROUP = ("engine", "backend", "mode", "quant", "card", "machine", "run_id")
+
+
+def group_starts(profile_rows: Iterable[dict]) -> dict:
+    """``{(engine, backend, mode, quant, card, machine, run_id): {moe_layers: [rows, one per start]}}`` of the ok
+    profiles of role slice or repeat (every start of one server; ``full`` models are not slices)."""
+    out: dict = defaultdict(lambda: defaultdict(list))
+    for r in profile_rows:
+        if r.get("ok") and r.get("role", "slice") in ("slice", "repeat") and r.get("layers") is not None:
+            out[tuple(r.get(k) for k in _GROUP)][moe_layers_of(r)].append(r)
+    return out
+
+
+def _stats(rows: list[dict], key: str) -> tuple[float, float]:
+    v = [float(r[key]) for r in rows if r.get(key) is not None]
+    return (statistics.fmean(v), max(v) - min(v)) if v else (float("nan"), float("nan"))
+
+
+def slice_linearity(profile_rows: Iterable[dict], tables: dict | None = None) -> list[dict]:
+    """Table ``slice_linearity``: per engine configuration and machine, one row per pair of consecutive depths
+    (``kind`` "step": per-layer ms = difference of the mean GPU-busy times per step / the MoE layers added, per-step ms
+    = the shallower's busy time minus its layers' share, spread = the larger start-to-start spread of the two depths,
+    per-layer ms from the matched kernels where ``tables`` holds both first starts' kernel tables) and one row
+    (``kind`` "prediction") with the deepest slice predicted from the two shallowest and its error."""
+    tables = tables or {}
+    out = []
+    for key, depths in sorted(group_starts(profile_rows).items(), key=lambda kv: str(kv[0])):
+        ns = sorted(depths)
+        if len(ns) < 2:
+            continue
+        require_one_machine([r for n in ns for r in depths[n]], "slice_linearity")
+        base = dict(zip(_GROUP, key))
+        st = {n: {"busy": _stats(depths[n], "busy_ms"), "step": _stats(depths[n], "step_ms"), "tpot": _stats(depths[n], "tpot_ms"),
+                  "starts": len(depths[n]), "first": depths[n][0]} for n in ns}
+        for n1, n2 in zip(ns, ns[1:]):
+            (b1, s1), (b2, s2) = st[n1]["busy"], st[n2]["busy"]
+            slope = (b2 - b1) / (n2 - n1)
+            row = {**base, "kind": "step", "depths": f"{n1}->{n2}", "moe_from": n1, "moe_to": n2,
+                   "starts_from": st[n1]["starts"], "starts_to": st[n2]["starts"], "busy_from_ms": b1, "busy_to_ms": b2,
+                   "per_layer_ms": slope, "per_step_ms": b1 - n1 * slope, "spread_ms": max(s1, s2),
+                   "per_layer_spread_ms": (s1 + s2) / (n2 - n1),
+                   "tpot_per_layer_ms": (st[n2]["tpot"][0] - st[n1]["tpot"][0]) / (n2 - n1),
+                   "step_per_layer_ms": (st[n2]["step"][0] - st[n1]["step"][0]) / (n2 - n1),
+                   "labels": [r["label"] for r in depths[n1] + depths[n2]]}
+            ta, tb = tables.get(st[n1]["first"]["label"]), tables.get(st[n2]["first"]["label"])
+            if ta and tb:
+                m = match_depths(ta, tb, n2 - n1)
+                row.update({"kernels_clean": m["clean"], "kernels_why": m["why"],
+                            "kernel_per_layer_ms": m["per_layer_us"] / 1e3 if m["clean"] else None,
+                            "carried_moved_ms": m["carried_moved_us"] / 1e3 if m["clean"] else None})
+            out.append(row)
+        if len(ns) >= 3:
+            out.append(_prediction(base, ns, st))
+    return out
+
+
+def _prediction(base: dict, ns: list[int], st: dict) -> dict:
+    n1, n2, nd = ns[0], ns[1], ns[-1]
+    row = {**base, "kind": "prediction", "depths": f"{n1},{n2}->{nd}", "moe_from": n1, "moe_to": nd}
+    for what in ("busy", "tpot"):
+        slope = (st[n2][what][0] - st[n1][what][0]) / (n2 - n1)
+        pred = st[n1][what][0] + (nd - n1) * slope
+        meas, spread = st[nd][what]
+        row.update({f"{what}_predicted_ms": pred, f"{what}_measured_ms": meas, f"{what}_spread_ms": spread,
+                    f"{what}_error_pct": 100 * (pred - meas) / meas if meas else None})
+    row["within_5pct"] = abs(row["busy_error_pct"]) <= 5.0 if row["busy_error_pct"] is not None else None
+    row["per_layer_ms"] = (st[n2]["busy"][0] - st[n1]["busy"][0]) / (n2 - n1)
+    row["per_step_ms"] = st[n1]["busy"][0] - n1 * row["per_layer_ms"]
+    row["spread_ms"] = max(st[n]["busy"][1] for n in (n1, n2, nd))
+    return row
+
+
+def layer_kernels(profile_rows: Iterable[dict], tables: dict) -> list[dict]:
+    """Table ``layer_kernels``: the kernels of one MoE layer, matched between the shallowest and the deepest first
+    start of each configuration (name, position in the layer block, category, us per layer)."""
+    out = []
+    for key, depths in sorted(group_starts(profile_rows).items(), key=lambda kv: str(kv[0])):
+        ns = sorted(depths)
+        if len(ns) < 2:
+            continue
+        lo, hi = depths[ns[0]][0], depths[ns[-1]][0]
+        require_one_machine([lo, hi], "layer_kernels")
+        if lo["label"] not in tables or hi["label"] not in tables:
+            continue
+        m = match_depths(tables[lo["label"]], tables[hi["label"]], ns[-1] - ns[0])
+        base = {**dict(zip(_GROUP, key)), "depths": f"{ns[0]}->{ns[-1]}", "from_labels": [lo["label"], hi["label"]]}
+        if not m["clean"]:
+            out.append({**base, "pos": None, "name": None, "category": None, "us_per_layer": None, "why": m["why"]})
+            continue
+        out.extend({**base, "pos": k["pos"], "name": k["name"][:300], "category": k["category"], "us_per_layer": k["us"]}
+                   for k in m["block"])
+    return out
+
+
+def load_kernel_tables(store) -> dict:
+    """``{label: kernel table}`` of a run's profiles that kept one (``traces/<slug>.kernels.json``)."""
+    import json
+    from pathlib import Path
+
+    out = {}
+    for r in store.rows("profile_runs"):
+        rel = r.get("kernel_table")
+        if r.get("ok") and rel and (Path(store.path) / rel).is_file():
+            out[r["label"]] = json.loads((Path(store.path) / rel).read_text())
+    return out
+
+
+def write_linearity(store) -> tuple[list[dict], list[dict]]:
+    """Derive the tables ``slice_linearity`` and ``layer_kernels`` of a run from its ``profile_runs`` and kernel
+    tables (each rewritten whole)."""
+    rows, tables = store.rows("profile_runs"), load_kernel_tables(store)
+    lin, lk = slice_linearity(rows, tables), layer_kernels(rows, tables)
+    store.replace("slice_linearity", lin)
+    store.replace("layer_kernels", lk)
+    return lin, lk
