@@ -59,39 +59,63 @@ def _seq(t: dict) -> list[str]:
     return [t["names"][i] for i in t["seq"]]
 
 
-def match_depths(shallow: dict, deep: dict, n_extra: int) -> dict:
-    """Kernels of two kernel tables matched by name and position (see the module docstring).
+def _rotate(t: dict, i: int) -> dict:
+    return {**t, **{k: t[k][i:] + t[k][:i] for k in ("seq", "cat", "median_us")}}
 
-    Returns ``{"clean", "why", "prefix", "suffix", "block": [{"pos", "name", "category", "us"}], "per_layer_us",
-    "carried": [{"name", "category", "us_shallow", "us_deep"}], "carried_moved_us"}``; ``clean`` is False (with
-    ``why``) where the deeper step is not the shallower one with ``n_extra`` equal blocks inserted."""
+
+def _aligned(shallow: dict, deep: dict) -> tuple[dict, dict]:
+    """Both tables rotated to start at the same kernel: each trace's step starts at its own anchor, so the two
+    steps may be rotations of each other. The start is the first kernel of the shallower step that runs once per
+    step in both (embedding, LM head, sampling...); the tables are returned as they are where none does."""
     a, b = _seq(shallow), _seq(deep)
-    extra = len(b) - len(a)
+    ca, cb = Counter(a), Counter(b)
+    once = next((i for i, nm in enumerate(a) if ca[nm] == 1 and cb.get(nm) == 1), None)
+    if once is None:
+        return shallow, deep
+    return _rotate(shallow, once), _rotate(deep, b.index(a[once]))
+
+
+def match_depths(shallow: dict, deep: dict, n_extra: int) -> dict:
+    """Kernels of two kernel tables matched by name and position (see the module docstring): the longest matching
+    subsequences of the two steps' kernel names (difflib; both steps rotated to start at one once-per-step kernel)
+    are the carried kernels; what the deeper step has beyond them, net of what the shallower has unmatched (kernels
+    outside the graph that ran in another order), is ``n_extra`` layers' kernels.
+
+    Returns ``{"clean", "why", "matched", "block": [{"pos", "name", "category", "count", "us"}] (per layer),
+    "per_layer_us", "carried": [{"name", "category", "us_shallow", "us_deep"}], "carried_moved_us"}``; ``clean`` is
+    False (with ``why``) where the added kernels are not ``n_extra`` times one set of kernels."""
+    from difflib import SequenceMatcher
+
+    shallow, deep = _aligned(shallow, deep)
+    a, b = _seq(shallow), _seq(deep)
     base = {"clean": False, "shallow_kernels": len(a), "deep_kernels": len(b), "n_extra": n_extra}
-    if n_extra < 1 or extra <= 0 or extra % n_extra:
-        return {**base, "why": f"{extra} more kernels per step for {n_extra} more layers: not whole blocks"}
-    pre = 0
-    while pre < len(a) and a[pre] == b[pre]:
-        pre += 1
-    suf = 0
-    while suf < len(a) - pre and a[-1 - suf] == b[-1 - suf]:
-        suf += 1
-    if pre + suf != len(a):
-        return {**base, "why": f"{len(a) - pre - suf} kernels of the shallower step match neither before nor after the inserted part"}
-    k = extra // n_extra
-    mid = list(range(pre, pre + extra))
-    blocks = [mid[i * k:(i + 1) * k] for i in range(n_extra)]
-    if any([b[p] for p in blk] != [b[p] for p in blocks[0]] for blk in blocks):
-        return {**base, "why": "the inserted kernels are not repeats of one layer block"}
-    du = deep["median_us"]
-    block = [{"pos": j, "name": b[blocks[0][j]], "category": classify(b[blocks[0][j]], deep["cat"][blocks[0][j]]),
-              "us": statistics.median(du[blk[j]] for blk in blocks)} for j in range(k)]
-    pairs = [(i, i) for i in range(pre)] + [(len(a) - 1 - i, len(b) - 1 - i) for i in range(suf)]
+    if n_extra < 1 or len(b) <= len(a):
+        return {**base, "why": f"{len(b) - len(a)} more kernels per step for {n_extra} more layers"}
+    pairs = [(blk.a + i, blk.b + i) for blk in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks() for i in range(blk.size)]
+    ma, mb = {i for i, _ in pairs}, {j for _, j in pairs}
+    added: dict = defaultdict(lambda: {"count": 0, "us": 0.0, "first": None})
+    for j in (j for j in range(len(b)) if j not in mb):
+        x = added[b[j]]
+        x["count"] += 1
+        x["us"] += deep["median_us"][j]
+        x["first"] = j if x["first"] is None else x["first"]
+    for i in (i for i in range(len(a)) if i not in ma):    # the same kernel unmatched on both sides: another order
+        x = added[a[i]]
+        x["count"] -= 1
+        x["us"] -= shallow["median_us"][i]
+    net = {nm: x for nm, x in added.items() if x["count"]}
+    odd = [nm[:60] for nm, x in net.items() if x["count"] < 0 or x["count"] % n_extra]
     carried = [{"name": a[i], "category": classify(a[i], shallow["cat"][i]), "us_shallow": shallow["median_us"][i],
-                "us_deep": du[j]} for i, j in sorted(pairs)]
-    return {**base, "clean": True, "why": "", "prefix": pre, "suffix": suf, "block_kernels": k, "block": block,
-            "per_layer_us": sum(x["us"] for x in block), "carried": carried,
-            "carried_moved_us": sum(c["us_deep"] - c["us_shallow"] for c in carried)}
+                "us_deep": deep["median_us"][j]} for i, j in pairs]
+    out = {**base, "matched": len(pairs), "carried": carried,
+           "carried_moved_us": sum(c["us_deep"] - c["us_shallow"] for c in carried)}
+    if odd:
+        return {**out, "why": f"kernels added a number of times that is not a multiple of {n_extra}: {odd[:3]}"}
+    order = sorted(net, key=lambda nm: net[nm]["first"] if net[nm]["first"] is not None else len(b))
+    block = [{"pos": k, "name": nm, "category": classify(nm, deep["cat"][net[nm]["first"]] if net[nm]["first"] is not None else ""),
+              "count": net[nm]["count"] // n_extra, "us": net[nm]["us"] / n_extra} for k, nm in enumerate(order)]
+    return {**out, "clean": True, "why": "", "block": block, "block_kernels": sum(x["count"] for x in block),
+            "per_layer_us": sum(x["us"] for x in block)}
 
 
 def moe_layers_of(row: dict) -> int:
@@ -188,7 +212,8 @@ def layer_kernels(profile_rows: Iterable[dict], tables: dict) -> list[dict]:
         if not m["clean"]:
             out.append({**base, "pos": None, "name": None, "category": None, "us_per_layer": None, "why": m["why"]})
             continue
-        out.extend({**base, "pos": k["pos"], "name": k["name"][:300], "category": k["category"], "us_per_layer": k["us"]}
+        out.extend({**base, "pos": k["pos"], "name": k["name"][:300], "category": k["category"], "per_layer": k["count"],
+                    "us_per_layer": k["us"]}
                    for k in m["block"])
     return out
 
