@@ -239,7 +239,7 @@ do_ref() {  # slices as soon as the notebook tools are in; the plan's SGLang ser
       job rmodels "cd $REPO
 rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data /tmp/sbtree/; cp $REF_PLAN /tmp/ref-plan.json
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
-for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k2.5 --layers \$n --weights dummy --quant card --out /tmp/models/kimi-\${n}L-int4; done"
+for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k2.5 --layers \$n --weights dummy --quant card --out /tmp/models/kimi-\${n}L-int4 & done; wait"
     fi
     [ -f /tmp/jobs/ref.pid ] && return 0
     engines_in sglang || { echo "[device.sh] SGLang not unpacked yet"; return 0; }
