@@ -245,7 +245,7 @@ for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k
     engines_in sglang || { echo "[device.sh] SGLang not unpacked yet"; return 0; }
     [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     [ -n "$DRY" ] || [ ! -f .devcache/tvmffi.tgz ] || { mkdir -p ~/.cache && tar xzf .devcache/tvmffi.tgz -C ~/.cache && echo "[device.sh] SGLang's JIT cache carried in"; }
-    job ref "cd $REPO
+    job ref "cd /tmp/sbtree   # not the tree: the device tool replaces it under a running job (a process whose directory vanished failed to load torch)
 while [ ! -f /tmp/jobs/rmodels.done ]; do sleep 2; done
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 $P run --plan /tmp/ref-plan.json --engines sglang $runs --budget-gb 150 --ready-timeout 900

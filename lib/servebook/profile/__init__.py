@@ -72,6 +72,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not store.rows("memory_bandwidth"):
         try:
             m = measure_gpu_bandwidth()
+            try:   # the machine it was measured on, as every profile row says (servebook.profile.machines)
+                from .machines import machine_identity
+
+                m = {**m, **machine_identity(), "run_id": store.path.name}
+            except Exception:  # noqa: BLE001 - a bandwidth without identity is still a measurement
+                pass
             store.append("memory_bandwidth", m)
             print(f"memory bandwidth: read {m['read_tbs']:.2f} TB/s, copy {m['copy_tbs']:.2f} TB/s ({m['device']})")
         except Exception as exc:  # noqa: BLE001 - a finding, the profiles go on

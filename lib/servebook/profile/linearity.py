@@ -28,31 +28,43 @@ from .machines import require_one_machine
 __all__ = ["kernel_table", "match_depths", "slice_linearity", "layer_kernels", "moe_layers_of", "group_starts"]
 
 
-def kernel_table(kernels: Sequence, anchor: str, min_share: float = 0.25) -> dict:
-    """Each position of the decode step (kernels in start order from one anchor to the next, the order that most
-    steps share): its kernel name (an index into ``names``), the trace's event category, and the median duration
-    (us) over the steps with that order. Where start order varies (kernels on several streams), the order by
-    stream, then start is used if more steps share it."""
+def kernel_table(kernels: Sequence, anchor: str, min_present: float = 0.5) -> dict:
+    """Each position of the decode step: its kernel name (an index into ``names``), the trace's event category, and
+    the median duration (us) over the whole steps of the trace (anchor to anchor).
+
+    A kernel's identity is its stream (ranked by how many kernels it runs: 0 the busiest), its name and which
+    occurrence of that name on that stream it is within the step; the table keeps the identities present in at least
+    ``min_present`` of the steps, ordered by stream rank, then median position on the stream. Kernels on two streams
+    overlap and the host's eager kernels interleave with the graph's, so the start order of a whole step varies from
+    step to step; each stream's order does not."""
     marks = [k.ts for k in kernels if k.name == anchor]
     if len(marks) < 3:
         raise TraceError(f"the anchor {anchor[:60]!r} starts fewer than 3 times: no whole steps to tabulate")
     steps = [[k for k in kernels if lo <= k.ts < hi] for lo, hi in zip(marks, marks[1:])]
-    best = None
-    for key in (lambda k: k.ts, lambda k: (str(k.stream), k.ts)):
-        ordered = [sorted(st, key=key) for st in steps]
-        counts = Counter(tuple(k.name for k in st) for st in ordered)
-        seq, n = counts.most_common(1)[0]
-        if best is None or n > best[1]:
-            best = (seq, n, ordered)
-    seq, n, ordered = best
-    if n < max(2, min_share * len(steps)):
-        raise TraceError(f"no kernel order shared by {min_share:.0%} of the {len(steps)} steps (best: {n}): not a steady replay")
-    same = [st for st in ordered if tuple(k.name for k in st) == seq]
-    names = sorted(set(seq))
+    rank = {st: r for r, (st, _) in enumerate(Counter(str(k.stream) for step in steps for k in step).most_common())}
+    found: dict = defaultdict(lambda: {"dur": [], "pos": [], "cat": None})
+    for step in steps:
+        seen: Counter = Counter()
+        pos: Counter = Counter()
+        for k in sorted(step, key=lambda k: (rank[str(k.stream)], k.ts)):
+            r = rank[str(k.stream)]
+            ident = (r, k.name, seen[(r, k.name)])
+            seen[(r, k.name)] += 1
+            x = found[ident]
+            x["dur"].append(k.dur)
+            x["pos"].append(pos[r])
+            x["cat"] = x["cat"] or k.cat
+            pos[r] += 1
+    keep = sorted(((ident, x) for ident, x in found.items() if len(x["dur"]) >= min_present * len(steps)),
+                  key=lambda ix: (ix[0][0], statistics.median(ix[1]["pos"]), ix[0][2]))
+    if not keep:
+        raise TraceError(f"no kernel is present in {min_present:.0%} of the {len(steps)} steps: not a steady decode")
+    names = sorted({ident[1] for ident, _ in keep})
     index = {nm: i for i, nm in enumerate(names)}
-    return {"names": names, "seq": [index[nm] for nm in seq], "cat": [same[0][i].cat for i in range(len(seq))],
-            "median_us": [statistics.median(st[i].dur for st in same) for i in range(len(seq))],
-            "steps_used": n, "steps": len(steps), "step_us_median": statistics.median(hi - lo for lo, hi in zip(marks, marks[1:]))}
+    return {"names": names, "seq": [index[ident[1]] for ident, _ in keep], "stream_rank": [ident[0] for ident, _ in keep],
+            "cat": [x["cat"] for _, x in keep], "median_us": [statistics.median(x["dur"]) for _, x in keep],
+            "present": [round(len(x["dur"]) / len(steps), 3) for _, x in keep], "steps_used": len(steps), "steps": len(steps),
+            "step_us_median": statistics.median(hi - lo for lo, hi in zip(marks, marks[1:]))}
 
 
 def _seq(t: dict) -> list[str]:
@@ -60,7 +72,7 @@ def _seq(t: dict) -> list[str]:
 
 
 def _rotate(t: dict, i: int) -> dict:
-    return {**t, **{k: t[k][i:] + t[k][:i] for k in ("seq", "cat", "median_us")}}
+    return {**t, **{k: t[k][i:] + t[k][:i] for k in ("seq", "cat", "median_us", "stream_rank", "present") if k in t}}
 
 
 def _aligned(shallow: dict, deep: dict) -> tuple[dict, dict]:
@@ -189,6 +201,11 @@ def _prediction(base: dict, ns: list[int], st: dict) -> dict:
         row.update({f"{what}_predicted_ms": pred, f"{what}_measured_ms": meas, f"{what}_spread_ms": spread,
                     f"{what}_error_pct": 100 * (pred - meas) / meas if meas else None})
     row["within_5pct"] = abs(row["busy_error_pct"]) <= 5.0 if row["busy_error_pct"] is not None else None
+    # served time per token the way predict_full takes it (host work overlapped with the GPU): the larger of the second
+    # slice's time per token and the predicted GPU time; the straight line through two host-bound slices is not a model
+    over = max(st[n2]["tpot"][0], row["busy_predicted_ms"])
+    row.update({"tpot_overlapped_predicted_ms": over, "tpot_overlapped_error_pct": 100 * (over - row["tpot_measured_ms"]) / row["tpot_measured_ms"]
+                if row["tpot_measured_ms"] else None})
     row["per_layer_ms"] = (st[n2]["busy"][0] - st[n1]["busy"][0]) / (n2 - n1)
     row["per_step_ms"] = st[n1]["busy"][0] - n1 * row["per_layer_ms"]
     row["spread_ms"] = max(st[n]["busy"][1] for n in (n1, n2, nd))
@@ -239,3 +256,31 @@ def write_linearity(store) -> tuple[list[dict], list[dict]]:
     store.replace("slice_linearity", lin)
     store.replace("layer_kernels", lk)
     return lin, lk
+
+
+def retabulate_kernels(store, reason: str, at: str) -> list[str]:
+    """Write each ok profile's kernel table again from its kept trace (``traces/<slug>.kernels.json``; a trace cut to
+    its first steps gives the table of those steps) with today's :func:`kernel_table`, and mark the rows whose
+    ``kernel_table`` fields change as ``corrected`` (by, fields, reason, at). Returns the labels rewritten."""
+    import json
+    from pathlib import Path
+
+    from .kernels import kernel_events, load_trace
+    from .steps import step_breakdown
+
+    rows, done = store.rows("profile_runs", withdrawn=True), []
+    for r in rows:
+        if not (r.get("ok") and r.get("trace")):
+            continue
+        ks = kernel_events(load_trace(Path(store.path) / r["trace"]))
+        kt = kernel_table(ks, step_breakdown(ks)["anchor"])
+        rel = r["trace"].replace(".trace.json.gz", ".kernels.json")
+        (Path(store.path) / rel).write_text(json.dumps({**kt, "label": r["label"], "from": f"{r['trace']} (kept trace)"}))
+        new = {"kernel_table": rel, "kernel_table_steps": kt["steps_used"]}
+        if any(r.get(k) != v for k, v in new.items()) or "kernel_table_error" in r:
+            r.pop("kernel_table_error", None)
+            r.update(new)
+            r["corrected"] = {"by": "servebook.profile.linearity.retabulate_kernels", "fields": sorted(new), "reason": reason, "at": at}
+        done.append(r["label"])
+    store.replace("profile_runs", rows)
+    return done

@@ -273,6 +273,9 @@ def _moe_method(log_text: str) -> str | None:
     """The quantized MoE method an engine names in its log (e.g. SGLang's CompressedTensorsWNA16MarlinMoEMethod)."""
     import re
 
+    used = re.findall(r"\bUsing (\w*(?:MoEMethod|MoeMethod))\b", log_text)   # SGLang: "Using CompressedTensorsWNA16MarlinMoEMethod"
+    if used:
+        return used[-1]
     found = re.findall(r"\b(\w*(?:MoEMethod|MoeMethod|MarlinMoE|FusedMoE\w*Method))\b", log_text)
     return found[-1] if found else None
 
