@@ -179,3 +179,58 @@ def test_device_sh_ref_step(tmp_path):
     assert "[job rmodels]" in out.stdout and "[job ref]" in out.stdout
     assert "--quant card" in out.stdout and "--run-id h200x1-ref" in out.stdout
     assert out.stdout.index("--engines sglang") < out.stdout.index("more-starts") < out.stdout.index("--engines vllm")
+
+
+# -- the recorded unit (data/runs/h200x1-ref) ------------------------------------------------------------------------
+REF = ROOT / "data" / "runs" / "h200x1-ref"
+
+
+def _close(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-9, abs=1e-12)
+    return a == b
+
+
+def test_recorded_linearity_is_recomputed_from_the_recorded_tables():
+    from servebook.profile.linearity import layer_kernels, load_kernel_tables
+    from servebook.results import RunStore
+
+    store = RunStore.at(REF)
+    rows, tables = store.rows("profile_runs"), load_kernel_tables(store)
+    recorded = store.rows("slice_linearity")
+    again = slice_linearity(rows, tables)
+    assert len(again) == len(recorded) == 4
+    for r, a in zip(recorded, again):
+        for k, v in a.items():
+            assert _close(v, r[k]), (r["depths"], k, v, r[k])
+    pred = next(r for r in again if r["kind"] == "prediction")
+    assert pred["depths"] == "1,2->12" and pred["within_5pct"] and abs(pred["busy_error_pct"]) < 5
+    lk = layer_kernels(rows, tables)
+    assert [(x["name"], x["us_per_layer"]) for x in lk] == [(x["name"], x["us_per_layer"]) for x in store.rows("layer_kernels")]
+    assert any("marlin_moe" in x["name"] and x["category"] == "moe experts" for x in lk)
+
+
+def test_recorded_rows_carry_one_machine_and_refuse_another_runs_rows():
+    from servebook.results import RunStore
+
+    store = RunStore.at(REF)
+    ok = [r for r in store.rows("profile_runs") if r.get("ok")]
+    assert {r["machine"] for r in ok} == {r["machine"] for r in store.rows("decode_breakdown")} == {store.rows("memory_bandwidth")[0]["machine"]}
+    assert len({r["machine"] for r in ok}) == 1 and all(r["machine"].startswith("gpu-") for r in ok)
+    deep = next(r for r in ok if r["layers"] == 13)
+    older = next(r for r in RunStore.at(ROOT / "data" / "runs" / "h200x1-prof").rows("profile_runs") if r["label"] == "sglang kimi-2L triton")
+    with pytest.raises(machines.MachineMismatch):       # a 2-layer slice of another machine (no identity) under this deep one
+        predict_full(older, deep, full_layers=61, dense_layers=1, moe=True)
+
+
+def test_recorded_starts_follow_the_rule():
+    from servebook.results import RunStore
+
+    ok = [r for r in RunStore.at(REF).rows("profile_runs") if r.get("ok")]
+    by: dict = {}
+    for r in sorted(ok, key=lambda r: r.get("start", 1)):
+        by.setdefault(r["layers"] - r["dense_layers"], []).append(r["tpot_ms"])
+    for moe, t in by.items():
+        assert len(t) >= starts.starts_required(moe) and len(t) <= starts.MAX_STARTS
+        if len(t) > starts.starts_required(moe):            # extra starts only where the first two differ by more than 5%
+            assert abs(t[0] - t[1]) / (sum(t[:2]) / 2) > 0.05

@@ -41,7 +41,7 @@
 #               JIT cache first), then the extra starts the rule asks for (servebook profile more-starts), then the plan's
 #               vLLM servers once vLLM is unpacked; slices built (REF_LAYERS) as soon as the notebook tools are in. Every
 #               row carries the machine's identity. SGLang's JIT cache (~/.cache/tvm-ffi) is packed to tvmffi.tgz (back in
-#               $OUT under 16 MiB) and unpacked from .devcache/tvmffi.tgz where a call carries one
+#               $OUT under 16 MiB) and unpacked from STAGE_DIR/cache/tvmffi.tgz (TVMFFI_CACHE) where the call carries one
 # The part folders are read from STAGE_DIR (default .stage beside this repository; a copy of the tree run from another
 # checkout names the checkout's own).
 set -u
@@ -244,7 +244,8 @@ for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k
     [ -f /tmp/jobs/ref.pid ] && return 0
     engines_in sglang || { echo "[device.sh] SGLang not unpacked yet"; return 0; }
     [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
-    [ -n "$DRY" ] || [ ! -f .devcache/tvmffi.tgz ] || { mkdir -p ~/.cache && tar xzf .devcache/tvmffi.tgz -C ~/.cache && echo "[device.sh] SGLang's JIT cache carried in"; }
+    local cache="${TVMFFI_CACHE:-${STAGE_DIR:-.stage}/cache/tvmffi.tgz}"   # carry .stage/cache in the call that starts the job
+    [ -n "$DRY" ] || [ ! -f "$cache" ] || { mkdir -p ~/.cache && tar xzf "$cache" -C ~/.cache && echo "[device.sh] SGLang's JIT cache carried in ($cache)"; }
     job ref "cd /tmp/sbtree   # not the tree: the device tool replaces it under a running job (a process whose directory vanished failed to load torch)
 while [ ! -f /tmp/jobs/rmodels.done ]; do sleep 2; done
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
