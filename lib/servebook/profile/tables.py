@@ -170,7 +170,8 @@ def reclassify_breakdown(store, reason: str, at: str) -> list[dict]:
     trace's kernel names: each category gets the recorded GPU-busy time per step x its share of the kernel time in
     the kept trace's whole steps (a trace kept whole gives exactly what the recording would give today; a cut one,
     the split of its first steps); "gpu idle", steps and step times stay as recorded. Rewrites the table whole; a row
-    whose time changed carries ``corrected`` (by, fields, reason, at) as ``tools/corrections/mark_rows.py`` writes it."""
+    whose time changed carries ``corrected`` (by, fields, reason, at) as ``tools/corrections/mark_rows.py`` writes it,
+    with the row's earlier correction, if any, under ``earlier``."""
     from .kernels import load_trace, kernel_events
     from .steps import step_breakdown
 
@@ -190,7 +191,8 @@ def reclassify_breakdown(store, reason: str, at: str) -> list[dict]:
                 continue
             out.append({**r, "ms_per_step": ms, "share": ms / float(p["step_ms"]),
                         "corrected": {"by": "servebook.profile.tables.reclassify_breakdown",
-                                      "fields": ["ms_per_step", "share"], "reason": reason, "at": at}})
+                                      "fields": ["ms_per_step", "share"], "reason": reason, "at": at,
+                                      **({"earlier": r["corrected"]} if r.get("corrected") else {})}})
     store.replace("decode_breakdown", out)
     return out
 
