@@ -250,12 +250,17 @@ for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k
 while [ ! -f /tmp/jobs/rmodels.done ]; do sleep 2; done
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 $P run --plan /tmp/ref-plan.json --engines sglang $runs --budget-gb 150 --ready-timeout 900
-$P more-starts --plan /tmp/ref-plan.json --run-dir \$(ls -d /tmp/runs/*/$RUN_ID | head -1) --decided-pct 5 --out /tmp/ref-more.json
-$P run --plan /tmp/ref-more.json --engines sglang $runs --ready-timeout 600
+RD=\$(ls -d /tmp/runs/*/$RUN_ID | head -1)
+$P more-starts --plan /tmp/ref-plan.json --engines sglang --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-sglang.json
+$P run --plan /tmp/ref-more-sglang.json --engines sglang $runs --ready-timeout 600
 du -sh ~/.cache/* ~/.triton 2>/dev/null; (cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz
-while [ ! -x /tmp/py-vllm ]; do sleep 5; done
-export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-$P run --plan /tmp/ref-plan.json --engines vllm $runs --ready-timeout 600"
+if grep -q '\"engine\": \"vllm\"' /tmp/ref-plan.json; then   # the plan's vLLM servers once vLLM is unpacked
+  while [ ! -x /tmp/py-vllm ]; do sleep 5; done
+  export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
+  $P run --plan /tmp/ref-plan.json --engines vllm $runs --budget-gb 150 --ready-timeout 600
+  $P more-starts --plan /tmp/ref-plan.json --engines vllm --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-vllm.json
+  $P run --plan /tmp/ref-more-vllm.json --engines vllm $runs --ready-timeout 600
+fi"
 }
 case "$step" in
   ref) do_ref; do_wait ;;

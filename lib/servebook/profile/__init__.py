@@ -49,6 +49,7 @@ def register(sub) -> None:
     ex.add_argument("--run-dir", required=True)
     ex.add_argument("--decided-pct", type=float, default=5.0, help="the difference being decided, in %% of the mean (default 5)")
     ex.add_argument("--out", required=True)
+    ex.add_argument("--engines", default="", help="comma-separated engines of the plan to consider (default: all)")
     ex.set_defaults(func=_cmd_more_starts)
     lin = ps.add_parser("linearity", help="recompute the tables slice_linearity and layer_kernels of a run from its profiles")
     lin.add_argument("run_dir")
@@ -107,7 +108,10 @@ def _cmd_more_starts(args: argparse.Namespace) -> int:
     from .run import load_plan
     from .starts import extra_starts_plan
 
-    extra = extra_starts_plan(load_plan(args.plan), RunStore.at(args.run_dir).rows("profile_runs"), decided_pct=args.decided_pct)
+    specs = load_plan(args.plan)
+    if args.engines:
+        specs = [s for s in specs if s["engine"] in {e.strip() for e in args.engines.split(",")}]
+    extra = extra_starts_plan(specs, RunStore.at(args.run_dir).rows("profile_runs"), decided_pct=args.decided_pct)
     with open(args.out, "w") as f:
         json.dump(extra, f, indent=1)
     for s in extra:
