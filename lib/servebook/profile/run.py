@@ -247,12 +247,7 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
     if b is None:
         return _fail_row(store, row, "breakdown", error)
     _write_excerpt(store.path / "traces" / f"{slug}.excerpt.json", kernels, b, s, row)
-    try:   # each position of the step: name and median duration over the whole steps (the kernels matched between depths)
-        kt = kernel_table(kernels, b["anchor"])
-        (store.path / "traces" / f"{slug}.kernels.json").write_text(json.dumps({**kt, "label": s["label"]}))
-        row.update({"kernel_table": f"traces/{slug}.kernels.json", "kernel_table_steps": kt["steps_used"]})
-    except (TraceError, ValueError) as exc:
-        row["kernel_table_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    row.update(_write_kernel_table(store.path / "traces", slug, kernels, b["anchor"], s["label"]))
     row.update({"ok": True, "steps": b["steps"], "step_ms": b["step_ms"], "step_ms_sd": b["step_ms_sd"], "busy_ms": b["busy_ms"],
                 "idle_ms": b["categories"]["gpu idle"], "kernel_ms": b["kernel_ms"], "overlap_ms": b["overlap_ms"],
                 "kernels_per_step": b["kernels_per_step"], "anchor": b["anchor"][:200],
@@ -267,6 +262,17 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
                                           "taken_at": row["taken_at"], "machine": row.get("machine"), "run_id": row.get("run_id")})
     say(f"  {s['label']}: profiled step {b['step_ms']:.3f} ms over {b['steps']} steps (GPU busy {b['busy_ms']:.3f} ms)")
     return row
+
+
+def _write_kernel_table(traces: Path, slug: str, kernels, anchor: str, label: str) -> dict:
+    """Each kernel of the step with its median duration over the whole steps (the kernels matched between depths:
+    ``linearity.kernel_table``) to ``traces/<slug>.kernels.json``; the row's fields that name it, or the error."""
+    try:
+        kt = kernel_table(kernels, anchor)
+        (traces / f"{slug}.kernels.json").write_text(json.dumps({**kt, "label": label}))
+        return {"kernel_table": f"traces/{slug}.kernels.json", "kernel_table_steps": kt["steps_used"]}
+    except (TraceError, ValueError) as exc:
+        return {"kernel_table_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def _moe_method(log_text: str) -> str | None:
