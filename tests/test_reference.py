@@ -194,7 +194,7 @@ def _close(a, b):
 
 
 def test_recorded_linearity_is_recomputed_from_the_recorded_tables():
-    from servebook.profile.linearity import layer_kernels, load_kernel_tables
+    from servebook.profile.linearity import layer_kernels, load_kernel_tables, step_kernels
     from servebook.results import RunStore
 
     store = RunStore.at(REF)
@@ -210,6 +210,11 @@ def test_recorded_linearity_is_recomputed_from_the_recorded_tables():
     lk = layer_kernels(rows, tables)
     assert [(x["name"], x["us_per_layer"]) for x in lk] == [(x["name"], x["us_per_layer"]) for x in store.rows("layer_kernels")]
     assert any("marlin_moe" in x["name"] and x["category"] == "moe experts" for x in lk)
+    sk = step_kernels(rows, tables)
+    assert [(x["name"], x["us_per_step"]) for x in sk] == [(x["name"], x["us_per_step"]) for x in store.rows("step_kernels")]
+    assert all(x["us_per_step"] > 0 and x["per_step"] >= 1 for x in sk)
+    lm_head = sk[0]        # the largest per-step kernel: the LM head's GEMV (163840 x 7168 bf16, 2.35 GB)
+    assert lm_head["category"] == "dense gemm" and 400 < lm_head["us_per_step"] < 700
 
 
 def test_recorded_rows_carry_one_machine_and_refuse_another_runs_rows():

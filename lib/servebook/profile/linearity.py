@@ -25,7 +25,8 @@ from typing import Iterable, Sequence
 from .kernels import TraceError, classify
 from .machines import require_one_machine
 
-__all__ = ["kernel_table", "match_depths", "slice_linearity", "layer_kernels", "moe_layers_of", "group_starts"]
+__all__ = ["kernel_table", "match_depths", "slice_linearity", "layer_kernels", "step_kernels", "moe_layers_of", "group_starts",
+           "load_kernel_tables", "write_linearity", "retabulate_kernels"]
 
 
 def kernel_table(kernels: Sequence, anchor: str, min_present: float = 0.5) -> dict:
@@ -235,6 +236,39 @@ def layer_kernels(profile_rows: Iterable[dict], tables: dict) -> list[dict]:
     return out
 
 
+def step_kernels(profile_rows: Iterable[dict], tables: dict) -> list[dict]:
+    """Table ``step_kernels``: the kernels a step runs once whatever its depth (embedding, the dense layer, LM head,
+    sampling, the host's kernels), per configuration: the shallowest first start's kernels by name, less its MoE
+    layers' share (``n`` x one layer's, from the match with the deepest: count and time); names left with time."""
+    out = []
+    for key, depths in sorted(group_starts(profile_rows).items(), key=lambda kv: str(kv[0])):
+        ns = sorted(depths)
+        if len(ns) < 2:
+            continue
+        lo, hi = depths[ns[0]][0], depths[ns[-1]][0]
+        require_one_machine([lo, hi], "step_kernels")
+        if lo["label"] not in tables or hi["label"] not in tables:
+            continue
+        t = tables[lo["label"]]
+        m = match_depths(t, tables[hi["label"]], ns[-1] - ns[0])
+        if not m["clean"]:
+            continue
+        layer = {k["name"]: k for k in m["block"]}
+        have: dict = defaultdict(lambda: {"count": 0, "us": 0.0, "cat": ""})
+        for i, nm in zip(t["seq"], range(len(t["seq"]))):
+            x = have[t["names"][i]]
+            x["count"] += 1
+            x["us"] += t["median_us"][nm]
+            x["cat"] = x["cat"] or t["cat"][nm]
+        base = {**dict(zip(_GROUP, key)), "from_labels": [lo["label"], hi["label"]], "moe_layers_removed": ns[0]}
+        for name, x in have.items():
+            count = x["count"] - ns[0] * (layer[name]["count"] if name in layer else 0)
+            us = x["us"] - ns[0] * (layer[name]["us"] if name in layer else 0.0)
+            if count > 0:
+                out.append({**base, "name": name[:300], "category": classify(name, x["cat"]), "per_step": count, "us_per_step": us})
+    return sorted(out, key=lambda r: (str(r["machine"]), -r["us_per_step"]))
+
+
 def load_kernel_tables(store) -> dict:
     """``{label: kernel table}`` of a run's profiles that kept one (``traces/<slug>.kernels.json``)."""
     import json
@@ -249,12 +283,13 @@ def load_kernel_tables(store) -> dict:
 
 
 def write_linearity(store) -> tuple[list[dict], list[dict]]:
-    """Derive the tables ``slice_linearity`` and ``layer_kernels`` of a run from its ``profile_runs`` and kernel
-    tables (each rewritten whole)."""
+    """Derive the tables ``slice_linearity``, ``layer_kernels`` and ``step_kernels`` of a run from its ``profile_runs``
+    and kernel tables (each rewritten whole)."""
     rows, tables = store.rows("profile_runs"), load_kernel_tables(store)
     lin, lk = slice_linearity(rows, tables), layer_kernels(rows, tables)
     store.replace("slice_linearity", lin)
     store.replace("layer_kernels", lk)
+    store.replace("step_kernels", step_kernels(rows, tables))
     return lin, lk
 
 
