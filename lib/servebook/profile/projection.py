@@ -173,7 +173,9 @@ def _tables(source) -> tuple[list[dict], list[dict], list[dict], dict]:
         from ..results import RunStore
 
         source = RunStore.at(source)
-    profiles = source.rows("profile_runs")
+    # rows recorded before machine identities name no run: tag them with this one, so rows of two runs never meet
+    run = Path(source.path).name
+    profiles = [{"run_id": run, **p} for p in source.rows("profile_runs")]
     excerpts = {}
     for p in profiles:
         path = Path(source.path) / "traces" / (p["label"].replace(" ", "_").replace("/", "_") + ".excerpt.json")
