@@ -313,7 +313,8 @@ def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights
             {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "pad_token_id": cfg["pad_token_id"]}) + "\n")
         facts = model_facts(card_d, cfg)
         say(f"[model] {card}: {cfg['num_hidden_layers']} of {facts['full_layers']} layers, width / {scale}; "
-            f"{facts['slice_total_bytes'] / 1e9:.2f} GB of bf16 weights, {facts['slice_bytes_per_token'] / 1e6:.0f} MB read per decode token")
+            f"{facts['slice_total_bytes'] / 1e9:.2f} GB of weights ({'bf16, routed experts in the card quantization' if quant == 'card' else 'bf16'}), "
+            f"{facts['slice_bytes_per_token'] / 1e6:.0f} MB read per decode token")
         written = None
         if weights == "random":
             written = _write_weights(cfg, tmp, seed, device, say)

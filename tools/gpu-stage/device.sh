@@ -35,13 +35,22 @@
 #               TRUST_CHAPTERS (default "01 05 03") and TRUST_BACKENDS (chapter 03's `backends`) narrow a resumed run
 #               (an engine the list leaves out gets every candidate: name it with nothing after the colon to skip it,
 #               e.g. TRUST_BACKENDS='sglang: ; vllm: FLASHMLA,TRITON_MLA')
+#   ref [S]     a one-GPU machine, one unit of issue #39's reference recording (RUN_ID h200x1-ref unless set): the servers
+#               of REF_PLAN (default tools/gpu-stage/ref-plan.json: Kimi-K2.5 slices with the card's INT4 experts, SGLang
+#               triton at 1, 2, 4 and 12 MoE layers with the starts the starts rule gives, a lead start that fills SGLang's
+#               JIT cache first), then the extra starts the rule asks for (servebook profile more-starts), then the plan's
+#               vLLM servers once vLLM is unpacked; slices built (REF_LAYERS) as soon as the notebook tools are in. Every
+#               row carries the machine's identity. SGLang's JIT cache (~/.cache/tvm-ffi) is packed to tvmffi.tgz (back in
+#               $OUT under 16 MiB) and unpacked from STAGE_DIR/cache/tvmffi.tgz (TVMFFI_CACHE) where the call carries one
+# The part folders are read from STAGE_DIR (default .stage beside this repository; a copy of the tree run from another
+# checkout names the checkout's own).
 set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd); cd "$REPO"
 step=${1:-status}; secs=${2:-0}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/jobs /tmp/runs /tmp/models
 T0=$(date +%s)
 DRY=${DRY:-}  # DRY=1: print each job's script instead of starting it, as if everything were unpacked (tests/test_gpu_stage.py)
-[ -n "$DRY" ] || for d in .stage/p*; do [ -d "$d" ] && bash tools/gpu-stage/unpack.sh "$d" 2>&1 | tail -4; done
+[ -n "$DRY" ] || for d in "${STAGE_DIR:-.stage}"/p*; do [ -d "$d" ] && bash tools/gpu-stage/unpack.sh "$d" 2>&1 | tail -4; done
 
 # the notebook kernelspec shipped with ipykernel runs `python`: make sure one is on PATH
 command -v python >/dev/null 2>&1 || { mkdir -p /tmp/bin; ln -sf "$(command -v python3)" /tmp/bin/python; export PATH=/tmp/bin:$PATH; }
@@ -52,7 +61,7 @@ export SERVEBOOK_HOST_POLICY_ENV="NCCL_NVLS_ENABLE=0,TORCH_SYMM_MEM_DISABLE_MULT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SERVEBOOK_CACHE=/tmp/sbcache
 [ -x /tmp/py-sglang ] && export SERVEBOOK_PYTHON_SGLANG=/tmp/py-sglang
 [ -x /tmp/py-vllm ] && export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-RUN_ID=${RUN_ID:-$(case "$step" in one|more|check) echo h200x1-live;; trust) echo h200x1-trust;; profile) echo h200x1-prof;; *) echo h200x2-live;; esac)}
+RUN_ID=${RUN_ID:-$(case "$step" in one|more|check) echo h200x1-live;; trust) echo h200x1-trust;; profile) echo h200x1-prof;; ref) echo h200x1-ref;; *) echo h200x2-live;; esac)}
 SLICE=/tmp/models/kimi-slice            # full-width Kimi-K2.5 text slice, seeded bf16 weights (chapter 03: agreement)
 DUMMY=/tmp/models/kimi-slice-dummy      # the same config, no weights: --load-format dummy (chapters 04, 05: speed)
 FLAGS='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
@@ -80,6 +89,7 @@ snap() {
   (cd /tmp/runs && find . -path '*/traces/*' -not -path '*/traces/raw/*' -type f | tar czf "$OUT/traces.tgz" -T - 2>/dev/null)
   for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
+  [ -f /tmp/tvmffi.tgz ] && [ "$(stat -c %s /tmp/tvmffi.tgz)" -lt 16000000 ] && cp /tmp/tvmffi.tgz "$OUT/"
   echo "[device.sh] $(date -u +%T) snapshot: $(du -sh "$OUT/runs.tgz" | cut -f1) in runs.tgz ($(( $(date +%s) - T0 ))s this call)"
 }
 job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this call
@@ -220,7 +230,40 @@ export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 while [ ! -f /tmp/jobs/prep.done ]; do sleep 5; done
 $steps"
 }
+REF_PLAN=${REF_PLAN:-tools/gpu-stage/ref-plan.json}
+do_ref() {  # slices as soon as the notebook tools are in; the plan's SGLang servers once SGLang is; its vLLM ones after
+    local P="python3 -m servebook.cli profile" runs="--runs /tmp/runs --run-id $RUN_ID"
+    if [ ! -f /tmp/jobs/rmodels.pid ]; then
+      have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 0; }
+      # a copy (lib and data: the cards live in data/models): the device tool re-copies the tree under a running job
+      job rmodels "cd $REPO
+rm -rf /tmp/sbtree; mkdir -p /tmp/sbtree; cp -r $REPO/lib $REPO/data /tmp/sbtree/; cp $REF_PLAN /tmp/ref-plan.json
+export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
+for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k2.5 --layers \$n --weights dummy --quant card --out /tmp/models/kimi-\${n}L-int4 & done; wait"
+    fi
+    [ -f /tmp/jobs/ref.pid ] && return 0
+    engines_in sglang || { echo "[device.sh] SGLang not unpacked yet"; return 0; }
+    [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
+    local cache="${TVMFFI_CACHE:-${STAGE_DIR:-.stage}/cache/tvmffi.tgz}"   # carry .stage/cache in the call that starts the job
+    [ -n "$DRY" ] || [ ! -f "$cache" ] || { mkdir -p ~/.cache && tar xzf "$cache" -C ~/.cache && echo "[device.sh] SGLang's JIT cache carried in ($cache)"; }
+    job ref "cd /tmp/sbtree   # not the tree: the device tool replaces it under a running job (a process whose directory vanished failed to load torch)
+while [ ! -f /tmp/jobs/rmodels.done ]; do sleep 2; done
+export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
+$P run --plan /tmp/ref-plan.json --engines sglang $runs --budget-gb 150 --ready-timeout 900
+RD=\$(ls -d /tmp/runs/*/$RUN_ID | head -1)
+$P more-starts --plan /tmp/ref-plan.json --engines sglang --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-sglang.json
+$P run --plan /tmp/ref-more-sglang.json --engines sglang $runs --ready-timeout 600
+du -sh ~/.cache/* ~/.triton 2>/dev/null; (cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz
+if grep -q '\"engine\": \"vllm\"' /tmp/ref-plan.json; then   # the plan's vLLM servers once vLLM is unpacked
+  while [ ! -x /tmp/py-vllm ]; do sleep 5; done
+  export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
+  $P run --plan /tmp/ref-plan.json --engines vllm $runs --budget-gb 150 --ready-timeout 600
+  $P more-starts --plan /tmp/ref-plan.json --engines vllm --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-vllm.json
+  $P run --plan /tmp/ref-more-vllm.json --engines vllm $runs --ready-timeout 600
+fi"
+}
 case "$step" in
+  ref) do_ref; do_wait ;;
   profile) do_profile; do_wait ;;
   check) do_check; do_wait ;;
   more) do_more; do_wait ;;

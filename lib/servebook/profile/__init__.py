@@ -39,10 +39,21 @@ def register(sub) -> None:
     r.add_argument("--tpot-runs", type=int, default=5)
     r.add_argument("--ready-timeout", type=float, default=600.0)
     r.add_argument("--only", default="", help="comma-separated labels of the plan to run (default: all)")
+    r.add_argument("--engines", default="", help="comma-separated engines of the plan to run (default: all)")
     r.set_defaults(func=_cmd_run)
     q = ps.add_parser("predict", help="recompute the table prediction_check of a run from its profiles")
     q.add_argument("run_dir")
     q.set_defaults(func=_cmd_predict)
+    ex = ps.add_parser("more-starts", help="write the plan of the starts the starts rule still wants (servebook.profile.starts)")
+    ex.add_argument("--plan", required=True)
+    ex.add_argument("--run-dir", required=True)
+    ex.add_argument("--decided-pct", type=float, default=5.0, help="the difference being decided, in %% of the mean (default 5)")
+    ex.add_argument("--out", required=True)
+    ex.add_argument("--engines", default="", help="comma-separated engines of the plan to consider (default: all)")
+    ex.set_defaults(func=_cmd_more_starts)
+    lin = ps.add_parser("linearity", help="recompute the tables slice_linearity and layer_kernels of a run from its profiles")
+    lin.add_argument("run_dir")
+    lin.set_defaults(func=_cmd_linearity)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -54,20 +65,69 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.only:
         want = {s.strip() for s in args.only.split(",") if s.strip()}
         specs = [s for s in specs if s["label"] in want]
+    if args.engines:
+        engines = {e.strip() for e in args.engines.split(",") if e.strip()}
+        specs = [s for s in specs if s["engine"] in engines]
     store = RunStore.open(args.runs, run_id=args.run_id)
     print(f"run directory: {store.path}")
     if not store.rows("memory_bandwidth"):
         try:
             m = measure_gpu_bandwidth()
+            try:   # the machine it was measured on, as every profile row says (servebook.profile.machines)
+                from .machines import machine_identity
+
+                m = {**m, **machine_identity(), "run_id": store.path.name}
+            except Exception:  # noqa: BLE001 - a bandwidth without identity is still a measurement
+                pass
             store.append("memory_bandwidth", m)
             print(f"memory bandwidth: read {m['read_tbs']:.2f} TB/s, copy {m['copy_tbs']:.2f} TB/s ({m['device']})")
         except Exception as exc:  # noqa: BLE001 - a finding, the profiles go on
             store.record_failure("memory bandwidth", exc)
             print(f"memory bandwidth not measured: {exc}")
     run_plan(store, specs, budget_gb=args.budget_gb, steps=args.steps, tpot_runs=args.tpot_runs, ready_timeout=args.ready_timeout)
+    try:
+        from .linearity import write_linearity
+
+        lin, _ = write_linearity(store)
+        for row in lin:
+            print(f"linearity {row['engine']} {row['backend']} {row['depths']}: " + (
+                f"{row['per_layer_ms']:.4f} ms per MoE layer, {row['per_step_ms']:.4f} ms per step" if row["kind"] == "step" else
+                f"predicted {row['busy_predicted_ms']:.3f} against {row['busy_measured_ms']:.3f} ms busy ({row['busy_error_pct']:+.1f}%)"))
+    except Exception as exc:  # noqa: BLE001 - derived tables: recomputed here from the recorded ones if this fails
+        print(f"slice_linearity not derived: {type(exc).__name__}: {exc}")
     for row in write_predictions(store):
         err = f", measured {row['measured_ms']:.3f} ms, error {row['error_pct']:+.1f}%" if row["measured_ms"] else ""
         print(f"prediction {row['card']} {row['engine']} {row['backend']}: {row['predicted_ms']:.3f} ms per token{err}")
+    return 0
+
+
+def _cmd_more_starts(args: argparse.Namespace) -> int:
+    import json
+
+    from ..results import RunStore
+    from .run import load_plan
+    from .starts import extra_starts_plan
+
+    specs = load_plan(args.plan)
+    if args.engines:
+        specs = [s for s in specs if s["engine"] in {e.strip() for e in args.engines.split(",")}]
+    extra = extra_starts_plan(specs, RunStore.at(args.run_dir).rows("profile_runs"), decided_pct=args.decided_pct)
+    with open(args.out, "w") as f:
+        json.dump(extra, f, indent=1)
+    for s in extra:
+        print(f"more starts: {s['label']} ({s['why']})")
+    print(f"{len(extra)} more start(s) wanted")
+    return 0
+
+
+def _cmd_linearity(args: argparse.Namespace) -> int:
+    from ..results import RunStore
+    from .linearity import write_linearity
+
+    lin, lk = write_linearity(RunStore.at(args.run_dir))
+    for row in lin:
+        print(row)
+    print(f"layer_kernels: {len(lk)} rows")
     return 0
 
 

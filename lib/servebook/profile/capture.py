@@ -151,6 +151,6 @@ def keep_trace(src: str | os.PathLike, dest: str | os.PathLike, cap_bytes: int =
             if len(blob) <= cap_bytes or frac < 0.02:
                 break
             frac /= 2
-        kept = f"events of the measured steps only (first {frac:.0%} of them), to stay under {cap_bytes >> 20} MiB"
+        kept = f"events of the measured steps only (first {frac:.0%} of them), to stay under {cap_bytes / (1 << 20):.2f} MiB"
     dest.write_bytes(blob)
     return {"path": str(dest), "bytes": len(blob), "kept": kept, "source_bytes": Path(src).stat().st_size}

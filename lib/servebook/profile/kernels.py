@@ -34,12 +34,17 @@ class TraceError(ServebookError):
 CATEGORIES = ("attention", "moe experts", "moe routing", "dense gemm", "communication", "norm/rope/elementwise",
               "sampling", "other", "gpu idle")
 
-# First match wins (lower-cased kernel name, searched, not anchored). Order matters: communication and
+# First match wins (lower-cased kernel name, searched, not anchored; a leading ^ anchors). Order matters: communication and
 # routing are tested before the broad "moe" and "gemm" words, sampling before the elementwise catch-all, norms and
 # rope (flashinfer's among them) before attention's broad "flash".
 RULES: tuple[tuple[str, str], ...] = (
     # kernels torch.compile generated name the operators they fuse: a norm fused with its neighbours is a norm
     ("norm/rope/elementwise", r"^triton_(?:poi|red|per)_fused\w*(?:rms_norm|layer_norm|rotary|rope)"),
+    # SGLang's top-k sum of the experts' outputs (moe_sum_reduce_torch_compile: torch.sum over top-k, then x scaling,
+    # compiled by torch.compile): an expert kernel like the Marlin path's moe_sum_reduce_kernel, not an elementwise one
+    ("moe experts", r"^triton_(?:poi|red|per)_fused\w*_mul_sum"),
+    # the router's GEMV (hidden x experts logits): its bytes are a dense GEMM's, so its time is too
+    ("dense gemm", r"router_gemm"),
     ("communication", r"nccl|all_?reduce|allgather|all_gather|reduce_scatter|cross_device_reduce|custom_?ar|one_?shot|"
                       r"two_?shot|multimem|symm_mem|lamport|trtllm_allreduce"),
     ("sampling", r"argmax|argmin|sampl|top_p|topp|multinomial|exponential_|gumbel|penalt|log_softmax|cunn_softmax"),
@@ -52,7 +57,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ("norm/rope/elementwise", r"flashinfer::(?:norm|activation|rope|pos_enc)|rms_?norm|layer_?norm|rotary"),
     ("attention", r"flash|fmha|mla|attn|attention|paged|decode_kernel|_fwd_kernel|_fwd_grouped|merge_state|"
                   r"merge_attn|cascade|reshape_and_cache|cache_kernel|set_kv|store_kv|kv_buffer|concat_and_cache|"
-                  r"splitkv|combine_kernel"),
+                  r"splitkv|combine_kernel|num_kv_splits"),
     ("dense gemm", r"gemm|gemv|cublas|cutlass|xmma|nvjet|matmul|wgmma|splitk|bmm|dot_kernel|mm_kernel|marlin|"
                    r"sm90_|sm80_|ampere_|hopper|deep_gemm|\bmm\b|_mm_|_mm$|addmm|aten::mm|aten::linear|aten::matmul"),
     ("norm/rope/elementwise", r"norm|rms|rotary|rope|silu|gelu|swiglu|act_and_mul|activation|elementwise|vectorized|"

@@ -58,6 +58,9 @@ def predict_full(shallow: dict, deep: dict, *, full_layers: int, dense_layers: i
     ``shallow``/``deep``: rows of the table ``profile_runs`` (``layers``, ``busy_ms``, ``tpot_ms``, ``step_ms``).
     Returns predicted/low/high ms per token and the parts they come from (all in ms per step).
     """
+    from .machines import require_one_machine
+
+    require_one_machine([shallow, deep], "the full model predicted from two slices")
     x1 = varying_layers(int(shallow["layers"]), dense_layers, moe)
     x2 = varying_layers(int(deep["layers"]), dense_layers, moe)
     x_full = varying_layers(int(full_layers), dense_layers, moe)

@@ -53,6 +53,7 @@ from typing import Iterable
 
 from .comm import _data_dir, _default_allreduce, _figure, _text, allreduce_latency, load_allreduce_reference
 from .kernels import CATEGORIES, classify
+from .machines import require_one_machine
 from .tables import latest_breakdown, latest_ok
 
 __all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
@@ -127,7 +128,9 @@ def _tables(source) -> tuple[list[dict], list[dict], list[dict], dict]:
         from ..results import RunStore
 
         source = RunStore.at(source)
-    profiles = source.rows("profile_runs")
+    # rows recorded before machine identities name no run: tag them with this one, so rows of two runs never meet
+    run = Path(source.path).name
+    profiles = [{"run_id": run, **p} for p in source.rows("profile_runs")]
     excerpts = {}
     for p in profiles:
         path = Path(source.path) / "traces" / (p["label"].replace(" ", "_").replace("/", "_") + ".excerpt.json")
@@ -216,6 +219,7 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
                      f"(one backend); {deep['label']} - {deep_same['label']} (the backend's difference at 2 layers) "
                      "spread over both layers" if deep_same is not None else
                      f"no 2-layer slice with {shallow['label']}'s backend: the other categories mix two backends (confounded)")
+    require_one_machine([shallow, deep, int4, int4_base, deep_same], f"the {engine} projection's slice subtraction")
     return {"shallow": shallow, "deep": deep, "int4": int4, "int4_base": int4_base, "deep_same": deep_same,
             "notes": notes, "cross_day": cross,
             "days": sorted({d for d in (recorded_day(r) for r in (shallow, deep, int4, int4_base, deep_same) if r) if d})}

@@ -7,6 +7,9 @@ profile tens of its decode steps, break each step down by kernel category, and k
 Servers whose memory fits the budget together are started at the same time (their starts overlap), then measured
 one at a time while the others sit idle (an idle server launches no GPU work), then stopped. A server that fails
 to start beside others is tried again alone; a failure is a row with the engine's own error, and the plan goes on.
+Entries with a ``batch`` key are grouped by it instead (in the order the keys first appear); an entry with ``lead``
+is started, and waited for, before the rest of its batch (a first start that compiles kernels into a cache the
+others then find). Every row carries the machine's identity (``machines.machine_identity``) and the run's id.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Callable, Sequence
 from ..errors import ServebookError
 from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
 from .kernels import TraceError, kernel_events, load_trace
+from .linearity import kernel_table
 from .steps import step_breakdown
 
 __all__ = ["load_plan", "run_plan", "server_memory_gb"]
@@ -52,6 +56,11 @@ def server_memory_gb(spec: dict) -> float:
 
 
 def _batches(specs: Sequence[dict], budget_gb: float) -> list[list[dict]]:
+    if any("batch" in s for s in specs):
+        keys: dict = {}
+        for s in specs:
+            keys.setdefault(str(s.get("batch", "")), []).append(s)
+        return list(keys.values())
     out: list[list[dict]] = []
     cur, used = [], 0.0
     for s in specs:
@@ -83,7 +92,15 @@ def run_plan(store, specs: Sequence[dict], *, budget_gb: float = 120.0, tpot_run
              say: Callable[[str], None] = print) -> list[dict]:
     """Profile every server of ``specs`` (see the module docstring); returns the ``profile_runs`` rows."""
     from ..servers import Server
+    from .machines import machine_identity
 
+    try:
+        ident = {**machine_identity(), "run_id": store.path.name}
+        say(f"profile: machine {ident['machine']} ({ident.get('machine_gpus')} x {ident.get('machine_gpu_name')})")
+    except Exception as exc:  # noqa: BLE001 - rows without identity are never subtracted across runs
+        ident = {"machine": None, "machine_error": f"{type(exc).__name__}: {exc}"[:300], "run_id": store.path.name}
+        say(f"profile: machine identity unknown ({ident['machine_error']})")
+    specs = [{**s, "_ident": ident} for s in specs]
     done = {r["label"] for r in store.rows("profile_runs") if r.get("ok")}
     todo = [s for s in specs if s["label"] not in done]
     if len(todo) < len(specs):
@@ -152,7 +169,11 @@ def _start_all(store, batch: Sequence[dict], ready_timeout: float, say, Server) 
         except BaseException as exc:  # noqa: BLE001 - recorded per server
             out[s["label"]] = exc
 
-    threads = [threading.Thread(target=one, args=(s,), daemon=True) for s in batch]
+    lead = [s for s in batch if s.get("lead")]
+    for s in lead:        # its first start compiles what the others then find in the cache
+        say(f"  {s['label']}: started first (lead), the others after it is ready")
+        one(s)
+    threads = [threading.Thread(target=one, args=(s,), daemon=True) for s in batch if not s.get("lead")]
     for i, t in enumerate(threads):
         t.start()
         time.sleep(2.0 if i + 1 < len(threads) else 0)
@@ -167,7 +188,8 @@ def _base_row(s: dict) -> dict:
     return {"label": s["label"], "engine": s["engine"], "backend": s.get("backend") or "auto", "mode": s.get("mode", "graph"),
             "card": s.get("card") or meta.get("card"), "role": s.get("role", "slice"), "quant": s.get("quant", "bf16"),
             "layers": facts.get("slice_layers"), "full_layers": facts.get("full_layers"), "dense_layers": facts.get("dense_layers"),
-            "model": Path(s["model_dir"]).name}
+            "model": Path(s["model_dir"]).name, **{k: s[k] for k in ("start", "reference") if k in s},
+            **{k: v for k, v in (s.get("_ident") or {}).items()}}
 
 
 def _record_failure(store, s: dict, exc: BaseException, phase: str) -> dict:
@@ -225,6 +247,7 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
     if b is None:
         return _fail_row(store, row, "breakdown", error)
     _write_excerpt(store.path / "traces" / f"{slug}.excerpt.json", kernels, b, s, row)
+    row.update(_write_kernel_table(store.path / "traces", slug, kernels, b["anchor"], s["label"]))
     row.update({"ok": True, "steps": b["steps"], "step_ms": b["step_ms"], "step_ms_sd": b["step_ms_sd"], "busy_ms": b["busy_ms"],
                 "idle_ms": b["categories"]["gpu idle"], "kernel_ms": b["kernel_ms"], "overlap_ms": b["overlap_ms"],
                 "kernels_per_step": b["kernels_per_step"], "anchor": b["anchor"][:200],
@@ -236,15 +259,29 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
                                           "card": row["card"], "layers": row["layers"], "quant": row["quant"],
                                           "category": cat, "ms_per_step": ms, "share": ms / b["step_ms"],
                                           "steps": b["steps"], "tpot_unprofiled_ms": row["tpot_ms"], "step_ms": b["step_ms"],
-                                          "taken_at": row["taken_at"]})
+                                          "taken_at": row["taken_at"], "machine": row.get("machine"), "run_id": row.get("run_id")})
     say(f"  {s['label']}: profiled step {b['step_ms']:.3f} ms over {b['steps']} steps (GPU busy {b['busy_ms']:.3f} ms)")
     return row
+
+
+def _write_kernel_table(traces: Path, slug: str, kernels, anchor: str, label: str) -> dict:
+    """Each kernel of the step with its median duration over the whole steps (the kernels matched between depths:
+    ``linearity.kernel_table``) to ``traces/<slug>.kernels.json``; the row's fields that name it, or the error."""
+    try:
+        kt = kernel_table(kernels, anchor)
+        (traces / f"{slug}.kernels.json").write_text(json.dumps({**kt, "label": label}))
+        return {"kernel_table": f"traces/{slug}.kernels.json", "kernel_table_steps": kt["steps_used"]}
+    except (TraceError, ValueError) as exc:
+        return {"kernel_table_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def _moe_method(log_text: str) -> str | None:
     """The quantized MoE method an engine names in its log (e.g. SGLang's CompressedTensorsWNA16MarlinMoEMethod)."""
     import re
 
+    used = re.findall(r"\bUsing (\w*(?:MoEMethod|MoeMethod))\b", log_text)   # SGLang: "Using CompressedTensorsWNA16MarlinMoEMethod"
+    if used:
+        return used[-1]
     found = re.findall(r"\b(\w*(?:MoEMethod|MoeMethod|MarlinMoE|FusedMoE\w*Method))\b", log_text)
     return found[-1] if found else None
 

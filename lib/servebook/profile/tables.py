@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
+from .machines import require_one_machine
 from .predict import predict_full
 
 __all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference", "write_predictions",
@@ -55,20 +56,20 @@ def prediction_rows(profile_rows: Iterable[dict], bandwidth_rows: Iterable[dict]
     (:func:`predict_full`), the full model's measured time per token where it was run, the error with its sign,
     and the bytes rule (roofline bound) at the datasheet's and at the measured bandwidth."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in latest_ok(profile_rows):
-        groups[(r["card"], r["engine"], r["backend"], r["mode"], r.get("quant", "bf16"))].append(r)
+    for r in latest_ok(profile_rows):   # one machine per group: slices are never subtracted across machines
+        groups[(r["card"], r["engine"], r["backend"], r["mode"], r.get("quant", "bf16"), r.get("machine"))].append(r)
     measured_bw = None
     for b in bandwidth_rows:
         if b.get("read_tbs"):
             measured_bw = float(b["read_tbs"])
     out = []
-    for (card, engine, backend, mode, quant), rows in sorted(groups.items()):
+    for (card, engine, backend, mode, quant, machine), rows in sorted(groups.items(), key=lambda kv: str(kv[0])):
         slices = sorted((r for r in rows if r.get("role") == "slice"), key=lambda r: int(r["layers"]))
         fulls = [r for r in rows if r.get("role") == "full"]
         info = _card_full(card)
         if quant != "bf16" and len(slices) == 1:
             # a slice of the dense layers only holds no routed expert: its bf16 profile is the quantized card's too
-            dense_only = [r for r in groups.get((card, engine, backend, mode, "bf16"), [])
+            dense_only = [r for r in groups.get((card, engine, backend, mode, "bf16", machine), [])
                           if r.get("role") == "slice" and int(r["layers"]) <= info["dense"] < int(slices[0]["layers"])]
             slices = dense_only[:1] + slices
         if len(slices) < 2:
@@ -76,7 +77,7 @@ def prediction_rows(profile_rows: Iterable[dict], bandwidth_rows: Iterable[dict]
         shallow, deep = slices[0], slices[-1]
         p = predict_full(shallow, deep, full_layers=info["layers"], dense_layers=info["dense"], moe=info["moe"])
         full_bytes = info["bytes_card"] if quant == "card" else info["bytes_bf16"]
-        row = {"card": card, "engine": engine, "backend": backend, "mode": mode, "quant": quant,
+        row = {"card": card, "engine": engine, "backend": backend, "mode": mode, "quant": quant, "machine": machine,
                "layers_measured": p["layers_measured"], "full_layers": info["layers"],
                "predicted_ms": p["predicted_ms"], "low_ms": p["low_ms"], "high_ms": p["high_ms"],
                "slope_ms_per_layer": p["slope_ms"], "fixed_ms": p["fixed_ms"], "gpu_full_ms": p["gpu_full_ms"],
@@ -122,15 +123,16 @@ def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dic
     latest = [p for p in latest_ok(profile_rows) if p.get("role", "slice") != "repeat"]  # a second start is no other server
     rows = latest_breakdown(breakdown_rows, profile_rows)
     by: dict[tuple, dict] = {}
-    for p in latest:
-        key = (p["card"], p["layers"], p["mode"], p.get("quant", "bf16"))
+    for p in latest:   # engines compared on one machine only
+        key = (p["card"], p["layers"], p["mode"], p.get("quant", "bf16"), p.get("machine"))
         by.setdefault(key, {}).setdefault(p["engine"], []).append(p)
     out = []
-    for (card, layers, mode, quant), engines in sorted(by.items(), key=lambda kv: str(kv[0])):
+    for (card, layers, mode, quant, _machine), engines in sorted(by.items(), key=lambda kv: str(kv[0])):
         if a not in engines or b not in engines:
             continue
         pa = next((p for p in engines[a] if p["backend"] == "auto"), engines[a][0])
         pb = next((p for p in engines[b] if p["backend"] == "auto"), engines[b][0])
+        require_one_machine([pa, pb], "engine_difference")
         ca = {r["category"]: r["ms_per_step"] for r in rows if r["label"] == pa["label"]}
         cb = {r["category"]: r["ms_per_step"] for r in rows if r["label"] == pb["label"]}
         base = {"card": card, "layers": layers, "mode": mode, "quant": quant, "a": pa["label"], "b": pb["label"],
@@ -168,7 +170,8 @@ def reclassify_breakdown(store, reason: str, at: str) -> list[dict]:
     trace's kernel names: each category gets the recorded GPU-busy time per step x its share of the kernel time in
     the kept trace's whole steps (a trace kept whole gives exactly what the recording would give today; a cut one,
     the split of its first steps); "gpu idle", steps and step times stay as recorded. Rewrites the table whole; a row
-    whose time changed carries ``corrected`` (by, fields, reason, at) as ``tools/corrections/mark_rows.py`` writes it."""
+    whose time changed carries ``corrected`` (by, fields, reason, at) as ``tools/corrections/mark_rows.py`` writes it,
+    with the row's earlier correction, if any, under ``earlier``."""
     from .kernels import load_trace, kernel_events
     from .steps import step_breakdown
 
@@ -188,7 +191,8 @@ def reclassify_breakdown(store, reason: str, at: str) -> list[dict]:
                 continue
             out.append({**r, "ms_per_step": ms, "share": ms / float(p["step_ms"]),
                         "corrected": {"by": "servebook.profile.tables.reclassify_breakdown",
-                                      "fields": ["ms_per_step", "share"], "reason": reason, "at": at}})
+                                      "fields": ["ms_per_step", "share"], "reason": reason, "at": at,
+                                      **({"earlier": r["corrected"]} if r.get("corrected") else {})}})
     store.replace("decode_breakdown", out)
     return out
 
@@ -220,6 +224,7 @@ def start_spread(profile_rows: Iterable[dict], label: str) -> dict | None:
     rows = [p for p in starts_of(list(profile_rows), label) if p.get("busy_ms") is not None and p.get("tpot_ms") is not None]
     if len(rows) < 2:
         return None
+    require_one_machine(rows, f"the start-to-start spread of {label}")   # two machines' difference is no start spread
     busy, tpot = [float(p["busy_ms"]) for p in rows], [float(p["tpot_ms"]) for p in rows]
     return {"label": label, "engine": rows[0]["engine"], "backend": rows[0].get("backend", "auto"), "starts": len(rows),
             "labels": [p["label"] for p in rows], "busy_ms": busy, "tpot_ms": tpot,
