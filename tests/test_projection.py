@@ -389,9 +389,14 @@ def test_slices_are_subtracted_only_within_one_day():
     # rows that name their machine pair by machine, whatever the day (the reference recording's rows carry one)
     for p, m in zip(rep["profile_runs"], ("gpu-b", "gpu-a", "gpu-a", "gpu-b")):
         p["machine"] = m                                   # 1L on b, 2L first start on a, INT4 on a, second start on b
+    # the INT4 slice's machine has no 1-layer slice: a subtraction across machines is refused, not named (issue #39)
+    from servebook.profile.machines import MachineMismatch
+    with pytest.raises(MachineMismatch, match="2 machines"):
+        pj.select_slices(rep["profile_runs"], "sglang")
+    for p in rep["profile_runs"]:
+        p["machine"] = "gpu-b"                             # every slice on one machine: paired, nothing named
     sl = pj.select_slices(rep["profile_runs"], "sglang")
-    assert sl["deep"]["label"] == "sglang 2L start 2"
-    assert sl["cross_day"] == ["sglang 2L int4 - sglang 1L"]   # the INT4 slice's machine has no 1-layer slice: named
+    assert sl["deep"]["label"] == "sglang 2L start 2" and sl["cross_day"] == []
 
 
 def test_the_flashinfer_fix_takes_its_measured_profile():
