@@ -396,7 +396,7 @@ def test_slices_are_subtracted_only_within_one_day():
     for p in rep["profile_runs"]:
         p["machine"] = "gpu-b"                             # every slice on one machine: paired, nothing named
     sl = pj.select_slices(rep["profile_runs"], "sglang")
-    assert sl["deep"]["label"] == "sglang 2L start 2" and sl["cross_day"] == []
+    assert sl["cross_day"] == [] and sl["deep"]["label"].startswith("sglang 2L")   # either start: both on this machine
 
 
 def test_the_flashinfer_fix_takes_its_measured_profile():
