@@ -436,7 +436,9 @@ def test_a_book_given_secrets_writes_none_of_them(tmp_path, embedded_model, no_e
     res = subprocess.run([sys.executable, "-m", "servebook.cli", "book", "--smoke", "--only", "01,05", "--run-id", "secrets",
                           "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "site"), "-p", f"engine_args={args}",
                           "-p", "max_tokens=8", "-p", "runs=1"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=540)
-    assert res.returncode == 0, res.stderr[-3000:]
+    # transformers serve refuses --api-key, so chapter 05 measures nothing and is recorded failed (issue #38: never "ok")
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    assert res.returncode == 0 or "failed: 05_benchmark_single_stream" in res.stderr, res.stderr[-3000:]
     found = [(n, s) for n, s in _scan(tmp_path, list(secrets.values()))]
     found += [("stdout", s) for s in secrets.values() if s in res.stdout + res.stderr]
     assert not found, found

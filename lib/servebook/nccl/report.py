@@ -97,6 +97,7 @@ def whatif_questions(floor, facts: dict) -> list[tuple[str, str]]:
                    f"Each engine's own: for {r0['case'].split('latency ')[-1]} "
                    f"{q('comm_floor_fact', r0['allreduce_us'], '.2f', of=r0['case'] + ' | allreduce_us')} us, the middle of the "
                    "published eight-rank PCIe figures for the NCCL environment the seed ran it with - the rule chapter 06 uses. The "
+                   f"profile's {q('host_gpu_count', facts['gpus'], 'd')} GPUs talk over {facts['interconnect']}, and the "
                    "seed's host is not known to be like either published host, so the range is the assumption; this chapter's "
                    "grid run on that host replaces it."))
     elif len(measured):
