@@ -20,10 +20,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.envs]
 # its own speed drifts between consecutive runs of ONE client by 12-25% (measured here: ITL 14.8 -> 20.7 ms
 # between servebook runs minutes apart). So this test does NOT demonstrate the issue's 5% agreement (that
 # needs a quiet GPU engine); it catches definition errors (per-chunk ITL, slot wait counted in TTFT, wrong
-# token counts), which show up as 2x or more. The bound is 50% whatever the spread, so that a noisy CI
-# machine cannot fail it while a definition error still does. The 5% agreement is shown on a paced server
+# token counts), which show up as 2x or more. The bound is 50%, on each client's best of three alternating
+# turns: a CI machine running other tests beside this one slowed one bench_serving turn by 53% (ITL 10.3 against
+# 6.4 ms) while a definition error moves every turn alike. The 5% agreement is shown on a paced server
 # instead (test_agreement_on_a_paced_server): steady, known timing, the same two clients.
-FLOOR, CAP = 0.50, 0.50
+TOL = 0.50
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def test_agreement_with_bench_serving_and_ceilings(sglang_env, server, embedded_
     for c in (1, 8):
         a = bench_compare.agreement(sglang_env.python, server.base_url, str(embedded_model), embedded_model, tok,
                                     input_len=32, output_len=32, concurrency=c, num_prompts=max(4, 2 * c),
-                                    workdir=tmp_path / f"c{c}")
+                                    repeats=3, workdir=tmp_path / f"c{c}")
         report["agreement"].append(a)
         assert a["bench_serving"]["completed"] == a["num_prompts"]
         assert all(s["completed"] == a["num_prompts"] for s in a["servebook"]["runs"]), a["servebook"]
@@ -90,10 +91,10 @@ def test_agreement_with_bench_serving_and_ceilings(sglang_env, server, embedded_
         assert a["bench_serving"]["output_tokens"] == a["num_prompts"] * 32
         assert all(s["output_tokens"] == a["num_prompts"] * 32 for s in a["servebook"]["runs"])
         for metric, m in a["metrics"].items():
-            tol = min(CAP, FLOOR + m["servebook_spread"])
-            print(f"C={c} {metric}: servebook {m['servebook']:.3f} bench_serving {m['bench_serving']:.3f} "
-                  f"diff {100 * m['rel_diff']:+.1f}% (servebook spread {100 * m['servebook_spread']:.1f}%, tol {100 * tol:.0f}%)")
-            assert abs(m["rel_diff"]) <= tol, (c, metric, m)
+            print(f"C={c} {metric}: best turns servebook {m['servebook_best']:.3f} bench_serving {m['bench_serving_best']:.3f} "
+                  f"diff {100 * m['rel_diff_best']:+.1f}% (means {100 * m['rel_diff']:+.1f}%, servebook spread "
+                  f"{100 * m['servebook_spread']:.1f}%, tol {100 * TOL:.0f}%)")
+            assert abs(m["rel_diff_best"]) <= TOL, (c, metric, m)
 
     rows = bench_compare.ceilings(sglang_env.python, embedded_model, concurrencies=(1, 64), tokens_per_request=2048,
                                   requests_per_level=2, workdir=tmp_path / "ceiling")

@@ -131,9 +131,14 @@ def agreement(python: str, url: str, model: str, model_dir: str | os.PathLike, t
     for k in ("ttft_ms", "itl_ms", "output_tok_s"):
         sb_vals, bs_vals = [r[k] for r in sbs], [r[k] for r in bss]
         sbk, bsk = sum(sb_vals) / len(sb_vals), sum(bs_vals) / len(bs_vals)
+        # each client's best turn: load from elsewhere on the host only slows a turn, so the best turns are the two
+        # clients' least disturbed readings (a definition error moves every turn alike and shows there as well)
+        best = max if k == "output_tok_s" else min
+        sbb, bsb = best(sb_vals), best(bs_vals)
         rows[k] = {"servebook": sbk, "bench_serving": bsk, "rel_diff": (sbk - bsk) / bsk,
                    "servebook_runs": sb_vals, "bench_serving_runs": bs_vals,
-                   "servebook_spread": (max(sb_vals) - min(sb_vals)) / sbk}
+                   "servebook_spread": (max(sb_vals) - min(sb_vals)) / sbk,
+                   "servebook_best": sbb, "bench_serving_best": bsb, "rel_diff_best": (sbb - bsb) / bsb}
     return {"concurrency": concurrency, "num_prompts": n, "input_len": input_len, "output_len": output_len,
             "repeats": max(1, repeats), "metrics": rows, "servebook": {"runs": sbs}, "bench_serving": {**bss[-1], "runs": bss}}
 
