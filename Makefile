@@ -13,10 +13,10 @@ JOBS ?= 2
 RUN ?=
 RECORD ?=
 TORCH_WHEELS ?= /opt/wheels
-# LOCKED=1 (the default) installs the versions in locks/ (the ones the suite passes with); LOCKED=0 the newest ones
+# LOCKED=1 (the default) installs the versions in requirements.lock (the ones the suite passes with); LOCKED=0 the newest ones
 # pyproject.toml allows. `make lock` refreshes the lock (UPGRADE=1: to the newest allowed versions).
 LOCKED ?= 1
-LOCK := locks/constraints.txt
+LOCK := requirements.lock
 LOCK_PINS := locks/pins.txt
 VENV_LATEST ?= .venv-latest
 # uv installs no bytecode (compiling all 17,000 modules of the environment took almost 3 min on 2 busy cores); the first
