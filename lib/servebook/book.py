@@ -530,13 +530,14 @@ def _parameters_table(nb) -> None:
 def _frame(nb, chapter: Chapter, store: RunStore, run_dir: Path) -> None:
     """The page's frame around the executed cells: the table of changed parameters above one parameters cell showing the
     values the run used; chapter 06's verdict first; each figure's own alternative text; "run this yourself" last."""
+    whatif = bool((store.manifest.get("parameters") or {}).get("profile"))
+    last = pages_frame.run_yourself(nb, store.manifest, chapter.number, run_dir, whatif)  # before the cells are merged
     _parameters_table(nb)
     pages_frame.merge_parameters(nb)
     if chapter.number == "06":
         pages_frame.verdict_first(nb)
     _figure_alts(nb)
-    whatif = bool((store.manifest.get("parameters") or {}).get("profile"))
-    nb.cells.append(pages_frame.run_yourself(nb, store.manifest, chapter.number, run_dir, whatif))
+    nb.cells.append(last)
 
 
 def _figure_alts(nb) -> None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 __all__ = ["describe", "clip_at_zero", "install"]
 
 
-def _labels(ax, axis: str) -> list[str]:
-    ticks = ax.get_yticklabels() if axis == "y" else ax.get_xticklabels()
-    return [t.get_text() for t in ticks if t.get_text()]
+def _categories(ax) -> list[str]:
+    """The category labels of a chart whose x or y axis is categorical (bars per backend, per engine ...)."""
+    for axis in (ax.yaxis, ax.xaxis):
+        if type(getattr(axis, "units", None)).__name__ == "UnitData":
+            return [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
+    return []
 
 
 def _series(ax) -> list[str]:
@@ -35,9 +38,9 @@ def describe(fig) -> tuple[str, str]:
         what = title or "a chart"
         bars = [p for p in ax.patches if p.get_width() or p.get_height()]
         kind = f"{len(bars)} bars" if bars else f"{len(ax.lines)} lines" if ax.lines else "a chart"
-        cats = _labels(ax, "y") if ax.get_yscale() == "linear" and bars and yl == "" else []
+        cats = _categories(ax)
         series = _series(ax)
-        alt = f"{what}: {kind}" + (f" of {xl}" if xl and not yl else f", {yl} against {xl}" if xl and yl else "")
+        alt = f"{what}: {kind}" + (f", {yl} against {xl}" if xl and yl else f" of {xl or yl}" if xl or yl else "")
         if cats:
             alt += "; one per " + ", ".join(cats[:8]) + (f" and {len(cats) - 8} more" if len(cats) > 8 else "")
         if series:
@@ -74,13 +77,14 @@ def clip_at_zero(fig) -> None:
 def install() -> None:
     """In a chapter's kernel: every matplotlib figure shown as PNG carries ``alt`` and ``caption`` metadata and has its
     intervals cut at zero (``clip_at_zero``)."""
-    import matplotlib.pyplot  # noqa: F401 - configures the inline backend, which registers its formatters first
+    import matplotlib.pyplot as plt
     from IPython import get_ipython
     from matplotlib.figure import Figure
 
     ip = get_ipython()
     if ip is None:
         return
+    plt.close(plt.figure())  # loads the inline backend, which registers its PNG formatter first (pyplot loads it lazily)
     fmt = ip.display_formatter.formatters["image/png"]
     try:
         draw = fmt.lookup_by_type(Figure)

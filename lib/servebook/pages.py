@@ -86,6 +86,7 @@ def merge_parameters(nb) -> int:
             rest = (rest + f" ({note})") if rest.strip().startswith("#") else f"{rest}  # {note}"
         lines[node.lineno - 1] = line[:node.col_offset] + _shown(name, value) + rest
     extra = [n for n in injected if n not in defaults_of(nb)]
+    given += len(extra)
     if extra:
         lines.append("# given by servebook for this execution:")
         lines += [f"{n} = {_shown(n, injected[n])}" for n in extra]
@@ -148,6 +149,7 @@ def commands(nb, manifest: dict, number: str, run_dir: Path) -> dict[str, list[s
     did (its recorded parameters, the page's values over them; defaults left out), and that execute it again on these
     recorded tables (no GPU)."""
     from .params import PARAMS
+    from .paths import book_root
 
     defaults, injected = defaults_of(nb), injected_of(nb)
     values = {**_recorded_invocation(manifest, set(defaults) | set(PARAMS)), **injected}
@@ -157,7 +159,7 @@ def commands(nb, manifest: dict, number: str, run_dir: Path) -> dict[str, list[s
     argv = ["servebook", "book", "--only", number]
     if model != "embedded":
         argv += ["--model", model]
-    for name, value in values.items():
+    for name, value in sorted(values.items(), key=lambda kv: kv[0] not in PARAMS):  # --engine, --profile first
         if name in PARAMS:
             if value not in ("", False, None) and PARAMS[name].default != value:
                 argv += [f"--{name.replace('_', '-')}"] + ([] if value is True else [str(value)])
@@ -165,11 +167,19 @@ def commands(nb, manifest: dict, number: str, run_dir: Path) -> dict[str, list[s
             argv += ["-p", f"{name}={value}"]
     if host.startswith("ssh://"):
         argv += ["--host", "ssh://USER@YOUR-HOST"]
-    again = ["servebook", "html", str(run_dir), "--refresh", number]
-    for name, value in injected.items():
-        if name not in GIVEN_ONLY and name != "host" and defaults.get(name) != value and value != "":
-            again += ["-p", f"{name}={value}"]
-    return {"measure": before + [shlex.join(argv)], "tables": [shlex.join(again + ["--out", f"build/{run_dir.name}"])]}
+    try:
+        shown_dir = str(Path(run_dir).resolve().relative_to(book_root().resolve()))
+    except ValueError:
+        shown_dir = str(run_dir)
+    again = ["servebook", "html", shown_dir, "--refresh", number]
+    recorded = manifest.get("parameters") or {}
+    for name, value in injected.items():  # the run's own parameters come from its manifest; the others as the page ran
+        if name in GIVEN_ONLY or value == "" or (name in PARAMS and recorded.get(name) == value) or defaults.get(name) == value:
+            continue
+        if name in PARAMS and name != "model":
+            continue
+        again += ["-p", f"{name}={value}"]
+    return {"measure": before + [shlex.join(argv)], "tables": [shlex.join(again + ["--out", f"build/{Path(run_dir).name}"])]}
 
 
 def run_yourself(nb, manifest: dict, number: str, run_dir: Path, whatif: bool):
