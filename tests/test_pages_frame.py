@@ -148,3 +148,17 @@ def test_a_figure_in_the_kernel_carries_its_text_to_the_page(tmp_path):
     page, _ = _exporter().from_notebook_node(nb)
     assert "<figcaption>ms per token, over 3 runs</figcaption>" in page
     assert 'alt="two bars: 2 bars of ms per token; one per a, b."' in page
+
+
+def test_each_term_is_linked_at_its_first_use_and_the_text_stays_the_same(shelf_dir):
+    from servebook.glossary import link_first_uses
+    from servebook.stated.consistency import visible
+
+    page = ("<html><head><title>MLA</title></head><body><h2>TTFT</h2><p>The MLA kernel at tensor parallelism, MLA again.</p>"
+            "<pre>NCCL_PROTO=LL and TTFT</pre><p><code>MLA</code> <a href='x'>eager</a> then TTFT, eager.</p></body></html>")
+    out = link_first_uses(page)
+    assert out.count('class="sb-term"') == 4  # MLA, tensor parallelism, TTFT (its first use in prose), eager
+    assert out.count('href="../glossary.html#mla"') == 1 and "<title>MLA</title>" in out and "<pre>NCCL_PROTO=LL and TTFT</pre>" in out
+    assert visible(out).blocks == visible(page).blocks
+    live = (shelf_dir / "h200x1-live" / "03_force_each_backend.html").read_text()
+    assert 'class="sb-term" href="../glossary.html#mla"' in live or 'href="../glossary.html#slice"' in live

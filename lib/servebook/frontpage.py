@@ -1,15 +1,16 @@
-"""The front page of every rendered book: ``rendered/index.html``.
+"""The front page of every rendered book: ``rendered/index.html`` (and ``rendered/glossary.html`` beside it).
 
     render_front_page("rendered", "data/runs")   # -> Path("rendered/index.html")
     servebook front rendered/ [--runs data/runs]
 
-One card per book (a folder with ``index.html`` and ``run.json``): its host (GPUs, from the run's probe and tables),
-engines and versions, model, date, and a one-line answer computed from the run's tables (``servebook.findings``):
-the fastest configuration and its tok/s for a measured run ("correct" only where its decode kernel's tokens were
-compared); for a what-if, the projection's predicted tok/s
-per engine (table ``seed_projection``) when the run has one, else the backend each engine's own code selects. Every
-figure is tagged with ``servebook.stated.q``, so the front page can be checked against the book it summarises.
-Then the debugging path as a figure: chapter by chapter, the question it answers, linked to each book's page.
+Answer first: the investigation's question and its current answer for the seed case (``servebook.frontpage_answer``,
+from the what-if book's chapter 06 tables); then the reference book (``servebook.shelf.REFERENCE_BOOKS``: its host, engines
+and versions, model, date, and a one-line answer computed from its tables by ``servebook.findings``: the fastest
+configuration and its tok/s, "correct" only where its decode kernel's tokens were compared); then the what-if book; then
+one table for every configuration several books measured, the reference's number first and each other's with why it
+differs (``servebook.frontpage_same``); then the earlier recordings, by name only (their numbers stay on their pages and in
+that table). Every figure is tagged with ``servebook.stated.q``, so the front page can be checked against the books it
+summarises. Then the debugging path as a figure: chapter by chapter, the question it answers, linked to each book's page.
 
 The page is made only from the renders and their runs: running it twice writes the same bytes; links are relative.
 """
@@ -267,7 +268,7 @@ def _card(b: dict, answer: bool = True) -> str:
             f"<tr><th>engines</th><td>{engines} &middot; under study: {e(str(b['engine']))}</td></tr>"
             f"<tr><th>model</th><td>{e(b['model'])}</td></tr>"
             f"<tr><th>date</th><td>{e(b['date'])} &middot; run <code>data/runs/{e(b['run'])}</code></td></tr>"
-            + (f'<tr><th>answer</th><td class="sb-answer">{b["answer"]}</td></tr>' if answer else "")
+            + (f'<tr><th>answer</th><td class="sb-answer">{b["answer"] if answer else "the answer at the top of this page, read from this book&#39;s chapter 06 tables"}</td></tr>')
             + "</table></section>")
 
 
@@ -310,18 +311,21 @@ def render_front_page(rendered_dir: str | os.PathLike = "rendered", runs_dir: st
     whatifs = [b for b in summaries if b["whatif"] and b["name"] != ref]
     earlier = [b for b in summaries if b not in reference and b not in whatifs]
     same = table_html(same_configuration(summaries, ref), ref)
+    answered = next((b["name"] for b in whatifs if b["store"].rows("seed_range")), None)  # the book seed_answer reads
     page = (f'<!doctype html><html><head><meta charset="utf-8"><title>servebook: the rendered books</title>'
             f'<style>{_CSS}</style></head><body><p><a href="{glossary.FILE}">glossary</a> (every term the books use)</p>'
             "<h1>servebook</h1>" + seed_answer(whatifs)
             + (f"<h2>The reference book: {html.escape(ref)}</h2><p>This project's reference recording on an H200; where several "
                "books measured the same configuration, its number is the one quoted.</p>" + _card(reference[0]) if reference else "")
-            + ("<h2>The what-if book" + ("s" if len(whatifs) > 1 else "") + "</h2>" + "".join(_card(b) for b in whatifs) if whatifs else "")
+            + ("<h2>The what-if book" + ("s" if len(whatifs) > 1 else "") + "</h2>"
+               + "".join(_card(b, answer=b["name"] != answered) for b in whatifs) if whatifs else "")
             + ('<h2 id="same-configuration">Same configuration, other methods</h2><p>Every rate another book measured for a '
                "configuration the reference book measured, and why it differs from the reference's.</p>" + same if same else "")
             + (f'<h2>Earlier recordings ({len(earlier)})</h2><p>Kept as evidence, each re-executed on its own tables; every page '
                "of each carries a banner naming the book that superseded it.</p><ul class=\"sb-earlier\">"
                + "".join(_earlier(b, ref) for b in earlier) + "</ul>" if earlier else "")
             + "<h2>The debugging path</h2>" + _path_figure(summaries) + "</body></html>\n")
+    page = glossary.link_first_uses(page, up="")
     glossary.write_glossary(rendered_dir)
     out = rendered_dir / "index.html"
     if not out.exists() or out.read_text(encoding="utf-8") != page:

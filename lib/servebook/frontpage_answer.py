@@ -30,10 +30,14 @@ def seed_answer(whatifs: list[dict]) -> str:
     from .profile.verdict import t
     from .stated import q
 
+    from .stated.figures import seed_case
+
     book = next((b for b in whatifs if b["store"].rows("seed_range")), None)
-    question = ('<p><b>The question:</b> why is an LLM-serving engine slow on this hardware, and what fixes it? The case '
-                'this book follows (the <a href="glossary.html#seed">seed</a>): Kimi-K2.5 on 8x RTX PRO 6000 Blackwell, '
-                "tensor parallel 8, where SGLang 0.5.9 decoded more slowly than vLLM single stream")
+    c = seed_case()
+    question = ("<p><b>The question:</b> why is an LLM-serving engine slow on this hardware, and what fixes it? The case "
+                f"this book follows (the seed, <code>{html.escape(c['file'])}</code>): {html.escape(str(c['model']))} on the "
+                f"hardware profile <code>{html.escape(str(c['profile']))}</code> at tensor parallel {c['tp']}, where SGLang "
+                f"{html.escape(str(c['engines']['sglang']).split(' ')[0])} decoded more slowly than vLLM single stream")
     if book is None:
         return "<h2>The question</h2>" + question + ". No what-if book here has recorded the seed's verdict yet.</p>"
     store, e = book["store"], html.escape

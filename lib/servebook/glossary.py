@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Term", "TERMS", "FILE", "glossary_html", "write_glossary", "href"]
+__all__ = ["Term", "TERMS", "FILE", "USES", "glossary_html", "write_glossary", "href", "link_first_uses"]
 
 FILE = "glossary.html"
 
@@ -66,11 +67,7 @@ _LIST = [
        "with seeded random bf16 weights or none (<em>dummy</em>: the engine starts with <code>--load-format dummy</code>). "
        "Its rates are the slice's, never the full model's; the difference between a 1-layer and a 2-layer slice is one layer's "
        "time."),
-    _t("seed", "seed (the seed case)",
-       "The case this book follows (<code>data/reference/seed-case.json</code>): Kimi-K2.5 (INT4) on 8x RTX PRO 6000 "
-       "Blackwell at tensor parallel 8, SGLang 0.5.9 at 63.6 tok/s single stream against vLLM at 82.5. &ldquo;The seed's "
-       "figures&rdquo; are that investigation's own; this book never measured them, and its write-ups are not taken as "
-       "evidence."),
+    _t("seed", "seed (the seed case)", "SEED"),  # filled from data/reference/seed-case.json (_seed_text)
     _t("graph", "graph / eager (CUDA graphs)",
        "With CUDA graphs the engine records a decode step's kernel launches once per batch size and replays the whole step "
        "with one launch; eager mode launches every kernel from Python each step. Tables say <code>mode graph</code> or "
@@ -124,14 +121,30 @@ _LIST = [
        "and the partial results are combined with <a href=\"#all-reduce\">all-reduces</a>. TP=1 has none."),
     _t("all-reduce", "all-reduce",
        "The collective that sums a tensor across the GPUs of a tensor-parallel group and leaves the sum on every GPU. At "
-       "decode each one carries one token's hidden state (hidden size &times; 2 bytes in bf16: 14,336 B for Kimi-K2.5), so "
-       "its latency, not bandwidth, matters; chapter 04 measures it under each NCCL setting."),
+       "decode each one carries one token's hidden state (hidden size &times; 2 bytes in bf16, a few kB), so its latency, "
+       "not bandwidth, matters; chapter 04 measures it under each NCCL setting."),
     _t("nccl", "NCCL",
        "NVIDIA's collective library, which the engines' all-reduces use unless they use a custom kernel. Its environment "
        "variables (<code>NCCL_PROTO</code>, <code>NCCL_ALGO</code>, <code>NCCL_P2P_LEVEL</code> ...) choose the protocol "
        "and path; <code>NCCL_DEBUG=INFO</code> prints what it chose."),
 ]
 
+
+
+def _seed_text() -> str:
+    """The seed's definition, its figures read from ``data/reference/seed-case.json`` (never typed in here)."""
+    from .stated.figures import seed_case
+
+    c = seed_case()
+    tok = c["single_stream_tok_s"]
+    return (f"The case this book follows (<code>{html.escape(c['file'])}</code>): {html.escape(str(c['model']))} on the hardware "
+            f"profile <code>{html.escape(str(c['profile']))}</code> at tensor parallel {c['tp']}, SGLang "
+            f"{html.escape(str(c['engines']['sglang']).split(' ')[0])} at {tok['sglang']} tok/s single stream against vLLM at "
+            f"{tok['vllm']}. &ldquo;The seed's figures&rdquo; are that investigation's own; this book never measured them, "
+            "and its write-ups are not taken as evidence.")
+
+
+_LIST = [Term(t.key, t.name, _seed_text()) if t.text == "SEED" else t for t in _LIST]
 TERMS: dict[str, Term] = {t.key: t for t in _LIST}
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5;padding:0 1em}
@@ -161,3 +174,56 @@ def write_glossary(directory: str | os.PathLike) -> Path:
     if not out.exists() or out.read_text(encoding="utf-8") != page:
         out.write_text(page, encoding="utf-8")
     return out
+
+
+# How each term is written in the pages' prose (a regular expression): ``link_first_uses`` links its first use on a page.
+USES = {
+    "mla": r"\bMLA\b", "ttft": r"\bTTFT\b", "tpot": r"\bTPOT\b", "itl": r"\bITL\b",
+    "decode": r"\bprefill\b", "single-stream": r"\bsingle[- ]stream\b", "card": r"\bmodel cards?\b",
+    "slice": r"\bslices?\b", "seed": r"\bseed(?:'s)?\b", "graph": r"\bCUDA graphs?\b|\beager\b",
+    "host-bound": r"\bhost-bound\b", "gpu-idle": r"\b[Gg][Pp][Uu] idle\b", "teacher-forced": r"\bteacher-forced\b",
+    "profile": r"\bhardware profile\b|\btrace profile\b|\bdecode-step profiles?\b", "what-if": r"\bwhat-if\b",
+    "reference": r"\breference (?:book|recording)\b", "start": r"\bserver starts?\b", "interval": r"\b95% interval\b",
+    "roofline": r"\broofline\b", "tp": r"\btensor[- ]parallel(?:ism)?\b", "all-reduce": r"\ball-reduces?\b",
+    "nccl": r"\bNCCL\b",
+}
+_USE = re.compile("|".join(f"(?P<{k.replace('-', '_')}>{v})" for k, v in USES.items()))
+# Text inside these elements is never linked: code, preformatted output, links, headings, the page's head, folded summaries.
+_SKIP = {"a", "code", "pre", "script", "style", "title", "head", "summary", "h1", "h2", "h3", "h4", "h5", "h6", "textarea", "svg"}
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9]*)[^>]*?(/?)>|<!--.*?-->|<!\[CDATA\[.*?\]\]>|<![^>]*>", re.S)
+_VOID = {"br", "img", "hr", "meta", "link", "input", "col", "source", "wbr", "area", "base", "embed", "param", "track"}
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"<[^>]+>", "", html.unescape(text))
+
+
+def link_first_uses(page: str, up: str = "..") -> str:
+    """``page`` with the first use of each glossary term in its prose linked to the glossary, the definition as the
+    link's title (shown on hover): each term defined where a reader first meets it. Code, output listings, links,
+    headings and folded summaries are left as they are; the visible text does not change."""
+    out, pos, skip, done = [], 0, [], set()
+
+    def link(m: re.Match) -> str:
+        key = next(k for k, v in m.groupdict().items() if v).replace("_", "-")
+        if key in done:
+            return m.group(0)
+        done.add(key)
+        return (f'<a class="sb-term" href="{href(key, up)}" title="{html.escape(_plain(TERMS[key].text), quote=True)}">'
+                f"{m.group(0)}</a>")
+
+    for m in _TAG.finditer(page):
+        text = page[pos:m.start()]
+        out.append(_USE.sub(link, text) if text and not skip and len(done) < len(USES) else text)
+        out.append(m.group(0))
+        pos = m.end()
+        closing, name = m.group(1), (m.group(2) or "").lower()
+        if name in _SKIP and not m.group(3):
+            if closing:
+                if name in skip:
+                    del skip[len(skip) - 1 - skip[::-1].index(name)]
+            else:
+                skip.append(name)
+    tail = page[pos:]
+    out.append(_USE.sub(link, tail) if tail and not skip else tail)
+    return "".join(out)
