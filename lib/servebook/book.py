@@ -438,6 +438,8 @@ _TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- set tags = cell.metadata.get('tags', []) -%}
 {%- if 'show-code' in tags -%}
 {{ super() }}
+{%- elif 'sb-verdict-first' in tags -%}
+{#- chapter 06's verdict, moved to the top: its output only (the call that prints it is the chapter's code) -#}
 {%- elif 'parameters' in tags -%}
 <details class="sb-code sb-params"><summary>parameters this run used (the notebook's defaults with the {{ cell.metadata.get('sb_given', 0) }} values it was given merged in)</summary>
 {{ super() }}

@@ -46,7 +46,10 @@ def describe(fig) -> tuple[str, str]:
         if series:
             alt += "; series: " + ", ".join(series[:8])
         parts.append(alt)
-        caps.append(f"{what}" + (f" - x: {xl}" if xl else "") + (f"; y: {yl}" if yl else ""))
+        points = sorted({len(line.get_xdata()) for line in ax.lines if not str(line.get_label()).startswith("_")})
+        count = (f"{len(bars)} bars" if bars else f"{len(ax.lines)} lines" + (f" of {points[0]} points each" if len(points) == 1
+                                                                              else "") if ax.lines else "")
+        caps.append(f"{what}" + (f" - x: {xl}" if xl else "") + (f"; y: {yl}" if yl else "") + (f"; {count}" if count else ""))
     alt = getattr(fig, "sb_alt", None) or (". ".join(parts) + "." if parts else "a figure with no axes")
     caption = getattr(fig, "sb_caption", None) or ("; ".join(caps) if caps else "")
     return alt, caption
