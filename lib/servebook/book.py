@@ -538,24 +538,8 @@ def _frame(nb, chapter: Chapter, store: RunStore, run_dir: Path) -> None:
     pages_frame.merge_parameters(nb)
     if chapter.number == "06":
         pages_frame.verdict_first(nb)
-    _figure_alts(nb)
+    pages_frame.figure_alts(nb)
     nb.cells.append(last)
-
-
-def _figure_alts(nb) -> None:
-    """A figure executed before figures carried their own text (``servebook.pagefigures``): alternative text naming the
-    section it sits in and its place there, so no two figures of a page share one."""
-    section, n = "the chapter's opening", 0
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            head = next((l.lstrip("# ").strip() for l in cell.source.splitlines() if l.startswith("#")), None)
-            section, n = (head, 0) if head else (section, n)
-            continue
-        for o in cell.get("outputs", []):
-            if "image/png" in (o.get("data") or {}):
-                n += 1
-                md = o.setdefault("metadata", {}).setdefault("image/png", {})
-                md.setdefault("alt", f"figure {n} of the section '{section}', drawn by the code above from this run's tables")
 
 
 def _drop_noise(nb) -> int:

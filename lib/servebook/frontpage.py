@@ -42,7 +42,9 @@ QUESTIONS = {
 
 def books(rendered_dir: str | os.PathLike) -> list[Path]:
     """The rendered books under ``rendered_dir``: folders with an ``index.html`` and a ``run.json``, by name."""
-    return sorted(p.parent for p in Path(rendered_dir).glob("*/run.json") if (p.parent / "index.html").exists())
+    from .shelf import books as on_shelf
+
+    return on_shelf(Path(rendered_dir))
 
 
 def _run_dir(render: Path, runs_dir: Path | None) -> Path:

@@ -15,7 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parameters_used", "merge_parameters", "verdict_first", "run_yourself", "commands", "banner_html", "GIVEN_ONLY"]
+__all__ = ["parameters_used", "merge_parameters", "verdict_first", "run_yourself", "commands", "banner_html", "figure_alts", "GIVEN_ONLY"]
 
 # Parameters servebook gives every chapter itself: never part of a command a reader types.
 GIVEN_ONLY = ("run_dir", "measure")
@@ -199,6 +199,22 @@ def run_yourself(nb, manifest: dict, number: str, run_dir: Path, whatif: bool):
     cell = nbformat.v4.new_markdown_cell(text, metadata={"tags": ["sb-run-yourself"]})
     cell["id"] = "sb-run-yourself"
     return cell
+
+
+def figure_alts(nb) -> None:
+    """A figure executed before figures carried their own text (``servebook.pagefigures``): alternative text naming the
+    section it sits in and its place there, so no two figures of a page share one."""
+    section, n = "the chapter's opening", 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            head = next((l.lstrip("# ").strip() for l in cell.source.splitlines() if l.startswith("#")), None)
+            section, n = (head, 0) if head else (section, n)
+            continue
+        for o in cell.get("outputs", []):
+            if "image/png" in (o.get("data") or {}):
+                n += 1
+                md = o.setdefault("metadata", {}).setdefault("image/png", {})
+                md.setdefault("alt", f"figure {n} of the section '{section}', drawn by the code above from this run's tables")
 
 
 def banner_html(superseded_by: str | None) -> str:
