@@ -34,6 +34,7 @@ def shelf_dir(tmp_path_factory) -> Path:
     ref.mkdir()
     (ref / "index.html").write_text("<html></html>")
     (ref / "run.json").write_text(json.dumps({"run_dir": "data/runs/h200x1-trust", "manifest": {"parameters": {}}}))
+    (out / "index.html").write_text("<html></html>")  # the front page's place
     render_book(ROOT / "data" / "runs" / "h200x1-live", out / "h200x1-live")
     return out
 
@@ -58,6 +59,15 @@ def test_every_page_links_the_glossary_and_carries_the_superseded_banner(shelf_d
         text = p.read_text()
         assert f'href="../{glossary.FILE}"' in text, f"{p.name} does not link the glossary"
         assert 'id="sb-superseded"' in text and 'href="../h200x1-trust/index.html"' in text, f"{p.name} has no banner"
+
+
+def test_every_link_of_the_frame_resolves(shelf_dir):
+    """The links the frame adds (glossary, terms, the front page, the superseding book) lead out of the book: each resolves."""
+    for p in sorted((shelf_dir / "h200x1-live").glob("*.html")):
+        links = re.findall(r'<a [^>]*href="(\.\./[^"]*)"', p.read_text())
+        assert any("glossary.html#" in h for h in links), f"{p.name} links no term"
+        for h in links:
+            assert (p.parent / h.split("#")[0]).is_file(), f"{p.name}: link {h!r} resolves to no file"
 
 
 def test_a_book_alone_has_no_banner(tmp_path):

@@ -559,12 +559,12 @@ def _drop_noise(nb) -> int:
     return dropped
 
 
-def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, title: str) -> str:
+def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, title: str, shelved: bool = False) -> str:
     parts = ['<div class="sb-nav"><a href="index.html">servebook</a>']
     parts.append(f'<a href="{prev[0]}">&larr; {html.escape(prev[1])}</a>' if prev else "<span></span>")
     parts.append(f'<span class="sb-here">{html.escape(title)}</span>')
     parts.append(f'<a href="{nxt[0]}">{html.escape(nxt[1])} &rarr;</a>' if nxt else "<span></span>")
-    parts.append(f'<a href="../{glossary.FILE}">glossary</a><a href="../index.html">all books</a></div>')
+    parts.append(f'<a href="../{glossary.FILE}">glossary</a>' + ('<a href="../index.html">all books</a>' if shelved else "") + "</div>")
     return "".join(parts)
 
 
@@ -715,6 +715,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     boxes = answer_boxes(store)
     superseded = pages_frame.banner_html(shelf.superseded_by(out, whatif=bool((manifest.get("parameters") or {}).get("profile"))))
     glossary.write_glossary(out.parent)  # beside the book, as rendered/glossary.html: every page links ../glossary.html
+    shelved = (out.parent / "index.html").exists()  # a front page beside the book (rendered/): the pages link it
     errors: dict[str, int] = {}
     for i, (chapter, executed) in enumerate(pages):
         nb = mask_notebook(nbformat.read(executed, as_version=4))
@@ -737,11 +738,11 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             where = ('<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.'
                      if errors[chapter.stem] else "Every cell ran; what each measurement tried and why it failed is below.")
             banner = f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}{where}</div>'
-        nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + superseded + banner + boxes.get(chapter.stem[:2], "")
+        nav = _NAV_CSS + _nav(prev, nxt, chapter.title, shelved) + superseded + banner + boxes.get(chapter.stem[:2], "")
         body = glossary.link_first_uses(re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1))
         body = _shared_stylesheet(mask_known(body), out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
-    (out / "index.html").write_text(mask_known(glossary.link_first_uses(_index_html(store, pages, status, errors, superseded))),
+    (out / "index.html").write_text(mask_known(glossary.link_first_uses(_index_html(store, pages, status, errors, superseded, shelved))),
                                     encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
     return out / "index.html"
@@ -807,7 +808,7 @@ def _verdict_html(run_dir: Path) -> str:
             f'<p><small>As <a href="06_findings.html">06. Findings</a> states it.</small></p></div>')
 
 
-def _index_html(store: RunStore, pages, status: dict, errors: dict, superseded: str = "") -> str:
+def _index_html(store: RunStore, pages, status: dict, errors: dict, superseded: str = "", shelved: bool = False) -> str:
     from .findings import host_summary, versions_read
 
     manifest = store.manifest
@@ -855,7 +856,7 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict, superseded: 
 .sb-card{{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em}}
 .sb-verdict{{border-left:4px solid #0969da;padding:.2em 1em;background:#f6f8fa}}
 .sb-superseded{{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:.6em 1em;margin:1em 0}}</style>
-</head><body>{superseded}<p><a href="../index.html">all books</a> &middot; <a href="../{glossary.FILE}">glossary</a></p><h1>servebook</h1><p>Why is this engine slow on this hardware, and what fixes it? An investigation in six steps.</p>
+</head><body>{superseded}<p>{'<a href="../index.html">all books</a> &middot; ' if shelved else ''}<a href="../{glossary.FILE}">glossary</a></p><h1>servebook</h1><p>Why is this engine slow on this hardware, and what fixes it? An investigation in six steps.</p>
 <h2>This run</h2>{card}{_verdict_html(store.path)}<h2>Chapters</h2><ol style="list-style:none;padding-left:0">{''.join(rows)}</ol>
 <p>Start with <a href="06_findings.html">06. Findings</a> for what to change; every finding links to the chapter that shows it.</p></body></html>
 """
