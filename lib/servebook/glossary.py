@@ -99,8 +99,8 @@ _LIST = [
        "with the GPU faked from the hardware profile; chapters 03 to 05 plan rather than measure; chapter 06 projects decode "
        "time from trace profiles recorded on another GPU. Its rates are predictions and say so."),
     _t("reference", "reference book / reference run",
-       "The front page quotes one number per quantity: the reference book's (this project's H200 recording with the most "
-       "server starts; the front page names it). Other books' numbers for the same configuration appear in its table "
+       "The front page quotes one number per quantity: the reference book's, this project's reference H200 recording "
+       "(named on the front page; <code>servebook.shelf.REFERENCE_BOOKS</code>). Other books' numbers for the same configuration appear in its table "
        "&ldquo;same configuration, other methods&rdquo;, with why each differs. In the what-if's tables, "
        "<code>reference_run</code> names something else: the recording whose trace profiles the projection carries "
        "(<code>h200x1-prof</code>)."),
