@@ -742,8 +742,8 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         body = glossary.link_first_uses(re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1))
         body = _shared_stylesheet(mask_known(body), out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
-    (out / "index.html").write_text(mask_known(glossary.link_first_uses(_index_html(store, pages, status, errors, superseded, shelved))),
-                                    encoding="utf-8")
+    index = pages_frame.index_frame(_index_html(store, pages, status, errors), superseded, shelved)
+    (out / "index.html").write_text(mask_known(glossary.link_first_uses(index)), encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
     return out / "index.html"
 
@@ -808,7 +808,7 @@ def _verdict_html(run_dir: Path) -> str:
             f'<p><small>As <a href="06_findings.html">06. Findings</a> states it.</small></p></div>')
 
 
-def _index_html(store: RunStore, pages, status: dict, errors: dict, superseded: str = "", shelved: bool = False) -> str:
+def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     from .findings import host_summary, versions_read
 
     manifest = store.manifest
@@ -854,9 +854,8 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict, superseded: 
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook: {html.escape(str(manifest.get('run_id') or ''))}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5}}th{{text-align:left;padding-right:1em;vertical-align:top}}li{{margin:.3em 0}}
 .sb-card{{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em}}
-.sb-verdict{{border-left:4px solid #0969da;padding:.2em 1em;background:#f6f8fa}}
-.sb-superseded{{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:.6em 1em;margin:1em 0}}</style>
-</head><body>{superseded}<p>{'<a href="../index.html">all books</a> &middot; ' if shelved else ''}<a href="../{glossary.FILE}">glossary</a></p><h1>servebook</h1><p>Why is this engine slow on this hardware, and what fixes it? An investigation in six steps.</p>
+.sb-verdict{{border-left:4px solid #0969da;padding:.2em 1em;background:#f6f8fa}}</style>
+</head><body><h1>servebook</h1><p>Why is this engine slow on this hardware, and what fixes it? An investigation in six steps.</p>
 <h2>This run</h2>{card}{_verdict_html(store.path)}<h2>Chapters</h2><ol style="list-style:none;padding-left:0">{''.join(rows)}</ol>
 <p>Start with <a href="06_findings.html">06. Findings</a> for what to change; every finding links to the chapter that shows it.</p></body></html>
 """

@@ -15,7 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parameters_used", "merge_parameters", "verdict_first", "run_yourself", "commands", "banner_html", "figure_alts", "GIVEN_ONLY"]
+__all__ = ["parameters_used", "merge_parameters", "verdict_first", "run_yourself", "commands", "banner_html", "figure_alts", "index_frame", "GIVEN_ONLY"]
 
 # Parameters servebook gives every chapter itself: never part of a command a reader types.
 GIVEN_ONLY = ("run_dir", "measure")
@@ -215,6 +215,20 @@ def figure_alts(nb) -> None:
                 n += 1
                 md = o.setdefault("metadata", {}).setdefault("image/png", {})
                 md.setdefault("alt", f"figure {n} of the section '{section}', drawn by the code above from this run's tables")
+
+
+def index_frame(page: str, superseded: str, shelved: bool) -> str:
+    """A book's index page with its frame: the superseded banner (``banner_html``), links to the glossary and, in a shelf,
+    the front page, right after ``<body>``."""
+    import re
+
+    from .glossary import FILE
+
+    css = ("<style>.sb-superseded{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:.6em 1em;"
+           "margin:1em 0}</style>")
+    links = ('<p>' + ('<a href="../index.html">all books</a> &middot; ' if shelved else "") + f'<a href="../{FILE}">glossary</a></p>')
+    page = page.replace("</head>", css + "</head>", 1)
+    return re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + superseded + links, page, count=1)
 
 
 def banner_html(superseded_by: str | None) -> str:
