@@ -24,7 +24,7 @@ PENDING_MODULES = {  # path under lib/servebook
     "book.py",                # the book runner and its index: owned by the front-page work (#41)
     "profile/projection.py",  # the profile's projection to other machines
     "stated/registry.py",     # the stated-number registry: its quantities move beside the chapters that compute them
-    "selection/_runner.py", "selection/decode_path.py", "selection/envs.py", "selection/whatif.py", "servers.py",
+    "selection/_runner.py", "selection/envs.py", "selection/whatif.py", "servers.py",
 }
 PENDING_FUNCTIONS = {  # path:qualified name
     "agreement.py:compare_decodes",
@@ -45,7 +45,7 @@ PENDING_FUNCTIONS = {  # path:qualified name
     "profile/run.py:_measure",
     "selection/rootcause.py:_one",
     "probe/collect.py:probe", "selection/_decode_runner.py:_sglang", "selection/_decode_runner.py:_vllm",
-    "selection/_vllm_runner.py:run", "selection/decode_path.py:_allreduce_rows",
+    "selection/_vllm_runner.py:run",
 }
 PENDING_IMPORT_BY_NAME = {  # files that still load the package's own modules by name
     "stated/registry.py",     # its lambdas reach the chapters: each chapter is to register its own quantities instead
