@@ -151,7 +151,7 @@ def test_cli_standalone():
 
 
 def test_install_plan_drops_gpu_only_and_keeps_pins():
-    from servebook.selection.envs import install_plan
+    from servebook.selection.requires import install_plan
 
     keep, drop = install_plan(["torch==2.9.1", "transformers==4.57.1", "flashinfer_python==0.6.3", "sgl-kernel==0.3.21",
                                "nvidia-cutlass-dsl>=4.3.4", "nvidia-ml-py", "cuda-python==12.9", "torchvision", "xgrammar==0.1.27",
@@ -293,7 +293,7 @@ def test_vllm_static_reading():
 
 
 def test_install_plan_takes_runtime_extras_of_old_layouts():
-    from servebook.selection.envs import install_plan
+    from servebook.selection.requires import install_plan
 
     # sglang 0.5.2's METADATA (read from its wheel): the server's requirements sit in the "srt" and
     # "runtime_common" extras; unconditional ones are only aiohttp, requests, tqdm, numpy, IPython, setproctitle.
