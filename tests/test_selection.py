@@ -62,7 +62,8 @@ def test_transformers_whatif_embedded_this_host_asked_once_and_again_when_the_mo
     engine's answer for an architecture it does not know is an error, never the kept answer."""
     import shutil
 
-    from servebook.selection.whatif import remember_answers, remembered, whatif_many
+    from servebook.selection.memo import remember_answers, remembered
+    from servebook.selection.whatif import whatif_many
 
     model = shutil.copytree(materialize("embedded"), tmp_path / "embedded")
     remember_answers()
@@ -95,7 +96,8 @@ def test_whatif_memo_key_covers_every_input(tmp_path, monkeypatch):
     """The memo's key changes with each thing an answer depends on, one at a time (no engine run needed to show it)."""
     import shutil
 
-    from servebook.selection.whatif import _case, _memo_key, _setup
+    from servebook.selection.memo import _memo_key
+    from servebook.selection.whatif import _case, _setup
 
     model = shutil.copytree(materialize("kimi-k2.5"), tmp_path / "kimi")
 
