@@ -49,7 +49,6 @@ PENDING_FUNCTIONS = {  # path:qualified name
 }
 PENDING_IMPORT_BY_NAME = {  # files that still load the package's own modules by name
     "stated/registry.py",     # its lambdas reach the chapters: each chapter is to register its own quantities instead
-    "cli.py", "engines/launchers/vllm_backends.py", "hosts/scripts/host_call.py", "probe/scripts/engine_helpers.py",
 }
 
 
