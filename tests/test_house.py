@@ -24,7 +24,6 @@ PENDING_MODULES = {  # path under lib/servebook
     "book.py",                # the book runner and its index: owned by the front-page work (#41)
     "profile/projection.py",  # the profile's projection to other machines
     "stated/registry.py",     # the stated-number registry: its quantities move beside the chapters that compute them
-    "selection/_runner.py",
 }
 PENDING_FUNCTIONS = {  # path:qualified name
     "agreement.py:compare_decodes",
