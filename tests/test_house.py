@@ -43,7 +43,6 @@ PENDING_FUNCTIONS = {  # path:qualified name
     "profile/projection.py:select_slices",
     "profile/run.py:_measure",
     "selection/rootcause.py:_one",
-    "probe/collect.py:probe",
 }
 PENDING_IMPORT_BY_NAME = {  # files that still load the package's own modules by name
     "stated/registry.py",     # its lambdas reach the chapters: each chapter is to register its own quantities instead
