@@ -1,4 +1,4 @@
-"""Engine environments: an interpreter where an engine version is installed, enough to read and what-if.
+"""Engine environments built: an interpreter where an engine version is installed, enough to read and what-if.
 
     env = add_engine("sglang==0.5.9")            # cached venv, no GPU-only dependencies
     env = resolve_engine("sglang==0.5.9")        # the cached one (EngineError if not prepared)
@@ -14,35 +14,33 @@ PATH), given pip's own sources (find-links, indexes, constraint files); pip othe
 fails, and the environment's metadata says which and why (``_installer``); what it installs and drops is read
 from the engine's own metadata (``requires``). torch is the local CPU
 wheel. GPU-only libraries (flashinfer, sgl-kernel, CUDA bindings ...) are never installed: the
-what-if stands in for them with empty import stubs, and says so.
+what-if stands in for them with empty import stubs, and says so. Finding a prepared environment
+(``resolve_engine``, ``list_engines``, ``EngineEnv``) is shared ground, ``engines/envs.py``; its names are handed on here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import os
-import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
+from ..engines.envs import (SUPPORTED_ENGINES, EngineEnv, _env_dir, _meta_path, _package_dir,  # noqa: F401 (handed on)
+                           _wheel_requires, available_versions, engine_cuda, engines_root, list_engines,
+                           parse_engine_spec, resolve_engine)
 from ..errors import EngineError
-from ..interpreters import GPU_ONLY, python_from_env
+from ..interpreters import GPU_ONLY
 from ..interpreters import SELECTION_LIBS as _SELECTION_LIBS
-from ..paths import build_lock, cache_dir
+from ..paths import build_lock
 from ._installer import Installer
-from .requires import _DIST_OF, _wheel_requires, engine_cuda, install_plan
+from .requires import _DIST_OF, install_plan
 
 __all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
            "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions", "engine_cuda", "install_plan"]
 
-SUPPORTED_ENGINES = ("transformers", "sglang", "vllm")
 # The module whose import brings in the engine's selection logic.
 _PROBE_MODULE = {"sglang": "sglang.srt.server_args", "vllm": "vllm.platforms.cuda", "transformers": "transformers.modeling_utils"}
 # What a GPU host has by default: the kernel libraries each engine pins (and so installs) there.
@@ -54,134 +52,6 @@ DEFAULT_KERNEL_LIBS = {
 _HEARTBEAT_S = 60  # while an environment is built, a "still preparing" line this often (the installer is quiet for minutes)
 _TORCH_PIN = "torch==2.13.0"  # the CPU wheel in this machine's pip find-links (uv gets the file itself); never a CUDA download
 _RUNNER = Path(__file__).with_name("_runner.py")
-
-
-@dataclasses.dataclass
-class EngineEnv:
-    engine: str
-    version: str
-    python: str
-    package_dir: str
-    source: str  # "cached" | "engine-python" | "this-python"
-    stubs: tuple[str, ...] = ()
-    cuda: str | None = None        # the CUDA the engine's own pins bring on a GPU host (see engine_cuda)
-    cuda_source: str = ""
-    import_error: str | None = None  # set when the environment is known not to resolve (static reading only)
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def engines_root() -> Path:
-    return cache_dir() / "engines"
-
-
-def parse_engine_spec(spec: str) -> tuple[str, str | None]:
-    """``"sglang==0.5.9"`` -> ``("sglang", "0.5.9")``; ``"vllm"`` -> ``("vllm", None)``."""
-    spec = (spec or "").strip()
-    name, _, version = spec.partition("==")
-    name = name.strip().lower()
-    if name not in SUPPORTED_ENGINES:
-        raise EngineError(f"unknown engine {name!r}; engines: {', '.join(SUPPORTED_ENGINES)} (optionally ==VERSION)")
-    return name, (version.strip() or None)
-
-
-def _env_dir(engine: str, version: str) -> Path:
-    return engines_root() / f"{engine}-{version}-py{sys.version_info.major}{sys.version_info.minor}"
-
-
-def _meta_path(d: Path) -> Path:
-    return d / "servebook_env.json"
-
-
-def list_engines() -> list[dict]:
-    """Prepared (cached) engine environments."""
-    out = []
-    for meta in sorted(engines_root().glob("*/servebook_env.json")):
-        try:
-            out.append(json.loads(meta.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return out
-
-
-def available_versions(engine: str) -> list[str]:
-    """Versions the package index offers (``pip index versions``)."""
-    p = subprocess.run([sys.executable, "-m", "pip", "index", "versions", engine], capture_output=True, text=True, timeout=120)
-    m = re.search(r"Available versions:\s*(.+)", p.stdout)
-    return [v.strip() for v in m.group(1).split(",")] if m else []
-
-
-def _package_dir(python: str, engine: str) -> tuple[str, str]:
-    code = (f"import importlib.util, importlib.metadata as m, os; s = importlib.util.find_spec({engine!r}); "
-            f"print(m.version({engine!r})); print(os.path.dirname(s.origin) if s and s.origin else '')")
-    try:
-        p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
-    except OSError as exc:
-        raise EngineError(f"cannot run {python}: {exc.strerror}; pass --engine-python the interpreter where {engine} is installed") from exc
-    lines = p.stdout.strip().splitlines()
-    if p.returncode or len(lines) < 2 or not lines[1]:
-        raise EngineError(f"{engine} is not installed for {python}; pass --engine-python an interpreter that has it, "
-                          f"or prepare one: servebook engines add {engine}==VERSION")
-    return lines[0], lines[1]
-
-
-def _named_by_host(engine: str, version: str | None) -> EngineEnv | None:
-    """The environment a host names with ``SERVEBOOK_PYTHON_<ENGINE>`` (the one its servers run in), when no prepared
-    environment answers ``spec``: used only if it holds ``version`` (any version when None)."""
-    py = python_from_env(engine)
-    if py is None:
-        return None
-    found, pkg = _package_dir(py, engine)
-    if version and found != version:
-        return None
-    return EngineEnv(engine, found, py, pkg, "engine-python", (), *engine_cuda(py, engine))
-
-
-def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) -> EngineEnv:
-    """Find the interpreter for ``spec`` (``engine[==version]``)."""
-    engine, version = parse_engine_spec(spec)
-    if engine_python:
-        py = str(engine_python)
-        if not (os.path.isfile(py) and os.access(py, os.X_OK)):
-            raise EngineError(f"--engine-python {py}: no such interpreter; pass the python of the environment where {engine} is installed")
-        found, pkg = _package_dir(py, engine)
-        if version and found != version:
-            raise EngineError(f"{py} has {engine} {found}, not {version}; drop ==VERSION or pass another --engine-python")
-        return EngineEnv(engine, found, py, pkg, "engine-python", (), *engine_cuda(py, engine))
-    if version is None:
-        try:  # installed beside servebook?
-            found, pkg = _package_dir(sys.executable, engine)
-            return EngineEnv(engine, found, sys.executable, pkg, "this-python")
-        except EngineError:
-            cached = [e for e in list_engines() if e["engine"] == engine]
-            if not cached and (named := _named_by_host(engine, None)) is not None:
-                return named
-            if not cached:
-                raise EngineError(f"{engine} is not installed here and no environment is prepared; "
-                                  f"run: servebook engines add {engine}==VERSION (or pass --engine-python)") from None
-            version = sorted(cached, key=lambda e: _vkey(e["version"]))[-1]["version"]
-    if engine == "transformers":
-        found, pkg = _package_dir(sys.executable, engine)
-        if found == version:
-            return EngineEnv(engine, found, sys.executable, pkg, "this-python")
-    d = _env_dir(engine, version)
-    meta = _meta_path(d)
-    if not meta.is_file() and (named := _named_by_host(engine, version)) is not None:
-        return named
-    if not meta.is_file():
-        have = [f"{e['engine']}=={e['version']}" for e in list_engines()]
-        raise EngineError(f"{engine}=={version} is not prepared (prepared: {', '.join(have) or 'none'}); "
-                          f"run: servebook engines add {engine}=={version}")
-    m = json.loads(meta.read_text())
-    if "cuda" not in m:  # environments built before servebook recorded it
-        m["cuda"], m["cuda_source"] = engine_cuda(m["python"], engine)
-    return EngineEnv(engine, m["version"], m["python"], m["package_dir"], "cached", tuple(m.get("stubs", ())),
-                     m.get("cuda"), m.get("cuda_source", ""), None if m.get("importable", True) else m.get("import_error"))
-
-
-def _vkey(v: str):
-    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]|post", v))
 
 
 def _ask(python: str, runner: Path, req: dict, timeout: float, what: str, unset: tuple[str, ...] = ()) -> dict:

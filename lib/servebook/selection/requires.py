@@ -1,18 +1,18 @@
 """What an engine environment installs, read from the engine's own ``Requires-Dist``.
 
     keep, dropped = install_plan(requires)       # the engine's pins, less the GPU-only and heavy requirements
-    engine_cuda(python, "sglang")                 # ("12.9", "sglang Requires-Dist: cuda-python==12.9")
 
-Nothing is installed here (``envs.add_engine`` builds the environment); these read the wheel's metadata in the
-environment's interpreter and decide from it.
+Nothing is installed here (``envs.add_engine`` builds the environment). The CUDA an engine's pins bring
+(``engine_cuda``) is read on the shared ground, ``engines/envs.py``, where an environment is found.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
 
-__all__ = ["install_plan", "engine_cuda"]
+from ..engines.envs import _norm
+
+__all__ = ["install_plan"]
 
 # Import name -> distribution name, where they differ.
 _DIST_OF = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "sklearn": "scikit-learn", "google": "protobuf",
@@ -20,10 +20,6 @@ _DIST_OF = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "sklearn": "sciki
             "sentencepiece": "sentencepiece", "multipart": "python-multipart", "msgspec": "msgspec", "cpuinfo": "py-cpuinfo",
             "blake3": "blake3", "cbor2": "cbor2", "attr": "attrs", "dotenv": "python-dotenv", "pydantic_core": "pydantic-core",
             "typing_extensions": "typing-extensions", "importlib_metadata": "importlib-metadata"}
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
 
 # Requirements an engine environment never installs, decided by reading the engines' own
 # Requires-Dist (sglang 0.5.4/0.5.9/0.5.23, vllm 0.1x) and what each wheel carries:
@@ -89,31 +85,3 @@ def install_plan(requires: list[str]) -> tuple[list[str], list[str]]:
         if r.strip() not in target:
             target.append(r.strip())
     return keep, drop
-
-
-def _wheel_requires(python: str, dist: str) -> list[str]:
-    code = f"import importlib.metadata as m; print('\\n'.join(m.requires({dist!r}) or []))"
-    p = subprocess.run([python, "-c", code], capture_output=True, text=True)
-    return [l for l in p.stdout.splitlines() if l.strip()]
-
-
-def engine_cuda(python: str, engine: str) -> tuple[str | None, str]:
-    """The CUDA version a GPU host running this engine has, read from the engine's own pins:
-    (``"12.9"``, ``"sglang Requires-Dist: cuda-python==12.9"``), or (None, why not).
-
-    A hardware profile's ``cuda_version`` is the first toolkit that targets that SM (11.8 for Hopper),
-    not what the engine runs on; the engine's checks (``is_hopper_with_cuda_12_3``, CUDA >= 12.8 for
-    SM100) must see the CUDA its own torch / cuda-python pins bring."""
-    for r in _wheel_requires(python, engine):
-        if "extra ==" in r:
-            continue
-        name = re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]
-        if _norm(name) in ("cuda-python", "cuda-bindings"):
-            m = re.search(r"(==|>=|~=)\s*(\d+)(?:\.(\d+))?", r)
-            if m:
-                return f"{m.group(2)}.{m.group(3) or 0}", f"{engine} Requires-Dist: {r.split(';')[0].strip()}"
-    for r in _wheel_requires(python, engine):
-        m = re.search(r"\bcu(1[1-9])(\d)?\b", r)
-        if m and "extra ==" not in r:
-            return f"{m.group(1)}.{m.group(2) or 0}", f"{engine} Requires-Dist: {r.split(';')[0].strip()}"
-    return None, f"{engine}'s Requires-Dist pins no CUDA package"
