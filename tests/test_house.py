@@ -169,6 +169,11 @@ def _ratchet(over: set[str], pending: set[str], what: str, limit: int) -> None:
     assert not new, f"{what} over {limit} lines: {new}; split them by what they do (see lib/servebook/README.md)"
 
 
+def test_the_function_reader_names_methods_and_nested_functions():
+    tree = ast.parse("class A:\n    def f(self):\n        def g():\n            pass\n        return g\n\n\nasync def h():\n    pass\n")
+    assert _functions(tree) == [("A.f", 4), ("A.f.g", 2), ("h", 2)]
+
+
 def test_no_module_over_500_lines():
     over = {rel for rel, (_p, text) in _sources().items() if len(text.splitlines()) > MAX_MODULE}
     _ratchet(over, PENDING_MODULES, "modules", MAX_MODULE)
