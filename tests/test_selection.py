@@ -62,7 +62,8 @@ def test_transformers_whatif_embedded_this_host_asked_once_and_again_when_the_mo
     engine's answer for an architecture it does not know is an error, never the kept answer."""
     import shutil
 
-    from servebook.selection.whatif import remember_answers, remembered, whatif_many
+    from servebook.selection.memo import remember_answers, remembered
+    from servebook.selection.whatif import whatif_many
 
     model = shutil.copytree(materialize("embedded"), tmp_path / "embedded")
     remember_answers()
@@ -95,7 +96,8 @@ def test_whatif_memo_key_covers_every_input(tmp_path, monkeypatch):
     """The memo's key changes with each thing an answer depends on, one at a time (no engine run needed to show it)."""
     import shutil
 
-    from servebook.selection.whatif import _case, _memo_key, _setup
+    from servebook.selection.memo import _memo_key
+    from servebook.selection.whatif import _case, _setup
 
     model = shutil.copytree(materialize("kimi-k2.5"), tmp_path / "kimi")
 
@@ -151,7 +153,7 @@ def test_cli_standalone():
 
 
 def test_install_plan_drops_gpu_only_and_keeps_pins():
-    from servebook.selection.envs import install_plan
+    from servebook.selection.requires import install_plan
 
     keep, drop = install_plan(["torch==2.9.1", "transformers==4.57.1", "flashinfer_python==0.6.3", "sgl-kernel==0.3.21",
                                "nvidia-cutlass-dsl>=4.3.4", "nvidia-ml-py", "cuda-python==12.9", "torchvision", "xgrammar==0.1.27",
@@ -293,7 +295,7 @@ def test_vllm_static_reading():
 
 
 def test_install_plan_takes_runtime_extras_of_old_layouts():
-    from servebook.selection.envs import install_plan
+    from servebook.selection.requires import install_plan
 
     # sglang 0.5.2's METADATA (read from its wheel): the server's requirements sit in the "srt" and
     # "runtime_common" extras; unconditional ones are only aiohttp, requests, tqdm, numpy, IPython, setproctitle.

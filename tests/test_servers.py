@@ -106,7 +106,7 @@ def test_keyboard_interrupt_stops_the_server(tmp_path):
 def test_free_port_never_hands_out_a_recent_port_again(monkeypatch):
     """Servers launched together each pick a port before any binds one, and the OS may offer a port just released
     again (here it does, by script): the picks must still differ."""
-    import servebook.servers as servers
+    import servebook.processes as processes
 
     offered = iter([47001, 47001, 47001, 47002])
 
@@ -126,5 +126,5 @@ def test_free_port_never_hands_out_a_recent_port_again(monkeypatch):
         def getsockname(self):
             return ("127.0.0.1", self.port)
 
-    monkeypatch.setattr(servers.socket, "socket", _Socket)
-    assert [servers.free_port(), servers.free_port()] == [47001, 47002]
+    monkeypatch.setattr(processes.socket, "socket", _Socket)
+    assert [processes.free_port(), processes.free_port()] == [47001, 47002]

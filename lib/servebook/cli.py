@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import sys
 
 from .errors import ServebookError
@@ -142,20 +141,23 @@ def _cmd_html(args) -> int:
     return 1 if failed or damaged else 0
 
 
-# Chapters add their own subcommands through a ``register(subparsers)`` function.
-_PLUGINS = ["servebook.probe.cli", "servebook.selection.cli", "servebook.bench", "servebook.findings", "servebook.models",
-            "servebook.profile", "servebook.frontpage"]
+def _chapter_commands() -> tuple:
+    """The modules through which chapters (and the front page) add their own subcommands: each has
+    ``register(subparsers)``. Imported when the parser is built, so ``servebook`` starts without the chapters."""
+    from . import frontpage, models, profile
+    from .bench import cli as bench_cli
+    from .findings import compare as findings_compare
+    from .probe import cli as probe_cli
+    from .selection import cli as selection_cli
+
+    return probe_cli, selection_cli, bench_cli, findings_compare, models, profile, frontpage
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="servebook", description="An investigation book for LLM-serving performance.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_book(sub)
-    for name in _PLUGINS:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
+    for module in _chapter_commands():
         module.register(sub)
     return parser
 

@@ -96,7 +96,7 @@ def _for_user(engine: str, version: str | None, python: str | None) -> tuple[Eng
 
 def _prepared_python(parsed: EngineSpec) -> str | None:
     from ..errors import EngineError
-    from ..selection.envs import resolve_engine
+    from .envs import resolve_engine
 
     try:
         return resolve_engine(f"{parsed.name}=={parsed.version}" if parsed.version else parsed.name).python

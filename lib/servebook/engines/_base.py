@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ..errors import EngineError, ParameterError
 from ..interpreters import GPU_ONLY, SELECTION_LIBS
-from ..servers import Launch, free_port
+from ..processes import free_port
+from ..servers import Launch
 
 # (host, python, engine) -> the engine's CLI as read once per process (reading it imports the engine: seconds)
 _CLI_CACHE: dict[tuple[str, str], dict] = {}
@@ -61,7 +62,7 @@ class EngineAdapter:
             return subprocess.CompletedProcess([self.python, "-c", code], res.rc, res.stdout, res.stderr)
         if not Path(self.python).exists():
             raise EngineError(f"no Python interpreter at {self.python}; pass --engine-python with the path of the environment where {self.name} is installed")
-        from ..servers import run_bounded
+        from ..processes import run_bounded
 
         return run_bounded([self.python, "-c", code], timeout=timeout)
 
@@ -154,7 +155,7 @@ class EngineAdapter:
             return subprocess.CompletedProcess([self.python, *argv], res.rc, res.stdout, res.stderr)
         if not Path(self.python).exists():
             raise EngineError(f"no Python interpreter at {self.python}; pass --engine-python with the path of the environment where {self.name} is installed")
-        from ..servers import run_bounded
+        from ..processes import run_bounded
 
         return run_bounded([self.python, *argv], timeout=timeout)
 

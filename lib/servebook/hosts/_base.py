@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import shlex
 import zipfile
 from pathlib import Path
@@ -22,6 +23,7 @@ _MARK = "@@SERVEBOOK-HOST@@"
 
 
 _SCRIPTS = Path(__file__).parent / "scripts"
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a module path, as Host.call writes it into an import line
 
 
 _BUNDLE: dict[str, str] = {}
@@ -103,7 +105,11 @@ class Host:
              label: str | None = None) -> Any:
         """Call ``module:function(**kwargs)`` of servebook on the host (the package travels with the call); its JSON answer."""
         kwargs = kwargs or {}
-        code = (_SCRIPTS / "host_call.py").read_text() + f"\nmain({_bundle()!r}, {target!r}, {json.dumps(kwargs)!r}, {_MARK!r})\n"
+        module, _, function = target.partition(":")
+        if not (_DOTTED.fullmatch(module) and function.isidentifier()):
+            raise HostError(f"{target!r} names no function: write module:function, e.g. servebook.probe:probe")
+        code = ((_SCRIPTS / "host_call.py").read_text() + f"\nwith unpacked({_bundle()!r}):\n"
+                f"    from {module} import {function} as target\n    answer(target, {json.dumps(kwargs)!r}, {_MARK!r})\n")
         res = self.python(code, python=python, timeout=timeout, label=label or f"call {target} {json.dumps(kwargs, sort_keys=True)}")
         if res.rc == 124:
             raise HostError(f"{target} on {self.spec} did not finish within {timeout or self.default_timeout:.0f} s")

@@ -30,7 +30,7 @@ class LocalHost(Host):
     def _run(self, argv: Sequence[str], input: bytes | None, timeout: float, env: dict | None) -> Completed:
         import os
 
-        from ..servers import stop_process_group
+        from ..processes import stop_process_group
 
         full_env = dict(os.environ)
         full_env.update(env or {})
@@ -84,7 +84,7 @@ class LocalHost(Host):
         try:
             wd.wait(timeout=grace_s + 15)
         except subprocess.TimeoutExpired:
-            from ..servers import stop_process_group
+            from ..processes import stop_process_group
 
             stop_process_group(proc.pgid, grace_s=1)
             wd.kill()
@@ -92,7 +92,7 @@ class LocalHost(Host):
             self._procs.remove(proc)
 
     def _alive(self, proc: HostProcess) -> bool:
-        from ..servers import _group_alive
+        from ..processes import _group_alive
 
         return _group_alive(proc.pgid)
 

@@ -66,51 +66,15 @@ def probe(profile: str | None = None, *, host="local", python: str | dict | None
     if not isinstance(host, str) or host not in ("", "local"):
         return _probe_on_host(host, profile=profile, python=python, engines=engines, measure_p2p=measure_p2p,
                               p2p_bytes=p2p_bytes, gpu_count=gpu_count, cuda=cuda, timeout=timeout)
-    for e in engines:
-        if e not in ENGINE_NAMES:
-            raise ParameterError("engine", e, f"valid engines: {', '.join(ENGINE_NAMES)}")
     warnings: list[str] = []
     t0 = time.perf_counter()
     report: dict[str, Any] = {"schema": SCHEMA, "created": _now(), "host": host or "local", "hostname": socket.gethostname(),
                               "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
                               "source": "measured", "profile": None}
     if profile:
-        prof = load_profile(profile)
-        count = int(gpu_count or 8)
-        report.update(source="profile", profile=prof["profile"], profile_data=prof)
-        gpus = _profile_gpus(prof, count)
-        versions = detect_versions({}, warnings)
-        versions["driver"] = None
-        versions["cuda"] = None
-        wanted = cuda or prof.get("cuda_version") or "12.8"
-        mine = versions.get("torch_cuda")
-        if cuda is None and mine and version_tuple(mine) >= version_tuple(wanted):
-            wanted = mine
-        fake = {"major": gpus[0]["major"], "minor": gpus[0]["minor"], "name": gpus[0]["name"], "count": count,
-                "cuda": wanted, "sm_count": prof.get("sm_count"), "memory_gib": prof.get("memory_gib")}
-        report.update(gpu_count=count, gpus=gpus, versions=versions, topology=_profile_topology(prof, count),
-                      p2p={"access": [[None if a == b else True for b in range(count)] for a in range(count)] if
-                           (prof.get("interconnect") or {}).get("kind") == "NVLink" else [],
-                           "pairs": [], "measured": False, "method": None,
-                           "note": "profile: nothing measured; " + ("P2P over NVLink assumed" if (prof.get("interconnect") or {}).get(
-                               "kind") == "NVLink" else "PCIe-only GPUs: whether P2P works depends on the host's PCIe topology and IOMMU/ACS settings")},
-                      env=collect_env(), tools={"method": "profile"}, fake=fake)
-        warnings.insert(0, f"what-if from the profile '{prof['profile']}' (data/hardware/{prof['profile']}.json): datasheet "
-                           f"facts, nothing measured; engine helpers were asked with torch faked to capability "
-                           f"{prof['capability']} and CUDA {wanted}")
-        report["engines"] = engine_helpers(gpus, engines, python, fake=fake, timeout=timeout)
+        _from_profile(report, warnings, profile, gpu_count, cuda, engines, python, timeout)
     else:
-        asked = _ask_engines(engines, python, None, timeout)  # engines import while the hardware is probed
-        gpus, info = detect_gpus(warnings)
-        report.update(gpu_count=len(gpus), gpus=gpus, tools={"method": info.get("method"), "errors": info.get("errors", []),
-                                                            "nvidia_smi": shutil.which("nvidia-smi")})
-        report["versions"] = detect_versions(info, warnings)
-        report["topology"] = detect_topology(gpus, warnings)
-        report["p2p"] = detect_p2p(gpus, measure=measure_p2p, nbytes=p2p_bytes, warnings=warnings)
-        report["env"] = collect_env()
-        report["engines"] = _judge_engines(asked(), gpus, None)
-        if len({g.get("capability") for g in gpus}) > 1:
-            warnings.append("GPUs of different capabilities on one host: engines decide from GPU 0 (" + gpus[0]["capability"] + ")")
+        _from_this_host(report, warnings, engines, python, timeout, measure_p2p, p2p_bytes)
     for e in report["engines"]:
         if e.get("status") == "import failed":
             warnings.append(f"{e['engine']} {e.get('version') or ''} is installed but failed to import: {e.get('error')}".replace("  ", " "))
@@ -119,6 +83,49 @@ def probe(profile: str | None = None, *, host="local", python: str | dict | None
     report["warnings"] = warnings
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     return mask_value(report)
+
+
+def _from_profile(report: dict, warnings: list[str], profile: str, gpu_count, cuda, engines, python, timeout) -> None:
+    """The report of a profile's GPUs (datasheet facts, nothing measured), the engines' helpers asked under the fake."""
+    prof = load_profile(profile)
+    count = int(gpu_count or 8)
+    report.update(source="profile", profile=prof["profile"], profile_data=prof)
+    gpus = _profile_gpus(prof, count)
+    versions = detect_versions({}, warnings)
+    versions["driver"] = None
+    versions["cuda"] = None
+    wanted = cuda or prof.get("cuda_version") or "12.8"
+    mine = versions.get("torch_cuda")
+    if cuda is None and mine and version_tuple(mine) >= version_tuple(wanted):
+        wanted = mine
+    fake = {"major": gpus[0]["major"], "minor": gpus[0]["minor"], "name": gpus[0]["name"], "count": count,
+            "cuda": wanted, "sm_count": prof.get("sm_count"), "memory_gib": prof.get("memory_gib")}
+    nvlink = (prof.get("interconnect") or {}).get("kind") == "NVLink"
+    report.update(gpu_count=count, gpus=gpus, versions=versions, topology=_profile_topology(prof, count),
+                  p2p={"access": [[None if a == b else True for b in range(count)] for a in range(count)] if nvlink else [],
+                       "pairs": [], "measured": False, "method": None,
+                       "note": "profile: nothing measured; " + ("P2P over NVLink assumed" if nvlink else
+                               "PCIe-only GPUs: whether P2P works depends on the host's PCIe topology and IOMMU/ACS settings")},
+                  env=collect_env(), tools={"method": "profile"}, fake=fake)
+    warnings.insert(0, f"what-if from the profile '{prof['profile']}' (data/hardware/{prof['profile']}.json): datasheet "
+                       f"facts, nothing measured; engine helpers were asked with torch faked to capability "
+                       f"{prof['capability']} and CUDA {wanted}")
+    report["engines"] = engine_helpers(gpus, engines, python, fake=fake, timeout=timeout)
+
+
+def _from_this_host(report: dict, warnings: list[str], engines, python, timeout, measure_p2p: bool, p2p_bytes: int) -> None:
+    """The report of this host, measured: GPUs, versions, topology, P2P, environment, and the engines' own verdicts."""
+    asked = _ask_engines(engines, python, None, timeout)  # engines import while the hardware is probed
+    gpus, info = detect_gpus(warnings)
+    report.update(gpu_count=len(gpus), gpus=gpus, tools={"method": info.get("method"), "errors": info.get("errors", []),
+                                                        "nvidia_smi": shutil.which("nvidia-smi")})
+    report["versions"] = detect_versions(info, warnings)
+    report["topology"] = detect_topology(gpus, warnings)
+    report["p2p"] = detect_p2p(gpus, measure=measure_p2p, nbytes=p2p_bytes, warnings=warnings)
+    report["env"] = collect_env()
+    report["engines"] = _judge_engines(asked(), gpus, None)
+    if len({g.get("capability") for g in gpus}) > 1:
+        warnings.append("GPUs of different capabilities on one host: engines decide from GPU 0 (" + gpus[0]["capability"] + ")")
 
 
 def _probe_on_host(host, **kw) -> dict:

@@ -140,81 +140,84 @@ def _sglang(req, logs, out):
     out["patched"] += _no_nvlink(pynvml)
     from sglang.srt.server_args import ServerArgs
 
-    def server_args():
-        sa = ServerArgs(model_path=req["model_dir"], tp_size=int(req["tp_size"]), skip_server_warmup=True)
-        resolved = {}
-        if hasattr(sa, "resolve_once"):
-            sa.resolve_once()
-            resolved = sa.resolved_dict() if hasattr(sa, "resolved_dict") else {}
-        vals = {k: _scalar(resolved.get(k, getattr(sa, k, None))) for k in _SG_ARGS if k in resolved or hasattr(sa, k)}
-        graphs = resolved.get("cuda_graph_config", getattr(sa, "cuda_graph_config", None))
-        decode = graphs.get("decode") if isinstance(graphs, dict) else getattr(graphs, "decode", None)
-        if decode is not None:  # newer: per-phase CUDA-graph configuration (decode: bs list, max_bs, backend)
-            get = decode.get if isinstance(decode, dict) else (lambda k, d=decode: getattr(d, k, None))
-            vals["cuda_graph_decode"] = {k: _scalar(get(k)) for k in ("bs", "max_bs", "backend", "enabled") if get(k) is not None}
-            vals.pop("cuda_graph_config", None)
-        out["_sa"] = sa
-        return vals
-
-    _probe("server_args", server_args, out["probes"])
+    _probe("server_args", lambda: _sg_server_args(ServerArgs, req, out), out["probes"])
     sa = out.pop("_sa", None)
     out["patched"] += _fake_world(int(req["tp_size"]))
+    _probe("custom_all_reduce", lambda: _sg_custom_ar(req, logs), out["probes"])
+    _probe("moe", lambda: _sg_moe(req, logs, out, sa), out["probes"])
 
-    def custom_ar():
-        import importlib
-        import inspect
 
-        import torch
+def _sg_server_args(ServerArgs, req, out):
+    """SGLang's server arguments as it resolves them for the model at ``tp_size`` (the record itself kept in ``out``)."""
+    sa = ServerArgs(model_path=req["model_dir"], tp_size=int(req["tp_size"]), skip_server_warmup=True)
+    resolved = {}
+    if hasattr(sa, "resolve_once"):
+        sa.resolve_once()
+        resolved = sa.resolved_dict() if hasattr(sa, "resolved_dict") else {}
+    vals = {k: _scalar(resolved.get(k, getattr(sa, k, None))) for k in _SG_ARGS if k in resolved or hasattr(sa, k)}
+    graphs = resolved.get("cuda_graph_config", getattr(sa, "cuda_graph_config", None))
+    decode = graphs.get("decode") if isinstance(graphs, dict) else getattr(graphs, "decode", None)
+    if decode is not None:  # newer: per-phase CUDA-graph configuration (decode: bs list, max_bs, backend)
+        get = decode.get if isinstance(decode, dict) else (lambda k, d=decode: getattr(d, k, None))
+        vals["cuda_graph_decode"] = {k: _scalar(get(k)) for k in ("bs", "max_bs", "backend", "enabled") if get(k) is not None}
+        vals.pop("cuda_graph_config", None)
+    out["_sa"] = sa
+    return vals
 
-        import sglang.srt.distributed.device_communicators.custom_all_reduce as car
 
-        try:  # newer versions' JIT implementation, imported lazily by the dispatch: patched like the rest
-            importlib.import_module("sglang.srt.distributed.device_communicators.custom_all_reduce_v2")
-        except ImportError:
-            pass
-        same_node = lambda group, source_rank=0: [True] * int(req["tp_size"])  # noqa: E731
-        for name, mod in list(sys.modules.items()):
-            if name.startswith("sglang.srt.distributed") and hasattr(mod, "in_the_same_node_as"):
-                mod.in_the_same_node_as = same_node
-        group, device = object(), torch.device("cuda", 0)
-        n = len(logs)
-        cls, dispatched_at = car.CustomAllreduce, []
-        dispatch = getattr(car, "dispatch_custom_allreduce", None)
-        if dispatch is not None:  # the choice of implementation GroupCoordinator makes first
-            params = inspect.signature(dispatch).parameters
-            kw = {"group": group, "device": device} if "group" in params else {}
-            cls, dispatched_at = _traced_return(dispatch, dispatch.__code__, **kw)
-        obj, where = _traced_return(cls, cls.__init__.__code__, group=group, device=device)
-        return {"class": f"{cls.__module__}.{cls.__qualname__}", "disabled": bool(getattr(obj, "disabled", True)),
-                "returned_at": where, "dispatched_at": dispatched_at,
-                "logs": _logs_since(logs, n, ("allreduce", "all-reduce", "all_reduce", "nvlink", "p2p"))}
+def _sg_custom_ar(req, logs):
+    """SGLang's custom all-reduce as GroupCoordinator builds it: the implementation dispatched, then its constructor."""
+    import inspect
 
-    _probe("custom_all_reduce", custom_ar, out["probes"])
+    import torch
 
-    def moe():
-        import torch
+    import sglang.srt.distributed.device_communicators.custom_all_reduce as car
 
-        from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+    try:  # newer versions' JIT implementation, imported lazily by the dispatch: patched like the rest
+        import sglang.srt.distributed.device_communicators.custom_all_reduce_v2  # noqa: F401
+    except ImportError:
+        pass
+    same_node = lambda group, source_rank=0: [True] * int(req["tp_size"])  # noqa: E731
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("sglang.srt.distributed") and hasattr(mod, "in_the_same_node_as"):
+            mod.in_the_same_node_as = same_node
+    group, device = object(), torch.device("cuda", 0)
+    n = len(logs)
+    cls, dispatched_at = car.CustomAllreduce, []
+    dispatch = getattr(car, "dispatch_custom_allreduce", None)
+    if dispatch is not None:  # the choice of implementation GroupCoordinator makes first
+        params = inspect.signature(dispatch).parameters
+        kw = {"group": group, "device": device} if "group" in params else {}
+        cls, dispatched_at = _traced_return(dispatch, dispatch.__code__, **kw)
+    obj, where = _traced_return(cls, cls.__init__.__code__, group=group, device=device)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "disabled": bool(getattr(obj, "disabled", True)),
+            "returned_at": where, "dispatched_at": dispatched_at,
+            "logs": _logs_since(logs, n, ("allreduce", "all-reduce", "all_reduce", "nvlink", "p2p"))}
 
-        if sa is not None:  # the MoE flags the scheduler seeds from the resolved arguments (older: passed; newer: published)
-            try:
-                import inspect
 
-                from sglang.srt.layers.moe import initialize_moe_config
+def _sg_moe(req, logs, out, sa):
+    """The MoE scheme SGLang's compressed-tensors config picks for the routed experts (traced return)."""
+    import torch
 
-                initialize_moe_config(*([sa] if inspect.signature(initialize_moe_config).parameters else []))
-            except Exception as exc:  # noqa: BLE001 - the engine's default flags then apply; said in the answer
-                out["probes"]["moe_config_note"] = f"initialize_moe_config failed: {type(exc).__name__}: {exc}"[:300]
-        cfg = CompressedTensorsConfig.from_config(req["quantization_config"])
-        layer = type(_experts_target(cfg), (torch.nn.Module,), {})()  # matched by class name, as the engine's FusedMoE is
-        n = len(logs)
-        fn = CompressedTensorsConfig.get_moe_scheme
-        scheme, where = _traced_return(fn, fn.__code__, cfg, layer=layer, layer_name=req["experts_prefix"])
-        cls = type(scheme)
-        return {"class": f"{cls.__module__}.{cls.__qualname__}", "returned_at": where, "logs": _logs_since(logs, n, ("using",)),
-                "scheme_file": os.path.realpath(sys.modules[cls.__module__].__file__)}
+    from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
 
-    _probe("moe", moe, out["probes"])
+    if sa is not None:  # the MoE flags the scheduler seeds from the resolved arguments (older: passed; newer: published)
+        try:
+            import inspect
+
+            from sglang.srt.layers.moe import initialize_moe_config
+
+            initialize_moe_config(*([sa] if inspect.signature(initialize_moe_config).parameters else []))
+        except Exception as exc:  # noqa: BLE001 - the engine's default flags then apply; said in the answer
+            out["probes"]["moe_config_note"] = f"initialize_moe_config failed: {type(exc).__name__}: {exc}"[:300]
+    cfg = CompressedTensorsConfig.from_config(req["quantization_config"])
+    layer = type(_experts_target(cfg), (torch.nn.Module,), {})()  # matched by class name, as the engine's FusedMoE is
+    n = len(logs)
+    fn = CompressedTensorsConfig.get_moe_scheme
+    scheme, where = _traced_return(fn, fn.__code__, cfg, layer=layer, layer_name=req["experts_prefix"])
+    cls = type(scheme)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "returned_at": where, "logs": _logs_since(logs, n, ("using",)),
+            "scheme_file": os.path.realpath(sys.modules[cls.__module__].__file__)}
 
 
 # -- vLLM -----------------------------------------------------------------------------------------
@@ -256,97 +259,98 @@ def _vllm(req, logs, out):
     out["patched"] += _no_nvlink(nvml)
     import vllm.envs as envs
 
-    def config():
-        c = _vllm_runner._config(req)
-        cc, pc = c.compilation_config, c.parallel_config
-        out["_config"] = c
-        vals = {"cudagraph_capture_sizes": _scalar(getattr(cc, "cudagraph_capture_sizes", None)),
-                "max_cudagraph_capture_size": _scalar(getattr(cc, "max_cudagraph_capture_size", None)),
-                "cudagraph_mode": _scalar(getattr(cc, "cudagraph_mode", None)), "compilation_mode": _scalar(getattr(cc, "mode", None)),
-                "disable_custom_all_reduce": _scalar(getattr(pc, "disable_custom_all_reduce", None)),
-                "moe_backend": _scalar(getattr(getattr(c, "kernel_config", None), "moe_backend", None)),
-                "quantization": _scalar(c.model_config.quantization)}
-        for name in ("VLLM_ALLREDUCE_USE_SYMM_MEM", "VLLM_ALLREDUCE_USE_FLASHINFER", "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC",
-                     "VLLM_USE_FLASHINFER_SAMPLER"):
-            if name in getattr(envs, "environment_variables", {}):
-                vals[name] = _scalar(getattr(envs, name))
-        return vals
-
-    _probe("config", config, out["probes"])
+    _probe("config", lambda: _vl_config(_vllm_runner, envs, req, out), out["probes"])
     c = out.pop("_config", None)
     out["patched"] += _fake_world(int(req["tp_size"]))
-
-    def custom_ar():
-        import vllm.distributed.device_communicators.custom_all_reduce as car
-
-        car.in_the_same_node_as = lambda group, source_rank=0: [True] * int(req["tp_size"])
-        n = len(logs)
-        cls = car.CustomAllreduce
-        obj, where = _traced_return(cls, cls.__init__.__code__, group=object(), device=0)
-        return {"class": f"{cls.__module__}.{cls.__qualname__}", "disabled": bool(getattr(obj, "disabled", True)),
-                "returned_at": where, "logs": _logs_since(logs, n, ("allreduce", "all-reduce", "nvlink", "p2p"))}
-
-    _probe("custom_all_reduce", custom_ar, out["probes"])
-
-    def symm_mem():
-        import vllm.distributed.device_communicators.symm_mem as sm
-
-        n = len(logs)
-        cls = sm.SymmMemCommunicator
-        obj, where = _traced_return(cls, cls.__init__.__code__, group=object(), device=0)
-        return {"class": f"{cls.__module__}.{cls.__qualname__}", "disabled": bool(getattr(obj, "disabled", True)),
-                "returned_at": where, "logs": _logs_since(logs, n, ("symm",))}
-
-    _probe("symm_mem", symm_mem, out["probes"])
-
-    def flashinfer_ar():
-        import vllm.distributed.device_communicators.flashinfer_all_reduce as fa
-
-        if hasattr(fa, "_node_count"):
-            fa._node_count = lambda group: 1  # one node
-        n = len(logs)
-        cls = fa.FlashInferAllReduce
-        obj, where = _traced_return(cls, cls.__init__.__code__, group=object(), device=0)
-        return {"class": f"{cls.__module__}.{cls.__qualname__}", "disabled": bool(getattr(obj, "disabled", True)),
-                "returned_at": where, "logs": _logs_since(logs, n, ("flashinfer",))}
-
+    _probe("custom_all_reduce", lambda: _vl_custom_ar(req, logs), out["probes"])
+    _probe("symm_mem", lambda: _vl_symm_mem(logs), out["probes"])
     if (c is not None and out["probes"].get("config", {}).get("VLLM_ALLREDUCE_USE_FLASHINFER")):  # built only when switched on
-        _probe("flashinfer_all_reduce", flashinfer_ar, out["probes"])
-
-    def moe():
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
-        from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import CompressedTensorsMoEMethod
-
-        qc = CompressedTensorsConfig.from_config(req["quantization_config"])
-        hf = c.model_config.hf_text_config
-        tp = int(req["tp_size"])
-        moe_config = types.SimpleNamespace(intermediate_size_per_partition_unpadded=hf.moe_intermediate_size // tp,
-                                           intermediate_size_per_partition=hf.moe_intermediate_size // tp,
-                                           hidden_dim=hf.hidden_size, num_experts=hf.n_routed_experts,
-                                           experts_per_token=hf.num_experts_per_tok, moe_backend="auto")
-        layer = type(_experts_target(qc), (), {})()  # matched by class name, as the engine's experts layer is
-        layer.__dict__.update(hidden_size=hf.hidden_size, apply_router_weight_on_input=False, moe_config=moe_config,
-                              ckpt_gate_proj_name="gate_proj", ckpt_up_proj_name="up_proj", ckpt_down_proj_name="down_proj")
-        fn = CompressedTensorsMoEMethod.get_moe_method
-        fn = getattr(fn, "__func__", fn)
-        n = len(logs)
-        with set_current_vllm_config(c):
-            try:
-                method, where = _traced_return(fn, fn.__code__, qc, layer, req["experts_prefix"])
-                name = f"{type(method).__module__}.{type(method).__qualname__}"
-                err = None
-            except BaseException as exc:  # noqa: BLE001 - the method's constructor needs a real FusedMoEConfig
-                method, name, err = None, None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                where = getattr(exc, "servebook_traced_at", [])  # the return line whose constructor raised
-                name = _returned_class(where)
-        return {"class": name, "returned_at": where, "error_after_choice": err, "logs": _logs_since(logs, n, ("using", "moe"))}
-
+        _probe("flashinfer_all_reduce", lambda: _vl_flashinfer_ar(logs), out["probes"])
     if c is None:  # the experts' shapes come from the resolved model config
         out["probes"]["moe"] = {"error": "needs the resolved VllmConfig, which failed: " + out["probes"]["config"]["error"][:200],
                                 "detail": out["probes"]["config"].get("detail", "")}
     else:
-        _probe("moe", moe, out["probes"])
+        _probe("moe", lambda: _vl_moe(req, logs, c), out["probes"])
+
+
+def _vl_config(_vllm_runner, envs, req, out):
+    """vLLM's resolved configuration for the decode path (the VllmConfig itself kept in ``out``)."""
+    c = _vllm_runner._config(req)
+    cc, pc = c.compilation_config, c.parallel_config
+    out["_config"] = c
+    vals = {"cudagraph_capture_sizes": _scalar(getattr(cc, "cudagraph_capture_sizes", None)),
+            "max_cudagraph_capture_size": _scalar(getattr(cc, "max_cudagraph_capture_size", None)),
+            "cudagraph_mode": _scalar(getattr(cc, "cudagraph_mode", None)), "compilation_mode": _scalar(getattr(cc, "mode", None)),
+            "disable_custom_all_reduce": _scalar(getattr(pc, "disable_custom_all_reduce", None)),
+            "moe_backend": _scalar(getattr(getattr(c, "kernel_config", None), "moe_backend", None)),
+            "quantization": _scalar(c.model_config.quantization)}
+    for name in ("VLLM_ALLREDUCE_USE_SYMM_MEM", "VLLM_ALLREDUCE_USE_FLASHINFER", "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC",
+                 "VLLM_USE_FLASHINFER_SAMPLER"):
+        if name in getattr(envs, "environment_variables", {}):
+            vals[name] = _scalar(getattr(envs, name))
+    return vals
+
+
+def _constructed(cls, logs, words):
+    """Construct the communicator ``cls`` for a faked group on device 0: whether it came out disabled, the line its
+    constructor returned at, and the log lines since that name one of ``words``."""
+    n = len(logs)
+    obj, where = _traced_return(cls, cls.__init__.__code__, group=object(), device=0)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "disabled": bool(getattr(obj, "disabled", True)),
+            "returned_at": where, "logs": _logs_since(logs, n, words)}
+
+
+def _vl_custom_ar(req, logs):
+    import vllm.distributed.device_communicators.custom_all_reduce as car
+
+    car.in_the_same_node_as = lambda group, source_rank=0: [True] * int(req["tp_size"])
+    return _constructed(car.CustomAllreduce, logs, ("allreduce", "all-reduce", "nvlink", "p2p"))
+
+
+def _vl_symm_mem(logs):
+    import vllm.distributed.device_communicators.symm_mem as sm
+
+    return _constructed(sm.SymmMemCommunicator, logs, ("symm",))
+
+
+def _vl_flashinfer_ar(logs):
+    import vllm.distributed.device_communicators.flashinfer_all_reduce as fa
+
+    if hasattr(fa, "_node_count"):
+        fa._node_count = lambda group: 1  # one node
+    return _constructed(fa.FlashInferAllReduce, logs, ("flashinfer",))
+
+
+def _vl_moe(req, logs, c):
+    """The MoE method vLLM's compressed-tensors config picks for the routed experts (traced return; its constructor
+    needs a real FusedMoEConfig, so a raise after the choice is kept as ``error_after_choice``)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import CompressedTensorsMoEMethod
+
+    qc = CompressedTensorsConfig.from_config(req["quantization_config"])
+    hf = c.model_config.hf_text_config
+    tp = int(req["tp_size"])
+    moe_config = types.SimpleNamespace(intermediate_size_per_partition_unpadded=hf.moe_intermediate_size // tp,
+                                       intermediate_size_per_partition=hf.moe_intermediate_size // tp,
+                                       hidden_dim=hf.hidden_size, num_experts=hf.n_routed_experts,
+                                       experts_per_token=hf.num_experts_per_tok, moe_backend="auto")
+    layer = type(_experts_target(qc), (), {})()  # matched by class name, as the engine's experts layer is
+    layer.__dict__.update(hidden_size=hf.hidden_size, apply_router_weight_on_input=False, moe_config=moe_config,
+                          ckpt_gate_proj_name="gate_proj", ckpt_up_proj_name="up_proj", ckpt_down_proj_name="down_proj")
+    fn = CompressedTensorsMoEMethod.get_moe_method
+    fn = getattr(fn, "__func__", fn)
+    n = len(logs)
+    with set_current_vllm_config(c):
+        try:
+            method, where = _traced_return(fn, fn.__code__, qc, layer, req["experts_prefix"])
+            name = f"{type(method).__module__}.{type(method).__qualname__}"
+            err = None
+        except BaseException as exc:  # noqa: BLE001 - the method's constructor needs a real FusedMoEConfig
+            method, name, err = None, None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            where = getattr(exc, "servebook_traced_at", [])  # the return line whose constructor raised
+            name = _returned_class(where)
+    return {"class": name, "returned_at": where, "error_after_choice": err, "logs": _logs_since(logs, n, ("using", "moe"))}
 
 
 def main():

@@ -270,6 +270,36 @@ def _get(obj, path):
     return obj if obj is None or isinstance(obj, (bool, int, float, str)) else str(obj)
 
 
+def _layer_args(config):
+    """The arguments the model's attention layer passes the selector (model_executor/layers/attention/{mla_,}attention.py)."""
+    mc, pc = config.model_config, config.parallel_config
+    hf = mc.hf_text_config
+    args = dict(head_size=mc.get_head_size(), dtype=mc.dtype, kv_cache_dtype=config.cache_config.cache_dtype,
+                use_mla=bool(mc.use_mla), num_heads=mc.get_num_attention_heads(pc))
+    if mc.use_mla:
+        args["use_sparse"] = hasattr(hf, "index_topk")
+    else:
+        args["has_sliding_window"] = False  # a full-attention layer; models mixing windows have those too
+    return args
+
+
+def _outside_priorities(prio, cap, sel, num_heads):
+    """The backends vLLM's CUDA platform lists for some capability but not in ``prio``, each with its own checks on
+    ``cap`` (the others are CPU/ROCm/XPU backends)."""
+    from vllm.platforms.cuda import _get_backend_priorities
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    trace = sys.gettrace()
+    sys.settrace(None)  # these calls are servebook's questions, not the engine's path: untraced
+    cuda_listed = {b for c in ((7, 5), (8, 0), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
+                   for m in (True, False) for b in _get_backend_priorities(m, DeviceCapability(*c), num_heads,
+                                                                         sel.kv_cache_dtype, sel.use_non_causal)}
+    others = [_check(b, cap, sel) for b in AttentionBackendEnum if b in cuda_listed and b not in prio]
+    sys.settrace(trace)
+    return others
+
+
 def run(req):
     try:
         import vllm.v1.attention.selector  # noqa: F401
@@ -286,15 +316,8 @@ def run(req):
     PHASE[0] = "config"
     config = _config(req)
     PHASE[0] = "selection"
-    mc, pc = config.model_config, config.parallel_config
-    hf = mc.hf_text_config
-    # The arguments the model's attention layer passes (model_executor/layers/attention/{mla_,}attention.py)
-    args = dict(head_size=mc.get_head_size(), dtype=mc.dtype, kv_cache_dtype=config.cache_config.cache_dtype,
-                use_mla=bool(mc.use_mla), num_heads=mc.get_num_attention_heads(pc))
-    if mc.use_mla:
-        args["use_sparse"] = hasattr(hf, "index_topk")
-    else:
-        args["has_sliding_window"] = False  # a full-attention layer; models mixing windows have those too
+    mc = config.model_config
+    args = _layer_args(config)
     _cached_get_attn_backend.cache_clear()
     with set_current_vllm_config(config):
         prev = torch.get_default_dtype()
@@ -311,16 +334,7 @@ def run(req):
                                                   else None), use_mla=args["use_mla"], use_sparse=args.get("use_sparse", False))
         prio = _get_backend_priorities(sel.use_mla, cap, args["num_heads"], sel.kv_cache_dtype, sel.use_non_causal)
         checked = [dict(_check(b, cap, sel), priority=i) for i, b in enumerate(prio)]
-        # The backends vLLM's CUDA platform lists for any capability (the others are CPU/ROCm/XPU backends)
-        from vllm.platforms.interface import DeviceCapability
-
-        trace = sys.gettrace()
-        sys.settrace(None)  # these calls are servebook's questions, not the engine's path: untraced
-        cuda_listed = {b for c in ((7, 5), (8, 0), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
-                       for m in (True, False) for b in _get_backend_priorities(m, DeviceCapability(*c), args["num_heads"],
-                                                                             sel.kv_cache_dtype, sel.use_non_causal)}
-        others = [_check(b, cap, sel) for b in AttentionBackendEnum if b in cuda_listed and b not in prio]
-        sys.settrace(trace)
+        others = _outside_priorities(prio, cap, sel, args["num_heads"])
     name = next((b.name for b in AttentionBackendEnum if _safe_class(b) is backend), backend.__name__)
     above = [c["backend"] for c in checked if c["backend"] != name and c.get("import_failed_here")
              and c["priority"] < next((x["priority"] for x in checked if x["backend"] == name), 99)]

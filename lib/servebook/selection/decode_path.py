@@ -15,8 +15,8 @@ the CUDA-graph capture sizes, and the sampling path at batch 1. ``source`` says 
 - ``read``: a static reading of the version's source (AST), with the reason it did not run (``why``).
 - ``not read``: neither; ``why`` says what is missing. Nothing is guessed.
 
-``condition`` is the if/elif chain around ``where``, as written in the source. The static readers take source text, so
-they are tested on excerpts of the engines' wheels (``tests/data/decode_path/``).
+``condition`` is the if/elif chain around ``where``, as written in the source. The static readers (``decode_read.py``)
+take source text, so they are tested on excerpts of the engines' wheels (``tests/data/decode_path/``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from ..errors import ParameterError, ServebookError
 from .cards import materialize, model_config
+from .decode_read import _seg, conditions_at, read_collectives, read_custom_ar_rule, read_env_flags, read_greedy_sampling
 from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, _ask, resolve_engine
-from .static import _negate
 
 __all__ = ["decode_path", "decode_path_table", "SETTINGS", "conditions_at", "read_custom_ar_rule", "read_env_flags",
            "read_collectives", "read_greedy_sampling"]
@@ -39,143 +39,6 @@ __all__ = ["decode_path", "decode_path_table", "SETTINGS", "conditions_at", "rea
 _RUNNER = Path(__file__).with_name("_decode_runner.py")
 SETTINGS = ("MoE runner", "all-reduce path", "PCIe all-reduce options", "collectives per decoder layer",
             "CUDA-graph capture sizes", "sampling at batch 1")
-_COLLECTIVE = re.compile(r"(all_reduce|all_gather|reduce_scatter)")
-# An environment variable that switches an all-reduce path for PCIe-only GPUs (its name says PCIe and all-reduce/IPC)
-_PCIE_FLAG = re.compile(r"\b((?:SGLANG|VLLM)_[A-Z0-9_]*PCIE[A-Z0-9_]*)\b")
-_AR_WORD = re.compile(r"ALLREDUCE|ALL_REDUCE|_AR\b|_AR_|IPC")
-_AR_FLAG = re.compile(r"\b((?:SGLANG|VLLM)_[A-Z0-9_]*(?:ALLREDUCE|ALL_REDUCE|SYMM_MEM|CUSTOM_AR)[A-Z0-9_]*)\b")
-
-
-# Functions that are not on a CUDA TP decode step: CPU/NPU/ROCm paths, context parallel, prefill-only, weight loading
-_NOT_DECODE = r"cpu|npu|hip|rocm|_cp$|_cp_|^cp_|rebuild|prefill|load_weights|weight_loader"
-
-
-# -- static readers (source text in, facts with lines out) ----------------------------------------
-def _seg(node: ast.AST, source: str) -> str:
-    return " ".join((ast.get_source_segment(source, node) or ast.unparse(node)).split())
-
-
-def conditions_at(source: str, line: int) -> list[str]:
-    """The if/elif/else chain (outermost first) under which ``line`` of ``source`` runs; else branches negated."""
-    out: list[str] = []
-
-    def inside(nodes, ln):
-        return bool(nodes) and nodes[0].lineno <= ln <= max(getattr(n, "end_lineno", n.lineno) for n in nodes)
-
-    def walk(body):
-        for node in body:
-            if not (node.lineno <= line <= getattr(node, "end_lineno", node.lineno)):
-                continue
-            if isinstance(node, ast.If):
-                if inside(node.body, line):
-                    out.append(_seg(node.test, source))
-                    walk(node.body)
-                elif inside(node.orelse, line):
-                    out.append(_negate(_seg(node.test, source)))
-                    walk(node.orelse)
-                return
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                sub = getattr(node, field, None)
-                if isinstance(sub, list) and sub and inside(sub, line):
-                    walk(sub)
-                    return
-            return
-
-    walk(ast.parse(source).body)
-    return out
-
-
-def _function_at(source: str, line: int) -> str | None:
-    best = None
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.lineno <= line <= node.end_lineno:
-            if best is None or node.lineno >= best.lineno:
-                best = node
-    return best.name if best else None
-
-
-def read_custom_ar_rule(source: str, rel: str) -> dict | None:
-    """The rule that turns custom all-reduce off on PCIe-only GPUs: the ``if world_size > 2 and not <nvlink>`` in
-    ``custom_all_reduce.py``; its line, its test and the message it logs. None when the file has no such rule."""
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.If):
-            test = _seg(node.test, source)
-            if re.search(r"world_size\s*>\s*2", test) and re.search(r"nvlink|fully_connected", test, re.I):
-                msg = ""
-                for sub in ast.walk(ast.Module(body=node.body, type_ignores=[])):
-                    if isinstance(sub, ast.Call) and any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in sub.args):
-                        msg = "".join(a.value for a in sub.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
-                        break
-                return {"where": f"{rel}:{node.lineno}", "condition": test, "message": " ".join(msg.split()),
-                        "function": _function_at(source, node.lineno)}
-    return None
-
-
-def read_env_flags(files: dict[str, str], pcie_only: bool = True) -> list[dict]:
-    """Environment variables that switch all-reduce paths, first definition of each: ``files`` maps a relative path to its
-    source. ``pcie_only``: only names that say PCIe and all-reduce/IPC (the PCIe paths); else every all-reduce switch."""
-    found: dict[str, dict] = {}
-    for rel, source in sorted(files.items()):
-        for i, text in enumerate(source.splitlines(), 1):
-            names = [m for m in _PCIE_FLAG.findall(text) if _AR_WORD.search(m)] if pcie_only else _AR_FLAG.findall(text)
-            for name in names:
-                defines = re.search(rf"\b{name}\b\s*(:[^=]*)?=|[\"']{name}[\"']\s*:|getenv\(\s*[\"']{name}|get_bool_env_var\(\s*[\"']{name}", text)
-                cur = found.get(name)
-                if cur is None or (defines and not cur["defines"]):
-                    found[name] = {"name": name, "where": f"{rel}:{i}", "text": " ".join(text.split())[:200], "defines": bool(defines)}
-    return sorted(found.values(), key=lambda r: r["name"])
-
-
-def _call_name(node: ast.Call) -> str:
-    f = node.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-
-
-def read_collectives(source: str, rel: str, classes: str = r"MLP|MoE|Attention|DecoderLayer|AllReduce|Communicat") -> list[dict]:
-    """Collective calls (all_reduce / all_gather / reduce_scatter) and output projections that reduce
-    (``RowParallelLinear(..., reduce_results=...)``) inside the classes whose names match ``classes``: each with its
-    class.function, line, the call as written and the if-chain around it."""
-    tree = ast.parse(source)
-    out = []
-    for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and re.search(classes, n.name)]:
-        if re.search(r"Vision|NextN|MTP|Indexer", cls.name):
-            continue
-        for fn in [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
-            if re.search(_NOT_DECODE, fn.name):
-                continue
-            for node in ast.walk(fn):
-                if not isinstance(node, ast.Call):
-                    continue
-                name = _call_name(node)
-                row = None
-                if _COLLECTIVE.search(name) and not name.startswith("_get") and "should" not in name:
-                    row = {"kind": _COLLECTIVE.search(name).group(1), "call": _seg(node, source)[:160]}
-                elif name == "RowParallelLinear":
-                    kw = {k.arg: _seg(k.value, source) for k in node.keywords if k.arg == "reduce_results"}
-                    row = {"kind": "row-parallel output (all-reduce when reduce_results)",
-                           "call": f"RowParallelLinear(reduce_results={kw.get('reduce_results', 'True (default)')})"}
-                if row:
-                    out.append(row | {"where": f"{rel}:{node.lineno}", "function": f"{cls.name}.{fn.name}",
-                                      "conditions": conditions_at(source, node.lineno)})
-    return sorted(out, key=lambda r: int(r["where"].rsplit(":", 1)[1]))
-
-
-def read_greedy_sampling(source: str, rel: str) -> dict | None:
-    """The greedy path of a sampler: the ``argmax`` call a greedy batch takes, with its if-chain (the first argmax under a
-    condition that names greedy, else the body of a function whose name says greedy)."""
-    tree = ast.parse(source)
-    cands = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _call_name(node) == "argmax":
-            conds = conditions_at(source, node.lineno)
-            fn = _function_at(source, node.lineno) or ""
-            cands.append((not any("greedy" in c for c in conds), "greedy" not in fn, node.lineno, conds, fn, _seg(node, source)))
-    cands = [c for c in cands if not (c[0] and c[1])]
-    if not cands:
-        return None
-    _, _, line, conds, fn, call = sorted(cands)[0]
-    return {"where": f"{rel}:{line}", "function": fn, "call": call, "conditions": conds}
-
 
 # -- the engine's files ---------------------------------------------------------------------------
 _FILES = {
@@ -354,6 +217,8 @@ def _moe_kernel(root: Path, p: dict, engine: str) -> str:
 
 
 def _allreduce_rows(env, root: Path, r: dict, tp_size: int) -> list[dict]:
+    """The all-reduce path at ``tp_size``: custom all-reduce's PCIe rule (run, or read), then what each engine falls
+    through to (its resolved flags, symmetric memory, FlashInfer, PyNCCL)."""
     files = _FILES[env.engine]
     rule = None
     for rel in files["custom_ar"]:
@@ -364,64 +229,15 @@ def _allreduce_rows(env, root: Path, r: dict, tp_size: int) -> list[dict]:
     parts, source, why = [], "read", _why_not_run(r, "custom_all_reduce")
     where, cond = (rule or {}).get("where"), (rule or {}).get("condition")
     if "disabled" in ca:
-        w, c = _ran_at(ca, root)
-        off = [l for l in ca.get("logs", []) if "disabled" in l["message"]]
-        if off:  # the engine's own warning names the rule; its if-chain is the condition
-            rel = _rel(off[-1]["file"], root)
-            src = _read(root, rel)
-            w, c = f"{rel}:{off[-1]['line']}", " and ".join(conditions_at(src, int(off[-1]["line"]))) if src else c
-        where, cond, source = w or where, c or cond, "run"
-        cls = ca.get("class", "").rsplit(".", 1)[-1]
-        parts.append(f"custom all-reduce ({cls}) {'OFF' if ca['disabled'] else 'ON'} at TP={tp_size}, no NVLink")
-        if ca.get("dispatched_at"):
-            d, _ = _ran_at({"returned_at": ca["dispatched_at"]}, root)
-            parts.append(f"dispatch_custom_allreduce returned {cls} at {d}")
+        where, cond = _custom_ar_ran(ca, root, parts, tp_size, where, cond)
+        source = "run"
     elif rule:
         parts.append(f"custom all-reduce OFF at TP={tp_size} on PCIe only (the rule's condition holds: world_size {tp_size} > 2, "
                      "no NVLink)")
     else:
         parts.append("no PCIe rule found in custom_all_reduce.py")
-    extra = {}
-    if env.engine == "sglang":
-        sa = probes.get("server_args") or {}
-        flags = {k: sa.get(k) for k in ("disable_custom_all_reduce", "enable_torch_symm_mem", "enable_mscclpp",
-                                        "enable_flashinfer_allreduce_fusion") if k in sa}
-        if flags:
-            parts.append("server args resolved: " + ", ".join(f"{k}={v}" for k, v in flags.items()))
-        extra["flags"] = flags
-        if flags and not any(flags.get(k) for k in ("enable_torch_symm_mem", "enable_mscclpp")) and ca.get("disabled", rule is not None):
-            parts.append("so the in-place all-reduce goes to PyNCCL")
-        fusion = _fusion_rule(root, _FILES["sglang"]["graph_roots"])
-        if fusion and not flags.get("enable_flashinfer_allreduce_fusion"):
-            parts.append(f"FlashInfer all-reduce+norm fusion is switched on only at {fusion['where']}, under "
-                         f"`{fusion['condition'][:300]}`")
-            extra["fusion_rule"] = fusion
-        elif not fusion and "enable_flashinfer_allreduce_fusion" in flags:
-            parts.append("no line of this version switches the FlashInfer all-reduce+norm fusion on by itself")
-    else:
-        cfg = probes.get("config") or {}
-        sm = probes.get("symm_mem") or {}
-        flags = {k: cfg.get(k) for k in ("disable_custom_all_reduce", "VLLM_ALLREDUCE_USE_SYMM_MEM", "VLLM_ALLREDUCE_USE_FLASHINFER",
-                                         "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC") if k in cfg}
-        if flags:
-            parts.append("resolved: " + ", ".join(f"{k}={v}" for k, v in flags.items()))
-        if "disabled" in sm:
-            w, c = _ran_at(sm, root)
-            parts.append(f"symmetric memory {'OFF' if sm['disabled'] else 'ON'} (SymmMemCommunicator returned at {w}"
-                         + (f" under `{c}`" if c else "") + ")")
-            extra["symm_mem_logs"] = [l["message"] for l in sm.get("logs", [])]
-        fi = probes.get("flashinfer_all_reduce") or {}
-        if "disabled" in fi:
-            w, c = _ran_at(fi, root)
-            parts.append(f"FlashInfer all-reduce {'OFF' if fi['disabled'] else 'ON'} (FlashInferAllReduce returned at {w}"
-                         + (f" under `{c}`" if c else "") + ")")
-            extra["flashinfer_logs"] = [l["message"] for l in fi.get("logs", [])]
-        elif fi.get("error"):
-            parts.append(f"FlashInfer all-reduce not run here ({fi['error'][:120]})")
-        extra["flags"] = flags
-        if ca.get("disabled") and sm.get("disabled") and (not flags.get("VLLM_ALLREDUCE_USE_FLASHINFER") or fi.get("disabled")) \
-                and not flags.get("VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC"):
-            parts.append("so all_reduce falls through to PyNCCL")
+    falls = _sglang_allreduce if env.engine == "sglang" else _vllm_allreduce
+    extra = falls(root, probes, ca, rule, parts)
     disp = _read(root, files["dispatch"])
     if disp:
         sites = [s for s in read_collectives(disp, files["dispatch"], classes=r".") if "pynccl" in s["call"]]
@@ -429,6 +245,71 @@ def _allreduce_rows(env, root: Path, r: dict, tp_size: int) -> list[dict]:
             extra["pynccl_at"] = sites[0]["where"]
     return [_row(env, SETTINGS[1], "; ".join(parts), where, cond, source, why if source != "run" else None,
                  rule=rule, logs=[l["message"] for l in ca.get("logs", [])], **extra)]
+
+
+def _custom_ar_ran(ca: dict, root: Path, parts: list[str], tp_size: int, where, cond) -> tuple[str | None, str | None]:
+    """Custom all-reduce as the engine's own constructor decided it (``parts`` hears the words); where and under what."""
+    w, c = _ran_at(ca, root)
+    off = [l for l in ca.get("logs", []) if "disabled" in l["message"]]
+    if off:  # the engine's own warning names the rule; its if-chain is the condition
+        rel = _rel(off[-1]["file"], root)
+        src = _read(root, rel)
+        w, c = f"{rel}:{off[-1]['line']}", " and ".join(conditions_at(src, int(off[-1]["line"]))) if src else c
+    cls = ca.get("class", "").rsplit(".", 1)[-1]
+    parts.append(f"custom all-reduce ({cls}) {'OFF' if ca['disabled'] else 'ON'} at TP={tp_size}, no NVLink")
+    if ca.get("dispatched_at"):
+        d, _ = _ran_at({"returned_at": ca["dispatched_at"]}, root)
+        parts.append(f"dispatch_custom_allreduce returned {cls} at {d}")
+    return w or where, c or cond
+
+
+def _sglang_allreduce(root: Path, probes: dict, ca: dict, rule: dict | None, parts: list[str]) -> dict:
+    """SGLang's resolved server args for the all-reduce, and where it switches the FlashInfer fusion on by itself."""
+    sa = probes.get("server_args") or {}
+    flags = {k: sa.get(k) for k in ("disable_custom_all_reduce", "enable_torch_symm_mem", "enable_mscclpp",
+                                    "enable_flashinfer_allreduce_fusion") if k in sa}
+    extra: dict = {"flags": flags}
+    if flags:
+        parts.append("server args resolved: " + ", ".join(f"{k}={v}" for k, v in flags.items()))
+    if flags and not any(flags.get(k) for k in ("enable_torch_symm_mem", "enable_mscclpp")) and ca.get("disabled", rule is not None):
+        parts.append("so the in-place all-reduce goes to PyNCCL")
+    fusion = _fusion_rule(root, _FILES["sglang"]["graph_roots"])
+    if fusion and not flags.get("enable_flashinfer_allreduce_fusion"):
+        parts.append(f"FlashInfer all-reduce+norm fusion is switched on only at {fusion['where']}, under "
+                     f"`{fusion['condition'][:300]}`")
+        extra["fusion_rule"] = fusion
+    elif not fusion and "enable_flashinfer_allreduce_fusion" in flags:
+        parts.append("no line of this version switches the FlashInfer all-reduce+norm fusion on by itself")
+    return extra
+
+
+def _vllm_allreduce(root: Path, probes: dict, ca: dict, rule: dict | None, parts: list[str]) -> dict:
+    """vLLM's resolved config for the all-reduce, and what its symmetric-memory and FlashInfer communicators decided."""
+    cfg = probes.get("config") or {}
+    sm = probes.get("symm_mem") or {}
+    flags = {k: cfg.get(k) for k in ("disable_custom_all_reduce", "VLLM_ALLREDUCE_USE_SYMM_MEM", "VLLM_ALLREDUCE_USE_FLASHINFER",
+                                     "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC") if k in cfg}
+    extra: dict = {}
+    if flags:
+        parts.append("resolved: " + ", ".join(f"{k}={v}" for k, v in flags.items()))
+    if "disabled" in sm:
+        w, c = _ran_at(sm, root)
+        parts.append(f"symmetric memory {'OFF' if sm['disabled'] else 'ON'} (SymmMemCommunicator returned at {w}"
+                     + (f" under `{c}`" if c else "") + ")")
+        extra["symm_mem_logs"] = [l["message"] for l in sm.get("logs", [])]
+    fi = probes.get("flashinfer_all_reduce") or {}
+    if "disabled" in fi:
+        w, c = _ran_at(fi, root)
+        parts.append(f"FlashInfer all-reduce {'OFF' if fi['disabled'] else 'ON'} (FlashInferAllReduce returned at {w}"
+                     + (f" under `{c}`" if c else "") + ")")
+        extra["flashinfer_logs"] = [l["message"] for l in fi.get("logs", [])]
+    elif fi.get("error"):
+        parts.append(f"FlashInfer all-reduce not run here ({fi['error'][:120]})")
+    extra["flags"] = flags
+    if ca.get("disabled") and sm.get("disabled") and (not flags.get("VLLM_ALLREDUCE_USE_FLASHINFER") or fi.get("disabled")) \
+            and not flags.get("VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC"):
+        parts.append("so all_reduce falls through to PyNCCL")
+    return extra
 
 
 def _fusion_rule(root: Path, roots: list[str]) -> dict | None:

@@ -1,4 +1,4 @@
-"""Engine environments: an interpreter where an engine version is installed, enough to read and what-if.
+"""Engine environments built: an interpreter where an engine version is installed, enough to read and what-if.
 
     env = add_engine("sglang==0.5.9")            # cached venv, no GPU-only dependencies
     env = resolve_engine("sglang==0.5.9")        # the cached one (EngineError if not prepared)
@@ -11,37 +11,36 @@ its own ``Requires-Dist`` pins, less the GPU-only and heavy ones, then, by tryin
 engine's configuration module (SGLang's ``server_args``, vLLM's platform), any module that import
 needs without declaring it. The installer is uv when it is at hand (next to this python or on
 PATH), given pip's own sources (find-links, indexes, constraint files); pip otherwise, or when uv
-fails, and the environment's metadata says which and why (``_installer``). torch is the local CPU
+fails, and the environment's metadata says which and why (``_installer``); what it installs and drops is read
+from the engine's own metadata (``requires``). torch is the local CPU
 wheel. GPU-only libraries (flashinfer, sgl-kernel, CUDA bindings ...) are never installed: the
-what-if stands in for them with empty import stubs, and says so.
+what-if stands in for them with empty import stubs, and says so. Finding a prepared environment
+(``resolve_engine``, ``list_engines``, ``EngineEnv``) is shared ground, ``engines/envs.py``; its names are handed on here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import importlib.metadata
 import json
-import os
-import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
+from ..engines.envs import (SUPPORTED_ENGINES, EngineEnv, _env_dir, _meta_path, _package_dir,  # noqa: F401 (handed on)
+                           _wheel_requires, available_versions, engine_cuda, engines_root, list_engines,
+                           parse_engine_spec, resolve_engine)
 from ..errors import EngineError
-from ..interpreters import GPU_ONLY, python_from_env
+from ..interpreters import GPU_ONLY
 from ..interpreters import SELECTION_LIBS as _SELECTION_LIBS
-from ..paths import build_lock, cache_dir
+from ..paths import build_lock
 from ._installer import Installer
+from .requires import _DIST_OF, install_plan
 
 __all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
            "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions", "engine_cuda", "install_plan"]
 
-SUPPORTED_ENGINES = ("transformers", "sglang", "vllm")
 # The module whose import brings in the engine's selection logic.
 _PROBE_MODULE = {"sglang": "sglang.srt.server_args", "vllm": "vllm.platforms.cuda", "transformers": "transformers.modeling_utils"}
 # What a GPU host has by default: the kernel libraries each engine pins (and so installs) there.
@@ -50,166 +49,16 @@ DEFAULT_KERNEL_LIBS = {
     "vllm": {"flashinfer": True, "flash_attn": False},
     "transformers": {},  # this host as it is
 }
-# Import name -> distribution name, where they differ.
-_DIST_OF = {"yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow", "sklearn": "scikit-learn", "google": "protobuf",
-            "cv2": "opencv-python-headless", "pynvml": "nvidia-ml-py", "jwt": "pyjwt", "dateutil": "python-dateutil",
-            "sentencepiece": "sentencepiece", "multipart": "python-multipart", "msgspec": "msgspec", "cpuinfo": "py-cpuinfo",
-            "blake3": "blake3", "cbor2": "cbor2", "attr": "attrs", "dotenv": "python-dotenv", "pydantic_core": "pydantic-core",
-            "typing_extensions": "typing-extensions", "importlib_metadata": "importlib-metadata"}
 _HEARTBEAT_S = 60  # while an environment is built, a "still preparing" line this often (the installer is quiet for minutes)
 _TORCH_PIN = "torch==2.13.0"  # the CPU wheel in this machine's pip find-links (uv gets the file itself); never a CUDA download
 _RUNNER = Path(__file__).with_name("_runner.py")
-
-
-@dataclasses.dataclass
-class EngineEnv:
-    engine: str
-    version: str
-    python: str
-    package_dir: str
-    source: str  # "cached" | "engine-python" | "this-python"
-    stubs: tuple[str, ...] = ()
-    cuda: str | None = None        # the CUDA the engine's own pins bring on a GPU host (see engine_cuda)
-    cuda_source: str = ""
-    import_error: str | None = None  # set when the environment is known not to resolve (static reading only)
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def engines_root() -> Path:
-    return cache_dir() / "engines"
-
-
-def parse_engine_spec(spec: str) -> tuple[str, str | None]:
-    """``"sglang==0.5.9"`` -> ``("sglang", "0.5.9")``; ``"vllm"`` -> ``("vllm", None)``."""
-    spec = (spec or "").strip()
-    name, _, version = spec.partition("==")
-    name = name.strip().lower()
-    if name not in SUPPORTED_ENGINES:
-        raise EngineError(f"unknown engine {name!r}; engines: {', '.join(SUPPORTED_ENGINES)} (optionally ==VERSION)")
-    return name, (version.strip() or None)
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _env_dir(engine: str, version: str) -> Path:
-    return engines_root() / f"{engine}-{version}-py{sys.version_info.major}{sys.version_info.minor}"
-
-
-def _meta_path(d: Path) -> Path:
-    return d / "servebook_env.json"
-
-
-def list_engines() -> list[dict]:
-    """Prepared (cached) engine environments."""
-    out = []
-    for meta in sorted(engines_root().glob("*/servebook_env.json")):
-        try:
-            out.append(json.loads(meta.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return out
-
-
-def available_versions(engine: str) -> list[str]:
-    """Versions the package index offers (``pip index versions``)."""
-    p = subprocess.run([sys.executable, "-m", "pip", "index", "versions", engine], capture_output=True, text=True, timeout=120)
-    m = re.search(r"Available versions:\s*(.+)", p.stdout)
-    return [v.strip() for v in m.group(1).split(",")] if m else []
-
-
-def _package_dir(python: str, engine: str) -> tuple[str, str]:
-    code = (f"import importlib.util, importlib.metadata as m, os; s = importlib.util.find_spec({engine!r}); "
-            f"print(m.version({engine!r})); print(os.path.dirname(s.origin) if s and s.origin else '')")
-    try:
-        p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
-    except OSError as exc:
-        raise EngineError(f"cannot run {python}: {exc.strerror}; pass --engine-python the interpreter where {engine} is installed") from exc
-    lines = p.stdout.strip().splitlines()
-    if p.returncode or len(lines) < 2 or not lines[1]:
-        raise EngineError(f"{engine} is not installed for {python}; pass --engine-python an interpreter that has it, "
-                          f"or prepare one: servebook engines add {engine}==VERSION")
-    return lines[0], lines[1]
-
-
-def _named_by_host(engine: str, version: str | None) -> EngineEnv | None:
-    """The environment a host names with ``SERVEBOOK_PYTHON_<ENGINE>`` (the one its servers run in), when no prepared
-    environment answers ``spec``: used only if it holds ``version`` (any version when None)."""
-    py = python_from_env(engine)
-    if py is None:
-        return None
-    found, pkg = _package_dir(py, engine)
-    if version and found != version:
-        return None
-    return EngineEnv(engine, found, py, pkg, "engine-python", (), *engine_cuda(py, engine))
-
-
-def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) -> EngineEnv:
-    """Find the interpreter for ``spec`` (``engine[==version]``)."""
-    engine, version = parse_engine_spec(spec)
-    if engine_python:
-        py = str(engine_python)
-        if not (os.path.isfile(py) and os.access(py, os.X_OK)):
-            raise EngineError(f"--engine-python {py}: no such interpreter; pass the python of the environment where {engine} is installed")
-        found, pkg = _package_dir(py, engine)
-        if version and found != version:
-            raise EngineError(f"{py} has {engine} {found}, not {version}; drop ==VERSION or pass another --engine-python")
-        return EngineEnv(engine, found, py, pkg, "engine-python", (), *engine_cuda(py, engine))
-    if version is None:
-        try:  # installed beside servebook?
-            found, pkg = _package_dir(sys.executable, engine)
-            return EngineEnv(engine, found, sys.executable, pkg, "this-python")
-        except EngineError:
-            cached = [e for e in list_engines() if e["engine"] == engine]
-            if not cached and (named := _named_by_host(engine, None)) is not None:
-                return named
-            if not cached:
-                raise EngineError(f"{engine} is not installed here and no environment is prepared; "
-                                  f"run: servebook engines add {engine}==VERSION (or pass --engine-python)") from None
-            version = sorted(cached, key=lambda e: _vkey(e["version"]))[-1]["version"]
-    if engine == "transformers":
-        found, pkg = _package_dir(sys.executable, engine)
-        if found == version:
-            return EngineEnv(engine, found, sys.executable, pkg, "this-python")
-    d = _env_dir(engine, version)
-    meta = _meta_path(d)
-    if not meta.is_file() and (named := _named_by_host(engine, version)) is not None:
-        return named
-    if not meta.is_file():
-        have = [f"{e['engine']}=={e['version']}" for e in list_engines()]
-        raise EngineError(f"{engine}=={version} is not prepared (prepared: {', '.join(have) or 'none'}); "
-                          f"run: servebook engines add {engine}=={version}")
-    m = json.loads(meta.read_text())
-    if "cuda" not in m:  # environments built before servebook recorded it
-        m["cuda"], m["cuda_source"] = engine_cuda(m["python"], engine)
-    return EngineEnv(engine, m["version"], m["python"], m["package_dir"], "cached", tuple(m.get("stubs", ())),
-                     m.get("cuda"), m.get("cuda_source", ""), None if m.get("importable", True) else m.get("import_error"))
-
-
-def _vkey(v: str):
-    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]|post", v))
-
-
-def _requires(python: str, dist: str) -> dict[str, str]:
-    code = f"import importlib.metadata as m; print('\\n'.join(m.requires({dist!r}) or []))"
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.splitlines()
-    reqs = {}
-    for r in out:
-        if "extra ==" in r:
-            continue
-        name = re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]
-        reqs[_norm(name)] = r.split(";")[0].strip()
-    return reqs
 
 
 def _ask(python: str, runner: Path, req: dict, timeout: float, what: str, unset: tuple[str, ...] = ()) -> dict:
     """``runner`` run by the engine's ``python`` on ``req`` (its stdin): its ``SERVEBOOK_RESULT`` line, or
     ``{"ok": False, "error": ...}``. The runner has a process group of its own, stopped at ``timeout`` and when this
     process dies (``servers.run_bounded``: a killed kernel leaves no runner behind)."""
-    from ..servers import run_bounded
+    from ..processes import run_bounded
 
     p = run_bounded([python, str(runner)], timeout=timeout, input=json.dumps(req), unset=unset)
     if p.returncode == 124:
@@ -243,100 +92,6 @@ def _probe_resolve(python: str, engine: str) -> dict:
            "gpu": {"capability": "9.0", "gpu_name": "NVIDIA H200", "memory_gib": 141, "count": 1, "cuda_version": "12.8"},
            "present_modules": [m for m in GPU_ONLY if m not in _SELECTION_LIBS], "visible_modules": visible}
     return _ask(python, _RUNNER, req, 600, "the engine's resolution", unset=_WRITE_BYTECODE)
-
-
-# Requirements an engine environment never installs, decided by reading the engines' own
-# Requires-Dist (sglang 0.5.4/0.5.9/0.5.23, vllm 0.1x) and what each wheel carries:
-_DROP_EXACT = {
-    # torch family: torch is the local CPU wheel (_TORCH_PIN); the engine's pin (torch==2.9.1, 2.14.1 ...)
-    # would download a CUDA build of several GB. torchvision/torchaudio/torchcodec are built against
-    # one exact torch (a mismatch fails to load); torchao is quantization kernels, imported lazily.
-    "torch", "torchvision", "torchaudio", "torchcodec", "torchao",
-    # LD_PRELOAD allocator hooks compiled against CUDA (the sdist build needs nvcc)
-    "torch-memory-saver",
-    # GPU kernel libraries: CUDA binaries / cubins, import needs libcuda. Whether the engine *sees* them is
-    # an assumption of the what-if (DEFAULT_KERNEL_LIBS), stood in for by import stubs, never installed.
-    "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel", "sglang-kernel", "flash-attn",
-    "flash-attn-4", "sgl-flash-mla", "sgl-deep-gemm", "sgl-deep-ep", "deep-gemm", "deep-ep", "humming-kernels",
-    "quack-kernels", "tilelang", "xformers", "vllm-flash-attn", "flash-mla", "mooncake-transfer-engine", "nixl",
-    "triton-kernels", "pplx-kernels", "cutlass", "tokenspeed-mla",
-    # NVIDIA video decoder (needs the driver's NVDEC); multimodal input only
-    "pynvvideocodec",
-    # CUDA toolkit bindings and DSLs (hundreds of MB, need a driver at import)
-    "cuda-python", "cuda-bindings", "nvshmem4py-cu12", "nvshmem4py-cu13", "apache-tvm-ffi",
-    # video / vision decoding (native codecs; timm pulls torchvision): multimodal preprocessing only
-    "decord", "decord2", "timm", "av", "opencv-python", "opencv-python-headless",
-    # another engine: vLLM is not SGLang's dependency for choosing a backend
-    "vllm",
-}
-_DROP_PREFIX = ("nvidia-", "cuda-", "cupy", "flashinfer")
-_KEEP = {"nvidia-ml-py"}  # pure-Python NVML bindings; the what-if fakes NVML through them
-
-
-def _dropped(name: str) -> bool:
-    n = _norm(name)
-    return n not in _KEEP and (n in _DROP_EXACT or n.startswith(_DROP_PREFIX))
-
-
-# Older SGLang wheels (0.5.2-0.5.3 era) declare almost nothing unconditionally: the server's
-# runtime lives in the ``srt`` / ``runtime_common`` extras (``pip install "sglang[srt]"``).
-_RUNTIME_EXTRAS = {"srt", "runtime-common", "runtime_common"}
-_EXTRA = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
-
-
-def install_plan(requires: list[str]) -> tuple[list[str], list[str]]:
-    """(install, dropped): an engine's Requires-Dist split into what an environment installs (with the
-    engine's own pins, markers kept for the installer to evaluate) and the GPU-only / heavy requirements it drops.
-
-    When the unconditional requirements do not include the server's web stack (no ``fastapi``), the
-    runtime extras (``srt``, ``runtime_common``) are taken too, their ``extra`` marker removed."""
-    base = [r for r in requires if not _EXTRA.search(r)]
-    names = {_norm(re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]) for r in base}
-    chosen = list(base)
-    if "fastapi" not in names:
-        for r in requires:
-            m = _EXTRA.search(r)
-            if m and _norm(m.group(1)) in {_norm(e) for e in _RUNTIME_EXTRAS}:
-                req, _, marker = r.partition(";")
-                rest = re.sub(r"^\s*and\s+|\s+and\s*$", "", _EXTRA.sub("", marker).strip()).strip()
-                chosen.append(req.strip() + (f"; {rest}" if rest else ""))
-    keep, drop = [], []
-    for r in chosen:
-        name = re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]
-        if _norm(name) in ("sglang", "vllm"):  # the extras refer to the engine itself ("sglang[runtime_common]")
-            continue
-        target = drop if _dropped(name) else keep
-        if r.strip() not in target:
-            target.append(r.strip())
-    return keep, drop
-
-
-def _wheel_requires(python: str, dist: str) -> list[str]:
-    code = f"import importlib.metadata as m; print('\\n'.join(m.requires({dist!r}) or []))"
-    p = subprocess.run([python, "-c", code], capture_output=True, text=True)
-    return [l for l in p.stdout.splitlines() if l.strip()]
-
-
-def engine_cuda(python: str, engine: str) -> tuple[str | None, str]:
-    """The CUDA version a GPU host running this engine has, read from the engine's own pins:
-    (``"12.9"``, ``"sglang Requires-Dist: cuda-python==12.9"``), or (None, why not).
-
-    A hardware profile's ``cuda_version`` is the first toolkit that targets that SM (11.8 for Hopper),
-    not what the engine runs on; the engine's checks (``is_hopper_with_cuda_12_3``, CUDA >= 12.8 for
-    SM100) must see the CUDA its own torch / cuda-python pins bring."""
-    for r in _wheel_requires(python, engine):
-        if "extra ==" in r:
-            continue
-        name = re.split(r"[<>=!~; \[(]", r.strip(), maxsplit=1)[0]
-        if _norm(name) in ("cuda-python", "cuda-bindings"):
-            m = re.search(r"(==|>=|~=)\s*(\d+)(?:\.(\d+))?", r)
-            if m:
-                return f"{m.group(2)}.{m.group(3) or 0}", f"{engine} Requires-Dist: {r.split(';')[0].strip()}"
-    for r in _wheel_requires(python, engine):
-        m = re.search(r"\bcu(1[1-9])(\d)?\b", r)
-        if m and "extra ==" not in r:
-            return f"{m.group(1)}.{m.group(2) or 0}", f"{engine} Requires-Dist: {r.split(';')[0].strip()}"
-    return None, f"{engine}'s Requires-Dist pins no CUDA package"
 
 
 def _reprobe(meta_path: Path, engine: str, say) -> None:

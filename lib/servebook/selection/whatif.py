@@ -26,7 +26,7 @@ static reading, says why, and is marked ``method="static"``.
 
 Within one run (a chapter's kernel) the same what-if is often asked more than once (the book's own case, the seed case,
 a matrix cell). ``remember_answers()`` keeps the engine's raw answer to each request while on, keyed by everything
-that goes into it (see ``_memo_key``); a request that differs in anything is asked again. Off by default.
+that goes into it (see ``memo.py``); a request that differs in anything is asked again. Off by default.
 
     remember_answers()          # on, for the rest of this process (chapter 02 turns it on)
     remember_answers(False)     # off, and forgotten
@@ -35,19 +35,16 @@ that goes into it (see ``_memo_key``); a request that differs in anything is ask
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import os
 import re
 import sys
-import threading
 import time
 from pathlib import Path
 
 from ..errors import EngineError, ModelError, ParameterError, ServebookError
 from .cards import architecture_of, materialize, model_config, uses_mla
 from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, EngineEnv, _ask, resolve_engine
+from .memo import _keep, _memo_key, _recall, remember_answers, remembered
 from .rootcause import explain, helper_requests
 from .static import Site, read_selection, render_tree
 
@@ -103,73 +100,6 @@ def _run(env: EngineEnv, request: dict, timeout: int) -> dict:
     if env.import_error:  # known beforehand: this environment cannot run the engine's resolution
         return {"ok": False, "error": env.import_error}
     return _ask(env.python, _RUNNER, request, timeout, "the engine's resolution")
-
-
-# -- the per-run memo of the engine's answers ------------------------------------------------------------------------
-
-class _Memo:
-    def __init__(self):
-        self.on, self.answers, self.asked, self.reused = False, {}, 0, 0
-        self.lock = threading.Lock()
-
-
-_MEMO = _Memo()
-
-
-def remember_answers(on: bool = True) -> None:
-    """Keep (``on``) or stop keeping and forget the engine's answers to identical what-if requests in this process."""
-    with _MEMO.lock:
-        if not on:
-            _MEMO.answers.clear()
-            _MEMO.asked = _MEMO.reused = 0
-        _MEMO.on = bool(on)
-
-
-def remembered() -> dict:
-    """How many requests went to the engine, how many were answered from the memo, how many answers are kept."""
-    with _MEMO.lock:
-        return {"asked": _MEMO.asked, "reused": _MEMO.reused, "kept": len(_MEMO.answers)}
-
-
-def _files_state(path: str | None) -> list:
-    """Name, size and mtime of each file directly in ``path`` (a model directory, the runner's folder)."""
-    try:
-        return sorted([e.name, e.stat().st_size, e.stat().st_mtime_ns] for e in os.scandir(path) if e.is_file())
-    except OSError:
-        return []
-
-
-def _memo_key(env: EngineEnv, request: dict) -> str:
-    """Everything an answer depends on: the engine's interpreter and install (path, version, when it was written),
-    the whole request (faked GPU and CUDA, kernel libraries, stubs, traced sites, helpers, model directory, server
-    args, TP size), the model directory's files, the runner's own files and this process's environment variables."""
-    def stat(p):
-        try:
-            st = os.stat(p)
-            return [st.st_size, st.st_mtime_ns]
-        except OSError:
-            return None
-
-    parts = {"env": env.as_dict(), "python": stat(env.python), "package": stat(env.package_dir), "request": request,
-             "model_files": _files_state(request.get("model_dir")), "runner_files": _files_state(str(_RUNNER.parent)),
-             "environ": sorted(os.environ.items())}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _recall(key: str):
-    with _MEMO.lock:
-        if not _MEMO.on or key not in _MEMO.answers:
-            return None
-        _MEMO.reused += 1
-        return copy.deepcopy(_MEMO.answers[key])
-
-
-def _keep(key: str, r: dict, seconds: float) -> None:
-    """Keep a resolved answer; a failure (timeout, an error) is asked again next time."""
-    with _MEMO.lock:
-        _MEMO.asked += 1
-        if _MEMO.on and r.get("ok"):
-            _MEMO.answers[key] = (copy.deepcopy(r), seconds)
 
 
 def _unknown_arch(error: str, cfg: dict | None = None) -> bool:

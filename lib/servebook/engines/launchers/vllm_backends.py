@@ -7,6 +7,7 @@ The enum moved between releases: ``AttentionBackendEnum`` in ``vllm.v1.attention
 ``null`` when none of them imports (the caller names the interpreter and the fix).
 """
 
+import importlib
 import json
 import sys
 
@@ -23,7 +24,8 @@ _PLACES = (("vllm.v1.attention.backends.registry", "AttentionBackendEnum"),
 def backend_enum():
     for module, attr in _PLACES:
         try:
-            return getattr(__import__(module, fromlist=[attr]), attr)
+            # by name: the enum's home moved between vLLM releases (_PLACES), so each is tried in turn; vLLM's modules only
+            return getattr(importlib.import_module(module), attr)
         except Exception:  # an old layout, or a module whose imports this environment lacks: try the next place
             continue
     return None

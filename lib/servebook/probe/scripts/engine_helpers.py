@@ -76,6 +76,7 @@ def zero_arg(fn):
 
 def module_helpers(modname, pattern, extra=()):
     try:
+        # by name: the engine's helper modules differ by engine and release; engine modules only (no servebook here)
         mod = importlib.import_module(modname)
     except Exception as exc:
         return "%s: %s" % (type(exc).__name__, str(exc)[:300])
@@ -102,7 +103,7 @@ elif engine == "sglang":
     if all(errs): failures.append(errs[0])
     for modname in ("sglang.srt.platforms", "sglang.srt.platforms.interface"):
         try:
-            mod = importlib.import_module(modname)
+            mod = importlib.import_module(modname)  # by name: SGLang's platform module moved between releases
         except Exception:
             continue
         plat = getattr(mod, "current_platform", None)
