@@ -76,7 +76,7 @@ cmds[["purpose", "command"]]
 # ## What we found
 
 # %% tags=["whatif"]
-from servebook.backends_report import whatif_found, whatif_questions
+from servebook.backends.report import whatif_found, whatif_questions
 
 Markdown(whatif_found(store, facts, cmds))
 
@@ -130,8 +130,8 @@ if not measure:  # the recorded rows only: no engine is asked anything here
 # a flag or value this version does not know is recorded as "rejected", naming the version.
 
 # %%
-from servebook.backends_report import candidates_for
-from servebook.backends_figures import not_run
+from servebook.backends.report import candidates_for
+from servebook.backends.figures import not_run
 
 plans, skipped = {}, []
 for eng in engines if measure else []:
@@ -212,7 +212,7 @@ for name, exc in outcomes.items():
 # %%
 from IPython.display import Markdown, display
 
-from servebook.backends_report import TABLE_COLUMNS, flags_note, starts_table
+from servebook.backends.report import TABLE_COLUMNS, flags_note, starts_table
 
 names = [e.name for e in engines]
 table = starts_table(store, names)
@@ -222,7 +222,7 @@ table[[c for c in TABLE_COLUMNS if c in table]]
 # %% [markdown]
 # Each row is one server start (or a refusal before one). `reported` is what the engine itself said it loaded
 # (`reported_source`: its server-info endpoint or the log line it came from). `decode_agreement` is the check of the
-# kernel that was forced, on the decode path, by token ids (`servebook.agreement`; how it ran, below).
+# kernel that was forced, on the decode path, by token ids (`servebook.backends.agreement`; how it ran, below).
 # `tf_top1_agreement` is teacher-forced on the prefill path only: the default's completions, prompt included, sent back
 # as text and scored in one forward pass (`tf_logprob_mad`: the mean |log-prob difference| there). `agreement` is the
 # share of greedy tokens equal to the default's. `decode_tok_s` and its 95% half-width are taken over the per-start
@@ -232,7 +232,7 @@ table[[c for c in TABLE_COLUMNS if c in table]]
 # %%
 from IPython.display import Markdown
 
-from servebook.agreement import describe
+from servebook.backends.agreement import describe
 
 Markdown(describe(table))
 
@@ -252,7 +252,7 @@ if len(pre):
 # engine would pick on this GPU for this model, from its own code.
 
 # %%
-from servebook.backends_report import plot_rates
+from servebook.backends.report import plot_rates
 
 plot_rates(table);
 
@@ -260,7 +260,7 @@ plot_rates(table);
 # ## What we found
 
 # %%
-from servebook.backends_report import found_lines
+from servebook.backends.report import found_lines
 
 Markdown(found_lines(store, names, table))
 
@@ -269,7 +269,7 @@ Markdown(found_lines(store, names, table))
 # Questions a new engineer should now be able to answer; each answer is computed from this run's tables.
 
 # %%
-from servebook.backends_report import questions
+from servebook.backends.report import questions
 from servebook.findings import check_yourself_markdown
 
 Markdown(check_yourself_markdown(questions(store, names, table)))

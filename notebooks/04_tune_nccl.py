@@ -289,7 +289,7 @@ elif tp_engines:
                      best=rec_here.get("setting"), seed=tp_seed_block)
 
 # %%
-from servebook.backends_report import flags_note
+from servebook.backends.report import flags_note
 
 e2e = e2e_view(store, pred_here)
 if len(e2e):

@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pandas as pd
 import pytest
 
-from servebook import agreement
-from servebook.backends import _disagreement, _disagrees
+from servebook.backends import agreement
+from servebook.backends.measure import _disagreement, _disagrees
 
 VOCAB = 64
 PROMPTS = [[1, 5, 9, 2], [7, 7, 3], [11, 40, 2, 8, 30], [60, 1]]

@@ -1,4 +1,4 @@
-"""Chapter 03's page (servebook.backends_report) on recorded runs: what its counts count."""
+"""Chapter 03's page (servebook.backends.report) on recorded runs: what its counts count."""
 
 import re
 
@@ -13,7 +13,7 @@ def test_chapter_03_counts_configurations_and_the_server_starts_they_took():
     """h200x1-trust: each backend row is a configuration (a backend in one mode); those that served correct output were
     started twice (its `starts` parameter). The page names the rows configurations, not starts, and states the server
     starts they took, tagged and recomputed by the registry."""
-    from servebook.backends_report import found_lines, starts_table
+    from servebook.backends.report import found_lines, starts_table
     from servebook.findings.intervals import starts_of
     from servebook.stated import stated_on
     from servebook.stated.registry import QUANTITIES, pick
@@ -40,7 +40,7 @@ def test_plot_rates_draws_nothing_when_no_backend_produced_a_rate(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from servebook.backends_report import plot_rates, starts_table
+    from servebook.backends.report import plot_rates, starts_table
 
     store = RunStore.at(tmp_path / "run")
     for attention in ("auto", "eager"):

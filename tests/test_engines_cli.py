@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from servebook.backends import _overridden, engine_error, force_each_backend
+from servebook.backends import engine_error, force_each_backend
+from servebook.backends.measure import _overridden
 from servebook.engines import CLIRejected, EngineAdapter, forcing, get_engine, user_command
 from servebook.engines.vllm import attention_mechanism_of, reported_from_log
 from servebook.errors import EngineError, ServerError

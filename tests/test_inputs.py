@@ -205,7 +205,7 @@ def test_an_unknown_backend_is_refused_before_any_server_starts(tmp_path, capsys
 
 def test_chapter_03_leaves_an_unknown_backend_out_with_its_reason(capsys):
     """Where the book could not check it (a remote host, the notebook run alone): chapter 03 starts no server for it."""
-    from servebook.backends_report import candidates_for
+    from servebook.backends.report import candidates_for
     from servebook.engines import get_engine
 
     picked, skipped = candidates_for(get_engine("transformers"), "eager,nosuch")

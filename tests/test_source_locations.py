@@ -102,7 +102,7 @@ def test_launch_first_writes_its_reason_with_code(tmp_path):
 
 
 def test_whatif_answers_tag_the_gpu_count_and_show_locations_and_errors_as_code():
-    from servebook.backends_report import whatif_found, whatif_questions
+    from servebook.backends.report import whatif_found, whatif_questions
     from servebook.nccl.report import whatif_questions as nccl_questions
 
     store = RunStore(WHATIF)

@@ -126,7 +126,7 @@ def test_transformers_serve_over_two_starts(embedded_model, tmp_path, no_leftove
     assert m["ch03"]["starts"] == m["ch05"]["starts"] == 2
 
 
-# --- chapter 03's page (servebook.backends_figures and .backends_report)
+# --- chapter 03's page (servebook.backends.figures and .report)
 
 
 def test_each_backend_is_listed_once_and_the_default_that_ran_is_not_under_not_run(tmp_path):
@@ -135,7 +135,7 @@ def test_each_backend_is_listed_once_and_the_default_that_ran_is_not_under_not_r
     row, and chapter 06's box (findings.backends) lists the same."""
     import shutil
 
-    from servebook.backends_figures import default_ran_as, earlier_attempts, not_run
+    from servebook.backends.figures import default_ran_as, earlier_attempts, not_run
 
     shutil.copytree(RUNS / "h200x1-live", tmp_path / "run")
     store = RunStore(tmp_path / "run")
@@ -153,7 +153,7 @@ def test_chapter_03_states_the_start_counts_chapter_06_gives(tmp_path):
     page's sentences is what the registry recomputes from the same run."""
     import shutil
 
-    from servebook.backends_report import UNTAGGED, found_lines, questions, starts_table
+    from servebook.backends.report import UNTAGGED, found_lines, questions, starts_table
     from servebook.stated import stated_on
     from servebook.stated.registry import QUANTITIES, pick
 
@@ -175,7 +175,7 @@ def test_chapter_03_states_the_start_counts_chapter_06_gives(tmp_path):
 def test_the_what_if_names_the_pick_of_the_engine_it_plans():
     """What-if 03 for SGLang 0.5.9: chapter 02's prediction is SGLang's `triton`, never vLLM's TRITON_MLA (recorded
     after it in the same table)."""
-    from servebook.backends_report import _prediction_for
+    from servebook.backends.report import _prediction_for
 
     store = RunStore(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9")
     assert store.rows("selection")[-1]["engine"] == "vllm"
@@ -184,7 +184,7 @@ def test_the_what_if_names_the_pick_of_the_engine_it_plans():
 
 
 def test_flag_notes_name_the_value_used():
-    from servebook.backends_report import flags_note
+    from servebook.backends.report import flags_note
 
     note = flags_note("python -m sglang.launch_server --cuda-graph-max-bs 16 --sampling-backend pytorch".split())
     assert "`--cuda-graph-max-bs 16`" in note and "`--sampling-backend pytorch`" in note
@@ -197,7 +197,7 @@ def test_chapter_03_measured_again_pools_further_starts_of_the_same_method(tmp_p
     pages list one row per configuration (``RunStore.rows``: the latest execution's)."""
     from types import SimpleNamespace
 
-    from servebook.backends import _rate_over_starts
+    from servebook.backends.measure import _rate_over_starts
 
     store = RunStore.at(tmp_path / "run")
     store.write_manifest({"execution": {"id": 1, "again": False}})

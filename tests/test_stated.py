@@ -530,7 +530,7 @@ def test_seed_and_profile_figures_come_from_their_files():
 
 
 def test_method_constants_are_read_from_the_code(monkeypatch):
-    from servebook import agreement
+    from servebook.backends import agreement
 
     text = stated.q("method_constant", agreement.TOLERANCE, "g", of="agreement_tolerance_nats") + " nats, " + \
         stated.q("method_constant", 100 * agreement.MIN_AGREEMENT, ".0f", of="agreement_min_pct") + "%"

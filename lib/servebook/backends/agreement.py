@@ -35,7 +35,7 @@ import urllib.error
 import urllib.request
 from typing import Callable
 
-from .errors import ServebookError
+from ..errors import ServebookError
 
 __all__ = ["TOLERANCE", "TOP_K", "MIN_AGREEMENT", "MAX_RESTARTS", "REQUESTS", "prompt_ids", "decode", "reference_decodes",
            "decode_agreement", "compare_decodes", "describe", "DecodeUnsupported"]
@@ -264,7 +264,7 @@ def describe(table) -> str:
 
 
 def _q(*a, **k) -> str:
-    from .stated.tags import q
+    from ..stated.tags import q
 
     return q(*a, **k)
 

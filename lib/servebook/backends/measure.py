@@ -17,8 +17,8 @@ measurement (chapter 05's client, ``bench.single_stream(host=...)``), the port c
 the check for servers an earlier run left running. Nothing is timed across the network. The engine's
 log is fetched from the host into the run directory. The tokenizer (for comparing tokens) stays here.
 
-Chapter 03's page: ``servebook.backends_figures`` (what the page states, computed from the tables; ``servebook.stated``
-recomputes it) and ``servebook.backends_report`` (its candidates, table, plot and sentences, tagged).
+Chapter 03's page: ``servebook.backends.figures`` (what the page states, computed from the tables; ``servebook.stated``
+recomputes it) and ``servebook.backends.report`` (its candidates, table, plot and sentences, tagged).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from . import agreement
-from .engines import CLIRejected, EngineAdapter
-from .errors import EngineError, ServebookError, ServerError
-from .results import RunStore
-from .servers import Server, leftover_servers, port_listening, start_together, take_started
+from .agreement import MIN_AGREEMENT, decode_agreement, prompt_ids, reference_decodes
+from ..engines import CLIRejected, EngineAdapter
+from ..errors import EngineError, ServebookError, ServerError
+from ..results import RunStore
+from ..servers import Server, leftover_servers, port_listening, start_together, take_started
 
 __all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "runnable_here", "engine_error"]
 
@@ -61,7 +61,7 @@ def runnable_here(name: str, smoke: bool = False, host=None) -> tuple[bool, str]
     import importlib.util
 
     if _remote(host):
-        ok, why = host.call("servebook.backends:runnable_here", {"name": name, "smoke": smoke}, timeout=120,
+        ok, why = host.call("servebook.backends.measure:runnable_here", {"name": name, "smoke": smoke}, timeout=120,
                             label=f"runnable_here {name}")
         return bool(ok), str(why)
 
@@ -131,7 +131,7 @@ def _decode_rate(base_url: str, model: str, engine: str, attention: str, max_tok
     """A short single-stream measurement with chapter 05's client (real streamed tokens), on ``host`` when given; with
     its method (``bench_*``: prompt tokens, seed and fingerprint, output tokens, warm-ups, runs) for comparing it with
     chapter 05's (``servebook.findings.default_methods``)."""
-    from . import bench
+    from .. import bench
 
     prompts = bench.build_prompts(tokenizer, input_len=RATE_INPUT_LEN, n=max(2, runs + 1), seed=0)
     s = bench.single_stream(base_url, model, prompts, store=None, tokenizer=tokenizer, engine=engine, attention=attention,
@@ -197,7 +197,7 @@ def force_each_backend(
                  ready_timeout=ready_timeout, tokenizer=_load_tokenizer(model_dir),
                  served_from=str(host_model or model_dir), version=engine.version(), extra=list(extra_args), env=dict(env or {}),
                  starts=max(1, int(starts)))
-    ctx.prompt_ids = agreement.prompt_ids(ctx.tokenizer, PROBE_PROMPTS)
+    ctx.prompt_ids = prompt_ids(ctx.tokenizer, PROBE_PROMPTS)
     for prior in store.find("backends", engine=engine.name, attention="auto", outcome="ok"):
         ctx.reference = prior.get("completions")
         ctx.reference_lp = prior.get("teacher_forced")
@@ -267,7 +267,7 @@ def starts_overlap_here(n: int, model_dir, env: dict | None = None, remote: bool
                 return False, "a GPU is visible: one server at a time"
         except ImportError:
             pass
-        from .servers import Launch
+        from ..servers import Launch
 
         if _gpu_visible(Launch(cmd=[], port=0, env=env)):
             return False, "a GPU is visible: one server at a time"
@@ -484,7 +484,7 @@ def _more_starts(ctx: _Sweep, row: dict) -> range:
 
 
 def _rate_over_starts(ctx: _Sweep, row: dict, more: list[dict]) -> None:
-    from .bench import mean_ci
+    from ..bench import mean_ci
 
     row["bench_model"] = ctx.served_from
     if row.get("decode_tok_s") is None:
@@ -581,7 +581,7 @@ def _exercise(ctx: _Sweep, srv, backend: str | None, row: dict) -> None:
     name = engine.served_model_name(ctx.served_from)
     try:
         if ctx.remote:  # the requests go out on the host, next to the server
-            completions = ctx.host.call("servebook.backends:greedy_completions",
+            completions = ctx.host.call("servebook.backends.measure:greedy_completions",
                                         {"base_url": srv.base_url, "model": name, "prompts": PROBE_PROMPTS, "max_tokens": ctx.max_tokens},
                                         timeout=120 * len(PROBE_PROMPTS) + 60, label=f"greedy completions {engine.name} {row['attention']}")
         else:
@@ -595,7 +595,7 @@ def _exercise(ctx: _Sweep, srv, backend: str | None, row: dict) -> None:
     # teacher-forced: every position of prompt + the default's completion, fed to this backend (on the host, beside it)
     texts = [p + c for p, c in zip(PROBE_PROMPTS, ctx.reference or completions)]
     try:
-        lp = (ctx.host.call("servebook.backends:prompt_logprobs", {"base_url": srv.base_url, "model": name, "texts": texts},
+        lp = (ctx.host.call("servebook.backends.measure:prompt_logprobs", {"base_url": srv.base_url, "model": name, "texts": texts},
                             timeout=120 * len(texts) + 60, label=f"teacher-forced {engine.name} {row['attention']}") if ctx.remote
               else _watched(srv, lambda: prompt_logprobs(srv.base_url, name, texts)))
     except ServebookError as exc:
@@ -631,17 +631,17 @@ def _decode_check(ctx: _Sweep, srv, backend: str | None, row: dict, name: str) -
     once, from the first default start), and every start, the default's included, is compared with it."""
     engine = ctx.engine
 
-    def ask(fn: str, kwargs: dict):
+    def ask(fn: Callable, kwargs: dict):
         kwargs = {"engine": engine.name, "base_url": srv.base_url, "model": name, "prompts": ctx.prompt_ids, **kwargs}
         if ctx.remote:
-            return ctx.host.call(f"servebook.agreement:{fn}", kwargs, timeout=120 * 10 * len(ctx.prompt_ids) + 60,
-                                 label=f"decode {fn} {engine.name} {row['attention']}")
-        return _watched(srv, lambda: getattr(agreement, fn)(**kwargs))
+            return ctx.host.call(f"servebook.backends.agreement:{fn.__name__}", kwargs, timeout=120 * 10 * len(ctx.prompt_ids) + 60,
+                                 label=f"decode {fn.__name__} {engine.name} {row['attention']}")
+        return _watched(srv, lambda: fn(**kwargs))
 
     try:
         if backend is None and ctx.reference_decode is None:
-            ctx.reference_decode = row["decode_reference"] = ask("reference_decodes", {"max_tokens": ctx.max_tokens})
-        row.update(ask("decode_agreement", {"reference": ctx.reference_decode}))
+            ctx.reference_decode = row["decode_reference"] = ask(reference_decodes, {"max_tokens": ctx.max_tokens})
+        row.update(ask(decode_agreement, {"reference": ctx.reference_decode}))
     except ServebookError as exc:
         if (not ctx.remote and srv.fatal_line()) or not srv.alive():
             row.update(outcome="crashed", error=engine_error(srv.log_tail(400)) or str(exc), log_tail=srv.log_tail(15))
@@ -654,13 +654,13 @@ def _disagrees(row: dict) -> bool:
     under 90%, where measured; where neither was, greedy agreement under 50%."""
     dec, tf = row.get("decode_agreement"), row.get("tf_top1_agreement")
     if dec is not None or tf is not None:
-        return (dec is not None and dec < agreement.MIN_AGREEMENT) or (tf is not None and tf < 0.9)
+        return (dec is not None and dec < MIN_AGREEMENT) or (tf is not None and tf < 0.9)
     return row.get("agreement") is not None and row["agreement"] < 0.5
 
 
 def _disagreement(row: dict) -> str:
     dec = row.get("decode_agreement")
-    if dec is not None and dec < agreement.MIN_AGREEMENT:
+    if dec is not None and dec < MIN_AGREEMENT:
         first = row.get("decode_first_divergence") or {}
         return (f"decode agreement with the default backend is {dec:.0%} over {row['decode_positions']} decode positions "
                 f"(tolerance {row['decode_tolerance']} nats); first difference: prompt {first.get('prompt')} position "

@@ -1,5 +1,5 @@
 """Chapter 03's page: the candidates, the table of starts, the plot and the sentences, built from the run's tables with
-every stated number tagged (``servebook.stated.q``; the figures come from ``servebook.backends_figures``).
+every stated number tagged (``servebook.stated.q``; the figures come from ``servebook.backends.figures``).
 
     picked, skipped = candidates_for(eng, backends_param, smoke=False, host=h)
     view = starts_table(store, ["sglang", "vllm"]); plot_rates(view)
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import backends_figures as fig
-from .engines import listed_for, unknown_backends
-from .stated import q
+from . import figures as fig
+from ..engines import listed_for, unknown_backends
+from ..stated import q
 
 __all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "candidates_for", "starts_table", "plot_rates", "found_lines", "questions",
            "whatif_found", "whatif_questions", "flags_note", "TABLE_COLUMNS"]
@@ -22,7 +22,7 @@ __all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "candidates_for", "starts_tab
 UNTAGGED = {
     "the profile's GPU count and capability (what-if)": "facts of the hardware profile in data/hardware, not of a run table",
     "the 'answer' sentence of chapter 06 (say_backends)": "servebook.stated.say_backends tags its own figures",
-    "the decode-agreement summary under the table": "written by servebook.agreement.describe from the same rows; each "
+    "the decode-agreement summary under the table": "written by servebook.backends.agreement.describe from the same rows; each "
     "start's agreement is stated tagged (backend_agreement) in 'Check yourself'",
     "flag values quoted from a recorded launch line (`--cuda-graph-max-bs 16`)": "the command as it ran, quoted",
 }
@@ -57,7 +57,7 @@ def flags_note(args: list[str]) -> str:
 def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[list[str], list[dict]]:
     """The backends to force for ``eng`` and those left out, each with its reason: the ``backends`` parameter's list
     where it names this engine, else every value the engine accepts that can run here (``runnable_here``)."""
-    from .backends import runnable_here
+    from .measure import runnable_here
 
     choices = eng.attention_choices()
     how = eng.attention_mechanism() if hasattr(eng, "attention_mechanism") else "flag"
@@ -87,7 +87,7 @@ def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[
 
 def starts_table(store, names: list[str]):
     """Table ``backends`` for these engines, with each start's rate (``start_rates``) and what its interval covers."""
-    from .findings import ONE_START
+    from ..findings import ONE_START
 
     table = store.table("backends")
     table = table[table["engine"].isin(names)] if len(table) else table
@@ -142,7 +142,7 @@ def _rate(r: dict) -> str:
 
 
 def _vs(r: dict, a: dict) -> str:
-    from .findings import separated, starts_of
+    from ..findings import separated, starts_of
 
     if fig.row_key(a) == _default_key(r):  # against its engine's default in the same mode: chapter 06's comparison
         tags = {"of": fig.row_key(r)}
@@ -158,7 +158,7 @@ def _default_key(r: dict) -> str:
 
 
 def _engine_lines(store, name: str, t, b: dict) -> list[str]:
-    from .stated import say_backends
+    from ..stated import say_backends
 
     # a start measured again stands in its last row (the tagged figure is that row's); the counts are chapter 06's
     ok = t[t["outcome"] == "ok"].drop_duplicates(["engine", "attention", "mode"], keep="last")
@@ -206,7 +206,7 @@ def found_lines(store, names: list[str], table) -> str:
     """'What we found': per engine the configurations tried and correct (chapter 06's counts) and the server starts they
     took, each configuration against the default,
     what failed, what stopped, and what did not run (each backend once)."""
-    from .findings import backends, default_methods, say_default_methods
+    from ..findings import backends, default_methods, say_default_methods
 
     verdicts = {b["engine"]: b for b in backends(store)}  # chapter 06's definition: the fastest correct start vs the default
     lines: list[str] = []
@@ -283,7 +283,7 @@ def _agreements(rows, field: str, kind: str, positions: bool = False) -> str:
 
 def questions(store, names: list[str], table) -> list[tuple[str, str]]:
     """Chapter 03's 'Check yourself' questions, answered from this run."""
-    from .findings import backends, fastest_correct
+    from ..findings import backends, fastest_correct
 
     qa: list[tuple[str, Any]] = []
     rep = table[["engine", "attention", "mode", "reported", "outcome"]].fillna("-") if "reported" in table else None
@@ -320,7 +320,7 @@ def questions(store, names: list[str], table) -> list[tuple[str, str]]:
 
 def whatif_found(store, facts: dict, cmds) -> str:
     """The what-if's findings: the launches planned, and what chapter 02 predicts for the engine in question."""
-    from .stated import selection_of
+    from ..stated import selection_of
 
     lines = [f"- Planned, not measured: {q('plan_launches', len(cmds) - 1, 'd')} launches of {facts['engine']} for {facts['model']} "
              f"on {facts['gpus']}x {facts['profile']} (capability {facts['capability']}), the default plus one per backend its own "

@@ -101,7 +101,7 @@ def backends(store: RunStore) -> list[dict]:
     intervals are within a start, and the rate moves more between starts). ``starts`` / ``default_starts``: how many
     starts each rate covers.
     """
-    from ..backends_figures import not_run as not_run_of, row_key
+    from ..backends.figures import not_run as not_run_of, row_key
 
     rows = store.rows("backends")
     out = []
@@ -134,7 +134,7 @@ def backends(store: RunStore) -> list[dict]:
                 "default_start_rates": [x.get("decode_tok_s") for x in (default or {}).get("starts") or [] if isinstance(x, dict)],
                 "ties": ties, "best_key": row_key(best), "default_key": row_key(default) if default else None,
                 "agreement_min": min((_num(r.get("agreement")) for r in ok if _num(r.get("agreement")) is not None), default=None),
-                # "correct" means the forced decode kernel's tokens agreed (servebook.agreement) only where every start compared
+                # "correct" means the forced decode kernel's tokens agreed (servebook.backends.agreement) only where every start compared
                 # has a decode-path agreement; older runs checked the prefill path alone (teacher-forced), and say so
                 "decode_checked": all(r.get("decode_agreement") is not None for r in ok),
             })
@@ -329,7 +329,7 @@ def versions_read(store: RunStore) -> list[str]:
 
 def fastest_correct(b: dict, noun: str = "backend") -> str:
     """How chapters 03 and 06 name the fastest start that served acceptable output: "the fastest correct backend" where
-    its decode kernel was checked by token ids against the default's (servebook.agreement), else what was checked."""
+    its decode kernel was checked by token ids against the default's (servebook.backends.agreement), else what was checked."""
     if b.get("decode_checked", True):
         return f"the fastest correct {noun}"
     return (f"the fastest {noun} that ran (its output checked on the prefill path only: this run has no decode-path "

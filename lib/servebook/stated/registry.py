@@ -325,7 +325,7 @@ def _s8_cuda(store) -> dict:
 
 
 def _s8_rows(store) -> dict:
-    from ..backends_figures import row_key
+    from ..backends.figures import row_key
 
     return {row_key(r): r for r in store.rows("backends")}
 
@@ -364,7 +364,7 @@ def _s8_default_starts(store) -> dict:
 
 
 def _s8_method(store) -> dict:
-    from .. import agreement
+    from ..backends import agreement
 
     from ..bench import ceiling
     from ..nccl.predict import FIDELITY, NOISE
@@ -375,7 +375,7 @@ def _s8_method(store) -> dict:
 
 
 def _s8_tolerance(store) -> dict:
-    from .. import agreement
+    from ..backends import agreement
 
     tol = {float(r["decode_tolerance"]) for r in store.rows("backends") if isinstance(r.get("decode_tolerance"), (int, float))}
     return {None: tol.pop()} if len(tol) == 1 else ({} if tol else {None: agreement.TOLERANCE})
@@ -417,14 +417,14 @@ def _s8_profile_capability(of: str):
 
 # issue #28 item 4 (s9): helpers of the quantities in the block marked "(s9)" below
 def _s9_backend_errors(store) -> dict:
-    from ..backends_figures import row_key
+    from ..backends.figures import row_key
 
     return {f"{row_key(r)} | {r.get('recorded_at')}": " ".join(str(r.get("error")).split())
             for r in store.rows("backends") if r.get("outcome") != "ok"}
 
 
 def _s9_not_run(store) -> dict:
-    from ..backends_figures import not_run
+    from ..backends.figures import not_run
 
     engines = {r.get("engine") for r in store.rows("backends") + store.rows("backends_not_run") if r.get("engine")}
     return {f"{e} | {x['attention']}": x["reason"] for e in sorted(engines) for x in not_run(store, e)}
@@ -547,7 +547,7 @@ def _s9_stalls(store) -> dict:
 
 
 def _s9_earlier(store) -> dict:
-    from ..backends_figures import earlier_attempts
+    from ..backends.figures import earlier_attempts
 
     engines = {r.get("engine") for r in store.rows("backends") if r.get("engine")}
     return {f"{e} | {a}": why for e in sorted(engines) for a, why in earlier_attempts(store, e).items()}
@@ -811,7 +811,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("card_roofline_tok_s", "bandwidth-only roofline of a model card on N GPUs of a profile (the seed case's, or "
              "the what-if's), from data/models and data/hardware", lambda store: {}, lookup=_roofline_lookup),
     # chapters 02-04 (s8): each computed by the chapter's own figures module (servebook.selection.figures,
-    # servebook.backends_figures, servebook.nccl.figures), which formats nothing and imports no page code
+    # servebook.backends.figures, servebook.nccl.figures), which formats nothing and imports no page code
     Quantity("selection_assignments", "recorded assignments of the attention backend in an engine version's code",
              lambda store: __import__("servebook.selection.figures", fromlist=["x"]).assignments(store)),
     Quantity("selection_site_files", "files of an engine version's code that assign the attention backend",
@@ -823,19 +823,19 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("failed_steps", "steps of the run recorded in its failures table",
              lambda store: __import__("servebook.selection.figures", fromlist=["x"]).failure_count(store)),
     Quantity("backend_tok_s", "single-stream decode tok/s of one forced start (engine | attention | mode; chapter 03)",
-             lambda store: __import__("servebook.backends_figures", fromlist=["x"]).rates(store)),
+             lambda store: __import__("servebook.backends.figures", fromlist=["x"]).rates(store)),
     Quantity("backend_ci95", "95% half-width of one forced start's tok/s",
-             lambda store: __import__("servebook.backends_figures", fromlist=["x"]).intervals(store)),
+             lambda store: __import__("servebook.backends.figures", fromlist=["x"]).intervals(store)),
     Quantity("backend_agreement", "one start's agreement with the default (engine | attention | mode | decode, "
-             "teacher-forced or greedy)", lambda store: __import__("servebook.backends_figures", fromlist=["x"]).agreements(store)),
+             "teacher-forced or greedy)", lambda store: __import__("servebook.backends.figures", fromlist=["x"]).agreements(store)),
     Quantity("backend_decode_positions", "decode positions one start's decode-path agreement counts",
-             lambda store: __import__("servebook.backends_figures", fromlist=["x"]).decode_positions(store)),
+             lambda store: __import__("servebook.backends.figures", fromlist=["x"]).decode_positions(store)),
     Quantity("backend_starts", "starts chapter 03 tried per engine (engine | tried) and those correct in the mode compared "
              "(engine | correct), as chapter 06's table counts them; ok starts in another mode (engine | other modes)",
              lambda store: {**{f"{b['engine']} | {k}": b[k] for b in __import__("servebook.findings", fromlist=["x"]).backends(store)
                                for k in ("tried", "correct")}, **_s9_other_modes(store)}),
     Quantity("plan_launches", "launches the what-if plans for chapter 03 on the real host",
-             lambda store: __import__("servebook.backends_figures", fromlist=["x"]).plan_launches(store)),
+             lambda store: __import__("servebook.backends.figures", fromlist=["x"]).plan_launches(store)),
     Quantity("allreduce_us_at", "this run's all-reduce latency (us) by setting | path | mode | bytes",
              lambda store: __import__("servebook.nccl.figures", fromlist=["x"]).latencies(store)),
     Quantity("ref_allreduce_at", "the reference grid's all-reduce latency (us) by setting | path | mode | bytes",
@@ -880,7 +880,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("compared_starts", "server starts a comparison with the default covers (the fewer of the two; engine | attention | mode)",
              _s8_compared_starts),
     Quantity("default_start_tok_s", "the default's rate in one server start (engine | start n)", _s8_default_starts),
-    Quantity("method_constant", "a constant of the method, read from the code (servebook.agreement.TOLERANCE, MIN_AGREEMENT; "
+    Quantity("method_constant", "a constant of the method, read from the code (servebook.backends.agreement.TOLERANCE, MIN_AGREEMENT; "
              "servebook.bench.ceiling.ENGINE_REGIME, BOUND_AT; servebook.nccl.predict.NOISE)",
              _s8_method),
     Quantity("engine_helpers_count", "engine helpers chapter 01 asked, judged against the hardware, and that disagreed",
@@ -900,7 +900,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
                             for k, t in _throughput(store).items() if t.get("roofline_tok_s") and t.get("single_ci95")
                             and t.get("single_tok_s") is not None for end, sign in (("low", -1), ("high", 1))}),
     Quantity("decode_tolerance_nats", "the near-tie tolerance (nats) the run's decode-path agreement used (backends.decode_tolerance; "
-             "servebook.agreement.TOLERANCE where no row recorded one)", _s8_tolerance),
+             "servebook.backends.agreement.TOLERANCE where no row recorded one)", _s8_tolerance),
     Quantity("other_run_single_tok_s", "single-stream tok/s of a configuration of another run chapter 06 compares with (run | label)",
              lambda store: {}, lookup=_s8_other_run("single_tok_s")),
     Quantity("other_run_single_ci95", "its 95% half-width (run | label)", lambda store: {}, lookup=_s8_other_run("single_ci95")),
@@ -914,7 +914,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              _s9_backend_errors),
     Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures)",
              lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(str(f.get("error")).split()) for f in store.rows("failures")}),
-    Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends_figures.not_run)", _s9_not_run),
+    Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends.figures.not_run)", _s9_not_run),
     Quantity("card_fact", "a model card's figure (model | active_params_b, gb_per_token, avg_bytes_per_param, avg_gb_per_token, "
              "allreduces_per_token), from data/models", lambda store: {}, lookup=_s9_card_fact),
     Quantity("seed_floor", "the seed case's limit with the communication floor at a latency of the reference NCCL run, and its "
@@ -941,7 +941,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("sweep_stall", "a sweep level whose throughput fell: its figures and the best level's before it (label | C=n | field; "
              "bench.runs.sweep_stalls over the current bench_summary and bench_requests)", _s9_stalls),
     Quantity("earlier_attempt", "how an earlier attempt of a forced backend was recorded (engine | attention; "
-             "backends_figures.earlier_attempts)", _s9_earlier),
+             "backends.figures.earlier_attempts)", _s9_earlier),
     Quantity("chapter_error", "why an execution of a chapter stopped, as its row recorded it, whole (chapter | recorded_at; table "
              "chapters)", lambda store: {f"{c.get('chapter')} | {c.get('recorded_at')}": " ".join(str(c.get("error")).split())
                                          for c in store.rows("chapters") if c.get("status") == "failed"}),
@@ -980,7 +980,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("prediction_layers", "slice depths a full-model prediction is made from (subject | measured) and the full "
              "model's layers (subject | full)", _s9_prediction_layers),
     Quantity("backend_vs_pct", "one forced start's rate against another's (not its default: eager against graph), signed % "
-             "(A vs B, each engine | attention | mode)", lambda store: _s9_pairs(__import__("servebook.backends_figures", fromlist=["x"])
+             "(A vs B, each engine | attention | mode)", lambda store: _s9_pairs(__import__("servebook.backends.figures", fromlist=["x"])
                                                                               .rates(store), _s9_pct)),
     Quantity("backend_vs_starts", "server starts that comparison covers (the fewer of the two; A vs B)", _s9_backend_vs_starts),
     Quantity("single_vs_pct", "one configuration's single-stream rate against another's of the same run, signed % (label vs label)",
