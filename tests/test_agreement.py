@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from servebook.backends import agreement
-from servebook.backends.measure import _disagreement, _disagrees
+from servebook.backends.outputs import _disagreement, _disagrees
 
 VOCAB = 64
 PROMPTS = [[1, 5, 9, 2], [7, 7, 3], [11, 40, 2, 8, 30], [60, 1]]

@@ -66,7 +66,7 @@ def on_cpu(embedded_model, tmp_path):
 def _watch_turns(monkeypatch, registry, fault=None) -> list[dict]:
     """Record each configuration's turn (its start and end, and the CPU the other live servers used meanwhile);
     ``fault(label, srv)`` runs at the start of a turn."""
-    import servebook.backends.measure as backends
+    import servebook.backends.serve as backends
 
     turns: list[dict] = []
     real = backends._exercise

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from servebook.backends import engine_error, force_each_backend
-from servebook.backends.measure import _overridden
+from servebook.backends.checks import _overridden
 from servebook.engines import CLIRejected, EngineAdapter, forcing, get_engine, user_command
 from servebook.engines.vllm import attention_mechanism_of, reported_from_log
 from servebook.errors import EngineError, ServerError

@@ -17,7 +17,7 @@ RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 
 
 def _row(att: str, per_start: list[float], within: float = 3.0, rep: str | None = None) -> dict:
-    """A chapter 03 row as ``backends._restarts`` writes it: each start's rate, the mean and interval over starts."""
+    """A chapter 03 row as ``backends.restarts._restarts`` writes it: each start's rate, the mean and interval over starts."""
     ci = bench.mean_ci(per_start)
     return {"engine": "sglang", "engine_version": "0.5.16", "attention": att, "mode": "graph", "outcome": "ok", "reported": rep or att,
             "agreement": 1.0, "decode_tok_s": ci["mean"], "decode_tok_s_ci95": ci["half_width"] if len(per_start) > 1 else within,
@@ -197,7 +197,7 @@ def test_chapter_03_measured_again_pools_further_starts_of_the_same_method(tmp_p
     pages list one row per configuration (``RunStore.rows``: the latest execution's)."""
     from types import SimpleNamespace
 
-    from servebook.backends.measure import _rate_over_starts
+    from servebook.backends.restarts import _rate_over_starts
 
     store = RunStore.at(tmp_path / "run")
     store.write_manifest({"execution": {"id": 1, "again": False}})

@@ -36,7 +36,8 @@ from .processes import (_group_alive, _start_reaper, _stop_reaper, free_port, po
 from .secret_refs import resolve_refs
 from .secrets import mask_argv, mask_text, mask_value
 
-__all__ = ["Launch", "Server", "start_together", "take_started", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier"]
+__all__ = ["Launch", "Server", "start_together", "take_started", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier",
+           "starts_overlap_here", "gpu_visible"]
 
 
 @dataclass
@@ -358,3 +359,61 @@ def leftover_servers(registry: str | os.PathLike) -> list[dict]:
         elif row.get("event") == "stopped":
             state.pop(row.get("pgid"), None)
     return [r for pgid, r in state.items() if _group_alive(pgid)]
+
+
+# -- servers started together on a CPU host ---------------------------------------------------------------------------
+# A ready server waiting for requests takes next to no CPU: an idle, ready `transformers serve` (the embedded model, on
+# this book's 2-core CPU host) used 0.02-0.04 s of CPU time per 10 s (user + system of its process group, psutil, three
+# 10 s windows), and tests/test_backends_overlap.py checks that the servers waiting their turn use under 5% of a core
+# each while another one is measured. A server that is *starting* (imports, model load) takes a whole core: that is
+# why no server starts while another is measured.
+_OVERLAP_MEMORY_SHARE = 0.5  # all the servers' weights, counted twice (loaded copy, load buffers), within this share of free memory
+
+
+def starts_overlap_here(n: int, model_dir, env: dict | None = None, remote: bool = False) -> tuple[bool, str]:
+    """Whether ``n`` servers of ``model_dir`` may start together (and why): only when they run on this machine's CPU,
+    that is the host is this process's own (not ``remote``), neither this process's torch nor ``nvidia-smi`` (within
+    the servers' ``CUDA_VISIBLE_DEVICES``, from ``env`` or this process) sees a GPU, and ``n`` copies of the model's
+    weights fit in memory. A GPU's memory does not hold several servers (each takes its share as it starts): there,
+    and on any other host, they start one after the other. Used by chapters 03 (``force_each_backend``) and 05."""
+    env = dict(env or {})
+    if remote or n < 2:
+        return False, "one server at a time"
+    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is None or visible.strip() not in ("", "-1"):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                return False, "a GPU is visible: one server at a time"
+        except ImportError:
+            pass
+        if gpu_visible(Launch(cmd=[], port=0, env=env)):
+            return False, "a GPU is visible: one server at a time"
+    try:
+        import psutil
+
+        weights = sum(f.stat().st_size for f in Path(model_dir).iterdir() if f.suffix in (".safetensors", ".bin", ".pt", ".gguf"))
+        free = psutil.virtual_memory().available
+    except (ImportError, OSError):
+        return False, "free memory unknown: one server at a time"
+    if 2 * n * weights > _OVERLAP_MEMORY_SHARE * free:
+        return False, f"{n} copies of {weights / 1e9:.1f} GB of weights do not fit in {free / 1e9:.1f} GB free: one server at a time"
+    return True, "the servers run on this machine's CPU"
+
+
+def gpu_visible(launch) -> bool:
+    """Whether the server's environment sees an NVIDIA GPU (nvidia-smi -L, limited by its CUDA_VISIBLE_DEVICES)."""
+    import shutil
+    import subprocess
+
+    visible = launch.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU " in out.stdout

@@ -57,7 +57,7 @@ def flags_note(args: list[str]) -> str:
 def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[list[str], list[dict]]:
     """The backends to force for ``eng`` and those left out, each with its reason: the ``backends`` parameter's list
     where it names this engine, else every value the engine accepts that can run here (``runnable_here``)."""
-    from .measure import runnable_here
+    from .checks import runnable_here
 
     choices = eng.attention_choices()
     how = eng.attention_mechanism() if hasattr(eng, "attention_mechanism") else "flag"
