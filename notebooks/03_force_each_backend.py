@@ -232,7 +232,7 @@ table[[c for c in TABLE_COLUMNS if c in table]]
 # %%
 from IPython.display import Markdown
 
-from servebook.backends.agreement import describe
+from servebook.backends.report import describe
 
 Markdown(describe(table))
 

@@ -22,6 +22,7 @@ import pytest
 
 from servebook.backends import agreement
 from servebook.backends.outputs import _disagreement, _disagrees
+from servebook.backends.report import describe
 
 VOCAB = 64
 PROMPTS = [[1, 5, 9, 2], [7, 7, 3], [11, 40, 2, 8, 30], [60, 1]]
@@ -162,9 +163,9 @@ def test_an_engine_without_the_request_is_not_a_verdict(stubs):
 
 def test_a_run_recorded_before_the_check_says_so():
     old = pd.DataFrame([{"engine": "sglang", "attention": "auto", "mode": "graph", "outcome": "ok", "tf_top1_agreement": 1.0}])
-    assert "not recorded in this run" in agreement.describe(old)
+    assert "not recorded in this run" in describe(old)
     new = old.assign(decode_agreement=1.0, decode_positions=124, decode_tolerance=0.1)
-    text = re.sub(r"<[^>]+>", "", agreement.describe(new))  # as the page shows it (its figures are tagged spans)
+    text = re.sub(r"<[^>]+>", "", describe(new))  # as the page shows it (its figures are tagged spans)
     assert "decode path" in text and "0.1 nats" in text and "/generate" in text and "Under 90%" in text
 
 

@@ -25,7 +25,6 @@ PENDING_MODULES = {  # path under lib/servebook
     "stated/registry.py",     # the stated-number registry: its quantities move beside the chapters that compute them
 }
 PENDING_FUNCTIONS = {  # path:qualified name
-    "backends/agreement.py:compare_decodes",
     "bench/ceiling.py:client_ceiling",
     "bench/chapter.py:found",
     "bench/chapter.py:seed_roofline",

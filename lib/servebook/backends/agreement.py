@@ -38,7 +38,7 @@ from typing import Callable
 from ..errors import ServebookError
 
 __all__ = ["TOLERANCE", "TOP_K", "MIN_AGREEMENT", "MAX_RESTARTS", "REQUESTS", "prompt_ids", "decode", "reference_decodes",
-           "decode_agreement", "compare_decodes", "describe", "DecodeUnsupported"]
+           "decode_agreement", "compare_decodes", "DecodeUnsupported"]
 
 TOLERANCE = 0.1  # nats: a forced token this close to the default's top-1 (in the default's top-k) is a near-tie, not an error
 TOP_K = 20  # top log-probabilities asked per decode step (vLLM's default --max-logprobs)
@@ -167,108 +167,103 @@ def compare_decodes(reference: list[dict], prompts: list[list[int]], decode_fn: 
     difference the forced backend is re-anchored on the default's tokens up to j (a new request). A forced token outside
     the default's top-k where even the k-th is within the tolerance cannot be judged: it is counted apart
     (``decode_unresolved``) and in neither share."""
-    decode_pos = decode_ok = near = undecided = prefill_pos = prefill_ok = requests = 0
-    diffs, first, per_prompt = [], None, []
+    tally = _Tally(tolerance)
     for p, (ids, ref) in enumerate(zip(prompts, reference)):
-        n = len(ref["ids"])
-        pos, restarts, diverged = 0, 0, []
-        while pos < n:
-            if restarts > max_restarts:
-                break
-            out = decode_fn(list(ids) + list(ref["ids"][:pos]), n - pos)
-            requests += 1
-            nxt = n
-            for i, t in enumerate(out["ids"][: n - pos]):
-                j = pos + i
-                r, top = ref["ids"][j], ref["top"][j] if j < len(ref["top"]) else []
-                same = t == r
-                ok, unresolved = same, False
-                if not same:
-                    lr, lt = _lp_of(top, r), _lp_of(top, t)
-                    if lr is None and ref["lp"][j] is not None:
-                        lr = ref["lp"][j]
-                    ok = lr is not None and lt is not None and lr - lt <= tolerance
-                    # not in the default's top-k, whose last entry is itself within the tolerance: the top-k cannot tell
-                    unresolved = lt is None and lr is not None and bool(top) and lr - min(v for _, v in top) <= tolerance
-                    if i > 0:
-                        near += ok
-                        undecided += unresolved
-                        diverged.append({"position": j, "forced": t, "default": r,
-                                         "gap": round(lr - lt, 5) if lr is not None and lt is not None else None})
-                if unresolved:
-                    pass  # counted apart (decode_unresolved), in neither share
-                elif i == 0:  # from the prefill of this request
-                    prefill_pos += 1
-                    prefill_ok += ok
-                else:  # from the decode kernel
-                    decode_pos += 1
-                    decode_ok += ok
-                    if same and i < len(out.get("lp") or []) and out["lp"][i] is not None and ref["lp"][j] is not None:
-                        diffs.append(abs(out["lp"][i] - ref["lp"][j]))
-                    if not ok and first is None:
-                        first = {"prompt": p, "position": j, "forced": t, "default": r,
-                                 "default_top": top[:3]}
-                if not same:
-                    nxt = j + 1
-                    break
-            if nxt <= pos:
-                break
-            if nxt < n:
-                restarts += 1
-            pos = nxt
-        per_prompt.append({"prompt": p, "length": n, "restarts": restarts, "differences": diverged[:8],
-                           "compared_to": pos if pos < n else n})
-    share = round(decode_ok / decode_pos, 4) if decode_pos else None
+        _one_prompt(tally, p, ids, ref, decode_fn, max_restarts)
+    share = round(tally.decode_ok / tally.decode_pos, 4) if tally.decode_pos else None
     return {
         "decode_agreement": share,
-        "decode_positions": decode_pos,
+        "decode_positions": tally.decode_pos,
         "decode_tolerance": tolerance,
-        "decode_near_ties": near,
-        "decode_unresolved": undecided,
-        "decode_first_divergence": first,
-        "decode_logprob_mad": round(sum(diffs) / len(diffs), 5) if diffs else None,
-        "decode_prefill_positions": prefill_pos,
-        "decode_prefill_agreement": round(prefill_ok / prefill_pos, 4) if prefill_pos else None,
-        "decode_requests": requests,
+        "decode_near_ties": tally.near,
+        "decode_unresolved": tally.undecided,
+        "decode_first_divergence": tally.first,
+        "decode_logprob_mad": round(sum(tally.diffs) / len(tally.diffs), 5) if tally.diffs else None,
+        "decode_prefill_positions": tally.prefill_pos,
+        "decode_prefill_agreement": round(tally.prefill_ok / tally.prefill_pos, 4) if tally.prefill_pos else None,
+        "decode_requests": tally.requests,
         "decode_path": ("greedy decode from the same prompt token ids; each decode-step token compared with the default's "
                         "at the same prefix (re-anchored on the default's tokens after a difference); " + path).strip("; "),
-        "decode_per_prompt": per_prompt,
-        **({"decode_note": "no decode positions: every request stopped at its first (prefill) token"} if not decode_pos else {}),
+        "decode_per_prompt": tally.per_prompt,
+        **({"decode_note": "no decode positions: every request stopped at its first (prefill) token"} if not tally.decode_pos else {}),
     }
 
 
-def describe(table) -> str:
-    """One paragraph for chapter 03's page: which path the decode check ran and its tolerance, read from the backends
-    table (a pandas DataFrame); a run recorded before the check says so."""
-    col = table["decode_agreement"] if len(table) and "decode_agreement" in table else None
-    if col is None or col.isna().all():
-        return ("**Decode agreement: not recorded in this run** (it predates the check, or no start got that far). Only the "
-                "prefill-path checks are: `tf_top1_agreement` scores the default's completion, sent back as text, in one "
-                "forward pass over the prompt, which never runs the decode kernel that was forced.")
-    rows = table[col.notna()]
-    tol = sorted({float(t) for t in rows.get("decode_tolerance", []) if t == t}) or [TOLERANCE]
-    engines = sorted(set(rows["engine"]))
-    missing = table[col.isna() & table["outcome"].isin(["ok", "wrong output", "overridden"])] if "outcome" in table else table.iloc[0:0]
-    formats = "; ".join(f"{e}: `{REQUESTS.get(e, REQUESTS['vllm'])}`" for e in engines)
-    text = (f"`decode_agreement` ran on the **decode path**: every start decoded greedily from the same prompt token ids "
-            f"({formats}), and each token from a decode step "
-            f"was compared, by id, with the default backend's at the same prefix: it agrees when it is the default's top-1, or "
-            f"within **{' / '.join(_tag_tolerance(t, len(tol)) for t in tol)} nats** of it in the default's top-{TOP_K} (a near-tie). After a "
-            f"difference the start is asked again from the default's tokens, so every position has the default's context; the "
-            f"first token of each request comes from prefill and is not counted (`decode_positions` are decode steps only). "
-            f"Under {_q('method_constant', 100 * MIN_AGREEMENT, '.0f', of='agreement_min_pct')}% the start is `wrong output`.")
-    if len(missing):
-        text += " Not recorded for: " + ", ".join(f"{r['engine']} {r['attention']} ({r.get('mode')}): {r.get('decode_note') or 'not measured'}"
-                                                 for _, r in missing.iterrows()) + "."
-    return text
+class _Tally:
+    """What ``compare_decodes`` counts over every prompt."""
+
+    def __init__(self, tolerance: float):
+        self.tolerance = tolerance
+        self.decode_pos = self.decode_ok = self.near = self.undecided = self.prefill_pos = self.prefill_ok = self.requests = 0
+        self.diffs: list[float] = []
+        self.first: dict | None = None
+        self.per_prompt: list[dict] = []
 
 
-def _q(*a, **k) -> str:
-    from ..stated.tags import q
+def _one_prompt(tally: _Tally, p: int, ids: list[int], ref: dict, decode_fn: Callable, max_restarts: int) -> None:
+    """Prompt ``p`` decoded by the forced backend from the start, and again from the default's tokens after each
+    difference (at most ``max_restarts`` times)."""
+    n = len(ref["ids"])
+    pos, restarts, diverged = 0, 0, []
+    while pos < n:
+        if restarts > max_restarts:
+            break
+        out = decode_fn(list(ids) + list(ref["ids"][:pos]), n - pos)
+        tally.requests += 1
+        nxt = _one_request(tally, p, ref, out, pos, diverged)
+        if nxt <= pos:
+            break
+        if nxt < n:
+            restarts += 1
+        pos = nxt
+    tally.per_prompt.append({"prompt": p, "length": n, "restarts": restarts, "differences": diverged[:8],
+                             "compared_to": pos if pos < n else n})
 
-    return q(*a, **k)
+
+def _one_request(tally: _Tally, p: int, ref: dict, out: dict, pos: int, diverged: list) -> int:
+    """One answer (from position ``pos`` on) compared token by token up to its first difference; the position the next
+    request starts from (the prompt's length where none differed)."""
+    n = len(ref["ids"])
+    for i, t in enumerate(out["ids"][: n - pos]):
+        j = pos + i
+        r, top = ref["ids"][j], ref["top"][j] if j < len(ref["top"]) else []
+        same = t == r
+        ok, unresolved, gap = _judge(t, r, top, ref, j, tally.tolerance)
+        if not same and i > 0:
+            tally.near += ok
+            tally.undecided += unresolved
+            diverged.append({"position": j, "forced": t, "default": r, "gap": gap})
+        if unresolved:
+            pass  # counted apart (decode_unresolved), in neither share
+        elif i == 0:  # from the prefill of this request
+            tally.prefill_pos += 1
+            tally.prefill_ok += ok
+        else:  # from the decode kernel
+            _count_decode(tally, p, i, j, t, r, top, out, ref, ok, same)
+        if not same:
+            return j + 1
+    return n
 
 
-def _tag_tolerance(t: float, n: int) -> str:
-    """The tolerance a run recorded, tagged (``decode_tolerance_nats``) where the run used one."""
-    return _q("decode_tolerance_nats", t, "g") if n == 1 else f"{t:g}"
+def _judge(t: int, r: int, top: list, ref: dict, j: int, tolerance: float) -> tuple[bool, bool, float | None]:
+    """Forced token ``t`` against the default's ``r`` at position ``j``: (agrees, cannot be judged, log-prob gap)."""
+    if t == r:
+        return True, False, None
+    lr, lt = _lp_of(top, r), _lp_of(top, t)
+    if lr is None and ref["lp"][j] is not None:
+        lr = ref["lp"][j]
+    ok = lr is not None and lt is not None and lr - lt <= tolerance
+    # not in the default's top-k, whose last entry is itself within the tolerance: the top-k cannot tell
+    unresolved = lt is None and lr is not None and bool(top) and lr - min(v for _, v in top) <= tolerance
+    return ok, unresolved, round(lr - lt, 5) if lr is not None and lt is not None else None
+
+
+def _count_decode(tally: _Tally, p: int, i: int, j: int, t: int, r: int, top: list, out: dict, ref: dict, ok: bool,
+                  same: bool) -> None:
+    """A decode-step position counted: its agreement, the log-prob difference where the tokens are equal, the first miss."""
+    tally.decode_pos += 1
+    tally.decode_ok += ok
+    if same and i < len(out.get("lp") or []) and out["lp"][i] is not None and ref["lp"][j] is not None:
+        tally.diffs.append(abs(out["lp"][i] - ref["lp"][j]))
+    if not ok and tally.first is None:
+        tally.first = {"prompt": p, "position": j, "forced": t, "default": r, "default_top": top[:3]}

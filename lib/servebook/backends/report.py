@@ -3,7 +3,7 @@ every stated number tagged (``servebook.stated.q``; the figures come from ``serv
 
     picked, skipped = candidates_for(eng, backends_param, smoke=False, host=h)
     view = starts_table(store, ["sglang", "vllm"]); plot_rates(view)
-    Markdown(found_lines(store, ["sglang", "vllm"], view)); questions(store, names, view)
+    Markdown(describe(view)); Markdown(found_lines(store, ["sglang", "vllm"], view)); questions(store, names, view)
 
 ``UNTAGGED`` lists what the page states in prose without a tag, and why it cannot carry one.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import figures as fig
+from .agreement import MIN_AGREEMENT, REQUESTS, TOLERANCE, TOP_K
 from ..engines import listed_for, unknown_backends
 from ..stated import q
 
@@ -22,7 +23,7 @@ __all__ = ["UNTAGGED", "FLAG_NOTES", "listed_for", "candidates_for", "starts_tab
 UNTAGGED = {
     "the profile's GPU count and capability (what-if)": "facts of the hardware profile in data/hardware, not of a run table",
     "the 'answer' sentence of chapter 06 (say_backends)": "servebook.stated.say_backends tags its own figures",
-    "the decode-agreement summary under the table": "written by servebook.backends.agreement.describe from the same rows; each "
+    "the decode-agreement summary under the table": "written by servebook.backends.report.describe from the same rows; each "
     "start's agreement is stated tagged (backend_agreement) in 'Check yourself'",
     "flag values quoted from a recorded launch line (`--cuda-graph-max-bs 16`)": "the command as it ran, quoted",
 }
@@ -364,3 +365,34 @@ def whatif_questions(store, facts: dict, cmds) -> list[tuple[str, str]]:
                    f"(`{(last.get('decided_by') or {}).get('where')}`). A prediction from the engine's code: chapter 03 on the real "
                    "host checks it against what the server reports."))
     return qa
+
+
+def describe(table) -> str:
+    """One paragraph for chapter 03's page: which path the decode check ran and its tolerance, read from the backends
+    table (a pandas DataFrame); a run recorded before the check says so."""
+    col = table["decode_agreement"] if len(table) and "decode_agreement" in table else None
+    if col is None or col.isna().all():
+        return ("**Decode agreement: not recorded in this run** (it predates the check, or no start got that far). Only the "
+                "prefill-path checks are: `tf_top1_agreement` scores the default's completion, sent back as text, in one "
+                "forward pass over the prompt, which never runs the decode kernel that was forced.")
+    rows = table[col.notna()]
+    tol = sorted({float(t) for t in rows.get("decode_tolerance", []) if t == t}) or [TOLERANCE]
+    engines = sorted(set(rows["engine"]))
+    missing = table[col.isna() & table["outcome"].isin(["ok", "wrong output", "overridden"])] if "outcome" in table else table.iloc[0:0]
+    formats = "; ".join(f"{e}: `{REQUESTS.get(e, REQUESTS['vllm'])}`" for e in engines)
+    text = (f"`decode_agreement` ran on the **decode path**: every start decoded greedily from the same prompt token ids "
+            f"({formats}), and each token from a decode step "
+            f"was compared, by id, with the default backend's at the same prefix: it agrees when it is the default's top-1, or "
+            f"within **{' / '.join(_tag_tolerance(t, len(tol)) for t in tol)} nats** of it in the default's top-{TOP_K} (a near-tie). After a "
+            f"difference the start is asked again from the default's tokens, so every position has the default's context; the "
+            f"first token of each request comes from prefill and is not counted (`decode_positions` are decode steps only). "
+            f"Under {q('method_constant', 100 * MIN_AGREEMENT, '.0f', of='agreement_min_pct')}% the start is `wrong output`.")
+    if len(missing):
+        text += " Not recorded for: " + ", ".join(f"{r['engine']} {r['attention']} ({r.get('mode')}): {r.get('decode_note') or 'not measured'}"
+                                                 for _, r in missing.iterrows()) + "."
+    return text
+
+
+def _tag_tolerance(t: float, n: int) -> str:
+    """The tolerance a run recorded, tagged (``decode_tolerance_nats``) where the run used one."""
+    return q("decode_tolerance_nats", t, "g") if n == 1 else f"{t:g}"
