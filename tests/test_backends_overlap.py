@@ -17,8 +17,9 @@ import time
 import psutil
 import pytest
 
+from servebook.processes import _group_alive
 from servebook.results import RunStore
-from servebook.servers import _group_alive, leftover_servers
+from servebook.servers import leftover_servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -148,7 +148,7 @@ def test_a_server_that_does_not_stream_is_a_recorded_error(server, embedded_mode
 
 
 def test_unreachable_server_names_the_url():
-    from servebook.servers import free_port
+    from servebook.processes import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ServerError, match=url.replace(".", r"\.")):

@@ -84,7 +84,7 @@ def test_conditions_at_else_branches_are_negated():
 
 def test_a_version_without_the_code_is_not_read_and_says_why(tmp_path):
     from servebook.selection import decode_path as dp
-    from servebook.selection.envs import EngineEnv
+    from servebook.engines.envs import EngineEnv
 
     (tmp_path / "sglang").mkdir()
     env = EngineEnv("sglang", "9.9", sys.executable, str(tmp_path / "sglang"), "cached")
@@ -140,7 +140,7 @@ def test_a_static_moe_reading_lists_each_method_the_branch_can_return(tmp_path):
     """vLLM 0.10.2 does not know Kimi-K2.5's architecture, so its MoE selection cannot run for it: the reading lists both
     WNA16 methods with their conditions (Marlin when check_moe_marlin_supports_layer passes), and picks neither."""
     from servebook.selection import decode_path as dp
-    from servebook.selection.envs import EngineEnv
+    from servebook.engines.envs import EngineEnv
 
     src, rel, off = _excerpt("vllm-0.10.2-get_moe_method.py")
     (tmp_path / rel).parent.mkdir(parents=True)

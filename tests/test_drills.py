@@ -26,8 +26,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from servebook.errors import ParameterError
+from servebook.processes import free_port, port_listening
 from servebook.results import RunStore
-from servebook.servers import Launch, free_port, leftover_servers, port_listening
+from servebook.servers import Launch, leftover_servers
 
 pytestmark = pytest.mark.drills
 
@@ -187,14 +188,14 @@ def test_secrets_in_the_environment_reach_no_file_of_the_run(killed_and_resumed)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("launcher", ["torchrun", "forking"])
 def test_kill9_of_the_parent_stops_bounded_launches(tmp_path, launcher):
-    """Chapter 04's torchrun launches (servebook.servers.run_bounded) die with the process that started them."""
+    """Chapter 04's torchrun launches (servebook.processes.run_bounded) die with the process that started them."""
     worker = tmp_path / "worker.py"
     worker.write_text("import os, subprocess, sys, time\n"
                       "if len(sys.argv) > 1: subprocess.Popen([sys.executable, __file__])\n"
                       "time.sleep(600)\n")
     cmd = ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()), str(worker)]
            if launcher == "torchrun" else [sys.executable, str(worker), "fork"])
-    driver = f"import sys\nfrom servebook.servers import run_bounded\nrun_bounded({cmd!r}, timeout=600)\n"
+    driver = f"import sys\nfrom servebook.processes import run_bounded\nrun_bounded({cmd!r}, timeout=600)\n"
     parent = subprocess.Popen([sys.executable, "-c", driver], env=_env(OMP_NUM_THREADS="1"), start_new_session=True)
     try:
         def tree():
@@ -631,7 +632,8 @@ def test_bad_parameters_as_a_subprocess_print_one_line(tmp_path):
 @pytest.mark.drills
 def test_a_token_an_engine_prints_is_masked_in_its_log(tmp_path):
     """An engine that prints its environment (some do at start) must not put a token into the run directory."""
-    from servebook.servers import Launch, Server, free_port
+    from servebook.processes import free_port
+    from servebook.servers import Launch, Server
 
     port = free_port()
     code = ("import http.server, os, sys; print('env HF_TOKEN=' + os.environ['HF_TOKEN'], 'key', os.environ['MY_API_KEY'], flush=True); "

@@ -22,8 +22,9 @@ from servebook.backends.checks import _overridden
 from servebook.engines import CLIRejected, EngineAdapter, forcing, get_engine, user_command
 from servebook.engines.vllm import attention_mechanism_of, reported_from_log
 from servebook.errors import EngineError, ServerError
+from servebook.processes import free_port, port_listening
 from servebook.results import RunStore
-from servebook.servers import Launch, Server, free_port, port_listening
+from servebook.servers import Launch, Server
 
 
 # -- what the engines report (strings as the engines' own code formats them) ----------------------------
@@ -165,7 +166,7 @@ def test_stale_server_is_reported_not_killed(embedded_model, tmp_path):
 
 # -- the engines' real CLIs (cached environments) ---------------------------------------------------------
 def _env_python(spec):
-    from servebook.selection.envs import resolve_engine
+    from servebook.engines.envs import resolve_engine
 
     try:
         return resolve_engine(spec).python
@@ -325,7 +326,7 @@ def test_a_host_named_interpreter_answers_a_spec_no_prepared_env_holds(tmp_path,
     import sys
 
     from servebook.errors import EngineError
-    from servebook.selection.envs import resolve_engine
+    from servebook.engines.envs import resolve_engine
 
     site = tmp_path / "site"
     (site / "sglang").mkdir(parents=True)

@@ -129,7 +129,8 @@ def test_an_engine_environment_has_the_local_cpu_torch_and_no_gpu_library():
     """Whichever installer built it (the metadata says which): torch is the CPU wheel of the pin, and no distribution
     the plan drops (GPU-only kernels, CUDA bindings, nvidia-*) is installed."""
     from servebook.selection import add_engine
-    from servebook.selection.envs import _meta_path, _TORCH_PIN
+    from servebook.engines.envs import _meta_path
+    from servebook.selection.envs import _TORCH_PIN
     from servebook.selection.requires import _dropped
 
     env = add_engine("sglang==0.5.9", progress=None)

@@ -16,7 +16,8 @@ import pytest
 
 from servebook.engines import get_engine
 from servebook.errors import ServerError
-from servebook.servers import Server, port_listening
+from servebook.processes import port_listening
+from servebook.servers import Server
 
 LAUNCHER = Path(__file__).parents[1] / "lib/servebook/engines/launchers/transformers_serve.py"
 

@@ -310,7 +310,8 @@ def test_generated_secrets_reach_no_file_of_a_run(tmp_path_factory, env, opt, op
     from servebook.book import render_book
     from servebook.engines import args_for
     from servebook.results import RunStore
-    from servebook.servers import Launch, Server, free_port
+    from servebook.processes import free_port
+    from servebook.servers import Launch, Server
 
     root = tmp_path_factory.mktemp("run")
     names = {f"SBT_{k}": v for k, v in env.items()}

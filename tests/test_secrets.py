@@ -10,9 +10,10 @@ import time
 
 import pytest
 
+from servebook.processes import start_log_copier
 from servebook.results import RunStore
 from servebook.secrets import MASK, copy_masked, mask_argv, mask_text, mask_value
-from servebook.servers import Launch, shell_line, start_log_copier
+from servebook.servers import Launch, shell_line
 
 # (what an engine or a tool prints, what must be written instead)
 FORMS = [

@@ -10,7 +10,7 @@ import pytest
 
 from servebook.errors import EngineError, ModelError, ParameterError
 from servebook.selection import find_sites, list_cards, load_card, materialize, read_selection, render_tree, whatif
-from servebook.selection.envs import list_engines, parse_engine_spec, resolve_engine
+from servebook.engines.envs import list_engines, parse_engine_spec, resolve_engine
 
 SYNTH = '''
 def is_sm100_supported():
@@ -163,7 +163,7 @@ def test_install_plan_drops_gpu_only_and_keeps_pins():
 
 
 def test_assumed_cuda_comes_from_the_engine_pin_not_the_profile_minimum():
-    from servebook.selection.envs import EngineEnv
+    from servebook.engines.envs import EngineEnv
     from servebook.selection.whatif import assumed_cuda, gpu_from
 
     env = EngineEnv("sglang", "0.5.9", sys.executable, "/x", "cached", (), "12.9", "sglang Requires-Dist: cuda-python==12.9")

@@ -12,7 +12,8 @@ import pytest
 
 from servebook.engines import get_engine
 from servebook.errors import ServerError
-from servebook.servers import Launch, Server, free_port, port_listening
+from servebook.processes import free_port, port_listening
+from servebook.servers import Launch, Server
 
 
 def _alive(pid):

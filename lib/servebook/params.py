@@ -81,7 +81,7 @@ def check_engine_here(spec: str, host: str, python: str | None = None, profile: 
         found = None
     if found == parsed.version:
         return
-    from .selection.envs import list_engines
+    from .engines.envs import list_engines
 
     prepared = [f"{e['engine']}=={e['version']}" for e in list_engines() if e.get("engine") == parsed.name]
     have = f"{eng.python} has {parsed.name} {found}" if found else f"{parsed.name} is not installed in {eng.python}"

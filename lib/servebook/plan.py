@@ -39,7 +39,7 @@ def host_facts(store, engine: str, model: str, profile: str) -> dict:
     card = load_card(model)
     python = None
     try:
-        from .selection import resolve_engine
+        from .engines.envs import resolve_engine
 
         python = resolve_engine(engine).python
     except ServebookError as exc:

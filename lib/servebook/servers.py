@@ -12,7 +12,7 @@ A small reaper process watches the Python process that started the server: if th
 process dies without cleaning up (a kernel killed on a cell timeout, kill -9), the reaper
 stops the server's process group. Every start and stop is logged to ``servers.jsonl``
 in the run directory when one is given, so leftovers can be found by pid.
-Ports, process groups, the reaper and the log copier live in ``processes.py`` (their names are handed on here).
+Ports, process groups, the reaper, bounded runs and the log copier live in ``processes.py``; import them from there.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from typing import Callable, Sequence
 
 from . import secrets as _secrets
 from .errors import ServerError
-from .processes import (_group_alive, _start_reaper, _stop_reaper, free_port, port_is_free, port_listening,  # noqa: F401
-                        port_owner, run_bounded, start_log_copier, stop_process_group)
+from .processes import free_port  # noqa: F401 (handed on to tests/test_profile.py until it imports servebook.processes)
+from .processes import (_group_alive, _start_reaper, _stop_reaper, port_is_free, port_listening, port_owner, start_log_copier,
+                        stop_process_group)
 from .secret_refs import resolve_refs
 from .secrets import mask_argv, mask_text, mask_value
 
-__all__ = ["Launch", "Server", "start_together", "take_started", "shell_line", "free_port", "port_is_free", "port_listening", "stop_process_group", "leftover_servers", "run_bounded", "port_owner", "start_log_copier",
-           "starts_overlap_here", "gpu_visible"]
+__all__ = ["Launch", "Server", "start_together", "take_started", "shell_line", "leftover_servers", "starts_overlap_here",
+           "gpu_visible"]
 
 
 @dataclass

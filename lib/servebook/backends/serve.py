@@ -12,7 +12,8 @@ from typing import Callable
 
 from ..engines import CLIRejected, EngineAdapter
 from ..errors import EngineError, ServebookError, ServerError
-from ..servers import Server, gpu_visible, port_listening
+from ..processes import port_listening
+from ..servers import Server, gpu_visible
 from .agreement import decode_agreement, reference_decodes
 from .checks import _exited, _overridden, _rejection, _remote, _reported_backend, _watched, engine_error
 from .outputs import PROBE_PROMPTS, _disagreement, _disagrees, compare_tokens, greedy_completions, prompt_logprobs, teacher_forced_agreement
@@ -207,5 +208,5 @@ def _decode_check(ctx: _Sweep, srv, backend: str | None, row: dict, name: str) -
 
 
 def _port_listening_on(host, port: int) -> bool:
-    """``servers.port_listening`` on the host's 127.0.0.1."""
-    return bool(host.call("servebook.servers:port_listening", {"port": int(port)}, timeout=60, label=f"port {port} listening"))
+    """``processes.port_listening`` on the host's 127.0.0.1."""
+    return bool(host.call("servebook.processes:port_listening", {"port": int(port)}, timeout=60, label=f"port {port} listening"))

@@ -1,6 +1,6 @@
 """SGLang's own benchmark client, ``sglang.bench_serving``, run in an engine environment's interpreter.
 
-    env = resolve_engine("sglang==0.5.9")              # servebook.selection.envs: the prepared environment, never built here
+    env = resolve_engine("sglang==0.5.9")              # servebook.engines.envs: the prepared environment, never built here
     data = write_sharegpt(["hi"] * 8, workdir / "sharegpt.json")
     res = run_bench_serving(env.python, url, "fake-sse", model_dir, data, input_len=8, output_len=256,
                             num_prompts=8, max_concurrency=8, drop_fields=(), pin_cpu=0)
@@ -178,7 +178,7 @@ class _BenchServingTurns:
     def __enter__(self) -> "_BenchServingTurns":
         import threading
 
-        from ..servers import _start_reaper
+        from ..processes import _start_reaper
 
         self._err = open(self._err_path, "w")
         try:
@@ -261,7 +261,7 @@ class _BenchServingTurns:
     def close(self, graceful: bool = True) -> None:
         """Stop it, the whole process group: ``graceful``, its stdin is closed first and it gets 5 s to end by
         itself; otherwise (an exception on the way) it is stopped at once."""
-        from ..servers import _stop_reaper, stop_process_group
+        from ..processes import _stop_reaper, stop_process_group
 
         proc, self._proc = self._proc, None
         try:

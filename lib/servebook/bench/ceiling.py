@@ -166,7 +166,7 @@ def _bench_serving_env(spec: Any, tokenizer_dir, api: str) -> dict:
         return {"skip": f"measured on the completions API only (this ceiling streams {api!r})"}
     if tokenizer_dir is None:
         return {"skip": "needs a local model's tokenizer for its dataset, and the model here is a card"}
-    from ..selection.envs import resolve_engine  # the prepared environment; nothing is built here
+    from ..engines.envs import resolve_engine  # the prepared environment; nothing is built here
 
     try:
         env = resolve_engine(spec) if isinstance(spec, str) else spec

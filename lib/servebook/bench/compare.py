@@ -51,12 +51,13 @@ __all__ = ["ensure_bench_serving", "write_sharegpt", "compat_tokenizer_dir", "ru
 def ensure_bench_serving(spec: str = DEFAULT_SPEC, progress=None):
     """The cached SGLang environment (built through the envs API when absent) where bench_serving runs."""
     from ..errors import EngineError
-    from ..selection import envs
+    from ..engines.envs import resolve_engine
+    from ..selection.envs import add_engine
 
     try:
-        env = envs.resolve_engine(spec)
+        env = resolve_engine(spec)
     except EngineError:
-        env = envs.add_engine(spec, progress=progress)
+        env = add_engine(spec, progress=progress)
     return env
 
 
@@ -149,7 +150,7 @@ def ceilings(python: str, model_dir: str | os.PathLike, tokenizer=None, *, concu
     """Streamed tokens/s each client sustains against :class:`~servebook.bench.FakeSSEServer` (:func:`~servebook.bench.client_ceiling`: server
     on the last CPU, client on the first, the clients taking turns level by level), same requests for both; rows per
     concurrency with the ratio servebook / bench_serving."""
-    from ..selection.envs import resolve_engine
+    from ..engines.envs import resolve_engine
 
     env = resolve_engine("sglang", engine_python=python)
     rows = client_ceiling(tokenizer=tokenizer, concurrencies=concurrencies, events_per_write=(events_per_write,),

@@ -31,7 +31,7 @@ completion with that status instead (a server whose every request fails). Paced
 
     def __init__(self, tokens_per_event: int = 1, events_per_write: int = 64, delay_s: float = 0.0,
                  cpu: int | None = None, word: str = " the", ttft_s: float = 0.0, fail_status: int = 0):
-        from ..servers import free_port
+        from ..processes import free_port
 
         self.port = free_port()
         self.args = [str(self.port), str(tokens_per_event), str(events_per_write), str(delay_s),
@@ -53,7 +53,7 @@ completion with that status instead (a server whose every request fails). Paced
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            from ..servers import stop_process_group
+            from ..processes import stop_process_group
 
             stop_process_group(self.proc.pid, grace_s=3)
             try:

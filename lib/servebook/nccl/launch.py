@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import ServebookError
 from ..hosts import host_policy_env
-from ..servers import free_port, run_bounded
+from ..processes import free_port, run_bounded
 
 __all__ = ["available_backend", "allreduce_bench", "single_process_bench", "find_all_reduce_perf", "parse_all_reduce_perf",
            "run_all_reduce_perf", "launch"]

@@ -79,7 +79,7 @@ def _whatif(args) -> int:
     a = r["assumptions"]
     print(f"assumptions: kernel libs {a['kernel_libs']}; CUDA {a['cuda_version']} ({a.get('cuda_source')}); stubbed {a['stubbed_modules'] or 'none'}")
     if args.tree:
-        from .envs import resolve_engine
+        from ..engines.envs import resolve_engine
         from .static import render_tree
         from .whatif import static_reading
 
@@ -96,7 +96,7 @@ def _engines_add(args) -> int:
 
 
 def _engines_list(args) -> int:
-    from .envs import list_engines
+    from ..engines.envs import list_engines
 
     rows = list_engines()
     if not rows:

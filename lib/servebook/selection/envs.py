@@ -57,7 +57,7 @@ _RUNNER = Path(__file__).with_name("_runner.py")
 def _ask(python: str, runner: Path, req: dict, timeout: float, what: str, unset: tuple[str, ...] = ()) -> dict:
     """``runner`` run by the engine's ``python`` on ``req`` (its stdin): its ``SERVEBOOK_RESULT`` line, or
     ``{"ok": False, "error": ...}``. The runner has a process group of its own, stopped at ``timeout`` and when this
-    process dies (``servers.run_bounded``: a killed kernel leaves no runner behind)."""
+    process dies (``processes.run_bounded``: a killed kernel leaves no runner behind)."""
     from ..processes import run_bounded
 
     p = run_bounded([python, str(runner)], timeout=timeout, input=json.dumps(req), unset=unset)

@@ -17,7 +17,7 @@ import os
 import threading
 from pathlib import Path
 
-from .envs import EngineEnv
+from ..engines.envs import EngineEnv
 
 __all__ = ["remember_answers", "remembered"]
 

@@ -43,7 +43,8 @@ from pathlib import Path
 
 from ..errors import EngineError, ModelError, ParameterError, ServebookError
 from .cards import architecture_of, materialize, model_config, uses_mla
-from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, EngineEnv, _ask, resolve_engine
+from ..engines.envs import EngineEnv, resolve_engine
+from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, _ask
 from .memo import _keep, _memo_key, _recall, remember_answers, remembered
 from .rootcause import explain, helper_requests
 from .static import Site, read_selection, render_tree
