@@ -1032,6 +1032,10 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {p["label"]: s["starts"] for p in store.rows("profile_runs") if p.get("ok")
                             for s in [__import__("servebook.profile.tables", fromlist=["x"]).start_spread(store.rows("profile_runs"), p["label"])]
                             if s is not None}),
+    Quantity("profile_tpot_start_mean_ms", "one profiled server's time per token, mean over its server starts (label; "
+             "profile.tables.start_spread tpot_mean_ms)", lambda store: _start_spreads(store, "tpot_mean_ms")),
+    Quantity("profile_tpot_start_ci95_ms", "the 95% t-interval half-width of one profiled server's time per token over its "
+             "server starts (label; profile.tables.start_spread tpot_ci95_ms)", lambda store: _start_spreads(store, "tpot_ci95_ms")),
     Quantity("seed_fix_alternative_ms", "seed case: the projected attention (ms per token) of the alternative backend a fix "
              "names, from its measured H200 profile (engine | backend; seed_fixes)",
              lambda store: {f"{f['engine']} | {f['alternative_backend']}": f.get("alternative_ms") for f in store.rows("seed_fixes")
@@ -1055,6 +1059,14 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
                  {r["engine"]: r.get("starts_ms") for r in store.rows("seed_projection") if r["category"] == "total"})),
     # end of start-to-start spread (fix-prof2)
 ]}
+
+
+def _start_spreads(store, field: str) -> dict:
+    """``field`` of ``profile.tables.start_spread`` per profiled label that has two starts or more."""
+    from ..profile.tables import start_spread
+
+    rows = store.rows("profile_runs")
+    return {p["label"]: s[field] for p in rows if p.get("ok") for s in [start_spread(rows, p["label"])] if s is not None}
 
 
 def expected(store, name: str, of: str | None = None) -> Any:
