@@ -886,7 +886,7 @@ def _two_predictions(store) -> list[str]:
             need = None
         if need and need["gpus_to_hold"] > 1:
             of = f"{card} | {quant} | {profile}"
-            text += (f" Neither is a configuration that runs: its weights, {q('full_model_weights', need['weights_gb'], ',.0f', of=of + ' | weights_gb')} GB, "
+            text += (f" Neither is a configuration that runs: its weights, {q('full_model_weights', need['weights_gib'], ',.0f', of=of + ' | weights_gib')} GiB, "
                      f"need at least {q('full_model_weights', need['gpus_to_hold'], 'd', of=of + ' | gpus_to_hold')} GPUs of "
                      f"{q('full_model_weights', need['gpu_memory_gib'], 'g', of=of + ' | gpu_memory_gib')} GiB; tensor-parallel over "
                      "them, each GPU reads its share of the bytes per token and every layer adds all-reduces (chapter 04's floor), "

@@ -1019,7 +1019,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("gpu_read_bandwidth", "a GPU's measured read bandwidth (table memory_bandwidth) and the reference it is set against "
              "(device | field; bench.figures.bandwidth_roofline, roofline.REFERENCE_GPU_READ)", lambda store: _ch05_bandwidths(store, "devices")),
     Quantity("full_model_weights", "a model card's weights and the GPUs of a profile they need at least (card | bf16 or card | "
-             "profile | weights_gb, gpu_memory_gib or gpus_to_hold; roofline.weights_on_gpus), from data/models and data/hardware",
+             "profile | weights_gb, weights_gib, gpu_memory_gib or gpus_to_hold; roofline.weights_on_gpus), from data/models and data/hardware",
              lambda store: {}, lookup=_ch05_full_model_weights),
     # fix-find (review findings 2 and 4): server starts chapter 03 counted per engine; starts a cross-run comparison covers
     Quantity("backend_server_starts", "server starts chapter 03 took per engine: each configuration's starts (one where it "
