@@ -13,6 +13,8 @@ figures the page states in prose without a tag, each with the reason it cannot c
 
 from __future__ import annotations
 
+import re
+
 import json
 from dataclasses import dataclass, replace
 from typing import Any
@@ -464,7 +466,8 @@ def client_check(store):
     cc = cc.drop_duplicates(["label", "concurrency", "metric"], keep="last")  # a level measured again stands in its last form
     for (_, a), (_, b) in zip(first.iterrows(), cc.iterrows()):
         if pd.notna(a["harness_fault"]) and pd.isna(b["harness_fault"]):
-            notes.append(f"{b['metric']} at C={int(b['concurrency'])}: measured again after a servebook fault was fixed ({a['harness_fault']}): "
+            fault = re.sub(r",?\s*not measured again", ", not yet measured again when the correction was written", str(a["harness_fault"]))
+            notes.append(f"{b['metric']} at C={int(b['concurrency'])}: measured again after a servebook fault was fixed ({fault}): "
                          f"servebook {a['servebook']:.3g} then, {b['servebook']:.3g} now; bench_serving {a['bench_serving']:.3g} then, {b['bench_serving']:.3g} now")
     judged = cc[cc["harness_fault"].isna()]  # a row servebook measured wrongly compares nothing
     for _, r in cc[cc["harness_fault"].notna()].drop_duplicates("metric").iterrows():

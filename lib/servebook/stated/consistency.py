@@ -1,5 +1,8 @@
 """Contradictions a rendered book can hold without any single number being wrong: the same tagged quantity with two
-values on two pages, a status and its opposite for the same row, text cut off mid-word, counts that disagree.
+values on two pages, a status and its opposite for the same row, text cut off mid-word (in prose, tables, failure
+listings and code excerpts), counts that disagree, one claim stated both as a finding and as a hypothesis (or "measured
+again" and "not measured again" of one thing), a sweep's stop called saturation against its own levels, one quantity
+in two units in one sentence, and the seed's flashinfer launch ranked without what was measured of it (issue #41).
 
     found = contradictions("rendered/h200x2-live")      # [Contradiction(kind, page, text), ...]
     contradictions({"a.html": page_a, "b.html": page_b}) # pages given as HTML text (a test's fake pages)
@@ -21,7 +24,7 @@ from .tags import stated_on
 
 __all__ = ["Contradiction", "Visible", "visible", "contradictions", "KINDS"]
 
-KINDS = ("tagged value", "status", "cut off", "count")
+KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer")
 
 
 @dataclass(frozen=True)
@@ -242,9 +245,38 @@ def _cut(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]
             m = _CUT_TOKEN.search(text)
             if m:
                 hits.setdefault(text[max(0, m.start() - 60):].strip(), None)
+        texts = v.blocks + cells
+        for text in texts:
+            h = _cut_listing(text, texts)
+            if h:
+                hits.setdefault(h, None)
         for h in hits:
             out.append(Contradiction("cut off", page, h))
     return out
+
+
+_OPEN = {"[": "]", "(": ")", "{": "}"}
+
+
+def _cut_listing(text: str, texts: list[str]) -> str | None:
+    """A failure listing or code excerpt cut inside a word with no mark: it ends on a word inside an unclosed bracket
+    (``['KimiK25ForCondi``), or it ends (starts) on a word the same page shows continuing elsewhere (``This usuall``
+    where ``This usually`` is shown; ``eturn future.result()`` where ``return future.result()`` is)."""
+    t = text.rstrip()
+    if len(t) < 24 or t.endswith(("...", "…", "[...]")):
+        return None
+    if re.search(r"\w$", t) and any(t.count(o) > t.count(c) for o, c in _OPEN.items()) and re.search(r"[\[(]'?\w+$", t[-60:]) is None \
+            and re.search(r"['\"][A-Za-z_]\w{3,}$", t):
+        return t[-60:]
+    if re.search(r"[A-Za-z_]{4,}$", t):
+        tail = t[-20:]
+        if any(re.search(re.escape(tail) + r"\w", o) for o in texts if o is not text and len(o) > len(t) // 2):
+            return t[-60:]
+    for start in re.finditer(r"(?:^|: )([a-z]{4,}[^\n]{16,40})", t):
+        head = start.group(1)
+        if any(re.search(r"[A-Za-z]" + re.escape(head), o) for o in texts if o is not text):
+            return t[max(0, start.start(1) - 20):start.start(1) + 40]
+    return None
 
 
 def _counts(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
@@ -279,6 +311,100 @@ def _counts(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradicti
     return out
 
 
+# -- issue #41's classes -----------------------------------------------------------------------------------------
+def _sentences(text: str) -> list[str]:
+    return [x for x in re.split(r"(?<=[.;])\s+(?=[A-Z(])", text) if x]
+
+
+_FINDING = re.compile(r"\bso (?:that )?the difference between the engines (?:here |there )?is (on the host|in their kernels)")
+_HYPO = re.compile(r"the difference between the engines (?:here |there )?is (on the host|in their kernels)[^.]*?is a \*?\*?hypothesis")
+_AGAIN = re.compile(r"(?<!not )\bmeasured again\b")
+_PER_KERNEL_SETTLES = re.compile(r"\ba per-kernel profile (?:of [^.]*?)?would settle it", re.I)
+_HAS_PROFILES = re.compile(r"\b(?:per-kernel profiles?|profiled step)\b", re.I)
+
+
+def _finding_and_hypothesis(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """One claim stated as a finding and as a hypothesis on one page (the engines' difference "on the host": a
+    conclusion over starts whose intervals overlap), "measured again" and "not measured again" of one thing in one
+    sentence, and "a per-kernel profile would settle it" on a page that shows per-kernel profiles."""
+    out = []
+    for page in pages:
+        text = " ".join(seen[page].blocks)
+        found = {m.group(1) for m in _FINDING.finditer(text)}
+        hypo = {m.group(1) for m in _HYPO.finditer(text)}
+        for where in sorted(found & hypo):
+            out.append(Contradiction("finding and hypothesis", page, f"the difference between the engines is {where}: "
+                                     "stated as a finding and as a hypothesis on one page"))
+        for sent in (x for b in seen[page].blocks for x in _sentences(b)):
+            if "not measured again" in sent and _AGAIN.search(sent):
+                out.append(Contradiction("finding and hypothesis", page, f"measured again and not measured again: {sent[:160]}"))
+        if _PER_KERNEL_SETTLES.search(text) and len(_HAS_PROFILES.findall(text)) > 1:
+            out.append(Contradiction("finding and hypothesis", page, "a per-kernel profile would settle it, on a page that "
+                                     "shows per-kernel profiles"))
+    return out
+
+
+def _saturation(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """A sweep's stop (a table with ``label``, ``stopped_by``) called "saturation" where the page's own levels (a table
+    with ``label``, ``concurrency``, ``throughput_tok_s``) show its last level more than 10% below its best, or "throughput
+    fell" where the last level held within 10%: one rule for every engine on the page."""
+    out = []
+    for page in pages:
+        stops, levels = {}, {}
+        for header, rows in seen[page].tables:
+            names = [h.strip().lower() for h in header]
+            for r in rows:
+                if len(r) != len(names):
+                    continue
+                d = dict(zip(names, r))
+                if "stopped_by" in d and "label" in d:
+                    stops[d["label"]] = d["stopped_by"].strip().lower()
+                elif {"label", "concurrency", "throughput_tok_s"} <= set(d):
+                    try:
+                        levels.setdefault(d["label"], []).append((float(d["concurrency"]), float(d["throughput_tok_s"])))
+                    except ValueError:
+                        continue
+        for label, kind in stops.items():
+            lv = sorted(levels.get(label, []))
+            if len(lv) < 2 or kind not in ("saturation", "throughput fell"):
+                continue
+            best, last = max(x for _, x in lv[:-1]), lv[-1][1]
+            fell = last < 0.9 * best
+            if (kind == "saturation") == fell:
+                out.append(Contradiction("saturation", page, f"{label}: stopped by {kind!r} while its last level, "
+                                         f"{last:.1f} tok/s, is {last / best - 1:+.0%} against its best {best:.1f}"))
+    return out
+
+
+_GB = re.compile(r"\b\d[\d,.]*\s?GB\b(?!/s)")
+_GIB = re.compile(r"\b\d[\d,.]*\s?GiB\b")
+
+
+def _units(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """One comparison in two units: a sentence that sets an amount in GB against one in GiB (bandwidths, GB/s, apart),
+    unless it says which is which (a conversion "GiB (" or "GB (")."""
+    out = []
+    for page in pages:
+        for block in seen[page].blocks:
+            for sent in _sentences(block):
+                if _GB.search(sent) and _GIB.search(sent) and "unconverted" not in sent and "2^30" not in sent:
+                    out.append(Contradiction("units", page, f"GB and GiB in one sentence: {sent[:200]}"))
+    return out
+
+
+def _flashinfer(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """The seed case's ranked changes (a page that ranks changes by expected gain) naming ``attention backend flashinfer``
+    without saying the seed already tried it and what was measured serving it."""
+    out = []
+    for page in pages:
+        text = " ".join(seen[page].blocks)
+        if "ranked by expected gain" in text.lower() and "attention backend flashinfer" in text:
+            for need in ("already tried", "served on the H200"):
+                if need not in text:
+                    out.append(Contradiction("flashinfer", page, f"flashinfer ranked without {need!r}"))
+    return out
+
+
 def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = KINDS) -> list[Contradiction]:
     """Every contradiction of ``kinds`` in one book: a rendered book's directory (its ``*.html`` pages, the index
     included), or ``{page name: html}``."""
@@ -294,4 +420,8 @@ def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = K
         out += _cut(book, seen)
     if "count" in kinds:
         out += _counts(book, seen)
+    for kind, check in (("finding and hypothesis", _finding_and_hypothesis), ("saturation", _saturation), ("units", _units),
+                        ("flashinfer", _flashinfer)):
+        if kind in kinds:
+            out += check(book, seen)
     return out
