@@ -816,7 +816,7 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
            f"chapters 03-05 plan and predict</td></tr>" if params.get("profile") else "")
         + f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
         f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}</td></tr>"
-        + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their code only: nothing of them ran)</td></tr>"
+        + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their selection code, read and run on this CPU with GPU-only libraries stubbed - the [run] of chapter 02; no server of them was started)</td></tr>"
            if read else "") +
         f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "
         f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"
