@@ -51,7 +51,7 @@ measure: bool = True  # False: start nothing and measure nothing, re-read this r
 seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
 seed_tp: int = 8  # tensor-parallel size of the seed case
-seed_allreduce_us: float = 0.0  # per-all-reduce latency (us) assumed for the seed case communication floor; 0: the latencies recorded in data/runs/h200x2-nccl (H200 NVLink, as in the what-if book); chapter 04 measures yours
+seed_allreduce_us: float = 0.0  # per-all-reduce latency (us) assumed for the seed case communication floor; 0: chapter 06's rule (each engine's published 8-rank PCIe range, profile.comm) on a PCIe profile, data/runs/h200x2-nccl's NVLink latencies otherwise; chapter 04 measures yours
 profile_steps: int = 40  # decode steps to profile per engine with its own profiler (0: no profile)
 profile_depths: str = "2,3"  # slice depths (layers) profiled for the full-model prediction; empty: only the model as given
 seed_reported_tok_s: str = ""  # single-stream tok/s of the seed case, engine:value pairs (e.g. vllm:82.5,sglang:63.6); empty: the seed's own figures in data/reference/seed-case.json
@@ -321,7 +321,8 @@ ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single
 # ### The seed case on paper
 # Kimi-K2.5 (INT4) on the seed's RTX PRO 6000 GPUs (as many as its file says), from data files only: the bandwidth bound (the card's bytes per token
 # over the profile's bandwidth; the what-if book states the same figure), then with the communication floor added
-# (two all-reduces per layer, at a latency measured elsewhere or assumed: each line says which).
+# (on a PCIe profile the rule of the what-if book's chapters 04 to 06: the collectives per token read in each engine's
+# code, at each engine's published eight-rank PCIe latency by the NCCL environment the seed ran it with; each line says which).
 
 # %%
 display(Markdown(seed_sentence()))
@@ -329,8 +330,9 @@ seed = ch05.seed_roofline(store, seed_model=seed_model, seed_profile=seed_profil
                           seed_reported_tok_s=seed_reported_tok_s)
 display(Markdown("\n".join(seed["lines"])))
 print(ch05.what_if_line(profile, host_roof["weights"]))
-roofs = store.table("bench_roofline")
-roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]] if len(roofs) else "no roofline computed"
+roofs, roofs_note = ch05.roofline_shown(store, host_roof, seed)
+print(roofs_note)
+roofs if len(roofs) else "no roofline computed"
 
 # %% [markdown]
 # Measured (or reported) rates next to their limits; the seed rows' time split is in the table `bench_breakdown`.

@@ -25,7 +25,7 @@ from .figures import breakdowns, ceiling_tables, sweep_parameters
 
 __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measure_engines", "measured", "starts_table",
            "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "client_check",
-           "host_roofline", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
+           "host_roofline", "roofline_shown", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
            "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling_comparison", "ceiling_warnings", "what_if_line", "excerpt", "whole_block"]
 
 # Figures stated in prose (Markdown output) that carry no servebook.stated tag, and why each cannot.
@@ -759,6 +759,7 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
     from ..paths import data_dir
     from ..profiles import load_profile
     from ..results import RunStore
+    from ..profile.comm import pcie_rule
     from ..stated import REFERENCE_NCCL_RUN, card_roofline, q, seed_case
 
     out = {"rows": [], "floors": [], "roof": None, "n_ar": None, "crossover_us": None, "lines": []}
@@ -770,9 +771,17 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
         bound = card_roofline(seed_model, seed_tp, seed_profile)
         # (label, latency, the reference grid's setting it was measured under: the subject of the tagged figures); the label
         # is stored plain in bench_roofline, and shown with its latency tagged (``tagged``)
+        rule = pcie_rule(card, seed_tp, prof) if seed_allreduce_us <= 0 else None
         if seed_allreduce_us > 0:
             latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us, None)]
             tagged = [latencies[0][0]]
+        elif rule is not None:   # a PCIe profile: chapter 06's rule, each engine's latency by the NCCL environment the seed ran it with
+            latencies = [(f"{L['central_us']:.1f} us, {e} ({L['env']}; the middle of {L['low_us']:.2f} to {L['high_us']:.2f} us, "
+                          "published eight-rank PCIe figures: the rule chapter 06 uses)", L["central_us"], e)
+                         for e, L in rule["latencies"].items()]
+            tagged = [f"{q('seed_pcie_us', L['central_us'], '.1f', of=e)} us, {e} ({L['env']}; the middle of "
+                      f"{q('seed_pcie_us_low', L['low_us'], '.2f', of=e)} to {q('seed_pcie_us_high', L['high_us'], '.2f', of=e)} us, "
+                      "published eight-rank PCIe figures: the rule chapter 06 uses)" for e, L in rule["latencies"].items()]
         else:
             ref_nccl = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
             where = [(ref_nccl.get("default_us"), "default", f"NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)")]
@@ -780,7 +789,7 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
                 where.append((ref_nccl["best_us"], ref_nccl["setting"], f"`{ref_nccl['setting']}` measured there"))
             latencies = [(f"{us:.1f} us, {what}", us, setting) for us, setting, what in where if us]
             tagged = [f"{q('ref_allreduce_us', us, '.1f', of=setting)} us, {what}" for us, setting, what in where if us]
-        n_ar = roofline.allreduces_per_token(card)
+        n_ar = rule["n"] if rule is not None else roofline.allreduces_per_token(card)
         floors = [(label, roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp, allreduce_us=us,
                                                    allreduces_per_token=n_ar)) for label, us, _ in latencies]
         settings = [setting for _, _, setting in latencies]
@@ -804,7 +813,7 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
             out["rows"].append(row)
         crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
         out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us, latency_labels=tagged, subject=bound["subject"],
-                   model=seed_model)
+                   model=seed_model, n_ar_field=f"collectives_per_token_tp{seed_tp}" if rule else "allreduces_per_token")
         sub = bound["subject"]  # every figure below tagged: recomputed from data/models, data/hardware and the reference run
 
         def card(field: str, value, fmt: str) -> str:
@@ -822,13 +831,15 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
             f"({floor('default', 'gb_per_token', bound['bytes_per_token'] / 1e9, '.1f')} GB per token over "
             f"{floor('default', 'gpus', seed_tp, 'd')} GPUs at {floor('default', 'bandwidth_tbs', bound['bandwidth_tbs'], '')} TB/s each; "
             f"`data/models/{seed_model}.json` x `data/hardware/{seed_profile}.json`).",
-            *[f"- With the communication floor, {card('allreduces_per_token', n_ar, 'd')} all-reduces per token at {label}: at most "
+            *[f"- With the communication floor, {card(f'collectives_per_token_tp{seed_tp}' if rule else 'allreduces_per_token', n_ar, 'd')} "
+              f"{'collectives (table seed_collectives of the what-if book)' if rule else 'all-reduces'} per token at {label}: at most "
               f"{floor(st, 'tok_s', r['tok_s'], ',.0f')} tok/s ({floor(st, 't_comm_ms', r['t_comm_ms'], '.2f')} ms of all-reduce per "
               f"token beside {floor(st, 't_mem_ms', r['t_mem_ms'], '.2f')} ms of memory time)."
               for label, (_, r), st in zip(tagged, floors, settings)],
             f"- The two floors are equal at {floor(settings[0] if settings else None, 'crossover_us', crossover_us, '.1f')} us per "
             "all-reduce: above that latency, all-reduce is the larger part of the limit. The seed's GPUs talk over PCIe, whose "
-            "latency only chapter 04 run on that host measures.",
+            "latency only chapter 04 run on that host measures" + (" (the latencies above are other hosts' published figures, "
+            "the same rule and count the what-if book's chapters 04 to 06 use)." if rule else "."),
         ]
     except ServebookError as exc:
         store.record_failure("seed roofline", exc)
@@ -1176,7 +1187,8 @@ def check_yourself(m: dict, *, verdict: dict, ceiling_check_df, seed: dict, seed
         qa.append(("The seed case's limit: which floor dominates, memory or communication, and what would settle it?",
                    f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on "
                    f"{q('seed_floor', seed_tp, 'd', of=seed['subject'] + ' | default | gpus')} GPUs; "
-                   f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | allreduces_per_token')} all-reduces take "
+                   f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | ' + seed.get('n_ar_field', 'allreduces_per_token'))} "
+                   "collectives take "
                    f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at "
                    f"{(seed.get('latency_labels') or [None])[0] or rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
                    f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f') if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
@@ -1295,6 +1307,24 @@ def ceiling_warnings(ceiling_check_df) -> list[str]:
     out.append(f"highest use of the client's ceiling: {worst['share_of_ceiling']:.2%} ({worst['label']}, {worst['phase']} C={worst['concurrency']}); "
                f"warning threshold {worst['warn_at']:.0%}")
     return out
+
+
+def roofline_shown(store, host_roof: dict, seed: dict):
+    """The rows of ``bench_roofline`` that stand now, as one frame: this run's standing "measured here" rows
+    (``host_roofline``) and the seed rows this execution computed (``seed_roofline``); with the sentence that says how many
+    earlier rows the table keeps unshown (superseded by a later measurement of the same case, or computed by an earlier
+    rule), so no superseded row sits beside its current one under the same label."""
+    import pandas as pd
+
+    rows = list(host_roof.get("rows") or []) + list(seed.get("rows") or [])
+    kept = len(store.rows("bench_roofline")) - len(rows)
+    cols = ["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source", "recorded_at"]
+    df = pd.DataFrame(rows)
+    df = df[[c for c in cols if c in df]] if len(df) else df
+    note = (f"The rows that stand now; {kept} earlier row{'' if kept == 1 else 's'} of table `bench_roofline` (superseded by "
+            "a later measurement of the same case, or computed by an earlier rule) stay in the table, not shown."
+            if kept > 0 else "Every row of table `bench_roofline`.")
+    return df, note
 
 
 def what_if_line(profile: str, weights) -> str:

@@ -460,6 +460,10 @@ def _s9_card_fact(of: str):
     if what in ("avg_bytes_per_param", "avg_gb_per_token"):
         avg = roofline.card_bytes_per_token(card)
         return avg["bytes_per_param"] if what == "avg_bytes_per_param" else avg["bytes_per_token"] / 1e9
+    m = re.fullmatch(r"collectives_per_token_tp(\d+)", what)
+    if m:
+        from ..profile.comm import collectives_per_token
+        return collectives_per_token(card, int(m.group(1)))
     return roofline.allreduces_per_token(card) if what == "allreduces_per_token" else MISSING
 
 
@@ -480,10 +484,13 @@ def _s9_seed_floor(of: str):
         bw = load_profile(profile)["memory_bandwidth_tbs"]
     except Exception:  # noqa: BLE001 - an unknown card or profile
         return MISSING
-    arch, n_ar = roofline.config_bytes_per_token(card), roofline.allreduces_per_token(card)
+    from ..profile.comm import pcie_rule
+
+    rule = pcie_rule(card, tp, load_profile(profile))
+    arch, n_ar = roofline.config_bytes_per_token(card), rule["n"] if rule else roofline.allreduces_per_token(card)
     if what in ("gb_per_token", "bandwidth_tbs", "gpus"):
         return {"gb_per_token": arch["bytes_per_token"] / 1e9, "bandwidth_tbs": bw, "gpus": tp}[what]
-    us = _ref_us(setting)
+    us = rule["latencies"][setting]["central_us"] if rule and setting in rule["latencies"] else None if rule else _ref_us(setting)
     if us is None:
         return MISSING
     r = roofline.decode_roofline(arch["bytes_per_token"], bw, tp=tp, allreduce_us=us, allreduces_per_token=n_ar)
@@ -916,7 +923,11 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(str(f.get("error")).split()) for f in store.rows("failures")}),
     Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends_figures.not_run)", _s9_not_run),
     Quantity("card_fact", "a model card's figure (model | active_params_b, gb_per_token, avg_bytes_per_param, avg_gb_per_token, "
-             "allreduces_per_token), from data/models", lambda store: {}, lookup=_s9_card_fact),
+             "allreduces_per_token, collectives_per_token_tpN), from data/models", lambda store: {}, lookup=_s9_card_fact),
+    Quantity("seed_pcie_us", "seed case: one engine's all-reduce latency on eight PCIe ranks, the middle of its published "
+             "range (engine; profile.comm.engine_latencies central_us)", lambda store: _pcie("central_us")),
+    Quantity("seed_pcie_us_low", "the low end of that range (engine)", lambda store: _pcie("low_us")),
+    Quantity("seed_pcie_us_high", "the high end of that range (engine)", lambda store: _pcie("high_us")),
     Quantity("seed_floor", "the seed case's limit with the communication floor at a latency of the reference NCCL run, and its "
              "inputs (model on Nx profile | setting | field), from the data files and that run", lambda store: {}, lookup=_s9_seed_floor),
     Quantity("seed_reported_tok_s", "seed case: the reported single-stream rate a bench_roofline row sets against its limits (case)",
@@ -1059,6 +1070,12 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
                  {r["engine"]: r.get("starts_ms") for r in store.rows("seed_projection") if r["category"] == "total"})),
     # end of start-to-start spread (fix-prof2)
 ]}
+
+
+def _pcie(field: str) -> dict:
+    from ..profile.comm import engine_latencies
+
+    return {e: L[field] for e, L in engine_latencies().items()}
 
 
 def _start_spreads(store, field: str) -> dict:
