@@ -111,3 +111,49 @@ def test_committed_renders_hold_none_of_the_new_classes(render):
     """Fails until the lead executes the chapters again (tools/rerender.sh rest and 06) on this code."""
     found = contradictions(render, kinds=NEW)
     assert not found, f"rendered/{render.name}:\n" + "\n".join(map(str, found))
+
+
+# item 1: one communication rule for the seed case in every book
+def _count_tag(name, value, of):
+    return f'<span class="sb-q" data-q="{name}" data-v="{value}" data-f="d" data-of="{of}">{value}</span>'
+
+
+def test_one_seed_communication_rule_across_books():
+    from servebook.stated.consistency import across_books
+
+    whatif = {"06_findings.html": _p(f"Both engines pay {_count_tag('seed_table', 124, 'seed_comm | sglang | collectives')} collectives.")}
+    old = {"05_b.html": _p(f"With the communication floor, {_count_tag('card_fact', 122, 'kimi-k2.5 | allreduces_per_token')} "
+                           "all-reduces per token at 13.0 us, NCCL's defaults measured over NVLink on H200 x2.")}
+    new = {"05_b.html": _p(f"With the communication floor, {_count_tag('card_fact', 124, 'kimi-k2.5 | collectives_per_token_tp8')} "
+                           "collectives per token at 36.2 us, sglang (default; the rule chapter 06 uses).")}
+    found = across_books({"h200x1-live": old, "whatif": whatif})
+    assert [c.kind for c in found] == ["communication rule"] and "122" in found[0].text and "124" in found[0].text
+    assert across_books({"h200x1-live": new, "whatif": whatif}) == []
+
+
+def test_seed_on_paper_states_chapter_06s_rule(tmp_path):
+    """Chapter 05's seed case on paper, computed now: the what-if book's count and each engine's PCIe latency."""
+    import re
+    import shutil
+
+    from servebook.bench.chapter import seed_roofline
+    from servebook.profile.comm import collectives_per_token, engine_latencies
+    from servebook.roofline import load_model_card
+    from servebook.results import RunStore
+
+    shutil.copytree(ROOT / "data" / "runs" / "h200x1-book", tmp_path / "run")
+    seed = seed_roofline(RunStore.at(tmp_path / "run"), seed_model="kimi-k2.5", seed_profile="rtx-pro-6000", seed_tp=8)
+    text = re.sub(r"<[^>]+>", "", "\n".join(seed["lines"]))
+    n = collectives_per_token(load_model_card("kimi-k2.5"), 8)
+    assert seed["n_ar"] == n and f"{n} collectives per token" in text
+    for e, L in engine_latencies().items():
+        assert f"{L['central_us']:.1f} us, {e}" in text
+    assert "NVLink" not in text
+
+
+def test_committed_renders_state_one_seed_rule():
+    """Fails until the lead executes chapter 05 of the H200 books again (tools/rerender.sh rest)."""
+    from servebook.stated.consistency import across_books
+
+    found = across_books(ROOT / "rendered")
+    assert not found, "\n".join(map(str, found))

@@ -832,7 +832,7 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
             f"{floor('default', 'gpus', seed_tp, 'd')} GPUs at {floor('default', 'bandwidth_tbs', bound['bandwidth_tbs'], '')} TB/s each; "
             f"`data/models/{seed_model}.json` x `data/hardware/{seed_profile}.json`).",
             *[f"- With the communication floor, {card(f'collectives_per_token_tp{seed_tp}' if rule else 'allreduces_per_token', n_ar, 'd')} "
-              f"{'collectives (table seed_collectives of the what-if book)' if rule else 'all-reduces'} per token at {label}: at most "
+              f"{'collectives per token (the count of table seed_collectives in the what-if book)' if rule else 'all-reduces per token'} at {label}: at most "
               f"{floor(st, 'tok_s', r['tok_s'], ',.0f')} tok/s ({floor(st, 't_comm_ms', r['t_comm_ms'], '.2f')} ms of all-reduce per "
               f"token beside {floor(st, 't_mem_ms', r['t_mem_ms'], '.2f')} ms of memory time)."
               for label, (_, r), st in zip(tagged, floors, settings)],

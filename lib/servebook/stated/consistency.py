@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .tags import stated_on
 
-__all__ = ["Contradiction", "Visible", "visible", "contradictions", "KINDS"]
+__all__ = ["Contradiction", "Visible", "visible", "contradictions", "across_books", "KINDS"]
 
 KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer")
 
@@ -425,3 +425,39 @@ def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = K
         if kind in kinds:
             out += check(book, seen)
     return out
+
+
+def _seed_counts(page: str, text: str) -> list[tuple[float, str]]:
+    """The seed case's collectives per decode token a page states (tagged): the model card's count, chapter 04's floor
+    at the seed's TP, the verdict's table."""
+    from .figures import seed_case
+
+    seed = seed_case()
+    out = []
+    for x in stated_on(text, page):
+        of = str(x.of or "")
+        if (x.name == "card_fact" and of.endswith(("allreduces_per_token", f"collectives_per_token_tp{seed['tp']}"))
+                and of.startswith(seed["model"])) or (x.name == "comm_allreduces_per_token" and f"TP={seed['tp']}" in of) \
+                or (x.name == "seed_table" and of.startswith("seed_comm |") and of.endswith("| collectives")):
+            out.append((float(x.value), x.text))
+    return out
+
+
+def across_books(root: str | Path | dict[str, dict[str, str]]) -> list[Contradiction]:
+    """What one book cannot see: the seed case's communication rule stated with two counts of collectives per token in
+    two books (chapter 05's seed on paper against the what-if book's chapters 04 to 06). ``root``: the rendered folder
+    (every book under it) or ``{book: {page: html}}``."""
+    if not isinstance(root, dict):
+        root = {d.name: {p.name: p.read_text(encoding="utf-8") for p in sorted(d.glob("*.html"))}
+                for d in sorted(Path(root).iterdir()) if d.is_dir()}
+    seen: dict[float, list[str]] = {}
+    for book, pages in root.items():
+        for page, text in pages.items():
+            for value, _ in _seed_counts(page, text):
+                seen.setdefault(value, []).append(f"{book}/{page}")
+    if len(seen) < 2:
+        return []
+    what = "; ".join(f"{v:g} on {', '.join(sorted(set(w))[:3])}" for v, w in sorted(seen.items()))
+    return [Contradiction("communication rule", " | ".join(sorted({w.split('/')[0] for ws in seen.values() for w in ws})),
+                          f"the seed case's collectives per token: {what}")]
+
