@@ -157,3 +157,38 @@ def test_committed_renders_state_one_seed_rule():
 
     found = across_books(ROOT / "rendered")
     assert not found, "\n".join(map(str, found))
+
+
+# item 7: the comparison's all-reduce row names its message size and the setting whose latency it shows
+def test_nccl_comparison_row_label():
+    old = _table(["quantity", "h200x1-book", "h200x2-live"], ["nccl all-reduce at batch 1 (us)", "11.27", "12.05"])
+    new = _table(["quantity", "h200x2-live"], ["nccl all-reduce at batch 1, 14,336 B (us), nccl's defaults (no setting supported)", "13.09"])
+    assert _kinds(old, "row label") and _kinds(new, "row label") == []
+
+
+def test_comparison_reads_the_defaults_where_no_setting_is_supported():
+    from servebook.findings.compare import compare_runs
+    from servebook.findings.tables import nccl, open_run
+
+    runs = [ROOT / "data" / "runs" / r for r in ("h200x1-live", "h200x2-live", "h200x2-book")]
+    table = compare_runs(runs)
+    rows = {i: table.loc[i] for i in table.index if "all-reduce at batch 1" in str(i)}
+    live = nccl(open_run(runs[1], "x"))
+    assert live["within_spread"]  # h200x2-live's fastest setting is within the spread: its defaults' latency stands
+    row = next(k for k in rows if "14,336 B" in k)
+    assert "defaults" in row and abs(float(rows[row]["h200x2-live"]) - live["default_us"]) < 0.01  # shown to 2 decimals
+    assert any("512 B" in k for k in rows) and len(rows) == 2  # two message sizes, two rows
+
+
+# item 13: CUDA graphs against eager, like with like
+def test_graph_eager_pairs_never_mix_quantizations(tmp_path):
+    from servebook.bench.chapter import graph_eager_pairs
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path / "run")
+    base = {"engine": "sglang", "card": "kimi", "layers": 2, "backend": "auto", "ok": True, "busy_ms": 1.0}
+    store.append("profile_runs", {**base, "label": "sglang kimi-2L", "quant": "bf16", "mode": "graph", "tpot_ms": 2.0})
+    store.append("profile_runs", {**base, "label": "sglang kimi-2L int4 eager", "quant": "card", "mode": "eager", "tpot_ms": 5.6})
+    assert graph_eager_pairs(store) == {}
+    store.append("profile_runs", {**base, "label": "sglang kimi-2L eager", "quant": "bf16", "mode": "eager", "tpot_ms": 4.0})
+    assert graph_eager_pairs(store) == {"05 profile: sglang kimi-2L bf16 auto": {"graph": 2.0, "eager": 4.0}}

@@ -24,7 +24,7 @@ from ..errors import ServebookError
 from .figures import breakdowns, ceiling_tables, sweep_parameters
 
 __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measure_engines", "measured", "starts_table",
-           "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "client_check",
+           "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "graph_eager_pairs", "client_check",
            "host_roofline", "roofline_shown", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
            "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling_comparison", "ceiling_warnings", "what_if_line", "excerpt", "whole_block"]
 
@@ -411,23 +411,33 @@ def _spread_labels(ax, min_gap_pt: float = 10.0) -> None:
         placed.append((bb.x0, bb.x1, y + shift))
 
 
-def plot_graph_vs_eager(store):
-    """Time per token with CUDA graphs and eagerly, for each configuration the run measured both ways (chapter 05's
-    profiles, unprofiled time; chapter 03's forced backends, 1000 / decode tok/s). None when the run has no eager row."""
-    import matplotlib.pyplot as plt
-
+def graph_eager_pairs(store) -> dict[str, dict[str, float]]:
+    """``{configuration: {"graph": ms, "eager": ms}}`` for each configuration measured both ways, like with like: a
+    configuration is the engine, the model slice, its quantization and the backend (chapter 05's profiles, unprofiled
+    time per token), or the engine, the model and the backend (chapter 03's forced backends, 1000 / decode tok/s), so a
+    bf16 graph slice is never set against an INT4 eager one."""
     from ..profile.tables import latest_ok
 
-    pairs = {}
+    pairs: dict[str, dict[str, float]] = {}
     for r in latest_ok(store.rows("profile_runs")):
-        key = f"05 profile: {r['engine']} {r.get('card')}-{r.get('layers')}L {r.get('backend')}"
+        key = (f"05 profile: {r['engine']} {r.get('card')}-{r.get('layers')}L {r.get('quant') or 'bf16'} "
+               f"{r.get('backend') or 'auto'}")
         if r.get("tpot_ms"):
             pairs.setdefault(key, {})[r.get("mode")] = r["tpot_ms"]
     for r in store.rows("backends"):
         if r.get("outcome") == "ok" and r.get("decode_tok_s"):
-            key = f"03 forced: {r['engine']} {r.get('reported') or r.get('attention')}"
+            model = str(r.get("bench_model") or "").rstrip("/").rsplit("/", 1)[-1]
+            key = f"03 forced: {r['engine']}{' ' + model if model else ''} {r.get('reported') or r.get('attention')}"
             pairs.setdefault(key, {})[r.get("mode")] = 1e3 / r["decode_tok_s"]
-    both = {k: v for k, v in pairs.items() if "eager" in v and "graph" in v}
+    return {k: v for k, v in pairs.items() if "eager" in v and "graph" in v}
+
+
+def plot_graph_vs_eager(store):
+    """Time per token with CUDA graphs and eagerly, for each configuration the run measured both ways
+    (``graph_eager_pairs``: like with like). None when the run has no eager row."""
+    import matplotlib.pyplot as plt
+
+    both = graph_eager_pairs(store)
     if not both:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(both) + 1.2))
@@ -438,7 +448,7 @@ def plot_graph_vs_eager(store):
     ax.set_yticklabels(list(both), fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms per output token (single stream)")
-    ax.set_title("CUDA graphs against eager")
+    ax.set_title("CUDA graphs against eager, per configuration (engine, model slice, quantization, backend)")
     ax.legend(fontsize=8)
     plt.tight_layout()
     return ax

@@ -24,7 +24,7 @@ from .tags import stated_on
 
 __all__ = ["Contradiction", "Visible", "visible", "contradictions", "across_books", "KINDS"]
 
-KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer")
+KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label")
 
 
 @dataclass(frozen=True)
@@ -405,6 +405,23 @@ def _flashinfer(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contrad
     return out
 
 
+_BYTES = re.compile(r"\b\d[\d,]* B\b")
+
+
+def _row_label(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """A comparison row of all-reduce latencies whose label names no message size (one label over runs measured at
+    512 B and at 14,336 B sets two quantities side by side) or no setting (the defaults' latency, or the supported
+    setting's)."""
+    out = []
+    for page in pages:
+        for _, rows in seen[page].tables:
+            for r in rows:
+                label = next((c for c in r if c.strip()), "")
+                if "all-reduce at batch 1" in label and (not _BYTES.search(label) or not re.search(r"defaults|supported", label)):
+                    out.append(Contradiction("row label", page, f"{label!r}: no message size or setting named"))
+    return out
+
+
 def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = KINDS) -> list[Contradiction]:
     """Every contradiction of ``kinds`` in one book: a rendered book's directory (its ``*.html`` pages, the index
     included), or ``{page name: html}``."""
@@ -421,7 +438,7 @@ def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = K
     if "count" in kinds:
         out += _counts(book, seen)
     for kind, check in (("finding and hypothesis", _finding_and_hypothesis), ("saturation", _saturation), ("units", _units),
-                        ("flashinfer", _flashinfer)):
+                        ("flashinfer", _flashinfer), ("row label", _row_label)):
         if kind in kinds:
             out += check(book, seen)
     return out
