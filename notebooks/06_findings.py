@@ -225,12 +225,13 @@ Markdown("Shown in the what-if book of the seed case. Each category of the H200 
          "host rule (the longer of the host's time and the GPU's); communication = the collectives per token read in each "
          "engine's code (the one count chapters 04, 05 and 06 state) x that engine's all-reduce latency, a range over "
          f"published {_tp}-rank PCIe figures chosen by the NCCL environment the seed launched it with "
-         "(`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.")
+         "(`data/reference/allreduce-pcie-published.json`). Every row says its source and rule; the row \"host beyond the GPU\" is "
+         "what the host's time per step adds beyond the projected GPU time (not chapter 05's \"gpu idle\", the time inside a "
+         "profiled step when no kernel runs).")
 
 # %%
 if seed_rows:
-    proj = pd.DataFrame(seed_rows)
-    display(proj[proj["category"] != "total"].pivot_table(index="category", columns="engine", values="ms_per_token").round(3))
+    display(sbseed.projection_frame(seed_rows))
     display(pd.DataFrame(seed_tabs["seed_range"])[[c for c in ["who", "point_ms", "low_ms", "high_ms", "point_tok_s", "low_tok_s",
                                                                "high_tok_s", "seed_tok_s", "seed_gap_ms", "seed_inside"]
                                                    if c in pd.DataFrame(seed_tabs["seed_range"])]].round(2))

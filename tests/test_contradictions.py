@@ -192,3 +192,17 @@ def test_graph_eager_pairs_never_mix_quantizations(tmp_path):
     assert graph_eager_pairs(store) == {}
     store.append("profile_runs", {**base, "label": "sglang kimi-2L eager", "quant": "bf16", "mode": "eager", "tpot_ms": 4.0})
     assert graph_eager_pairs(store) == {"05 profile: sglang kimi-2L bf16 auto": {"graph": 2.0, "eager": 4.0}}
+
+
+# item 4: one meaning of "gpu idle"
+def test_gpu_idle_has_one_meaning():
+    from servebook.profile.seed import HOST_ROW, projection_frame
+    from servebook.results import RunStore
+
+    rows = RunStore.at(ROOT / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9").rows("seed_projection")
+    assert any(r["category"] == "gpu idle" for r in rows)  # the recorded table keeps its category name
+    frame = projection_frame(rows)
+    assert HOST_ROW in frame.index and "gpu idle" not in frame.index
+    old = _table(["category", "sglang", "vllm"], ["communication", "4.494", "3.132"], ["gpu idle", "0.000", "0.000"])
+    new = _table(["category", "sglang", "vllm"], ["communication", "4.494", "3.132"], [HOST_ROW, "0.000", "0.000"])
+    assert _kinds(old, "term") and _kinds(new, "term") == []

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .projection import ranked_fixes
 
-__all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share"]
+__all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
 from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
@@ -37,6 +37,21 @@ def seed_projection(reference=None, **kw) -> list[dict]:
     src = RunStore.at(reference or _reference_dir())
     central = central_projection(src, engine_latencies(), **kw)
     return [{**r, "reference_run": Path(str(reference or _reference_dir())).name} for e in SEED_BACKENDS for r in central[e]]
+
+
+# the projection's "gpu idle" row holds what the host adds beyond the target's GPU time under the host rule: not the idle
+# time inside a profiled step that chapter 05 calls "gpu idle"; shown under its own name so one term has one meaning
+HOST_ROW = "host beyond the GPU (host rule)"
+
+
+def projection_frame(rows: list[dict]):
+    """The projection by category and engine (ms per token) as the page shows it: its "gpu idle" row named for what it
+    holds (``HOST_ROW``)."""
+    import pandas as pd
+
+    proj = pd.DataFrame(rows)
+    proj = proj[proj["category"] != "total"].replace({"category": {"gpu idle": HOST_ROW}})
+    return proj.pivot_table(index="category", columns="engine", values="ms_per_token").round(3)
 
 
 def gap_by_category(rows: list[dict], a: str = "sglang", b: str = "vllm") -> list[dict]:

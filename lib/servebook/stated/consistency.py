@@ -24,7 +24,7 @@ from .tags import stated_on
 
 __all__ = ["Contradiction", "Visible", "visible", "contradictions", "across_books", "KINDS"]
 
-KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label")
+KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label", "term")
 
 
 @dataclass(frozen=True)
@@ -422,6 +422,20 @@ def _row_label(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradi
     return out
 
 
+def _term(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """"gpu idle" given a second meaning: chapter 05 defines it as the time inside a profiled step when no kernel runs;
+    a projection table (its categories include "communication": a tensor-parallel step) that names its host-rule row
+    "gpu idle" gives the same words to what the host adds beyond the GPU."""
+    out = []
+    for page in pages:
+        for _, rows in seen[page].tables:
+            first = {next((c for c in r if c.strip()), "").strip().lower() for r in rows}
+            if "gpu idle" in first and "communication" in first:
+                out.append(Contradiction("term", page, "a projection's row is named 'gpu idle' (what the host adds beyond the "
+                                         "GPU), the name chapter 05 gives to idle time inside a profiled step"))
+    return out
+
+
 def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = KINDS) -> list[Contradiction]:
     """Every contradiction of ``kinds`` in one book: a rendered book's directory (its ``*.html`` pages, the index
     included), or ``{page name: html}``."""
@@ -438,7 +452,7 @@ def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = K
     if "count" in kinds:
         out += _counts(book, seen)
     for kind, check in (("finding and hypothesis", _finding_and_hypothesis), ("saturation", _saturation), ("units", _units),
-                        ("flashinfer", _flashinfer), ("row label", _row_label)):
+                        ("flashinfer", _flashinfer), ("row label", _row_label), ("term", _term)):
         if kind in kinds:
             out += check(book, seen)
     return out
