@@ -151,8 +151,8 @@ def test_seed_on_paper_states_chapter_06s_rule(tmp_path):
     assert "NVLink" not in text
 
 
-def test_committed_renders_state_one_seed_rule():
-    """Fails until the lead executes chapter 05 of the H200 books again (tools/rerender.sh rest)."""
+def test_committed_renders_state_one_seed_rule_and_their_own_names():
+    """Fails until the lead executes chapter 05 of the H200 books again and the books' index pages (tools/rerender.sh rest)."""
     from servebook.stated.consistency import across_books
 
     found = across_books(ROOT / "rendered")
@@ -206,3 +206,26 @@ def test_gpu_idle_has_one_meaning():
     old = _table(["category", "sglang", "vllm"], ["communication", "4.494", "3.132"], ["gpu idle", "0.000", "0.000"])
     new = _table(["category", "sglang", "vllm"], ["communication", "4.494", "3.132"], [HOST_ROW, "0.000", "0.000"])
     assert _kinds(old, "term") and _kinds(new, "term") == []
+
+
+# item 5: a book is titled by its own name
+def test_a_book_is_titled_by_its_name():
+    from servebook.stated.consistency import across_books
+
+    old = {"h200x1-trust": {"index.html": "<html><head><title>servebook: h200x1-live</title></head></html>"}}
+    new = {"h200x1-trust": {"index.html": "<html><head><title>servebook: h200x1-trust</title></head></html>"}}
+    assert [c.kind for c in across_books(old)] == ["book name"] and across_books(new) == []
+    # a rendered folder named apart from its run (rendered/h200x1 of data/runs/h200x1-book) is titled by its run
+    run = {"h200x1": {"index.html": "<title>servebook: h200x1-book</title>", "run.json": '{"run_dir": "data/runs/h200x1-book"}'}}
+    assert across_books(run) == []
+
+
+def test_book_index_names_the_book_and_the_run_id_it_was_recorded_under(tmp_path):
+    from servebook.book import _book_name
+    from servebook.results import RunStore
+
+    import json
+
+    store = RunStore.at(tmp_path / "h200x1-trust")
+    store.manifest_path.write_text(json.dumps({**store.manifest, "run_id": "h200x1-live"}))
+    assert _book_name(store) == "h200x1-trust (recorded under the run_id h200x1-live)"

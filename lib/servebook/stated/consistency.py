@@ -476,19 +476,28 @@ def _seed_counts(page: str, text: str) -> list[tuple[float, str]]:
 
 def across_books(root: str | Path | dict[str, dict[str, str]]) -> list[Contradiction]:
     """What one book cannot see: the seed case's communication rule stated with two counts of collectives per token in
-    two books (chapter 05's seed on paper against the what-if book's chapters 04 to 06). ``root``: the rendered folder
+    two books (chapter 05's seed on paper against the what-if book's chapters 04 to 06), and a book whose index is
+    titled with another name than the book's. ``root``: the rendered folder
     (every book under it) or ``{book: {page: html}}``."""
+    import json
+
     if not isinstance(root, dict):
-        root = {d.name: {p.name: p.read_text(encoding="utf-8") for p in sorted(d.glob("*.html"))}
+        root = {d.name: {p.name: p.read_text(encoding="utf-8") for p in sorted([*d.glob("*.html"), *d.glob("run.json")])}
                 for d in sorted(Path(root).iterdir()) if d.is_dir()}
+    out = []
+    for book, pages in root.items():   # a book titled by another run's name (h200x1-trust recorded as h200x1-live)
+        m = re.search(r"<title>servebook: ([^<]*)</title>", pages.get("index.html", ""))
+        run = Path(str(json.loads(pages["run.json"]).get("run_dir") or book)).name if "run.json" in pages else book
+        if m and m.group(1).split(" ")[0] not in (book, run):
+            out.append(Contradiction("book name", f"{book}/index.html", f"the book {book} is titled {m.group(1)!r}"))
     seen: dict[float, list[str]] = {}
     for book, pages in root.items():
         for page, text in pages.items():
-            for value, _ in _seed_counts(page, text):
+            for value, _ in (_seed_counts(page, text) if page.endswith(".html") else ()):
                 seen.setdefault(value, []).append(f"{book}/{page}")
     if len(seen) < 2:
-        return []
+        return out
     what = "; ".join(f"{v:g} on {', '.join(sorted(set(w))[:3])}" for v, w in sorted(seen.items()))
-    return [Contradiction("communication rule", " | ".join(sorted({w.split('/')[0] for ws in seen.values() for w in ws})),
+    return out + [Contradiction("communication rule", " | ".join(sorted({w.split('/')[0] for ws in seen.values() for w in ws})),
                           f"the seed case's collectives per token: {what}")]
 
