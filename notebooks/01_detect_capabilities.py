@@ -139,7 +139,9 @@ else:
 # %% [markdown]
 # ## Software actually in use
 # `cuda` is the CUDA version the driver supports; `torch_cuda` the one torch was built with; `nccl`
-# the NCCL version torch was built with and `nccl_loaded` the library this process really mapped.
+# the NCCL version torch was built with and `nccl_loaded` the library this process really mapped. The packages are the
+# ones of the Python that probed this host (the notebook's kernel); each engine runs in its own environment, whose
+# transformers can differ: the engines table below gives the engines' own versions.
 
 # %%
 versions = store.table("versions")
@@ -148,7 +150,7 @@ if not versions.empty:
     core = ["driver", "cuda", "cuda_runtime", "cuda_toolkit", "torch", "torch_cuda", "nccl", "nccl_loaded", "python"]
     display(pd.DataFrame({"component": core, "version": [row.get(k) for k in core]}))
     pkgs = {k[4:]: v for k, v in row.items() if k.startswith("pkg_") and isinstance(v, str)}
-    display(pd.DataFrame({"package": list(pkgs), "version": list(pkgs.values())}))
+    display(pd.DataFrame({"package": list(pkgs), "version": list(pkgs.values()), "of": "the probing Python (this kernel)"}))
 
 # %% [markdown]
 # ## How the GPUs are linked

@@ -57,7 +57,8 @@ pd.DataFrame([
     {"what": "host", "value": f"{fp.get('hostname')} — {fp.get('cpu_count')} CPUs, {fp.get('memory_gib')} GiB, GPUs: {', '.join(fp.get('gpus') or []) or 'none'}"},
     {"what": "engine under study", "value": params.get("engine")},
     {"what": "model", "value": params.get("model")},
-    {"what": "versions", "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v)},
+    {"what": "versions of the kernel that executed this page (each engine's own: chapter 01's engines table)",
+     "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v)},
     {"what": "code", "value": describe_revision(manifest.get("git_revision"))},
 ])
 

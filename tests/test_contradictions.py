@@ -229,3 +229,14 @@ def test_book_index_names_the_book_and_the_run_id_it_was_recorded_under(tmp_path
     store = RunStore.at(tmp_path / "h200x1-trust")
     store.manifest_path.write_text(json.dumps({**store.manifest, "run_id": "h200x1-live"}))
     assert _book_name(store) == "h200x1-trust (recorded under the run_id h200x1-live)"
+
+
+# item 15: which transformers is which
+def test_two_transformers_versions_say_which_is_which():
+    versions = _p("versions: papermill 2.7.0, python 3.11.7, torch 2.13.0+cpu, transformers 5.24.0")
+    old = {"index.html": _table(["", "engines"], ["engines", "transformers 4.57.1, sglang 0.5.9"]), "06.html": versions}
+    new = {"index.html": _table(["", "engines"], ["engines", "transformers 4.57.1, sglang 0.5.9 (each engine environment's own "
+                                                  "version; the chapters' versions line is the kernel's that executed them)"]),
+           "06.html": versions}
+    assert [c.kind for c in contradictions(old, kinds=("versions",))] == ["versions"]
+    assert contradictions(new, kinds=("versions",)) == []

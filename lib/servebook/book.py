@@ -823,7 +823,9 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         + (f"<tr><th>what-if</th><td>hardware profile {html.escape(str(params.get('profile')))}: nothing on it was measured; "
            f"chapters 03-05 plan and predict</td></tr>" if params.get("profile") else "")
         + f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
-        f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}</td></tr>"
+        f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}"
+        + (" (each engine environment's own version, chapter 01's engines table; the chapters' versions line is the "
+           "kernel's that executed them)" if studied else "") + "</td></tr>"
         + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their selection code, read and run on this CPU with GPU-only libraries stubbed - the [run] of chapter 02; no server of them was started)</td></tr>"
            if read else "") +
         f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "

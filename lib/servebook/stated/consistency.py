@@ -24,7 +24,7 @@ from .tags import stated_on
 
 __all__ = ["Contradiction", "Visible", "visible", "contradictions", "across_books", "KINDS"]
 
-KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label", "term")
+KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label", "term", "versions")
 
 
 @dataclass(frozen=True)
@@ -436,6 +436,32 @@ def _term(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction
     return out
 
 
+_TF = re.compile(r"\btransformers (\d+\.\d+\.\d+)\b")
+
+
+def _versions(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """Two versions of transformers in one book (the engines' environment and the kernel that executed the chapters)
+    with nothing on its pages saying which is which."""
+    found: dict[str, set[str]] = {}
+    said = False
+    for page in pages:
+        for text in seen[page].blocks:
+            for m in _TF.finditer(text):
+                found.setdefault(m.group(1), set()).add(page)
+            said = said or ("engine environment" in text and "kernel" in text)
+        for header, rows in seen[page].tables:
+            names = [h.strip().lower() for h in header]
+            for r in rows:
+                d = dict(zip(names, r))
+                if d.get("engine", d.get("package")) == "transformers" and re.fullmatch(r"\d+\.\d+\.\d+", d.get("version", "")):
+                    found.setdefault(d["version"], set()).add(page)
+    if len(found) > 1 and not said:
+        return [Contradiction("versions", " | ".join(sorted({p for ps in found.values() for p in ps})),
+                              "transformers " + " and ".join(sorted(found)) + " with nothing saying which is the engines' and "
+                              "which the kernel's")]
+    return []
+
+
 def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = KINDS) -> list[Contradiction]:
     """Every contradiction of ``kinds`` in one book: a rendered book's directory (its ``*.html`` pages, the index
     included), or ``{page name: html}``."""
@@ -452,7 +478,8 @@ def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = K
     if "count" in kinds:
         out += _counts(book, seen)
     for kind, check in (("finding and hypothesis", _finding_and_hypothesis), ("saturation", _saturation), ("units", _units),
-                        ("flashinfer", _flashinfer), ("row label", _row_label), ("term", _term)):
+                        ("flashinfer", _flashinfer), ("row label", _row_label), ("term", _term),
+                        ("versions", _versions)):
         if kind in kinds:
             out += check(book, seen)
     return out
