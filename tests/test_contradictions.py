@@ -240,3 +240,14 @@ def test_two_transformers_versions_say_which_is_which():
            "06.html": versions}
     assert [c.kind for c in contradictions(old, kinds=("versions",))] == ["versions"]
     assert contradictions(new, kinds=("versions",)) == []
+
+
+# item 9: no "a per-kernel profile would settle it" on a page that shows per-kernel profiles
+def test_a_page_with_profiles_points_to_them():
+    from servebook.findings.questions import _roofline_reading
+
+    t = {"pct_of_roofline": 52.6, "roofline_tok_s": 1105.0, "single_tok_s": 580.7, "single_ci95": 10.0, "label": "x"}
+    shown = _p("Where each engine's time goes (measured, chapter 05's profiles): kernels 1.203 against 1.196 ms per step.")
+    assert _kinds(shown + _p(_roofline_reading(t)), "finding and hypothesis")
+    assert _kinds(shown + _p(_roofline_reading(t, profiled=True)), "finding and hypothesis") == []
+    assert "would settle it" in _roofline_reading(t) and "would settle it" not in _roofline_reading(t, profiled=True)

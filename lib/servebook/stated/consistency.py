@@ -320,7 +320,7 @@ _FINDING = re.compile(r"\bso (?:that )?the difference between the engines (?:her
 _HYPO = re.compile(r"the difference between the engines (?:here |there )?is (on the host|in their kernels)[^.]*?is a \*?\*?hypothesis")
 _AGAIN = re.compile(r"(?<!not )\bmeasured again\b")
 _PER_KERNEL_SETTLES = re.compile(r"\ba per-kernel profile (?:of [^.]*?)?would settle it", re.I)
-_HAS_PROFILES = re.compile(r"\b(?:per-kernel profiles?|profiled step)\b", re.I)
+_HAS_PROFILES = re.compile(r"\b(?:per-kernel profiles?|profiled step|chapter 05's profiles|ms per step)\b", re.I)
 
 
 def _finding_and_hypothesis(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
