@@ -63,6 +63,7 @@ from servebook import probe as sbp
 from servebook.hosts import get_host
 from servebook.profiles import list_profiles
 from servebook.book import excerpt_html
+from servebook.stated.text import marked
 from servebook.results import RunStore, show_corrections
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
@@ -237,7 +238,7 @@ if report:
     display(Markdown("\n".join(lines)))
 failures = store.table("failures")
 if not failures.empty:  # each failure whole, folded under its first line
-    display(HTML("".join(excerpt_html(f"{r.get('step')}: {r.get('error')}") for r in store.rows("failures"))))
+    display(HTML("".join(excerpt_html(f"{r.get('step')}: {marked(r.get('error'))}") for r in store.rows("failures"))))
     show_corrections(store, "failures")  # a row changed after it was recorded says so, by what and why
 
 # %% [markdown]

@@ -251,3 +251,31 @@ def test_a_page_with_profiles_points_to_them():
     assert _kinds(shown + _p(_roofline_reading(t)), "finding and hypothesis")
     assert _kinds(shown + _p(_roofline_reading(t, profiled=True)), "finding and hypothesis") == []
     assert "would settle it" in _roofline_reading(t) and "would settle it" not in _roofline_reading(t, profiled=True)
+
+
+# item 12: failure listings and code excerpts cut between words, a cut made when recorded marked
+def test_clip_and_marked():
+    from servebook.stated.text import clip, marked
+
+    nccl = ("DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3780, invalid usage, NCCL version 2.28.9 "
+            "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.")
+    short = clip(nccl, 100)
+    assert short.endswith(" …") and nccl.startswith(short[:-2]) and "usuall " not in short + " " and len(short) <= 100
+    assert _kinds(_p("chapter 04: " + short) + _p(nccl), "cut off") == []
+    assert _kinds(_p("chapter 04: " + nccl[:100]) + _p(nccl), "cut off")      # the old cut is caught
+    recorded = "ValidationError: Model architectures ['KimiK25ForConditionalGeneration'] failed; supported: dict_keys(['ApertusForCausalLM', 'Aquil"
+    assert _kinds(_p("whatif: " + recorded), "cut off") and _kinds(_p("whatif: " + marked(recorded)), "cut off") == []
+    assert marked(recorded).endswith("'ApertusForCausalLM', '…")
+    tail = "eturn future.result()\n           ^^^^^^^^^^^^^^^\n  File \"serving.py\", line 1413, in benchmark\nValueError: Warmup failed"
+    assert marked(tail).startswith("…eturn future.result()")
+    whole = "Traceback (most recent call last):\n  File \"a.py\", line 3, in f\n    return g()\n           ^^^\nValueError: x (y)"
+    assert marked(whole) == whole and clip(whole, 1000) == whole
+
+
+def test_the_listings_use_them():
+    from servebook.findings.tables import failures
+    from servebook.results import RunStore
+
+    for run in ("whatif-rtx-pro-6000-sglang-0.5.9", "h200x2-live", "h200x1-live"):
+        for f in failures(RunStore.at(ROOT / "data" / "runs" / run)):
+            assert _kinds(_p(f"{f['steps']}: {f['error']}"), "cut off") == [], (run, f["error"][-80:])

@@ -21,6 +21,7 @@ from typing import Any
 from pathlib import Path
 
 from ..errors import ServebookError
+from ..stated.text import marked
 from .figures import breakdowns, ceiling_tables, sweep_parameters
 
 __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measure_engines", "measured", "starts_table",
@@ -1160,8 +1161,8 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     fails = store.table("failures")
     if len(fails):
         lines.append(f"- {q('failures_recorded', len(fails), 'd')} recorded failures in this run (table `failures`), e.g. "
-                     f"{fails.iloc[-1]['step']}: {excerpt(fails.iloc[-1]['error'])}")
-        lines += whole_block("The recorded failures, whole", [f"{r['step']}: {r['error']}" for _, r in fails.iterrows()])
+                     f"{fails.iloc[-1]['step']}: {excerpt(marked(fails.iloc[-1]['error']))}")
+        lines += whole_block("The recorded failures, whole", [f"{r['step']}: {marked(r['error'])}" for _, r in fails.iterrows()])
     return lines
 
 

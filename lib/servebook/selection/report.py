@@ -111,6 +111,7 @@ def print_decode_path(rows: list[dict]) -> None:
     """Setting by setting, each engine version's choice, where its code makes it, and the condition."""
     import pandas as pd
 
+    from ..stated.text import clip
     from .decode_path import SETTINGS
 
     dp = pd.DataFrame(rows)
@@ -121,7 +122,7 @@ def print_decode_path(rows: list[dict]) -> None:
         for r in g.itertuples():
             print(f"  {r.engine:<14} [{r.source}] {r.choice}"
                   + (f"\n{'':17}at {r.where}" if isinstance(r.where, str) else "")
-                  + (f"\n{'':17}condition: {r.condition[:300]}" if isinstance(r.condition, str) and r.condition else "")
+                  + (f"\n{'':17}condition: {clip(r.condition, 300)}" if isinstance(r.condition, str) and r.condition else "")
                   + (f"\n{'':17}({r.why})" if isinstance(r.why, str) and r.source != "run" else ""))
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..paths import data_dir
 from .figures import REFERENCE_NCCL_RUN, card_roofline, chosen_setting, chosen_us, seed_case, selection_of, site_count
-from .text import MISSING, plain
+from .text import MISSING, marked, plain
 
 __all__ = ["Quantity", "QUANTITIES", "expected", "pick"]
 
@@ -419,7 +419,7 @@ def _s8_profile_capability(of: str):
 def _s9_backend_errors(store) -> dict:
     from ..backends_figures import row_key
 
-    return {f"{row_key(r)} | {r.get('recorded_at')}": " ".join(str(r.get("error")).split())
+    return {f"{row_key(r)} | {r.get('recorded_at')}": " ".join(marked(r.get("error")).split())
             for r in store.rows("backends") if r.get("outcome") != "ok"}
 
 
@@ -920,7 +920,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("backend_error", "a forced start's recorded error, whole (engine | attention | mode | recorded_at; table backends)",
              _s9_backend_errors),
     Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures)",
-             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(str(f.get("error")).split()) for f in store.rows("failures")}),
+             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(marked(f.get("error")).split()) for f in store.rows("failures")}),
     Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends_figures.not_run)", _s9_not_run),
     Quantity("card_fact", "a model card's figure (model | active_params_b, gb_per_token, avg_bytes_per_param, avg_gb_per_token, "
              "allreduces_per_token, collectives_per_token_tpN), from data/models", lambda store: {}, lookup=_s9_card_fact),
