@@ -240,6 +240,24 @@ else:
     print("not the seed case's what-if book: no projection here")
 
 # %% [markdown]
+# ### The evidence: the reference run's profiles
+# The projection's inputs as `data/runs/h200x1-prof` recorded them (the reference run has no book of its own, so its rows
+# are shown here): the slices each engine's projection subtracts (one MoE layer = the 2-layer slice minus the 1-layer
+# one, taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
+# when no kernel runs), the whole-model checks of the host rule, and each slice's longest kernels in its trace excerpt.
+
+# %%
+from servebook.profile.evidence import reference_evidence
+
+if seed_rows:
+    _ev = reference_evidence()
+    display(pd.DataFrame(_ev["slices"]).round(3))
+    display(pd.DataFrame(_ev["breakdown"]).pivot_table(index="category", columns="slice", values="ms_per_step").round(3))
+    display(pd.DataFrame(_ev["checks"]).round(2))
+    display(pd.DataFrame(_ev["kernels"]))
+    print("\n".join(_ev["notes"]))
+
+# %% [markdown]
 # The assumptions, each moved alone to its end (the others central): how many ms per token it adds to (or takes from) each
 # engine and the gap (SGLang minus vLLM). The range above is all of them together. Table `seed_assumptions`.
 

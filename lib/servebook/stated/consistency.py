@@ -428,9 +428,9 @@ def _term(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction
     "gpu idle" gives the same words to what the host adds beyond the GPU."""
     out = []
     for page in pages:
-        for _, rows in seen[page].tables:
+        for header, rows in seen[page].tables:
             first = {next((c for c in r if c.strip()), "").strip().lower() for r in rows}
-            if "gpu idle" in first and "communication" in first:
+            if "gpu idle" in first and "communication" in first and {"sglang", "vllm"} <= {h.strip() for h in header}:
                 out.append(Contradiction("term", page, "a projection's row is named 'gpu idle' (what the host adds beyond the "
                                          "GPU), the name chapter 05 gives to idle time inside a profiled step"))
     return out
