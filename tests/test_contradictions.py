@@ -279,3 +279,21 @@ def test_the_listings_use_them():
     for run in ("whatif-rtx-pro-6000-sglang-0.5.9", "h200x2-live", "h200x1-live"):
         for f in failures(RunStore.at(ROOT / "data" / "runs" / run)):
             assert _kinds(_p(f"{f['steps']}: {f['error']}"), "cut off") == [], (run, f["error"][-80:])
+
+
+# evidence shown where cited: the reference run's profiles in the what-if chapter 06
+def test_reference_evidence_holds_the_slices_the_projection_subtracts():
+    from servebook.profile.evidence import reference_evidence
+    from servebook.profile.projection import select_slices
+    from servebook.results import RunStore
+
+    ev = reference_evidence()
+    rows = RunStore.at(ev["run"]).rows("profile_runs")
+    for engine, backend in (("sglang", "triton"), ("vllm", "TRITON_MLA")):
+        picked = select_slices(rows, engine, backend=backend)
+        shown = {s["label"] for s in ev["slices"] if s["engine"] == engine}
+        assert {picked["shallow"]["label"], picked["deep"]["label"]} <= shown
+        assert {b["slice"] for b in ev["breakdown"]} >= shown
+        assert any(k["slice"] == picked["deep"]["label"] and k["category"] == "attention" for k in ev["kernels"])
+    assert any(c["measured_ms"] is not None for c in ev["checks"])
+    assert _kinds(_p(*(f"{k['slice']}: {k['kernel']}" for k in ev["kernels"])), "cut off") == []

@@ -31,7 +31,8 @@ def _run_dir(reference=None) -> Path:
 
 
 def _top_kernels(path: Path, label: str, n: int) -> list[dict]:
-    """The ``n`` longest kernels of one decode step in a slice's trace excerpt, with their category."""
+    """The ``n`` longest kernels of one decode step in a slice's trace excerpt, and every attention kernel (the verdict
+    compares the engines' Triton MLA attention), with their category."""
     from ..stated.text import clip
     from .kernels import classify
 
@@ -42,7 +43,8 @@ def _top_kernels(path: Path, label: str, n: int) -> list[dict]:
     by: dict[str, float] = {}
     for k in ex.get("kernels", []):
         by[k["name"]] = by.get(k["name"], 0.0) + float(k.get("dur") or 0.0) / steps
-    top = sorted(by.items(), key=lambda kv: -kv[1])[:n]
+    ranked = sorted(by.items(), key=lambda kv: -kv[1])
+    top = ranked[:n] + [kv for kv in ranked[n:] if classify(kv[0]) == "attention"]
     return [{"slice": label, "kernel": clip(name, 90), "category": classify(name), "us_per_step": round(us, 1),
              "excerpt": f"traces/{path.name}"} for name, us in top]
 
