@@ -10,6 +10,12 @@
 
 # %% [markdown]
 # # 01. Detect capabilities, and what the engines conclude about them
+#
+# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
+# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
+# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
+# parameter), for a GPU this host does not have; **MLA**: multi-head latent attention, the compressed-KV attention of
+# DeepSeek-V3 and Kimi-K2.5.
 
 # %%
 # The case's figures, tagged (servebook.stated): the seed's GPU count and its profile's compute capability
@@ -37,7 +43,7 @@ Markdown(f"The investigation this book follows began with one number. {q('seed_t
 #    `current_platform.has_device_capability(...)`, transformers' `is_torch_bf16_gpu_available()` ...),
 #    called in the engine's own interpreter, each judged against the hardware.
 #
-# With `profile` set, the same report is made for a GPU you do not have (datasheet facts from
+# With `profile` (a hardware profile) set, the same report is made for a GPU you do not have (datasheet facts from
 # `data/hardware/`), and the engines are asked with torch's capability faked to that GPU's.
 
 # %% tags=["parameters"]
@@ -76,7 +82,7 @@ print(f"servebook {servebook.__version__}, Python {platform.python_version()}, r
 from servebook.selection.report import profiles_sentence
 from servebook.stated import seed_sentence
 
-# what would explain the gap is said only from profiles a table holds (this run's, or the H200 ones chapter 06 projects)
+# what would explain the gap is said only from decode-step profiles a table holds (this run's, or the H200 ones chapter 06 projects)
 Markdown(seed_sentence() + " " + profiles_sentence(store))
 
 # %%
@@ -245,7 +251,7 @@ if not failures.empty:  # each failure whole, folded under its first line
 # ## Summary and next step
 # We now know the capability each engine will branch on, and whether its own helpers agree. Chapter 02
 # (`02_read_backend_selection`) reads each engine's backend-selection code and shows which attention
-# and MoE backends it picks for this GPU (or for a profile) and which condition decided it.
+# and MoE backends it picks for this GPU (or for a hardware profile) and which condition decided it.
 
 # %% [markdown]
 # ## Check yourself

@@ -11,6 +11,18 @@
 # %% [markdown]
 # # 05. Benchmark single stream and concurrency, against the roofline
 #
+# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
+# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
+# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
+# parameter), for a GPU this host does not have; **TTFT**: time to first token; **TPOT**: time per output token after
+# the first; **ITL**: inter-token latency, the gap between two tokens; **slice**: a model with its card's architecture
+# and full width but fewer layers (`servebook model build --layers N`), to fit one GPU; **model card**: a model's config
+# facts in `data/models` (layers, widths, quantization); **CUDA graphs / eager**: a decode step replayed from captured
+# CUDA graphs (the engines' default) or launched kernel by kernel; **decode-step profile**: a kernel trace of an
+# engine's decode steps (its profiler), not a hardware profile; **gpu idle**: the time inside a profiled decode step
+# when no kernel runs; **host-bound**: a step whose time goes mostly to that idle time (host work, launch gaps), not to
+# kernels.
+#
 # The seed case began with one number: a single user streaming from Kimi-K2.5 on 8x RTX PRO 6000
 # got fewer tokens per second from SGLang than from vLLM (the seed's own figures are quoted, with their file, in
 # "The seed case on paper" below). Single-stream decode speed is what one
@@ -59,7 +71,7 @@ seed_reported_tok_s: str = ""  # single-stream tok/s of the seed case, engine:va
 
 # %% [markdown] tags=["whatif"]
 # ## What-if: the roofline and the benchmark plan
-# `profile` is set: nothing is benchmarked here. The single-stream limit is predicted from the profile
+# `profile` (a hardware profile) is set: nothing is benchmarked here. The single-stream limit is predicted from the hardware profile
 # (memory bandwidth) and the model card (bytes one decode step reads, counted layer by layer), first by
 # bandwidth alone, then with chapter 04's communication floors. Stored in the table `roofline`; the
 # commands to measure the real number on the host are in `plan_commands`.
@@ -320,8 +332,8 @@ ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single
 #
 # ### The seed case on paper
 # Kimi-K2.5 (INT4) on the seed's RTX PRO 6000 GPUs (as many as its file says), from data files only: the bandwidth bound (the card's bytes per token
-# over the profile's bandwidth; the what-if book states the same figure), then with the communication floor added
-# (on a PCIe profile the rule of the what-if book's chapters 04 to 06: the collectives per token read in each engine's
+# over the hardware profile's bandwidth; the what-if book states the same figure), then with the communication floor added
+# (on a PCIe hardware profile the rule of the what-if book's chapters 04 to 06: the collectives per token read in each engine's
 # code, at each engine's published eight-rank PCIe latency by the NCCL environment the seed ran it with; each line says which).
 
 # %%
@@ -359,7 +371,7 @@ sbprof.show_breakdown(prof)
 # Each bar is one server's profiled step; the black tick is its time per token without the profiler. Where the bar is
 # longer, the profiler's own cost is the difference.
 #
-# Where this run measured a configuration both with CUDA graphs and eagerly (this chapter's profiles, or chapter 03's
+# Where this run measured a configuration both with CUDA graphs and eagerly (this chapter's decode-step profiles, or chapter 03's
 # forced backends), the two times per token side by side:
 
 # %%

@@ -11,6 +11,15 @@
 # %% [markdown]
 # # 06. Findings
 #
+# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
+# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
+# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
+# parameter), for a GPU this host does not have; **decode-step profile**: a kernel trace of an engine's decode steps
+# (its profiler), not a hardware profile; **slice**: a model with its card's architecture and full width but fewer
+# layers (`servebook model build --layers N`), to fit one GPU; **MLA**: multi-head latent attention, the compressed-KV
+# attention of DeepSeek-V3 and Kimi-K2.5; **gpu idle**: the time inside a profiled decode step when no kernel runs;
+# **host- bound**: a step whose time goes mostly to that idle time (host work, launch gaps), not to kernels.
+#
 # This chapter measures nothing. It reads what chapters 01 to 05 recorded in this run's
 # directory and states what to change. Every statement below is computed from those tables;
 # where a chapter recorded nothing or failed, it says so instead of guessing.
@@ -66,7 +75,7 @@ pd.DataFrame([
 # ## The verdict
 # What is slow, by how much, and why - each statement says whether it is measured, read from an engine's code, or
 # predicted - and what to run next. For the seed case (the what-if book on the RTX PRO 6000) the numbers are a
-# projection of this book's H200 profiles; for a live run they are that run's own profiles (chapter 05).
+# projection of this book's H200 decode-step profiles; for a live run they are that run's own (chapter 05).
 
 # %%
 from servebook import profile as sbprof
@@ -240,10 +249,10 @@ else:
     print("not the seed case's what-if book: no projection here")
 
 # %% [markdown]
-# ### The evidence: the reference run's profiles
+# ### The evidence: the reference run's decode-step profiles
 # The projection's inputs as `data/runs/h200x1-prof` recorded them (the reference run has no book of its own, so its rows
-# are shown here): the slices each engine's projection subtracts (one MoE layer = the 2-layer slice minus the 1-layer
-# one, taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
+# are shown here): the slices each engine's projection subtracts (one MoE layer = the deeper slice minus the shallower
+# one, both taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
 # when no kernel runs), the whole-model checks of the host rule, and each slice's longest kernels in its trace excerpt.
 
 # %%

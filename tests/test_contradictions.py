@@ -8,6 +8,8 @@ seed's words, rest for chapter 05's sweep stop and units).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from servebook import frontpage
@@ -297,3 +299,42 @@ def test_reference_evidence_holds_the_slices_the_projection_subtracts():
         assert any(k["slice"] == picked["deep"]["label"] and k["category"] == "attention" for k in ev["kernels"])
     assert any(c["measured_ms"] is not None for c in ev["checks"])
     assert _kinds(_p(*(f"{k['slice']}: {k['kernel']}" for k in ev["kernels"])), "cut off") == []
+
+
+# terms defined before their first use in each chapter's prose; "profile" says which
+_TERMS = {"MLA": r"\bMLA\b", "TTFT": r"\bTTFT\b", "TPOT": r"\bTPOT\b", "ITL": r"\bITL\b", "slice": r"\bslices?\b",
+          "seed case": r"\bseed\b", "teacher-forced": r"\bteacher-forced\b", "host-bound": r"\bhost-bound\b",
+          "CUDA graphs / eager": r"\beager(?:ly)?\b|\bCUDA graphs?\b", "hardware profile": r"`profile`",
+          "decode-step profile": r"(?<!hardware )(?<!`)(?<!PCIe )(?<!NVLink )\bprofiles?\b(?!`)", "model card": r"\bmodel cards?\b|\bcard's\b"}
+
+
+def _prose(nb: Path) -> list[str]:
+    import re
+
+    cells = re.split(r"^# %%", nb.read_text(), flags=re.M)
+    return ["\n".join(l[2:] for l in c.splitlines()[1:] if l.startswith("#")) for c in cells if c.startswith(" [markdown]")]
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.py")), ids=lambda p: p.stem)
+def test_each_term_is_defined_before_its_first_use(nb):
+    import re
+
+    cells = _prose(nb)
+    first = cells[0]
+    defined = first[first.index("*Terms used here*"):]
+    before = first[:first.index("*Terms used here*")]
+    for term, rx in _TERMS.items():
+        if any(re.search(rx, c) for c in cells[1:]) or re.search(rx, first[len(before) + len(defined):]):
+            assert re.search(rx, before) is None, f"{nb.name}: {term} used before its definition"
+            assert f"**{term}**" in defined or (term in ("CUDA graphs / eager",) and "**CUDA graphs / eager**" in defined) \
+                or (term == "seed case" and "**seed case**" in defined), f"{nb.name}: {term} used, not defined in its terms"
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.py")), ids=lambda p: p.stem)
+def test_profile_says_which(nb):
+    """The parameter `profile` is named a hardware profile wherever the prose says it is set."""
+    import re
+
+    for c in _prose(nb):
+        for m in re.finditer(r"`profile`( \(a hardware profile\))? (?:is )?set", c):
+            assert m.group(1), f"{nb.name}: {c[max(0, m.start() - 40):m.end() + 20]!r}"

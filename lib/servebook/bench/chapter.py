@@ -1252,7 +1252,7 @@ def whatif_found(roof, facts: dict) -> list[str]:
     lines.append("- Predicted from data files, not measured: the benchmark commands above measure the real rate on the host.")
     seed = seed_case()
     if (facts["model"], facts["profile"], facts["gpus"]) == (seed["model"], seed["profile"], seed["tp"]):
-        lines.append(f"- This profile is the seed case's host. {seed_sentence()}")
+        lines.append(f"- This hardware profile is the seed case's host. {seed_sentence()}")
     return lines
 
 
@@ -1273,7 +1273,7 @@ def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
     qa = []
     if len(bw_only):
         b = bw_only.iloc[0]
-        qa.append(("What bounds single-stream decode on this profile before any overhead, and from which files?",
+        qa.append(("What bounds single-stream decode on this hardware profile before any overhead, and from which files?",
                    f"{q('plan_roofline_tok_s', b['tok_s'], ',.0f', of=b['case'])} tok/s: {_plan(b, 'gb_per_token', '.1f')} GB read per token "
                    f"(data/models/{facts['model']}.json, counted layer by layer) over {_plan(b, 'tp', 'd')} GPUs at "
                    f"{_plan(b, 'bandwidth_tbs', '')} TB/s each (data/hardware/{facts['profile']}.json)."))

@@ -90,7 +90,7 @@ def _range_line(tables: dict) -> str:
     cross = [c for r in tot.values() for c in (r.get("cross_day") or [])]
     ref = next(iter(tot.values()), {}).get("reference_run", "?")
     return (
-        "**The projection (predicted, not measured on that host)**, each engine's Triton MLA profile from "
+        "**The projection (predicted, not measured on that host)**, each engine's Triton MLA decode-step profile (kernel trace) from "
         f"`data/runs/{ref}` carried to 8x RTX PRO 6000: SGLang {_point(tot, 'sglang')} tok/s "
         f"({t('seed_range', s, 'low_tok_s', '.1f')} to {t('seed_range', s, 'high_tok_s', '.1f')}; the seed measured "
         f"{t('seed_range', s, 'seed_tok_s', '.1f')}), vLLM {_point(tot, 'vllm')} tok/s "
