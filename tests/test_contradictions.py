@@ -338,3 +338,14 @@ def test_profile_says_which(nb):
     for c in _prose(nb):
         for m in re.finditer(r"`profile`( \(a hardware profile\))? (?:is )?set", c):
             assert m.group(1), f"{nb.name}: {c[max(0, m.start() - 40):m.end() + 20]!r}"
+
+
+def test_whatif_launch_of_flashinfer_says_the_seed_tried_it():
+    from servebook.findings.launch import launch_commands
+    from servebook.results import RunStore
+
+    launches = launch_commands(RunStore.at(ROOT / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"))
+    (fi,) = [x for x in launches if "--attention-backend flashinfer" in x["command"]]
+    why = fi["why"][0]
+    assert "the seed" in why and "flashinfer" in why and "h200x2-live" in why and "h200x1-trust" in why
+    assert not any("h200x1-trust" in x["why"][0] for x in launches if x is not fi)
