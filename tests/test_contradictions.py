@@ -349,3 +349,33 @@ def test_whatif_launch_of_flashinfer_says_the_seed_tried_it():
     why = fi["why"][0]
     assert "the seed" in why and "flashinfer" in why and "h200x2-live" in why and "h200x1-trust" in why
     assert not any("h200x1-trust" in x["why"][0] for x in launches if x is not fi)
+
+
+# items 10 and 6: superseded rows beside current ones; 'nothing of them ran' against chapter 02's [run]
+def test_superseded_rows_and_what_ran():
+    head = ["", "case", "measured_tok_s", "source"]
+    old = _table(head, ["0", "sglang on H200", "580.7", "measured here"], ["1", "sglang on H200", "556.0", "measured here"])
+    new = _table(head, ["0", "sglang on H200", "580.7", "measured here"])
+    assert _kinds(old, "superseded") and _kinds(new, "superseded") == []
+    ch02 = _p("MoE runner sglang 0.5.9 [run] CompressedTensorsWNA16MoE")
+    old_index = _p("chapter 02 read vllm 0.26.0 (their code only: nothing of them ran)")
+    new_index = _p("chapter 02 read vllm 0.26.0 (their selection code, read and run on this CPU with GPU-only libraries "
+                   "stubbed - the [run] of chapter 02; no server of them was started)")
+    assert contradictions({"index.html": old_index, "02.html": ch02}, kinds=("ran",))
+    assert contradictions({"index.html": new_index, "02.html": ch02}, kinds=("ran",)) == []
+
+
+def test_roofline_table_shows_the_rows_that_stand(tmp_path):
+    import shutil
+
+    from servebook.bench import chapter as ch05
+    from servebook.results import RunStore
+
+    shutil.copytree(ROOT / "data" / "runs" / "h200x1-live", tmp_path / "run")
+    store = RunStore.at(tmp_path / "run")
+    seed = ch05.seed_roofline(store, seed_model="kimi-k2.5", seed_profile="rtx-pro-6000", seed_tp=8)
+    host = {"rows": [r for r in store.rows("bench_roofline") if r.get("source") == "measured here"][-2:]}
+    frame, note = ch05.roofline_shown(store, host, seed)
+    assert len(frame) == 4 and frame["case"].is_unique and "stay in the table, not shown" in note
+    assert _kinds(_table(["", *frame.columns], *[[str(i), *map(str, r)] for i, r in enumerate(frame.values.tolist())]),
+                  "superseded") == []

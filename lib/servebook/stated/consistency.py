@@ -24,7 +24,7 @@ from .tags import stated_on
 
 __all__ = ["Contradiction", "Visible", "visible", "contradictions", "across_books", "KINDS"]
 
-KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label", "term", "versions")
+KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label", "term", "versions", "superseded", "ran")
 
 
 @dataclass(frozen=True)
@@ -462,6 +462,34 @@ def _versions(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradic
     return []
 
 
+def _superseded(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """One case shown twice under one source label in one table (``case``, ``source``): a superseded row beside the one
+    that stands, both labelled alike ("measured here")."""
+    out = []
+    for page in pages:
+        for header, rows in seen[page].tables:
+            names = [h.strip().lower() for h in header]
+            if not {"case", "source"} <= set(names):
+                continue
+            seen_cases: dict[tuple, int] = {}
+            for r in rows:
+                d = dict(zip(names, r))
+                k = (d.get("case"), d.get("source"))
+                seen_cases[k] = seen_cases.get(k, 0) + 1
+            for (case, source), n in seen_cases.items():
+                if n > 1:
+                    out.append(Contradiction("superseded", page, f"{case!r} shown {n} times as {source!r}"))
+    return out
+
+
+def _ran(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
+    """The book's index saying nothing of the versions chapter 02 read ran, while chapter 02 marks answers "[run]" (the
+    engine's selection code executed on this CPU)."""
+    said = [p for p in pages if any("nothing of them ran" in b for b in seen[p].blocks)]
+    run = [p for p in pages if any("[run]" in b for b in seen[p].blocks)]
+    return [Contradiction("ran", f"{said[0]} | {run[0]}", "'nothing of them ran' against chapter 02's [run]")] if said and run else []
+
+
 def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = KINDS) -> list[Contradiction]:
     """Every contradiction of ``kinds`` in one book: a rendered book's directory (its ``*.html`` pages, the index
     included), or ``{page name: html}``."""
@@ -479,7 +507,7 @@ def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = K
         out += _counts(book, seen)
     for kind, check in (("finding and hypothesis", _finding_and_hypothesis), ("saturation", _saturation), ("units", _units),
                         ("flashinfer", _flashinfer), ("row label", _row_label), ("term", _term),
-                        ("versions", _versions)):
+                        ("versions", _versions), ("superseded", _superseded), ("ran", _ran)):
         if kind in kinds:
             out += check(book, seen)
     return out
