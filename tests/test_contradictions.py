@@ -17,7 +17,7 @@ from servebook.paths import book_root
 from servebook.stated.consistency import contradictions
 
 ROOT = book_root()
-NEW = ("finding and hypothesis", "saturation", "units", "flashinfer")
+NEW = ("finding and hypothesis", "saturation", "units", "flashinfer", "row label", "term", "versions", "superseded", "ran")
 
 
 def _p(*blocks: str) -> str:

@@ -65,7 +65,9 @@ def ask(store, spec: str, model: str, case: str, step: str, gpu: str | None = No
         ans = whatif(spec, model, gpu=gpu, **kw)
     except ServebookError as exc:
         store.record_failure(step, exc, engine=spec, model=model, gpu=gpu)
-        print(f"{spec}: what-if failed:", exc)
+        from ..stated.text import marked
+
+        print(f"{spec}: what-if failed:", marked(str(exc)))   # a message cut before it reached here says so
         return None
     _record_answer(store, selection_row(ans, case))
     show(ans)
