@@ -915,8 +915,9 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     # issue #28 item 4 (s9): the prose figures tagged last
     Quantity("default_method", "chapters 03 and 05's measurement of an engine's default, item by item (engine | what | 03 or 05; "
              "engine | change %): servebook.findings.method_figures", _s9_default_method),
-    Quantity("sweep_stop_why", "why the sweep stopped, in the words its stop row recorded (bench_sweep_stops.reason) or the "
-             "time budget or last level (bench.figures.sweep_parameters)", _ch05_sweep_params("why")),
+    Quantity("sweep_stop_why", "why the sweep stopped, read again from its levels by one rule for every engine (a stop row of "
+             "bench_sweep_stops: saturation or throughput fell), or the time budget or last level (bench.figures.sweep_parameters)",
+             _ch05_sweep_params("why")),
     Quantity("backend_error", "a forced start's recorded error, whole (engine | attention | mode | recorded_at; table backends)",
              _s9_backend_errors),
     Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures)",
