@@ -11,27 +11,20 @@
 # %% [markdown]
 # # 05. Benchmark single stream and concurrency, against the roofline
 #
-# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
-# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
-# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
-# parameter), for a GPU this host does not have; **TTFT**: time to first token; **TPOT**: time per output token after
-# the first; **ITL**: inter-token latency, the gap between two tokens; **slice**: a model with its card's architecture
-# and full width but fewer layers (`servebook model build --layers N`), to fit one GPU; **model card**: a model's config
-# facts in `data/models` (layers, widths, quantization); **CUDA graphs / eager**: a decode step replayed from captured
-# CUDA graphs (the engines' default) or launched kernel by kernel; **decode-step profile**: a kernel trace of an
-# engine's decode steps (its profiler), not a hardware profile; **gpu idle**: the time inside a profiled decode step
-# when no kernel runs; **host-bound**: a step whose time goes mostly to that idle time (host work, launch gaps), not to
-# kernels.
+# *Terms used here*: **seed case**: the investigation this book began from (`data/reference/seed-case.json`); **hardware
+# profile**: a GPU from its datasheet (`data/hardware`); **TTFT**, **TPOT**, **ITL**: time to first token, per output
+# token after it, between two tokens; **slice**: a model with its card's width and fewer layers; **model card**: a
+# model's facts (`data/models`); **CUDA graphs / eager**: a step replayed from captured graphs, or launched kernel by
+# kernel; **decode-step profile**: a kernel trace of decode steps; **gpu idle**: time in a profiled step with no kernel
+# running; **host-bound**: a step mostly gpu idle.
 #
-# The seed case began with one number: a single user streaming from Kimi-K2.5 on 8x RTX PRO 6000
-# got fewer tokens per second from SGLang than from vLLM (the seed's own figures are quoted, with their file, in
-# "The seed case on paper" below). Single-stream decode speed is what one
-# user feels, and it is the number this book keeps coming back to. This chapter measures it
-# properly (warm-up, repeated runs, a confidence interval), then loads the server with a doubling number of
-# concurrent users (the levels each sweep ran are stated below, read from its rows) to see what throughput costs each user, and finally asks how far the single-stream
-# number is from what the memory bandwidth allows.
-#
-# One client drives every engine, so engines are compared with the same clock and the same prompts.
+# The seed case began with one number: a single user streaming from Kimi-K2.5 on 8x RTX PRO 6000 got fewer tokens per
+# second from SGLang than from vLLM (the seed's own figures are quoted, with their file, in "The seed case on paper"
+# below). Single-stream decode speed is what one user feels, and it is the number this book keeps coming back to. This
+# chapter measures it properly (warm-up, repeated runs, a confidence interval), then loads the server with a doubling
+# number of concurrent users (the levels each sweep ran are stated below, read from its rows) to see what throughput
+# costs each user, and finally asks how far the single-stream number is from what the memory bandwidth allows. One
+# client drives every engine, so engines are compared with the same clock and the same prompts.
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
@@ -144,16 +137,14 @@ print(f"run {store.path}\nmodel: {shown}\nengines: {', '.join(engines)}; {w}")
 
 # %% [markdown]
 # ## The client, and its own ceiling
-# Method: each request is an HTTP/1.1 streaming POST; while it streams, the client only
-# timestamps each network read. SSE events are parsed and tokenized after the batch, so parsing
-# never delays another stream. Per request we keep TTFT (with and without the wait for a
-# concurrency slot), per-token inter-token latency and raw inter-chunk gaps apart (a chunk may
-# carry several tokens), TPOT, end-to-end latency and the output tokens.
+# Method: each request is an HTTP/1.1 streaming POST; while it streams, the client only timestamps each network read.
+# SSE events are parsed and tokenized after the batch, so parsing never delays another stream. Per request we keep TTFT
+# (with and without the wait for a concurrency slot), per-token inter-token latency and raw inter-chunk gaps apart (a
+# chunk may carry several tokens), TPOT, end-to-end latency and the output tokens.
 #
-# Before trusting it with a server, we measure how fast the client itself can go: a local fake SSE
-# server (not an engine) streams tokens as fast as it can, pinned to another core. Two other clients stream the same
-# requests from the same fake server at the same levels, for the comparison below: httpx, and SGLang's own benchmark
-# client.
+# Before trusting it with a server, we measure how fast the client itself can go: a local fake SSE server (not an
+# engine) streams tokens as fast as it can, pinned to another core. Two other clients stream the same requests from the
+# same fake server at the same levels, for the comparison below: httpx, and SGLang's own benchmark client.
 
 # %%
 tokenizer = bench.load_tokenizer(model_dir) if model_dir and measure else None
@@ -187,11 +178,10 @@ ch05.show_ceiling_comparison(store, verdict, ceiling_all)
 Markdown(ch05.ceiling_sentence(verdict))
 
 # %% [markdown]
-# The verdict is this host's: a slower or busier CPU moves all three ceilings. It is judged at one event per write
-# because that is how SGLang and vLLM stream (each server's `tokens_per_chunk` is stated under "What we found"),
-# and only where both clients' cores were busy there: on a machine with few cores the one-core fake server sets the pace
-# at that level, and the page says so instead of deciding. Levels with many tokens per write show each client's
-# parsing cost alone.
+# The verdict is this host's: a slower or busier CPU moves all three ceilings. It is judged at one event per write because
+# that is how SGLang and vLLM stream (each server's `tokens_per_chunk` is stated under "What we found"), and only where
+# both clients' cores were busy there: on a machine with few cores the one-core fake server sets the pace at that level,
+# and the page says so instead of deciding. Levels with many tokens per write show each client's parsing cost alone.
 
 # %% [markdown]
 # ## Prompts
@@ -296,11 +286,10 @@ print("\n".join(notes))
 
 # %% [markdown]
 # ## Against the roofline
-# At batch 1 every new token reads every active weight once, so
-# `time per token >= bytes per token / memory bandwidth`. Bytes come from the model's safetensors
-# headers (routed experts scaled by how many are active per token, one embedding row); bandwidth is
-# the GPU's datasheet figure on a GPU host, or measured on the CPU where there is no GPU: the cell below says
-# which one this run used.
+# At batch 1 every new token reads every active weight once, so `time per token >= bytes per token / memory bandwidth`.
+# Bytes come from the model's safetensors headers (routed experts scaled by how many are active per token, one embedding
+# row); bandwidth is the GPU's datasheet figure on a GPU host, or measured on the CPU where there is no GPU: the cell
+# below says which one this run used.
 
 # %%
 host_roof = ch05.host_roofline(store, model_dir, single_cfg, measure=measure, w=w)
@@ -331,10 +320,10 @@ ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single
 # Shares of one served token's time; a negative "unexplained" share means the parts overlap (e.g. the server computes while streaming).
 #
 # ### The seed case on paper
-# Kimi-K2.5 (INT4) on the seed's RTX PRO 6000 GPUs (as many as its file says), from data files only: the bandwidth bound (the card's bytes per token
-# over the hardware profile's bandwidth; the what-if book states the same figure), then with the communication floor added
-# (on a PCIe hardware profile the rule of the what-if book's chapters 04 to 06: the collectives per token read in each engine's
-# code, at each engine's published eight-rank PCIe latency by the NCCL environment the seed ran it with; each line says which).
+# Kimi-K2.5 (INT4) on the seed's RTX PRO 6000 GPUs (as many as its file says), from data files only: the bandwidth bound
+# (the card's bytes per token over the hardware profile's bandwidth; the what-if book states the same figure), then with
+# the communication floor added (on a PCIe hardware profile the what-if book's rule: the collectives per token read in
+# each engine's code, at that engine's published eight-rank PCIe latency; each line says which).
 
 # %%
 display(Markdown(seed_sentence()))
@@ -342,9 +331,7 @@ seed = ch05.seed_roofline(store, seed_model=seed_model, seed_profile=seed_profil
                           seed_reported_tok_s=seed_reported_tok_s)
 display(Markdown("\n".join(seed["lines"])))
 print(ch05.what_if_line(profile, host_roof["weights"]))
-roofs, roofs_note = ch05.roofline_shown(store, host_roof, seed)
-print(roofs_note)
-roofs if len(roofs) else "no roofline computed"
+ch05.roofline_shown(store, host_roof, seed)
 
 # %% [markdown]
 # Measured (or reported) rates next to their limits; the seed rows' time split is in the table `bench_breakdown`.

@@ -1320,11 +1320,12 @@ def ceiling_warnings(ceiling_check_df) -> list[str]:
     return out
 
 
-def roofline_shown(store, host_roof: dict, seed: dict):
+def roofline_shown(store, host_roof: dict, seed: dict, show: bool = True):
     """The rows of ``bench_roofline`` that stand now, as one frame: this run's standing "measured here" rows
     (``host_roofline``) and the seed rows this execution computed (``seed_roofline``); with the sentence that says how many
     earlier rows the table keeps unshown (superseded by a later measurement of the same case, or computed by an earlier
-    rule), so no superseded row sits beside its current one under the same label."""
+    rule), so no superseded row sits beside its current one under the same label. ``show``: print the sentence and return
+    the frame (a notebook cell's last value); else ``(frame, sentence)``."""
     import pandas as pd
 
     rows = list(host_roof.get("rows") or []) + list(seed.get("rows") or [])
@@ -1335,6 +1336,9 @@ def roofline_shown(store, host_roof: dict, seed: dict):
     note = (f"The rows that stand now; {kept} earlier row{'' if kept == 1 else 's'} of table `bench_roofline` (superseded by "
             "a later measurement of the same case, or computed by an earlier rule) stay in the table, not shown."
             if kept > 0 else "Every row of table `bench_roofline`.")
+    if show:
+        print(note)
+        return df if len(df) else "no roofline computed"
     return df, note
 
 
