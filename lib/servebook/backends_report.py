@@ -121,8 +121,14 @@ def plot_rates(table):
         return None
     plot["label"] = plot["engine"] + " " + plot["attention"] + " " + column("mode", "").fillna("")
     fig_, ax = plt.subplots(figsize=(8, 0.35 * len(plot) + 1.2))
-    ax.barh(plot["label"], plot["decode_tok_s"], xerr=pd.to_numeric(column("decode_tok_s_ci95", 0), errors="coerce").fillna(0),
+    ci = pd.to_numeric(column("decode_tok_s_ci95", 0), errors="coerce").fillna(0)
+    low = [min(c, v) for c, v in zip(ci, plot["decode_tok_s"])]  # an interval is never drawn below zero tok/s
+    ax.barh(plot["label"], plot["decode_tok_s"], xerr=[low, list(ci)],
             color=["tab:blue" if o == "ok" else "tab:red" for o in plot["outcome"]])
+    ax.set_xlim(left=0)
+    over = sorted({str(x) for x in column("ci_over", "one server start")})
+    fig_.sb_caption = (f"Chapter 03: single-stream decode rate (tok/s) of each attention backend forced, {len(plot)} starts "
+                       f"drawn; bars: 95% interval ({', '.join(over)}), cut at zero; red: output not ok")
     ax.invert_yaxis()
     ax.set_xlabel("decode tok/s, single stream (bars: 95% interval; red: not ok)")
     ax.set_title("each attention backend that started, forced")

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, measured
+from . import __version__, glossary, measured, shelf
+from . import pages as pages_frame
 from .errors import ParameterError, ServebookError
 from .params import PARAMS, check_chapter_param, check_here, coerce, model_defaults, validate
 from .paths import book_root, notebooks_dir
@@ -120,7 +121,13 @@ def notebook_parameters(path: Path) -> dict[str, dict]:
 # whole, so no table on a page is cut with "..." mid-word. The one place the book sets display options.
 _SETUP = """import pandas as _pd
 _pd.set_option("display.max_colwidth", None)
-del _pd"""
+del _pd
+try:  # every figure: its own alt text and caption, intervals cut at zero (servebook.pagefigures)
+    from servebook.pagefigures import install as _sb_figures
+    _sb_figures()
+    del _sb_figures
+except ImportError:
+    pass"""
 
 
 def _with_setup(nb):
@@ -414,6 +421,8 @@ details{margin:.3em 0 .8em}summary{cursor:pointer;color:#0969da}
 .sb-params-table{font-family:system-ui,sans-serif;margin:.4em 1.2em .2em 5.5em;font-size:90%}.sb-params-table table{margin-top:.3em}
 details.sb-excerpt pre{max-height:30em;overflow:auto;background:#f6f8fa;padding:.4em}
 h1[id],h2[id],h3[id],h4[id]{scroll-margin-top:3.5em}
+.sb-superseded{font-family:system-ui,sans-serif;background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;margin:1em 1.2em;padding:.6em 1em}
+figure.sb-figure{margin:.4em 0}figure.sb-figure figcaption{font:13px system-ui,sans-serif;color:#57606a;margin-top:.2em}
 </style>
 """
 
@@ -429,12 +438,10 @@ _TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- set tags = cell.metadata.get('tags', []) -%}
 {%- if 'show-code' in tags -%}
 {{ super() }}
+{%- elif 'sb-verdict-first' in tags -%}
+{#- chapter 06's verdict, moved to the top: its output only (the call that prints it is the chapter's code) -#}
 {%- elif 'parameters' in tags -%}
-<details class="sb-code sb-params"><summary>parameters cell: the notebook's defaults</summary>
-{{ super() }}
-</details>
-{%- elif 'injected-parameters' in tags -%}
-<details class="sb-code sb-params"><summary>injected parameters: the values this run was given</summary>
+<details class="sb-code sb-params"><summary>parameters this run used (the notebook's defaults with the {{ cell.metadata.get('sb_given', 0) }} values it was given merged in)</summary>
 {{ super() }}
 </details>
 {%- else -%}
@@ -444,10 +451,12 @@ _TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- endif -%}
 {% endblock input_group %}
 {% block data_png scoped %}
-<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+{%- set md = output.metadata.get('image/png', {}) -%}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}"><figure class="sb-figure">
 <img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"
- alt="{{ (cell.metadata.get('alt') or output.metadata.get('alt') or 'a figure drawn by the code above from the tables of this run') | escape_html }}">
-</div>
+ alt="{{ (md.get('alt') or output.metadata.get('alt') or cell.metadata.get('alt') or 'a figure drawn by the code above') | escape_html }}">
+{%- if md.get('caption') %}<figcaption>{{ md.get('caption') | escape_html }}</figcaption>{% endif %}
+</figure></div>
 {%- endblock data_png %}
 """
 
@@ -511,13 +520,26 @@ def _parameters_table(nb) -> None:
     ran = parameters_that_ran(nb)
     code = lambda v: f"<code>{html.escape(repr(v) if not isinstance(v, str) else v)}</code>"  # noqa: E731
     rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{code(v)}</td><td>{code(d)}</td></tr>" for n, v, d in ran)
-    body = (f'<div class="sb-params-table"><b>Parameters this run changed</b> from the notebook\'s defaults (both cells '
-            f'below, folded, hold them all):<table><thead><tr><th>parameter</th><th>this run</th><th>default</th></tr></thead>'
+    body = (f'<div class="sb-params-table"><b>Parameters this run changed</b> from the notebook\'s defaults (the cell '
+            f'below, folded, holds every value this run used):<table><thead><tr><th>parameter</th><th>this run</th><th>default</th></tr></thead>'
             f'<tbody>{rows}</tbody></table></div>' if ran else
             '<div class="sb-params-table"><b>Parameters:</b> this run used the notebook\'s defaults (the cell below, folded).</div>')
     cell = nbformat.v4.new_markdown_cell(body, metadata={"tags": ["sb-params-table"]})
     cell["id"] = "sb-params-table"
     nb.cells.insert(at, cell)
+
+
+def _frame(nb, chapter: Chapter, store: RunStore, run_dir: Path) -> None:
+    """The page's frame around the executed cells: the table of changed parameters above one parameters cell showing the
+    values the run used; chapter 06's verdict first; each figure's own alternative text; "run this yourself" last."""
+    whatif = bool((store.manifest.get("parameters") or {}).get("profile"))
+    last = pages_frame.run_yourself(nb, store.manifest, chapter.number, run_dir, whatif)  # before the cells are merged
+    _parameters_table(nb)
+    pages_frame.merge_parameters(nb)
+    if chapter.number == "06":
+        pages_frame.verdict_first(nb)
+    pages_frame.figure_alts(nb)
+    nb.cells.append(last)
 
 
 def _drop_noise(nb) -> int:
@@ -537,12 +559,12 @@ def _drop_noise(nb) -> int:
     return dropped
 
 
-def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, title: str) -> str:
+def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, title: str, shelved: bool = False) -> str:
     parts = ['<div class="sb-nav"><a href="index.html">servebook</a>']
     parts.append(f'<a href="{prev[0]}">&larr; {html.escape(prev[1])}</a>' if prev else "<span></span>")
     parts.append(f'<span class="sb-here">{html.escape(title)}</span>')
     parts.append(f'<a href="{nxt[0]}">{html.escape(nxt[1])} &rarr;</a>' if nxt else "<span></span>")
-    parts.append("</div>")
+    parts.append(f'<a href="../{glossary.FILE}">glossary</a>' + ('<a href="../index.html">all books</a>' if shelved else "") + "</div>")
     return "".join(parts)
 
 
@@ -691,13 +713,16 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             pages.append((chapter, executed))
     exporter = _exporter()
     boxes = answer_boxes(store)
+    superseded = pages_frame.banner_html(shelf.superseded_by(out, whatif=bool((manifest.get("parameters") or {}).get("profile"))))
+    glossary.write_glossary(out.parent)  # beside the book, as rendered/glossary.html: every page links ../glossary.html
+    shelved = (out.parent / "index.html").exists()  # a front page beside the book (rendered/): the pages link it
     errors: dict[str, int] = {}
     for i, (chapter, executed) in enumerate(pages):
         nb = mask_notebook(nbformat.read(executed, as_version=4))
         nb.cells = [c for c in nb.cells if "sb-setup" not in c.metadata.get("tags", [])]
         errors[chapter.stem] = _mark_error_cells(nb)
         _drop_noise(nb)
-        _parameters_table(nb)
+        _frame(nb, chapter, store, run_dir)
         body, _ = exporter.from_notebook_node(nb)
         prev = (f"{pages[i - 1][0].stem}.html", pages[i - 1][0].title) if i > 0 else None
         nxt = (f"{pages[i + 1][0].stem}.html", pages[i + 1][0].title) if i + 1 < len(pages) else None
@@ -713,11 +738,12 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             where = ('<a href="#papermill-error-cell">The cell that failed</a> is marked below; the cells before it ran.'
                      if errors[chapter.stem] else "Every cell ran; what each measurement tried and why it failed is below.")
             banner = f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}{where}</div>'
-        nav = _NAV_CSS + _nav(prev, nxt, chapter.title) + banner + boxes.get(chapter.stem[:2], "")
-        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1)
+        nav = _NAV_CSS + _nav(prev, nxt, chapter.title, shelved) + superseded + banner + boxes.get(chapter.stem[:2], "")
+        body = glossary.link_first_uses(re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1))
         body = _shared_stylesheet(mask_known(body), out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
-    (out / "index.html").write_text(mask_known(_index_html(store, pages, status, errors)), encoding="utf-8")
+    index = pages_frame.index_frame(_index_html(store, pages, status, errors), superseded, shelved)
+    (out / "index.html").write_text(mask_known(glossary.link_first_uses(index)), encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
     return out / "index.html"
 

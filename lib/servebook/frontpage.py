@@ -1,15 +1,16 @@
-"""The front page of every rendered book: ``rendered/index.html``.
+"""The front page of every rendered book: ``rendered/index.html`` (and ``rendered/glossary.html`` beside it).
 
     render_front_page("rendered", "data/runs")   # -> Path("rendered/index.html")
     servebook front rendered/ [--runs data/runs]
 
-One card per book (a folder with ``index.html`` and ``run.json``): its host (GPUs, from the run's probe and tables),
-engines and versions, model, date, and a one-line answer computed from the run's tables (``servebook.findings``):
-the fastest configuration and its tok/s for a measured run ("correct" only where its decode kernel's tokens were
-compared); for a what-if, the projection's predicted tok/s
-per engine (table ``seed_projection``) when the run has one, else the backend each engine's own code selects. Every
-figure is tagged with ``servebook.stated.q``, so the front page can be checked against the book it summarises.
-Then the debugging path as a figure: chapter by chapter, the question it answers, linked to each book's page.
+Answer first: the investigation's question and its current answer for the seed case (``servebook.frontpage_answer``,
+from the what-if book's chapter 06 tables); then the reference book (``servebook.shelf.REFERENCE_BOOKS``: its host, engines
+and versions, model, date, and a one-line answer computed from its tables by ``servebook.findings``: the fastest
+configuration and its tok/s, "correct" only where its decode kernel's tokens were compared); then the what-if book; then
+one table for every configuration several books measured, the reference's number first and each other's with why it
+differs (``servebook.frontpage_same``); then the earlier recordings, by name only (their numbers stay on their pages and in
+that table). Every figure is tagged with ``servebook.stated.q``, so the front page can be checked against the books it
+summarises. Then the debugging path as a figure: chapter by chapter, the question it answers, linked to each book's page.
 
 The page is made only from the renders and their runs: running it twice writes the same bytes; links are relative.
 """
@@ -41,7 +42,9 @@ QUESTIONS = {
 
 def books(rendered_dir: str | os.PathLike) -> list[Path]:
     """The rendered books under ``rendered_dir``: folders with an ``index.html`` and a ``run.json``, by name."""
-    return sorted(p.parent for p in Path(rendered_dir).glob("*/run.json") if (p.parent / "index.html").exists())
+    from .shelf import books as on_shelf
+
+    return on_shelf(Path(rendered_dir))
 
 
 def _run_dir(render: Path, runs_dir: Path | None) -> Path:
@@ -126,7 +129,7 @@ def _answer(store, profile: str | None) -> str:
                 return (f"{html.escape(e)} {q('seed_projected_tok_s', r['predicted_tok_s'], '.1f', of=e)} tok/s"
                         + (f" ({'; '.join(notes)})" if notes else ""))
             return ("Predicted, not measured (projected onto this profile from decode-step profiles on an H200, chapter 06): "
-                    + "; ".join(one(r) for r in totals) + ", single stream." + _seed_verdict(store))
+                    + "; ".join(one(r) for r in totals) + ", single stream (the answer at the top of this page reads it).")
         seen: dict[str, str] = {}
         for r in store.rows("selection"):
             if r.get("method") == "dynamic" and r.get("gpu") == profile and r.get("attention_backend"):
@@ -167,22 +170,6 @@ def _answer(store, profile: str | None) -> str:
     return text or "No measurement succeeded in this run."
 
 
-def _seed_verdict(store) -> str:
-    """The seed verdict's range per engine, its likely cause and first change (chapter 06's tables), every figure tagged."""
-    from .profile.verdict import t
-
-    rng = {r["who"]: r for r in store.rows("seed_range")}
-    f0 = next((f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None), None)
-    if not rng or f0 is None:
-        return ""
-    ranges = "; ".join(f"{html.escape(e)} {t('seed_range', rng[e], 'low_tok_s', '.1f')} to {t('seed_range', rng[e], 'high_tok_s', '.1f')}"
-                       for e in ("sglang", "vllm") if e in rng)
-    return (f" Ranges over the assumptions: {ranges} tok/s. Likely cause (a hypothesis): SGLang's all-reduce, launched without "
-            f"the NCCL block vLLM ran with. First change: <code>{html.escape(f0['change'])}</code> for {html.escape(f0['engine'])}, "
-            f"<code>{html.escape(f0['check_command'])}</code>, expected {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s "
-            f"({t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms per token).")
-
-
 def _over(starts, quantity: str, of: str) -> str:
     """What a 95% interval covers, as chapters 03 and 05 say it: over N server starts, or within one."""
     from .stated import q
@@ -205,10 +192,39 @@ def _between(a_name: str, a: tuple, b_name: str, b: tuple) -> str:
     return f"{a_name} is faster than {b_name} beyond both 95% intervals over server starts"
 
 
+def _model_info(model: str | None, run: Path) -> dict:
+    """The built model's ``servebook_model.json`` (card, layers, weights), where the run's model is a slice."""
+    if not model or model == "embedded":
+        return {}
+    path = Path(model) if Path(model).is_absolute() else book_root() / model
+    info = next((p for p in (path / "servebook_model.json", run / "models" / path.name / "servebook_model.json") if p.exists()), None)
+    return json.loads(info.read_text()) if info else {}
+
+
+def _workload(run: Path) -> dict[str, dict]:
+    """Per chapter (03, 05), what its executed notebook ran: the workload (tokens generated, prompt length, runs) and the
+    model's weights (its own ``model`` parameter: a chapter may have run on another slice than the book's first)."""
+    import nbformat
+
+    from .pages import parameters_used
+
+    out = {}
+    for number, stem, names in (("03", "03_force_each_backend", ("max_tokens", "runs")),
+                                ("05", "05_benchmark_single_stream", ("input_len", "max_tokens", "runs"))):
+        path = run / "notebooks" / f"{stem}.ipynb"
+        if path.exists():
+            used = parameters_used(nbformat.read(path, as_version=4))
+            out[number] = {"workload": ", ".join(f"{n} {used[n]}" for n in names if n in used),
+                           "weights": _model_info(used.get("model"), run).get("weights")}
+    return out
+
+
 def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None = None) -> dict:
-    """What the front page says of one rendered book: name, host, engines, model, date, answer (HTML), chapter pages."""
+    """What the front page says of one rendered book: name, host, engines, model, date, answer (HTML), chapter pages, and
+    the configurations it measured (``frontpage_same.configurations``)."""
     from .book import chapters
     from .findings import host_summary
+    from .frontpage_same import configurations
     from .results import RunStore
 
     render = Path(render)
@@ -218,18 +234,24 @@ def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None =
     h = host_summary(store)
     ran, read = _engines(store, h)
     pages = {c.number: f"{render.name}/{c.stem}.html" for c in chapters() if (render / f"{c.stem}.html").exists()}
+    machine = f"{h.get('gpu_count')} x {h['gpu']}" if h.get("gpu") else "no GPU"
+    configs = [] if params.get("profile") else configurations(store, _model_info(params.get("model"), store.path), machine,
+                                                               _workload(store.path))
     return {
         "name": render.name, "run": store.path.name, "host": _host_text(h, params.get("profile")),
         "whatif": bool(params.get("profile")), "engine": params.get("engine"), "engines": ran, "read": read,
         "model": _model_text(params.get("model"), store.path), "date": str(m.get("started") or h.get("date") or "?")[:10],
-        "answer": _answer(store, params.get("profile")), "pages": pages,
+        "answer": _answer(store, params.get("profile")), "pages": pages, "configs": configs, "store": store,
     }
 
 
-_CSS = """body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;line-height:1.5;padding:0 1em}
+_CSS = """body{font-family:system-ui,sans-serif;max-width:64em;margin:2em auto;line-height:1.5;padding:0 1em}
 .sb-book{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.5em 1em;margin:.8em 0}
-.sb-book h3{margin:.2em 0}.sb-book th{text-align:left;padding-right:1em;vertical-align:top;font-weight:600}
+.sb-book h3{margin:.2em 0}.sb-book th,.sb-seed th{text-align:left;padding-right:1em;vertical-align:top;font-weight:600}
 .sb-answer{border-left:4px solid #0969da;padding-left:.6em}
+.sb-seed{border:2px solid #0969da;border-radius:6px;padding:.6em 1em;background:#eef6ff}
+.sb-same{border-collapse:collapse;font-size:.88em}.sb-same td,.sb-same th{border:1px solid #d0d7de;padding:.2em .4em;vertical-align:top}
+.sb-same tr.sb-ref{background:#eef6ff}.sb-earlier li{margin:.4em 0}
 .sb-path{margin:1em 0}.sb-step{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;background:#fff}
 .sb-step b{color:#0969da}.sb-step .sb-links{font-size:.85em}.sb-arrow{display:block;margin:0 auto}
 figcaption{font-size:.9em;color:#57606a}"""
@@ -238,17 +260,28 @@ _ARROW = ('<svg class="sb-arrow" width="24" height="22" viewBox="0 0 24 22" aria
           '<path d="M12 0v14" stroke="#57606a" stroke-width="2"/><path d="M5 12l7 9 7-9z" fill="#57606a"/></svg>')
 
 
-def _card(b: dict) -> str:
+def _card(b: dict, answer: bool = True) -> str:
     e = html.escape
     engines = e(", ".join(b["engines"]) or "none") + (f"; code read only (chapter 02): {e(', '.join(b['read']))}" if b["read"] else "")
     return (f'<section class="sb-book" id="book-{e(b["name"])}" data-book="{e(b["name"])}">'
             f'<h3><a href="{e(b["name"])}/index.html">{e(b["name"])}</a>'
-            + (" <small>(what-if: no GPU, nothing measured)</small>" if b["whatif"] else "") + "</h3><table>"
+            + (' <small>(<a href="glossary.html#what-if">what-if</a>: no GPU, nothing measured)</small>' if b["whatif"] else "") + "</h3><table>"
             f"<tr><th>host</th><td>{e(b['host'])}</td></tr>"
             f"<tr><th>engines</th><td>{engines} &middot; under study: {e(str(b['engine']))}</td></tr>"
             f"<tr><th>model</th><td>{e(b['model'])}</td></tr>"
             f"<tr><th>date</th><td>{e(b['date'])} &middot; run <code>data/runs/{e(b['run'])}</code></td></tr>"
-            f'<tr><th>answer</th><td class="sb-answer">{b["answer"]}</td></tr></table></section>')
+            + (f'<tr><th>answer</th><td class="sb-answer">{b["answer"] if answer else "the answer at the top of this page, read from this book&#39;s chapter 06 tables"}</td></tr>')
+            + "</table></section>")
+
+
+def _earlier(b: dict, reference: str | None) -> str:
+    """An earlier recording: what it is and which book supersedes it; its numbers stay on its pages and, for a configuration
+    the reference measured too, in the table "same configuration, other methods"."""
+    e = html.escape
+    return (f'<li class="sb-book-earlier" id="book-{e(b["name"])}" data-book="{e(b["name"])}"><a href="{e(b["name"])}/index.html">'
+            f'{e(b["name"])}</a>: {e(b["host"])}; {e(b["model"])}; engines {e(", ".join(b["engines"]) or "none")}; recorded '
+            f'{e(b["date"])} (run <code>data/runs/{e(b["run"])}</code>). Superseded by '
+            + (f'<a href="{e(reference)}/index.html">{e(reference)}</a>' if reference else "the reference book") + ".</li>")
 
 
 def _path_figure(summaries: list[dict]) -> str:
@@ -266,17 +299,36 @@ def _path_figure(summaries: list[dict]) -> str:
 
 
 def render_front_page(rendered_dir: str | os.PathLike = "rendered", runs_dir: str | os.PathLike | None = None) -> Path:
-    """Write ``rendered_dir/index.html``: one card per rendered book and the debugging path. ``runs_dir``: where the
-    runs are (default: the path each book's ``run.json`` names, relative to the book's root)."""
+    """Write ``rendered_dir/index.html`` (the answer first, the reference book, the what-if books, one table for the
+    configurations several books measured, the earlier recordings, the debugging path) and ``rendered_dir/glossary.html``.
+    ``runs_dir``: where the runs are (default: the path each book's ``run.json`` names, relative to the book's root)."""
+    from . import glossary, shelf
+    from .frontpage_answer import seed_answer
+    from .frontpage_same import same_configuration, table_html
+
     rendered_dir = Path(rendered_dir)
     summaries = [book_summary(r, runs_dir) for r in books(rendered_dir)]
+    ref = shelf.reference(rendered_dir)
+    reference = [b for b in summaries if b["name"] == ref]
+    whatifs = [b for b in summaries if b["whatif"] and b["name"] != ref]
+    earlier = [b for b in summaries if b not in reference and b not in whatifs]
+    same = table_html(same_configuration(summaries, ref), ref)
+    answered = next((b["name"] for b in whatifs if b["store"].rows("seed_range")), None)  # the book seed_answer reads
     page = (f'<!doctype html><html><head><meta charset="utf-8"><title>servebook: the rendered books</title>'
-            f"<style>{_CSS}</style></head><body><h1>servebook</h1>"
-            "<p>Why is this LLM-serving engine slow on this hardware, and what fixes it? Each book below is the same "
-            "six-chapter investigation run on one host (or, for a what-if, on a hardware profile). Every answer line is "
-            "computed from that run's recorded tables.</p>"
-            f"<h2>The books ({len(summaries)})</h2>" + "".join(_card(b) for b in summaries)
+            f'<style>{_CSS}</style></head><body><p><a href="{glossary.FILE}">glossary</a> (every term the books use)</p>'
+            "<h1>servebook</h1>" + seed_answer(whatifs)
+            + (f"<h2>The reference book: {html.escape(ref)}</h2><p>This project's reference recording on an H200; where several "
+               "books measured the same configuration, its number is the one quoted.</p>" + _card(reference[0]) if reference else "")
+            + ("<h2>The what-if book" + ("s" if len(whatifs) > 1 else "") + "</h2>"
+               + "".join(_card(b, answer=b["name"] != answered) for b in whatifs) if whatifs else "")
+            + ('<h2 id="same-configuration">Same configuration, other methods</h2><p>Every rate another book measured for a '
+               "configuration the reference book measured, and why it differs from the reference's.</p>" + same if same else "")
+            + (f'<h2>Earlier recordings ({len(earlier)})</h2><p>Kept as evidence, each re-executed on its own tables; every page '
+               "of each carries a banner naming the book that superseded it.</p><ul class=\"sb-earlier\">"
+               + "".join(_earlier(b, ref) for b in earlier) + "</ul>" if earlier else "")
             + "<h2>The debugging path</h2>" + _path_figure(summaries) + "</body></html>\n")
+    page = glossary.link_first_uses(page, up="")
+    glossary.write_glossary(rendered_dir)
     out = rendered_dir / "index.html"
     if not out.exists() or out.read_text(encoding="utf-8") != page:
         out.write_text(page, encoding="utf-8")

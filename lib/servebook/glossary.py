@@ -1,0 +1,229 @@
+"""The book's glossary: one definition per term, written as ``rendered/glossary.html`` beside the front page and linked
+from every page of every book (``servebook.book`` puts the link in each page's bar, ``servebook.frontpage`` on the front
+page).
+
+    write_glossary("rendered")          # -> Path("rendered/glossary.html"), the same bytes every time
+    TERMS["tpot"].name                  # 'TPOT'
+    href("ttft", "..")                  # '../glossary.html#ttft'
+
+A definition says what the book means by the word, where in the book (or the code) the quantity is computed, and, where
+the same word could mean two things, which one the book uses.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Term", "TERMS", "FILE", "USES", "glossary_html", "write_glossary", "href", "link_first_uses"]
+
+FILE = "glossary.html"
+
+
+@dataclass(frozen=True)
+class Term:
+    key: str        # the anchor: glossary.html#KEY
+    name: str       # as the pages write it
+    text: str       # the definition (HTML: <code> spans only)
+
+
+def _t(key: str, name: str, text: str) -> Term:
+    return Term(key, name, text)
+
+
+_LIST = [
+    _t("mla", "MLA (multi-head latent attention)",
+       "The attention of DeepSeek-V3 and Kimi-K2.5: keys and values are compressed into one low-rank latent vector per token "
+       "(width <code>kv_lora_rank</code> plus a small rotary part), and that latent is what the KV cache holds. The decode "
+       "kernels this book forces (Triton MLA, FlashMLA, FlashInfer MLA, CUTLASS MLA, FlashAttention MLA) all read that "
+       "latent cache; chapter 02 reads which one each engine picks, chapter 03 runs each."),
+    _t("ttft", "TTFT (time to first token)",
+       "From a request's arrival to the first streamed event carrying text: the wait for a concurrency slot, prefill, and "
+       "the first token. Chapter 05's client measures it per request (<code>ttft_s</code>); <code>ttft_server_s</code> leaves "
+       "the client's slot wait out."),
+    _t("tpot", "TPOT (time per output token)",
+       "A request's time after its first token divided by the tokens after the first: (end &minus; first token) / (output "
+       "tokens &minus; 1). The single-stream decode rate is its inverse, 1000 / TPOT in ms = tok/s."),
+    _t("itl", "ITL (inter-token latency)",
+       "The gap between two tokens as the client receives them. A server that streams several tokens per chunk gives one gap "
+       "per chunk: servebook keeps that gap (<code>chunk_gaps_ms</code>) and divides it by the tokens in the chunk for the "
+       "per-token figure (<code>itl_ms</code>)."),
+    _t("decode", "decode and prefill",
+       "Prefill processes the whole prompt in one forward pass and produces the first token; decode then produces one token "
+       "per forward pass (a decode step), reading every weight and the KV cache each time. Single-stream speed is decode speed."),
+    _t("single-stream", "single stream",
+       "One request at a time (concurrency 1): the rate a single user sees, in output tokens per second. The seed's 63.6 and "
+       "82.5 tok/s are single-stream rates."),
+    _t("card", "card (model card)",
+       "A JSON file in <code>data/models</code> (e.g. <code>kimi-k2.5</code>) with a real model's architecture and "
+       "dimensions: layers, heads, MLA ranks, experts, vocabulary, quantization. Slices are built from it, and the bytes one "
+       "decode token reads are computed from it; a card holds no weights."),
+    _t("slice", "slice",
+       "A model directory made by <code>servebook model build CARD</code>: the card's real architecture and full width with "
+       "fewer layers (default: the dense layers plus one MoE layer; &ldquo;kimi-2L&rdquo; is the 2-layer Kimi-K2.5 slice), "
+       "with seeded random bf16 weights or none (<em>dummy</em>: the engine starts with <code>--load-format dummy</code>). "
+       "Its rates are the slice's, never the full model's; the difference between a 1-layer and a 2-layer slice is one layer's "
+       "time."),
+    _t("seed", "seed (the seed case)", "SEED"),  # filled from data/reference/seed-case.json (_seed_text)
+    _t("graph", "graph / eager (CUDA graphs)",
+       "With CUDA graphs the engine records a decode step's kernel launches once per batch size and replays the whole step "
+       "with one launch; eager mode launches every kernel from Python each step. Tables say <code>mode graph</code> or "
+       "<code>mode eager</code>; a graph/eager comparison holds only between two rows that differ in nothing else (same "
+       "model slice, weights and quantization)."),
+    _t("host-bound", "host-bound",
+       "A decode step whose time is set by the CPU side (the scheduler, Python, kernel launches) rather than by the GPU's "
+       "kernels: the GPU waits between kernels, which shows as <a href=\"#gpu-idle\">GPU idle</a> time. CUDA graphs shorten "
+       "it; a faster kernel does not."),
+    _t("gpu-idle", "GPU idle",
+       "The one definition the book uses: the time inside a profiled decode step when no kernel is running on the GPU, i.e. "
+       "the step's time minus the time at least one kernel ran (<code>step_ms &minus; busy_ms</code>, "
+       "<code>servebook.profile.steps</code>; the category &ldquo;gpu idle&rdquo; of a decode-step breakdown). Time per token "
+       "measured without the profiler minus the profiled kernels' time is a different quantity (what the host adds beyond "
+       "the GPU); a page that gives it names it so."),
+    _t("teacher-forced", "teacher-forced (check)",
+       "An output check on the prefill path: the default's tokens are fed in as the prompt and, at each position, the forced "
+       "backend's top-1 next token is compared with the default's (<code>tf_top1_agreement</code>). It exercises the prefill "
+       "kernels only; the decode-path check (<code>decode_agreement</code>) compares tokens generated step by step, so only it "
+       "says the decode kernel is correct."),
+    _t("profile", "hardware profile / trace profile",
+       "Two different things. A <em>hardware profile</em> is a file in <code>data/hardware</code> (e.g. "
+       "<code>rtx-pro-6000</code>): datasheet facts about a GPU and host (capability, memory, bandwidth, links) that a "
+       "what-if fakes; nothing in it was measured. A <em>trace profile</em> (a decode-step profile) is a torch-profiler trace "
+       "of real decode steps on a real GPU, its kernels sorted into categories (attention, MoE experts, communication ...) "
+       "with their times (chapter 05; the recording <code>h200x1-prof</code>)."),
+    _t("what-if", "what-if",
+       "A book run with <code>--profile NAME</code>: no GPU is used. Chapter 02 runs each engine's own backend-selection code "
+       "with the GPU faked from the hardware profile; chapters 03 to 05 plan rather than measure; chapter 06 projects decode "
+       "time from trace profiles recorded on another GPU. Its rates are predictions and say so."),
+    _t("reference", "reference book / reference run",
+       "The front page quotes one number per quantity: the reference book's, this project's reference H200 recording "
+       "(named on the front page; <code>servebook.shelf.REFERENCE_BOOKS</code>). Other books' numbers for the same configuration appear in its table "
+       "&ldquo;same configuration, other methods&rdquo;, with why each differs. In the what-if's tables, "
+       "<code>reference_run</code> names something else: the recording whose trace profiles the projection carries "
+       "(<code>h200x1-prof</code>)."),
+    _t("start", "start (server start)",
+       "One launch of an engine's server: started, warmed up, measured, stopped. A rate moves between starts by more than "
+       "within one, so an interval &ldquo;over N server starts&rdquo; (one mean per start, N &ge; 2) can separate two "
+       "configurations; an interval &ldquo;within one server start&rdquo; (over runs of one start) cannot, and gives no "
+       "verdict."),
+    _t("interval", "95% interval",
+       "Mean &plusmn; the half-width of a 95% Student-t confidence interval. &ldquo;Faster&rdquo; is said only where two "
+       "intervals over server starts do not overlap; drawn as a bar, an interval never goes below zero (a rate cannot)."),
+    _t("roofline", "roofline",
+       "The memory-bandwidth bound on single-stream decode: the bytes one decode token must read (weights, plus the KV cache) "
+       "divided by the GPU's read bandwidth is the least time a token can take; its inverse is the highest possible tok/s "
+       "(<code>servebook.roofline</code>). A rate is quoted as a percentage of it."),
+    _t("tp", "TP (tensor parallelism)",
+       "Each layer's weights split across N GPUs (<code>--tensor-parallel-size N</code>, TP=N); every rank computes its share "
+       "and the partial results are combined with <a href=\"#all-reduce\">all-reduces</a>. TP=1 has none."),
+    _t("all-reduce", "all-reduce",
+       "The collective that sums a tensor across the GPUs of a tensor-parallel group and leaves the sum on every GPU. At "
+       "decode each one carries one token's hidden state (hidden size &times; 2 bytes in bf16, a few kB), so its latency, "
+       "not bandwidth, matters; chapter 04 measures it under each NCCL setting."),
+    _t("nccl", "NCCL",
+       "NVIDIA's collective library, which the engines' all-reduces use unless they use a custom kernel. Its environment "
+       "variables (<code>NCCL_PROTO</code>, <code>NCCL_ALGO</code>, <code>NCCL_P2P_LEVEL</code> ...) choose the protocol "
+       "and path; <code>NCCL_DEBUG=INFO</code> prints what it chose."),
+]
+
+
+
+def _seed_text() -> str:
+    """The seed's definition, its figures read from ``data/reference/seed-case.json`` (never typed in here)."""
+    from .stated.figures import seed_case
+
+    c = seed_case()
+    tok = c["single_stream_tok_s"]
+    return (f"The case this book follows (<code>{html.escape(c['file'])}</code>): {html.escape(str(c['model']))} on the hardware "
+            f"profile <code>{html.escape(str(c['profile']))}</code> at tensor parallel {c['tp']}, SGLang "
+            f"{html.escape(str(c['engines']['sglang']).split(' ')[0])} at {tok['sglang']} tok/s single stream against vLLM at "
+            f"{tok['vllm']}. &ldquo;The seed's figures&rdquo; are that investigation's own; this book never measured them, "
+            "and its write-ups are not taken as evidence.")
+
+
+_LIST = [Term(t.key, t.name, _seed_text()) if t.text == "SEED" else t for t in _LIST]
+TERMS: dict[str, Term] = {t.key: t for t in _LIST}
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5;padding:0 1em}
+dt{font-weight:600;margin-top:1em}dd{margin:.2em 0 0 1.2em}dt:target,dt:target+dd{background:#fff8c5}"""
+
+
+def href(key: str, up: str = "") -> str:
+    """The link to one term: ``glossary.html#KEY``, prefixed by ``up`` (``..`` from a book's page)."""
+    if key not in TERMS:
+        raise KeyError(f"no glossary term {key!r}; terms: {', '.join(TERMS)}")
+    return f"{up.rstrip('/') + '/' if up else ''}{FILE}#{key}"
+
+
+def glossary_html() -> str:
+    """The glossary page: every term with its definition, in reading order."""
+    items = "".join(f'<dt id="{t.key}">{html.escape(t.name)}</dt><dd>{t.text}</dd>' for t in _LIST)
+    return (f'<!doctype html><html><head><meta charset="utf-8"><title>servebook: glossary</title><style>{_CSS}</style>'
+            '</head><body><p><a href="index.html">servebook: the books</a></p><h1>Glossary</h1>'
+            "<p>What the books mean by each term. Every page of every book links here from its top bar.</p>"
+            f"<dl>{items}</dl></body></html>\n")
+
+
+def write_glossary(directory: str | os.PathLike) -> Path:
+    """Write ``directory/glossary.html`` (only when its bytes change)."""
+    out = Path(directory) / FILE
+    page = glossary_html()
+    if not out.exists() or out.read_text(encoding="utf-8") != page:
+        out.write_text(page, encoding="utf-8")
+    return out
+
+
+# How each term is written in the pages' prose (a regular expression): ``link_first_uses`` links its first use on a page.
+USES = {
+    "mla": r"\bMLA\b", "ttft": r"\bTTFT\b", "tpot": r"\bTPOT\b", "itl": r"\bITL\b",
+    "decode": r"\bprefill\b", "single-stream": r"\bsingle[- ]stream\b", "card": r"\bmodel cards?\b",
+    "slice": r"\bslices?\b", "seed": r"\bseed(?:'s)?\b", "graph": r"\bCUDA graphs?\b|\beager\b",
+    "host-bound": r"\bhost-bound\b", "gpu-idle": r"\b[Gg][Pp][Uu] idle\b", "teacher-forced": r"\bteacher-forced\b",
+    "profile": r"\bhardware profile\b|\btrace profile\b|\bdecode-step profiles?\b", "what-if": r"\bwhat-if\b",
+    "reference": r"\breference (?:book|recording)\b", "start": r"\bserver starts?\b", "interval": r"\b95% interval\b",
+    "roofline": r"\broofline\b", "tp": r"\btensor[- ]parallel(?:ism)?\b", "all-reduce": r"\ball-reduces?\b",
+    "nccl": r"\bNCCL\b",
+}
+_USE = re.compile("|".join(f"(?P<{k.replace('-', '_')}>{v})" for k, v in USES.items()))
+# Text inside these elements is never linked: code, preformatted output, links, headings, the page's head, folded summaries.
+_SKIP = {"a", "code", "pre", "script", "style", "title", "head", "summary", "h1", "h2", "h3", "h4", "h5", "h6", "textarea", "svg"}
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9]*)[^>]*?(/?)>|<!--.*?-->|<!\[CDATA\[.*?\]\]>|<![^>]*>", re.S)
+_VOID = {"br", "img", "hr", "meta", "link", "input", "col", "source", "wbr", "area", "base", "embed", "param", "track"}
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"<[^>]+>", "", html.unescape(text))
+
+
+def link_first_uses(page: str, up: str = "..") -> str:
+    """``page`` with the first use of each glossary term in its prose linked to the glossary, the definition as the
+    link's title (shown on hover): each term defined where a reader first meets it. Code, output listings, links,
+    headings and folded summaries are left as they are; the visible text does not change."""
+    out, pos, skip, done = [], 0, [], set()
+
+    def link(m: re.Match) -> str:
+        key = next(k for k, v in m.groupdict().items() if v).replace("_", "-")
+        if key in done:
+            return m.group(0)
+        done.add(key)
+        return (f'<a class="sb-term" href="{href(key, up)}" title="{html.escape(_plain(TERMS[key].text), quote=True)}">'
+                f"{m.group(0)}</a>")
+
+    for m in _TAG.finditer(page):
+        text = page[pos:m.start()]
+        out.append(_USE.sub(link, text) if text and not skip and len(done) < len(USES) else text)
+        out.append(m.group(0))
+        pos = m.end()
+        closing, name = m.group(1), (m.group(2) or "").lower()
+        if name in _SKIP and not m.group(3):
+            if closing:
+                if name in skip:
+                    del skip[len(skip) - 1 - skip[::-1].index(name)]
+            else:
+                skip.append(name)
+    tail = page[pos:]
+    out.append(_USE.sub(link, tail) if tail and not skip else tail)
+    return "".join(out)

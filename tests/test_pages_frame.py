@@ -1,0 +1,174 @@
+"""A book's frame: the glossary every page links, the banner of a superseded book, chapter 06's verdict first, the
+parameters the run used, "run this yourself" from the run's own parameters, and figures with their own alt text and
+caption whose intervals stop at zero. A recorded run (data/runs/h200x1-live) is rendered into a temporary shelf."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from servebook import glossary, shelf
+from servebook.paths import book_root
+
+ROOT = book_root()
+REQUIRED = ("mla", "tpot", "ttft", "itl", "slice", "card", "seed", "graph", "host-bound", "gpu-idle", "teacher-forced",
+            "profile", "what-if", "reference", "start", "roofline", "all-reduce", "tp")
+
+
+@pytest.fixture(autouse=True)
+def _at_the_book_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.fixture(scope="module")
+def shelf_dir(tmp_path_factory) -> Path:
+    """A shelf with h200x1-live rendered, and a stand-in for the reference book beside it."""
+    from servebook.book import render_book
+
+    out = tmp_path_factory.mktemp("shelf")
+    ref = out / shelf.REFERENCE_BOOKS[-1]
+    ref.mkdir()
+    (ref / "index.html").write_text("<html></html>")
+    (ref / "run.json").write_text(json.dumps({"run_dir": "data/runs/h200x1-trust", "manifest": {"parameters": {}}}))
+    (out / "index.html").write_text("<html></html>")  # the front page's place
+    render_book(ROOT / "data" / "runs" / "h200x1-live", out / "h200x1-live")
+    return out
+
+
+def test_glossary_defines_every_listed_term_and_is_deterministic(tmp_path):
+    page = glossary.write_glossary(tmp_path).read_text()
+    for key in REQUIRED:
+        m = re.search(rf'<dt id="{re.escape(key)}">(.*?)</dt><dd>(.*?)</dd>', page, flags=re.S)
+        assert m and len(re.sub(r"<[^>]+>", "", m.group(2))) > 60, f"glossary term {key!r} is missing or not defined"
+    assert "The one definition the book uses" in glossary.TERMS["gpu-idle"].text
+    assert glossary.write_glossary(tmp_path).read_text() == page == glossary.glossary_html()
+    with pytest.raises(KeyError):
+        glossary.href("no-such-term")
+
+
+def test_every_page_links_the_glossary_and_carries_the_superseded_banner(shelf_dir):
+    book = shelf_dir / "h200x1-live"
+    assert (shelf_dir / glossary.FILE).read_text() == glossary.glossary_html()
+    pages = sorted(book.glob("*.html"))
+    assert len(pages) >= 5
+    for p in pages:
+        text = p.read_text()
+        assert f'href="../{glossary.FILE}"' in text, f"{p.name} does not link the glossary"
+        assert 'id="sb-superseded"' in text and 'href="../h200x1-trust/index.html"' in text, f"{p.name} has no banner"
+
+
+def test_every_link_of_the_frame_resolves(shelf_dir):
+    """The links the frame adds (glossary, terms, the front page, the superseding book) lead out of the book: each resolves."""
+    for p in sorted((shelf_dir / "h200x1-live").glob("*.html")):
+        links = re.findall(r'<a [^>]*href="(\.\./[^"]*)"', p.read_text())
+        assert any("glossary.html#" in h for h in links), f"{p.name} links no term"
+        for h in links:
+            assert (p.parent / h.split("#")[0]).is_file(), f"{p.name}: link {h!r} resolves to no file"
+
+
+def test_a_book_alone_has_no_banner(tmp_path):
+    assert shelf.superseded_by(tmp_path / "book", whatif=False) is None
+    assert shelf.role(tmp_path / "book", whatif=False) == "alone"
+
+
+def test_chapter_06_opens_with_its_verdict(shelf_dir):
+    page = (shelf_dir / "h200x1-live" / "06_findings.html").read_text()
+    verdict = page.index('id="The-verdict"')
+    assert verdict < page.index('<details class="sb-code sb-params">') and verdict < page.index('<details class="sb-code">')
+
+
+def test_parameter_cells_show_what_ran_folded(shelf_dir):
+    import nbformat
+
+    from servebook.pages import parameters_used
+
+    nb = nbformat.read(ROOT / "data" / "runs" / "h200x1-live" / "notebooks" / "05_benchmark_single_stream.ipynb", as_version=4)
+    used = parameters_used(nb)
+    page = (shelf_dir / "h200x1-live" / "05_benchmark_single_stream.html").read_text()
+    assert "injected-parameters" not in page
+    params = re.search(r'<details class="sb-code sb-params">.*?</details>', page, flags=re.S).group(0)
+    text = re.sub(r"<[^>]+>", "", params).replace("&#39;", "'").replace("&quot;", '"')
+    assert f"max_tokens: int = {used['max_tokens']!r}" in text and f"engine: str = {used['engine']!r}" in text
+
+
+def test_each_page_ends_with_the_command_to_run_it_yourself(shelf_dir):
+    import nbformat
+
+    from servebook.pages import commands
+    from servebook.results import RunStore
+
+    for p in sorted((shelf_dir / "h200x1-live").glob("0*.html")):
+        page = p.read_text()
+        assert page.rindex('id="Run-this-yourself"') > page.rindex("jp-Cell ") - 2000, p.name
+    run = ROOT / "data" / "runs" / "h200x2-live"
+    nb = nbformat.read(run / "notebooks" / "04_tune_nccl.ipynb", as_version=4)
+    cmds = commands(nb, RunStore(run).manifest, "04", run)
+    assert cmds["measure"][0].startswith("servebook model build kimi-k2.5 --layers 2 --weights dummy --out models/")
+    assert "servebook book --only 04 --model models/kimi-slice-dummy --engine sglang" in cmds["measure"][-1]
+    assert "-p tp_check=sglang,vllm" in cmds["measure"][-1]  # the recorded invocation that measured chapter 04
+    assert "measure" not in cmds["measure"][-1] and "run_dir" not in cmds["measure"][-1]
+    assert cmds["tables"] == ["servebook html data/runs/h200x2-live --refresh 04 --out build/h200x2-live"]
+
+
+def test_figures_get_own_alt_text_caption_and_no_interval_below_zero():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from servebook.pagefigures import clip_at_zero, describe
+
+    fig, ax = plt.subplots()
+    ax.barh(["sglang fa3", "vllm TRITON_MLA"], [524.3, 80.0], xerr=[507.9, 300.0])
+    ax.set_xlabel("decode tok/s, single stream")
+    ax.set_title("each backend")
+    fig.canvas.draw()
+    assert ax.get_xlim()[0] < 0  # matplotlib's own limits reach below zero
+    clip_at_zero(fig)
+    assert ax.get_xlim()[0] == 0
+    alt, caption = describe(fig)
+    assert "each backend" in alt and "2 bars" in alt and "one per sglang fa3, vllm TRITON_MLA" in alt and "tok/s" in caption
+    fig.sb_caption = "decode tok/s; bars: 95% interval over 2 server starts"
+    assert describe(fig)[1] == fig.sb_caption
+    plt.close(fig)
+
+
+def test_a_figure_in_the_kernel_carries_its_text_to_the_page(tmp_path):
+    """The book's setup cell installs the hook: a figure executed in a chapter's kernel reaches the page with its own
+    alt text and a caption."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from servebook.book import _SETUP, _exporter
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(_SETUP),
+                nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+                                          "ax.bar(['a', 'b'], [3.0, 1.0], yerr=[1.0, 4.0])\nax.set_ylabel('ms per token')\n"
+                                          "ax.set_title('two bars')\nfig.sb_caption = 'ms per token, over 3 runs'")]
+    for i, c in enumerate(nb.cells):
+        c["id"] = f"c{i}"
+    NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(ROOT)}}).execute()
+    out = next(o for o in nb.cells[1].outputs if "image/png" in o.get("data", {}))
+    assert out["metadata"]["image/png"]["caption"] == "ms per token, over 3 runs"
+    page, _ = _exporter().from_notebook_node(nb)
+    assert "<figcaption>ms per token, over 3 runs</figcaption>" in page
+    assert 'alt="two bars: 2 bars of ms per token; one per a, b."' in page
+
+
+def test_each_term_is_linked_at_its_first_use_and_the_text_stays_the_same(shelf_dir):
+    from servebook.glossary import link_first_uses
+    from servebook.stated.consistency import visible
+
+    page = ("<html><head><title>MLA</title></head><body><h2>TTFT</h2><p>The MLA kernel at tensor parallelism, MLA again.</p>"
+            "<pre>NCCL_PROTO=LL and TTFT</pre><p><code>MLA</code> <a href='x'>eager</a> then TTFT, eager.</p></body></html>")
+    out = link_first_uses(page)
+    assert out.count('class="sb-term"') == 4  # MLA, tensor parallelism, TTFT (its first use in prose), eager
+    assert out.count('href="../glossary.html#mla"') == 1 and "<title>MLA</title>" in out and "<pre>NCCL_PROTO=LL and TTFT</pre>" in out
+    assert visible(out).blocks == visible(page).blocks
+    live = (shelf_dir / "h200x1-live" / "03_force_each_backend.html").read_text()
+    assert 'class="sb-term" href="../glossary.html#mla"' in live or 'href="../glossary.html#slice"' in live
