@@ -10,6 +10,12 @@
 
 # %% [markdown]
 # # 01. Detect capabilities, and what the engines conclude about them
+#
+# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
+# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
+# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
+# parameter), for a GPU this host does not have; **MLA**: multi-head latent attention, the compressed-KV attention of
+# DeepSeek-V3 and Kimi-K2.5.
 
 # %%
 # The case's figures, tagged (servebook.stated): the seed's GPU count and its profile's compute capability
@@ -37,7 +43,7 @@ Markdown(f"The investigation this book follows began with one number. {q('seed_t
 #    `current_platform.has_device_capability(...)`, transformers' `is_torch_bf16_gpu_available()` ...),
 #    called in the engine's own interpreter, each judged against the hardware.
 #
-# With `profile` set, the same report is made for a GPU you do not have (datasheet facts from
+# With `profile` (a hardware profile) set, the same report is made for a GPU you do not have (datasheet facts from
 # `data/hardware/`), and the engines are asked with torch's capability faked to that GPU's.
 
 # %% tags=["parameters"]
@@ -63,6 +69,7 @@ from servebook import probe as sbp
 from servebook.hosts import get_host
 from servebook.profiles import list_profiles
 from servebook.book import excerpt_html
+from servebook.stated.text import marked
 from servebook.results import RunStore, show_corrections
 
 store = RunStore.at(run_dir) if run_dir else RunStore.open()
@@ -75,7 +82,7 @@ print(f"servebook {servebook.__version__}, Python {platform.python_version()}, r
 from servebook.selection.report import profiles_sentence
 from servebook.stated import seed_sentence
 
-# what would explain the gap is said only from profiles a table holds (this run's, or the H200 ones chapter 06 projects)
+# what would explain the gap is said only from decode-step profiles a table holds (this run's, or the H200 ones chapter 06 projects)
 Markdown(seed_sentence() + " " + profiles_sentence(store))
 
 # %%
@@ -139,7 +146,9 @@ else:
 # %% [markdown]
 # ## Software actually in use
 # `cuda` is the CUDA version the driver supports; `torch_cuda` the one torch was built with; `nccl`
-# the NCCL version torch was built with and `nccl_loaded` the library this process really mapped.
+# the NCCL version torch was built with and `nccl_loaded` the library this process really mapped. The packages are the
+# ones of the Python that probed this host (the notebook's kernel); each engine runs in its own environment, whose
+# transformers can differ: the engines table below gives the engines' own versions.
 
 # %%
 versions = store.table("versions")
@@ -148,7 +157,7 @@ if not versions.empty:
     core = ["driver", "cuda", "cuda_runtime", "cuda_toolkit", "torch", "torch_cuda", "nccl", "nccl_loaded", "python"]
     display(pd.DataFrame({"component": core, "version": [row.get(k) for k in core]}))
     pkgs = {k[4:]: v for k, v in row.items() if k.startswith("pkg_") and isinstance(v, str)}
-    display(pd.DataFrame({"package": list(pkgs), "version": list(pkgs.values())}))
+    display(pd.DataFrame({"package": list(pkgs), "version": list(pkgs.values()), "of": "the probing Python (this kernel)"}))
 
 # %% [markdown]
 # ## How the GPUs are linked
@@ -235,14 +244,14 @@ if report:
     display(Markdown("\n".join(lines)))
 failures = store.table("failures")
 if not failures.empty:  # each failure whole, folded under its first line
-    display(HTML("".join(excerpt_html(f"{r.get('step')}: {r.get('error')}") for r in store.rows("failures"))))
+    display(HTML("".join(excerpt_html(f"{r.get('step')}: {marked(r.get('error'))}") for r in store.rows("failures"))))
     show_corrections(store, "failures")  # a row changed after it was recorded says so, by what and why
 
 # %% [markdown]
 # ## Summary and next step
 # We now know the capability each engine will branch on, and whether its own helpers agree. Chapter 02
 # (`02_read_backend_selection`) reads each engine's backend-selection code and shows which attention
-# and MoE backends it picks for this GPU (or for a profile) and which condition decided it.
+# and MoE backends it picks for this GPU (or for a hardware profile) and which condition decided it.
 
 # %% [markdown]
 # ## Check yourself

@@ -11,6 +11,14 @@
 # %% [markdown]
 # # 02. Read the backend-selection logic from the engine's own code
 #
+# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
+# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
+# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
+# parameter), for a GPU this host does not have; **MLA**: multi-head latent attention, the compressed-KV attention of
+# DeepSeek-V3 and Kimi-K2.5; **model card**: a model's config facts in `data/models` (layers, widths, quantization);
+# **CUDA graphs / eager**: a decode step replayed from captured CUDA graphs (the engines' default) or launched kernel by
+# kernel.
+#
 # Chapter 01 told us which GPU we have. The next question: **which attention kernel will the engine run on it, and
 # which rule in its code made that choice?** The seed case *suspected* this choice: on an RTX PRO 6000 (compute
 # capability 12.0) SGLang fell to a Triton attention backend, because the branch for a faster one is guarded by a check
@@ -116,7 +124,7 @@ except servebook.ServebookError as exc:
 # Now we run the engine's own resolution in a subprocess (the engine's interpreter), with the GPU
 # faked from a hardware profile when one is given, and trace which of the sites above it reached.
 # The what-if states its assumptions: which kernel libraries the host has (by default what the engine
-# pins), and which CUDA version (by default the engine's own cuda-python pin, not the profile's minimum).
+# pins), and which CUDA version (by default the engine's own cuda-python pin, not the hardware profile's minimum).
 
 # %%
 answer = ask(store, engine, model, f"profile {profile}" if profile else "this-host", "whatif_this_host", gpu=profile or None,

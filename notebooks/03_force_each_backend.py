@@ -11,6 +11,16 @@
 # %% [markdown]
 # # 03. Force each attention backend
 #
+# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
+# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
+# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
+# parameter), for a GPU this host does not have; **MLA**: multi-head latent attention, the compressed-KV attention of
+# DeepSeek-V3 and Kimi-K2.5; **CUDA graphs / eager**: a decode step replayed from captured CUDA graphs (the engines'
+# default) or launched kernel by kernel; **teacher-forced**: the default backend's output fed back to another backend as
+# its input, and that backend's top next-token choice compared with the default's at every position; **decode-step
+# profile**: a kernel trace of an engine's decode steps (its profiler), not a hardware profile; **slice**: a model with
+# its card's architecture and full width but fewer layers (`servebook model build --layers N`), to fit one GPU.
+#
 # Chapter 02 showed which backend the engine *picks*. Picking is not running: a forced flag
 # can be silently overridden, a kernel can refuse this GPU, and a fast backend can give wrong
 # tokens. The seed case *suspected* SGLang's triton fallback and tried `--attention-backend flashinfer`
@@ -18,7 +28,7 @@
 # counts: the engine must *report* the backend it loaded, its output must agree with the default's on the decode path,
 # and it must be faster beyond the noise. This book's own reading (chapter 02) is that both engines fall back to a
 # Triton MLA kernel on capability 12.0, so the backend choice alone does not explain the seed's gap; chapter 06 says
-# what the profiles predict of the kernels' share in it.
+# what the decode-step profiles predict of the kernels' share in it.
 #
 # Here every candidate is served on 127.0.0.1 and measured in turn, and stopped (with its whole process group) right
 # after its turn. On a GPU host each starts only after the one before has stopped. On a host without a GPU, where
@@ -48,7 +58,7 @@ measure: bool = True  # False: start nothing, re-read this run's tables (servebo
 
 # %% [markdown] tags=["whatif"]
 # ## What-if: the plan for the real host
-# `profile` is set, so there is no such GPU here and nothing below is measured. What chapter 03 measures on
+# `profile` (a hardware profile) is set, so there is no such GPU here and nothing below is measured. What chapter 03 measures on
 # the real host: each attention backend the engine accepts, forced in turn with the engine's own flag,
 # checked three ways (the backend the engine reports loading, greedy tokens against the default's, decode
 # rate). The commands are the engine's own launch lines for the profiled host, recorded in the table
@@ -90,7 +100,7 @@ from servebook.findings import check_yourself_markdown
 Markdown(check_yourself_markdown(whatif_questions(store, facts, cmds)))
 
 # %% [markdown] tags=["whatif"]
-# Next: [04. Tune NCCL](04_tune_nccl.html) — the communication floor for this profile.
+# Next: [04. Tune NCCL](04_tune_nccl.html) — the communication floor for this hardware profile.
 
 # %%
 import shlex

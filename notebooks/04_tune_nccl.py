@@ -11,6 +11,12 @@
 # %% [markdown]
 # # 04. Tune NCCL for decode-sized all-reduces
 #
+# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
+# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
+# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
+# parameter), for a GPU this host does not have; **CUDA graphs / eager**: a decode step replayed from captured CUDA
+# graphs (the engines' default) or launched kernel by kernel.
+#
 # Under tensor parallelism every decode step ends each layer's attention and MLP with an
 # all-reduce of the residual stream: `hidden_size x batch x 2 bytes`, kilobytes at decode batch sizes (this run's
 # model's message is stated below, from its config). Those messages are tiny, so their cost is latency, not bandwidth, and
@@ -43,12 +49,12 @@ measure: bool = True  # False: start nothing, re-read this run's tables (servebo
 
 # %% [markdown] tags=["whatif"]
 # ## What-if: the plan for the real host
-# `profile` is set: no all-reduce is measured here. What chapter 04 measures on the real host: NCCL
+# `profile` (a hardware profile) is set: no all-reduce is measured here. What chapter 04 measures on the real host: NCCL
 # all-reduce at this model's decode message sizes, replayed from CUDA graphs, over a grid of NCCL settings.
 # Until then, the communication floor per token is predicted: the collectives per token read in each engine's code
-# (the count chapters 05 and 06 use) times one all-reduce's latency. On a PCIe profile that latency is each engine's own,
+# (the count chapters 05 and 06 use) times one all-reduce's latency. On a PCIe hardware profile that latency is each engine's own,
 # a range over published eight-rank PCIe figures chosen by the NCCL environment the seed ran it with (the rule chapter 06
-# uses); on an NVLink profile it is the lent H200 x2 machine's (`data/runs/h200x2-nccl`). Said as such: a host has its own
+# uses); on an NVLink hardware profile it is the lent H200 x2 machine's (`data/runs/h200x2-nccl`). Said as such: a host has its own
 # latency, which is the point of running the grid there. Stored in the table `roofline`.
 
 # %% tags=["whatif"]
@@ -94,7 +100,7 @@ qa = whatif_questions(floor, facts)
 Markdown(check_yourself_markdown(qa) if qa else "_Nothing was predicted here to ask about: the model card gives no layer count._")
 
 # %% [markdown] tags=["whatif"]
-# Next: [05. Benchmark single stream](05_benchmark_single_stream.html) — the roofline for this profile.
+# Next: [05. Benchmark single stream](05_benchmark_single_stream.html) — the roofline for this hardware profile.
 
 # %%
 import json

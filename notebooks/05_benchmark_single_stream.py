@@ -11,15 +11,20 @@
 # %% [markdown]
 # # 05. Benchmark single stream and concurrency, against the roofline
 #
-# The seed case began with one number: a single user streaming from Kimi-K2.5 on 8x RTX PRO 6000
-# got fewer tokens per second from SGLang than from vLLM (the seed's own figures are quoted, with their file, in
-# "The seed case on paper" below). Single-stream decode speed is what one
-# user feels, and it is the number this book keeps coming back to. This chapter measures it
-# properly (warm-up, repeated runs, a confidence interval), then loads the server with a doubling number of
-# concurrent users (the levels each sweep ran are stated below, read from its rows) to see what throughput costs each user, and finally asks how far the single-stream
-# number is from what the memory bandwidth allows.
+# *Terms used here*: **seed case**: the investigation this book began from (`data/reference/seed-case.json`); **hardware
+# profile**: a GPU from its datasheet (`data/hardware`); **TTFT**, **TPOT**, **ITL**: time to first token, per output
+# token after it, between two tokens; **slice**: a model with its card's width and fewer layers; **model card**: a
+# model's facts (`data/models`); **CUDA graphs / eager**: a step replayed from captured graphs, or launched kernel by
+# kernel; **decode-step profile**: a kernel trace of decode steps; **gpu idle**: time in a profiled step with no kernel
+# running; **host-bound**: a step mostly gpu idle.
 #
-# One client drives every engine, so engines are compared with the same clock and the same prompts.
+# The seed case began with one number: a single user streaming from Kimi-K2.5 on 8x RTX PRO 6000 got fewer tokens per
+# second from SGLang than from vLLM (the seed's own figures are quoted, with their file, in "The seed case on paper"
+# below). Single-stream decode speed is what one user feels, and it is the number this book keeps coming back to. This
+# chapter measures it properly (warm-up, repeated runs, a confidence interval), then loads the server with a doubling
+# number of concurrent users (the levels each sweep ran are stated below, read from its rows) to see what throughput
+# costs each user, and finally asks how far the single-stream number is from what the memory bandwidth allows. One
+# client drives every engine, so engines are compared with the same clock and the same prompts.
 
 # %% tags=["parameters"]
 run_dir: str = ""  # directory of this run, set by servebook book; empty means a new run under runs/
@@ -51,7 +56,7 @@ measure: bool = True  # False: start nothing and measure nothing, re-read this r
 seed_model: str = "kimi-k2.5"  # model card of the seed case, for its roofline
 seed_profile: str = "rtx-pro-6000"  # hardware profile of the seed case
 seed_tp: int = 8  # tensor-parallel size of the seed case
-seed_allreduce_us: float = 0.0  # per-all-reduce latency (us) assumed for the seed case communication floor; 0: the latencies recorded in data/runs/h200x2-nccl (H200 NVLink, as in the what-if book); chapter 04 measures yours
+seed_allreduce_us: float = 0.0  # per-all-reduce latency (us) assumed for the seed case communication floor; 0: chapter 06's rule (each engine's published 8-rank PCIe range, profile.comm) on a PCIe profile, data/runs/h200x2-nccl's NVLink latencies otherwise; chapter 04 measures yours
 profile_steps: int = 40  # decode steps to profile per engine with its own profiler (0: no profile)
 profile_depths: str = "2,3"  # slice depths (layers) profiled for the full-model prediction; empty: only the model as given
 seed_reported_tok_s: str = ""  # single-stream tok/s of the seed case, engine:value pairs (e.g. vllm:82.5,sglang:63.6); empty: the seed's own figures in data/reference/seed-case.json
@@ -59,7 +64,7 @@ seed_reported_tok_s: str = ""  # single-stream tok/s of the seed case, engine:va
 
 # %% [markdown] tags=["whatif"]
 # ## What-if: the roofline and the benchmark plan
-# `profile` is set: nothing is benchmarked here. The single-stream limit is predicted from the profile
+# `profile` (a hardware profile) is set: nothing is benchmarked here. The single-stream limit is predicted from the hardware profile
 # (memory bandwidth) and the model card (bytes one decode step reads, counted layer by layer), first by
 # bandwidth alone, then with chapter 04's communication floors. Stored in the table `roofline`; the
 # commands to measure the real number on the host are in `plan_commands`.
@@ -132,16 +137,14 @@ print(f"run {store.path}\nmodel: {shown}\nengines: {', '.join(engines)}; {w}")
 
 # %% [markdown]
 # ## The client, and its own ceiling
-# Method: each request is an HTTP/1.1 streaming POST; while it streams, the client only
-# timestamps each network read. SSE events are parsed and tokenized after the batch, so parsing
-# never delays another stream. Per request we keep TTFT (with and without the wait for a
-# concurrency slot), per-token inter-token latency and raw inter-chunk gaps apart (a chunk may
-# carry several tokens), TPOT, end-to-end latency and the output tokens.
+# Method: each request is an HTTP/1.1 streaming POST; while it streams, the client only timestamps each network read.
+# SSE events are parsed and tokenized after the batch, so parsing never delays another stream. Per request we keep TTFT
+# (with and without the wait for a concurrency slot), per-token inter-token latency and raw inter-chunk gaps apart (a
+# chunk may carry several tokens), TPOT, end-to-end latency and the output tokens.
 #
-# Before trusting it with a server, we measure how fast the client itself can go: a local fake SSE
-# server (not an engine) streams tokens as fast as it can, pinned to another core. Two other clients stream the same
-# requests from the same fake server at the same levels, for the comparison below: httpx, and SGLang's own benchmark
-# client.
+# Before trusting it with a server, we measure how fast the client itself can go: a local fake SSE server (not an
+# engine) streams tokens as fast as it can, pinned to another core. Two other clients stream the same requests from the
+# same fake server at the same levels, for the comparison below: httpx, and SGLang's own benchmark client.
 
 # %%
 tokenizer = bench.load_tokenizer(model_dir) if model_dir and measure else None
@@ -175,11 +178,10 @@ ch05.show_ceiling_comparison(store, verdict, ceiling_all)
 Markdown(ch05.ceiling_sentence(verdict))
 
 # %% [markdown]
-# The verdict is this host's: a slower or busier CPU moves all three ceilings. It is judged at one event per write
-# because that is how SGLang and vLLM stream (each server's `tokens_per_chunk` is stated under "What we found"),
-# and only where both clients' cores were busy there: on a machine with few cores the one-core fake server sets the pace
-# at that level, and the page says so instead of deciding. Levels with many tokens per write show each client's
-# parsing cost alone.
+# The verdict is this host's: a slower or busier CPU moves all three ceilings. It is judged at one event per write because
+# that is how SGLang and vLLM stream (each server's `tokens_per_chunk` is stated under "What we found"), and only where
+# both clients' cores were busy there: on a machine with few cores the one-core fake server sets the pace at that level,
+# and the page says so instead of deciding. Levels with many tokens per write show each client's parsing cost alone.
 
 # %% [markdown]
 # ## Prompts
@@ -284,11 +286,10 @@ print("\n".join(notes))
 
 # %% [markdown]
 # ## Against the roofline
-# At batch 1 every new token reads every active weight once, so
-# `time per token >= bytes per token / memory bandwidth`. Bytes come from the model's safetensors
-# headers (routed experts scaled by how many are active per token, one embedding row); bandwidth is
-# the GPU's datasheet figure on a GPU host, or measured on the CPU where there is no GPU: the cell below says
-# which one this run used.
+# At batch 1 every new token reads every active weight once, so `time per token >= bytes per token / memory bandwidth`.
+# Bytes come from the model's safetensors headers (routed experts scaled by how many are active per token, one embedding
+# row); bandwidth is the GPU's datasheet figure on a GPU host, or measured on the CPU where there is no GPU: the cell
+# below says which one this run used.
 
 # %%
 host_roof = ch05.host_roofline(store, model_dir, single_cfg, measure=measure, w=w)
@@ -319,9 +320,10 @@ ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single
 # Shares of one served token's time; a negative "unexplained" share means the parts overlap (e.g. the server computes while streaming).
 #
 # ### The seed case on paper
-# Kimi-K2.5 (INT4) on the seed's RTX PRO 6000 GPUs (as many as its file says), from data files only: the bandwidth bound (the card's bytes per token
-# over the profile's bandwidth; the what-if book states the same figure), then with the communication floor added
-# (two all-reduces per layer, at a latency measured elsewhere or assumed: each line says which).
+# Kimi-K2.5 (INT4) on the seed's RTX PRO 6000 GPUs (as many as its file says), from data files only: the bandwidth bound
+# (the card's bytes per token over the hardware profile's bandwidth; the what-if book states the same figure), then with
+# the communication floor added (on a PCIe hardware profile the what-if book's rule: the collectives per token read in
+# each engine's code, at that engine's published eight-rank PCIe latency; each line says which).
 
 # %%
 display(Markdown(seed_sentence()))
@@ -329,8 +331,7 @@ seed = ch05.seed_roofline(store, seed_model=seed_model, seed_profile=seed_profil
                           seed_reported_tok_s=seed_reported_tok_s)
 display(Markdown("\n".join(seed["lines"])))
 print(ch05.what_if_line(profile, host_roof["weights"]))
-roofs = store.table("bench_roofline")
-roofs[["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source"]] if len(roofs) else "no roofline computed"
+ch05.roofline_shown(store, host_roof, seed)
 
 # %% [markdown]
 # Measured (or reported) rates next to their limits; the seed rows' time split is in the table `bench_breakdown`.
@@ -357,7 +358,7 @@ sbprof.show_breakdown(prof)
 # Each bar is one server's profiled step; the black tick is its time per token without the profiler. Where the bar is
 # longer, the profiler's own cost is the difference.
 #
-# Where this run measured a configuration both with CUDA graphs and eagerly (this chapter's profiles, or chapter 03's
+# Where this run measured a configuration both with CUDA graphs and eagerly (this chapter's decode-step profiles, or chapter 03's
 # forced backends), the two times per token side by side:
 
 # %%

@@ -11,6 +11,15 @@
 # %% [markdown]
 # # 06. Findings
 #
+# *Terms used here* (all of them: the glossary): **seed case**: the investigation this book began from (Kimi-K2.5 on 8x
+# RTX PRO 6000: SGLang decoded slower than vLLM), its figures quoted from `data/reference/seed-case.json`, its claims
+# never taken as findings; **hardware profile**: a GPU described from its datasheet (`data/hardware`, the `profile`
+# parameter), for a GPU this host does not have; **decode-step profile**: a kernel trace of an engine's decode steps
+# (its profiler), not a hardware profile; **slice**: a model with its card's architecture and full width but fewer
+# layers (`servebook model build --layers N`), to fit one GPU; **MLA**: multi-head latent attention, the compressed-KV
+# attention of DeepSeek-V3 and Kimi-K2.5; **gpu idle**: the time inside a profiled decode step when no kernel runs;
+# **host- bound**: a step whose time goes mostly to that idle time (host work, launch gaps), not to kernels.
+#
 # This chapter measures nothing. It reads what chapters 01 to 05 recorded in this run's
 # directory and states what to change. Every statement below is computed from those tables;
 # where a chapter recorded nothing or failed, it says so instead of guessing.
@@ -57,7 +66,8 @@ pd.DataFrame([
     {"what": "host", "value": f"{fp.get('hostname')} — {fp.get('cpu_count')} CPUs, {fp.get('memory_gib')} GiB, GPUs: {', '.join(fp.get('gpus') or []) or 'none'}"},
     {"what": "engine under study", "value": params.get("engine")},
     {"what": "model", "value": params.get("model")},
-    {"what": "versions", "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v)},
+    {"what": "versions of the kernel that executed this page (each engine's own: chapter 01's engines table)",
+     "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v)},
     {"what": "code", "value": describe_revision(manifest.get("git_revision"))},
 ])
 
@@ -65,7 +75,7 @@ pd.DataFrame([
 # ## The verdict
 # What is slow, by how much, and why - each statement says whether it is measured, read from an engine's code, or
 # predicted - and what to run next. For the seed case (the what-if book on the RTX PRO 6000) the numbers are a
-# projection of this book's H200 profiles; for a live run they are that run's own profiles (chapter 05).
+# projection of this book's H200 decode-step profiles; for a live run they are that run's own (chapter 05).
 
 # %%
 from servebook import profile as sbprof
@@ -225,17 +235,36 @@ Markdown("Shown in the what-if book of the seed case. Each category of the H200 
          "host rule (the longer of the host's time and the GPU's); communication = the collectives per token read in each "
          "engine's code (the one count chapters 04, 05 and 06 state) x that engine's all-reduce latency, a range over "
          f"published {_tp}-rank PCIe figures chosen by the NCCL environment the seed launched it with "
-         "(`data/reference/allreduce-pcie-published.json`). Every row says its source and rule.")
+         "(`data/reference/allreduce-pcie-published.json`). Every row says its source and rule; the row \"host beyond the GPU\" is "
+         "what the host's time per step adds beyond the projected GPU time (not chapter 05's \"gpu idle\", the time inside a "
+         "profiled step when no kernel runs).")
 
 # %%
 if seed_rows:
-    proj = pd.DataFrame(seed_rows)
-    display(proj[proj["category"] != "total"].pivot_table(index="category", columns="engine", values="ms_per_token").round(3))
+    display(sbseed.projection_frame(seed_rows))
     display(pd.DataFrame(seed_tabs["seed_range"])[[c for c in ["who", "point_ms", "low_ms", "high_ms", "point_tok_s", "low_tok_s",
                                                                "high_tok_s", "seed_tok_s", "seed_gap_ms", "seed_inside"]
                                                    if c in pd.DataFrame(seed_tabs["seed_range"])]].round(2))
 else:
     print("not the seed case's what-if book: no projection here")
+
+# %% [markdown]
+# ### The evidence: the reference run's decode-step profiles
+# The projection's inputs as `data/runs/h200x1-prof` recorded them (the reference run has no book of its own, so its rows
+# are shown here): the slices each engine's projection subtracts (one MoE layer = the deeper slice minus the shallower
+# one, both taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
+# when no kernel runs), the whole-model checks of the host rule, and each slice's longest kernels in its trace excerpt.
+
+# %%
+from servebook.profile.evidence import reference_evidence
+
+if seed_rows:
+    _ev = reference_evidence()
+    display(pd.DataFrame(_ev["slices"]).round(3))
+    display(pd.DataFrame(_ev["breakdown"]).pivot_table(index="category", columns="slice", values="ms_per_step").round(3))
+    display(pd.DataFrame(_ev["checks"]).round(2))
+    display(pd.DataFrame(_ev["kernels"]))
+    print("\n".join(_ev["notes"]))
 
 # %% [markdown]
 # The assumptions, each moved alone to its end (the others central): how many ms per token it adds to (or takes from) each

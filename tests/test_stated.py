@@ -643,7 +643,8 @@ def test_remeasured_and_seed_figures_are_tagged_and_recomputed(tmp_path):
     run = tmp_path / "run"  # seed_roofline records its rows: on a copy
     shutil.copytree(LIVE1, run)
     seed = ch05.seed_roofline(RunStore(run), seed_model="kimi-k2.5", seed_profile="rtx-pro-6000", seed_tp=8)
-    _all_tagged_and_recomputed(run, "\n".join(seed["lines"]), {"card_fact", "seed_floor", "card_roofline_tok_s", "ref_allreduce_us"})
+    # a PCIe profile: each engine's published PCIe latency, chapter 06's rule (issue #41 item 1), not the NVLink reference grid's
+    _all_tagged_and_recomputed(run, "\n".join(seed["lines"]), {"card_fact", "seed_floor", "card_roofline_tok_s", "seed_pcie_us"})
     assert _recomputed(run, stated.q("seed_floor", 9, "d", of=seed["subject"] + " | default | gpus"))
 
 

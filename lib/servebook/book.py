@@ -808,6 +808,14 @@ def _verdict_html(run_dir: Path) -> str:
             f'<p><small>As <a href="06_findings.html">06. Findings</a> states it.</small></p></div>')
 
 
+def _book_name(store: RunStore) -> str:
+    """The book's name: its run directory's (the name every page and the front page use), with the run_id it was
+    recorded under where that differs (h200x1-trust was recorded as h200x1-live)."""
+    rid = str(store.manifest.get("run_id") or "")
+    name = store.path.name or rid
+    return name if not rid or rid == name else f"{name} (recorded under the run_id {rid})"
+
+
 def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     from .findings import host_summary, versions_read
 
@@ -841,17 +849,19 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         + (f"<tr><th>what-if</th><td>hardware profile {html.escape(str(params.get('profile')))}: nothing on it was measured; "
            f"chapters 03-05 plan and predict</td></tr>" if params.get("profile") else "")
         + f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
-        f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}</td></tr>"
-        + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their code only: nothing of them ran)</td></tr>"
+        f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}"
+        + (" (each engine environment's own version, chapter 01's engines table; the chapters' versions line is the "
+           "kernel's that executed them)" if studied else "") + "</td></tr>"
+        + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their selection code, read and run on this CPU with GPU-only libraries stubbed - the [run] of chapter 02; no server of them was started)</td></tr>"
            if read else "") +
         f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "
         f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"
         f"<tr><th>date</th><td>{html.escape(date)} (finished {html.escape(str(manifest.get('finished')))})</td></tr>"
-        f"<tr><th>run</th><td>{html.escape(str(manifest.get('run_id') or store.path.name))} &middot; servebook "
+        f"<tr><th>run</th><td>{html.escape(_book_name(store))} &middot; servebook "
         f"{html.escape(str(manifest.get('servebook_version')))}</td></tr>"
         f"<tr><th>code</th><td>{_code_cell(manifest, status)}</td></tr></table>"
     )
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook: {html.escape(str(manifest.get('run_id') or ''))}</title>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook: {html.escape(store.path.name or str(manifest.get('run_id') or ''))}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5}}th{{text-align:left;padding-right:1em;vertical-align:top}}li{{margin:.3em 0}}
 .sb-card{{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:.6em 1em}}
 .sb-verdict{{border-left:4px solid #0969da;padding:.2em 1em;background:#f6f8fa}}</style>

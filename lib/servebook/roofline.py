@@ -382,7 +382,8 @@ def gpu_profile_named(gpu_name: str | None) -> str | None:
 def weights_on_gpus(card_name: str, quant: str, profile: str) -> dict:
     """How many GPUs of ``profile`` a model card's weights need at least (weights alone: no KV cache, no activations):
     ``quant`` "bf16" counts every weight at 2 bytes, "card" the card's own quantization of the routed experts (as the
-    slices' ``full_bytes_per_token_card``). Returns ``weights_gb``, ``gpu_memory_gib`` and ``gpus_to_hold``."""
+    slices' ``full_bytes_per_token_card``). Returns ``weights_gb`` (10^9 bytes), ``weights_gib`` (2^30 bytes, the unit of
+    ``gpu_memory_gib``: a sentence that compares the two states both in GiB) and ``gpus_to_hold``."""
     import math
 
     from .profiles import load_profile
@@ -390,7 +391,7 @@ def weights_on_gpus(card_name: str, quant: str, profile: str) -> dict:
     card = load_model_card(card_name)
     counted = config_bytes_per_token(card, expert_bytes=2.0) if quant == "bf16" else config_bytes_per_token(card)
     mem_gib = float(load_profile(profile)["memory_gib"])
-    return {"weights_gb": counted["total_bytes"] / 1e9, "gpu_memory_gib": mem_gib,
+    return {"weights_gb": counted["total_bytes"] / 1e9, "weights_gib": counted["total_bytes"] / (1 << 30), "gpu_memory_gib": mem_gib,
             "gpus_to_hold": math.ceil(counted["total_bytes"] / (mem_gib * (1 << 30)))}
 
 

@@ -233,8 +233,11 @@ def found_lines(store, names: list[str], table) -> str:
 
 
 def _whole(text) -> str:
-    """A recorded error as the page states it: whole (a long one is still one line), never cut mid-word."""
-    return " ".join(str(text).split())
+    """A recorded error as the page states it: whole (a long one is still one line), never cut mid-word; a cut made when
+    it was recorded is marked (``stated.text.marked``)."""
+    from ..stated.text import marked
+
+    return " ".join(marked(text).split())
 
 
 def _error_of(r: dict) -> str:

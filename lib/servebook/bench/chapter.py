@@ -13,17 +13,20 @@ figures the page states in prose without a tag, each with the reason it cannot c
 
 from __future__ import annotations
 
+import re
+
 import json
 from dataclasses import dataclass, replace
 from typing import Any
 from pathlib import Path
 
 from ..errors import ServebookError
+from ..stated.text import marked
 from .figures import breakdowns, ceiling_tables, sweep_parameters
 
 __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measure_engines", "measured", "starts_table",
-           "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "client_check",
-           "host_roofline", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
+           "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "graph_eager_pairs", "client_check",
+           "host_roofline", "roofline_shown", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
            "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling_comparison", "ceiling_warnings", "what_if_line", "excerpt", "whole_block"]
 
 # Figures stated in prose (Markdown output) that carry no servebook.stated tag, and why each cannot.
@@ -409,23 +412,33 @@ def _spread_labels(ax, min_gap_pt: float = 10.0) -> None:
         placed.append((bb.x0, bb.x1, y + shift))
 
 
-def plot_graph_vs_eager(store):
-    """Time per token with CUDA graphs and eagerly, for each configuration the run measured both ways (chapter 05's
-    profiles, unprofiled time; chapter 03's forced backends, 1000 / decode tok/s). None when the run has no eager row."""
-    import matplotlib.pyplot as plt
-
+def graph_eager_pairs(store) -> dict[str, dict[str, float]]:
+    """``{configuration: {"graph": ms, "eager": ms}}`` for each configuration measured both ways, like with like: a
+    configuration is the engine, the model slice, its quantization and the backend (chapter 05's profiles, unprofiled
+    time per token), or the engine, the model and the backend (chapter 03's forced backends, 1000 / decode tok/s), so a
+    bf16 graph slice is never set against an INT4 eager one."""
     from ..profile.tables import latest_ok
 
-    pairs = {}
+    pairs: dict[str, dict[str, float]] = {}
     for r in latest_ok(store.rows("profile_runs")):
-        key = f"05 profile: {r['engine']} {r.get('card')}-{r.get('layers')}L {r.get('backend')}"
+        key = (f"05 profile: {r['engine']} {r.get('card')}-{r.get('layers')}L {r.get('quant') or 'bf16'} "
+               f"{r.get('backend') or 'auto'}")
         if r.get("tpot_ms"):
             pairs.setdefault(key, {})[r.get("mode")] = r["tpot_ms"]
     for r in store.rows("backends"):
         if r.get("outcome") == "ok" and r.get("decode_tok_s"):
-            key = f"03 forced: {r['engine']} {r.get('reported') or r.get('attention')}"
+            model = str(r.get("bench_model") or "").rstrip("/").rsplit("/", 1)[-1]
+            key = f"03 forced: {r['engine']}{' ' + model if model else ''} {r.get('reported') or r.get('attention')}"
             pairs.setdefault(key, {})[r.get("mode")] = 1e3 / r["decode_tok_s"]
-    both = {k: v for k, v in pairs.items() if "eager" in v and "graph" in v}
+    return {k: v for k, v in pairs.items() if "eager" in v and "graph" in v}
+
+
+def plot_graph_vs_eager(store):
+    """Time per token with CUDA graphs and eagerly, for each configuration the run measured both ways
+    (``graph_eager_pairs``: like with like). None when the run has no eager row."""
+    import matplotlib.pyplot as plt
+
+    both = graph_eager_pairs(store)
     if not both:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(both) + 1.2))
@@ -436,7 +449,7 @@ def plot_graph_vs_eager(store):
     ax.set_yticklabels(list(both), fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ms per output token (single stream)")
-    ax.set_title("CUDA graphs against eager")
+    ax.set_title("CUDA graphs against eager, per configuration (engine, model slice, quantization, backend)")
     ax.legend(fontsize=8)
     plt.tight_layout()
     return ax
@@ -464,7 +477,8 @@ def client_check(store):
     cc = cc.drop_duplicates(["label", "concurrency", "metric"], keep="last")  # a level measured again stands in its last form
     for (_, a), (_, b) in zip(first.iterrows(), cc.iterrows()):
         if pd.notna(a["harness_fault"]) and pd.isna(b["harness_fault"]):
-            notes.append(f"{b['metric']} at C={int(b['concurrency'])}: measured again after a servebook fault was fixed ({a['harness_fault']}): "
+            fault = re.sub(r",?\s*not measured again", ", not yet measured again when the correction was written", str(a["harness_fault"]))
+            notes.append(f"{b['metric']} at C={int(b['concurrency'])}: measured again after a servebook fault was fixed ({fault}): "
                          f"servebook {a['servebook']:.3g} then, {b['servebook']:.3g} now; bench_serving {a['bench_serving']:.3g} then, {b['bench_serving']:.3g} now")
     judged = cc[cc["harness_fault"].isna()]  # a row servebook measured wrongly compares nothing
     for _, r in cc[cc["harness_fault"].notna()].drop_duplicates("metric").iterrows():
@@ -756,6 +770,7 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
     from ..paths import data_dir
     from ..profiles import load_profile
     from ..results import RunStore
+    from ..profile.comm import pcie_rule
     from ..stated import REFERENCE_NCCL_RUN, card_roofline, q, seed_case
 
     out = {"rows": [], "floors": [], "roof": None, "n_ar": None, "crossover_us": None, "lines": []}
@@ -767,9 +782,17 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
         bound = card_roofline(seed_model, seed_tp, seed_profile)
         # (label, latency, the reference grid's setting it was measured under: the subject of the tagged figures); the label
         # is stored plain in bench_roofline, and shown with its latency tagged (``tagged``)
+        rule = pcie_rule(card, seed_tp, prof) if seed_allreduce_us <= 0 else None
         if seed_allreduce_us > 0:
             latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us, None)]
             tagged = [latencies[0][0]]
+        elif rule is not None:   # a PCIe profile: chapter 06's rule, each engine's latency by the NCCL environment the seed ran it with
+            latencies = [(f"{L['central_us']:.1f} us, {e} ({L['env']}; the middle of {L['low_us']:.2f} to {L['high_us']:.2f} us, "
+                          "published eight-rank PCIe figures: the rule chapter 06 uses)", L["central_us"], e)
+                         for e, L in rule["latencies"].items()]
+            tagged = [f"{q('seed_pcie_us', L['central_us'], '.1f', of=e)} us, {e} ({L['env']}; the middle of "
+                      f"{q('seed_pcie_us_low', L['low_us'], '.2f', of=e)} to {q('seed_pcie_us_high', L['high_us'], '.2f', of=e)} us, "
+                      "published eight-rank PCIe figures: the rule chapter 06 uses)" for e, L in rule["latencies"].items()]
         else:
             ref_nccl = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
             where = [(ref_nccl.get("default_us"), "default", f"NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)")]
@@ -777,7 +800,7 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
                 where.append((ref_nccl["best_us"], ref_nccl["setting"], f"`{ref_nccl['setting']}` measured there"))
             latencies = [(f"{us:.1f} us, {what}", us, setting) for us, setting, what in where if us]
             tagged = [f"{q('ref_allreduce_us', us, '.1f', of=setting)} us, {what}" for us, setting, what in where if us]
-        n_ar = roofline.allreduces_per_token(card)
+        n_ar = rule["n"] if rule is not None else roofline.allreduces_per_token(card)
         floors = [(label, roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp, allreduce_us=us,
                                                    allreduces_per_token=n_ar)) for label, us, _ in latencies]
         settings = [setting for _, _, setting in latencies]
@@ -801,7 +824,7 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
             out["rows"].append(row)
         crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
         out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us, latency_labels=tagged, subject=bound["subject"],
-                   model=seed_model)
+                   model=seed_model, n_ar_field=f"collectives_per_token_tp{seed_tp}" if rule else "allreduces_per_token")
         sub = bound["subject"]  # every figure below tagged: recomputed from data/models, data/hardware and the reference run
 
         def card(field: str, value, fmt: str) -> str:
@@ -819,13 +842,15 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
             f"({floor('default', 'gb_per_token', bound['bytes_per_token'] / 1e9, '.1f')} GB per token over "
             f"{floor('default', 'gpus', seed_tp, 'd')} GPUs at {floor('default', 'bandwidth_tbs', bound['bandwidth_tbs'], '')} TB/s each; "
             f"`data/models/{seed_model}.json` x `data/hardware/{seed_profile}.json`).",
-            *[f"- With the communication floor, {card('allreduces_per_token', n_ar, 'd')} all-reduces per token at {label}: at most "
+            *[f"- With the communication floor, {card(f'collectives_per_token_tp{seed_tp}' if rule else 'allreduces_per_token', n_ar, 'd')} "
+              f"{'collectives per token (the count of table seed_collectives in the what-if book)' if rule else 'all-reduces per token'} at {label}: at most "
               f"{floor(st, 'tok_s', r['tok_s'], ',.0f')} tok/s ({floor(st, 't_comm_ms', r['t_comm_ms'], '.2f')} ms of all-reduce per "
               f"token beside {floor(st, 't_mem_ms', r['t_mem_ms'], '.2f')} ms of memory time)."
               for label, (_, r), st in zip(tagged, floors, settings)],
             f"- The two floors are equal at {floor(settings[0] if settings else None, 'crossover_us', crossover_us, '.1f')} us per "
             "all-reduce: above that latency, all-reduce is the larger part of the limit. The seed's GPUs talk over PCIe, whose "
-            "latency only chapter 04 run on that host measures.",
+            "latency only chapter 04 run on that host measures" + (" (the latencies above are other hosts' published figures, "
+            "the same rule and count the what-if book's chapters 04 to 06 use)." if rule else "."),
         ]
     except ServebookError as exc:
         store.record_failure("seed roofline", exc)
@@ -886,7 +911,7 @@ def _two_predictions(store) -> list[str]:
             need = None
         if need and need["gpus_to_hold"] > 1:
             of = f"{card} | {quant} | {profile}"
-            text += (f" Neither is a configuration that runs: its weights, {q('full_model_weights', need['weights_gb'], ',.0f', of=of + ' | weights_gb')} GB, "
+            text += (f" Neither is a configuration that runs: its weights, {q('full_model_weights', need['weights_gib'], ',.0f', of=of + ' | weights_gib')} GiB, "
                      f"need at least {q('full_model_weights', need['gpus_to_hold'], 'd', of=of + ' | gpus_to_hold')} GPUs of "
                      f"{q('full_model_weights', need['gpu_memory_gib'], 'g', of=of + ' | gpu_memory_gib')} GiB; tensor-parallel over "
                      "them, each GPU reads its share of the bytes per token and every layer adds all-reduces (chapter 04's floor), "
@@ -1136,8 +1161,8 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     fails = store.table("failures")
     if len(fails):
         lines.append(f"- {q('failures_recorded', len(fails), 'd')} recorded failures in this run (table `failures`), e.g. "
-                     f"{fails.iloc[-1]['step']}: {excerpt(fails.iloc[-1]['error'])}")
-        lines += whole_block("The recorded failures, whole", [f"{r['step']}: {r['error']}" for _, r in fails.iterrows()])
+                     f"{fails.iloc[-1]['step']}: {excerpt(marked(fails.iloc[-1]['error']))}")
+        lines += whole_block("The recorded failures, whole", [f"{r['step']}: {marked(r['error'])}" for _, r in fails.iterrows()])
     return lines
 
 
@@ -1173,7 +1198,8 @@ def check_yourself(m: dict, *, verdict: dict, ceiling_check_df, seed: dict, seed
         qa.append(("The seed case's limit: which floor dominates, memory or communication, and what would settle it?",
                    f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on "
                    f"{q('seed_floor', seed_tp, 'd', of=seed['subject'] + ' | default | gpus')} GPUs; "
-                   f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | allreduces_per_token')} all-reduces take "
+                   f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | ' + seed.get('n_ar_field', 'allreduces_per_token'))} "
+                   "collectives take "
                    f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at "
                    f"{(seed.get('latency_labels') or [None])[0] or rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
                    f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f') if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
@@ -1226,7 +1252,7 @@ def whatif_found(roof, facts: dict) -> list[str]:
     lines.append("- Predicted from data files, not measured: the benchmark commands above measure the real rate on the host.")
     seed = seed_case()
     if (facts["model"], facts["profile"], facts["gpus"]) == (seed["model"], seed["profile"], seed["tp"]):
-        lines.append(f"- This profile is the seed case's host. {seed_sentence()}")
+        lines.append(f"- This hardware profile is the seed case's host. {seed_sentence()}")
     return lines
 
 
@@ -1247,7 +1273,7 @@ def whatif_check_yourself(roof, facts: dict) -> list[tuple[str, str]]:
     qa = []
     if len(bw_only):
         b = bw_only.iloc[0]
-        qa.append(("What bounds single-stream decode on this profile before any overhead, and from which files?",
+        qa.append(("What bounds single-stream decode on this hardware profile before any overhead, and from which files?",
                    f"{q('plan_roofline_tok_s', b['tok_s'], ',.0f', of=b['case'])} tok/s: {_plan(b, 'gb_per_token', '.1f')} GB read per token "
                    f"(data/models/{facts['model']}.json, counted layer by layer) over {_plan(b, 'tp', 'd')} GPUs at "
                    f"{_plan(b, 'bandwidth_tbs', '')} TB/s each (data/hardware/{facts['profile']}.json)."))
@@ -1292,6 +1318,28 @@ def ceiling_warnings(ceiling_check_df) -> list[str]:
     out.append(f"highest use of the client's ceiling: {worst['share_of_ceiling']:.2%} ({worst['label']}, {worst['phase']} C={worst['concurrency']}); "
                f"warning threshold {worst['warn_at']:.0%}")
     return out
+
+
+def roofline_shown(store, host_roof: dict, seed: dict, show: bool = True):
+    """The rows of ``bench_roofline`` that stand now, as one frame: this run's standing "measured here" rows
+    (``host_roofline``) and the seed rows this execution computed (``seed_roofline``); with the sentence that says how many
+    earlier rows the table keeps unshown (superseded by a later measurement of the same case, or computed by an earlier
+    rule), so no superseded row sits beside its current one under the same label. ``show``: print the sentence and return
+    the frame (a notebook cell's last value); else ``(frame, sentence)``."""
+    import pandas as pd
+
+    rows = list(host_roof.get("rows") or []) + list(seed.get("rows") or [])
+    kept = len(store.rows("bench_roofline")) - len(rows)
+    cols = ["case", "measured_tok_s", "roofline_tok_s", "pct_of_roofline", "source", "recorded_at"]
+    df = pd.DataFrame(rows)
+    df = df[[c for c in cols if c in df]] if len(df) else df
+    note = (f"The rows that stand now; {kept} earlier row{'' if kept == 1 else 's'} of table `bench_roofline` (superseded by "
+            "a later measurement of the same case, or computed by an earlier rule) stay in the table, not shown."
+            if kept > 0 else "Every row of table `bench_roofline`.")
+    if show:
+        print(note)
+        return df if len(df) else "no roofline computed"
+    return df, note
 
 
 def what_if_line(profile: str, weights) -> str:

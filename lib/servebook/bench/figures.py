@@ -44,7 +44,7 @@ def sweep_parameters(store) -> list[dict]:
         stop = next((s for s in reversed(stops) if s.get("label") == label and s.get("levels_run") == ran
                      and bool(s.get("level_warmup")) == warmed), None)
         if stop:
-            why, kind = stop["reason"], "saturation" if "saturated" in stop["reason"] else "throughput fell"
+            why, kind = _stop_words(levels, stop)
         elif truncated:
             why, kind = f"a level hit its time budget (C={', '.join(map(str, truncated))}): it started no new request after the budget", "time budget"
         else:
@@ -54,6 +54,25 @@ def sweep_parameters(store) -> list[dict]:
                     "requests": ", ".join(str(_requests_of(r)) for r in levels), "warmed_levels": warmed,
                     "stopped_by": kind, "stopped_before": stop.get("stopped_before") if stop else None, "why": why})
     return out
+
+
+def _stop_words(levels: list[dict], stop: dict) -> tuple[str, str]:
+    """Why a sweep stopped early, by one rule for every engine (its recorded ``reason`` is read again from the levels it
+    ran): "saturation" where its last level held within ``SATURATION_GROWTH`` of the best before it (throughput flat),
+    "throughput fell" where it fell further below it (a fall is no saturation point: a saturated server holds its
+    throughput and queues each request a little)."""
+    from .runs import SATURATION_GROWTH
+
+    thr = [(int(r["concurrency"]), r.get("throughput_tok_s")) for r in levels if r.get("throughput_tok_s") is not None]
+    if len(thr) < 2:
+        return stop["reason"], "saturation" if "saturated" in stop["reason"] else "throughput fell"
+    (c_last, last), (c_best, best) = thr[-1], max(thr[:-1], key=lambda x: x[1])
+    if last < best * (1 - SATURATION_GROWTH):
+        return (f"throughput fell {1 - last / best:.0%} from its best, {best:,.1f} tok/s at C={c_best}, to {last:,.1f} at "
+                f"C={c_last}: not a saturation point (a saturated server holds its throughput; a stall or failing requests, "
+                "see the level's slowest first token)", "throughput fell")
+    return (f"throughput at C={c_last} ({last:,.1f} tok/s) stayed within {SATURATION_GROWTH:.0%} of its best, {best:,.1f} at "
+            f"C={c_best}, without beating it by {SATURATION_GROWTH:.0%}: saturated", "saturation")
 
 
 def breakdowns(store) -> list[tuple[str, list[dict]]]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..results import RunStore
 from .intervals import ONE_START, _num
+from ..stated.text import clip, marked
 from .launch import launch_commands
 from .links import (H_BACKENDS_FOUND, H_BENCH, H_ENGINES, H_HOST, H_NCCL, H_NCCL_PRED, H_SELECTION, H_SELECTION_FOUND,
                     H_SWEEP, H_SWEEP_C, Claim)
@@ -165,7 +166,7 @@ def _backend_claims(f: Findings) -> list[Claim]:
             c.append(Claim("03", best + f"{why}, so no change of backend is supported", H_SWEEP, False))
         for x in b["failed"]:  # the recorded error whole, tagged as its row's text (chapter 03 states it so too)
             err = q("backend_error", " ".join(str(x.get("error")).split()), of=f"{x['key']} | {x.get('recorded_at')}") if x.get("key") \
-                else str(x.get("error"))[:160]
+                else clip(marked(x.get("error")), 160)
             c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({err})", H_BACKENDS_FOUND, False))
         if b["not_run"]:
             c.append(Claim("03", f"{b['engine']}: not run here: " + ", ".join(

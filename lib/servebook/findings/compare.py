@@ -44,9 +44,15 @@ def _summary(store: RunStore) -> dict:
         "default backend reported (chapter 03)": ", ".join(f"{b['engine']}: {b['default_reported']}" for b in reported) or None,
         "best NCCL setting": (f"none supported: {n['setting']} is fastest, within the run-to-run spread (chapter 04)"
                               if n.get("within_spread") else n.get("setting") or n.get("reason")) if n else None,
-        # named by its backend: a gloo all-reduce on a CPU and an NCCL one on GPUs are different quantities, never a delta
-        f"{n.get('backend') if n else 'nccl'} all-reduce at batch 1 (us)": n.get("best_us") or n.get("default_us") if n else None,
     }
+    if n:
+        # named by its backend and its message size: a gloo all-reduce on a CPU and an NCCL one on GPUs, or one of 512 B and
+        # one of 14,336 B, are different quantities, never a delta; the latency is the setting that stands (the defaults'
+        # where no setting is supported beyond the run-to-run spread)
+        supported = n.get("setting") not in (None, "default") and not n.get("within_spread") and n.get("best_us") is not None
+        what = f"{n['setting']} (the supported setting)" if supported else f"{n.get('backend')}'s defaults (no setting supported)"
+        row[f"{n.get('backend')} all-reduce at batch 1, {int(n['b1_bytes']):,} B (us), {what}" if n.get("b1_bytes") else
+            f"{n.get('backend')} all-reduce at batch 1 (us)"] = n["best_us"] if supported else n.get("default_us")
     for t in tp:
         row[f"{t['label']} tok/s at C=1 (single stream)"] = t.get("single_tok_s")
         row[f"{t['label']} single-stream 95% CI (tok/s)"] = t.get("single_ci95")

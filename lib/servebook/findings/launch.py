@@ -17,6 +17,20 @@ from .tables import backends, host_summary, nccl, selection, throughput
 __all__ = ["launch_commands"]
 
 
+def _tried(store: RunStore, launch: str) -> str:
+    """What the seed case already did with a launch's forced attention backend, and what was measured serving it (the
+    seed verdict's row of ``seed_fixes`` for that backend), so a reader does not take it for untried."""
+    from ..profile.seed import served_alternative, served_words
+
+    m = re.search(r"--attention-backend (\S+)", launch or "")
+    row = next((f for f in store.rows("seed_fixes") if m and f.get("change") == f"attention backend {m.group(1)}"
+                and f.get("note")), None)
+    if row is None:
+        return ""
+    served = served_words(served_alternative(m.group(1)))
+    return f" ({row['note']}" + (f"; {served}" if served else "") + "; the seed verdict ranks it by its expected gain, above)"
+
+
 def launch_commands(store: RunStore, found_backends: list[dict] | None = None, found_nccl: dict | None = None,
                     host: dict | None = None) -> list[dict]:
     """A recommended launch command per engine the run studied: a forced backend only where it was measurably
@@ -27,11 +41,12 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
         rec = store.rows("recommended_launch")
         if rec:
             return [{"engine": engine, "command": r["launch"], "env": {},
-                     "why": [f"what-if on the {params['profile']} profile: {code_locations(r['why'])}; try it "
+                     "why": [f"what-if on the {params['profile']} hardware profile: {code_locations(r['why'])}; try it "
                              + ("first" if i == 0 else "next") + " on the real host, then check it there with "
                              + ("chapter 04 (all-reduce with and without the setting) and chapter 05 (decode rate)"
                                 if r.get("decision") == "predicted" else
-                                "chapter 03 (reported backend, greedy agreement, decode rate)")]} for i, r in enumerate(rec)]
+                                "chapter 03 (reported backend, greedy agreement, decode rate)") + _tried(store, r["launch"])]}
+                    for i, r in enumerate(rec)]
         return [{"engine": engine, "command": "", "env": {},
                  "why": [f"what-if on the {params['profile']} profile: no fallback caused by a hardware helper was found; "
                          "keep the engine's default and measure on the real host (chapters 03 and 05)"]}]

@@ -141,7 +141,7 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
                    f"{q('pct_of_roofline', t['pct_of_roofline'], '.3g', of=t['label'])}% "
                    f"({q('single_tok_s', t['single_tok_s'], ',.1f', of=t['label'])} of "
                    f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=t['label'])} tok/s): "
-                   + _roofline_reading(t)))
+                   + _roofline_reading(t, profiled=bool(store.rows("decode_breakdown")))))
     if not qa:
         qa.append(("Why does this chapter recommend nothing for this run?",
                    "Chapters 03 to 05 recorded no measurement here (see the failures and each chapter's page); a recommendation "
@@ -159,8 +159,10 @@ def check_yourself_markdown(qa: list[tuple[str, str]]) -> str:
     return "\n".join(out)
 
 
-def _roofline_reading(t: dict) -> str:
-    """What a share of the bandwidth floor says, in three bands, with the 95% interval's range where it spans two."""
+def _roofline_reading(t: dict, profiled: bool = False) -> str:
+    """What a share of the bandwidth floor says, in three bands, with the 95% interval's range where it spans two.
+    ``profiled``: the run holds per-kernel profiles (``decode_breakdown``): the page points to them rather than asking
+    for one."""
     pct, roof = t["pct_of_roofline"], t.get("roofline_tok_s")
     ci = t.get("single_ci95") or 0.0
     lo, hi = ((t["single_tok_s"] - ci) / roof * 100, (t["single_tok_s"] + ci) / roof * 100) if roof and ci else (pct, pct)
@@ -173,8 +175,10 @@ def _roofline_reading(t: dict) -> str:
     if pct >= 80:
         return f"close to it: memory bandwidth is the limit; only fewer bytes per token (quantization, batching) raise it{span}."
     return (f"between the two: the bytes explain about {q('pct_of_roofline', pct, '.0f', of=lab)}% of each token's time and something else the rest{span}. "
-            "Which part (attention, the MoE layers, launches, sampling) is not settled by a rate; a per-kernel profile of one "
-            "decode step would settle it.")
+            "Which part (attention, the MoE layers, launches, sampling) is not settled by a rate; "
+            + ("this run's per-kernel profiles of decode steps split it (chapter 05's \"Where a decode step's time goes\", and "
+               "\"Where each engine's time goes\" on this page)." if profiled else
+               "a per-kernel profile of one decode step would settle it."))
 
 
 def _overlaps(b: dict) -> bool:

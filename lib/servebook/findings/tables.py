@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import ParameterError
 from ..results import RunStore
+from ..stated.text import clip, marked
 from .intervals import _num, _overlap, separated, starts_of
 
 __all__ = ["fastest_correct", "open_run", "host_summary", "selection", "versions_read", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
@@ -304,7 +305,7 @@ def failures(store: RunStore) -> list[dict]:
     """Distinct recorded failures (by error text), how often each happened, and the steps it hit."""
     seen: dict[str, dict] = {}
     for r in store.rows("failures"):
-        err = " ".join(str(r.get("error")).split())[:200]
+        err = clip(" ".join(marked(r.get("error")).split()), 200)   # cut between words, marked; a recorded cut marked too
         item = seen.setdefault(err, {"error": err, "times": 0, "steps": []})
         item["times"] += 1
         if str(r.get("step")) not in item["steps"]:

@@ -103,7 +103,7 @@ def whatif_questions(floor, facts: dict) -> list[tuple[str, str]]:
     elif len(measured):
         r0 = measured.iloc[0]
         setting = r0["case"].split("latency ")[-1]
-        qa.append(("Which all-reduce latency does this page's communication floor use, and why is it not this profile's own?",
+        qa.append(("Which all-reduce latency does this page's communication floor use, and why is it not this hardware profile's own?",
                    f"{q('ref_allreduce_us', r0['allreduce_us'], ',.1f', of=setting)} us, recorded in `{r0['latency_source']}`: a "
                    f"lent H200 x2 over NVLink, the only grid the book has measured. The profile's {q('host_gpu_count', facts['gpus'], 'd')} GPUs talk over "
                    f"{facts['interconnect']}, so its real latency comes only from this chapter's grid run on that host."))

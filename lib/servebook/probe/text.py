@@ -87,7 +87,8 @@ def _memory_source(report: dict) -> str:
     """Where a profile's memory figure comes from: the datasheet, quoted in data/hardware with its address. A measured
     host's figure is NVML's (or nvidia-smi's) MiB / 1024, hence GiB; a datasheet states GB."""
     src = ((report.get("profile_data") or {}).get("sources") or {}).get("memory_gib")
-    return f"the datasheet's figure, quoted in `data/hardware/{report.get('profile')}.json`" + (f" from {src}" if src else "")
+    return (f"the datasheet's figure in the datasheet's unit, GB, quoted in `data/hardware/{report.get('profile')}.json`"
+            + (f" from {src}" if src else "") + "; the profile's field `memory_gib` holds that figure unconverted")
 
 
 # each verdict of ``verdicts.judge_helper`` in the words chapter 01 defines it with

@@ -274,19 +274,27 @@ def where_time_goes(store) -> str:
 def _host_bound(store, r: dict, single: list) -> str:
     """A host-bound pair of profiles. Where each engine's server was profiled over two starts or more
     (``tables.start_spread``) the starts' figures are stated, and the difference is "on the host, not in their
-    kernels" only where the engines' GPU-busy times agree within their own start-to-start spread and their times per
-    token differ by more than each engine's spread; otherwise a hypothesis, with what settles it. With one start each
-    the claim is left to the hypothesis after the list (``single`` collects the pair), with any shallower slice of the
-    same engine that took longer per token (a sign of start-to-start noise)."""
+    kernels" only where the engines' GPU-busy times agree within their own start-to-start spread and the 95% intervals
+    of their times per token (over the starts) do not overlap; otherwise a hypothesis, with what settles it. With one
+    start each the claim is left to the hypothesis after the list (``single`` collects the pair). Either way a shallower
+    slice of the same engine that took longer per token is named (a sign of start-to-start noise)."""
     from ..stated import q
     from .tables import start_spread
 
     ok = [p for p in store.rows("profile_runs") if p.get("ok")]
     head = "the rest of each token's time has no kernel running (host work, launch gaps): host-bound"
     sa, sb = start_spread(ok, r["a"]), start_spread(ok, r["b"])
+    odd = _inverted(ok, r, q)
+    noise = " (" + "; ".join(odd) + ": a sign of start-to-start noise)" if odd else ""
     if sa is not None and sb is not None:
-        return head + _over_starts(sa, sb, q)
+        return head + _over_starts(sa, sb, q) + noise
     single.append(r)
+    return head + noise
+
+
+def _inverted(ok: list[dict], r: dict, q) -> list[str]:
+    """Each shallower slice of the pair's engines (same model, quantisation, mode, backend) that took longer per token
+    than the deeper one here: a slice with fewer layers cannot need more time, so the starts moved it."""
     last = {p["label"]: p for p in latest_ok(ok)}
     odd = []
     for lab in (r["a"], r["b"]):
@@ -297,11 +305,12 @@ def _host_bound(store, r: dict, single: list) -> str:
                     (o.get("tpot_ms") or 0) > me["tpot_ms"]:
                 odd.append(f"{o['label']} took {q('profile_tpot_ms', o['tpot_ms'], '.3f', of=o['label'])} ms per token, "
                            f"more than {lab} with fewer layers")
-    return head + (" (" + "; ".join(odd) + ": a sign of start-to-start noise)" if odd else "")
+    return odd
 
 
 def _over_starts(sa: dict, sb: dict, q) -> str:
-    """The two engines' starts stated, and whether their difference is on the host (a finding) or a hypothesis."""
+    """The two engines' starts stated, and whether their difference is on the host (a finding: the kernels agree within
+    the start spread and the 95% intervals of the times per token over the starts do not overlap) or a hypothesis."""
     def starts(s: dict) -> str:
         busy = " and ".join(q("profile_busy_ms", b, ".3f", of=lab) for b, lab in zip(s["busy_ms"], s["labels"]))
         tpot = " and ".join(q("profile_tpot_ms", t, ".3f", of=lab) for t, lab in zip(s["tpot_ms"], s["labels"]))
@@ -309,17 +318,23 @@ def _over_starts(sa: dict, sb: dict, q) -> str:
 
     said = f" (over {q('profile_starts', sa['starts'], 'd', of=sa['label'])} and " \
            f"{q('profile_starts', sb['starts'], 'd', of=sb['label'])} server starts: SGLang {starts(sa)}; vLLM {starts(sb)})"
-    # over the starts' means: busy agrees within either engine's own spread; tpot differs by more than each one's
     busy_agree = abs(sa["busy_mean_ms"] - sb["busy_mean_ms"]) <= max(sa["busy_spread_ms"], sb["busy_spread_ms"])
-    tpot_apart = abs(sa["tpot_mean_ms"] - sb["tpot_mean_ms"]) > max(sa["tpot_spread_ms"], sb["tpot_spread_ms"])
-    if busy_agree and tpot_apart:
-        return (said + ": the kernels agree within the engines' start-to-start spread and the times per token differ by more "
-                "than either engine's, so the difference between the engines here is on the host, not in their kernels")
-    why = ("the kernels differ beyond their start-to-start spread" if not busy_agree else
-           "the times per token differ by less than one engine's own start-to-start spread")
-    return (said + f": {why}, so that the difference between the engines here is on the host is a **hypothesis**; more "
-            "starts of each server (until each engine's spread is smaller than the difference) and a host-side trace of "
-            "each engine's scheduler loop settle it")
+    ca, cb = sa["tpot_ci95_ms"], sb["tpot_ci95_ms"]
+    apart = sa["tpot_mean_ms"] + ca < sb["tpot_mean_ms"] - cb or sb["tpot_mean_ms"] + cb < sa["tpot_mean_ms"] - ca
+
+    def mean(s: dict) -> str:
+        return (f"{q('profile_tpot_start_mean_ms', s['tpot_mean_ms'], '.3f', of=s['label'])} ± "
+                f"{q('profile_tpot_start_ci95_ms', s['tpot_ci95_ms'], '.3f', of=s['label'])} ms")
+    ints = f"time per token over the starts {mean(sa)} (SGLang) against {mean(sb)} (vLLM), 95% intervals"
+    if busy_agree and apart:
+        return (said + f": the kernels agree within the engines' start-to-start spread and the {ints} do not overlap, so "
+                "the difference between the engines here is on the host, not in their kernels")
+    why = ("the kernels differ beyond their start-to-start spread" if not busy_agree else f"the {ints} overlap")
+    where = ("that a difference would be on the host (the kernels agree) is a **hypothesis**" if busy_agree else
+             "where a difference would come from is a **hypothesis**")
+    return (said + f": {why}, so no difference between the engines is shown here, and {where}; more starts of each server "
+            "(until the intervals are narrower than the difference) and a host-side trace of each engine's scheduler loop "
+            "settle it")
 
 
 _HOST_HYPOTHESIS = (

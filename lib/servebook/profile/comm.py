@@ -218,3 +218,17 @@ def latency_sweep(other_ms: dict, collectives: int, lats_us=tuple(range(5, 71, 5
     (``other_ms``: ``{engine: ms per token of everything but communication}``)."""
     return [{"engine": e, "allreduce_us": float(us), "tok_s": 1e3 / (rest + collectives * us / 1e3),
              "key": f"{e} | {us}"} for e, rest in other_ms.items() for us in lats_us]
+
+
+def pcie_rule(card: dict, tp: int, profile: dict) -> dict | None:
+    """The one communication rule of the seed case on a PCIe profile, for every chapter that states it (chapter 05's
+    seed on paper as chapter 06's verdict): ``{"n": collectives per token, "latencies": engine_latencies()}``; None on
+    an NVLink profile (or where the card's collectives cannot be counted), where a measured NVLink grid stands instead."""
+    if ((profile.get("interconnect") or {}).get("kind")) != "PCIe":
+        return None
+    try:
+        n = collectives_per_token(card, tp)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {"n": n, "latencies": engine_latencies()} if n else None
+

@@ -16,7 +16,10 @@ from __future__ import annotations
 from .comm import SEED_NCCL_ENGINES, custom_latency
 from .projection import NOT_IN_VERSION, _launch
 
-__all__ = ["NEEDS_VERSION", "KIND_ORDER", "rank_by_expected_gain"]
+__all__ = ["NEEDS_VERSION", "KIND_ORDER", "SEED_TRIED", "rank_by_expected_gain"]
+
+SEED_TRIED = ("the seed already tried it: it relaunched SGLang with --attention-backend flashinfer together with the NCCL "
+              "block (shared/seeds); the rate of that launch is not in the seed's figures")
 
 NEEDS_VERSION = "predicted, needs another version"
 KIND_ORDER = {"flag": 0, "environment": 0, "version": 1}
@@ -80,11 +83,10 @@ def _custom(f: dict, total: float, lat: dict, n: int, decode_path: list[dict], v
 
 def _attention(f: dict, total: float, served: str) -> dict:
     g = f.get("gain_ms_per_token")
-    why = ("high: the alternative's attention measured on the H200 and carried by the attention rule; low: 0, since "
-           + served + " and no code read here says its MLA kernels run on capability 12.0; expected: the middle")
-    return _with_range({**f, "note": "the seed launched SGLang with --attention-backend flashinfer together with the NCCL "
-                                     "block (shared/seeds); its rate with that launch is not in the seed's figures"},
-                       total, 0.0 if g is not None else None, g, "flag", why)
+    why = ("high: the alternative's attention measured on the H200 and carried by the attention rule; low: 0, since no "
+           "served measurement on the H200 found it faster (" + served + ") and no code read here says its MLA kernels run "
+           "on capability 12.0; expected: the middle")
+    return _with_range({**f, "note": SEED_TRIED, "served": served}, total, 0.0 if g is not None else None, g, "flag", why)
 
 
 def rank_by_expected_gain(fixes: list[dict], rows: list[dict], lat: dict, n: int, decode_path: list[dict] = (),

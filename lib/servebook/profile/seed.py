@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .projection import ranked_fixes
 
-__all__ = ["REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share"]
+__all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
 from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
@@ -37,6 +37,21 @@ def seed_projection(reference=None, **kw) -> list[dict]:
     src = RunStore.at(reference or _reference_dir())
     central = central_projection(src, engine_latencies(), **kw)
     return [{**r, "reference_run": Path(str(reference or _reference_dir())).name} for e in SEED_BACKENDS for r in central[e]]
+
+
+# the projection's "gpu idle" row holds what the host adds beyond the target's GPU time under the host rule: not the idle
+# time inside a profiled step that chapter 05 calls "gpu idle"; shown under its own name so one term has one meaning
+HOST_ROW = "host beyond the GPU (host rule)"
+
+
+def projection_frame(rows: list[dict]):
+    """The projection by category and engine (ms per token) as the page shows it: its "gpu idle" row named for what it
+    holds (``HOST_ROW``)."""
+    import pandas as pd
+
+    proj = pd.DataFrame(rows)
+    proj = proj[proj["category"] != "total"].replace({"category": {"gpu idle": HOST_ROW}})
+    return proj.pivot_table(index="category", columns="engine", values="ms_per_token").round(3)
 
 
 def gap_by_category(rows: list[dict], a: str = "sglang", b: str = "vllm") -> list[dict]:
@@ -75,7 +90,8 @@ def seed_tables(store, reference=None) -> dict:
     assumptions = assumption_table(src, central, lat, n)
     fixes = ranked_fixes(rows, attention_alternatives=_alternatives(store, reference, versions),
                          decode_path=store.rows("decode_path"), versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
-    fixes = rank_by_expected_gain(fixes, rows, lat, n, store.rows("decode_path"), versions, _SERVED_NOTE)
+    fixes = rank_by_expected_gain(fixes, rows, lat, n, store.rows("decode_path"), versions,
+                                  served_note(served_alternative()))
     other = {e: next(r["predicted_ms"] for r in central[e] if r["category"] == "total")
              - next(r["ms_per_token"] for r in central[e] if r["category"] == "communication") for e in SEED_BACKENDS}
     return {"seed_projection": rows, "seed_fixes": fixes, "seed_assumptions": assumptions,
@@ -85,8 +101,61 @@ def seed_tables(store, reference=None) -> dict:
             "seed_attention_12": [{**a, "key": f"{a['engine']} | {a['version']}"} for a in ATTENTION_12]}
 
 
-_SERVED_NOTE = ("chapter 03 of h200x2-live served forced flashinfer slower than triton on the H200 (a 2-layer slice, SGLang "
-                "0.5.16)")
+# the runs whose chapter 03 served the SGLang attention alternative forced on an H200, against its Triton MLA backend
+SERVED_RUNS = ("h200x2-live", "h200x1-trust")
+
+
+def served_alternative(backend: str = "flashinfer", against: str = "triton", runs=SERVED_RUNS) -> list[dict]:
+    """What chapter 03 of each run in ``runs`` measured serving SGLang with ``--attention-backend backend`` against
+    ``against`` (graph mode, the last ok row of each): rates, 95% half-widths, server starts, the change, and whether the
+    intervals separate. A run without both rows is left out."""
+    from ..findings.intervals import interval_of
+    from ..paths import data_dir
+    from ..results import RunStore
+
+    out = []
+    for run in runs:
+        d = data_dir() / "runs" / run
+        if not (d / "backends.jsonl").exists():
+            continue
+        rows = [r for r in RunStore.at(d).rows("backends") if r.get("engine") == "sglang" and r.get("mode", "graph") == "graph"
+                and r.get("outcome") == "ok" and r.get("decode_tok_s") is not None]
+        a = next((r for r in reversed(rows) if r.get("attention") == backend), None)
+        b = next((r for r in reversed(rows) if r.get("attention") == against), None)
+        if a is None or b is None:
+            continue
+        ia, ib = interval_of(a), interval_of(b)
+        both = min(ia["starts"], ib["starts"])
+        ea, eb = ia["ci95"] or 0.0, ib["ci95"] or 0.0
+        apart = ia["mean"] + ea < ib["mean"] - eb or ib["mean"] + eb < ia["mean"] - ea
+        out.append({"run": run, "version": a.get("engine_version"), "backend": backend, "against": against,
+                    "tok_s": ia["mean"], "ci95": ea, "against_tok_s": ib["mean"], "against_ci95": eb, "starts": both,
+                    "change": ia["mean"] / ib["mean"] - 1, "apart": apart})
+    return out
+
+
+def served_words(served: list[dict]) -> str:
+    """``served_note`` for prose, with no figure (the figures are in the fix's row, ``served``): each run's verdict."""
+    def one(m: dict) -> str:
+        if m["starts"] >= 2:
+            return (f"{'no different from' if not m['apart'] else ('slower than' if m['change'] < 0 else 'faster than')} "
+                    f"{m['against']} over {m['run']}'s server starts" + (" (their 95% intervals overlap)" if not m["apart"] else ""))
+        return f"{'slower' if m['change'] < 0 else 'faster'} than {m['against']} within {m['run']}'s one server start"
+    return ("served on the H200 (chapter 03, a slice of the model, SGLang " + ", ".join(sorted({str(m["version"]) for m in served}))
+            + "): " + "; ".join(one(m) for m in served)) if served else ""
+
+
+def served_note(served: list[dict]) -> str:
+    """The served measurements of ``served_alternative`` in words, each with its interval and what it covers."""
+    def one(m: dict) -> str:
+        over = (f"over {m['starts']} server starts" if m["starts"] >= 2 else "one server start: an interval within a start only")
+        verdict = ("slower" if m["change"] < 0 else "faster") if m["apart"] and m["starts"] >= 2 else \
+            ("no difference (the 95% intervals overlap)" if m["starts"] >= 2 else
+             ("slower" if m["change"] < 0 else "faster") + " within that start (the spread between starts not measured)")
+        return (f"chapter 03 of {m['run']} served forced {m['backend']} at {m['tok_s']:,.1f} ± {m['ci95']:,.1f} tok/s against "
+                f"{m['against']}'s {m['against_tok_s']:,.1f} ± {m['against_ci95']:,.1f} ({m['change']:+.0%}; {over}): {verdict}")
+    return "; ".join(one(m) for m in served) + (" (a 2-layer slice on the H200, SGLang " + ", ".join(
+        sorted({str(m["version"]) for m in served})) + ")" if served else "")
 
 
 def _comm_rows(lat: dict, n: int, other: dict, seed_tok_s: dict) -> list[dict]:

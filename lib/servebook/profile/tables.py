@@ -215,12 +215,14 @@ def starts_of(profile_rows: Iterable[dict], label: str) -> list[dict]:
 
 def start_spread(profile_rows: Iterable[dict], label: str) -> dict | None:
     """How far one server's profile moved from one start to the next: per start its GPU-busy time per step
-    (``busy_ms``) and unprofiled time per token (``tpot_ms``), and each one's spread (largest - smallest over the
-    starts). ``None`` where the server has fewer than two starts with both figures.
+    (``busy_ms``) and unprofiled time per token (``tpot_ms``), each one's spread (largest - smallest over the
+    starts), and the 95% t-interval's half-width of the time per token over the starts (``tpot_ci95_ms``). ``None`` where the server has fewer than two starts with both figures.
 
         start_spread(store.rows("profile_runs"), "sglang kimi-2L")
         # {"label": ..., "starts": 2, "labels": [...], "busy_ms": [1.203, 1.193], "tpot_ms": [...], "busy_spread_ms": ..., ...}
     """
+    from ..bench.stats import mean_ci
+
     rows = [p for p in starts_of(list(profile_rows), label) if p.get("busy_ms") is not None and p.get("tpot_ms") is not None]
     if len(rows) < 2:
         return None
@@ -229,7 +231,8 @@ def start_spread(profile_rows: Iterable[dict], label: str) -> dict | None:
     return {"label": label, "engine": rows[0]["engine"], "backend": rows[0].get("backend", "auto"), "starts": len(rows),
             "labels": [p["label"] for p in rows], "busy_ms": busy, "tpot_ms": tpot,
             "busy_spread_ms": max(busy) - min(busy), "tpot_spread_ms": max(tpot) - min(tpot),
-            "busy_mean_ms": sum(busy) / len(busy), "tpot_mean_ms": sum(tpot) / len(tpot)}
+            "busy_mean_ms": sum(busy) / len(busy), "tpot_mean_ms": sum(tpot) / len(tpot),
+            "tpot_ci95_ms": mean_ci(tpot)["half_width"]}
 
 
 def copy_profile_tables(source, dest, tables: Iterable[str] = PROFILE_TABLES) -> dict:

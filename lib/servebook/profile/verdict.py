@@ -90,7 +90,7 @@ def _range_line(tables: dict) -> str:
     cross = [c for r in tot.values() for c in (r.get("cross_day") or [])]
     ref = next(iter(tot.values()), {}).get("reference_run", "?")
     return (
-        "**The projection (predicted, not measured on that host)**, each engine's Triton MLA profile from "
+        "**The projection (predicted, not measured on that host)**, each engine's Triton MLA decode-step profile (kernel trace) from "
         f"`data/runs/{ref}` carried to 8x RTX PRO 6000: SGLang {_point(tot, 'sglang')} tok/s "
         f"({t('seed_range', s, 'low_tok_s', '.1f')} to {t('seed_range', s, 'high_tok_s', '.1f')}; the seed measured "
         f"{t('seed_range', s, 'seed_tok_s', '.1f')}), vLLM {_point(tot, 'vllm')} tok/s "
@@ -158,6 +158,14 @@ def _fixes_line(tables: dict) -> str:
             + "; ".join(f"{_NAMES.get(f['engine'], f['engine'])}: {_change(f)} {t('seed_fixes', f, 'expected_gain_ms', '.2f')} ms "
                         f"({t('seed_fixes', f, 'gain_low_ms', '.2f')} to {t('seed_fixes', f, 'gain_high_ms', '.2f')}"
                         + (f", needs {f['needs_version']}" if f.get("needs_version") else "") + ")" for f in ranked) + ".")
+    from .seed import served_alternative, served_words
+
+    for f in ranked:
+        if f.get("served"):
+            line += (f" {_NAMES.get(f['engine'], f['engine'])}'s {f['change']}: {f.get('note')}; "
+                     + served_words(served_alternative(f["change"].rsplit(" ", 1)[-1]))
+                     + " (the figures: the row's `range_basis`) - ranked by its expected gain all the same, as no measurement "
+                     "was on the seed's GPUs.")
     if rest:
         line += " The others carry no gain here: " + ", ".join(f"*{r}*" for r in rest) + " (each row's basis says which code decided it)."
     return line

@@ -65,7 +65,9 @@ def ask(store, spec: str, model: str, case: str, step: str, gpu: str | None = No
         ans = whatif(spec, model, gpu=gpu, **kw)
     except ServebookError as exc:
         store.record_failure(step, exc, engine=spec, model=model, gpu=gpu)
-        print(f"{spec}: what-if failed:", exc)
+        from ..stated.text import marked
+
+        print(f"{spec}: what-if failed:", marked(str(exc)))   # a message cut before it reached here says so
         return None
     _record_answer(store, selection_row(ans, case))
     show(ans)
@@ -111,6 +113,7 @@ def print_decode_path(rows: list[dict]) -> None:
     """Setting by setting, each engine version's choice, where its code makes it, and the condition."""
     import pandas as pd
 
+    from ..stated.text import clip
     from .decode_path import SETTINGS
 
     dp = pd.DataFrame(rows)
@@ -121,7 +124,7 @@ def print_decode_path(rows: list[dict]) -> None:
         for r in g.itertuples():
             print(f"  {r.engine:<14} [{r.source}] {r.choice}"
                   + (f"\n{'':17}at {r.where}" if isinstance(r.where, str) else "")
-                  + (f"\n{'':17}condition: {r.condition[:300]}" if isinstance(r.condition, str) and r.condition else "")
+                  + (f"\n{'':17}condition: {clip(r.condition, 300)}" if isinstance(r.condition, str) and r.condition else "")
                   + (f"\n{'':17}({r.why})" if isinstance(r.why, str) and r.source != "run" else ""))
 
 

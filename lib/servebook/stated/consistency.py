@@ -1,5 +1,8 @@
 """Contradictions a rendered book can hold without any single number being wrong: the same tagged quantity with two
-values on two pages, a status and its opposite for the same row, text cut off mid-word, counts that disagree.
+values on two pages, a status and its opposite for the same row, text cut off mid-word (in prose, tables, failure
+listings and code excerpts), counts that disagree, one claim stated both as a finding and as a hypothesis (or "measured
+again" and "not measured again" of one thing), a sweep's stop called saturation against its own levels, one quantity
+in two units in one sentence, and the seed's flashinfer launch ranked without what was measured of it (issue #41).
 
     found = contradictions("rendered/h200x2-live")      # [Contradiction(kind, page, text), ...]
     contradictions({"a.html": page_a, "b.html": page_b}) # pages given as HTML text (a test's fake pages)
@@ -19,9 +22,9 @@ from pathlib import Path
 
 from .tags import stated_on
 
-__all__ = ["Contradiction", "Visible", "visible", "contradictions", "KINDS"]
+__all__ = ["Contradiction", "Visible", "visible", "contradictions", "across_books", "KINDS"]
 
-KINDS = ("tagged value", "status", "cut off", "count")
+KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label", "term", "versions", "superseded", "ran")
 
 
 @dataclass(frozen=True)
@@ -242,9 +245,38 @@ def _cut(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]
             m = _CUT_TOKEN.search(text)
             if m:
                 hits.setdefault(text[max(0, m.start() - 60):].strip(), None)
+        texts = v.blocks + cells
+        for text in texts:
+            h = _cut_listing(text, texts)
+            if h:
+                hits.setdefault(h, None)
         for h in hits:
             out.append(Contradiction("cut off", page, h))
     return out
+
+
+_OPEN = {"[": "]", "(": ")", "{": "}"}
+
+
+def _cut_listing(text: str, texts: list[str]) -> str | None:
+    """A failure listing or code excerpt cut inside a word with no mark: it ends on a word inside an unclosed bracket
+    (``['KimiK25ForCondi``), or it ends (starts) on a word the same page shows continuing elsewhere (``This usuall``
+    where ``This usually`` is shown; ``eturn future.result()`` where ``return future.result()`` is)."""
+    t = text.rstrip()
+    if len(t) < 24 or t.endswith(("...", "…", "[...]")):
+        return None
+    if re.search(r"\w$", t) and any(t.count(o) > t.count(c) for o, c in _OPEN.items()) and re.search(r"[\[(]'?\w+$", t[-60:]) is None \
+            and re.search(r"['\"][A-Za-z_]\w{3,}$", t):
+        return t[-60:]
+    if re.search(r"[A-Za-z_]{4,}$", t):
+        tail = t[-20:]
+        if any(re.search(re.escape(tail) + r"\w", o) for o in texts if o is not text and len(o) > len(t) // 2):
+            return t[-60:]
+    for start in re.finditer(r"(?:^|: )([a-z]{4,}[^\n]{16,40})", t):
+        head = start.group(1)
+        if any(re.search(r"[A-Za-z]" + re.escape(head), o) for o in texts if o is not text):
+            return t[max(0, start.start(1) - 20):start.start(1) + 40]
+    return None
 
 
 def _counts(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
@@ -294,4 +326,17 @@ def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = K
         out += _cut(book, seen)
     if "count" in kinds:
         out += _counts(book, seen)
+    from .wording import CHECKS
+
+    for kind, check in CHECKS.items():
+        if kind in kinds:
+            out += check(book, seen)
     return out
+
+
+def across_books(root):
+    """What one book cannot see (``servebook.stated.wording.across_books``): the seed case's communication rule stated
+    with two counts in two books, and a book titled with another name than its own."""
+    from .wording import across_books as _across
+
+    return _across(root)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..paths import data_dir
 from .figures import REFERENCE_NCCL_RUN, card_roofline, chosen_setting, chosen_us, seed_case, selection_of, site_count
-from .text import MISSING, plain
+from .text import MISSING, marked, plain
 
 __all__ = ["Quantity", "QUANTITIES", "expected", "pick"]
 
@@ -419,7 +419,7 @@ def _s8_profile_capability(of: str):
 def _s9_backend_errors(store) -> dict:
     from ..backends.figures import row_key
 
-    return {f"{row_key(r)} | {r.get('recorded_at')}": " ".join(str(r.get("error")).split())
+    return {f"{row_key(r)} | {r.get('recorded_at')}": " ".join(marked(r.get("error")).split())
             for r in store.rows("backends") if r.get("outcome") != "ok"}
 
 
@@ -460,6 +460,10 @@ def _s9_card_fact(of: str):
     if what in ("avg_bytes_per_param", "avg_gb_per_token"):
         avg = roofline.card_bytes_per_token(card)
         return avg["bytes_per_param"] if what == "avg_bytes_per_param" else avg["bytes_per_token"] / 1e9
+    m = re.fullmatch(r"collectives_per_token_tp(\d+)", what)
+    if m:
+        from ..profile.comm import collectives_per_token
+        return collectives_per_token(card, int(m.group(1)))
     return roofline.allreduces_per_token(card) if what == "allreduces_per_token" else MISSING
 
 
@@ -480,10 +484,13 @@ def _s9_seed_floor(of: str):
         bw = load_profile(profile)["memory_bandwidth_tbs"]
     except Exception:  # noqa: BLE001 - an unknown card or profile
         return MISSING
-    arch, n_ar = roofline.config_bytes_per_token(card), roofline.allreduces_per_token(card)
+    from ..profile.comm import pcie_rule
+
+    rule = pcie_rule(card, tp, load_profile(profile))
+    arch, n_ar = roofline.config_bytes_per_token(card), rule["n"] if rule else roofline.allreduces_per_token(card)
     if what in ("gb_per_token", "bandwidth_tbs", "gpus"):
         return {"gb_per_token": arch["bytes_per_token"] / 1e9, "bandwidth_tbs": bw, "gpus": tp}[what]
-    us = _ref_us(setting)
+    us = rule["latencies"][setting]["central_us"] if rule and setting in rule["latencies"] else None if rule else _ref_us(setting)
     if us is None:
         return MISSING
     r = roofline.decode_roofline(arch["bytes_per_token"], bw, tp=tp, allreduce_us=us, allreduces_per_token=n_ar)
@@ -908,15 +915,20 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     # issue #28 item 4 (s9): the prose figures tagged last
     Quantity("default_method", "chapters 03 and 05's measurement of an engine's default, item by item (engine | what | 03 or 05; "
              "engine | change %): servebook.findings.method_figures", _s9_default_method),
-    Quantity("sweep_stop_why", "why the sweep stopped, in the words its stop row recorded (bench_sweep_stops.reason) or the "
-             "time budget or last level (bench.figures.sweep_parameters)", _ch05_sweep_params("why")),
+    Quantity("sweep_stop_why", "why the sweep stopped, read again from its levels by one rule for every engine (a stop row of "
+             "bench_sweep_stops: saturation or throughput fell), or the time budget or last level (bench.figures.sweep_parameters)",
+             _ch05_sweep_params("why")),
     Quantity("backend_error", "a forced start's recorded error, whole (engine | attention | mode | recorded_at; table backends)",
              _s9_backend_errors),
     Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures)",
-             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(str(f.get("error")).split()) for f in store.rows("failures")}),
+             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(marked(f.get("error")).split()) for f in store.rows("failures")}),
     Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends.figures.not_run)", _s9_not_run),
     Quantity("card_fact", "a model card's figure (model | active_params_b, gb_per_token, avg_bytes_per_param, avg_gb_per_token, "
-             "allreduces_per_token), from data/models", lambda store: {}, lookup=_s9_card_fact),
+             "allreduces_per_token, collectives_per_token_tpN), from data/models", lambda store: {}, lookup=_s9_card_fact),
+    Quantity("seed_pcie_us", "seed case: one engine's all-reduce latency on eight PCIe ranks, the middle of its published "
+             "range (engine; profile.comm.engine_latencies central_us)", lambda store: _pcie("central_us")),
+    Quantity("seed_pcie_us_low", "the low end of that range (engine)", lambda store: _pcie("low_us")),
+    Quantity("seed_pcie_us_high", "the high end of that range (engine)", lambda store: _pcie("high_us")),
     Quantity("seed_floor", "the seed case's limit with the communication floor at a latency of the reference NCCL run, and its "
              "inputs (model on Nx profile | setting | field), from the data files and that run", lambda store: {}, lookup=_s9_seed_floor),
     Quantity("seed_reported_tok_s", "seed case: the reported single-stream rate a bench_roofline row sets against its limits (case)",
@@ -1019,7 +1031,7 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("gpu_read_bandwidth", "a GPU's measured read bandwidth (table memory_bandwidth) and the reference it is set against "
              "(device | field; bench.figures.bandwidth_roofline, roofline.REFERENCE_GPU_READ)", lambda store: _ch05_bandwidths(store, "devices")),
     Quantity("full_model_weights", "a model card's weights and the GPUs of a profile they need at least (card | bf16 or card | "
-             "profile | weights_gb, gpu_memory_gib or gpus_to_hold; roofline.weights_on_gpus), from data/models and data/hardware",
+             "profile | weights_gb, weights_gib, gpu_memory_gib or gpus_to_hold; roofline.weights_on_gpus), from data/models and data/hardware",
              lambda store: {}, lookup=_ch05_full_model_weights),
     # fix-find (review findings 2 and 4): server starts chapter 03 counted per engine; starts a cross-run comparison covers
     Quantity("backend_server_starts", "server starts chapter 03 took per engine: each configuration's starts (one where it "
@@ -1032,6 +1044,10 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
              lambda store: {p["label"]: s["starts"] for p in store.rows("profile_runs") if p.get("ok")
                             for s in [__import__("servebook.profile.tables", fromlist=["x"]).start_spread(store.rows("profile_runs"), p["label"])]
                             if s is not None}),
+    Quantity("profile_tpot_start_mean_ms", "one profiled server's time per token, mean over its server starts (label; "
+             "profile.tables.start_spread tpot_mean_ms)", lambda store: _start_spreads(store, "tpot_mean_ms")),
+    Quantity("profile_tpot_start_ci95_ms", "the 95% t-interval half-width of one profiled server's time per token over its "
+             "server starts (label; profile.tables.start_spread tpot_ci95_ms)", lambda store: _start_spreads(store, "tpot_ci95_ms")),
     Quantity("seed_fix_alternative_ms", "seed case: the projected attention (ms per token) of the alternative backend a fix "
              "names, from its measured H200 profile (engine | backend; seed_fixes)",
              lambda store: {f"{f['engine']} | {f['alternative_backend']}": f.get("alternative_ms") for f in store.rows("seed_fixes")
@@ -1055,6 +1071,20 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
                  {r["engine"]: r.get("starts_ms") for r in store.rows("seed_projection") if r["category"] == "total"})),
     # end of start-to-start spread (fix-prof2)
 ]}
+
+
+def _pcie(field: str) -> dict:
+    from ..profile.comm import engine_latencies
+
+    return {e: L[field] for e, L in engine_latencies().items()}
+
+
+def _start_spreads(store, field: str) -> dict:
+    """``field`` of ``profile.tables.start_spread`` per profiled label that has two starts or more."""
+    from ..profile.tables import start_spread
+
+    rows = store.rows("profile_runs")
+    return {p["label"]: s[field] for p in rows if p.get("ok") for s in [start_spread(rows, p["label"])] if s is not None}
 
 
 def expected(store, name: str, of: str | None = None) -> Any:

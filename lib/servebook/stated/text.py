@@ -5,6 +5,8 @@
     plain(numpy.float64("nan"))                 # None: the run did not give it
     code("x == 10")                             # '`x == 10`': Markdown inline code, whatever backticks the text holds
     code_locations("kept (a/b.py:12) from")     # 'kept (`a/b.py:12`) from': source locations in recorded prose as code
+    clip("ncclInvalidUsage: This usually reflects ...", 30)   # 'ncclInvalidUsage: This …': cut between words, marked
+    marked("eturn future.result()\n   ^^^^")      # '…eturn future.result()\n   ^^^^': a cut made when it was recorded, marked
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MISSING", "plain", "text_of", "code", "code_locations"]
+__all__ = ["MISSING", "plain", "text_of", "code", "code_locations", "clip", "marked", "ELLIPSIS"]
+
+ELLIPSIS = "…"
 
 MISSING = object()  # a quantity the run's tables do not give
 
@@ -65,3 +69,34 @@ def code_locations(text: str) -> str:
         out += [_LOCATION.sub(lambda m: f"`{m.group(0)}`", text[at:span.start()]), span.group(0)]
         at = span.end()
     return "".join(out) + _LOCATION.sub(lambda m: f"`{m.group(0)}`", text[at:])
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` whole where it fits in ``width`` characters; else cut at the last space (or line break) before it and
+    marked with " …", never inside a word. A text with no space to cut at keeps ``width`` characters and the mark."""
+    text = str(text)
+    if len(text) <= width:
+        return text
+    room = max(width - 2, 1)
+    cut = max(text.rfind(" ", 0, room), text.rfind("\n", 0, room))
+    return (text[:cut] if cut > 0 else text[:room]).rstrip(" ,;:([{'\"") + " " + ELLIPSIS
+
+
+_CUT_START = re.compile(r"^[a-z_]\w*[^\n]*\n\s+\^")          # a traceback's code line (over its ^^^ line), its start cut off
+_CUT_END = re.compile(r"(?:[\[(,{]\s*['\"]?|['\"])[A-Za-z_]\w*$")      # a word inside an unclosed bracket or quote
+
+
+def marked(text: str) -> str:
+    """A recorded text as recorded, its cuts marked where it shows one: a traceback whose first code line lost its
+    start (``eturn future.result()`` over a ``^^^`` line) gets "…" before it; a text ending on a word inside an unclosed
+    bracket or quote (``dict_keys(['ApertusForCausalLM', 'Aquil``) loses that partial word for " …"."""
+    text = str(text)
+    if _CUT_START.match(text):
+        text = ELLIPSIS + text
+    opened = any(text.count(o) > text.count(c) for o, c in (("[", "]"), ("(", ")"), ("{", "}")))
+    m = _CUT_END.search(text)
+    if opened and m:
+        word = re.search(r"\w+$", text).group(0)
+        text = text[:len(text) - len(word)] + ELLIPSIS
+    return text
+

@@ -1,0 +1,84 @@
+"""The evidence the seed verdict rests on, shown where it is cited: the reference profile run's tables (it has no book of
+its own) and the kernel excerpts of the slices the projection subtracts (what-if book, chapter 06).
+
+    ev = reference_evidence()              # the run servebook.profile.seed.REFERENCE_PROFILE_RUN names
+    ev["slices"], ev["breakdown"], ev["checks"], ev["kernels"]   # rows for pandas; ev["run"]: its directory
+
+``slices``: for each engine's Triton MLA projection, every slice ``projection.select_slices`` picks (its role in the
+subtraction, its unprofiled time per token, its GPU-busy time per step, its recording unit); ``breakdown``: those
+slices' kernel time per step by category (``decode_breakdown``); ``checks``: the whole-model checks of the host rule
+(``prediction_check``); ``kernels``: each picked slice's longest kernels of one decode step, from its trace excerpt
+(``traces/<label>.excerpt.json``), names cut between words (``stated.text.clip``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+__all__ = ["ROLES", "reference_evidence"]
+
+# what each slice ``select_slices`` picks is for in the projection's subtraction
+ROLES = {"shallow": "1-layer slice (the fixed part)", "deep": "2-layer slice (one MoE layer = 2L - 1L)",
+         "deep_same": "2-layer slice of the 1-layer slice's backend", "int4": "INT4 2-layer slice (the experts' bytes)",
+         "int4_base": "1-layer slice the INT4 experts are taken against"}
+
+
+def _run_dir(reference=None) -> Path:
+    from .seed import _reference_dir
+
+    return Path(reference) if reference else _reference_dir()
+
+
+def _top_kernels(path: Path, label: str, n: int) -> list[dict]:
+    """The ``n`` longest kernels of one decode step in a slice's trace excerpt, and every attention kernel (the verdict
+    compares the engines' Triton MLA attention), with their category."""
+    from ..stated.text import clip
+    from .kernels import classify
+
+    if not path.is_file():
+        return []
+    ex = json.loads(path.read_text())
+    steps = max(1, int(ex.get("steps") or 1))
+    by: dict[str, float] = {}
+    for k in ex.get("kernels", []):
+        by[k["name"]] = by.get(k["name"], 0.0) + float(k.get("dur") or 0.0) / steps
+    ranked = sorted(by.items(), key=lambda kv: -kv[1])
+    top = ranked[:n] + [kv for kv in ranked[n:] if classify(kv[0]) == "attention"]
+    return [{"slice": label, "kernel": clip(name, 90), "category": classify(name), "us_per_step": round(us, 1),
+             "excerpt": f"traces/{path.name}"} for name, us in top]
+
+
+def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
+    """The reference profile run's rows the seed verdict uses (see the module's docstring); empty lists where the run
+    is missing."""
+    from ..results import RunStore
+    from .projection import recorded_day, select_slices
+    from .ranges import SEED_BACKENDS
+
+    run = _run_dir(reference)
+    out = {"run": str(run), "slices": [], "breakdown": [], "checks": [], "kernels": [], "notes": []}
+    if not (run / "profile_runs.jsonl").is_file():
+        return out
+    store = RunStore.at(run)
+    profiles, breakdown = store.rows("profile_runs"), store.rows("decode_breakdown")
+    for engine, backend in SEED_BACKENDS.items():
+        picked = select_slices(profiles, engine, backend=backend)
+        out["notes"] += [f"{engine}: {n}" for n in picked["notes"]]
+        for role, what in ROLES.items():
+            r = picked.get(role)
+            if r is None or any(s["label"] == r["label"] and s["engine"] == engine for s in out["slices"]):
+                continue
+            out["slices"].append({"engine": engine, "role": what, "label": r["label"],
+                                  "backend": r.get("backend", "auto"), "quant": r.get("quant", "bf16"), "mode": r.get("mode"),
+                                  "layers": r.get("layers"), "tpot_ms": r.get("tpot_ms"), "busy_ms": r.get("busy_ms"),
+                                  "step_ms": r.get("step_ms"), "recorded": r.get("machine") or recorded_day(r)})
+            cats = {b["category"]: b["ms_per_step"] for b in breakdown
+                    if b["label"] == r["label"] and b.get("taken_at") == r.get("taken_at")}
+            out["breakdown"] += [{"slice": r["label"], "category": c, "ms_per_step": ms} for c, ms in cats.items()]
+            slug = r["label"].replace(" ", "_").replace("/", "_")
+            out["kernels"] += _top_kernels(run / "traces" / f"{slug}.excerpt.json", r["label"], kernels_per_slice)
+    out["checks"] = [{k: p.get(k) for k in ("card", "engine", "backend", "mode", "layers_measured", "full_layers",
+                                            "predicted_ms", "measured_ms", "error_pct", "within_interval")}
+                     for p in store.rows("prediction_check")]
+    return out
