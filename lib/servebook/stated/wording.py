@@ -1,4 +1,4 @@
-"""Issue #41's classes of contradiction, read from what a reader sees (``consistency.visible``): one claim stated as a
+"""Issue #41's classes of contradiction, read from what a reader sees (``reading.visible``): one claim stated as a
 finding and as a hypothesis, a sweep's stop called saturation against its own levels, one comparison in GB and GiB, the
 seed's flashinfer launch ranked without what was measured of it, a comparison row without its message size, "gpu idle"
 with a second meaning, two transformers versions unexplained, a superseded row beside its current one, "nothing ran"
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .consistency import Contradiction, Visible
+from .reading import Contradiction, Visible
 from .tags import stated_on
 
 __all__ = ["CHECKS", "across_books"]
