@@ -177,7 +177,7 @@ def test_capture_drives_the_profiler_endpoints_of_a_live_server(tmp_path):
     from pathlib import Path
 
     from servebook.profile import capture
-    from servebook.servers import free_port, stop_process_group
+    from servebook.processes import free_port, stop_process_group
 
     port, trace_dir = free_port(), tmp_path / "traces"
     script = Path(__file__).parent / "harness" / "fake_profiler_engine.py"

@@ -268,7 +268,8 @@ def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> No
     if not values.get("profile") or "==" not in spec or extra.get("engine_python"):
         return
     from .errors import EngineError
-    from .selection.envs import add_engine, parse_engine_spec, resolve_engine
+    from .engines.envs import parse_engine_spec, resolve_engine
+    from .selection.envs import add_engine
 
     if parse_engine_spec(spec)[0] == "transformers":
         return

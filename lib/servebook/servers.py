@@ -31,7 +31,6 @@ from typing import Callable, Sequence
 
 from . import secrets as _secrets
 from .errors import ServerError
-from .processes import free_port  # noqa: F401 (handed on to tests/test_profile.py until it imports servebook.processes)
 from .processes import (_group_alive, _start_reaper, _stop_reaper, port_is_free, port_listening, port_owner, start_log_copier,
                         stop_process_group)
 from .secret_refs import resolve_refs

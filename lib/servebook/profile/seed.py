@@ -240,7 +240,7 @@ def _studied_versions(store, rows: list[dict]) -> dict:
     """``{engine: version}`` this book studies: the run's pinned engine (its manifest's ``engine`` parameter), else the
     version the engine's kernels were measured with."""
     from ..errors import ServebookError
-    from ..selection.envs import parse_engine_spec
+    from ..engines.envs import parse_engine_spec
 
     out = {r["engine"]: r.get("measured_version") for r in rows if r["category"] == "total"}
     try:

@@ -4,7 +4,6 @@
     env = resolve_engine("sglang==0.5.9")        # the cached one (EngineError if not prepared)
     env = resolve_engine("sglang", engine_python="/opt/sglang/bin/python")   # a real host's layout
     env.python, env.version, env.package_dir     # where the engine's own code lies
-    list_engines()                                # [{'engine': 'sglang', 'version': '0.5.9', ...}, ...]
 
 ``add_engine`` installs the engine alone (``--no-deps``), then in one install the requirements
 its own ``Requires-Dist`` pins, less the GPU-only and heavy ones, then, by trying to import the
@@ -15,7 +14,7 @@ fails, and the environment's metadata says which and why (``_installer``); what 
 from the engine's own metadata (``requires``). torch is the local CPU
 wheel. GPU-only libraries (flashinfer, sgl-kernel, CUDA bindings ...) are never installed: the
 what-if stands in for them with empty import stubs, and says so. Finding a prepared environment
-(``resolve_engine``, ``list_engines``, ``EngineEnv``) is shared ground, ``engines/envs.py``; its names are handed on here.
+(``resolve_engine``, ``list_engines``, ``EngineEnv``) is shared ground, ``engines/envs.py``: import them from there.
 """
 
 from __future__ import annotations
@@ -28,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..engines.envs import (SUPPORTED_ENGINES, EngineEnv, _env_dir, _meta_path, _package_dir,  # noqa: F401 (handed on)
-                           _wheel_requires, available_versions, engine_cuda, engines_root, list_engines,
-                           parse_engine_spec, resolve_engine)
+from ..engines.envs import (EngineEnv, _env_dir, _meta_path, _package_dir, _wheel_requires, available_versions, engine_cuda,
+                           resolve_engine)
+from ..engines.envs import parse_engine_spec  # noqa: F401 (handed on: chapter 03's notebook imports it from here)
 from ..errors import EngineError
 from ..interpreters import GPU_ONLY
 from ..interpreters import SELECTION_LIBS as _SELECTION_LIBS
@@ -38,8 +37,7 @@ from ..paths import build_lock
 from ._installer import Installer
 from .requires import _DIST_OF, install_plan
 
-__all__ = ["DEFAULT_KERNEL_LIBS", "EngineEnv", "add_engine", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
-           "GPU_ONLY", "SUPPORTED_ENGINES", "available_versions", "engine_cuda", "install_plan"]
+__all__ = ["DEFAULT_KERNEL_LIBS", "add_engine", "probe_import"]
 
 # The module whose import brings in the engine's selection logic.
 _PROBE_MODULE = {"sglang": "sglang.srt.server_args", "vllm": "vllm.platforms.cuda", "transformers": "transformers.modeling_utils"}
