@@ -8,7 +8,7 @@ import pytest
 from servebook.errors import ModelError, ParameterError
 from servebook.models import build_model, engine_args_of, slice_config
 from servebook.roofline import weight_bytes
-from servebook.selection.cards import load_card
+from servebook.cards import load_card
 
 
 @pytest.fixture(scope="module")

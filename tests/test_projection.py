@@ -61,7 +61,7 @@ def test_measured_bandwidth_changes_the_ratio():
 
 
 def test_dense_share_between_one_over_tp_and_one():
-    from servebook.selection.cards import load_card
+    from servebook.cards import load_card
 
     sh = pj.tp_shares(load_card("kimi-k2.5"), 8)
     assert 1 / 8 < sh["moe"]["dense gemm"] < 1 and 1 / 8 < sh["fixed"]["dense gemm"] < sh["moe"]["dense gemm"]

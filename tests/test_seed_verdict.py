@@ -12,7 +12,7 @@ from servebook.paths import data_dir
 from servebook.profile import comm, gains, ranges
 from servebook.profile.predict import HOST_RULE, host_combine
 from servebook.results import RunStore
-from servebook.selection.cards import load_card
+from servebook.cards import load_card
 
 WHATIF = data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
 REF = data_dir() / "runs" / "h200x1-prof"

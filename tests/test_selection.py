@@ -315,7 +315,7 @@ def test_materialize_is_safe_from_threads(tmp_path):
     import os
     import threading
 
-    from servebook.selection.cards import materialize
+    from servebook.cards import materialize
 
     errors = []
 

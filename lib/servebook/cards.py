@@ -19,8 +19,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import ModelError
-from ..paths import cache_dir, data_dir
+from .errors import ModelError
+from .paths import cache_dir, data_dir
 
 __all__ = ["list_cards", "load_card", "materialize", "model_config", "cards_dir", "architecture_of", "uses_mla"]
 
@@ -35,7 +35,7 @@ def list_cards() -> list[str]:
 
 @lru_cache(maxsize=1)
 def _embedded_card() -> dict:
-    from ..embedded import EMBEDDED_CONFIG
+    from .embedded import EMBEDDED_CONFIG
 
     total, active = _count_parameters(dict(EMBEDDED_CONFIG))
     return {

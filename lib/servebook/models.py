@@ -278,7 +278,7 @@ def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights
                 out: str | os.PathLike | None = None, device: str = "auto", force: bool = False,
                 progress: Callable[[str], None] | None = print) -> Path:
     """Build (once; cached by its parameters) a model directory from the card ``card``; returns its path."""
-    from .selection.cards import load_card
+    from .cards import load_card
 
     say = progress or (lambda _m: None)
     if weights not in ("random", "dummy"):

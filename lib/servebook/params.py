@@ -241,7 +241,7 @@ def resolve_model(model: str, build: bool = True, progress=print) -> Path | dict
         return build_embedded_model(progress=progress)
     cards = data_dir() / "models"
     if (cards / f"{model}.json").exists():
-        from .selection.cards import load_card
+        from .cards import load_card
 
         return load_card(model)
     try:

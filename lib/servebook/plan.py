@@ -29,7 +29,7 @@ _RECORDED_NCCL = "h200x2-nccl"  # data/runs/: graph-replayed all-reduce latencie
 def host_facts(store, engine: str, model: str, profile: str) -> dict:
     """The profiled host as chapter 01 stored it (GPU count, capability), the engine's interpreter, the model card."""
     from .profiles import load_profile
-    from .selection.cards import load_card
+    from .cards import load_card
 
     prof = load_profile(profile)
     report = {}

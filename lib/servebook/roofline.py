@@ -251,15 +251,15 @@ def allreduces_per_token(config: dict) -> int:
 
 # -- model cards (data/models/<name>.json) -----------------------------------------------
 def list_model_cards() -> list[str]:
-    """The model cards in data/models (chapter 02 owns them)."""
-    from .selection.cards import list_cards
+    """The model cards in data/models (``servebook.cards``)."""
+    from .cards import list_cards
 
     return list_cards()
 
 
 def load_model_card(name: str) -> dict:
     """The card ``data/models/<name>.json`` (or ``embedded``) as a dict."""
-    from .selection.cards import load_card
+    from .cards import load_card
 
     return load_card(name)
 

@@ -372,7 +372,7 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
     ms_per_token, source, rule) and a total (predicted_ms, predicted_tok_s, seed_tok_s, error_pct = 100 x
     (predicted - seed) / seed tok/s, positive where the projection is faster than the seed's figure).
     ``allreduce_us`` None: the published 8-rank RTX PRO 6000 NCCL series at the decode message (labelled)."""
-    from ..selection.cards import load_card
+    from ..cards import load_card
 
     c = load_card(card)
     facts = _card_facts(c)
@@ -755,7 +755,7 @@ def _moe_fix(rows: list[dict], ctx: dict, floor_ms: float | None) -> dict:
 def _expert_roofline_ms(rows: list[dict], eng: str, tp: int) -> tuple[float | None, str]:
     """The routed experts' INT4 bytes per token / tp / the target's datasheet bandwidth."""
     from ..profiles import load_profile
-    from ..selection.cards import load_card
+    from ..cards import load_card
 
     r = next((x for x in rows if x["engine"] == eng), None)
     if r is None:

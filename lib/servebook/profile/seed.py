@@ -72,7 +72,7 @@ def seed_tables(store, reference=None) -> dict:
     ``{table: rows}`` for ``SEED_TABLES``. ``reference``: the run directory of the H200 profiles (default
     ``REFERENCE_PROFILE_RUN``; the reference recording of the INT4 slices replaces it by that name alone)."""
     from ..results import RunStore
-    from ..selection.cards import load_card
+    from ..cards import load_card
     from ..stated.figures import seed_case
     from .projection import seed_figures
 

@@ -41,7 +41,7 @@ def latest_ok(rows: Iterable[dict]) -> list[dict]:
 
 def _card_full(card: str) -> dict:
     from ..models import _text_config, model_facts, slice_config
-    from ..selection.cards import load_card
+    from ..cards import load_card
 
     c = load_card(card)
     full = _text_config(c)

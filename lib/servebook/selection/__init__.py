@@ -7,8 +7,8 @@ Chapter 02's page: ``selection.figures`` (what the page states, computed from th
 recomputes it) and ``selection.report`` (its printed answers, matrix tables and sentences, tagged).
 """
 
+from ..cards import list_cards, load_card, materialize, model_config
 from ..engines.envs import EngineEnv, list_engines, resolve_engine
-from .cards import list_cards, load_card, materialize, model_config
 from .envs import add_engine
 from .static import Site, find_sites, read_selection, render_tree
 from .whatif import SelectionError, decision_matrix, matrix_diff, whatif

@@ -28,10 +28,10 @@ import re
 import time
 from pathlib import Path
 
-from ..errors import ParameterError, ServebookError
-from .cards import materialize, model_config
-from .decode_read import _seg, conditions_at, read_collectives, read_custom_ar_rule, read_env_flags, read_greedy_sampling
+from ..cards import materialize, model_config
 from ..engines.envs import resolve_engine
+from ..errors import ParameterError, ServebookError
+from .decode_read import _seg, conditions_at, read_collectives, read_custom_ar_rule, read_env_flags, read_greedy_sampling
 from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, _ask
 
 __all__ = ["decode_path", "decode_path_table", "SETTINGS", "conditions_at", "read_custom_ar_rule", "read_env_flags",

@@ -83,7 +83,7 @@ def probe_import(python: str, engine: str) -> dict:
 
 def _probe_resolve(python: str, engine: str) -> dict:
     """One full what-if (DeepSeek-V3 card, capability 9.0) under the default assumptions."""
-    from .cards import materialize
+    from ..cards import materialize
 
     visible = [m for m, v in DEFAULT_KERNEL_LIBS.get(engine, {}).items() if v]
     req = {"engine": engine, "model_dir": str(materialize("deepseek-v3")), "sites": [],

@@ -41,9 +41,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import EngineError, ModelError, ParameterError, ServebookError
-from .cards import architecture_of, materialize, model_config, uses_mla
+from ..cards import architecture_of, materialize, model_config, uses_mla
 from ..engines.envs import EngineEnv, resolve_engine
+from ..errors import EngineError, ModelError, ParameterError, ServebookError
 from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, _ask
 from .memo import _keep, _memo_key, _recall, remember_answers, remembered
 from .rootcause import explain, helper_requests
