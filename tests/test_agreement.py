@@ -236,7 +236,8 @@ def test_a_recorded_run_without_the_check_still_renders_and_says_so(tmp_path, mo
     import shutil
     from pathlib import Path
 
-    from servebook.book import refresh_chapter, render_book
+    from servebook.book import refresh_chapter
+    from servebook.render import render_book
 
     recorded = Path(__file__).resolve().parents[1] / "data" / "runs" / "h200x1-live"
     monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "no-engines"))

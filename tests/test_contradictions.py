@@ -223,7 +223,7 @@ def test_a_book_is_titled_by_its_name():
 
 
 def test_book_index_names_the_book_and_the_run_id_it_was_recorded_under(tmp_path):
-    from servebook.book import _book_name
+    from servebook.render import _book_name
     from servebook.results import RunStore
 
     import json

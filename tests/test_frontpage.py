@@ -198,7 +198,7 @@ def test_front_page_cli(tmp_path, capsys):
 
 # -- the verdict on a book's index --------------------------------------------------------------------------------
 def test_book_index_shows_chapter_06_verdict(tmp_path):
-    from servebook.book import chapter_verdict, render_book
+    from servebook.render import chapter_verdict, render_book
 
     with_verdict, other = ROOT / "data" / "runs" / "h200x1-live", ROOT / "data" / "runs" / "h200x2-live"
     verdict = chapter_verdict(with_verdict)
@@ -320,7 +320,7 @@ def _tiny_notebook():
 
 
 def test_parameters_cell_folded_under_a_table_of_what_changed():
-    from servebook.book import _exporter, _parameters_table, parameters_that_ran
+    from servebook.render import _exporter, _parameters_table, parameters_that_ran
 
     nb = _tiny_notebook()
     ran = parameters_that_ran(nb)
@@ -346,7 +346,7 @@ def test_parameters_cell_folded_under_a_table_of_what_changed():
 
 
 def test_an_excerpt_is_whole_and_its_summary_never_cut_mid_word():
-    from servebook.book import excerpt_html
+    from servebook.render import excerpt_html
 
     text = "vllm exited with code 1 during startup: " + "RuntimeError: CUDA error: an illegal memory access " * 8 + "\nTraceback ..."
     out = excerpt_html(text, first=60)
@@ -361,7 +361,7 @@ def test_the_book_kernel_shows_strings_whole():
     """The setup cell every chapter starts with (left out of the page) sets pandas to never cut a string with '...'."""
     import pandas as pd
 
-    from servebook.book import _SETUP, _with_setup
+    from servebook.chapters import _SETUP, _with_setup
 
     nb = _with_setup(_tiny_notebook())
     assert "sb-setup" in nb.cells[0].metadata["tags"]

@@ -20,7 +20,6 @@ MAX_MODULE, MAX_FUNCTION = 500, 60
 # nothing new may join it, so the lists only shrink until they are empty.
 PENDING_MODULES = {  # path under lib/servebook
     "bench/chapter.py",       # chapter 05's page logic, the seed roofline and the "found" words: split by the page's parts
-    "book.py",                # the book runner and its index: owned by the front-page work (#41)
     "profile/projection.py",  # the profile's projection to other machines
     "stated/registry.py",     # the stated-number registry: its quantities move beside the chapters that compute them
 }

@@ -142,7 +142,7 @@ def test_compare_with_a_torn_row_says_so_and_reports_no_method_difference(tmp_pa
 
 
 def test_html_refresh_findings_on_damaged_tables_warns_first(tmp_path, capsys, monkeypatch):
-    from servebook import book
+    from servebook import book, render
 
     run = tmp_path / "run"
     shutil.copytree(LIVE, run)
@@ -154,7 +154,7 @@ def test_html_refresh_findings_on_damaged_tables_warns_first(tmp_path, capsys, m
         return {"status": "ok", "error": None}
 
     monkeypatch.setattr(book, "refresh_chapter", refresh)
-    monkeypatch.setattr(book, "render_book", lambda run_dir, out: Path(out) / "index.html")
+    monkeypatch.setattr(render, "render_book", lambda run_dir, out: Path(out) / "index.html")
     assert main(["html", str(run), "--refresh-findings", "--out", str(tmp_path / "site")]) == 1
     assert len(seen) == 1 and "warning" in seen[0] and "bench_summary.jsonl line" in seen[0] and "cannot be read" in seen[0]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servebook.book import render_book
+from servebook.render import render_book
 from servebook.findings import collect
 from servebook.results import RunStore
 

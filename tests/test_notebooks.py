@@ -4,7 +4,7 @@ import ast
 
 import pytest
 
-from servebook.book import chapters, notebook_parameters
+from servebook.chapters import chapters, notebook_parameters
 from servebook.params import PARAMS
 
 EXPECTED = ["01_detect_capabilities", "02_read_backend_selection", "03_force_each_backend",
@@ -54,7 +54,7 @@ def test_check_yourself_in_every_mode(stem):
     """Every page a reader can get ends with questions: on a real host, and in a what-if run (its own cells)."""
     import nbformat
 
-    from servebook.book import _read_notebook, _select_cells
+    from servebook.chapters import _read_notebook, _select_cells
 
     chapter = next(c for c in chapters() if c.stem == stem)
     for whatif in (False, True):

@@ -27,7 +27,7 @@ def _at_the_book_root(monkeypatch):
 @pytest.fixture(scope="module")
 def shelf_dir(tmp_path_factory) -> Path:
     """A shelf with h200x1-live rendered, and a stand-in for the reference book beside it."""
-    from servebook.book import render_book
+    from servebook.render import render_book
 
     out = tmp_path_factory.mktemp("shelf")
     ref = out / shelf.REFERENCE_BOOKS[-1]
@@ -143,7 +143,8 @@ def test_a_figure_in_the_kernel_carries_its_text_to_the_page(tmp_path):
     import nbformat
     from nbclient import NotebookClient
 
-    from servebook.book import _SETUP, _exporter
+    from servebook.chapters import _SETUP
+    from servebook.render import _exporter
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(_SETUP),

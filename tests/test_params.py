@@ -72,7 +72,8 @@ def test_chapter_parameters_are_checked_before_anything_runs(tmp_path, extra, na
 
 def test_embedded_model_sizes_chapter_05_and_p_wins():
     """The embedded CPU model runs chapter 05's method on its own workload sizes; -p NAME=VALUE overrides them."""
-    from servebook.book import _sized_defaults, chapters
+    from servebook.book import _sized_defaults
+    from servebook.chapters import chapters
 
     selected = [c for c in chapters() if c.number in ("03", "05")]
     declared = {c.stem: {"max_tokens": {}, "input_len": {}, "runs": {}} for c in selected}
@@ -86,7 +87,7 @@ def test_embedded_model_sizes_chapter_05_and_p_wins():
 def test_model_defaults_name_parameters_the_chapters_declare():
     """A sized default for a parameter its chapter no longer declares would be dropped without a word (book._sized_defaults
     keeps only declared names): each one must name a parameter of that chapter, with a value of its declared type."""
-    from servebook.book import chapters, notebook_parameters
+    from servebook.chapters import chapters, notebook_parameters
     from servebook.params import MODEL_DEFAULTS
 
     by_number = {c.number: c for c in chapters()}
@@ -122,7 +123,7 @@ def test_chapter_05_ceiling_keeps_a_level_near_the_sweeps_top():
     sized for a model or not, the sweep's top level must have a ceiling level within a factor of 2, or the busiest rates
     are checked against a ceiling measured at far fewer streams."""
     from servebook.bench import ceiling_levels, concurrency_levels
-    from servebook.book import chapters, notebook_parameters
+    from servebook.chapters import chapters, notebook_parameters
     from servebook.params import MODEL_DEFAULTS
 
     declared = notebook_parameters(next(c for c in chapters() if c.number == "05").source)

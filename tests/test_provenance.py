@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from servebook import book, provenance
-from servebook.book import render_book
+from servebook.render import render_book
 from servebook.provenance import describe_revision, git_provenance
 from servebook.cli import main
 from servebook.errors import EngineError

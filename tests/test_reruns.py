@@ -15,7 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from servebook.book import render_book, run_book
+from servebook.book import run_book
+from servebook.render import render_book
 from servebook.findings import throughput
 from servebook.results import RunStore
 

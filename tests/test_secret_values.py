@@ -307,7 +307,7 @@ def test_generated_secrets_reach_no_file_of_a_run(tmp_path_factory, env, opt, op
     import nbformat
     import papermill
 
-    from servebook.book import render_book
+    from servebook.render import render_book
     from servebook.engines import args_for
     from servebook.results import RunStore
     from servebook.processes import free_port

@@ -107,7 +107,9 @@ def _cmd_book(args) -> int:
 
 
 def _cmd_html(args) -> int:
-    from .book import chapters, check_run_dir, notebook_parameters, refresh_chapter, render_book
+    from .book import refresh_chapter
+    from .chapters import chapters, notebook_parameters
+    from .render import check_run_dir, render_book
     from .errors import ParameterError
     from .paths import writable_dir
     from .results import RunStore

@@ -222,7 +222,7 @@ def _workload(run: Path) -> dict[str, dict]:
 def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None = None) -> dict:
     """What the front page says of one rendered book: name, host, engines, model, date, answer (HTML), chapter pages, and
     the configurations it measured (``frontpage_same.configurations``)."""
-    from .book import chapters
+    from .chapters import chapters
     from .findings import host_summary
     from .frontpage_same import configurations
     from .results import RunStore
@@ -286,7 +286,7 @@ def _earlier(b: dict, reference: str | None) -> str:
 
 def _path_figure(summaries: list[dict]) -> str:
     """The debugging path: each chapter, the question it answers, and a link to it in every book that has it."""
-    from .book import chapters
+    from .chapters import chapters
 
     steps = []
     for c in chapters():

@@ -1,5 +1,5 @@
 """The book's glossary: one definition per term, written as ``rendered/glossary.html`` beside the front page and linked
-from every page of every book (``servebook.book`` puts the link in each page's bar, ``servebook.frontpage`` on the front
+from every page of every book (``servebook.render`` puts the link in each page's bar, ``servebook.frontpage`` on the front
 page).
 
     write_glossary("rendered")          # -> Path("rendered/glossary.html"), the same bytes every time

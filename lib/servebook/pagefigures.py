@@ -1,6 +1,6 @@
 """Every figure a chapter draws gets its own alternative text and a caption, and no interval is drawn below zero.
 
-The book's setup cell (``servebook.book._SETUP``) calls ``install()`` in each chapter's kernel: the PNG a figure is shown
+The book's setup cell (``servebook.chapters._SETUP``) calls ``install()`` in each chapter's kernel: the PNG a figure is shown
 as then carries ``alt`` and ``caption`` metadata, which the page template writes as the image's ``alt`` and a
 ``<figcaption>``. A figure says more for itself with two attributes its code sets:
 

@@ -1,4 +1,4 @@
-"""The frame of a chapter's rendered page (``servebook.book.render_book`` calls these on the executed notebook):
+"""The frame of a chapter's rendered page (``servebook.render.render_book`` calls these on the executed notebook):
 the parameters the run used, chapter 06's verdict first, "run this yourself", and the banner of a superseded book.
 
     used = parameters_used(nb)                  # {name: value}: the notebook's defaults with papermill's injected values

@@ -278,7 +278,7 @@ def _check_config(model: str, config: Path) -> None:
 
 
 # Chapter parameters (``-p NAME=VALUE``) whose valid values are narrower than their type. The type itself is
-# checked from the notebook's own declaration (servebook.book); these add the ranges and choices that the
+# checked from the notebook's own declaration (servebook.chapters); these add the ranges and choices that the
 # notebooks' comments state, so a bad value stops the book before anything runs.
 _AT_LEAST_1 = {"max_tokens", "runs", "ready_timeout", "max_batch", "timeout_s", "input_len", "requests_per_run",
                "max_concurrency", "requests_per_level", "level_time_budget_s", "seed_tp", "starts", "ceiling_tokens"}

@@ -6,7 +6,7 @@
 
 A shelf is a folder of rendered books (each with ``index.html`` and ``run.json``), as ``rendered/``. The front page
 (``servebook.frontpage``) orders it by role; each earlier book's pages carry a banner naming the book that superseded it
-(``servebook.book.render_book``). A book rendered alone (``build/book``) has no shelf and no banner.
+(``servebook.render.render_book``). A book rendered alone (``build/book``) has no shelf and no banner.
 """
 
 from __future__ import annotations

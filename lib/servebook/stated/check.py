@@ -82,8 +82,8 @@ def box_items(page_html: str) -> list[str] | None:
 
 def answers(store) -> dict[str, list[str] | None]:
     """The box "This run, in short" each chapter's page would show if rendered now: the renderer's own box
-    (``servebook.book``, chapter 06's statements from ``servebook.findings``) for the run's tables as they are."""
-    from ..book import answer_boxes
+    (``servebook.findings.boxes``, chapter 06's statements) for the run's tables as they are."""
+    from ..findings.boxes import answer_boxes
 
     boxes = answer_boxes(store)
     return {n: box_items(boxes.get(n) or "<none>") for n in ("01", "02", "03", "04", "05", "06")}
