@@ -3,6 +3,7 @@
 import re
 
 from servebook.bench import chapter as ch05
+from servebook.bench import report as ch05_report
 from servebook.paths import book_root
 from servebook.results import RunStore
 from servebook.stated import expected, stated_on
@@ -75,7 +76,8 @@ def test_throughput_plot_labels_do_not_overlap():
 
 
 def test_excerpts_never_cut_a_word():
-    from servebook.bench.chapter import _tail, excerpt, whole_block
+    from servebook.bench.chapter import excerpt, whole_block
+    from servebook.bench.measure import _tail
 
     assert excerpt("alpha beta gamma delta", 12) == "alpha beta [...]"
     assert excerpt("short", 12) == "short"
@@ -116,7 +118,7 @@ def test_a_fall_gone_once_warmed_is_a_fact_only_on_one_server_start(tmp_path):
 
     from servebook.bench.runs import remeasured
 
-    text = _plain(ch05._remeasured_lines(remeasured(RunStore(RUN1).rows("bench_summary")), RunStore(RUN1)))
+    text = _plain(ch05_report._remeasured_lines(remeasured(RunStore(RUN1).rows("bench_summary")), RunStore(RUN1)))
     assert "it was a first-use cost" not in text
     assert "a 9.1x change. Hypothesis: a first-use cost at that concurrency" in text
     assert "the two sweeps ran on different server starts" in text and "warmed on one server start" in text
@@ -129,7 +131,7 @@ def test_a_fall_gone_once_warmed_is_a_fact_only_on_one_server_start(tmp_path):
     t0, t1 = (datetime.fromisoformat(c8[k]).timestamp() for k in ("before_at", "after_at"))
     (tmp_path / "run" / "servers.jsonl").write_text("\n".join(json.dumps(e) for e in (
         {"event": "started", "pid": 7, "engine": "sglang", "time": t0 - 60}, {"event": "stopped", "pid": 7, "engine": "sglang", "time": t1 + 60})) + "\n")
-    same = _plain(ch05._remeasured_lines(pairs, store))
+    same = _plain(ch05_report._remeasured_lines(pairs, store))
     assert "a 9.1x change on the same server start: it was a first-use cost at that concurrency" in same
 
 
@@ -140,10 +142,10 @@ def test_a_stall_on_a_warmed_level_counts_against_first_use():
 
     m = ch05.measured(RunStore(RUN_TRUST))
     (st,) = [s for s in sweep_stalls(m["summary_rows"], m["request_rows"]) if s["stalled"]]
-    text = ch05._stall_reading(st, m["summary_rows"])
+    text = ch05_report._stall_reading(st, m["summary_rows"])
     assert "stalled all the same: that counts against a first-use cost" in text and "which the sweep now does" not in text
     unwarmed = [{k: v for k, v in r.items() if k != "level_warmup"} for r in m["summary_rows"]]
-    assert "which the sweep now does before every level" in ch05._stall_reading(st, unwarmed)
+    assert "which the sweep now does before every level" in ch05_report._stall_reading(st, unwarmed)
 
 
 def test_a_single_stream_far_from_its_sweeps_c1_is_flagged_beside_both():

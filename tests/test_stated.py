@@ -635,10 +635,11 @@ def test_the_links_and_peer_copies_are_tagged_and_recomputed():
 
 def test_remeasured_and_seed_figures_are_tagged_and_recomputed(tmp_path):
     from servebook.bench import chapter as ch05
+    from servebook.bench import report as ch05_report
     from servebook.bench.runs import remeasured
 
     store = RunStore(LIVE1)
-    text = "\n".join(ch05._remeasured_lines(remeasured(store.rows("bench_summary"))))
+    text = "\n".join(ch05_report._remeasured_lines(remeasured(store.rows("bench_summary"))))
     _all_tagged_and_recomputed(LIVE1, text, {"remeasured"})
     run = tmp_path / "run"  # seed_roofline records its rows: on a copy
     shutil.copytree(LIVE1, run)
