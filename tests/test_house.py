@@ -24,7 +24,6 @@ PENDING_MODULES = {  # path under lib/servebook
 }
 PENDING_FUNCTIONS = {  # path:qualified name
     "bench/ceiling.py:client_ceiling",
-    "bench/report.py:found",
     "bench/runs.py:concurrency_sweep",
     "bench/seed.py:seed_roofline",
     "bench/runs.py:single_stream",

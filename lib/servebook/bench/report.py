@@ -242,16 +242,40 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     """"What we found" as Markdown bullets, from this run's tables: each configuration's rate, latencies and sweep (with
     why it stopped), engines side by side, the two chapters' defaults, warm-up and stalls, what measuring again changed,
     levels held back by waits, failures, the seed's rates against their limits, the time split, the client checks."""
-    import pandas as pd
-
-    from ..findings import default_methods, say_default_methods, separated, throughput
-    from ..stated import q, say_throughput
-    from .figures import single_vs_c1
+    from ..findings import default_methods, say_default_methods
     from .runs import remeasured, sweep_stalls
 
-    single_df, sweep_ok, sweep_df, single_all = m["single_df"], m["sweep_ok"], m["sweep_df"], m["single_all"]
-    lines = []
-    measured_t = [t for t in throughput(store) if t["single_tok_s"] is not None]
+    measured_t = _measured_throughput(store)
+    lines = _rates(store, m, runs, measured_t)
+    lines += say_sweep_stops(store)
+    lines += _side_by_side(measured_t)
+    if default_methods(store):  # chapter 03 measured the default too: the same way, or not
+        lines.append(say_default_methods(default_methods(store)))
+    lines += _warming(m["single_df"], warmup)
+    stalls = sweep_stalls(m["summary_rows"], m["request_rows"])
+    lines += _stalls(stalls, m)
+    lines += _remeasured_lines(remeasured(store.rows("bench_summary")), store)
+    lines += _held_back(m["sweep_ok"], stalls)
+    lines += _nothing_succeeded(m["single_all"], m["sweep_df"])
+    lines += _seed_against_limits(seed)
+    lines += say_breakdown(store)
+    lines += _client_lines(store, verdict, ceiling_tok_s, ceiling_check_df)
+    return lines + _failures(store)
+
+
+def _measured_throughput(store) -> list[dict]:
+    """Chapter 06's throughput rows of the configurations whose single stream was measured."""
+    from ..findings import throughput
+
+    return [t for t in throughput(store) if t["single_tok_s"] is not None]
+
+
+def _rates(store, m: dict, runs: int, measured_t: list[dict]) -> list[str]:
+    """Per configuration, chapter 06's sentences of its single stream (and where its C=1 level disagrees), its latencies."""
+    from ..stated import q, say_throughput
+    from .figures import single_vs_c1
+
+    single_df, lines = m["single_df"], []
     apart = {v["label"]: v for v in single_vs_c1(store) if v["apart"]}  # single stream and C=1 disagree: said beside them
     for t in measured_t:  # chapter 06's definition and sentences: per label, the recorded single-stream row, its roofline
         lines += say_throughput(t, runs=runs)
@@ -262,8 +286,16 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
         lines.append(f"- {lab}: TTFT {q('single_ttft_ms', r['ttft_s_mean'] * 1e3, '.0f', of=lab)} ms, TPOT "
                      f"{q('single_tpot_ms', r['tpot_s_mean'] * 1e3, '.1f', of=lab)} ms, "
                      f"{q('tokens_per_chunk', r['tokens_per_chunk'], '.2f', of=lab)} tokens per streamed chunk.")
-    lines += say_sweep_stops(store)
-    for t in measured_t[1:]:  # engines side by side: chapter 06's one comparison, each against the first engine measured
+    return lines
+
+
+def _side_by_side(measured_t: list[dict]) -> list[str]:
+    """Engines side by side: chapter 06's one comparison, each against the first engine measured."""
+    from ..findings import separated
+    from ..stated import q
+
+    lines = []
+    for t in measured_t[1:]:
         ref = measured_t[0]
         lines.append(f"- {t['label']} against {ref['label']}, single stream: "
                      f"{separated(t['single_tok_s'], t['single_ci95'], ref['single_tok_s'], ref['single_ci95'], starts=(t['starts'], ref['starts']), of=t['label'] + ' vs ' + ref['label'], names=('single_vs_pct', 'single_vs_starts'))}"
@@ -271,15 +303,26 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
                         f"C={q('peak_c', t['peak_c'], 'd', of=t['label'])} against {q('peak_tok_s', ref['peak_tok_s'], ',.0f', of=ref['label'])} at "
                         f"C={q('peak_c', ref['peak_c'], 'd', of=ref['label'])} (one batch per level: no interval, so a difference there is a "
                         "hint, not a finding)." if t["peak_tok_s"] and ref["peak_tok_s"] else "."))
-    if default_methods(store):  # chapter 03 measured the default too: the same way, or not
-        lines.append(say_default_methods(default_methods(store)))
+    return lines
+
+
+def _warming(single_df, warmup: int) -> list[str]:
+    """A single-stream rate still climbing over the runs: warm-up, not spread."""
+    lines = []
     for _, r in single_df.iterrows():  # a rate still climbing over the runs is warm-up, not spread
         xs = [x for x in r.get("decode_tok_s_runs") if x is not None] if isinstance(r.get("decode_tok_s_runs"), list) else []
         if len(xs) >= 3 and xs == sorted(xs) and xs[-1] > 1.3 * xs[0]:
             lines.append(f"- {r['label']}: the single-stream rate rose in every run, {xs[0]:,.0f} to {xs[-1]:,.0f} tok/s, so its interval "
                          f"measures warm-up as much as spread. Hypothesis: the server was still warming after {warmup} warm-up requests; "
                          "settled by more warm-up requests (`warmup`) and the same runs again.")
-    stalls = sweep_stalls(m["summary_rows"], m["request_rows"])
+    return lines
+
+
+def _stalls(stalls: list[dict], m: dict) -> list[str]:
+    """Each level where throughput fell, with its first-token waits and what they say."""
+    from ..stated import q
+
+    lines = []
     for st in stalls:
         def s_(field: str, fmt: str, st=st) -> str:  # recomputed by the registry from the same bench.sweep_stalls
             return q("sweep_stall", st[field], fmt, of=f"{st['label']} | C={st['concurrency']} | {field}")
@@ -289,7 +332,16 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
                      f"(median) and up to {s_('ttft_max_s', '.2f')} s, against {s_('ttft_median_best_s', '.2f')} s at C={st['best_before_concurrency']}. "
                      + (_stall_reading(st, m["summary_rows"]) if st["stalled"]
                         else "The first tokens do not show a stall; the cause is not settled by this run."))
-    lines += _remeasured_lines(remeasured(store.rows("bench_summary")), store)
+    return lines
+
+
+def _held_back(sweep_ok, stalls: list[dict]) -> list[str]:
+    """Levels held back by first-token waits, not by decode (a stall already said is not said again)."""
+    import pandas as pd
+
+    from ..stated import q
+
+    lines = []
     for _, r in (sweep_ok.iterrows() if len(sweep_ok) else []):  # a level held back by first-token waits, not by decode
         p50, p99, user = r.get("ttft_server_s_p50"), r.get("ttft_server_s_p99"), r.get("per_user_tok_s")
         stalled = any(st["label"] == r["label"] and st["concurrency"] == r["concurrency"] for st in stalls)  # said above
@@ -302,6 +354,12 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
                          f"{q('sweep_throughput_tok_s', r['throughput_tok_s'], ',.0f', of=at)} tok/s is well below C={int(r['concurrency'])} "
                          f"users at that rate ({q('sweep_all_users_tok_s', r['concurrency'] * user, ',.0f', of=at)}): the waits, not decode, limit it, so this level is no "
                          "saturation point. The cause is not settled by this run (a trace of the engine's scheduler at that level would).")
+    return lines
+
+
+def _nothing_succeeded(single_all, sweep_df) -> list[str]:
+    """Configurations where no single-stream request, or no request of the sweep, succeeded."""
+    lines = []
     for _, r in (single_all[single_all["decode_tok_s_mean"].isna()].iterrows() if len(single_all) else []):
         errors = r.get("errors") if isinstance(r.get("errors"), list) else []
         lines.append(f"- **{r['label']}** single stream: no request succeeded ({int(r['failed'])} failed)"
@@ -309,6 +367,14 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     for label, g in (sweep_df.groupby("label") if len(sweep_df) else []):
         if not g["throughput_tok_s"].notna().any():
             lines.append(f"- {label}: no request of the concurrency sweep succeeded ({int(g['failed'].sum())} failed).")
+    return lines
+
+
+def _seed_against_limits(seed: dict) -> list[str]:
+    """The seed's reported rates against their bandwidth roofline and the one with the communication floor."""
+    from ..stated import q
+
+    lines = []
     for row in seed["rows"]:
         pct_comm = 100 * row["measured_tok_s"] / row["roofline_with_comm_tok_s"]
         source = (seed.get("latency_labels") or [None])[0] or row["allreduce_source"] or "no latency"  # its latency tagged
@@ -317,7 +383,14 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
                      f"of its bandwidth roofline ({q('seed_row_roofline_tok_s', row['roofline_tok_s'], ',.0f', of=row['case'])} tok/s); "
                      f"with the communication floor at {source}, {q('seed_pct_of_comm_roofline', pct_comm, '.1f', of=row['case'])}% of "
                      f"{q('seed_comm_roofline_tok_s', row['roofline_with_comm_tok_s'], ',.0f', of=row['case'])} tok/s.")
-    lines += say_breakdown(store)
+    return lines
+
+
+def _client_lines(store, verdict: dict, ceiling_tok_s, ceiling_check_df) -> list[str]:
+    """SGLang's own client against servebook's, the client's ceiling against the measurements, and the ceiling's verdict."""
+    from ..stated import q
+
+    lines = []
     cc, _ = client_check(store)
     if len(cc):  # servebook's client against SGLang's own on the live server, each metric both ways (the last of each)
         lines.append(_client_check_line(cc))
@@ -331,6 +404,14 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
                      f"the busiest measurement used {q('ceiling_use_max', ceiling_check_df['share_of_ceiling'].max(), '.2%')} of it, so the "
                      "client is not what these numbers measure.")
     lines.append(f"- {ceiling_sentence(verdict)}")
+    return lines
+
+
+def _failures(store) -> list[str]:
+    """The run's recorded failures: how many, the last one, and all of them whole."""
+    from ..stated import q
+
+    lines = []
     fails = store.table("failures")
     if len(fails):
         lines.append(f"- {q('failures_recorded', len(fails), 'd')} recorded failures in this run (table `failures`), e.g. "
