@@ -25,7 +25,6 @@ PENDING_MODULES = {  # path under lib/servebook
 PENDING_FUNCTIONS = {  # path:qualified name
     "bench/ceiling.py:client_ceiling",
     "bench/runs.py:concurrency_sweep",
-    "bench/seed.py:seed_roofline",
     "bench/runs.py:single_stream",
     "findings/launch.py:launch_commands",
     "findings/tables.py:nccl",

@@ -20,12 +20,8 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
     them (``bench_roofline``, ``bench_breakdown``). Returns ``rows``, ``floors``, ``roof``, ``n_ar``, ``crossover_us`` and
     ``lines`` (Markdown). A card or profile that cannot be read is recorded in ``failures``; ``rows`` is then empty."""
     from .. import roofline
-    from ..findings import nccl as nccl_answer
-    from ..paths import data_dir
     from ..profiles import load_profile
-    from ..results import RunStore
-    from ..profile.comm import pcie_rule
-    from ..stated import REFERENCE_NCCL_RUN, card_roofline, q, seed_case
+    from ..stated import card_roofline, seed_case
 
     out = {"rows": [], "floors": [], "roof": None, "n_ar": None, "crossover_us": None, "lines": []}
     try:
@@ -34,26 +30,7 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
         avg = roofline.card_bytes_per_token(card)      # cross-check: active parameters x the checkpoint's average bytes/param
         prof = load_profile(seed_profile)
         bound = card_roofline(seed_model, seed_tp, seed_profile)
-        # (label, latency, the reference grid's setting it was measured under: the subject of the tagged figures); the label
-        # is stored plain in bench_roofline, and shown with its latency tagged (``tagged``)
-        rule = pcie_rule(card, seed_tp, prof) if seed_allreduce_us <= 0 else None
-        if seed_allreduce_us > 0:
-            latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us, None)]
-            tagged = [latencies[0][0]]
-        elif rule is not None:   # a PCIe profile: chapter 06's rule, each engine's latency by the NCCL environment the seed ran it with
-            latencies = [(f"{L['central_us']:.1f} us, {e} ({L['env']}; the middle of {L['low_us']:.2f} to {L['high_us']:.2f} us, "
-                          "published eight-rank PCIe figures: the rule chapter 06 uses)", L["central_us"], e)
-                         for e, L in rule["latencies"].items()]
-            tagged = [f"{q('seed_pcie_us', L['central_us'], '.1f', of=e)} us, {e} ({L['env']}; the middle of "
-                      f"{q('seed_pcie_us_low', L['low_us'], '.2f', of=e)} to {q('seed_pcie_us_high', L['high_us'], '.2f', of=e)} us, "
-                      "published eight-rank PCIe figures: the rule chapter 06 uses)" for e, L in rule["latencies"].items()]
-        else:
-            ref_nccl = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
-            where = [(ref_nccl.get("default_us"), "default", f"NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)")]
-            if ref_nccl.get("setting") not in (None, "default") and ref_nccl.get("best_us"):
-                where.append((ref_nccl["best_us"], ref_nccl["setting"], f"`{ref_nccl['setting']}` measured there"))
-            latencies = [(f"{us:.1f} us, {what}", us, setting) for us, setting, what in where if us]
-            tagged = [f"{q('ref_allreduce_us', us, '.1f', of=setting)} us, {what}" for us, setting, what in where if us]
+        latencies, tagged, rule = _seed_latencies(card, seed_tp, prof, seed_allreduce_us)
         n_ar = rule["n"] if rule is not None else roofline.allreduces_per_token(card)
         floors = [(label, roofline.decode_roofline(arch["bytes_per_token"], prof["memory_bandwidth_tbs"], tp=seed_tp, allreduce_us=us,
                                                    allreduces_per_token=n_ar)) for label, us, _ in latencies]
@@ -62,54 +39,105 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
                                                                          allreduce_us=0.0, allreduces_per_token=n_ar)
         reported = ({k.strip(): float(v) for k, v in (kv.split(":") for kv in seed_reported_tok_s.split(",") if ":" in kv)}
                     if seed_reported_tok_s else seed_case()["single_stream_tok_s"])
-        for eng_name, tok_s in reported.items():
-            row = {"case": f"{seed_model} on {seed_tp}x {seed_profile} ({eng_name}, reported by the seed)", "measured_tok_s": float(tok_s),
-                   "roofline_tok_s": bound["tok_s"], "roofline_with_comm_tok_s": seed_roof["tok_s"],
-                   "pct_of_roofline": 100 * float(tok_s) / bound["tok_s"], "bytes_per_token": bound["bytes_per_token"],
-                   "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": seed_roof["t_mem_ms"], "t_comm_ms": seed_roof["t_comm_ms"],
-                   "tp": seed_tp, "allreduce_us": seed_roof["allreduce_us"], "allreduce_source": floors[0][0] if floors else None,
-                   "bytes_method": arch["method"],
-                   "source": "reported by the seed case" + ("" if seed_reported_tok_s else " (data/reference/seed-case.json)")
-                             + "; roofline from the card and the profile"}
-            if not store.done("bench_roofline", case=row["case"], roofline_tok_s=row["roofline_tok_s"], t_comm_ms=row["t_comm_ms"]):
-                store.append("bench_roofline", row)
-                for part in roofline.time_breakdown(float(tok_s), seed_roof):
-                    store.append("bench_breakdown", {"label": row["case"], **part})
-            out["rows"].append(row)
+        _seed_rows(store, reported, out["rows"], seed_model=seed_model, seed_profile=seed_profile, seed_tp=seed_tp, bound=bound,
+                                 prof=prof, seed_roof=seed_roof, floors=floors, arch=arch, from_parameter=bool(seed_reported_tok_s))
         crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
         out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us, latency_labels=tagged, subject=bound["subject"],
                    model=seed_model, n_ar_field=f"collectives_per_token_tp{seed_tp}" if rule else "allreduces_per_token")
-        sub = bound["subject"]  # every figure below tagged: recomputed from data/models, data/hardware and the reference run
-
-        def card(field: str, value, fmt: str) -> str:
-            return q("card_fact", value, fmt, of=f"{seed_model} | {field}")
-
-        def floor(setting, field: str, value, fmt: str) -> str:
-            return q("seed_floor", value, fmt, of=f"{sub} | {setting} | {field}") if setting else format(value, fmt)
-
-        out["lines"] = [
-            f"- {seed_model}: {card('active_params_b', arch['active_params'] / 1e9, '.1f')}B active parameters, "
-            f"{card('gb_per_token', arch['bytes_per_token'] / 1e9, '.1f')} GB read per token (the card's average "
-            f"{card('avg_bytes_per_param', avg['bytes_per_param'], '')} B/param would say "
-            f"{card('avg_gb_per_token', avg['bytes_per_token'] / 1e9, '.1f')} GB: it undercounts the BF16 attention and shared experts).",
-            f"- Bandwidth alone: at most {q('card_roofline_tok_s', bound['tok_s'], ',.0f', of=sub)} tok/s "
-            f"({floor('default', 'gb_per_token', bound['bytes_per_token'] / 1e9, '.1f')} GB per token over "
-            f"{floor('default', 'gpus', seed_tp, 'd')} GPUs at {floor('default', 'bandwidth_tbs', bound['bandwidth_tbs'], '')} TB/s each; "
-            f"`data/models/{seed_model}.json` x `data/hardware/{seed_profile}.json`).",
-            *[f"- With the communication floor, {card(f'collectives_per_token_tp{seed_tp}' if rule else 'allreduces_per_token', n_ar, 'd')} "
-              f"{'collectives per token (the count of table seed_collectives in the what-if book)' if rule else 'all-reduces per token'} at {label}: at most "
-              f"{floor(st, 'tok_s', r['tok_s'], ',.0f')} tok/s ({floor(st, 't_comm_ms', r['t_comm_ms'], '.2f')} ms of all-reduce per "
-              f"token beside {floor(st, 't_mem_ms', r['t_mem_ms'], '.2f')} ms of memory time)."
-              for label, (_, r), st in zip(tagged, floors, settings)],
-            f"- The two floors are equal at {floor(settings[0] if settings else None, 'crossover_us', crossover_us, '.1f')} us per "
-            "all-reduce: above that latency, all-reduce is the larger part of the limit. The seed's GPUs talk over PCIe, whose "
-            "latency only chapter 04 run on that host measures" + (" (the latencies above are other hosts' published figures, "
-            "the same rule and count the what-if book's chapters 04 to 06 use)." if rule else "."),
-        ]
+        out["lines"] = _seed_lines(seed_model, seed_profile, seed_tp, arch=arch, avg=avg, bound=bound, rule=rule, n_ar=n_ar,
+                                   tagged=tagged, floors=floors, settings=settings, crossover_us=crossover_us)
     except ServebookError as exc:
         store.record_failure("seed roofline", exc)
         print(f"seed roofline not computed: {exc}")
     return out
+
+
+def _seed_latencies(card: dict, seed_tp: int, prof: dict, seed_allreduce_us: float) -> tuple[list, list, dict | None]:
+    """The all-reduce latencies the seed's communication floor is drawn at: ``(label, us, the reference grid's setting it
+    was measured under or the engine whose latency it is)`` each, the same labels with their figures tagged, and the PCIe
+    rule where the profile is a PCIe one. The label is stored plain in ``bench_roofline`` and shown tagged."""
+    from ..findings import nccl as nccl_answer
+    from ..paths import data_dir
+    from ..profile.comm import pcie_rule
+    from ..results import RunStore
+    from ..stated import REFERENCE_NCCL_RUN, q
+
+    rule = pcie_rule(card, seed_tp, prof) if seed_allreduce_us <= 0 else None
+    if seed_allreduce_us > 0:
+        latencies = [(f"{seed_allreduce_us:g} us, an assumption (the parameter `seed_allreduce_us`)", seed_allreduce_us, None)]
+        tagged = [latencies[0][0]]
+    elif rule is not None:   # a PCIe profile: chapter 06's rule, each engine's latency by the NCCL environment the seed ran it with
+        latencies = [(f"{L['central_us']:.1f} us, {e} ({L['env']}; the middle of {L['low_us']:.2f} to {L['high_us']:.2f} us, "
+                      "published eight-rank PCIe figures: the rule chapter 06 uses)", L["central_us"], e)
+                     for e, L in rule["latencies"].items()]
+        tagged = [f"{q('seed_pcie_us', L['central_us'], '.1f', of=e)} us, {e} ({L['env']}; the middle of "
+                  f"{q('seed_pcie_us_low', L['low_us'], '.2f', of=e)} to {q('seed_pcie_us_high', L['high_us'], '.2f', of=e)} us, "
+                  "published eight-rank PCIe figures: the rule chapter 06 uses)" for e, L in rule["latencies"].items()]
+    else:
+        ref_nccl = nccl_answer(RunStore(data_dir() / "runs" / REFERENCE_NCCL_RUN)) or {}
+        where = [(ref_nccl.get("default_us"), "default", f"NCCL's defaults measured over NVLink on H200 x2 (`data/runs/{REFERENCE_NCCL_RUN}`)")]
+        if ref_nccl.get("setting") not in (None, "default") and ref_nccl.get("best_us"):
+            where.append((ref_nccl["best_us"], ref_nccl["setting"], f"`{ref_nccl['setting']}` measured there"))
+        latencies = [(f"{us:.1f} us, {what}", us, setting) for us, setting, what in where if us]
+        tagged = [f"{q('ref_allreduce_us', us, '.1f', of=setting)} us, {what}" for us, setting, what in where if us]
+    return latencies, tagged, rule
+
+
+def _seed_rows(store, reported: dict, rows: list, *, seed_model: str, seed_profile: str, seed_tp: int, bound: dict, prof: dict, seed_roof: dict,
+               floors: list, arch: dict, from_parameter: bool) -> None:
+    """The seed's reported rates against the limits, one ``bench_roofline`` row each (and its ``bench_breakdown``,
+    recorded once), appended to ``rows`` as each is made."""
+    from .. import roofline
+
+    for eng_name, tok_s in reported.items():
+        row = {"case": f"{seed_model} on {seed_tp}x {seed_profile} ({eng_name}, reported by the seed)", "measured_tok_s": float(tok_s),
+               "roofline_tok_s": bound["tok_s"], "roofline_with_comm_tok_s": seed_roof["tok_s"],
+               "pct_of_roofline": 100 * float(tok_s) / bound["tok_s"], "bytes_per_token": bound["bytes_per_token"],
+               "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": seed_roof["t_mem_ms"], "t_comm_ms": seed_roof["t_comm_ms"],
+               "tp": seed_tp, "allreduce_us": seed_roof["allreduce_us"], "allreduce_source": floors[0][0] if floors else None,
+               "bytes_method": arch["method"],
+               "source": "reported by the seed case" + ("" if from_parameter else " (data/reference/seed-case.json)")
+                         + "; roofline from the card and the profile"}
+        if not store.done("bench_roofline", case=row["case"], roofline_tok_s=row["roofline_tok_s"], t_comm_ms=row["t_comm_ms"]):
+            store.append("bench_roofline", row)
+            for part in roofline.time_breakdown(float(tok_s), seed_roof):
+                store.append("bench_breakdown", {"label": row["case"], **part})
+        rows.append(row)
+
+
+def _seed_lines(seed_model: str, seed_profile: str, seed_tp: int, *, arch: dict, avg: dict, bound: dict, rule, n_ar: int, tagged: list,
+                floors: list, settings: list, crossover_us: float) -> list[str]:
+    """The seed case on paper in Markdown bullets, every figure tagged: recomputed from data/models, data/hardware and the
+    reference run."""
+    from ..stated import q
+
+    sub = bound["subject"]
+
+    def card(field: str, value, fmt: str) -> str:
+        return q("card_fact", value, fmt, of=f"{seed_model} | {field}")
+
+    def floor(setting, field: str, value, fmt: str) -> str:
+        return q("seed_floor", value, fmt, of=f"{sub} | {setting} | {field}") if setting else format(value, fmt)
+
+    return [
+        f"- {seed_model}: {card('active_params_b', arch['active_params'] / 1e9, '.1f')}B active parameters, "
+        f"{card('gb_per_token', arch['bytes_per_token'] / 1e9, '.1f')} GB read per token (the card's average "
+        f"{card('avg_bytes_per_param', avg['bytes_per_param'], '')} B/param would say "
+        f"{card('avg_gb_per_token', avg['bytes_per_token'] / 1e9, '.1f')} GB: it undercounts the BF16 attention and shared experts).",
+        f"- Bandwidth alone: at most {q('card_roofline_tok_s', bound['tok_s'], ',.0f', of=sub)} tok/s "
+        f"({floor('default', 'gb_per_token', bound['bytes_per_token'] / 1e9, '.1f')} GB per token over "
+        f"{floor('default', 'gpus', seed_tp, 'd')} GPUs at {floor('default', 'bandwidth_tbs', bound['bandwidth_tbs'], '')} TB/s each; "
+        f"`data/models/{seed_model}.json` x `data/hardware/{seed_profile}.json`).",
+        *[f"- With the communication floor, {card(f'collectives_per_token_tp{seed_tp}' if rule else 'allreduces_per_token', n_ar, 'd')} "
+          f"{'collectives per token (the count of table seed_collectives in the what-if book)' if rule else 'all-reduces per token'} at {label}: at most "
+          f"{floor(st, 'tok_s', r['tok_s'], ',.0f')} tok/s ({floor(st, 't_comm_ms', r['t_comm_ms'], '.2f')} ms of all-reduce per "
+          f"token beside {floor(st, 't_mem_ms', r['t_mem_ms'], '.2f')} ms of memory time)."
+          for label, (_, r), st in zip(tagged, floors, settings)],
+        f"- The two floors are equal at {floor(settings[0] if settings else None, 'crossover_us', crossover_us, '.1f')} us per "
+        "all-reduce: above that latency, all-reduce is the larger part of the limit. The seed's GPUs talk over PCIe, whose "
+        "latency only chapter 04 run on that host measures" + (" (the latencies above are other hosts' published figures, "
+        "the same rule and count the what-if book's chapters 04 to 06 use)." if rule else "."),
+    ]
 
 
 def say_prediction_tok_s(store) -> list[str]:
