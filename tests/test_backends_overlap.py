@@ -1,7 +1,7 @@
 """Chapter 03's sweep on a CPU host: its servers start together, are measured one at a time, and are all stopped.
 
 The real engine (``transformers serve``) on the embedded model. ``force_each_backend`` starts every server of a round at
-once when they run on this machine's CPU (``backends.starts_overlap_here``); these tests check, from the run's own server
+once when they run on this machine's CPU (``servers.starts_overlap_here``); these tests check, from the run's own server
 registry and timestamps taken around each configuration's turn, that (a) the servers were started together, (b) none
 was starting while another was measured, and the ready ones that waited used next to no CPU meanwhile, and (c) every
 process is gone afterwards, also when the sweep ends in an exception or an interrupt.
@@ -54,7 +54,7 @@ def _cpu_s(pgids) -> float:
 @pytest.fixture
 def on_cpu(embedded_model, tmp_path):
     """Skips where the servers would start one at a time (a GPU visible); gives the engine and a store."""
-    from servebook.backends import starts_overlap_here
+    from servebook.servers import starts_overlap_here
     from servebook.engines import get_engine
 
     store = RunStore.at(tmp_path / "run")

@@ -14,10 +14,9 @@ words for the page: ``report`` (the candidates, the table of starts, the plot an
 
 from __future__ import annotations
 
-from ..servers import starts_overlap_here
 from .checks import engine_error, runnable_here
 from .measure import force_each_backend
 from .outputs import PROBE_PROMPTS, compare_tokens, greedy_completions, prompt_logprobs, teacher_forced_agreement
 
 __all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "prompt_logprobs",
-           "teacher_forced_agreement", "runnable_here", "engine_error", "starts_overlap_here"]
+           "teacher_forced_agreement", "runnable_here", "engine_error"]
