@@ -13,7 +13,7 @@ import json
 import nbformat
 import pytest
 
-from servebook.book import _read_notebook, _select_cells, chapters
+from servebook.chapters import _read_notebook, _select_cells, chapters
 from servebook.results import RunStore
 from servebook.selection.rootcause import helper_expressions, root_causes
 
