@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     import platform
     import subprocess
 
-    from .params import resolve_model
-    from .results import RunStore
+    from ..params import resolve_model
+    from ..results import RunStore
 
     ap = argparse.ArgumentParser(prog="python -m servebook.nccl", description=main.__doc__)
     ap.add_argument("--out", required=True)
