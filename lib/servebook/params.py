@@ -18,7 +18,7 @@ from typing import Any, Callable
 from .errors import ParameterError, ServebookError
 
 __all__ = ["Param", "PARAMS", "MODEL_DEFAULTS", "validate", "coerce", "resolve_model", "check_chapter_param", "model_defaults",
-           "check_engine_here", "check_here"]
+           "check_engine_here", "check_here", "whole_numbers"]
 
 
 @dataclass(frozen=True)
@@ -295,9 +295,7 @@ def check_chapter_param(name: str, value: Any) -> None:
     if name == "seed_allreduce_us" and isinstance(value, (int, float)) and not value >= 0:
         raise ParameterError(name, value, "a latency in microseconds, 0 or more (0: the latencies recorded in data/runs/h200x2-nccl)")
     if name == "ceiling_concurrencies":
-        from .bench.ceiling import ceiling_levels
-
-        ceiling_levels(value, name=name)  # whole numbers of at least 1, comma-separated
+        whole_numbers(value, name)  # whole numbers of at least 1, comma-separated (bench.ceiling.ceiling_levels reads them)
     if name in _CHOICES and value not in _CHOICES[name]:
         raise ParameterError(name, value, "one of: " + ", ".join(_CHOICES[name]))
     if name in ("seed_profile", "matrix_profiles") and value:
@@ -312,3 +310,12 @@ def check_chapter_param(name: str, value: Any) -> None:
                 resolve_model(item.strip(), build=False)
             except ServebookError as exc:
                 raise ParameterError(name, item.strip(), str(exc)) from None
+
+
+def whole_numbers(text, name: str) -> list[int]:
+    """A parameter's comma-separated whole numbers of at least 1 (``"1,64"`` -> ``[1, 64]``); a ParameterError that names
+    the parameter otherwise."""
+    items = [x.strip() for x in str(text).split(",")]
+    if not all(re.fullmatch(r"[0-9]{1,6}", x) and int(x) >= 1 for x in items):
+        raise ParameterError(name, text, "comma-separated whole numbers of at least 1, e.g. 1,64")
+    return [int(x) for x in items]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import subprocess
 import tempfile
 import time
@@ -19,7 +18,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..errors import ParameterError, ServebookError
+from ..errors import ServebookError
 from .bench_serving import DEFAULT_SPEC, run_bench_serving_many, write_sharegpt
 from .fake import FakeSSEServer
 from .httpx_stream import httpx_batch
@@ -41,10 +40,9 @@ def ceiling_levels(concurrencies: str, smoke: bool = False, name: str = "ceiling
     """The concurrencies of :func:`client_ceiling` from chapter 05's parameter, e.g. ``"1,64"`` -> ``(1, 64)``: whole
     numbers of at least 1, comma-separated (taken in increasing order, once each); with ``smoke`` each is capped at
     ``_SMOKE_MAX`` (``"1,64"`` -> ``(1, 8)``). A ParameterError names the parameter otherwise."""
-    items = [x.strip() for x in str(concurrencies).split(",")]
-    if not all(re.fullmatch(r"[0-9]{1,6}", x) and int(x) >= 1 for x in items):
-        raise ParameterError(name, concurrencies, "comma-separated whole numbers of at least 1, e.g. 1,64")
-    return tuple(sorted({min(int(x), _SMOKE_MAX) if smoke else int(x) for x in items}))
+    from ..params import whole_numbers
+
+    return tuple(sorted({min(x, _SMOKE_MAX) if smoke else x for x in whole_numbers(concurrencies, name)}))
 
 
 def client_ceiling(
