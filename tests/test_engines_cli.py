@@ -17,14 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from servebook.backends import engine_error, force_each_backend
+from servebook.backends import force_each_backend
 from servebook.backends.checks import _overridden
 from servebook.engines import CLIRejected, EngineAdapter, forcing, get_engine, user_command
 from servebook.engines.vllm import attention_mechanism_of, reported_from_log
 from servebook.errors import EngineError, ServerError
 from servebook.processes import free_port, port_listening
 from servebook.results import RunStore
-from servebook.servers import Launch, Server
+from servebook.servers import Launch, Server, engine_error
 
 
 # -- what the engines report (strings as the engines' own code formats them) ----------------------------

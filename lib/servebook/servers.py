@@ -37,7 +37,7 @@ from .secret_refs import resolve_refs
 from .secrets import mask_argv, mask_text, mask_value
 
 __all__ = ["Launch", "Server", "start_together", "take_started", "shell_line", "leftover_servers", "starts_overlap_here",
-           "gpu_visible"]
+           "gpu_visible", "engine_error"]
 
 
 @dataclass
@@ -417,3 +417,18 @@ def gpu_visible(launch) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return out.returncode == 0 and "GPU " in out.stdout
+
+
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
+
+
+def engine_error(log_tail: str) -> str | None:
+    """The engine's own error in a log tail: the last exception line of its traceback, else its last ERROR line."""
+    lines = [l.strip() for l in (log_tail or "").splitlines() if l.strip()]
+    for line in reversed(lines):
+        if _EXC_LINE.match(line):
+            return line[:400]
+    for line in reversed(lines):
+        if " ERROR " in f" {line} " or line.startswith("ERROR"):
+            return line[:400]
+    return None

@@ -6,7 +6,7 @@
 
 Modules, by role (the same roles as the other chapters): what it measures: ``measure`` (the sweep's plan), ``serve``
 (one configuration started, checked and measured), ``restarts`` (its further starts; servers started together on a
-CPU host), ``checks`` (what the engine says it loaded, its error, whether a backend can run here), ``outputs`` (greedy
+CPU host), ``checks`` (what the engine says it loaded, whether it refused, whether a backend can run here), ``outputs`` (greedy
 and teacher-forced agreement, the wrong-output verdict) and ``agreement`` (the decode path, token ids in and out);
 its figures: ``figures`` (what the page states, computed from the tables; ``servebook.stated`` recomputes it); its
 words for the page: ``report`` (the candidates, the table of starts, the plot and the sentences, every number tagged).
@@ -14,9 +14,9 @@ words for the page: ``report`` (the candidates, the table of starts, the plot an
 
 from __future__ import annotations
 
-from .checks import engine_error, runnable_here
+from .checks import runnable_here
 from .measure import force_each_backend
 from .outputs import PROBE_PROMPTS, compare_tokens, greedy_completions, prompt_logprobs, teacher_forced_agreement
 
 __all__ = ["PROBE_PROMPTS", "force_each_backend", "greedy_completions", "compare_tokens", "prompt_logprobs",
-           "teacher_forced_agreement", "runnable_here", "engine_error"]
+           "teacher_forced_agreement", "runnable_here"]

@@ -1,8 +1,7 @@
 """What a start's outcome is read from: whether a backend can run here at all, what the engine itself says it loaded,
-its own error line, and whether the server died while it was asked.
+whether it refused the backend, and whether the server died while it was asked (its own error line: servers.engine_error).
 
     runnable_here("flash_attention_2")        # (False, "needs a CUDA GPU") on a host without one
-    engine_error(log_tail)                     # the engine's last exception line, else its last ERROR line
     _reported_backend(engine, srv, host)       # the engine's server-info endpoint, else its log
 """
 
@@ -53,21 +52,6 @@ def runnable_here(name: str, smoke: bool = False, host=None) -> tuple[bool, str]
     if name == "flex_attention" and smoke:
         return False, "skipped in smoke mode (compiles kernels on first use)"
     return True, ""
-
-
-_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
-
-
-def engine_error(log_tail: str) -> str | None:
-    """The engine's own error in a log tail: the last exception line of its traceback, else its last ERROR line."""
-    lines = [l.strip() for l in (log_tail or "").splitlines() if l.strip()]
-    for line in reversed(lines):
-        if _EXC_LINE.match(line):
-            return line[:400]
-    for line in reversed(lines):
-        if " ERROR " in f" {line} " or line.startswith("ERROR"):
-            return line[:400]
-    return None
 
 
 def _overridden(engine: EngineAdapter, backend: str | None, reported: dict) -> bool:

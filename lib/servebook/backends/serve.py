@@ -13,9 +13,9 @@ from typing import Callable
 from ..engines import CLIRejected, EngineAdapter
 from ..errors import EngineError, ServebookError, ServerError
 from ..processes import port_listening
-from ..servers import Server, gpu_visible
+from ..servers import Server, engine_error, gpu_visible
 from .agreement import decode_agreement, reference_decodes
-from .checks import _exited, _overridden, _rejection, _remote, _reported_backend, _watched, engine_error
+from .checks import _exited, _overridden, _rejection, _remote, _reported_backend, _watched
 from .outputs import PROBE_PROMPTS, _disagreement, _disagrees, compare_tokens, greedy_completions, prompt_logprobs, teacher_forced_agreement
 
 class _Sweep:

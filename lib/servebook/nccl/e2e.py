@@ -119,7 +119,7 @@ def tp_decode_check(engine, model_dir: str | Path, store: RunStore, settings: li
                 row["allreduce_log"] = allreduce_lines(srv.log_path.read_text(errors="replace"))
                 row["outcome"] = "ok" if srv.alive() and single["decode_tok_s_mean"] else "failed"
         except ServerError as exc:
-            from ..backends import engine_error
+            from ..servers import engine_error
 
             row.update(outcome="failed to start", error=engine_error(exc.log_tail) or str(exc), log_tail=exc.log_tail[-1500:])
         except (EngineError, ServebookError) as exc:
