@@ -426,7 +426,7 @@ def test_a_superseded_answer_is_not_read():
     requirements) and dynamically before and after (the matrix of 2026-12-02 answers TRITON_MLA dynamically): only the
     answer that stands is read, so chapter 06's root cause agrees with chapter 02 (hardware-selected, not unresolved)."""
     from servebook.results import RunStore
-    from servebook.selection.answers import standing_answers
+    from servebook.standing import standing_answers
     from servebook.selection.rootcause import root_causes
 
     store = RunStore(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9")
@@ -448,7 +448,7 @@ def test_an_answer_that_returns_is_recorded_again(tmp_path, monkeypatch):
     import importlib
 
     from servebook.results import RunStore
-    from servebook.selection.answers import standing_answers
+    from servebook.standing import standing_answers
     from servebook.selection.report import ask
 
     wi = importlib.import_module("servebook.selection.whatif")

@@ -75,7 +75,7 @@ def host_summary(store: RunStore) -> dict:
 def selection(store: RunStore) -> list[dict]:
     """What each engine picks and the rule that decides it (chapter 02's ``selection`` and ``selection_sites``)."""
     sites = store.rows("selection_sites")
-    from ..selection.answers import standing_answers
+    from ..standing import standing_answers
 
     out = []
     for r in standing_answers(store):  # an answer a later one superseded is not stated

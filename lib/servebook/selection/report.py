@@ -228,7 +228,7 @@ def questions(store) -> list[tuple[str, str]]:
     was recorded."""
     from ..findings.tables import selection
     from ..stated import selection_of
-    from .answers import standing_answers
+    from ..standing import standing_answers
 
     standing = standing_answers(store)  # an answer a later one superseded is not stated
     said = {(r.get("case"), r.get("engine"), r.get("version"), r.get("model"), r.get("gpu"), r.get("method"),

@@ -239,7 +239,7 @@ def cause_of(answer: dict) -> dict:
 def root_causes(store) -> list[dict]:
     """One record per what-if answer of chapter 02 that stands (table ``selection`` as ``answers.standing_answers`` reads
     it: an answer a later one superseded is left out), one per (engine, version, gpu, model)."""
-    from .answers import standing_answers
+    from ..standing import standing_answers
 
     rows = standing_answers(store) if "selection" in store.tables() else []
     verdicts = {}

@@ -35,7 +35,7 @@ def say_selection(store) -> list[str]:
     """Markdown bullets: each what-if answer the run recorded, once per engine version, model and GPU, with the
     line that wrote it and how many lines of that version's code write the backend (chapters 02 and 06)."""
     answers: dict[Any, list[dict]] = {}
-    from ..selection.answers import standing_answers
+    from ..standing import standing_answers
 
     for r in standing_answers(store):  # an answer a later one superseded is not stated
         answers.setdefault(selection_of(r) if r.get("method") == "dynamic" else (selection_of(r), "static"), []).append(r)
