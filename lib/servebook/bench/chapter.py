@@ -809,17 +809,20 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
         reported = ({k.strip(): float(v) for k, v in (kv.split(":") for kv in seed_reported_tok_s.split(",") if ":" in kv)}
                     if seed_reported_tok_s else seed_case()["single_stream_tok_s"])
         for eng_name, tok_s in reported.items():
+            # each engine's rate against its own floor (its latency under the NCCL environment the seed ran it with)
+            own = next((i for i, st in enumerate(settings) if st == eng_name), 0)
+            eng_roof, eng_label = (floors[own][1], floors[own][0]) if floors else (seed_roof, None)
             row = {"case": f"{seed_model} on {seed_tp}x {seed_profile} ({eng_name}, reported by the seed)", "measured_tok_s": float(tok_s),
-                   "roofline_tok_s": bound["tok_s"], "roofline_with_comm_tok_s": seed_roof["tok_s"],
+                   "roofline_tok_s": bound["tok_s"], "roofline_with_comm_tok_s": eng_roof["tok_s"],
                    "pct_of_roofline": 100 * float(tok_s) / bound["tok_s"], "bytes_per_token": bound["bytes_per_token"],
-                   "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": seed_roof["t_mem_ms"], "t_comm_ms": seed_roof["t_comm_ms"],
-                   "tp": seed_tp, "allreduce_us": seed_roof["allreduce_us"], "allreduce_source": floors[0][0] if floors else None,
+                   "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": eng_roof["t_mem_ms"], "t_comm_ms": eng_roof["t_comm_ms"],
+                   "tp": seed_tp, "allreduce_us": eng_roof["allreduce_us"], "allreduce_source": eng_label,
                    "bytes_method": arch["method"],
                    "source": "reported by the seed case" + ("" if seed_reported_tok_s else " (data/reference/seed-case.json)")
                              + "; roofline from the card and the profile"}
             if not store.done("bench_roofline", case=row["case"], roofline_tok_s=row["roofline_tok_s"], t_comm_ms=row["t_comm_ms"]):
                 store.append("bench_roofline", row)
-                for part in roofline.time_breakdown(float(tok_s), seed_roof):
+                for part in roofline.time_breakdown(float(tok_s), eng_roof):
                     store.append("bench_breakdown", {"label": row["case"], **part})
             out["rows"].append(row)
         crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
@@ -1138,7 +1141,9 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
             lines.append(f"- {label}: no request of the concurrency sweep succeeded ({int(g['failed'].sum())} failed).")
     for row in seed["rows"]:
         pct_comm = 100 * row["measured_tok_s"] / row["roofline_with_comm_tok_s"]
-        source = (seed.get("latency_labels") or [None])[0] or row["allreduce_source"] or "no latency"  # its latency tagged
+        # its own latency, tagged (the label of the floor its row was computed against)
+        labels = dict(zip((label for label, _ in seed.get("floors") or []), seed.get("latency_labels") or []))
+        source = labels.get(row["allreduce_source"]) or row["allreduce_source"] or "no latency"
         lines.append(f"- {row['case']}: {q('seed_reported_tok_s', row['measured_tok_s'], '.1f', of=row['case'])} tok/s is "
                      f"{q('seed_pct_of_roofline', row['pct_of_roofline'], '.1f', of=row['case'])}% "
                      f"of its bandwidth roofline ({q('seed_row_roofline_tok_s', row['roofline_tok_s'], ',.0f', of=row['case'])} tok/s); "
@@ -1196,13 +1201,13 @@ def check_yourself(m: dict, *, verdict: dict, ceiling_check_df, seed: dict, seed
     roof, rows = seed["roof"], seed["rows"]
     if roof is not None and rows:
         qa.append(("The seed case's limit: which floor dominates, memory or communication, and what would settle it?",
-                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on "
+                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f', of=rows[0]['case'])} ms per token on "
                    f"{q('seed_floor', seed_tp, 'd', of=seed['subject'] + ' | default | gpus')} GPUs; "
                    f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | ' + seed.get('n_ar_field', 'allreduces_per_token'))} "
                    "collectives take "
-                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at "
+                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f', of=rows[0]['case'])} ms for {rows[0]['case']} at "
                    f"{(seed.get('latency_labels') or [None])[0] or rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
-                   f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f') if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
+                   f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f', of=rows[0]['case']) if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
                    "all-reduce (custom kernels, NCCL settings) matters more. Only chapter 04 on the seed's PCIe host measures its latency."))
     if verdict["bench_serving_measured"]:
         qa.append(("Why does servebook stream with an HTTP client of its own instead of httpx, and what would make you replace it?",
