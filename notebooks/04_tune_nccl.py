@@ -304,7 +304,8 @@ if len(e2e):
 
 # %% [markdown]
 # `predicted_ms_per_token`: the grid's change in graph-replayed all-reduce latency at this model's batch-1 message size, times
-# two all-reduces per layer. `measured_ms_per_token`: the change in time per token against the row named in `vs`. A
+# two all-reduces per layer (the layers' own; a whole model's count, read in the engines' code, adds the embedding's
+# all-reduce and the logits' all-gather: the what-if book's table `seed_collectives`). `measured_ms_per_token`: the change in time per token against the row named in `vs`. A
 # verdict is a change only where the 95% intervals separate.
 
 # %% [markdown]

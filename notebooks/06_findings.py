@@ -200,7 +200,9 @@ show("03")
 show("04")
 
 # %% [markdown]
-# The prediction multiplies the measured latency by the all-reduces a token makes (two per layer);
+# The prediction multiplies the measured latency by the all-reduces a token makes in its layers (two per layer; a whole
+# model's count, read in the engines' code, adds the embedding's all-reduce and the logits' all-gather: the what-if
+# book's table `seed_collectives`);
 # it becomes a finding only when an engine at `TP>1` is benchmarked with and without the setting.
 
 # %% [markdown]
@@ -292,23 +294,7 @@ if seed_rows:
 
 # %%
 if seed_rows:
-    import matplotlib.pyplot as plt
-
-    _sw = pd.DataFrame(seed_tabs["seed_latency_sweep"])
-    _fig, _ax = plt.subplots(figsize=(9, 5))
-    for _e, _g in _sw.groupby("engine"):
-        _line = _ax.plot(_g["allreduce_us"], _g["tok_s"], marker="o", label=f"{_e}: projected")[0]
-        _ax.axhline(_seed["single_stream_tok_s"][_e], color=_line.get_color(), ls="--", label=f"{_e}: the seed's rate")
-    for _r in seed_tabs["seed_comm"]:
-        _ax.axvspan(_r["low_us"], _r["high_us"], alpha=0.08, color="C0" if _r["engine"] == "sglang" else "C1")
-        if _r.get("implied_us"):
-            _ax.axvline(_r["implied_us"], color="grey", ls=":", label="latency the seed's all-reduce share implies (SGLang)")
-    _ax.set_xlabel(f"one all-reduce's latency (us), {seed_tabs['seed_comm'][0]['collectives']} collectives per token")
-    _ax.set_ylabel("projected single-stream tok/s")
-    _ax.set_ylim(bottom=0)
-    _ax.set_title("Seed case: projected rate against all-reduce latency (shaded: each engine's published range)")
-    _ax.legend()
-    plt.show()
+    sbseed.plot_latency_sweep(seed_tabs, _seed)
 
 # %% [markdown]
 # The Triton MLA decode kernel's launch on the seed's GPUs against the H200, read in each version's code (table
@@ -403,19 +389,5 @@ Markdown("\n".join(found))
 # %%
 qa = sbf.check_yourself(store, "06")
 if params.get("profile"):  # a what-if run measured nothing: its questions are about what to try and what settles it
-    first = launch_first[0] if launch_first else None
-    qa = [("This page names a launch to try first. Is that a measured recommendation, and what settles it?",
-           (f"No: nothing was measured on the `{params['profile']}` profile. The launch comes from "
-            + ("a root cause (the code says the missed backend supports this GPU)" if first.get("decision") == "fallback" else
-               "a hypothesis, not a root cause (no code the what-if could run says the missed backend supports this GPU)")
-            + f": {first['why']}. "
-            "On the real host, chapter 03 settles it: the backend the server reports, teacher-forced agreement with the default, "
-            "and a decode rate faster beyond both 95% intervals." if first else
-            f"It names none: no hardware helper on the engine's path kept a backend from the `{params['profile']}` GPU, so the "
-            "engine's default stands until chapters 03 and 05 measure it on the real host."))]
-    cause = next((c for c in causes if c["decision"] in ("fallback", "hypothesis")), None)
-    if cause:
-        qa.append(("Is the engine's fallback here a root cause or a hypothesis, and what is the difference?",
-                   f"A {cause['decision']}: {cause['cause']} A root cause needs the engine's or kernel library's own code to say the "
-                   "missed backend supports this GPU; without that it is a hypothesis for the real host."))
+    qa = sbf.whatif_questions(params["profile"], launch_first, causes)
 Markdown(sbf.check_yourself_markdown(qa))

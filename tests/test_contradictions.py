@@ -253,6 +253,10 @@ def test_a_page_with_profiles_points_to_them():
     assert _kinds(shown + _p(_roofline_reading(t)), "finding and hypothesis")
     assert _kinds(shown + _p(_roofline_reading(t, profiled=True)), "finding and hypothesis") == []
     assert "would settle it" in _roofline_reading(t) and "would settle it" not in _roofline_reading(t, profiled=True)
+    # a page without profiles that defines "gpu idle" (h200x1-trust's chapter 06) asks for one rightly
+    defines = _p('the row "host beyond the GPU" is not chapter 05\'s "gpu idle", the time inside a profiled step when no '
+                 'kernel runs.')
+    assert _kinds(defines + _p(_roofline_reading(t)), "finding and hypothesis") == []
 
 
 # item 12: failure listings and code excerpts cut between words, a cut made when recorded marked

@@ -222,10 +222,9 @@ def test_book_index_shows_chapter_06_verdict(tmp_path):
 
 # -- the committed renders: contradictions ---------------------------------------------------------------------------
 # Found in the committed renders when this test was written (they are not edited here; regenerating them is the fix).
-# page -> the cut-off text, for a page that shows a failure cut at record time until it is executed again: chapter 02
-# of the what-if book marks the cut once tools/rerender.sh 02 runs it (that phase needs the engine environments)
-KNOWN_CUT: dict[str, str] = {"whatif-rtx-pro-6000-sglang-0.5.9/02_read_backend_selection.html":
-                             "a recorded failure (vllm 0.10.2 ModelError) cut at record time: dict_keys(['ApertusForCausalLM', 'Aquil"}
+# page -> the cut-off text, for a page that shows a failure cut at record time until it is executed again (none now:
+# chapter 02 of the what-if book marks its recorded cut since tools/rerender.sh 02 ran it on 2026-12-04)
+KNOWN_CUT: dict[str, str] = {}
 KNOWN_BOOK: dict[tuple[str, str], str] = {}  # (book, kind) -> reason, for the classes read across a book's pages
 
 

@@ -95,6 +95,20 @@ def test_parameter_cells_show_what_ran_folded(shelf_dir):
     assert f"max_tokens: int = {used['max_tokens']!r}" in text and f"engine: str = {used['engine']!r}" in text
 
 
+def test_a_model_path_kept_with_the_run_says_why_it_differs_from_the_index():
+    """h200x1-trust's index names the recording host's /tmp/models/kimi-slice; its chapter 05, executed again on the
+    recorded tables, read the copy kept with the run: the parameters cell says which is which (#41 item 5)."""
+    import nbformat
+
+    from servebook.pages import merge_parameters
+
+    nb = nbformat.read(ROOT / "data" / "runs" / "h200x1-trust" / "notebooks" / "05_benchmark_single_stream.ipynb", as_version=4)
+    merge_parameters(nb)
+    line = next(x for c in nb.cells if "parameters" in c.metadata.get("tags", []) for x in c.source.splitlines()
+                if x.startswith("model"))
+    assert "data/runs/h200x1-trust/models/kimi-slice" in line and "kept with the run" in line and "recording host" in line
+
+
 def test_each_page_ends_with_the_command_to_run_it_yourself(shelf_dir):
     import nbformat
 

@@ -15,6 +15,11 @@ import html
 __all__ = ["seed_answer", "likely_cause"]
 
 _NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+# what the seed did next (shared/seeds: its relaunch of SGLang), said beside a first change that is the seed's NCCL block
+SEED_NEXT_LAUNCH = ("The seed's next SGLang launch combined this NCCL block with <code>--attention-backend flashinfer</code>, "
+                    "<code>--num-continuous-decode-steps 4</code> and <code>--disable-custom-all-reduce</code>; its rate is not in "
+                    "the seed's records (shared/seeds), so the block has not been measured on its own, and that launch changed "
+                    "three other things at once.")
 
 
 def likely_cause(projection: list[dict]) -> dict | None:
@@ -22,6 +27,27 @@ def likely_cause(projection: list[dict]) -> dict | None:
     from .profile.seed import gap_by_category
 
     return next((g for g in gap_by_category(projection) if g.get("diff_ms") is not None), None) if projection else None
+
+
+def _cause_text(cause: dict, rng: dict, comm_rows: list[dict]) -> str:
+    """The likely cause: the part whose projected time differs most, its share of the projected gap, and (for
+    communication) the NCCL settings the projection gives each engine."""
+    from .profile.verdict import t
+    from .stated import q
+
+    e = html.escape
+    comm = {r["engine"]: r for r in comm_rows}
+    env = (f" The NCCL settings the projection gives each engine's all-reduce, as the seed launched them: SGLang "
+           f"{e(str(comm['sglang'].get('env')))}, vLLM {e(str(comm['vllm'].get('env')))}."
+           if cause["category"] == "communication" and {"sglang", "vllm"} <= set(comm) else "")
+    share = (f", of a projected gap of {t('seed_range', rng['gap'], 'point_ms', '.2f')} ms per token "
+             f"({t('seed_range', rng['gap'], 'low_ms', '.2f')} to {t('seed_range', rng['gap'], 'high_ms', '.2f')}; the "
+             f"seed's {t('seed_range', rng['gap'], 'seed_gap_ms', '.2f')}): the largest part, not all of it; the other "
+             "parts are in chapter 06's table seed_projection" if "gap" in rng else "")
+    return (f"<b>A hypothesis:</b> the <i>{e(cause['category'])}</i> part of each decode step, the part whose projected time "
+            f"differs most between the engines: SGLang's takes "
+            f"{q('seed_projected_part_ms', cause['diff_ms'], '.2f', of=cause['category'])} ms per token longer than vLLM's"
+            f"{share}.{env}")
 
 
 def seed_answer(whatifs: list[dict]) -> str:
@@ -52,14 +78,9 @@ def seed_answer(whatifs: list[dict]) -> str:
     verdict = f'{e(book["name"])}/06_findings.html'
     rows = [("question", question + f" (the seed's own figures: {seed}).</p>")]
     if cause:
-        comm = {r["engine"]: r for r in store.rows("seed_comm")}
-        env = (f" The NCCL settings the projection gives each engine's all-reduce, as the seed launched them: SGLang "
-               f"{e(str(comm['sglang'].get('env')))}, vLLM {e(str(comm['vllm'].get('env')))}." if cause["category"] == "communication" and {"sglang", "vllm"} <= set(comm) else "")
-        rows.append(("likely cause", f"<b>A hypothesis:</b> the <i>{e(cause['category'])}</i> part of each decode step, the part "
-                     f"whose projected time differs most between the engines: SGLang's takes "
-                     f"{q('seed_projected_part_ms', cause['diff_ms'], '.2f', of=cause['category'])} ms per token longer than vLLM's.{env}"))
+        rows.append(("likely cause", _cause_text(cause, rng, store.rows("seed_comm"))))
     if f0:
-        rows.append(("first change", f"{e(f0['change'])} for {e(_NAMES.get(f0['engine'], f0['engine']))}: expected "
+        rows.append(("first change", f"{e(f0['change'])} for {e(_NAMES.get(f0['engine'], f0['engine']))}: expected, over the projected rate, "
                      f"{t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per token; "
                      f"{t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms)."))
     if rng:
@@ -70,6 +91,8 @@ def seed_answer(whatifs: list[dict]) -> str:
     rows.append(("how sure", f"A hypothesis, {e(str((f0 or {}).get('label') or 'predicted'))}: trace profiles of both engines "
                  f"recorded on an H200 (<code>data/runs/{e(str(ref))}</code>) carried to the seed's GPUs by datasheet ratios, and "
                  "all-reduce latencies published for other eight-GPU PCIe hosts; nothing was measured on the seed's host."))
+    if f0 and f0.get("engine") == "sglang" and "NCCL" in str(f0.get("change")):
+        rows.append(("not yet tried alone", SEED_NEXT_LAUNCH))
     if f0:
         rows.append(("what settles it", f"On the seed's host, the change's own check, compared with the launch without it: "
                      f"<code>{e(f0['check_command'])}</code>; with <code>NCCL_DEBUG=INFO</code> the launch log names the protocol "

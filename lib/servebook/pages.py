@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import html
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,14 @@ def _shown(name: str, value: Any) -> str:
     return repr(MASK if is_secret_name(name) and value not in ("", None) else mask_value(value))
 
 
+def _kept_copy(value: Any) -> str:
+    """Why a model path differs from the one on the book's index: an execution on the recorded tables reads the model's
+    files kept with the run (``data/runs/<run>/models/<name>``), the index names the path on the recording host."""
+    if isinstance(value, str) and re.search(r"(?:^|/)data/runs/[^/]+/models/[^/]+/?$", value):
+        return "; the model's files kept with the run, the index names its path on the recording host"
+    return ""
+
+
 def merge_parameters(nb) -> int:
     """Rewrite the parameters cell to show the values this execution used (each default papermill replaced is swapped
     for the injected value and marked ``# given``; parameters given but not declared are appended), then drop the
@@ -82,7 +91,7 @@ def merge_parameters(nb) -> int:
         line = lines[node.lineno - 1]
         rest = line[node.end_col_offset:]
         if value != default:
-            note = f"this run; default {_shown(name, default)}"
+            note = f"this run; default {_shown(name, default)}" + _kept_copy(value)
             rest = (rest + f" ({note})") if rest.strip().startswith("#") else f"{rest}  # {note}"
         lines[node.lineno - 1] = line[:node.col_offset] + _shown(name, value) + rest
     extra = [n for n in injected if n not in defaults_of(nb)]

@@ -377,7 +377,9 @@ def _seed_against_limits(seed: dict) -> list[str]:
     lines = []
     for row in seed["rows"]:
         pct_comm = 100 * row["measured_tok_s"] / row["roofline_with_comm_tok_s"]
-        source = (seed.get("latency_labels") or [None])[0] or row["allreduce_source"] or "no latency"  # its latency tagged
+        # its own latency, tagged (the label of the floor its row was computed against)
+        labels = dict(zip((label for label, _ in seed.get("floors") or []), seed.get("latency_labels") or []))
+        source = labels.get(row["allreduce_source"]) or row["allreduce_source"] or "no latency"
         lines.append(f"- {row['case']}: {q('seed_reported_tok_s', row['measured_tok_s'], '.1f', of=row['case'])} tok/s is "
                      f"{q('seed_pct_of_roofline', row['pct_of_roofline'], '.1f', of=row['case'])}% "
                      f"of its bandwidth roofline ({q('seed_row_roofline_tok_s', row['roofline_tok_s'], ',.0f', of=row['case'])} tok/s); "
@@ -450,13 +452,13 @@ def check_yourself(m: dict, *, verdict: dict, ceiling_check_df, seed: dict, seed
     roof, rows = seed["roof"], seed["rows"]
     if roof is not None and rows:
         qa.append(("The seed case's limit: which floor dominates, memory or communication, and what would settle it?",
-                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f')} ms per token on "
+                   f"Memory takes {q('seed_t_mem_ms', rows[0]['t_mem_ms'], '.2f', of=rows[0]['case'])} ms per token on "
                    f"{q('seed_floor', seed_tp, 'd', of=seed['subject'] + ' | default | gpus')} GPUs; "
                    f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | ' + seed.get('n_ar_field', 'allreduces_per_token'))} "
                    "collectives take "
-                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f')} ms at "
+                   f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f', of=rows[0]['case'])} ms for {rows[0]['case']} at "
                    f"{(seed.get('latency_labels') or [None])[0] or rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
-                   f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f') if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
+                   f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f', of=rows[0]['case']) if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
                    "all-reduce (custom kernels, NCCL settings) matters more. Only chapter 04 on the seed's PCIe host measures its latency."))
     if verdict["bench_serving_measured"]:
         qa.append(("Why does servebook stream with an HTTP client of its own instead of httpx, and what would make you replace it?",

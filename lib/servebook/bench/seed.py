@@ -40,7 +40,8 @@ def seed_roofline(store, *, seed_model: str, seed_profile: str, seed_tp: int, se
         reported = ({k.strip(): float(v) for k, v in (kv.split(":") for kv in seed_reported_tok_s.split(",") if ":" in kv)}
                     if seed_reported_tok_s else seed_case()["single_stream_tok_s"])
         _seed_rows(store, reported, out["rows"], seed_model=seed_model, seed_profile=seed_profile, seed_tp=seed_tp, bound=bound,
-                                 prof=prof, seed_roof=seed_roof, floors=floors, arch=arch, from_parameter=bool(seed_reported_tok_s))
+                                 prof=prof, seed_roof=seed_roof, floors=floors, settings=settings, arch=arch,
+                                 from_parameter=bool(seed_reported_tok_s))
         crossover_us = seed_roof["t_mem_ms"] * 1e3 / n_ar
         out.update(floors=floors, roof=seed_roof, n_ar=n_ar, crossover_us=crossover_us, latency_labels=tagged, subject=bound["subject"],
                    model=seed_model, n_ar_field=f"collectives_per_token_tp{seed_tp}" if rule else "allreduces_per_token")
@@ -84,23 +85,26 @@ def _seed_latencies(card: dict, seed_tp: int, prof: dict, seed_allreduce_us: flo
 
 
 def _seed_rows(store, reported: dict, rows: list, *, seed_model: str, seed_profile: str, seed_tp: int, bound: dict, prof: dict, seed_roof: dict,
-               floors: list, arch: dict, from_parameter: bool) -> None:
+               floors: list, settings: list, arch: dict, from_parameter: bool) -> None:
     """The seed's reported rates against the limits, one ``bench_roofline`` row each (and its ``bench_breakdown``,
     recorded once), appended to ``rows`` as each is made."""
     from .. import roofline
 
     for eng_name, tok_s in reported.items():
+        # each engine's rate against its own floor (its latency under the NCCL environment the seed ran it with)
+        own = next((i for i, st in enumerate(settings) if st == eng_name), 0)
+        eng_roof, eng_label = (floors[own][1], floors[own][0]) if floors else (seed_roof, None)
         row = {"case": f"{seed_model} on {seed_tp}x {seed_profile} ({eng_name}, reported by the seed)", "measured_tok_s": float(tok_s),
-               "roofline_tok_s": bound["tok_s"], "roofline_with_comm_tok_s": seed_roof["tok_s"],
+               "roofline_tok_s": bound["tok_s"], "roofline_with_comm_tok_s": eng_roof["tok_s"],
                "pct_of_roofline": 100 * float(tok_s) / bound["tok_s"], "bytes_per_token": bound["bytes_per_token"],
-               "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": seed_roof["t_mem_ms"], "t_comm_ms": seed_roof["t_comm_ms"],
-               "tp": seed_tp, "allreduce_us": seed_roof["allreduce_us"], "allreduce_source": floors[0][0] if floors else None,
+               "bandwidth_tbs": prof["memory_bandwidth_tbs"], "t_mem_ms": eng_roof["t_mem_ms"], "t_comm_ms": eng_roof["t_comm_ms"],
+               "tp": seed_tp, "allreduce_us": eng_roof["allreduce_us"], "allreduce_source": eng_label,
                "bytes_method": arch["method"],
                "source": "reported by the seed case" + ("" if from_parameter else " (data/reference/seed-case.json)")
                          + "; roofline from the card and the profile"}
         if not store.done("bench_roofline", case=row["case"], roofline_tok_s=row["roofline_tok_s"], t_comm_ms=row["t_comm_ms"]):
             store.append("bench_roofline", row)
-            for part in roofline.time_breakdown(float(tok_s), seed_roof):
+            for part in roofline.time_breakdown(float(tok_s), eng_roof):
                 store.append("bench_breakdown", {"label": row["case"], **part})
         rows.append(row)
 

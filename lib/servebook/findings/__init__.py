@@ -20,12 +20,12 @@ from .methods import bench_method, default_methods, method_differences, model_of
 from .launch import launch_commands
 from .links import (H_BACKENDS_FOUND, H_BENCH, H_ENGINES, H_HOST, H_NCCL, H_NCCL_PRED, H_ROOF, H_SELECTION,  # noqa: F401
                     H_SELECTION_FOUND, H_SWEEP, H_SWEEP_C, Claim, anchor, link)
-from .questions import check_yourself, check_yourself_markdown
+from .questions import check_yourself, check_yourself_markdown, whatif_questions
 from .tables import backends, failures, fastest_correct, host_summary, nccl, open_run, selection, throughput, tp_end_to_end, versions_read
 
 __all__ = [
     "Claim", "Findings", "anchor", "link", "collect", "host_summary", "selection", "backends", "nccl", "throughput", "tp_end_to_end", "separated",
-    "launch_commands", "failures", "fastest_correct", "what_we_found", "check_yourself", "check_yourself_markdown", "compare_runs",
+    "launch_commands", "failures", "fastest_correct", "what_we_found", "check_yourself", "check_yourself_markdown", "whatif_questions", "compare_runs",
     "compare_markdown", "across_runs", "open_run", "register", "interval_of", "starts_of", "ONE_START", "default_methods", "say_default_methods", "bench_method", "method_differences",
     "model_of_launch", "versions_read",
 ]

@@ -10,7 +10,7 @@ from ..results import RunStore
 from .claims import _fmt, collect
 from .tables import host_summary, selection
 
-__all__ = ["check_yourself", "check_yourself_markdown"]
+__all__ = ["check_yourself", "check_yourself_markdown", "whatif_questions"]
 
 
 def q(*a, **k) -> str:
@@ -187,3 +187,25 @@ def _overlaps(b: dict) -> bool:
 
     a, d = _num(b.get("best_tok_s")), _num(b.get("default_tok_s"))
     return a is None or d is None or _overlap(a, _num(b.get("best_ci95")) or 0.0, d, _num(b.get("default_ci95")) or 0.0)
+
+
+def whatif_questions(profile: str, launch_first: list[dict], causes: list[dict]) -> list[tuple[str, str]]:
+    """Chapter 06's questions on a what-if run (it measured nothing): whether its first launch is a measured
+    recommendation and what settles it, and whether the engine's fallback is a root cause or a hypothesis."""
+    first = launch_first[0] if launch_first else None
+    if first:
+        kind = ("a root cause (the code says the missed backend supports this GPU)" if first.get("decision") == "fallback" else
+                "a hypothesis, not a root cause (no code the what-if could run says the missed backend supports this GPU)")
+        answer = (f"No: nothing was measured on the `{profile}` profile. The launch comes from {kind}: {first['why']}. On the "
+                  "real host, chapter 03 settles it: the backend the server reports, teacher-forced agreement with the default, "
+                  "and a decode rate faster beyond both 95% intervals.")
+    else:
+        answer = (f"It names none: no hardware helper on the engine's path kept a backend from the `{profile}` GPU, so the "
+                  "engine's default stands until chapters 03 and 05 measure it on the real host.")
+    qa = [("This page names a launch to try first. Is that a measured recommendation, and what settles it?", answer)]
+    cause = next((c for c in causes if c["decision"] in ("fallback", "hypothesis")), None)
+    if cause:
+        qa.append(("Is the engine's fallback here a root cause or a hypothesis, and what is the difference?",
+                   f"A {cause['decision']}: {cause['cause']} A root cause needs the engine's or kernel library's own code to say the "
+                   "missed backend supports this GPU; without that it is a hypothesis for the real host."))
+    return qa

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .projection import ranked_fixes
 
-__all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share"]
+__all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
 from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
@@ -305,3 +305,26 @@ def profiles_sentence(store) -> str:
             f"(`servebook book --profile {seed['profile']} --engine sglang=={str(seed['engines']['sglang']).split()[0]} "
             f"--model {seed['model']}`) projects the H200 profiles of "
             f"`data/runs/{REFERENCE_PROFILE_RUN}` onto the seed's GPUs.")
+
+
+def plot_latency_sweep(tables: dict, seed: dict) -> None:
+    """Each engine's projected rate against one all-reduce's latency (table ``seed_latency_sweep``), the seed's two rates
+    dashed, each engine's published latency range shaded, and the latency the seed's all-reduce share implies."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    sw = pd.DataFrame(tables["seed_latency_sweep"])
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for e, g in sw.groupby("engine"):
+        line = ax.plot(g["allreduce_us"], g["tok_s"], marker="o", label=f"{e}: projected")[0]
+        ax.axhline(seed["single_stream_tok_s"][e], color=line.get_color(), ls="--", label=f"{e}: the seed's rate")
+    for r in tables["seed_comm"]:
+        ax.axvspan(r["low_us"], r["high_us"], alpha=0.08, color="C0" if r["engine"] == "sglang" else "C1")
+        if r.get("implied_us"):
+            ax.axvline(r["implied_us"], color="grey", ls=":", label="latency the seed's all-reduce share implies (SGLang)")
+    ax.set_xlabel(f"one all-reduce's latency (us), {tables['seed_comm'][0]['collectives']} collectives per token")
+    ax.set_ylabel("projected single-stream tok/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Seed case: projected rate against all-reduce latency (shaded: each engine's published range)")
+    ax.legend()
+    plt.show()

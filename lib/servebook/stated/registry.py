@@ -241,17 +241,6 @@ def _ch05_seed_rows(field_: Callable[[dict], Any]) -> Callable[[Any], dict]:
     return compute
 
 
-def _ch05_seed_first(field_) -> Callable[[Any], dict]:
-    """A figure of the last seed row of ``bench_roofline`` (the seed rows of one computation share their floors)."""
-    def compute(store):
-        rows = [r for r in store.rows("bench_roofline") if str(r.get("source", "")).startswith("reported by the seed")]
-        if not rows:
-            return {}
-        v = field_(rows[-1]) if callable(field_) else rows[-1].get(field_)
-        return {None: v} if v is not None else {}
-    return compute
-
-
 def _ch05_breakdown(store) -> dict:
     from ..bench.figures import breakdowns
 
@@ -801,10 +790,11 @@ QUANTITIES: dict[str, Quantity] = {x.name: x for x in [
     Quantity("measured_full_tok_s", "full model's measured tok/s (1000 / measured_ms)", _ch05_predicted("measured_ms")),
     Quantity("seed_comm_roofline_tok_s", "seed case: the card's roofline with the communication floor (tok/s), by case",
              _ch05_seed_rows(lambda r: r.get("roofline_with_comm_tok_s"))),
-    Quantity("seed_t_mem_ms", "seed case: memory floor per token (ms) on its GPUs", _ch05_seed_first("t_mem_ms")),
-    Quantity("seed_t_comm_ms", "seed case: all-reduce floor per token (ms) at the recorded latency", _ch05_seed_first("t_comm_ms")),
+    Quantity("seed_t_mem_ms", "seed case: memory floor per token (ms) on its GPUs (case)", _ch05_seed_rows(lambda r: r.get("t_mem_ms"))),
+    Quantity("seed_t_comm_ms", "seed case: all-reduce floor per token (ms) at the engine's own latency (case)",
+             _ch05_seed_rows(lambda r: r.get("t_comm_ms"))),
     Quantity("seed_crossover_us", "seed case: all-reduce latency (us) at which the two floors are equal",
-             _ch05_seed_first(lambda r: r["t_mem_ms"] * r["allreduce_us"] / r["t_comm_ms"] if r.get("t_comm_ms") else None)),
+             _ch05_seed_rows(lambda r: r["t_mem_ms"] * r["allreduce_us"] / r["t_comm_ms"] if r.get("t_comm_ms") else None)),
     Quantity("plan_roofline_tok_s", "a what-if limit of chapter 05's plan (table roofline), by its case",
              lambda store: {r["case"]: r.get("tok_s") for r in store.rows("roofline") if r.get("chapter") == "05"}),
     # end of chapter 05 (s8)
