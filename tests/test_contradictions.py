@@ -290,7 +290,7 @@ def test_the_listings_use_them():
 # evidence shown where cited: the reference run's profiles in the what-if chapter 06
 def test_reference_evidence_holds_the_slices_the_projection_subtracts():
     from servebook.profile.evidence import reference_evidence
-    from servebook.profile.projection import select_slices
+    from servebook.profile.slices import select_slices
     from servebook.results import RunStore
 
     ev = reference_evidence()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from servebook.profile import fixes as fx
 from servebook.profile import projection as pj
+from servebook.profile import slices as slc
 
 CATS = ("attention", "moe experts", "moe routing", "dense gemm", "communication", "norm/rope/elementwise",
         "sampling", "other", "gpu idle")
@@ -75,7 +77,7 @@ def test_floor_from_smallest_kernel_applies():
     k2 = [{"name": "gemv_kernel", "dur": 8.0, "cat": "kernel"}] * 10 + [{"name": "gemv_kernel", "dur": 300.0, "cat": "kernel"}] * 2
     t["excerpts"] = {"sglang 1L": {"steps": 2, "kernels": k1}, "sglang 2L": {"steps": 2, "kernels": k2}}
     t["decode_breakdown"] = [r for r in t["decode_breakdown"]]
-    floors = pj.kernel_floors(t["excerpts"], pj.select_slices(t["profile_runs"], "sglang"))
+    floors = pj.kernel_floors(t["excerpts"], slc.select_slices(t["profile_runs"], "sglang"))
     assert floors["dense gemm"]["floor_us"] == 5.0
     assert floors["dense gemm"]["moe_ms"] == pytest.approx(4 * 5.0 / 1e3)
     # a tiny per-layer dense gemm (0.001 ms on H200) is lifted to the floor
@@ -160,14 +162,14 @@ def test_ranking_order_and_labels():
     a = pj.project(_tables("sglang", two={"attention": 0.5, "moe_experts": 0.4, "moe_routing": 0.03, "dense_gemm": 0.7,
                                           "norm_rope_elementwise": 0.15, "sampling": 0.05}), "sglang", allreduce_us=40.0)
     b = pj.project(_tables("vllm"), "vllm", allreduce_us=40.0)
-    fixes = pj.ranked_fixes(a + b, custom_allreduce_us=10.0, nccl_tuned_us=30.0)
+    fixes = fx.ranked_fixes(a + b, custom_allreduce_us=10.0, nccl_tuned_us=30.0)
     gains = [f["gain_ms_per_token"] for f in fixes if f["gain_ms_per_token"] is not None]
     assert gains == sorted(gains, reverse=True)
-    assert all(f["label"] in ("predicted", pj.UNCHECKED) and f["check_command"] for f in fixes)
+    assert all(f["label"] in ("predicted", fx.UNCHECKED) and f["check_command"] for f in fixes)
     assert not any("root cause" in (f["basis"] + f["change"]).lower() for f in fixes)
     car = next(f for f in fixes if f["engine"] == "sglang" and f["change"].startswith("custom PCIe"))
     # no reading of the engine's code says it has the PCIe all-reduce switch: listed so, with no gain, after the predicted
-    assert car["label"] == pj.UNCHECKED and car["gain_ms_per_token"] is None
+    assert car["label"] == fx.UNCHECKED and car["gain_ms_per_token"] is None
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1" in car["check_command"]
     nccl = next(f for f in fixes if f["engine"] == "sglang" and "NCCL block" in f["change"])
     assert nccl["gain_ms_per_token"] == pytest.approx(124 * (40.0 - 30.0) / 1e3)     # a given figure: the caller's
@@ -200,7 +202,7 @@ def test_the_seed_projection_from_the_recorded_h200_profiles(tmp_path):
     gap = sum(g["diff_ms"] for g in gap_by_category(rows) if g["diff_ms"] is not None)
     tot = {r["engine"]: r["predicted_ms"] for r in rows if r["category"] == "total"}
     assert gap == pytest.approx(tot["sglang"] - tot["vllm"])
-    assert fixes and {f["label"] for f in fixes} >= {"predicted", pj.UNCHECKED}
+    assert fixes and {f["label"] for f in fixes} >= {"predicted", fx.UNCHECKED}
     assert all((f["gain_ms_per_token"] is None) == (f["label"] != "predicted") for f in fixes)
     assert len(store.rows("seed_projection")) == len(rows)
     assert "Likely cause" in verdict({name: store.rows(name) for name in SEED_TABLES})
@@ -262,24 +264,24 @@ def test_changes_the_engine_has_not_or_runs_already_are_not_gains():
                                         "CUDA-graph capture sizes": {"choice": "on; sizes [1, 2]; batch 1 captured", "where": "x.py:1"},
                                         "MoE runner": {**marlin, "condition": "wNa16 and not (self._is_mxint4a16(w) and runner)"}})
     path += _path("vllm", "0.26.0", **{"MoE runner": marlin, "CUDA-graph capture sizes": {"choice": "batch 1 captured"}})
-    fixes = pj.ranked_fixes(a + b, decode_path=path, versions={"sglang": "0.5.9"})
+    fixes = fx.ranked_fixes(a + b, decode_path=path, versions={"sglang": "0.5.9"})
     by = {(f["engine"], f["change"].split()[0]): f for f in fixes}
-    assert by[("sglang", "custom")]["label"] == pj.NOT_IN_VERSION
-    assert by[("sglang", "CUDA-graph")]["label"] == pj.ALREADY_DEFAULT
+    assert by[("sglang", "custom")]["label"] == fx.NOT_IN_VERSION
+    assert by[("sglang", "CUDA-graph")]["label"] == fx.ALREADY_DEFAULT
     assert "--cuda-graph-bs-decode" not in " ".join(f["check_command"] for f in fixes)
-    assert by[("sglang", "MoE")]["label"] == pj.NO_EFFECT and by[("vllm", "MoE")]["label"] == pj.ALREADY_DEFAULT
-    assert by[("vllm", "CUDA-graph")]["label"] == pj.ALREADY_DEFAULT
+    assert by[("sglang", "MoE")]["label"] == fx.NO_EFFECT and by[("vllm", "MoE")]["label"] == fx.ALREADY_DEFAULT
+    assert by[("vllm", "CUDA-graph")]["label"] == fx.ALREADY_DEFAULT
     # vLLM 0.26.0 has no decode_path row for the PCIe switch here: not read, so not a gain either
-    assert by[("vllm", "custom")]["label"] == pj.UNCHECKED
+    assert by[("vllm", "custom")]["label"] == fx.UNCHECKED
     # a version whose code has the switch (SGLang 0.5.23 in the what-if run) gets the published same-machine gain
     path2 = _path("sglang", "0.5.23", **{"PCIe all-reduce options": {"choice": "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"}})
     published = pj.project(_tables("sglang"), "sglang") + pj.project(_tables("vllm"), "vllm")
-    f2 = pj.ranked_fixes(published, decode_path=path2, versions={"sglang": "0.5.23"})
+    f2 = fx.ranked_fixes(published, decode_path=path2, versions={"sglang": "0.5.23"})
     car2 = next(f for f in f2 if f["engine"] == "sglang" and f["change"].startswith("custom"))
     assert car2["label"] == "predicted" and car2["gain_ms_per_token"] > 0
     # against a latency the caller gave (its machine unknown), the published kernel's figure is no gain
-    f3 = pj.ranked_fixes(a + b, decode_path=path2, versions={"sglang": "0.5.23"})
-    assert next(f for f in f3 if f["engine"] == "sglang" and f["change"].startswith("custom"))["label"] == pj.NOT_COMPUTABLE
+    f3 = fx.ranked_fixes(a + b, decode_path=path2, versions={"sglang": "0.5.23"})
+    assert next(f for f in f3 if f["engine"] == "sglang" and f["change"].startswith("custom"))["label"] == fx.NOT_COMPUTABLE
     for f in fixes:
         assert (f["gain_ms_per_token"] is None) == (f["label"] != "predicted")
     first_unranked = next(i for i, f in enumerate(fixes) if f["label"] != "predicted")
@@ -291,13 +293,13 @@ def test_a_gain_never_subtracts_latencies_of_two_machines():
     the dual-socket machine's own default -> LL pair is stated instead; an engine the seed ran with the block has none."""
     a = pj.project(_tables("sglang"), "sglang")
     b = pj.project(_tables("vllm"), "vllm")
-    fixes = pj.ranked_fixes(a + b, seed_env_engines=("vllm",))
+    fixes = fx.ranked_fixes(a + b, seed_env_engines=("vllm",))
     s = next(f for f in fixes if f["engine"] == "sglang" and "NCCL block" in f["change"])
     v = next(f for f in fixes if f["engine"] == "vllm" and "NCCL block" in f["change"])
-    assert s["label"] == pj.NOT_COMPUTABLE and s["gain_ms_per_token"] is None and "different machines" in s["basis"]
+    assert s["label"] == fx.NOT_COMPUTABLE and s["gain_ms_per_token"] is None and "different machines" in s["basis"]
     assert s["pair_default_us"] == pytest.approx(48.16) and s["pair_tuned_us"] == pytest.approx(26.20)
     assert s["pair_ms_per_token"] == pytest.approx(124 * (48.16 - 26.20) / 1e3)
-    assert v["label"] == pj.ALREADY_IN_SEED and v["gain_ms_per_token"] is None
+    assert v["label"] == fx.ALREADY_IN_SEED and v["gain_ms_per_token"] is None
     assert "NCCL_PROTO=LL" in s["check_command"] and "NCCL_ALGO=Ring" in s["check_command"]
 
 
@@ -343,7 +345,7 @@ def test_the_recorded_projection_takes_each_backends_own_one_layer_slice():
     slices of one backend, so no category is confounded or an upper bound (those are only the fallback)."""
     store = _recorded()
     for engine, backend in (("sglang", "triton"), ("vllm", "TRITON_MLA")):
-        sl = pj.select_slices(store.rows("profile_runs"), engine, backend=backend)
+        sl = slc.select_slices(store.rows("profile_runs"), engine, backend=backend)
         assert sl["shallow"]["backend"] == sl["deep"]["backend"] == backend and sl["deep_same"] is None
         rows = pj.project(store, engine, backend=backend)
         assert not any(r.get("confounded") for r in rows)
@@ -351,8 +353,8 @@ def test_the_recorded_projection_takes_each_backends_own_one_layer_slice():
         assert _row(rows, "total")["from_labels"][:2] == [sl["shallow"]["label"], sl["deep"]["label"]]
         # the 1-layer Triton slices were taken on 2026-12-02 on another lent machine than the 2-layer first starts: the
         # 2-layer slice is the second start, taken that day; the INT4 experts pair with the 1-layer slice of their own day
-        assert pj.recorded_day(sl["shallow"]) == pj.recorded_day(sl["deep"]) and sl["deep"]["label"].endswith(" start 2")
-        assert pj.recorded_day(sl["int4"]) == pj.recorded_day(sl["int4_base"]) and not sl["cross_day"]
+        assert slc.recorded_day(sl["shallow"]) == slc.recorded_day(sl["deep"]) and sl["deep"]["label"].endswith(" start 2")
+        assert slc.recorded_day(sl["int4"]) == slc.recorded_day(sl["int4_base"]) and not sl["cross_day"]
 
 
 def _with_repeat(t, label, **ms):
@@ -381,21 +383,21 @@ def test_slices_are_subtracted_only_within_one_day():
             p["taken_at"] = 86400.0 * 3                                       # the first start: another day
     rep = _with_repeat(t, "sglang 2L", attention=0.2, moe_experts=0.4, dense_gemm=0.7)
     rep["profile_runs"][-1]["taken_at"] = 2.0                                 # its second start: the 1-layer slice's day
-    sl = pj.select_slices(rep["profile_runs"], "sglang")
+    sl = slc.select_slices(rep["profile_runs"], "sglang")
     assert sl["deep"]["label"] == "sglang 2L start 2" and not sl["cross_day"]
-    only = pj.select_slices(t["profile_runs"], "sglang")
+    only = slc.select_slices(t["profile_runs"], "sglang")
     assert only["deep"]["label"] == "sglang 2L" and only["cross_day"] == ["sglang 2L - sglang 1L"]
-    assert pj.select_slices(t["profile_runs"], "sglang", same_day=False)["cross_day"] == []
+    assert slc.select_slices(t["profile_runs"], "sglang", same_day=False)["cross_day"] == []
     # rows that name their machine pair by machine, whatever the day (the reference recording's rows carry one)
     for p, m in zip(rep["profile_runs"], ("gpu-b", "gpu-a", "gpu-a", "gpu-b")):
         p["machine"] = m                                   # 1L on b, 2L first start on a, INT4 on a, second start on b
     # the INT4 slice's machine has no 1-layer slice: a subtraction across machines is refused, not named (issue #39)
     from servebook.profile.machines import MachineMismatch
     with pytest.raises(MachineMismatch, match="2 machines"):
-        pj.select_slices(rep["profile_runs"], "sglang")
+        slc.select_slices(rep["profile_runs"], "sglang")
     for p in rep["profile_runs"]:
         p["machine"] = "gpu-b"                             # every slice on one machine: paired, nothing named
-    sl = pj.select_slices(rep["profile_runs"], "sglang")
+    sl = slc.select_slices(rep["profile_runs"], "sglang")
     assert sl["cross_day"] == [] and sl["deep"]["label"].startswith("sglang 2L")   # either start: both on this machine
 
 
@@ -409,20 +411,20 @@ def test_the_flashinfer_fix_takes_its_measured_profile():
         p = _profile(label, "sglang", layers, backend=backend, t=5.0 + layers)
         t["profile_runs"].append(p)
         t["decode_breakdown"] += _breakdown(p, attention=att, moe_experts=0.4 if layers == 2 else 0.0, dense_gemm=0.7)
-    m = pj.measured_alternative(t, "sglang", "flashinfer", against="triton", allreduce_us=20.0)
+    m = fx.measured_alternative(t, "sglang", "flashinfer", against="triton", allreduce_us=20.0)
     assert m["ms"] == pytest.approx(61 * 0.12 / 2) and m["like_for_like_ms"] == pytest.approx(61 * 0.2 / 2)
     assert "2-layer slice's / 2" in m["basis"]
-    assert pj.measured_alternative(_tables("sglang"), "sglang", "flashinfer", allreduce_us=20.0) is None
+    assert fx.measured_alternative(_tables("sglang"), "sglang", "flashinfer", allreduce_us=20.0) is None
     a = pj.project(t, "sglang", backend="triton", allreduce_us=20.0)
     b = pj.project(_tables("vllm"), "vllm", allreduce_us=20.0)
     m["assumption"] = "it runs there"
-    fixes = pj.ranked_fixes(a + b, attention_alternatives={"sglang": ("flashinfer", m["ms"], m)})
+    fixes = fx.ranked_fixes(a + b, attention_alternatives={"sglang": ("flashinfer", m["ms"], m)})
     att = next(f for f in fixes if f["change"] == "attention backend flashinfer")
     assert att["gain_ms_per_token"] == pytest.approx(_row(a, "attention")["ms_per_token"] - 61 * 0.06)
     assert att["alternative_ms"] == pytest.approx(61 * 0.06) and att["assumption"] == "it runs there"
     assert att["like_for_like_gain_ms"] == pytest.approx(61 * (0.1 - 0.06))
     assert "measured" in att["basis"] and "as fast as" not in att["basis"]
-    old = next(f for f in pj.ranked_fixes(a + b) if f["change"] == "attention backend flashinfer")
+    old = next(f for f in fx.ranked_fixes(a + b) if f["change"] == "attention backend flashinfer")
     assert "as fast as vllm's projected attention" in old["assumption"]
 
 

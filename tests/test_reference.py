@@ -14,7 +14,7 @@ from servebook.profile import machines, starts
 from servebook.profile.kernels import Kernel, classify
 from servebook.profile.linearity import kernel_table, match_depths, slice_linearity
 from servebook.profile.predict import predict_full
-from servebook.profile.projection import select_slices
+from servebook.profile.slices import select_slices
 from servebook.profile.tables import engine_difference, start_spread
 
 ROOT = Path(__file__).resolve().parents[1]

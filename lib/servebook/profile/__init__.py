@@ -6,7 +6,8 @@ model's time per token predicted from two slices and checked against the full mo
 
 Modules: ``kernels`` (traces, the classification rule), ``steps`` (steps of a trace, per-step breakdown),
 ``capture`` (the engines' profiler endpoints), ``run`` (a plan of servers), ``predict`` and ``tables`` (the
-full model from two slices; tables derived from the recorded ones).
+full model from two slices; tables derived from the recorded ones), ``projection`` (the seed case carried from
+the H200 slices to its host: ``slices`` which profiles it subtracts, ``fixes`` the changes it ranks).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ its own) and the kernel excerpts of the slices the projection subtracts (what-if
     ev = reference_evidence()              # the run servebook.profile.seed.REFERENCE_PROFILE_RUN names
     ev["slices"], ev["breakdown"], ev["checks"], ev["kernels"]   # rows for pandas; ev["run"]: its directory
 
-``slices``: for each engine's Triton MLA projection, every slice ``projection.select_slices`` picks (its role in the
+``slices``: for each engine's Triton MLA projection, every slice ``slices.select_slices`` picks (its role in the
 subtraction, its unprofiled time per token, its GPU-busy time per step, its recording unit); ``breakdown``: those
 slices' kernel time per step by category (``decode_breakdown``); ``checks``: the whole-model checks of the host rule
 (``prediction_check``); ``kernels``: each picked slice's longest kernels of one decode step, from its trace excerpt
@@ -53,7 +53,7 @@ def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
     """The reference profile run's rows the seed verdict uses (see the module's docstring); empty lists where the run
     is missing."""
     from ..results import RunStore
-    from .projection import recorded_day, select_slices
+    from .slices import recorded_day, select_slices
     from .ranges import SEED_BACKENDS
 
     run = _run_dir(reference)

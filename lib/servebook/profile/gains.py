@@ -2,7 +2,7 @@
 
     fixes = rank_by_expected_gain(ranked_fixes(rows, ...), rows, lat, n, decode_path)    # table seed_fixes
 
-``projection.ranked_fixes`` proposes the changes and reads, in chapter 02's ``decode_path``, which exist in the studied
+``fixes.ranked_fixes`` proposes the changes and reads, in chapter 02's ``decode_path``, which exist in the studied
 versions. Here each change gets a gain at both ends of what it depends on (``gain_low_ms``, ``gain_high_ms``) and an
 expected gain (the middle: nothing here says which end the seed's host is nearer), and the communication changes are
 costed per engine from ``comm.engine_latencies``: the seed's NCCL block for an engine launched without it, a custom or
@@ -14,7 +14,7 @@ default, already in the seed's launch, no effect in this version), never "not co
 from __future__ import annotations
 
 from .comm import SEED_NCCL_ENGINES, custom_latency
-from .projection import NOT_IN_VERSION, _launch
+from .fixes import NOT_IN_VERSION, _launch
 
 __all__ = ["NEEDS_VERSION", "KIND_ORDER", "SEED_TRIED", "rank_by_expected_gain"]
 

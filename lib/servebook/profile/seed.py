@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .projection import ranked_fixes
+from .fixes import ranked_fixes
 
 __all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
 
@@ -196,7 +196,7 @@ def _alternatives(store, reference, versions: dict) -> dict:
     the reference run holds one (with what is still assumed: that it runs on the seed's GPU at all, and as on the H200),
     else the old labelled assumption (as fast as the other engine's projected attention)."""
     from ..results import RunStore
-    from .projection import measured_alternative
+    from .fixes import measured_alternative
 
     src = RunStore.at(reference or _reference_dir())
     out = {}

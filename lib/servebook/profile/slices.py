@@ -1,0 +1,124 @@
+"""Which recorded profiles the seed case's projection subtracts: the 1- and 2-layer slices of one engine, from one
+recording unit (the machine a profile names, else the UTC day it was taken), never across machines.
+
+    s = select_slices(store.rows("profile_runs"), "sglang", backend="triton")   # shallow, deep, int4, int4_base, notes
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Iterable
+
+from .machines import require_one_machine
+from .tables import latest_ok
+
+__all__ = ["recorded_day", "recording_unit", "select_slices"]
+
+
+def recorded_day(row: dict | None) -> str | None:
+    """The UTC day a profile was taken (``taken_at``, epoch seconds): the recording session it belongs to. The lent
+    machines of one reference run change between days, so two slices are subtracted only where their days agree."""
+    from datetime import datetime, timezone
+
+    if not row or row.get("taken_at") is None:
+        return None
+    return datetime.fromtimestamp(float(row["taken_at"]), tz=timezone.utc).date().isoformat()
+
+
+def recording_unit(row: dict | None) -> str | None:
+    """What two slices must share to be subtracted: the machine a profile was measured on where the row names it
+    (``machine``, a hash of its GPUs' UUIDs), else the UTC day it was taken (one lent machine per day in the older runs)."""
+    if not row:
+        return None
+    return row.get("machine") or recorded_day(row)
+
+
+def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "auto", mode: str = "graph",
+                  card: str = "kimi-k2.5", same_day: bool = True) -> dict:
+    """The last ok profiles an engine's projection uses: the 1- and 2-layer bf16 slices with ``backend``, the 2-layer
+    one from the same recording unit as the 1-layer one (``recording_unit``: the row's machine, else its day; another
+    server start of it, role "repeat", where the first start was taken on another machine: the difference of two slices
+    is never taken across machines); the 1-layer slice of the default backend where ``backend`` has none (said in
+    ``notes``), and the INT4 2-layer slice with the 1-layer slice of its own unit (``int4_base``: the experts of one
+    layer are their difference). ``same_day=False``: the old choice (first starts only, any unit). Missing ones are
+    None; ``cross_day`` lists pairs that could only be taken across units.
+    """
+    rows = [r for r in latest_ok(profile_rows) if r["engine"] == engine and r.get("card") == card
+            and r.get("role", "slice") in ("slice", "repeat")]
+    pick = partial(_pick, rows)
+    notes, cross = [], []
+    shallow, deep = _bf16_pair(pick, backend, mode, same_day, notes, cross)
+    int4, int4_base = _int4_pair(pick, backend, mode, same_day, shallow, notes, cross)
+    deep_same = _deep_same(pick, mode, same_day, shallow, deep, notes)
+    require_one_machine([shallow, deep, int4, int4_base, deep_same], f"the {engine} projection's slice subtraction")
+    return {"shallow": shallow, "deep": deep, "int4": int4, "int4_base": int4_base, "deep_same": deep_same,
+            "notes": notes, "cross_day": cross,
+            "days": sorted({d for d in (recorded_day(r) for r in (shallow, deep, int4, int4_base, deep_same) if r) if d})}
+
+
+def _pick(rows: list[dict], layers: int, quant: str, be: str | None, modes: tuple[str, ...], day: str | None = None,
+          roles: tuple[str, ...] = ("slice",)) -> dict | None:
+    """The first of ``rows`` with that many layers, that quantization, backend (None: any) and recording unit (None: any),
+    by role and then mode in the order given."""
+    for role in roles:
+        for m in modes:
+            for r in rows:
+                if int(r["layers"]) == layers and r.get("quant", "bf16") == quant and r.get("mode") == m and \
+                        r.get("role", "slice") == role and (be is None or r.get("backend", "auto") == be) and \
+                        (day is None or recording_unit(r) == day):
+                    return r
+    return None
+
+
+def _bf16_pair(pick, backend: str, mode: str, same_day: bool, notes: list, cross: list) -> tuple[dict | None, dict | None]:
+    """The 1- and 2-layer bf16 slices with ``backend``, the 2-layer one from the 1-layer one's recording unit."""
+    both = ("slice", "repeat")
+    shallow = pick(1, "bf16", backend, (mode,))
+    deep = None
+    if shallow is not None:
+        deep = pick(2, "bf16", backend, (mode,), recording_unit(shallow) if same_day else None, both if same_day else ("slice",))
+    if shallow is None and backend != "auto":
+        deep = pick(2, "bf16", backend, (mode,))
+        day = recording_unit(deep) if same_day and deep is not None else None
+        shallow = pick(1, "bf16", "auto", (mode,), day) or pick(1, "bf16", None, (mode,), day)
+        if shallow is not None:
+            notes.append(f"no 1-layer slice with backend {backend}: the fixed part comes from {shallow['label']} (taken the "
+                         f"same day); attention per layer = the 2-layer slice's attention / 2")
+    if deep is None and shallow is not None and same_day:
+        deep = pick(2, "bf16", backend, (mode,))
+        if deep is not None:
+            cross.append(f"{deep['label']} - {shallow['label']}")
+    if deep is not None and deep.get("role") == "repeat":
+        notes.append(f"the 2-layer slice is {deep['label']}, the start taken the same day as {shallow['label']} (the first "
+                     "start was taken another day, on another lent machine)")
+    return shallow, deep
+
+
+def _int4_pair(pick, backend: str, mode: str, same_day: bool, shallow: dict | None, notes: list,
+               cross: list) -> tuple[dict | None, dict | None]:
+    """The INT4 2-layer slice and the 1-layer slice of its own recording unit (the experts of one layer: their difference)."""
+    int4 = pick(2, "card", backend, (mode, "eager", "graph")) or pick(2, "card", None, (mode, "eager", "graph"))
+    int4_base = None
+    if int4 is not None:
+        int4_base = (pick(1, "bf16", None, (mode, "eager", "graph"), recording_unit(int4)) if same_day else shallow)
+        if int4_base is None:
+            int4_base = shallow
+            cross.append(f"{int4['label']} - {shallow['label'] if shallow else '?'}")
+        elif int4_base is not shallow:
+            notes.append(f"experts of one layer = {int4['label']} - {int4_base['label']} (the 1-layer slice taken the same day)")
+    return int4, int4_base
+
+
+def _deep_same(pick, mode: str, same_day: bool, shallow: dict | None, deep: dict | None, notes: list) -> dict | None:
+    """The 2-layer slice of the 1-layer slice's backend, where the 2-layer slice ran another: a per-layer difference is
+    taken between slices of one backend."""
+    if shallow is None or deep is None or shallow.get("backend", "auto") == deep.get("backend", "auto"):
+        return None
+    both = ("slice", "repeat")
+    deep_same = pick(2, "bf16", shallow.get("backend", "auto"), (mode,),
+                     recording_unit(shallow) if same_day else None, both if same_day else ("slice",))
+    notes.append(f"per MoE layer (every category but attention and experts) = {deep_same['label']} - {shallow['label']} "
+                 f"(one backend); {deep['label']} - {deep_same['label']} (the backend's difference at 2 layers) "
+                 "spread over both layers" if deep_same is not None else
+                 f"no 2-layer slice with {shallow['label']}'s backend: the other categories mix two backends (confounded)")
+    return deep_same
