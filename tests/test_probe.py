@@ -229,7 +229,8 @@ def test_memory_is_stated_in_its_source_unit():
     runs = data_dir() / "runs"
     prof = json.loads((runs / "whatif-rtx-pro-6000-sglang-0.5.9" / "probe.json").read_text())
     text = sbp.describe_host(prof)
-    assert "96 GB each (the datasheet's figure, quoted in `data/hardware/rtx-pro-6000.json` from https://" in text
+    assert ("96 GB each (the datasheet's figure in the datasheet's unit, GB, quoted in `data/hardware/rtx-pro-6000.json` "
+            "from https://") in text and "the profile's field `memory_gib` holds that figure unconverted" in text
     assert "GiB" not in text and "mem GB" in sbp.format_report(prof)
     host = json.loads((runs / "h200x1-book" / "probe.json").read_text())
     assert " GiB each" in sbp.describe_host(host) and "datasheet" not in sbp.describe_host(host)
