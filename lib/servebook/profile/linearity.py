@@ -213,18 +213,24 @@ def _prediction(base: dict, ns: list[int], st: dict) -> dict:
     return row
 
 
-def layer_kernels(profile_rows: Iterable[dict], tables: dict) -> list[dict]:
-    """Table ``layer_kernels``: the kernels of one MoE layer, matched between the shallowest and the deepest first
-    start of each configuration (name, position in the layer block, category, us per layer)."""
-    out = []
+def _shallowest_and_deepest(profile_rows: Iterable[dict], tables: dict, what: str):
+    """Per configuration with two depths or more: its key, its depths, and the first starts of the shallowest and the
+    deepest (one machine, or refused), where both have a kernel table."""
     for key, depths in sorted(group_starts(profile_rows).items(), key=lambda kv: str(kv[0])):
         ns = sorted(depths)
         if len(ns) < 2:
             continue
         lo, hi = depths[ns[0]][0], depths[ns[-1]][0]
-        require_one_machine([lo, hi], "layer_kernels")
-        if lo["label"] not in tables or hi["label"] not in tables:
-            continue
+        require_one_machine([lo, hi], what)
+        if lo["label"] in tables and hi["label"] in tables:
+            yield key, ns, lo, hi
+
+
+def layer_kernels(profile_rows: Iterable[dict], tables: dict) -> list[dict]:
+    """Table ``layer_kernels``: the kernels of one MoE layer, matched between the shallowest and the deepest first
+    start of each configuration (name, position in the layer block, category, us per layer)."""
+    out = []
+    for key, ns, lo, hi in _shallowest_and_deepest(profile_rows, tables, "layer_kernels"):
         m = match_depths(tables[lo["label"]], tables[hi["label"]], ns[-1] - ns[0])
         base = {**dict(zip(_GROUP, key)), "depths": f"{ns[0]}->{ns[-1]}", "from_labels": [lo["label"], hi["label"]]}
         if not m["clean"]:
@@ -241,14 +247,7 @@ def step_kernels(profile_rows: Iterable[dict], tables: dict) -> list[dict]:
     sampling, the host's kernels), per configuration: the shallowest first start's kernels by name, less its MoE
     layers' share (``n`` x one layer's, from the match with the deepest: count and time); names left with time."""
     out = []
-    for key, depths in sorted(group_starts(profile_rows).items(), key=lambda kv: str(kv[0])):
-        ns = sorted(depths)
-        if len(ns) < 2:
-            continue
-        lo, hi = depths[ns[0]][0], depths[ns[-1]][0]
-        require_one_machine([lo, hi], "step_kernels")
-        if lo["label"] not in tables or hi["label"] not in tables:
-            continue
+    for key, ns, lo, hi in _shallowest_and_deepest(profile_rows, tables, "step_kernels"):
         t = tables[lo["label"]]
         m = match_depths(t, tables[hi["label"]], ns[-1] - ns[0])
         if not m["clean"]:
