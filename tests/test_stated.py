@@ -388,9 +388,9 @@ def _change_in_json(node, value, deep: bool = True) -> int:
 
 def _sources(s, run: Path, tables: dict) -> dict[str, str]:
     """The changed text of each source the quantity of ``s`` derives from: the run files its registry entry names
-    (``Quantity.files``), else every table with a cell equal to the stated value."""
-    q = quantities.QUANTITIES.get(s.name)
-    if q is not None and q.files:
+    (``Quantity.files``), else each table it names (``Quantity.tables``) with a cell equal to the stated value."""
+    q = quantities.QUANTITIES[s.name]
+    if q.files:
         out = {}
         for name in q.files:
             doc = json.loads((run / name).read_text())
@@ -399,6 +399,8 @@ def _sources(s, run: Path, tables: dict) -> dict[str, str]:
         return out
     out = {}
     for name, rows in tables.items():
+        if name.removesuffix(".jsonl") not in q.tables:
+            continue  # a table the quantity does not derive from: a cell equal to its value there is another figure
         mine = json.loads(json.dumps(rows))
         if _change_every(mine, s.value):
             out[name] = "".join(json.dumps(r) + "\n" for r in mine)
@@ -452,6 +454,33 @@ def test_changing_the_table_a_tagged_number_derives_from_fails(render, tmp_path)
         tried[page] = len(seen)
     assert not missed, f"rendered/{render.name}:\n" + "\n".join(missed)
     assert any(tried.values()) or not any(_tagged_on(render, p) for p in tried), f"no tagged number found in a table: {tried}"
+
+
+@pytest.mark.parametrize("render", RENDERS, ids=[r.name for r in RENDERS])
+def test_every_quantity_names_the_tables_it_reads(render, monkeypatch):
+    """The tables a quantity's computation reads from the run (each ``RunStore.rows`` on it, every subject the render
+    states included) are among those its declaration names (``Quantity.tables``): what the mutation above changes."""
+    from servebook.stated import registry
+
+    run = stated.run_of(render).resolve()
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(registry, "_tables_now", lambda store: ("fresh", next(ticks)))  # no figure kept from another quantity
+    reads: list = []
+    read = RunStore._read
+    monkeypatch.setattr(RunStore, "_read", lambda self, table, withdrawn: reads.append((Path(self.path).resolve(), table))
+                        or read(self, table, withdrawn))
+    subjects = {s.key() for p in render.glob("0[0-9]_*.html") for s in _tagged_on(render, p.name)}
+    undeclared = {}
+    for name, q in quantities.QUANTITIES.items():
+        reads.clear()
+        store = RunStore(run)
+        values = q.compute(store)
+        for of in [of for n, of in subjects if n == name]:
+            registry.pick(q, values, of, store)
+        read_here = {t for p, t in reads if p == run}
+        if read_here - set(q.tables):
+            undeclared[name] = sorted(read_here - set(q.tables))
+    assert not undeclared, f"quantities that read tables their declaration does not name (add them to tables=): {undeclared}"
 
 
 # -- shared sayers, chapters 01 and 06 (s8): host facts, seed figures, comparisons, method constants ----------------------

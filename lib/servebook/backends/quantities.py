@@ -62,29 +62,33 @@ def _preflight(store) -> dict:
 
 register(
     # each computed by the chapter's own figures module, which formats nothing and imports no page code
-    Quantity("backend_tok_s", "single-stream decode tok/s of one forced start (engine | attention | mode; chapter 03)", figures.rates),
-    Quantity("backend_ci95", "95% half-width of one forced start's tok/s", figures.intervals),
+    Quantity("backend_tok_s", "single-stream decode tok/s of one forced start (engine | attention | mode; chapter 03)", figures.rates,
+             tables=("backends",)),
+    Quantity("backend_ci95", "95% half-width of one forced start's tok/s", figures.intervals, tables=("backends",)),
     Quantity("backend_agreement", "one start's agreement with the default (engine | attention | mode | decode, "
-             "teacher-forced or greedy)", figures.agreements),
-    Quantity("backend_decode_positions", "decode positions one start's decode-path agreement counts", figures.decode_positions),
-    Quantity("plan_launches", "launches the what-if plans for chapter 03 on the real host", figures.plan_launches),
+             "teacher-forced or greedy)", figures.agreements, tables=("backends",)),
+    Quantity("backend_decode_positions", "decode positions one start's decode-path agreement counts", figures.decode_positions,
+             tables=("backends",)),
+    Quantity("plan_launches", "launches the what-if plans for chapter 03 on the real host", figures.plan_launches,
+             tables=("plan_commands",)),
     # each start against its engine's default, as the sayers state it
     Quantity("vs_default_pct", "a start's rate against its engine's default in the same mode, signed % (engine | attention | mode)",
-             _vs_default),
+             _vs_default, tables=("backends",)),
     Quantity("compared_starts", "server starts a comparison with the default covers (the fewer of the two; engine | attention | mode)",
-             _compared_starts),
+             _compared_starts, tables=("backends",)),
     Quantity("decode_tolerance_nats", "the near-tie tolerance (nats) the run's decode-path agreement used (backends.decode_tolerance; "
-             "servebook.backends.agreement.TOLERANCE where no row recorded one)", _tolerance),
+             "servebook.backends.agreement.TOLERANCE where no row recorded one)", _tolerance, tables=("backends",)),
     # the prose figures (issue #28 item 4)
     Quantity("backend_error", "a forced start's recorded error, whole (engine | attention | mode | recorded_at; table backends)",
-             _errors),
-    Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends.figures.not_run)", _not_run),
+             _errors, tables=("backends",)),
+    Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends.figures.not_run)", _not_run,
+             tables=("backends", "backends_not_run")),
     Quantity("preflight_reason", "why an engine's own validation refused a backend, as recorded (engine | attention | recorded_at; "
-             "table backends_preflight)", _preflight),
+             "table backends_preflight)", _preflight, tables=("backends_preflight",)),
     Quantity("earlier_attempt", "how an earlier attempt of a forced backend was recorded (engine | attention; "
-             "backends.figures.earlier_attempts)", _earlier),
+             "backends.figures.earlier_attempts)", _earlier, tables=("backends", "backends_not_run")),
     Quantity("backend_vs_pct", "one forced start's rate against another's (not its default: eager against graph), signed % "
-             "(A vs B, each engine | attention | mode)", lambda store: pairs(figures.rates(store), pct)),
+             "(A vs B, each engine | attention | mode)", lambda store: pairs(figures.rates(store), pct), tables=("backends",)),
     Quantity("backend_vs_starts", "server starts that comparison covers (the fewer of the two; A vs B)",
-             lambda store: pairs(_rows(store), lambda a, b: min(starts_of(a), starts_of(b)))),
+             lambda store: pairs(_rows(store), lambda a, b: min(starts_of(a), starts_of(b))), tables=("backends",)),
 )

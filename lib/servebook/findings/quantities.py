@@ -24,6 +24,12 @@ from ..stated.text import MISSING, marked
 from .methods import default_methods, method_figures
 from .tables import _probe, backends, failures, host_summary, nccl, throughput
 
+# The run's tables each reader of chapter 06 reads (``Quantity.tables``: what a figure it gives derives from)
+_OF_BACKENDS = ("backends", "backends_not_run")  # findings.backends
+_OF_THROUGHPUT = ("bench_roofline", "bench_summary")  # findings.throughput
+_OF_NCCL = ("allreduce", "tp_e2e")  # findings.nccl
+_OF_HOST = ("engines", "gpus", "p2p", "topology", "versions")  # findings.host_summary (and probe.json)
+
 
 @per_run
 def _backends(store) -> dict:
@@ -182,102 +188,125 @@ def _roofline_span(store) -> dict:
 
 
 _BACKENDS = [  # chapter 03's comparison of each engine's backends, as findings.backends reads it
-    Quantity("default_backend", "backend the engine's default (auto) reported loading", per(_backends, "default_reported"), ("03", "06")),
-    Quantity("default_tok_s", "single-stream tok/s of the default backend (chapter 03)", per(_backends, "default_tok_s"), ("03", "06")),
-    Quantity("default_ci95", "95% half-width of the default backend's tok/s", per(_backends, "default_ci95")),
+    Quantity("default_backend", "backend the engine's default (auto) reported loading", per(_backends, "default_reported"), ("03", "06"),
+             tables=_OF_BACKENDS),
+    Quantity("default_tok_s", "single-stream tok/s of the default backend (chapter 03)", per(_backends, "default_tok_s"), ("03", "06"),
+             tables=_OF_BACKENDS),
+    Quantity("default_ci95", "95% half-width of the default backend's tok/s", per(_backends, "default_ci95"),
+             tables=_OF_BACKENDS),
     Quantity("best_backend", "fastest backend with correct output (the backend it reported)",
-             per(_backends, lambda b: b.get("best_reported") or b.get("best")), ("03", "06")),
-    Quantity("best_tok_s", "single-stream tok/s of the fastest correct backend", per(_backends, "best_tok_s"), ("03", "06")),
-    Quantity("best_ci95", "95% half-width of the fastest correct backend's tok/s", per(_backends, "best_ci95")),
-    Quantity("best_starts", "server starts the fastest backend's interval covers (one rate per start)", per(_backends, "best_starts")),
+             per(_backends, lambda b: b.get("best_reported") or b.get("best")), ("03", "06"), tables=_OF_BACKENDS),
+    Quantity("best_tok_s", "single-stream tok/s of the fastest correct backend", per(_backends, "best_tok_s"), ("03", "06"),
+             tables=_OF_BACKENDS),
+    Quantity("best_ci95", "95% half-width of the fastest correct backend's tok/s", per(_backends, "best_ci95"),
+             tables=_OF_BACKENDS),
+    Quantity("best_starts", "server starts the fastest backend's interval covers (one rate per start)", per(_backends, "best_starts"),
+             tables=_OF_BACKENDS),
     Quantity("change_supported", "whether forcing the fastest backend is supported (faster than the default beyond both "
-             "95% intervals over server starts, correct output)", per(_backends, "change_supported"), ("03", "06")),
+             "95% intervals over server starts, correct output)", per(_backends, "change_supported"), ("03", "06"),
+             tables=_OF_BACKENDS),
     Quantity("backend_starts", "starts chapter 03 tried per engine (engine | tried) and those correct in the mode compared "
              "(engine | correct), as chapter 06's table counts them; ok starts in another mode (engine | other modes)",
-             _backend_starts),
-    Quantity("default_start_tok_s", "the default's rate in one server start (engine | start n)", _default_starts),
+             _backend_starts, tables=_OF_BACKENDS),
+    Quantity("default_start_tok_s", "the default's rate in one server start (engine | start n)", _default_starts,
+             tables=_OF_BACKENDS),
     Quantity("backend_server_starts", "server starts chapter 03 took per engine: each configuration's starts (one where it "
-             "failed), summed (engine; servebook.findings.backends server_starts)", per(_backends, "server_starts")),
+             "failed), summed (engine; servebook.findings.backends server_starts)", per(_backends, "server_starts"),
+             tables=_OF_BACKENDS),
     Quantity("default_method", "chapters 03 and 05's measurement of an engine's default, item by item (engine | what | 03 or 05; "
-             "engine | change %): servebook.findings.method_figures", lambda store: method_figures(default_methods(store))),
+             "engine | change %): servebook.findings.method_figures", lambda store: method_figures(default_methods(store)),
+             tables=("backends", "bench_servers", "bench_starts", "bench_summary")),
 ]
 
 _NCCL = [  # chapter 04's grid, as findings.nccl reads it, and the reference grid's
     Quantity("allreduce_backend", "collective backend this run measured all-reduce with",
-             lambda store: {None: _nccl(store).get("backend")} if _nccl(store) else {}, ("04", "06")),
+             lambda store: {None: _nccl(store).get("backend")} if _nccl(store) else {}, ("04", "06"), tables=_OF_NCCL),
     Quantity("allreduce_setting", "NCCL setting this run's grid picks for decode-sized all-reduces",
-             lambda store: {None: chosen_setting(_nccl(store))}, ("04", "06")),
+             lambda store: {None: chosen_setting(_nccl(store))}, ("04", "06"), tables=_OF_NCCL),
     Quantity("allreduce_us", "all-reduce latency (us) at the batch-1 message under the setting this run picks",
-             lambda store: {None: chosen_us(_nccl(store))}, ("04", "06")),
+             lambda store: {None: chosen_us(_nccl(store))}, ("04", "06"), tables=_OF_NCCL),
     Quantity("ref_allreduce_setting", "NCCL setting the reference grid (data/runs/h200x2-nccl) picks",
              lambda store: {None: _reference_nccl().get("setting")}),
     Quantity("ref_allreduce_us", "reference grid's all-reduce latency (us) at its batch-1 message, by setting",
              lambda store: {}, lookup=lambda of: _ref_us(of) if _ref_us(of) is not None else MISSING),
     Quantity("nccl_spread", "this run's NCCL pick against the spread between its grid and the reference grid, by name",
-             lambda store: run_spread(store, _nccl(store))),
+             lambda store: run_spread(store, _nccl(store)), tables=_OF_NCCL),
     Quantity("nccl_fact", "a figure of this run's all-reduce grid as chapter 06 reads it (servebook.findings.nccl): world_size, "
              "settings, b1_bytes, default_us, best_us, layers, allreduces_per_token, default_ms_per_token, predicted_delta_ms, "
-             "reason (its words), runner_up us, runner_up delta_ms", _nccl_facts),
+             "reason (its words), runner_up us, runner_up delta_ms", _nccl_facts, tables=_OF_NCCL),
     Quantity("seed_floor", "the seed case's limit with the communication floor at a latency of the reference NCCL run, and its "
              "inputs (model on Nx profile | setting | field), from the data files and that run", lambda store: {}, lookup=_seed_floor),
 ]
 
 _THROUGHPUT = [  # chapter 05's single stream and sweep, as findings.throughput reads them, and another run's
-    Quantity("single_tok_s", "single-stream decode tok/s (chapter 05)", per(_throughput, "single_tok_s"), ("05", "06")),
-    Quantity("single_ci95", "95% half-width of the single-stream tok/s", per(_throughput, "single_ci95")),
-    Quantity("single_runs", "runs the single-stream interval is computed over", per(_throughput, "runs"), ("05",)),
-    Quantity("single_starts", "server starts the single-stream interval is computed over (one rate per start)", _single_starts),
+    Quantity("single_tok_s", "single-stream decode tok/s (chapter 05)", per(_throughput, "single_tok_s"), ("05", "06"),
+             tables=_OF_THROUGHPUT),
+    Quantity("single_ci95", "95% half-width of the single-stream tok/s", per(_throughput, "single_ci95"),
+             tables=_OF_THROUGHPUT),
+    Quantity("single_runs", "runs the single-stream interval is computed over", per(_throughput, "runs"), ("05",),
+             tables=_OF_THROUGHPUT),
+    Quantity("single_starts", "server starts the single-stream interval is computed over (one rate per start)", _single_starts,
+             tables=_OF_THROUGHPUT),
     Quantity("roofline_tok_s", "bandwidth roofline (tok/s) of this run's model on this host", per(_throughput, "roofline_tok_s"),
-             ("05", "06")),
+             ("05", "06"), tables=_OF_THROUGHPUT),
     Quantity("pct_of_roofline", "single-stream tok/s as % of the bandwidth roofline", per(_throughput, "pct_of_roofline"),
-             ("05", "06")),
-    Quantity("peak_tok_s", "highest throughput of the concurrency sweep", per(_throughput, "peak_tok_s"), ("05", "06")),
-    Quantity("peak_c", "concurrency of the sweep's highest throughput", per(_throughput, "peak_c")),
+             ("05", "06"), tables=_OF_THROUGHPUT),
+    Quantity("peak_tok_s", "highest throughput of the concurrency sweep", per(_throughput, "peak_tok_s"), ("05", "06"),
+             tables=_OF_THROUGHPUT),
+    Quantity("peak_c", "concurrency of the sweep's highest throughput", per(_throughput, "peak_c"),
+             tables=_OF_THROUGHPUT),
     Quantity("c1_tok_s", "throughput (tok/s) of the sweep's C=1 level, as chapter 06 reads it (findings.throughput)",
-             per(_throughput, "c1_tok_s")),
+             per(_throughput, "c1_tok_s"), tables=_OF_THROUGHPUT),
     Quantity("peak_gain", "the sweep's peak throughput over its C=1 throughput", per(_throughput, lambda t: t["peak_tok_s"] / t["c1_tok_s"]
-                                                                                     if t.get("peak_tok_s") and t.get("c1_tok_s") else None)),
-    Quantity("peak_per_user_tok_s", "per-user tok/s at the sweep's peak", per(_throughput, "peak_per_user_tok_s")),
+                                                                                     if t.get("peak_tok_s") and t.get("c1_tok_s") else None),
+             tables=_OF_THROUGHPUT),
+    Quantity("peak_per_user_tok_s", "per-user tok/s at the sweep's peak", per(_throughput, "peak_per_user_tok_s"),
+             tables=_OF_THROUGHPUT),
     Quantity("start_single_tok_s", "single-stream tok/s of one server start (label | start n)",
              lambda store: {f"{k} | start {i}": x for k, t in _throughput(store).items()
-                            for i, x in enumerate([x for x in t.get("start_tok_s") or [] if x is not None], 1)}),
+                            for i, x in enumerate([x for x in t.get("start_tok_s") or [] if x is not None], 1)},
+             tables=_OF_THROUGHPUT),
     Quantity("roofline_span_pct", "the single-stream 95% interval's ends as % of the bandwidth roofline (label | low, label | high)",
-             _roofline_span),
+             _roofline_span, tables=_OF_THROUGHPUT),
     Quantity("single_vs_pct", "one configuration's single-stream rate against another's of the same run, signed % (label vs label)",
-             lambda store: pairs(per(_throughput, "single_tok_s")(store), pct)),
+             lambda store: pairs(per(_throughput, "single_tok_s")(store), pct), tables=_OF_THROUGHPUT),
     Quantity("single_vs_starts", "server starts that comparison covers (the fewer of the two; label vs label)",
-             lambda store: pairs(_single_starts(store), min)),
+             lambda store: pairs(_single_starts(store), min), tables=_OF_THROUGHPUT),
     Quantity("other_run_single_tok_s", "single-stream tok/s of a configuration of another run chapter 06 compares with (run | label)",
              lambda store: {}, lookup=_other_run("single_tok_s")),
     Quantity("other_run_single_ci95", "its 95% half-width (run | label)", lambda store: {}, lookup=_other_run("single_ci95")),
     Quantity("other_run_vs_pct", "another run's single-stream rate against this run's, signed % (run | label vs label)",
-             lambda store: {}, lookup_in=_other_vs(pct)),
+             lambda store: {}, lookup_in=_other_vs(pct), tables=_OF_THROUGHPUT),
     Quantity("other_run_ratio", "another run's single-stream rate over this run's (run | label vs label)",
-             lambda store: {}, lookup_in=_other_vs(lambda a, b: a / b)),
+             lambda store: {}, lookup_in=_other_vs(lambda a, b: a / b), tables=_OF_THROUGHPUT),
     Quantity("other_run_vs_starts", "server starts a comparison of another run's single-stream rate with this run's covers "
-             "(the fewer of the two; run | label vs label)", lambda store: {}, lookup_in=_other_vs_starts),
+             "(the fewer of the two; run | label vs label)", lambda store: {}, lookup_in=_other_vs_starts,
+             tables=_OF_THROUGHPUT),
 ]
 
 _HOST = [  # chapter 01's host as chapter 06's host line reads it, the method's constants, the run's failures
     Quantity("host_gpu_count", "GPUs chapter 01 saw on this host (a what-if: the profile's, as chapter 01 recorded them)",
-             lambda store: {None: host_summary(store).get("gpu_count")}),
+             lambda store: {None: host_summary(store).get("gpu_count")}, tables=_OF_HOST),
     Quantity("host_capability", "compute capability of this host's GPUs, as chapter 01 recorded it",
-             lambda store: {None: host_summary(store).get("capability")}),
-    Quantity("host_gpu_memory_gib", "memory (GiB) of this host's first GPU", _gpu0("memory_gib")),
-    Quantity("host_sm_count", "SMs of this host's first GPU", _gpu0("sm_count")),
-    Quantity("host_cuda", "CUDA version: of the driver (driver), torch's build (torch), the host line's (host)", _cuda),
+             lambda store: {None: host_summary(store).get("capability")}, tables=_OF_HOST),
+    Quantity("host_gpu_memory_gib", "memory (GiB) of this host's first GPU", _gpu0("memory_gib"), tables=("gpus",)),
+    Quantity("host_sm_count", "SMs of this host's first GPU", _gpu0("sm_count"), tables=("gpus",)),
+    Quantity("host_cuda", "CUDA version: of the driver (driver), torch's build (torch), the host line's (host)", _cuda,
+             tables=_OF_HOST),
     Quantity("probe_warning", "a warning chapter 01's probe recorded, as recorded (its position in probe.json's warnings)",
              lambda store: {str(i): w for i, w in enumerate(_probe(store).get("warnings") or [])}, files=("probe.json",)),
     Quantity("method_constant", "a constant of the method, read from the code (servebook.backends.agreement.TOLERANCE, MIN_AGREEMENT; "
              "servebook.bench.ceiling.ENGINE_REGIME, BOUND_AT; servebook.nccl.predict.NOISE)", _method),
-    Quantity("failures_recorded", "rows of the run's failures table", lambda store: {None: len(store.rows("failures"))}),
+    Quantity("failures_recorded", "rows of the run's failures table", lambda store: {None: len(store.rows("failures"))},
+             tables=("failures",)),
     Quantity("failures_distinct", "distinct recorded failures (by error text; findings.failures)",
-             lambda store: {None: len(failures(store))}),
+             lambda store: {None: len(failures(store))}, tables=("failures",)),
     Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures)",
-             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(marked(f.get("error")).split()) for f in store.rows("failures")}),
+             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(marked(f.get("error")).split()) for f in store.rows("failures")},
+             tables=("failures",)),
     Quantity("chapter_error", "why an execution of a chapter stopped, as its row recorded it, whole (chapter | recorded_at; table "
              "chapters)", lambda store: {f"{c.get('chapter')} | {c.get('recorded_at')}": " ".join(str(c.get("error")).split())
-                                         for c in store.rows("chapters") if c.get("status") == "failed"}),
+                                         for c in store.rows("chapters") if c.get("status") == "failed"}, tables=("chapters",)),
 ]
 
 register(*_BACKENDS, *_NCCL, *_THROUGHPUT, *_HOST)

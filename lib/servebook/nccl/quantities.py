@@ -34,21 +34,23 @@ def _e2e(field_: str):
 
 register(
     # each computed by the chapter's own figures module, which formats nothing and imports no page code
-    Quantity("allreduce_us_at", "this run's all-reduce latency (us) by setting | path | mode | bytes", figures.latencies),
+    Quantity("allreduce_us_at", "this run's all-reduce latency (us) by setting | path | mode | bytes", figures.latencies,
+             tables=("allreduce",)),
     Quantity("ref_allreduce_at", "the reference grid's all-reduce latency (us) by setting | path | mode | bytes",
              lambda store: figures.latencies(figures.reference_store())),
     Quantity("ref_nccl_check", "a figure derived from the reference grid (gaps, counts, ratios to nccl-tests), by name",
              lambda store: figures.reference_checks()),
     Quantity("comm_floor_ms", "what-if: all-reduce time per token (ms) at batch 1, by case (table roofline, chapter 04)",
-             lambda store: {k: r.get("t_comm_ms") for k, r in figures.comm_floor(store).items()}),
+             lambda store: {k: r.get("t_comm_ms") for k, r in figures.comm_floor(store).items()}, tables=("roofline",)),
     Quantity("comm_floor_fact", "what-if: a figure of one communication-floor row (case | field; table roofline, chapter 04)",
-             _comm_floor_facts),
+             _comm_floor_facts, tables=("roofline",)),
     Quantity("comm_allreduces_per_token", "what-if: all-reduces per token, by case",
-             lambda store: {k: r.get("allreduces_per_token") for k, r in figures.comm_floor(store).items()}),
-    Quantity("tp_e2e_tok_s", "end-to-end single-stream tok/s at TP>1 under one setting (engine | tp | setting)", _e2e("decode_tok_s")),
-    Quantity("tp_e2e_ci95", "95% half-width of that end-to-end rate", _e2e("ci95")),
+             lambda store: {k: r.get("allreduces_per_token") for k, r in figures.comm_floor(store).items()}, tables=("roofline",)),
+    Quantity("tp_e2e_tok_s", "end-to-end single-stream tok/s at TP>1 under one setting (engine | tp | setting)", _e2e("decode_tok_s"),
+             tables=("tp_e2e",)),
+    Quantity("tp_e2e_ci95", "95% half-width of that end-to-end rate", _e2e("ci95"), tables=("tp_e2e",)),
     Quantity("tp_e2e_ms", "measured change in ms per token of an end-to-end setting against its reference row",
-             _e2e("measured_ms_per_token")),
+             _e2e("measured_ms_per_token"), tables=("tp_e2e",)),
     Quantity("ref_nccl_prediction", "chapter 04's prediction from the reference grid at N layers of its model's width: the "
              "default's per-token all-reduce ms at batch 1 and recommend()'s reason (N layers | field; "
              "servebook.nccl.figures.reference_prediction)", lambda store: {}, lookup=_ref_prediction),

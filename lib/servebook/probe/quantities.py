@@ -29,14 +29,16 @@ def _p2p(field_: str) -> Callable[[Any], dict]:
 
 
 register(
-    Quantity("engine_helpers_count", "engine helpers chapter 01 asked, judged against the hardware, and that disagreed", _helpers),
+    Quantity("engine_helpers_count", "engine helpers chapter 01 asked, judged against the hardware, and that disagreed", _helpers,
+             tables=("engine_helpers",)),
     Quantity("engine_findings", "an engine's helpers that disagree with the hardware (engine version | mismatches) or leave this "
              "GPU out (engine version | gaps), as chapter 01 recorded them (table engines)",
              lambda store: {f"{e.get('engine')} {e.get('version')} | {k}": e.get(k) or 0 for e in store.rows("engines")
-                            for k in ("mismatches", "gaps")}),
+                            for k in ("mismatches", "gaps")}, tables=("engines",)),
     Quantity("nvlink_links", "bonded NVLink links of a link code nvidia-smi reported between two GPUs (table topology; NV18 -> 18)",
-             _nvlink),
+             _nvlink, tables=("topology",)),
     Quantity("p2p_gbs", "measured GPU-to-GPU copy bandwidth (GB/s) over the pairs chapter 01 measured (min, max; table p2p)",
-             _p2p("bandwidth_gbs")),
-    Quantity("p2p_latency_us", "measured small-copy latency (us) over those pairs (min, max; table p2p)", _p2p("latency_us")),
+             _p2p("bandwidth_gbs"), tables=("p2p",)),
+    Quantity("p2p_latency_us", "measured small-copy latency (us) over those pairs (min, max; table p2p)", _p2p("latency_us"),
+             tables=("p2p",)),
 )

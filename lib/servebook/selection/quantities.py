@@ -19,14 +19,17 @@ def _sites(store) -> dict:
 
 register(
     Quantity("selected_backend", "attention backend an engine version's own resolution picks (per engine, model, GPU)",
-             _selection, ("02", "06")),
-    Quantity("selection_sites", "lines of an engine version's code that write its attention backend", _sites, ("02", "06")),
+             _selection, ("02", "06"), tables=("selection",)),
+    Quantity("selection_sites", "lines of an engine version's code that write its attention backend", _sites, ("02", "06"),
+             tables=("selection_sites",)),
     # each computed by the chapter's own figures module, which formats nothing and imports no page code
     Quantity("selection_assignments", "recorded assignments of the attention backend in an engine version's code",
-             figures.assignments),
-    Quantity("selection_site_files", "files of an engine version's code that assign the attention backend", figures.site_files),
-    Quantity("matrix_disagreements", "engine/version disagreements in chapter 02's decision matrix", figures.disagreement_count),
+             figures.assignments, tables=("selection_sites",)),
+    Quantity("selection_site_files", "files of an engine version's code that assign the attention backend", figures.site_files,
+             tables=("selection_sites",)),
+    Quantity("matrix_disagreements", "engine/version disagreements in chapter 02's decision matrix", figures.disagreement_count,
+             tables=("selection_disagreements", "selection_matrix")),
     Quantity("version_diff_cells", "matrix cells that differ between the two engine versions compared (a -> b)",
-             figures.diff_count),
-    Quantity("failed_steps", "steps of the run recorded in its failures table", figures.failure_count),
+             figures.diff_count, tables=("selection_diff", "selection_matrix")),
+    Quantity("failed_steps", "steps of the run recorded in its failures table", figures.failure_count, tables=("failures",)),
 )
