@@ -29,10 +29,11 @@ def q(name: str, value: Any, fmt: str = "", of: str | None = None, code: bool = 
     """``value`` formatted with ``fmt`` and tagged as the quantity ``name`` (of ``of``), for a Markdown or HTML output.
 
     ``code=True`` shows it as inline code (a backend or setting name). A value that is None is shown as "n/a" and
-    not tagged: the run did not give it. ``name`` must be in ``QUANTITIES``.
+    not tagged: the run did not give it. ``name`` must be a registered quantity (checked once the registry is whole).
     """
     if _KNOWN and name not in _KNOWN:
-        raise KeyError(f"{name!r} is not a quantity servebook.stated knows; declare it beside the chapter that computes it (servebook.<chapter>.quantities)")
+        raise KeyError(f"{name!r} is not a quantity servebook.stated knows; declare it beside the chapter that computes it "
+                       "(servebook.<chapter>.quantities)")
     value = plain(value)
     shown = html.escape(text_of(value, fmt))
     if value is None:
