@@ -16,7 +16,7 @@ def test_chapter_03_counts_configurations_and_the_server_starts_they_took():
     from servebook.backends.report import found_lines, starts_table
     from servebook.findings.intervals import starts_of
     from servebook.stated import stated_on
-    from servebook.stated.registry import QUANTITIES, pick
+    from servebook.quantities import QUANTITIES, pick
 
     store = RunStore(RUNS / "h200x1-trust")
     table = starts_table(store, ["sglang", "vllm"])

@@ -6,7 +6,8 @@ from servebook.bench import chapter as ch05
 from servebook.bench import report as ch05_report
 from servebook.paths import book_root
 from servebook.results import RunStore
-from servebook.stated import expected, stated_on
+from servebook.quantities import expected
+from servebook.stated import stated_on
 
 RUN1 = book_root() / "data" / "runs" / "h200x1-live"
 

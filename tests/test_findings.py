@@ -383,7 +383,7 @@ def test_chapter_06_compares_other_runs_over_their_starts_and_their_methods():
     figure of the sentence is tagged and recomputed, the count of starts too."""
     from servebook.findings.methods import bench_method, method_differences
     from servebook.stated import stated_on
-    from servebook.stated.registry import QUANTITIES, pick
+    from servebook.quantities import QUANTITIES, pick
 
     store = RunStore(ROOT / "data" / "runs" / "h200x1-live")
     other = "data/runs/h200x2-live"

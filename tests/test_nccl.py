@@ -207,7 +207,7 @@ def test_chapter_04_page_states_tagged_figures_and_the_spread(tmp_path):
     from servebook.nccl.report import UNTAGGED, load_reference, questions, this_run_answer
     from servebook.results import RunStore
     from servebook.stated import stated_on
-    from servebook.stated.registry import QUANTITIES, pick
+    from servebook.quantities import QUANTITIES, pick
 
     store = _copy_run(tmp_path, "h200x2-live")
     here = nccl(store)
@@ -242,7 +242,7 @@ def test_what_if_floor_states_the_cost_per_microsecond_first_and_tags_it():
     from servebook.nccl.report import whatif_found, whatif_questions
     from servebook.results import RunStore
     from servebook.stated import stated_on
-    from servebook.stated.registry import QUANTITIES, pick
+    from servebook.quantities import QUANTITIES, pick
 
     store = RunStore(data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
     floor = store.table("roofline")

@@ -241,7 +241,7 @@ def test_helper_verdicts_are_worded_as_chapter_01_defines_them():
     sentence never says it 'did not agree'; a mismatch says it contradicts the hardware. Counts tagged and recomputed."""
     from servebook.results import RunStore
     from servebook.stated import stated_on
-    from servebook.stated.registry import QUANTITIES, pick
+    from servebook.quantities import QUANTITIES, pick
 
     store = RunStore(data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
     rows = store.rows("engine_helpers")

@@ -346,7 +346,7 @@ def test_check_yourself_states_the_recorded_case_not_a_failure():
     from servebook.results import RunStore
     from servebook.selection.report import questions
     from servebook.stated import stated_on
-    from servebook.stated.registry import QUANTITIES, pick
+    from servebook.quantities import QUANTITIES, pick
 
     store = RunStore(RUNS / "h200x1-live")
     qa = questions(store)
@@ -366,7 +366,7 @@ def test_found_lines_print_the_deciding_condition_and_tag_counts(tmp_path):
     from servebook.selection.figures import disagreement_count
     from servebook.selection.report import UNTAGGED, found_lines
     from servebook.stated import stated_on
-    from servebook.stated.registry import QUANTITIES, pick
+    from servebook.quantities import QUANTITIES, pick
 
     shutil.copytree(RUNS / "whatif-rtx-pro-6000-sglang-0.5.9", tmp_path / "run")
     store = RunStore(tmp_path / "run")

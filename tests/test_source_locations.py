@@ -11,7 +11,7 @@ import mistune
 import pandas as pd
 import pytest
 
-from servebook import stated
+from servebook import quantities, stated
 from servebook.paths import data_dir
 from servebook.results import RunStore
 from servebook.selection.rootcause import cause_of
@@ -112,7 +112,7 @@ def test_whatif_answers_tag_the_gpu_count_and_show_locations_and_errors_as_code(
     said = " ".join(a for _, a in nccl_questions(floor, facts))
     tags = [s for s in stated.stated_on(mistune.html(said), "04") if s.name == "host_gpu_count"]
     assert [(t.value, t.text) for t in tags] == [(facts["gpus"], str(facts["gpus"]))]
-    assert stated.expected(store, "host_gpu_count", None) == facts["gpus"]  # recomputed from the run's gpus table
+    assert quantities.expected(store, "host_gpu_count", None) == facts["gpus"]  # recomputed from the run's gpus table
     assert not _untagged(said), said
     cmds = pd.DataFrame(store.rows("plan_commands"))
     for text in [a for _, a in whatif_questions(store, facts, cmds)] + [whatif_found(store, facts, cmds)]:

@@ -159,7 +159,7 @@ def test_chapter_03_states_the_start_counts_chapter_06_gives(tmp_path):
 
     from servebook.backends.report import UNTAGGED, found_lines, questions, starts_table
     from servebook.stated import stated_on
-    from servebook.stated.registry import QUANTITIES, pick
+    from servebook.quantities import QUANTITIES, pick
 
     shutil.copytree(RUNS / "h200x1-live", tmp_path / "run")
     store = RunStore(tmp_path / "run")

@@ -3,7 +3,7 @@
 Each prose number a chapter states is written by ``servebook.stated.q``: one helper formats it and tags it with the
 quantity it is (``<span class="sb-q" data-q=... data-of=... data-v=...>``). ``check_render`` reads every page of a
 render, recomputes each tagged quantity from the run directory its ``run.json`` names (registry
-``servebook.stated.QUANTITIES``), and groups the pages' statements by quantity. The answer box at the top of each page
+``servebook.quantities.QUANTITIES``), and groups the pages' statements by quantity. The answer box at the top of each page
 ("This run, in short") is checked against the box the renderer would make from the same tables now.
 
 A committed page whose code never used ``q`` predates the tags: its test is skipped, naming the page to regenerate.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from servebook import stated
+from servebook import quantities, stated
 from servebook.findings import backends, throughput
 from servebook.paths import book_root
 from servebook.results import RunStore
@@ -34,7 +34,7 @@ PAGES = [(r, p.name) for r in RENDERS for p in sorted(r.glob("0[0-9]_*.html"))]
 
 @lru_cache(maxsize=None)
 def _report(render: Path) -> stated.Report:
-    return stated.check_render(render)
+    return quantities.check_render(render)
 
 
 @pytest.fixture(autouse=True)
@@ -147,7 +147,7 @@ def _tamper(page: Path, name: str, of: str | None, value, text: str) -> None:
 
 def test_a_fresh_render_passes_and_states_what_it_must(fresh):
     run, out = fresh
-    report = stated.check_render(out, run)
+    report = quantities.check_render(out, run)
     assert report.pages["06_findings.html"] == "tagged"
     assert not report.problems and not report.box_problems, report.problems + report.box_problems
     said = {s.key() for s in report.stated}
@@ -163,19 +163,19 @@ def test_a_fresh_render_passes_and_states_what_it_must(fresh):
 def test_a_page_stating_another_number_fails(fresh, tmp_path):
     run, out = fresh
     render = _copy(out, tmp_path / "r")
-    label = next(s.of for s in stated.check_render(render, run).stated if s.name == "single_tok_s")
+    label = next(s.of for s in quantities.check_render(render, run).stated if s.name == "single_tok_s")
     _tamper(render / "06_findings.html", "single_tok_s", label, 500.0, "500.0")
-    problems = stated.check_render(render, run).of_page("06_findings.html")
+    problems = quantities.check_render(render, run).of_page("06_findings.html")
     assert any("single_tok_s" in p and "recomputed from" in p and "416.2" in p for p in problems), problems
 
 
 def test_two_pages_that_disagree_fail(fresh, tmp_path):
     run, out = fresh
     render = _copy(out, tmp_path / "r")
-    label = next(s.of for s in stated.check_render(render, run).stated if s.name == "single_tok_s")
+    label = next(s.of for s in quantities.check_render(render, run).stated if s.name == "single_tok_s")
     shutil.copy(render / "06_findings.html", render / "05_benchmark_single_stream.html")
     _tamper(render / "05_benchmark_single_stream.html", "single_tok_s", label, 191.0, "191.0")
-    report = stated.check_render(render, run)
+    report = quantities.check_render(render, run)
     assert any(p.startswith("pages disagree on single_tok_s") and "05_benchmark" in p and "06_findings" in p for p in report.across()), \
         report.across()
 
@@ -187,7 +187,7 @@ def test_a_shown_figure_that_is_not_its_value_fails(fresh, tmp_path):
     html = page.read_text()
     m = re.search(r'(<span[^>]*data-q="default_tok_s"[^>]*>)([^<]*)(</span>)', html)
     page.write_text(html[:m.start()] + m.group(1) + "191" + m.group(3) + html[m.end():])  # the value kept, the text typed in
-    problems = stated.check_render(render, run).of_page("06_findings.html")
+    problems = quantities.check_render(render, run).of_page("06_findings.html")
     assert any("default_tok_s" in p and "formats to" in p for p in problems), problems
 
 
@@ -196,7 +196,7 @@ def test_a_quantity_left_out_fails(fresh, tmp_path):
     render = _copy(out, tmp_path / "r")
     page = render / "06_findings.html"
     page.write_text(re.sub(r'<span[^>]*data-q="change_supported"[^>]*>([^<]*)</span>', r"\1", page.read_text()))
-    problems = stated.check_render(render, run).of_page("06_findings.html")
+    problems = quantities.check_render(render, run).of_page("06_findings.html")
     assert any("does not state change_supported[sglang]" in p for p in problems), problems
 
 
@@ -209,7 +209,7 @@ def test_a_changed_table_fails(fresh, tmp_path):
         if r.get("phase") == "single":
             r["decode_tok_s_mean"] = r["decode_tok_s_mean"] * 1.1
     (changed / "bench_summary.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report = stated.check_render(out, changed)
+    report = quantities.check_render(out, changed)
     assert any("single_tok_s" in p and "recomputed from" in p for p in report.of_page("06_findings.html")), report.problems
     assert any("single stream" in m for _, m in report.box_problems), report.box_problems  # the boxes say the old figure too
 
@@ -222,7 +222,7 @@ def test_a_tampered_answer_box_fails(fresh, tmp_path):
     box = html.index('<div class="sb-answer">')
     li = html.index("<li>", box)
     page.write_text(html[:li + 4] + "sglang: forcing flashinfer is faster; " + html[li + 4:])
-    report = stated.check_render(render, run)
+    report = quantities.check_render(render, run)
     assert any(p == "03_force_each_backend.html" for p, _ in report.box_problems), report.box_problems
 
 
@@ -230,7 +230,7 @@ def test_a_page_without_tags_is_reported_as_predating_them(fresh, tmp_path):
     run, out = fresh
     render = _copy(out, tmp_path / "r")
     (render / "01_detect_capabilities.html").write_text("<html><body><p>The GPU runs 80 tok/s.</p></body></html>")
-    report = stated.check_render(render, run)
+    report = quantities.check_render(render, run)
     assert report.pages["01_detect_capabilities.html"] == "predates the tags"
     assert "01_detect_capabilities.html" in report.predating
 
@@ -295,7 +295,7 @@ def test_untagged_numbers_rule():
 # -- mutation: every tagged number changed, on the page and in its table, fails the check ------------------------------
 @lru_cache(maxsize=None)
 def _truth(render: Path) -> stated.Recompute:
-    return stated.Recompute(RunStore(stated.run_of(render)))
+    return quantities.recompute(RunStore(stated.run_of(render)))
 
 
 def _other(value):
@@ -359,7 +359,7 @@ def test_one_tag_changed_in_the_html_fails_check_render(render, page, tmp_path):
     m = spans[0]
     new = html[:m.start()] + stated.q(s.name, v, s.fmt, of=s.of) + html[m.end():]
     (copy / page).write_text(new, encoding="utf-8")
-    report = stated.check_render(copy, stated.run_of(render), boxes=False)
+    report = quantities.check_render(copy, stated.run_of(render), boxes=False)
     assert any(s.name in p for p in report.of_page(page)), report.problems
 
 
@@ -388,9 +388,9 @@ def _change_in_json(node, value, deep: bool = True) -> int:
 
 def _sources(s, run: Path, tables: dict) -> dict[str, str]:
     """The changed text of each source the quantity of ``s`` derives from: the run files its registry entry names
-    (``Quantity.files``), else every table with a cell equal to the stated value."""
-    q = stated.QUANTITIES.get(s.name)
-    if q is not None and q.files:
+    (``Quantity.files``), else each table it names (``Quantity.tables``) with a cell equal to the stated value."""
+    q = quantities.QUANTITIES[s.name]
+    if q.files:
         out = {}
         for name in q.files:
             doc = json.loads((run / name).read_text())
@@ -399,6 +399,8 @@ def _sources(s, run: Path, tables: dict) -> dict[str, str]:
         return out
     out = {}
     for name, rows in tables.items():
+        if name.removesuffix(".jsonl") not in q.tables:
+            continue  # a table the quantity does not derive from: a cell equal to its value there is another figure
         mine = json.loads(json.dumps(rows))
         if _change_every(mine, s.value):
             out[name] = "".join(json.dumps(r) + "\n" for r in mine)
@@ -418,7 +420,7 @@ def test_changing_the_table_a_tagged_number_derives_from_fails(render, tmp_path)
     for item in run.iterdir():  # the tables copied (they are changed), everything else linked
         (copy / item.name).symlink_to(item.resolve()) if item.suffix != ".jsonl" else shutil.copy(item, copy / item.name)
     (tmp_path / "no-run").mkdir()
-    without_run = stated.Recompute(RunStore(tmp_path / "no-run"))
+    without_run = quantities.recompute(RunStore(tmp_path / "no-run"))
 
     def from_the_run(s) -> bool:  # a reference figure (data/reference, the reference NCCL run) is the same without the run
         try:
@@ -442,7 +444,7 @@ def test_changing_the_table_a_tagged_number_derives_from_fails(render, tmp_path)
                 (copy / name).unlink(missing_ok=True)  # a linked file is replaced, never written through
                 (copy / name).write_text(text)
             try:
-                problems = stated.Recompute(RunStore(copy)).problems(s)
+                problems = quantities.recompute(RunStore(copy)).problems(s)
             except Exception as exc:  # noqa: BLE001 - the recomputation breaks on the changed table: the check fails loudly too
                 problems = [f"{type(exc).__name__}: {exc}"]
             for name in changed:
@@ -452,6 +454,33 @@ def test_changing_the_table_a_tagged_number_derives_from_fails(render, tmp_path)
         tried[page] = len(seen)
     assert not missed, f"rendered/{render.name}:\n" + "\n".join(missed)
     assert any(tried.values()) or not any(_tagged_on(render, p) for p in tried), f"no tagged number found in a table: {tried}"
+
+
+@pytest.mark.parametrize("render", RENDERS, ids=[r.name for r in RENDERS])
+def test_every_quantity_names_the_tables_it_reads(render, monkeypatch):
+    """The tables a quantity's computation reads from the run (each ``RunStore.rows`` on it, every subject the render
+    states included) are among those its declaration names (``Quantity.tables``): what the mutation above changes."""
+    from servebook.stated import registry
+
+    run = stated.run_of(render).resolve()
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(registry, "_tables_now", lambda store: ("fresh", next(ticks)))  # no figure kept from another quantity
+    reads: list = []
+    read = RunStore._read
+    monkeypatch.setattr(RunStore, "_read", lambda self, table, withdrawn: reads.append((Path(self.path).resolve(), table))
+                        or read(self, table, withdrawn))
+    subjects = {s.key() for p in render.glob("0[0-9]_*.html") for s in _tagged_on(render, p.name)}
+    undeclared = {}
+    for name, q in quantities.QUANTITIES.items():
+        reads.clear()
+        store = RunStore(run)
+        values = q.compute(store)
+        for of in [of for n, of in subjects if n == name]:
+            registry.pick(q, values, of, store)
+        read_here = {t for p, t in reads if p == run}
+        if read_here - set(q.tables):
+            undeclared[name] = sorted(read_here - set(q.tables))
+    assert not undeclared, f"quantities that read tables their declaration does not name (add them to tables=): {undeclared}"
 
 
 # -- shared sayers, chapters 01 and 06 (s8): host facts, seed figures, comparisons, method constants ----------------------
@@ -464,7 +493,7 @@ def _stated_in(text: str) -> list:
 
 def _recomputed(run: Path, text: str) -> list[str]:
     """What ``check_render`` says of each tag in ``text`` against ``run``'s tables (empty: every tag is its run's)."""
-    r = stated.Recompute(RunStore(run))
+    r = quantities.recompute(RunStore(run))
     return [p for s in _stated_in(text) for p in r.problems(s)]
 
 
@@ -525,8 +554,8 @@ def test_seed_and_profile_figures_come_from_their_files():
     s = stated.seed_case()
     text = stated.seed_sentence()
     assert [x.value for x in _stated_in(text) if x.name == "seed_tp"] == [s["tp"]]
-    assert stated.expected(RunStore(TRUST_RUN), "profile_capability", s["profile"]) == load_profile(s["profile"])["capability"]
-    assert stated.expected(RunStore(TRUST_RUN), "profile_capability", "no-such-gpu") is stated.MISSING
+    assert quantities.expected(RunStore(TRUST_RUN), "profile_capability", s["profile"]) == load_profile(s["profile"])["capability"]
+    assert quantities.expected(RunStore(TRUST_RUN), "profile_capability", "no-such-gpu") is stated.MISSING
 
 
 def test_method_constants_are_read_from_the_code(monkeypatch):
@@ -543,9 +572,9 @@ def test_a_compared_run_figure_is_recomputed_from_that_run():
     other = "data/runs/h200x2-live"
     (t, *_) = throughput(RunStore(ROOT / other))
     store = RunStore(TRUST_RUN)
-    assert stated.expected(store, "other_run_single_tok_s", f"{other} | {t['label']}") == pytest.approx(t["single_tok_s"])
-    assert stated.expected(store, "other_run_single_tok_s", f"{other} | no such label") is stated.MISSING
-    assert stated.expected(store, "other_run_single_tok_s", f"data/runs/no-such-run | {t['label']}") is stated.MISSING
+    assert quantities.expected(store, "other_run_single_tok_s", f"{other} | {t['label']}") == pytest.approx(t["single_tok_s"])
+    assert quantities.expected(store, "other_run_single_tok_s", f"{other} | no such label") is stated.MISSING
+    assert quantities.expected(store, "other_run_single_tok_s", f"data/runs/no-such-run | {t['label']}") is stated.MISSING
     wrong = stated.q("other_run_single_tok_s", t["single_tok_s"] + 10, ",.1f", of=f"{other} | {t['label']}")
     assert _recomputed(TRUST_RUN, wrong)
 
@@ -612,7 +641,7 @@ def test_comparisons_between_starts_engines_and_runs_are_recomputed():
             + "; " + stated.q("other_run_ratio", o["single_tok_s"] / ref["single_tok_s"], ".2f", of=pair) + "x")
     _all_tagged_and_recomputed(LIVE1, text, {"other_run_vs_pct", "other_run_ratio"})
     assert _recomputed(LIVE1, stated.q("other_run_ratio", o["single_tok_s"] / ref["single_tok_s"] + 0.1, ".2f", of=pair))
-    assert stated.expected(store, "other_run_ratio", f"data/runs/no-such-run | {o['label']} vs {ref['label']}") is stated.MISSING
+    assert quantities.expected(store, "other_run_ratio", f"data/runs/no-such-run | {o['label']} vs {ref['label']}") is stated.MISSING
 
 
 def test_the_engine_difference_of_the_profiles_is_tagged_and_recomputed():

@@ -98,7 +98,8 @@ def notebook_parameters(path: Path) -> dict[str, dict]:
 
 
 # The book's kernel starts with this cell (tagged ``sb-setup``, left out of the rendered page): pandas shows every string
-# whole, so no table on a page is cut with "..." mid-word. The one place the book sets display options.
+# whole, so no table on a page is cut with "..." mid-word (the one place the book sets display options); every chapter's
+# stated quantities are gathered, so ``servebook.stated.q`` refuses a name that no chapter recomputes.
 _SETUP = """import pandas as _pd
 _pd.set_option("display.max_colwidth", None)
 del _pd
@@ -107,7 +108,9 @@ try:  # every figure: its own alt text and caption, intervals cut at zero (serve
     _sb_figures()
     del _sb_figures
 except ImportError:
-    pass"""
+    pass
+import servebook.quantities as _sb_quantities  # the whole stated-number registry: every chapter's quantities
+del _sb_quantities"""
 
 
 def _with_setup(nb):

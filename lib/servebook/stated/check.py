@@ -1,9 +1,12 @@
 """Checking a rendered book against the run it was made from: every tagged number against its recomputation and the
 other pages, every page's box "This run, in short" against the box the renderer makes from the run's tables now.
 
-    report = check_render("rendered/h200x2-live")   # the run: the one its run.json names
+    report = check_render("rendered/h200x2-live", QUANTITIES, answer_boxes=answer_boxes)   # the run: its run.json names it
     report.of_page("06_findings.html"), report.across(), report.box_problems, report.predating
     box_items(page_html)                              # the lines of a page's box, or None
+
+It knows no chapter: it is given the registry (``servebook.quantities.QUANTITIES``, every chapter's quantities) and the
+renderer's answer boxes (``servebook.findings.boxes.answer_boxes``); ``servebook.quantities.check_render`` gives both.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from ..paths import book_root
-from .registry import QUANTITIES, pick
+from .registry import Quantity, pick
 from .tags import Stated, stated_on, uses_tags
 from .text import MISSING, plain, text_of
 
@@ -80,11 +83,9 @@ def box_items(page_html: str) -> list[str] | None:
     return [" ".join(html.unescape(re.sub(r"<[^>]+>", "", li)).split()) for li in re.findall(r"<li>(.*?)</li>", m.group(1), flags=re.S)]
 
 
-def answers(store) -> dict[str, list[str] | None]:
+def answers(store, answer_boxes: Callable[[Any], dict]) -> dict[str, list[str] | None]:
     """The box "This run, in short" each chapter's page would show if rendered now: the renderer's own box
-    (``servebook.findings.boxes``, chapter 06's statements) for the run's tables as they are."""
-    from ..findings.boxes import answer_boxes
-
+    (``answer_boxes``: ``servebook.findings.boxes``, chapter 06's statements) for the run's tables as they are."""
     boxes = answer_boxes(store)
     return {n: box_items(boxes.get(n) or "<none>") for n in ("01", "02", "03", "04", "05", "06")}
 
@@ -103,26 +104,27 @@ def _box_problems(page: str, box: list[str], expect: list[str] | None) -> list[s
 class Recompute:
     """The run's quantities, each computed once from its tables, and what is wrong with one stated number.
 
-        truth = Recompute(RunStore(run_dir))
+        truth = Recompute(RunStore(run_dir), QUANTITIES)
         truth.problems(stated_number)    # [] when it shows what its value formats to and equals the recomputation
     """
 
-    def __init__(self, store) -> None:
+    def __init__(self, store, quantities: Mapping[str, Quantity]) -> None:
         self.store = store
+        self.quantities = quantities
         self._computed: dict[str, dict] = {}
 
     def values_of(self, name: str) -> dict:
         if name not in self._computed:
-            self._computed[name] = QUANTITIES[name].compute(self.store)
+            self._computed[name] = self.quantities[name].compute(self.store)
         return self._computed[name]
 
     def want(self, name: str, of: str | None) -> Any:
-        return pick(QUANTITIES[name], self.values_of(name), of, self.store)
+        return pick(self.quantities[name], self.values_of(name), of, self.store)
 
     def problems(self, s: Stated) -> list[str]:
         """What ``check_render`` says about one tagged number: an unknown quantity, a text that is not its value
         formatted, a value the tables do not give or give otherwise."""
-        if s.name not in QUANTITIES:
+        if s.name not in self.quantities:
             return [f"{s.where()} tagged as {s.name!r}, a quantity the registry does not know"]
         out = []
         shown = text_of(s.value, s.fmt)
@@ -137,20 +139,23 @@ class Recompute:
         return out
 
 
-def check_render(render: str | Path, run: str | Path | None = None, boxes: bool = True) -> Report:
-    """Check every page of a rendered book against the run it was made from (``run.json`` names it).
+def check_render(render: str | Path, quantities: Mapping[str, Quantity], run: str | Path | None = None,
+                 answer_boxes: Callable[[Any], dict] | None = None) -> Report:
+    """Check every page of a rendered book against the run it was made from (``run.json`` names it), with the
+    registry ``quantities``.
 
-    Every page: its box "This run, in short" states what the run's tables give now. Every page whose code used ``q``:
-    each tagged number shows what its value formats to and equals the quantity recomputed from the run's tables, and
-    every quantity the registry requires on that chapter is there (unless the chapter failed in the run). Across
-    pages: one quantity, one value. ``boxes=False`` leaves the boxes out (they are recomputed from the whole run)."""
+    Every page: its box "This run, in short" states what the run's tables give now (``answer_boxes(store)``: the boxes
+    the renderer makes; None leaves the boxes out, they are recomputed from the whole run). Every page whose code used
+    ``q``: each tagged number shows what its value formats to and equals the quantity recomputed from the run's tables,
+    and every quantity the registry requires on that chapter is there (unless the chapter failed in the run). Across
+    pages: one quantity, one value."""
     from ..results import RunStore
 
     render = Path(render)
     run_path = Path(run) if run is not None else run_of(render)
     store = RunStore(run_path)
     report = Report(render=str(render), run=str(run_path))
-    truth = Recompute(store)
+    truth = Recompute(store, quantities)
 
     def problem(page, text):
         report.problems.append((page, text))
@@ -159,9 +164,9 @@ def check_render(render: str | Path, run: str | Path | None = None, boxes: bool 
     for page_path in sorted(render.glob("0[0-9]_*.html")):
         page = page_path.name
         text = page_path.read_text(encoding="utf-8")
-        box = box_items(text) if boxes else None
+        box = box_items(text) if answer_boxes is not None else None
         if box is not None:
-            expect = answers(store) if expect is None else expect
+            expect = answers(store, answer_boxes) if expect is None else expect
             report.box_problems += [(page, p) for p in _box_problems(page, box, expect.get(page[:2], []))]
         found = stated_on(text, page)
         if not found and not uses_tags(text):
@@ -176,7 +181,7 @@ def check_render(render: str | Path, run: str | Path | None = None, boxes: bool 
         if failed:
             continue
         present = {s.key() for s in found}
-        for name, quantity in QUANTITIES.items():
+        for name, quantity in quantities.items():
             if page[:2] not in quantity.chapters:
                 continue
             for of, value in truth.values_of(name).items():

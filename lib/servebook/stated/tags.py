@@ -18,8 +18,10 @@ from .text import plain, text_of
 
 __all__ = ["q", "Stated", "stated_on", "uses_tags"]
 
-# The quantity names the registry knows, filled in by servebook.stated.registry when it is imported (this module imports
-# nothing of the registry: the page code that tags numbers stays below the code that recomputes them, no import circle).
+# The quantity names the registry knows, filled in by servebook.stated.registry once every chapter's are registered
+# (``servebook.quantities`` gathers them; the book's setup cell imports it in each chapter's kernel). Empty until then:
+# ``q`` checks nothing before the registry is whole. This module imports nothing of the registry: the page code that
+# tags numbers stays below the code that recomputes them, no import circle.
 _KNOWN: set[str] = set()
 
 
@@ -27,10 +29,11 @@ def q(name: str, value: Any, fmt: str = "", of: str | None = None, code: bool = 
     """``value`` formatted with ``fmt`` and tagged as the quantity ``name`` (of ``of``), for a Markdown or HTML output.
 
     ``code=True`` shows it as inline code (a backend or setting name). A value that is None is shown as "n/a" and
-    not tagged: the run did not give it. ``name`` must be in ``QUANTITIES``.
+    not tagged: the run did not give it. ``name`` must be a registered quantity (checked once the registry is whole).
     """
     if _KNOWN and name not in _KNOWN:
-        raise KeyError(f"{name!r} is not a quantity servebook.stated knows; add it to QUANTITIES with how to recompute it")
+        raise KeyError(f"{name!r} is not a quantity servebook.stated knows; declare it beside the chapter that computes it "
+                       "(servebook.<chapter>.quantities)")
     value = plain(value)
     shown = html.escape(text_of(value, fmt))
     if value is None:

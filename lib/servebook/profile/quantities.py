@@ -1,0 +1,235 @@
+"""The profile's stated quantities (chapter 05's decode step, kernel by kernel): each profiled server's step, its
+categories and starts, the full-model predictions, the seed case projected from the profiles and its verdict's tables,
+a model card's figures (registered into ``servebook.stated.registry``; ``servebook.quantities`` gathers every
+chapter's)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from .. import roofline
+from ..stated.registry import Quantity, per, register
+from ..stated.text import MISSING, plain
+from .comm import collectives_per_token, engine_latencies
+from .seed import SEED_TABLES, gap_by_category
+from .tables import engine_difference, latest_breakdown, latest_ok, start_spread
+
+
+def _profiles(store) -> dict:
+    return {r["label"]: r for r in latest_ok(store.rows("profile_runs"))}
+
+
+def _categories(store) -> dict:
+    return {f"{r['label']} | {r['category']}": r["ms_per_step"]
+            for r in latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs"))}
+
+
+def _busy(store) -> dict:
+    """Each profile's GPU time per step: its recorded ``busy_ms``, else its categories but idle summed."""
+    out: dict = {}
+    for r in latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs")):
+        if r["category"] != "gpu idle":
+            out[r["label"]] = out.get(r["label"], 0.0) + r["ms_per_step"]
+    out.update({k: p["busy_ms"] for k, p in _profiles(store).items() if plain(p.get("busy_ms")) is not None})
+    return out
+
+
+def _engine_difference(store) -> dict:
+    return {f"{r['a']} | {r['b']} | {r['category']}": r["diff_ms"]
+            for r in engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))}
+
+
+def _start_spreads(field: str) -> Callable[[Any], dict]:
+    """``field`` of ``profile.tables.start_spread`` per profiled label that has two starts or more."""
+    def compute(store):
+        rows = store.rows("profile_runs")
+        return {p["label"]: s[field] for p in rows if p.get("ok") for s in [start_spread(rows, p["label"])] if s is not None}
+    return compute
+
+
+def _subject(p: dict) -> str:
+    return f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
+
+
+def _predictions(field_: str) -> Callable[[Any], dict]:
+    return lambda store: {_subject(p): p.get(field_) for p in store.rows("prediction_check")}
+
+
+def _predicted_tok_s(field_: str) -> Callable[[Any], dict]:
+    return lambda store: {_subject(p): 1e3 / p[field_] for p in store.rows("prediction_check") if p.get(field_)}
+
+
+def _prediction_layers(store) -> dict:
+    out = {}
+    for p in store.rows("prediction_check"):
+        subject = _subject(p)
+        out[f"{subject} | measured"], out[f"{subject} | full"] = p.get("layers_measured"), p.get("full_layers")
+    return out
+
+
+def _card_fact(of: str):
+    """A figure of a model card, from ``data/models`` (``"<model> | <field>"``): ``active_params_b``, ``gb_per_token``
+    (bytes counted layer by layer), ``avg_bytes_per_param`` and ``avg_gb_per_token`` (the checkpoint's average),
+    ``allreduces_per_token``."""
+    model, _, what = (of or "").partition(" | ")
+    try:
+        card = roofline.load_model_card(model)
+    except Exception:  # noqa: BLE001 - an unknown card: the page states something no data file gives
+        return MISSING
+    if what in ("active_params_b", "gb_per_token"):
+        arch = roofline.config_bytes_per_token(card)
+        return arch["active_params"] / 1e9 if what == "active_params_b" else arch["bytes_per_token"] / 1e9
+    if what in ("avg_bytes_per_param", "avg_gb_per_token"):
+        avg = roofline.card_bytes_per_token(card)
+        return avg["bytes_per_param"] if what == "avg_bytes_per_param" else avg["bytes_per_token"] / 1e9
+    m = re.fullmatch(r"collectives_per_token_tp(\d+)", what)
+    if m:
+        return collectives_per_token(card, int(m.group(1)))
+    return roofline.allreduces_per_token(card) if what == "allreduces_per_token" else MISSING
+
+
+def _pcie(field: str) -> Callable[[Any], dict]:
+    return lambda store: {e: L[field] for e, L in engine_latencies().items()}
+
+
+def _rows_of(table: str, category: str, field_: str) -> Callable[[Any], dict]:
+    return lambda store: {r["engine"]: r.get(field_) for r in store.rows(table) if r["category"] == category}
+
+
+def _seed_gap(store) -> dict:
+    tot = {r["engine"]: r.get("predicted_ms") for r in store.rows("seed_projection") if r["category"] == "total"}
+    return {None: tot["sglang"] - tot["vllm"]} if tot.get("sglang") and tot.get("vllm") else {}
+
+
+def _seed_parts(field_: str | None) -> Callable[[Any], dict]:
+    def compute(store):
+        parts = {g["category"]: g for g in gap_by_category(store.rows("seed_projection"))}
+        return parts if field_ is None else {k: g[field_] for k, g in parts.items()}
+    return compute
+
+
+def _attention_ratio(store) -> dict:
+    r = _seed_parts(None)(store).get("attention") or {}
+    return {None: r["sglang"] / r["vllm"]} if r.get("vllm") and r.get("sglang") is not None else {}
+
+
+def _seed_table_figures(store) -> dict:
+    """Every numeric field of every keyed row of the seed verdict's tables, as ``table | key | field``."""
+    return {f"{t} | {r['key']} | {k}": v for t in SEED_TABLES for r in store.rows(t) if r.get("key") is not None
+            for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _first_fix(field_: str) -> Callable[[Any], dict]:
+    return lambda store: {"first": store.rows("seed_fixes")[0].get(field_)} if store.rows("seed_fixes") else {}
+
+
+def _start_gaps(store) -> dict:
+    t = {r["engine"]: r.get("starts_ms") for r in store.rows("seed_projection") if r["category"] == "total"}
+    return {str(i + 1): a - b for i, (a, b) in enumerate(zip(t.get("sglang") or [], t.get("vllm") or []))}
+
+
+_PROFILES = [  # where a decode step's time goes, each profiled server
+    Quantity("profile_step_ms", "profiled decode step (ms) of one server, from its trace", per(_profiles, "step_ms"), ("05",),
+             tables=("profile_runs",)),
+    Quantity("profile_tpot_ms", "time per token (ms) of the profiled server without the profiler", per(_profiles, "tpot_ms"), ("05",),
+             tables=("profile_runs",)),
+    Quantity("profile_category_ms", "ms per decode step of one kernel category (label | category)", _categories,
+             tables=("decode_breakdown", "profile_runs")),
+    Quantity("profile_layers", "decoder layers of one profiled server's model (label)", per(_profiles, "layers"),
+             tables=("profile_runs",)),
+    Quantity("profile_busy_ms", "GPU time of one profiled server's decode step: its recorded busy_ms (profile_runs), else its "
+             "categories but idle, summed (label)", _busy, tables=("decode_breakdown", "profile_runs")),
+    Quantity("profile_diff_ms", "SGLang's ms per step of one category minus vLLM's on the same model (a | b | category; "
+             "profile.tables.engine_difference)", _engine_difference, tables=("decode_breakdown", "profile_runs")),
+    Quantity("profile_starts", "server starts one profiled server was profiled over (label; profile.tables.start_spread)",
+             _start_spreads("starts"), tables=("profile_runs",)),
+    Quantity("profile_tpot_start_mean_ms", "one profiled server's time per token, mean over its server starts (label; "
+             "profile.tables.start_spread tpot_mean_ms)", _start_spreads("tpot_mean_ms"), tables=("profile_runs",)),
+    Quantity("profile_tpot_start_ci95_ms", "the 95% t-interval half-width of one profiled server's time per token over its "
+             "server starts (label; profile.tables.start_spread tpot_ci95_ms)", _start_spreads("tpot_ci95_ms"),
+             tables=("profile_runs",)),
+]
+
+_PREDICTIONS = [  # the full model predicted from two slices, and measured
+    Quantity("predicted_ms", "full model's time per token (ms) predicted from two slices (card | engine | backend | mode | quant)",
+             _predictions("predicted_ms"), ("05",), tables=("prediction_check",)),
+    Quantity("measured_full_ms", "full model's measured time per token (ms)", _predictions("measured_ms"),
+             tables=("prediction_check",)),
+    Quantity("prediction_error_pct", "error of the full-model prediction, signed (%)", _predictions("error_pct"),
+             tables=("prediction_check",)),
+    Quantity("predicted_tok_s", "full model's single-stream tok/s predicted from two slices (1000 / predicted_ms)", _predicted_tok_s("predicted_ms"),
+             tables=("prediction_check",)),
+    Quantity("predicted_tok_s_low", "low end of the predicted tok/s (1000 / high_ms)", _predicted_tok_s("high_ms"),
+             tables=("prediction_check",)),
+    Quantity("predicted_tok_s_high", "high end of the predicted tok/s (1000 / low_ms)", _predicted_tok_s("low_ms"),
+             tables=("prediction_check",)),
+    Quantity("measured_full_tok_s", "full model's measured tok/s (1000 / measured_ms)", _predicted_tok_s("measured_ms"),
+             tables=("prediction_check",)),
+    Quantity("prediction_layers", "slice depths a full-model prediction is made from (subject | measured) and the full "
+             "model's layers (subject | full)", _prediction_layers, tables=("prediction_check",)),
+    Quantity("card_fact", "a model card's figure (model | active_params_b, gb_per_token, avg_bytes_per_param, avg_gb_per_token, "
+             "allreduces_per_token, collectives_per_token_tpN), from data/models", lambda store: {}, lookup=_card_fact),
+]
+
+_SEED = [  # the seed case projected from the H200 profiles, and its verdict (tables seed_projection, seed_fixes)
+    Quantity("seed_projected_tok_s", "seed case: single-stream tok/s projected onto 8x RTX PRO 6000 from the H200 profiles",
+             _rows_of("seed_projection", "total", "predicted_tok_s"), ("06",), tables=("seed_projection",)),
+    Quantity("seed_projection_error_pct", "seed case: the projection's signed error against the seed's own figure (%)",
+             _rows_of("seed_projection", "total", "error_pct"), tables=("seed_projection",)),
+    Quantity("seed_projected_gap_ms", "seed case: SGLang's projected ms per token minus vLLM's", _seed_gap,
+             tables=("seed_projection",)),
+    Quantity("seed_pcie_us", "seed case: one engine's all-reduce latency on eight PCIe ranks, the middle of its published "
+             "range (engine; profile.comm.engine_latencies central_us)", _pcie("central_us")),
+    Quantity("seed_pcie_us_low", "the low end of that range (engine)", _pcie("low_us")),
+    Quantity("seed_pcie_us_high", "the high end of that range (engine)", _pcie("high_us")),
+    Quantity("seed_projected_part_ms", "seed case: one category's part of the projected gap, SGLang's ms per token minus vLLM's "
+             "(category; profile.seed.gap_by_category over seed_projection)", _seed_parts("diff_ms"), tables=("seed_projection",)),
+    Quantity("seed_attention_ratio", "seed case: SGLang's projected attention ms per token over vLLM's (seed_projection)",
+             _attention_ratio, tables=("seed_projection",)),
+    Quantity("seed_fix_gain_ms", "seed case: the predicted gain (ms per token) of the first-ranked change (table seed_fixes)",
+             _first_fix("gain_ms_per_token"), tables=("seed_fixes",)),
+    Quantity("seed_profile_version", "seed case: the engine version the projected kernels were measured with (engine; "
+             "seed_projection total row's measured_version)", _rows_of("seed_projection", "total", "measured_version"),
+             tables=("seed_projection",)),
+    Quantity("seed_studied_version", "seed case: the engine version the book studies (engine; seed_projection total row's "
+             "studied_version)", _rows_of("seed_projection", "total", "studied_version"), tables=("seed_projection",)),
+    Quantity("seed_collectives", "seed case: collectives per token at TP (engine; seed_projection communication row)",
+             _rows_of("seed_projection", "communication", "collectives"), tables=("seed_projection",)),
+    Quantity("seed_allreduce_us", "seed case: the one all-reduce latency (us) the projection gives an engine (engine)",
+             _rows_of("seed_projection", "communication", "allreduce_us"), tables=("seed_projection",)),
+    Quantity("seed_message_bytes", "seed case: the decode all-reduce message (bytes; engine)",
+             _rows_of("seed_projection", "communication", "message_bytes"), tables=("seed_projection",)),
+    Quantity("seed_nccl_pair_us", "seed case: NCCL all-reduce latency (us) of one published machine, default and tuned (LL) "
+             "(default | tuned; seed_fixes)", lambda store: next(({"default": f.get("pair_default_us"), "tuned": f.get("pair_tuned_us")}
+                                                                  for f in store.rows("seed_fixes") if f.get("pair_default_us") is not None), {}),
+             tables=("seed_fixes",)),
+    Quantity("seed_nccl_pair_ms", "seed case: that same-machine difference over the collectives of a token (ms; seed_fixes)",
+             lambda store: next(({None: f["pair_ms_per_token"]} for f in store.rows("seed_fixes")
+                                 if f.get("pair_ms_per_token") is not None), {}), tables=("seed_fixes",)),
+    Quantity("seed_table", "seed case: a figure of a recorded row of the seed verdict's tables (table | key | field; "
+             "profile.seed.SEED_TABLES, each row's key)", _seed_table_figures,
+             tables=("seed_assumptions", "seed_attention_12", "seed_collectives", "seed_comm", "seed_fixes", "seed_latency_sweep", "seed_projection", "seed_range")),
+    Quantity("seed_fix_alternative_ms", "seed case: the projected attention (ms per token) of the alternative backend a fix "
+             "names, from its measured H200 profile (engine | backend; seed_fixes)",
+             lambda store: {f"{f['engine']} | {f['alternative_backend']}": f.get("alternative_ms") for f in store.rows("seed_fixes")
+                            if f.get("alternative_ms") is not None}, tables=("seed_fixes",)),
+    Quantity("seed_fix_like_gain_ms", "seed case: the first-ranked change's gain with both backends' attention taken from "
+             "their 2-layer slices by one rule (ms per token; seed_fixes)", _first_fix("like_for_like_gain_ms"),
+             tables=("seed_fixes",)),
+    Quantity("seed_category_start_ms", "seed case: one category's projected ms per token with one server start of the "
+             "engine's 2-layer slice (engine | category | start; seed_projection row's starts_ms)",
+             lambda store: {f"{r['engine']} | {r['category']} | {i + 1}": x for r in store.rows("seed_projection")
+                            for i, x in enumerate(r.get("starts_ms") or [])}, tables=("seed_projection",)),
+    Quantity("seed_start_n", "seed case: the number of a server start of the 2-layer slices (start; identity)",
+             lambda store: {str(i + 1): i + 1 for r in store.rows("seed_projection") if r["category"] == "total"
+                            for i in range(len(r.get("starts_tok_s") or []))}, tables=("seed_projection",)),
+    Quantity("seed_start_tok_s", "seed case: the projected tok/s with one server start of the engine's 2-layer slice "
+             "(engine | start; seed_projection total row's starts_tok_s)",
+             lambda store: {f"{r['engine']} | {i + 1}": x for r in store.rows("seed_projection") if r["category"] == "total"
+                            for i, x in enumerate(r.get("starts_tok_s") or [])}, tables=("seed_projection",)),
+    Quantity("seed_start_gap_ms", "seed case: SGLang's projected ms per token minus vLLM's with the slices' start N (start)", _start_gaps,
+             tables=("seed_projection",)),
+]
+
+register(*_PROFILES, *_PREDICTIONS, *_SEED)
