@@ -28,7 +28,6 @@ PENDING_FUNCTIONS = {  # path:qualified name
     "models.py:build_model",
     "nccl/cli.py:main",
     "nccl/launch.py:allreduce_bench",
-    "probe/text.py:format_report",
     "profile/run.py:_measure",
     "selection/rootcause.py:_one",
 }

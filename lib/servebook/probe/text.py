@@ -187,71 +187,87 @@ def _fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def format_report(report: dict) -> str:
     """The readable form (``servebook probe`` without --json)."""
-    out = []
     tag = f"PROFILE {report['profile']} (datasheet, not measured)" if report.get("source") == "profile" else f"host {report.get('hostname')}"
-    out.append(f"servebook probe: {tag}    {report.get('created')}")
-    out.append("")
-    gpus = report.get("gpus") or []
-    if gpus:
-        out.append(_fmt_table(["#", "name", "cap", "family", "SMs", "mem GB" if report.get("source") == "profile" else "mem GiB", "SM/max MHz", "power W", "MIG", "ECC", "busy"], [
-            [g["index"], g["name"], g["capability"], g["family"], g.get("sm_count"), g.get("memory_gib"),
-             f"{(g.get('clocks') or {}).get('sm_mhz') or '-'}/{(g.get('clocks') or {}).get('max_sm_mhz') or '-'}",
-             g.get("power_limit_w"), g.get("mig_mode"), g.get("ecc_mode"), "yes" if g.get("busy") else ""] for g in gpus]))
-    else:
-        out.append("GPUs: none found")
-    v = report.get("versions") or {}
-    out.append("")
-    loaded = v.get("nccl_loaded") or {}
-    out.append(_fmt_table(["software", "version"], [
-        ["driver", v.get("driver")], ["CUDA (driver)", v.get("cuda")], ["CUDA runtime", v.get("cuda_runtime")],
-        ["CUDA toolkit (nvcc)", v.get("cuda_toolkit")], ["torch", v.get("torch")], ["torch CUDA", v.get("torch_cuda")],
-        ["NCCL (torch built with)", v.get("nccl")], ["NCCL (loaded)", f"{loaded.get('version')} {loaded.get('path') or ''}".strip() if loaded.get("version") else loaded.get("note")],
-        *[[k, val] for k, val in (v.get("packages") or {}).items() if val and k != "torch"],
-    ]))
-    topo = report.get("topology") or {}
-    if topo.get("matrix"):
-        out.append("")
-        out.append(f"topology ({topo.get('source')}{'; ' + topo['note'] if topo.get('note') else ''}):")
-        labels = topo["labels"]
-        aff_keys = sorted({k for a in topo.get("affinity", {}).values() for k in a})
-        rows = []
-        for r, row in enumerate(topo["matrix"]):
-            rl = (topo.get("row_labels") or labels)[r]
-            aff = topo.get("affinity", {}).get(rl, {})
-            rows.append([rl, *row, *[aff.get(k) for k in aff_keys]])
-        out.append(_fmt_table(["", *labels, *aff_keys], rows))
-    p2p = report.get("p2p") or {}
-    if p2p.get("pairs"):
-        out.append("")
-        out.append(_fmt_table(["P2P src->dst", "peer access", "GB/s", "latency us"], [
-            [f"GPU{p['src']}->GPU{p['dst']}", p.get("peer_access"), p.get("bandwidth_gbs", p.get("error")), p.get("latency_us")]
-            for p in p2p["pairs"]]))
-        out.append(f"method: {p2p.get('method')}")
-    elif p2p.get("note"):
-        out.append("")
-        out.append(f"P2P: {p2p['note']}")
+    out = [f"servebook probe: {tag}    {report.get('created')}", ""]
+    out.append(_gpu_table(report))
+    out += ["", _software_table(report.get("versions") or {})]
+    out += _topology_lines(report.get("topology") or {})
+    out += _p2p_lines(report.get("p2p") or {})
     env = report.get("env") or {}
     out.append("")
     out.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) if env else "no NCCL_/CUDA_/TORCH_/SGLANG_/VLLM_/HF_ variables set"))
     for e in report.get("engines", []):
-        out.append("")
-        head = f"engine {e['engine']} {e.get('version') or ''} [{e.get('status')}] python={e.get('python')}"
-        if e.get("patched"):
-            head += "  (faked: " + ", ".join(e["patched"]) + ")"
-        out.append(head)
-        if e.get("error"):
-            out.append(f"  error: {e['error']}")
-        if e.get("helpers"):
-            out.append(_fmt_table(["  helper", "answer", "hardware says", "verdict"], [
-                ["  " + h["name"], h.get("answer") if not h.get("error") else "error", h.get("expected"), h.get("verdict")]
-                for h in e["helpers"]]))
+        out += _engine_lines(e)
     if report.get("warnings"):
-        out.append("")
-        out.append("warnings:")
+        out += ["", "warnings:"]
         out.extend(f"  - {w}" for w in report["warnings"])
     out.append("")
     out.append("What this host is: " + describe_host(report))
     return "\n".join(out)
+
+
+def _gpu_table(report: dict) -> str:
+    """One row a GPU: name, capability, family, SMs, memory, clocks, power, MIG, ECC, busy."""
+    gpus = report.get("gpus") or []
+    if not gpus:
+        return "GPUs: none found"
+    return _fmt_table(["#", "name", "cap", "family", "SMs", "mem GB" if report.get("source") == "profile" else "mem GiB", "SM/max MHz", "power W", "MIG", "ECC", "busy"], [
+        [g["index"], g["name"], g["capability"], g["family"], g.get("sm_count"), g.get("memory_gib"),
+         f"{(g.get('clocks') or {}).get('sm_mhz') or '-'}/{(g.get('clocks') or {}).get('max_sm_mhz') or '-'}",
+         g.get("power_limit_w"), g.get("mig_mode"), g.get("ecc_mode"), "yes" if g.get("busy") else ""] for g in gpus])
+
+
+def _software_table(v: dict) -> str:
+    """Driver, CUDA, torch, NCCL (built with and loaded) and the engine packages, one row each."""
+    loaded = v.get("nccl_loaded") or {}
+    return _fmt_table(["software", "version"], [
+        ["driver", v.get("driver")], ["CUDA (driver)", v.get("cuda")], ["CUDA runtime", v.get("cuda_runtime")],
+        ["CUDA toolkit (nvcc)", v.get("cuda_toolkit")], ["torch", v.get("torch")], ["torch CUDA", v.get("torch_cuda")],
+        ["NCCL (torch built with)", v.get("nccl")], ["NCCL (loaded)", f"{loaded.get('version')} {loaded.get('path') or ''}".strip() if loaded.get("version") else loaded.get("note")],
+        *[[k, val] for k, val in (v.get("packages") or {}).items() if val and k != "torch"],
+    ])
+
+
+def _topology_lines(topo: dict) -> list[str]:
+    """nvidia-smi's link matrix with each row's CPU/NUMA affinity (nothing when there is no matrix)."""
+    if not topo.get("matrix"):
+        return []
+    labels = topo["labels"]
+    aff_keys = sorted({k for a in topo.get("affinity", {}).values() for k in a})
+    rows = []
+    for r, row in enumerate(topo["matrix"]):
+        rl = (topo.get("row_labels") or labels)[r]
+        aff = topo.get("affinity", {}).get(rl, {})
+        rows.append([rl, *row, *[aff.get(k) for k in aff_keys]])
+    return ["", f"topology ({topo.get('source')}{'; ' + topo['note'] if topo.get('note') else ''}):",
+            _fmt_table(["", *labels, *aff_keys], rows)]
+
+
+def _p2p_lines(p2p: dict) -> list[str]:
+    """The measured GPU-to-GPU copies with their method, or the note saying why there are none."""
+    if p2p.get("pairs"):
+        return ["", _fmt_table(["P2P src->dst", "peer access", "GB/s", "latency us"], [
+            [f"GPU{p['src']}->GPU{p['dst']}", p.get("peer_access"), p.get("bandwidth_gbs", p.get("error")), p.get("latency_us")]
+            for p in p2p["pairs"]]), f"method: {p2p.get('method')}"]
+    if p2p.get("note"):
+        return ["", f"P2P: {p2p['note']}"]
+    return []
+
+
+def _engine_lines(e: dict) -> list[str]:
+    """One engine: its version, status and Python, what was faked, its error, and each helper's answer and verdict."""
+    out = [""]
+    head = f"engine {e['engine']} {e.get('version') or ''} [{e.get('status')}] python={e.get('python')}"
+    if e.get("patched"):
+        head += "  (faked: " + ", ".join(e["patched"]) + ")"
+    out.append(head)
+    if e.get("error"):
+        out.append(f"  error: {e['error']}")
+    if e.get("helpers"):
+        out.append(_fmt_table(["  helper", "answer", "hardware says", "verdict"], [
+            ["  " + h["name"], h.get("answer") if not h.get("error") else "error", h.get("expected"), h.get("verdict")]
+            for h in e["helpers"]]))
+    return out
 
 
 def record(store, report: dict) -> dict:
