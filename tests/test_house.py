@@ -23,7 +23,6 @@ PENDING_FUNCTIONS = {  # path:qualified name
     "bench/ceiling.py:client_ceiling",
     "bench/runs.py:concurrency_sweep",
     "bench/runs.py:single_stream",
-    "findings/tables.py:nccl",
     "models.py:build_model",
     "nccl/cli.py:main",
     "nccl/launch.py:allreduce_bench",
