@@ -27,7 +27,6 @@ PENDING_FUNCTIONS = {  # path:qualified name
     "nccl/cli.py:main",
     "nccl/launch.py:allreduce_bench",
     "profile/run.py:_measure",
-    "selection/rootcause.py:_one",
 }
 PENDING_IMPORT_BY_NAME: set[str] = set()  # files that still load the package's own modules by name (none left)
 
