@@ -21,7 +21,6 @@ MAX_MODULE, MAX_FUNCTION = 500, 60
 PENDING_MODULES: set[str] = set()  # path under lib/servebook (none left)
 PENDING_FUNCTIONS = {  # path:qualified name
     "bench/runs.py:concurrency_sweep",
-    "bench/runs.py:single_stream",
     "models.py:build_model",
     "nccl/cli.py:main",
     "nccl/launch.py:allreduce_bench",

@@ -154,10 +154,7 @@ def single_stream(
     the summary (mean and 95% t-interval over runs of the per-run mean decode tok/s,
     TTFT and TPOT) to ``bench_summary``. Returns the summary row.
     """
-    if runs < 1 or warmup < 0 or requests_per_run < 1:
-        raise ParameterError("runs/warmup/requests_per_run", (runs, warmup, requests_per_run), "runs >= 1, warmup >= 0, requests_per_run >= 1")
-    if not prompts:
-        raise ParameterError("prompts", prompts, "at least one prompt")
+    _check_single(prompts, runs, warmup, requests_per_run)
     cfg = {**bench_config(engine, attention, label, api), **({"start": int(start)} if start is not None else {})}
     common = dict(max_tokens=max_tokens, concurrency=1, api=api, engine=engine, tokenizer=tokenizer,
                   fixed_length=fixed_length, request_timeout=request_timeout, host=host)
@@ -166,6 +163,26 @@ def single_stream(
         w = run_requests(url, model, [prompts[i % len(prompts)] for i in range(warmup)], desc="warm-up", progress=False, **common)
         if store is not None:
             _store_requests(store, w, {**cfg, "phase": "warmup", "concurrency": 1, "run": -1, "max_tokens": max_tokens, "warmup": warmup}, ptoks)
+    per_run, all_results = _single_runs(url, model, prompts, store, cfg, common, runs, warmup, requests_per_run, progress)
+    s = _single_summary(cfg, prompts, per_run, all_results, runs, warmup, requests_per_run, max_tokens)
+    if store is not None:
+        store.append("bench_summary", s)
+    return s
+
+
+def _check_single(prompts: Sequence[Prompt], runs: int, warmup: int, requests_per_run: int) -> None:
+    """A one-line error for counts a single stream cannot run with, or no prompt."""
+    if runs < 1 or warmup < 0 or requests_per_run < 1:
+        raise ParameterError("runs/warmup/requests_per_run", (runs, warmup, requests_per_run), "runs >= 1, warmup >= 0, requests_per_run >= 1")
+    if not prompts:
+        raise ParameterError("prompts", prompts, "at least one prompt")
+
+
+def _single_runs(url: str, model: str, prompts: Sequence[Prompt], store, cfg: dict, common: dict, runs: int, warmup: int,
+                 requests_per_run: int, progress: bool) -> tuple[list[dict], list[RequestResult]]:
+    """The timed runs at C=1, each on the next prompts after the warm-up's: every request stored (phase ``single``),
+    and each run's mean decode rate, TTFT and TPOT."""
+    ptoks = [p.tokens for p in prompts]
     per_run = []
     all_results: list[RequestResult] = []
     it = range(runs)
@@ -179,8 +196,8 @@ def single_stream(
         k += requests_per_run
         res = run_requests(url, model, batch, progress=False, desc=f"single run {run}", **common)
         if store is not None:
-            _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": max_tokens, "warmup": warmup},
-                            ptoks)
+            _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": common["max_tokens"],
+                                         "warmup": warmup}, ptoks)
         ok = [r for r in res if r.ok]
         all_results.extend(res)
         per_run.append({
@@ -188,6 +205,14 @@ def single_stream(
             "ttft_s": statistics.mean([r.ttft_s for r in ok]) if ok else None,
             "tpot_s": statistics.mean([r.tpot_s for r in ok if r.tpot_s]) if any(r.tpot_s for r in ok) else None,
         })
+    return per_run, all_results
+
+
+def _single_summary(cfg: dict, prompts: Sequence[Prompt], per_run: list[dict], all_results: list[RequestResult], runs: int,
+                    warmup: int, requests_per_run: int, max_tokens: int) -> dict:
+    """The summary row of ``bench_summary``: mean, 95% t-interval and sd over runs of each per-run mean, the requests'
+    counts and chunking, and the method in words."""
+    ptoks = [p.tokens for p in prompts]
     s: dict[str, Any] = {**cfg, "phase": "single", "concurrency": 1, "runs": runs, "warmup": warmup,
                          "requests_per_run": requests_per_run, "max_tokens": max_tokens, "input_tokens": statistics.mean(ptoks),
                          "prompts_sha": prompts_sha(prompts), "prompt_seed": getattr(prompts[0], "seed", None)}
@@ -202,8 +227,6 @@ def single_stream(
         s[key] = lvl[key]
     s["method"] = (f"{warmup} warm-up requests, then {runs} runs x {requests_per_run} request(s) at C=1; per-run mean of "
                    "(output_tokens-1)/(e2e-ttft); mean and 95% t-interval over runs")
-    if store is not None:
-        store.append("bench_summary", s)
     return s
 
 
