@@ -286,48 +286,58 @@ def concurrency_sweep(
     """
     cfg = bench_config(engine, attention, label, api)
     levels = list(levels) if levels else concurrency_levels(max_concurrency)
-    # the method is recorded as asked; a replay answers only the recorded measurements, so it sends no warm-up
-    warm = bool(level_warmup)
-    send_warmup = warm and not str(getattr(host, "spec", "")).startswith("replay:")
-    out = []
-    ptoks = [p.tokens for p in prompts]
-    best, flat = 0.0, 0
+    warm = bool(level_warmup)  # the method is recorded as asked (a replay sends no warm-up: _sweep_level)
+    common = dict(max_tokens=max_tokens, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
+                  request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
+    out, best, flat = [], 0.0, 0
     for i, c in enumerate(levels):
         if saturation_patience and flat >= saturation_patience:
-            wkey = {"level_warmup": True} if warm else {}
-            if store is not None and not store.done("bench_sweep_stops", **cfg, stopped_before=c, **wkey):  # once, resumed or not
-                store.append("bench_sweep_stops", {**_stop_row(cfg, c, levels[:i], best, flat, out), **wkey})
+            _record_stop(store, cfg, c, levels[:i], best, flat, out, warm)
             break
         key = {**cfg, "phase": "sweep", "concurrency": c, "max_tokens": max_tokens, **({"level_warmup": True} if warm else {})}
         if store is not None and resume and store.done("bench_summary", **key):
-            found = store.find("bench_summary", **key)
-            out.extend(found)
-            best, flat = _saturation(best, flat, found[-1].get("throughput_tok_s"))
-            continue
-        n = max(min_requests, requests_per_level * c)
-        batch = [prompts[i % len(prompts)] for i in range(n)]
-        common = dict(max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
-                      request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
-        if send_warmup:  # untimed, from the other end of the prompts
-            run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], progress=False,
-                         desc=f"{cfg['label']} C={c} warm-up", **common)
-        t0 = time.perf_counter()
-        res = run_requests(url, model, batch, request_rate=request_rate, progress=progress, desc=f"{cfg['label']} C={c}", **common)
-        wall = time.perf_counter() - t0
-        if store is not None:
-            _store_requests(store, res, {**key, "run": 0}, ptoks)
-        s = {**key, **summarize_level(res, wall_s=max((r.e2e_s or 0.0) for r in res) if res else wall)}
-        s["decode_tok_s_mean"] = s["per_user_tok_s"]
-        s["truncated"] = any((r.error or "").startswith("skipped:") for r in res)
-        s["request_rate"] = request_rate
-        s["method"] = (f"{n} requests, at most {c} in flight, all arriving at t=0" if not request_rate else
-                       f"{n} requests, at most {c} in flight, Poisson arrivals at {request_rate}/s") + \
-            "; throughput = output tokens of successful requests / (first arrival -> last stream end)"
-        if store is not None:
-            store.append("bench_summary", s)
-        out.append(s)
-        best, flat = _saturation(best, flat, s.get("throughput_tok_s"))
+            out.extend(store.find("bench_summary", **key))
+        else:
+            out.append(_sweep_level(url, model, prompts, key, common, store, max(min_requests, requests_per_level * c),
+                                    request_rate, progress, warm))
+        best, flat = _saturation(best, flat, out[-1].get("throughput_tok_s"))
     return out
+
+
+def _record_stop(store, cfg: dict, c: int, levels_run: list, best: float, flat: int, out: list, warm: bool) -> None:
+    """The sweep's stop before level ``c`` as a row of ``bench_sweep_stops``, once, resumed or not."""
+    wkey = {"level_warmup": True} if warm else {}
+    if store is not None and not store.done("bench_sweep_stops", **cfg, stopped_before=c, **wkey):  # once, resumed or not
+        store.append("bench_sweep_stops", {**_stop_row(cfg, c, levels_run, best, flat, out), **wkey})
+
+
+def _sweep_level(url: str, model: str, prompts: Sequence[Prompt], key: dict, common: dict, store, n: int,
+                 request_rate: float | None, progress: bool, warm: bool) -> dict:
+    """One level of the sweep: C untimed requests from the other end of the prompts (with ``warm``; a replay answers
+    only the recorded measurements, so it sends no warm-up), then ``n`` timed ones, at most C in flight; every request
+    stored (phase ``sweep``) and the level's summary row appended to ``bench_summary`` and returned."""
+    c = key["concurrency"]
+    label = key["label"]
+    batch = [prompts[i % len(prompts)] for i in range(n)]
+    common = {**common, "concurrency": c}
+    if warm and not str(getattr(common["host"], "spec", "")).startswith("replay:"):  # untimed, from the other end of the prompts
+        run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], progress=False,
+                     desc=f"{label} C={c} warm-up", **common)
+    t0 = time.perf_counter()
+    res = run_requests(url, model, batch, request_rate=request_rate, progress=progress, desc=f"{label} C={c}", **common)
+    wall = time.perf_counter() - t0
+    if store is not None:
+        _store_requests(store, res, {**key, "run": 0}, [p.tokens for p in prompts])
+    s = {**key, **summarize_level(res, wall_s=max((r.e2e_s or 0.0) for r in res) if res else wall)}
+    s["decode_tok_s_mean"] = s["per_user_tok_s"]
+    s["truncated"] = any((r.error or "").startswith("skipped:") for r in res)
+    s["request_rate"] = request_rate
+    s["method"] = (f"{n} requests, at most {c} in flight, all arriving at t=0" if not request_rate else
+                   f"{n} requests, at most {c} in flight, Poisson arrivals at {request_rate}/s") + \
+        "; throughput = output tokens of successful requests / (first arrival -> last stream end)"
+    if store is not None:
+        store.append("bench_summary", s)
+    return s
 
 
 def _stop_row(cfg: dict, c: int, levels_run: list, best: float, flat: int, out: list) -> dict:
