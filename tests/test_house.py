@@ -19,20 +19,7 @@ MAX_MODULE, MAX_FUNCTION = 500, 60
 # #41 merges). Each list is checked to be exact: a module or function that comes within the limit must leave it, and
 # nothing new may join it, so the lists only shrink until they are empty.
 PENDING_MODULES: set[str] = set()  # path under lib/servebook (none left)
-PENDING_FUNCTIONS = {  # path:qualified name
-    "bench/ceiling.py:client_ceiling",
-    "bench/runs.py:concurrency_sweep",
-    "bench/runs.py:single_stream",
-    "findings/launch.py:launch_commands",
-    "findings/tables.py:nccl",
-    "models.py:build_model",
-    "nccl/cli.py:main",
-    "nccl/launch.py:allreduce_bench",
-    "probe/text.py:describe_host",
-    "probe/text.py:format_report",
-    "profile/run.py:_measure",
-    "selection/rootcause.py:_one",
-}
+PENDING_FUNCTIONS: set[str] = set()  # path:qualified name (none left)
 PENDING_IMPORT_BY_NAME: set[str] = set()  # files that still load the package's own modules by name (none left)
 
 

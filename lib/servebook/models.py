@@ -278,17 +278,8 @@ def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights
                 out: str | os.PathLike | None = None, device: str = "auto", force: bool = False,
                 progress: Callable[[str], None] | None = print) -> Path:
     """Build (once; cached by its parameters) a model directory from the card ``card``; returns its path."""
-    from .cards import load_card
-
     say = progress or (lambda _m: None)
-    if weights not in ("random", "dummy"):
-        raise ParameterError("weights", weights, "'random' (seeded safetensors written here) or 'dummy' (none: the engines' --load-format dummy)")
-    try:
-        card_d = load_card(card)
-    except Exception as exc:  # an unknown card: the cards module's own message names the known ones
-        raise ParameterError("card", card, str(exc)) from exc
-    if quant != "bf16" and weights != "dummy":
-        raise ParameterError("quant", quant, "'bf16' with random weights: quantized slices are built with weights='dummy' only")
+    card_d = _checked_card(card, weights, quant)
     cfg = slice_config(card_d, layers=layers, scale=scale, quant=quant)
     target = Path(out) if out else cache_dir() / "models" / f"{card}-L{cfg['num_hidden_layers']}-s{scale}-{weights}-{_cache_key(card, cfg, weights, seed)}"
     meta_path = target / "servebook_model.json"
@@ -304,27 +295,9 @@ def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
     try:
-        padded = _pad_tokenizer(tok_src, tmp, cfg["vocab_size"])
-        tok_cfg = json.loads((tok_src / "config.json").read_text())
-        for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            cfg[k] = tok_cfg.get(k)
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        (tmp / "generation_config.json").write_text(json.dumps(
-            {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "pad_token_id": cfg["pad_token_id"]}) + "\n")
-        facts = model_facts(card_d, cfg)
-        say(f"[model] {card}: {cfg['num_hidden_layers']} of {facts['full_layers']} layers, width / {scale}; "
-            f"{facts['slice_total_bytes'] / 1e9:.2f} GB of weights ({'bf16, routed experts in the card quantization' if quant == 'card' else 'bf16'}), "
-            f"{facts['slice_bytes_per_token'] / 1e6:.0f} MB read per decode token")
-        written = None
-        if weights == "random":
-            written = _write_weights(cfg, tmp, seed, device, say)
-            say(f"[model] wrote {written['bytes'] / 1e9:.2f} GB in {written['files']} files on {written['device']} in {written['seconds']}s")
-        meta = {"builder_version": _BUILDER_VERSION, "card": card, "layers": cfg["num_hidden_layers"], "scale": scale,
-                "weights": weights, "seed": seed, "config": cfg, "tokenizer_padded_tokens": padded, "facts": facts,
-                "written": written, "build_seconds": round(time.monotonic() - t0, 1),
-                "engine_args": ["--load-format", "dummy"] if weights == "dummy" else [],
-                "note": ("random weights (std 0.02, seeded): output text is meaningless; kernels see the card's real shapes"
-                         if weights == "random" else "no weights: start engines with --load-format dummy")}
+        meta = _write_model(tmp, tok_src, card, card_d, cfg, scale=scale, weights=weights, seed=seed, quant=quant,
+                            device=device, say=say)
+        meta["build_seconds"] = round(time.monotonic() - t0, 1)
         (tmp / "servebook_model.json").write_text(json.dumps(meta, indent=2) + "\n")
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; servers may run as another user
         for f in tmp.iterdir():
@@ -337,6 +310,48 @@ def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _checked_card(card: str, weights: str, quant: str) -> dict:
+    """The card ``card``, after a one-line error for weights or a quantization a slice cannot be built with."""
+    from .cards import load_card
+
+    if weights not in ("random", "dummy"):
+        raise ParameterError("weights", weights, "'random' (seeded safetensors written here) or 'dummy' (none: the engines' --load-format dummy)")
+    try:
+        card_d = load_card(card)
+    except Exception as exc:  # an unknown card: the cards module's own message names the known ones
+        raise ParameterError("card", card, str(exc)) from exc
+    if quant != "bf16" and weights != "dummy":
+        raise ParameterError("quant", quant, "'bf16' with random weights: quantized slices are built with weights='dummy' only")
+    return card_d
+
+
+def _write_model(tmp: Path, tok_src: Path, card: str, card_d: dict, cfg: dict, *, scale: int, weights: str, seed: int,
+                 quant: str, device: str, say: Callable[[str], None]) -> dict:
+    """The model's files in ``tmp``: the padded tokenizer, config and generation config, and (random weights) the
+    seeded safetensors; returns the model's metadata (``build_seconds`` left to the caller's clock)."""
+    padded = _pad_tokenizer(tok_src, tmp, cfg["vocab_size"])
+    tok_cfg = json.loads((tok_src / "config.json").read_text())
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        cfg[k] = tok_cfg.get(k)
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (tmp / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "pad_token_id": cfg["pad_token_id"]}) + "\n")
+    facts = model_facts(card_d, cfg)
+    say(f"[model] {card}: {cfg['num_hidden_layers']} of {facts['full_layers']} layers, width / {scale}; "
+        f"{facts['slice_total_bytes'] / 1e9:.2f} GB of weights ({'bf16, routed experts in the card quantization' if quant == 'card' else 'bf16'}), "
+        f"{facts['slice_bytes_per_token'] / 1e6:.0f} MB read per decode token")
+    written = None
+    if weights == "random":
+        written = _write_weights(cfg, tmp, seed, device, say)
+        say(f"[model] wrote {written['bytes'] / 1e9:.2f} GB in {written['files']} files on {written['device']} in {written['seconds']}s")
+    return {"builder_version": _BUILDER_VERSION, "card": card, "layers": cfg["num_hidden_layers"], "scale": scale,
+            "weights": weights, "seed": seed, "config": cfg, "tokenizer_padded_tokens": padded, "facts": facts,
+            "written": written, "build_seconds": None,
+            "engine_args": ["--load-format", "dummy"] if weights == "dummy" else [],
+            "note": ("random weights (std 0.02, seeded): output text is meaningless; kernels see the card's real shapes"
+                     if weights == "random" else "no weights: start engines with --load-format dummy")}
 
 
 def engine_args_of(model_dir, engine: str) -> list[str]:

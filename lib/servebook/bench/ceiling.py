@@ -95,6 +95,13 @@ def client_ceiling(
             runs = [(fakes[epw].url, requests_per_level * c, c) for epw, c in levels]
             for (epw, c), res in zip(levels, _bench_serving_levels(bs, runs, tokens_per_request, warmup, client_cpu, workdir)):
                 got[(epw, c, "sglang.bench_serving")] = res
+    return _ceiling_rows(got, levels, clients, store, requests_per_level, tokens_per_request, warmup, client_cpu, server_cpu)
+
+
+def _ceiling_rows(got: dict, levels: list[tuple[int, int]], clients: list[str], store, requests_per_level: int,
+                  tokens_per_request: int, warmup: int, client_cpu: int | None, server_cpu: int | None) -> list[dict]:
+    """One row a (level, client), in level order, with the method in words (where each side ran, what was streamed,
+    how the client timed it); appended to ``client_ceiling`` when there is a store."""
     rows = []
     for epw, c in levels:
         n = requests_per_level * c

@@ -154,10 +154,7 @@ def single_stream(
     the summary (mean and 95% t-interval over runs of the per-run mean decode tok/s,
     TTFT and TPOT) to ``bench_summary``. Returns the summary row.
     """
-    if runs < 1 or warmup < 0 or requests_per_run < 1:
-        raise ParameterError("runs/warmup/requests_per_run", (runs, warmup, requests_per_run), "runs >= 1, warmup >= 0, requests_per_run >= 1")
-    if not prompts:
-        raise ParameterError("prompts", prompts, "at least one prompt")
+    _check_single(prompts, runs, warmup, requests_per_run)
     cfg = {**bench_config(engine, attention, label, api), **({"start": int(start)} if start is not None else {})}
     common = dict(max_tokens=max_tokens, concurrency=1, api=api, engine=engine, tokenizer=tokenizer,
                   fixed_length=fixed_length, request_timeout=request_timeout, host=host)
@@ -166,6 +163,26 @@ def single_stream(
         w = run_requests(url, model, [prompts[i % len(prompts)] for i in range(warmup)], desc="warm-up", progress=False, **common)
         if store is not None:
             _store_requests(store, w, {**cfg, "phase": "warmup", "concurrency": 1, "run": -1, "max_tokens": max_tokens, "warmup": warmup}, ptoks)
+    per_run, all_results = _single_runs(url, model, prompts, store, cfg, common, runs, warmup, requests_per_run, progress)
+    s = _single_summary(cfg, prompts, per_run, all_results, runs, warmup, requests_per_run, max_tokens)
+    if store is not None:
+        store.append("bench_summary", s)
+    return s
+
+
+def _check_single(prompts: Sequence[Prompt], runs: int, warmup: int, requests_per_run: int) -> None:
+    """A one-line error for counts a single stream cannot run with, or no prompt."""
+    if runs < 1 or warmup < 0 or requests_per_run < 1:
+        raise ParameterError("runs/warmup/requests_per_run", (runs, warmup, requests_per_run), "runs >= 1, warmup >= 0, requests_per_run >= 1")
+    if not prompts:
+        raise ParameterError("prompts", prompts, "at least one prompt")
+
+
+def _single_runs(url: str, model: str, prompts: Sequence[Prompt], store, cfg: dict, common: dict, runs: int, warmup: int,
+                 requests_per_run: int, progress: bool) -> tuple[list[dict], list[RequestResult]]:
+    """The timed runs at C=1, each on the next prompts after the warm-up's: every request stored (phase ``single``),
+    and each run's mean decode rate, TTFT and TPOT."""
+    ptoks = [p.tokens for p in prompts]
     per_run = []
     all_results: list[RequestResult] = []
     it = range(runs)
@@ -179,8 +196,8 @@ def single_stream(
         k += requests_per_run
         res = run_requests(url, model, batch, progress=False, desc=f"single run {run}", **common)
         if store is not None:
-            _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": max_tokens, "warmup": warmup},
-                            ptoks)
+            _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": common["max_tokens"],
+                                         "warmup": warmup}, ptoks)
         ok = [r for r in res if r.ok]
         all_results.extend(res)
         per_run.append({
@@ -188,6 +205,14 @@ def single_stream(
             "ttft_s": statistics.mean([r.ttft_s for r in ok]) if ok else None,
             "tpot_s": statistics.mean([r.tpot_s for r in ok if r.tpot_s]) if any(r.tpot_s for r in ok) else None,
         })
+    return per_run, all_results
+
+
+def _single_summary(cfg: dict, prompts: Sequence[Prompt], per_run: list[dict], all_results: list[RequestResult], runs: int,
+                    warmup: int, requests_per_run: int, max_tokens: int) -> dict:
+    """The summary row of ``bench_summary``: mean, 95% t-interval and sd over runs of each per-run mean, the requests'
+    counts and chunking, and the method in words."""
+    ptoks = [p.tokens for p in prompts]
     s: dict[str, Any] = {**cfg, "phase": "single", "concurrency": 1, "runs": runs, "warmup": warmup,
                          "requests_per_run": requests_per_run, "max_tokens": max_tokens, "input_tokens": statistics.mean(ptoks),
                          "prompts_sha": prompts_sha(prompts), "prompt_seed": getattr(prompts[0], "seed", None)}
@@ -202,8 +227,6 @@ def single_stream(
         s[key] = lvl[key]
     s["method"] = (f"{warmup} warm-up requests, then {runs} runs x {requests_per_run} request(s) at C=1; per-run mean of "
                    "(output_tokens-1)/(e2e-ttft); mean and 95% t-interval over runs")
-    if store is not None:
-        store.append("bench_summary", s)
     return s
 
 
@@ -263,48 +286,58 @@ def concurrency_sweep(
     """
     cfg = bench_config(engine, attention, label, api)
     levels = list(levels) if levels else concurrency_levels(max_concurrency)
-    # the method is recorded as asked; a replay answers only the recorded measurements, so it sends no warm-up
-    warm = bool(level_warmup)
-    send_warmup = warm and not str(getattr(host, "spec", "")).startswith("replay:")
-    out = []
-    ptoks = [p.tokens for p in prompts]
-    best, flat = 0.0, 0
+    warm = bool(level_warmup)  # the method is recorded as asked (a replay sends no warm-up: _sweep_level)
+    common = dict(max_tokens=max_tokens, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
+                  request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
+    out, best, flat = [], 0.0, 0
     for i, c in enumerate(levels):
         if saturation_patience and flat >= saturation_patience:
-            wkey = {"level_warmup": True} if warm else {}
-            if store is not None and not store.done("bench_sweep_stops", **cfg, stopped_before=c, **wkey):  # once, resumed or not
-                store.append("bench_sweep_stops", {**_stop_row(cfg, c, levels[:i], best, flat, out), **wkey})
+            _record_stop(store, cfg, c, levels[:i], best, flat, out, warm)
             break
         key = {**cfg, "phase": "sweep", "concurrency": c, "max_tokens": max_tokens, **({"level_warmup": True} if warm else {})}
         if store is not None and resume and store.done("bench_summary", **key):
-            found = store.find("bench_summary", **key)
-            out.extend(found)
-            best, flat = _saturation(best, flat, found[-1].get("throughput_tok_s"))
-            continue
-        n = max(min_requests, requests_per_level * c)
-        batch = [prompts[i % len(prompts)] for i in range(n)]
-        common = dict(max_tokens=max_tokens, concurrency=c, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
-                      request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
-        if send_warmup:  # untimed, from the other end of the prompts
-            run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], progress=False,
-                         desc=f"{cfg['label']} C={c} warm-up", **common)
-        t0 = time.perf_counter()
-        res = run_requests(url, model, batch, request_rate=request_rate, progress=progress, desc=f"{cfg['label']} C={c}", **common)
-        wall = time.perf_counter() - t0
-        if store is not None:
-            _store_requests(store, res, {**key, "run": 0}, ptoks)
-        s = {**key, **summarize_level(res, wall_s=max((r.e2e_s or 0.0) for r in res) if res else wall)}
-        s["decode_tok_s_mean"] = s["per_user_tok_s"]
-        s["truncated"] = any((r.error or "").startswith("skipped:") for r in res)
-        s["request_rate"] = request_rate
-        s["method"] = (f"{n} requests, at most {c} in flight, all arriving at t=0" if not request_rate else
-                       f"{n} requests, at most {c} in flight, Poisson arrivals at {request_rate}/s") + \
-            "; throughput = output tokens of successful requests / (first arrival -> last stream end)"
-        if store is not None:
-            store.append("bench_summary", s)
-        out.append(s)
-        best, flat = _saturation(best, flat, s.get("throughput_tok_s"))
+            out.extend(store.find("bench_summary", **key))
+        else:
+            out.append(_sweep_level(url, model, prompts, key, common, store, max(min_requests, requests_per_level * c),
+                                    request_rate, progress, warm))
+        best, flat = _saturation(best, flat, out[-1].get("throughput_tok_s"))
     return out
+
+
+def _record_stop(store, cfg: dict, c: int, levels_run: list, best: float, flat: int, out: list, warm: bool) -> None:
+    """The sweep's stop before level ``c`` as a row of ``bench_sweep_stops``, once, resumed or not."""
+    wkey = {"level_warmup": True} if warm else {}
+    if store is not None and not store.done("bench_sweep_stops", **cfg, stopped_before=c, **wkey):  # once, resumed or not
+        store.append("bench_sweep_stops", {**_stop_row(cfg, c, levels_run, best, flat, out), **wkey})
+
+
+def _sweep_level(url: str, model: str, prompts: Sequence[Prompt], key: dict, common: dict, store, n: int,
+                 request_rate: float | None, progress: bool, warm: bool) -> dict:
+    """One level of the sweep: C untimed requests from the other end of the prompts (with ``warm``; a replay answers
+    only the recorded measurements, so it sends no warm-up), then ``n`` timed ones, at most C in flight; every request
+    stored (phase ``sweep``) and the level's summary row appended to ``bench_summary`` and returned."""
+    c = key["concurrency"]
+    label = key["label"]
+    batch = [prompts[i % len(prompts)] for i in range(n)]
+    common = {**common, "concurrency": c}
+    if warm and not str(getattr(common["host"], "spec", "")).startswith("replay:"):  # untimed, from the other end of the prompts
+        run_requests(url, model, [prompts[-1 - j % len(prompts)] for j in range(c)], progress=False,
+                     desc=f"{label} C={c} warm-up", **common)
+    t0 = time.perf_counter()
+    res = run_requests(url, model, batch, request_rate=request_rate, progress=progress, desc=f"{label} C={c}", **common)
+    wall = time.perf_counter() - t0
+    if store is not None:
+        _store_requests(store, res, {**key, "run": 0}, [p.tokens for p in prompts])
+    s = {**key, **summarize_level(res, wall_s=max((r.e2e_s or 0.0) for r in res) if res else wall)}
+    s["decode_tok_s_mean"] = s["per_user_tok_s"]
+    s["truncated"] = any((r.error or "").startswith("skipped:") for r in res)
+    s["request_rate"] = request_rate
+    s["method"] = (f"{n} requests, at most {c} in flight, all arriving at t=0" if not request_rate else
+                   f"{n} requests, at most {c} in flight, Poisson arrivals at {request_rate}/s") + \
+        "; throughput = output tokens of successful requests / (first arrival -> last stream end)"
+    if store is not None:
+        store.append("bench_summary", s)
+    return s
 
 
 def _stop_row(cfg: dict, c: int, levels_run: list, best: float, flat: int, out: list) -> dict:

@@ -37,77 +37,97 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
     faster and correct; NCCL variables only where they beat the defaults and the engine runs on several GPUs."""
     params = store.manifest.get("parameters") or {}
     if params.get("profile"):  # what-if: nothing was measured; the launch to try first comes from the root causes
-        engine = str(params.get("engine") or "").split("==")[0]
-        rec = store.rows("recommended_launch")
-        if rec:
-            return [{"engine": engine, "command": r["launch"], "env": {},
-                     "why": [f"what-if on the {params['profile']} hardware profile: {code_locations(r['why'])}; try it "
-                             + ("first" if i == 0 else "next") + " on the real host, then check it there with "
-                             + ("chapter 04 (all-reduce with and without the setting) and chapter 05 (decode rate)"
-                                if r.get("decision") == "predicted" else
-                                "chapter 03 (reported backend, greedy agreement, decode rate)") + _tried(store, r["launch"])]}
-                    for i, r in enumerate(rec)]
-        return [{"engine": engine, "command": "", "env": {},
-                 "why": [f"what-if on the {params['profile']} profile: no fallback caused by a hardware helper was found; "
-                         "keep the engine's default and measure on the real host (chapters 03 and 05)"]}]
+        return _whatif_commands(store, params)
     found_backends = backends(store) if found_backends is None else found_backends
     found_nccl = nccl(store) if found_nccl is None else found_nccl
     host = host_summary(store) if host is None else host
     sel = {s["engine"]: s for s in selection(store) if s.get("case") == "this-host"}
-    engines = [b["engine"] for b in found_backends] + [e for e in sel if e not in {b["engine"] for b in found_backends}]
-    engines += [r.get("engine") for r in throughput(store) if r.get("engine") and r.get("engine") not in engines]
-    engines += [r.get("engine") for r in store.rows("tp_e2e") if r.get("engine") and r.get("engine") not in engines]
     model = host.get("model") or "MODEL"
     model_ref = "MODEL" if model in ("embedded", None) else model
     gpus = int(host.get("gpu_count") or 0)
     out = []
-    for eng in dict.fromkeys(engines):
+    for eng in _engines_studied(store, found_backends, sel):
         b = next((x for x in found_backends if x["engine"] == eng), {})
-        attention, extra = None, []
-        env: dict[str, str] = {}
-        why = []
         measured = _measured_tp(store, eng)
         tp = max(measured, default=1)  # a size the run served this engine at; the engine's default when none was recorded
-        if b.get("change_supported"):
-            attention = b["best"]
-            why.append(f"{b['best']} was faster than the default beyond both 95% intervals and agreed with it on "
-                       f"{(b.get('best_agreement') or 0):.0%} of greedy tokens")
-        elif b.get("correct"):
-            why.append("no forced backend beat the default beyond the 95% intervals: keep the engine's own choice"
-                       + (f" ({b['default_reported']})" if b.get("default_reported") else ""))
-        else:
-            why.append("no backend measurement in this run: the engine's own choice"
-                       + (f" ({sel[eng]['backend']}, chapter 02)" if eng in sel else ""))
-        n = found_nccl or {}
-        e2e = [x for x in (n.get("measured_effect") or []) if x.get("engine") == eng]
-        if eng != "transformers" and e2e:
-            # only what the engine itself measured faster at TP>1, beyond the intervals: against its default, the
-            # custom all-reduce off; against that, an NCCL block (which reaches decode only with the custom one off)
-            best = max((x for x in e2e if x["supported"]), key=lambda x: x["tok_s"] or 0, default=None)
-            off = next((x for x in e2e if x["setting"] == "custom all-reduce off"), None)
-            if best is not None and (best["setting"] == "custom all-reduce off" or (off and off["supported"]) or
-                                     best["setting"] != "custom all-reduce off" and _beats_default(e2e, best)):
-                extra += list(best["args"])
-                env.update({k: str(v) for k, v in best["env"].items()})
-                tp = int(best["tp"])  # the size the setting was measured faster at
-                why.append(f"at TP={best['tp']}, {best['setting']}: {best['verdict']} against {best['vs']} (chapter 04, measured end to end)")
-            else:
-                why.append(f"at TP={e2e[0]['tp']}, no communication setting beat the engine's default beyond the 95% intervals "
-                           "(chapter 04, measured end to end): keep the engine's all-reduce and NCCL's defaults")
-        elif eng != "transformers" and n.get("backend") == "nccl" and n.get("within_spread"):
-            why.append(f"NCCL: no setting is supported, so no variables are set (the grid's fastest, `{n['setting']}`: "
-                       f"{q('nccl_fact', n.get('reason'), of='reason')}; a gain no more than the run-to-run spread between two "
-                       "recordings of the grid, chapter 04)")
-        elif eng != "transformers" and (tp > 1 or gpus > 1) and n.get("backend") == "nccl":
-            why.append("NCCL: not confirmed end to end in this run, so no variables are set"
-                       + (f" (the grid predicts `{n['setting']}`: {q('nccl_fact', n.get('reason'), of='reason')}; chapter 04 with "
-                          "tp_check measures it)" if n.get("setting") not in (None, "default") else f" ({q('nccl_fact', n.get('reason'), of='reason')})"))
+        attention, why = _backend_choice(b, sel, eng)
+        extra, env, tp = _nccl_choice(found_nccl or {}, eng, tp, gpus, why)
         if eng != "transformers":  # its server has no tensor parallelism
             why.append(_tp_line(measured, tp, gpus, attention))
         text = user_command(eng, model_ref, attention=attention, tp=tp, env=env,
                             extra_args=extra, version=b.get("version"))
         out.append({"engine": eng, "command": text, "env": env, "why": why})
     return out
+
+
+def _whatif_commands(store: RunStore, params: dict) -> list[dict]:
+    """A what-if run's launches to try on the real host, in the order of its recommended launches (root causes), each
+    with the chapters that check it there; the engine's default where no hardware helper caused a fallback."""
+    engine = str(params.get("engine") or "").split("==")[0]
+    rec = store.rows("recommended_launch")
+    if rec:
+        return [{"engine": engine, "command": r["launch"], "env": {},
+                 "why": [f"what-if on the {params['profile']} hardware profile: {code_locations(r['why'])}; try it "
+                         + ("first" if i == 0 else "next") + " on the real host, then check it there with "
+                         + ("chapter 04 (all-reduce with and without the setting) and chapter 05 (decode rate)"
+                            if r.get("decision") == "predicted" else
+                            "chapter 03 (reported backend, greedy agreement, decode rate)") + _tried(store, r["launch"])]}
+                for i, r in enumerate(rec)]
+    return [{"engine": engine, "command": "", "env": {},
+             "why": [f"what-if on the {params['profile']} profile: no fallback caused by a hardware helper was found; "
+                     "keep the engine's default and measure on the real host (chapters 03 and 05)"]}]
+
+
+def _engines_studied(store: RunStore, found_backends: list[dict], sel: dict) -> list[str]:
+    """The engines the run studied, once each: chapter 03's, then chapter 02's, then those only benchmarked (05) or
+    measured end to end at TP>1 (04)."""
+    engines = [b["engine"] for b in found_backends] + [e for e in sel if e not in {b["engine"] for b in found_backends}]
+    engines += [r.get("engine") for r in throughput(store) if r.get("engine") and r.get("engine") not in engines]
+    engines += [r.get("engine") for r in store.rows("tp_e2e") if r.get("engine") and r.get("engine") not in engines]
+    return list(dict.fromkeys(engines))
+
+
+def _backend_choice(b: dict, sel: dict, eng: str) -> tuple[str | None, list[str]]:
+    """The attention backend to force (None: the engine's own choice) and why, from chapter 03's measurement."""
+    if b.get("change_supported"):
+        return b["best"], [f"{b['best']} was faster than the default beyond both 95% intervals and agreed with it on "
+                           f"{(b.get('best_agreement') or 0):.0%} of greedy tokens"]
+    if b.get("correct"):
+        return None, ["no forced backend beat the default beyond the 95% intervals: keep the engine's own choice"
+                      + (f" ({b['default_reported']})" if b.get("default_reported") else "")]
+    return None, ["no backend measurement in this run: the engine's own choice"
+                  + (f" ({sel[eng]['backend']}, chapter 02)" if eng in sel else "")]
+
+
+def _nccl_choice(n: dict, eng: str, tp: int, gpus: int, why: list[str]) -> tuple[list[str], dict[str, str], int]:
+    """The engine arguments, NCCL variables and TP size of the communication setting chapter 04 measured faster end to
+    end (none where nothing beat the default), with why appended to ``why``."""
+    extra: list[str] = []
+    env: dict[str, str] = {}
+    e2e = [x for x in (n.get("measured_effect") or []) if x.get("engine") == eng]
+    if eng != "transformers" and e2e:
+        # only what the engine itself measured faster at TP>1, beyond the intervals: against its default, the
+        # custom all-reduce off; against that, an NCCL block (which reaches decode only with the custom one off)
+        best = max((x for x in e2e if x["supported"]), key=lambda x: x["tok_s"] or 0, default=None)
+        off = next((x for x in e2e if x["setting"] == "custom all-reduce off"), None)
+        if best is not None and (best["setting"] == "custom all-reduce off" or (off and off["supported"]) or
+                                 best["setting"] != "custom all-reduce off" and _beats_default(e2e, best)):
+            extra += list(best["args"])
+            env.update({k: str(v) for k, v in best["env"].items()})
+            tp = int(best["tp"])  # the size the setting was measured faster at
+            why.append(f"at TP={best['tp']}, {best['setting']}: {best['verdict']} against {best['vs']} (chapter 04, measured end to end)")
+        else:
+            why.append(f"at TP={e2e[0]['tp']}, no communication setting beat the engine's default beyond the 95% intervals "
+                       "(chapter 04, measured end to end): keep the engine's all-reduce and NCCL's defaults")
+    elif eng != "transformers" and n.get("backend") == "nccl" and n.get("within_spread"):
+        why.append(f"NCCL: no setting is supported, so no variables are set (the grid's fastest, `{n['setting']}`: "
+                   f"{q('nccl_fact', n.get('reason'), of='reason')}; a gain no more than the run-to-run spread between two "
+                   "recordings of the grid, chapter 04)")
+    elif eng != "transformers" and (tp > 1 or gpus > 1) and n.get("backend") == "nccl":
+        why.append("NCCL: not confirmed end to end in this run, so no variables are set"
+                   + (f" (the grid predicts `{n['setting']}`: {q('nccl_fact', n.get('reason'), of='reason')}; chapter 04 with "
+                      "tp_check measures it)" if n.get("setting") not in (None, "default") else f" ({q('nccl_fact', n.get('reason'), of='reason')})"))
+    return extra, env, tp
 
 
 _TP_FLAG = re.compile(r"(?:--tensor-parallel-size|--tp-size|--tp)[ =](\d+)")

@@ -177,19 +177,10 @@ def nccl(store: RunStore) -> dict | None:
     """The best NCCL setting for decode-sized all-reduces, its predicted per-token effect, and what was measured (chapter 04).
     ``within_spread``: True where the pick's gain over the defaults is no larger than the spread between two recordings
     of the same grid (``spread``, :func:`servebook.nccl.figures.run_spread`): then no setting is supported."""
-    import pandas as pd
-
     rows = store.rows("allreduce")
     if not rows:
         return None
-    ar = pd.DataFrame(rows)
-    if "setting" not in ar:  # older runs and gloo measurements record no setting: NCCL's (or gloo's) defaults
-        ar["setting"] = "default"
-    ar["setting"] = ar["setting"].fillna("default")
-    backend = str(ar["backend"].dropna().iloc[0]) if "backend" in ar and ar["backend"].notna().any() else "?"
-    world = int(ar["world_size"].dropna().max()) if "world_size" in ar and ar["world_size"].notna().any() else None
-    out: dict[str, Any] = {"backend": backend, "world_size": world, "settings": int(ar["setting"].nunique()) if "setting" in ar else 1,
-                           "sum_ok": bool(ar["sum_ok"].fillna(False).all()) if "sum_ok" in ar else None}
+    ar, out = _grid(rows)
     model_sizes = ar[(ar.get("size_source") == "model")] if "size_source" in ar else ar.iloc[0:0]
     sizes = (model_sizes[["batch", "bytes"]].dropna().drop_duplicates().sort_values("bytes")
              .astype({"batch": int, "bytes": int}).to_dict("records"))
@@ -204,8 +195,8 @@ def nccl(store: RunStore) -> dict | None:
     out["default_us"] = _num(at_b1.get("default"))
     layers, model = _model_layers(store.manifest)
     out["layers"], out["model"] = layers, model
-    if backend != "nccl":
-        out.update({"setting": None, "reason": f"measured with {backend}, not NCCL: NCCL settings do not apply on this host",
+    if out["backend"] != "nccl":
+        out.update({"setting": None, "reason": f"measured with {out['backend']}, not NCCL: NCCL settings do not apply on this host",
                     "predicted_ms_per_token": None, "measured_effect": None})
         return out
     from ..nccl import per_token_prediction, recommend
@@ -217,31 +208,58 @@ def nccl(store: RunStore) -> dict | None:
     best_us = _num(at_b1.get(pick.get("setting"))) if pick.get("setting") else None
     out["best_us"] = best_us
     if pred is not None and len(pred):
-        b1 = pred[pred["batch"] == pred["batch"].min()].set_index("setting")
-        out["default_ms_per_token"] = _num(b1["ms_per_token"].get("default"))
-        chosen = b1.loc[pick["setting"]] if pick.get("setting") in b1.index else None
-        out["predicted_ms_per_token"] = _num(chosen["ms_per_token"]) if chosen is not None else None
-        out["predicted_delta_ms"] = _num(chosen["delta_ms_vs_default"]) if chosen is not None else None
-        out["allreduces_per_token"] = int(b1["allreduces_per_token"].iloc[0])
-        others = b1[(b1.index != "default") & b1["sum_ok"]].sort_values("ms_per_token")
-        if len(others):
-            r = others.iloc[0]
-            mine = pred[pred["setting"] == others.index[0]]
-            from ..nccl.predict import NOISE
-
-            slower = mine[mine["delta_ms_vs_default"] > mine["ms_per_token"] * NOISE]  # recommend()'s no-regression rule
-            out["runner_up"] = {"setting": others.index[0], "us": _num(r["us_per_allreduce"]), "ms_per_token": _num(r["ms_per_token"]),
-                                "delta_ms": _num(r["delta_ms_vs_default"]),
-                                "slower_at_batches": sorted(int(b) for b in slower["batch"].unique())}
+        out.update(_per_token(pred, pick))
     out["measured_effect"] = tp_end_to_end(store) or None
+    out.update(_spread(store, out))
+    return out
+
+
+def _grid(rows: list[dict]):
+    """The recorded all-reduce grid as a DataFrame (a row without a setting ran at the defaults) and its head: backend,
+    world size, how many settings, whether every sum checked out."""
+    import pandas as pd
+
+    ar = pd.DataFrame(rows)
+    if "setting" not in ar:  # older runs and gloo measurements record no setting: NCCL's (or gloo's) defaults
+        ar["setting"] = "default"
+    ar["setting"] = ar["setting"].fillna("default")
+    backend = str(ar["backend"].dropna().iloc[0]) if "backend" in ar and ar["backend"].notna().any() else "?"
+    world = int(ar["world_size"].dropna().max()) if "world_size" in ar and ar["world_size"].notna().any() else None
+    head: dict[str, Any] = {"backend": backend, "world_size": world, "settings": int(ar["setting"].nunique()) if "setting" in ar else 1,
+                            "sum_ok": bool(ar["sum_ok"].fillna(False).all()) if "sum_ok" in ar else None}
+    return ar, head
+
+
+def _per_token(pred, pick: dict) -> dict[str, Any]:
+    """At batch 1, the default's and the pick's predicted ms per token, the all-reduces per token, and the runner-up
+    with the batches where it would be slower than the default (``recommend``'s no-regression rule)."""
+    out: dict[str, Any] = {}
+    b1 = pred[pred["batch"] == pred["batch"].min()].set_index("setting")
+    out["default_ms_per_token"] = _num(b1["ms_per_token"].get("default"))
+    chosen = b1.loc[pick["setting"]] if pick.get("setting") in b1.index else None
+    out["predicted_ms_per_token"] = _num(chosen["ms_per_token"]) if chosen is not None else None
+    out["predicted_delta_ms"] = _num(chosen["delta_ms_vs_default"]) if chosen is not None else None
+    out["allreduces_per_token"] = int(b1["allreduces_per_token"].iloc[0])
+    others = b1[(b1.index != "default") & b1["sum_ok"]].sort_values("ms_per_token")
+    if len(others):
+        r = others.iloc[0]
+        mine = pred[pred["setting"] == others.index[0]]
+        from ..nccl.predict import NOISE
+
+        slower = mine[mine["delta_ms_vs_default"] > mine["ms_per_token"] * NOISE]  # recommend()'s no-regression rule
+        out["runner_up"] = {"setting": others.index[0], "us": _num(r["us_per_allreduce"]), "ms_per_token": _num(r["ms_per_token"]),
+                            "delta_ms": _num(r["delta_ms_vs_default"]),
+                            "slower_at_batches": sorted(int(b) for b in slower["batch"].unique())}
+    return out
+
+
+def _spread(store: RunStore, out: dict) -> dict[str, Any]:
+    """The pick's gain against the spread between two recordings of the same grid (chapter 04's test): a gain within it
+    supports no setting, whatever the grid's order; None where there is no second recording to read a spread from."""
     from ..nccl.figures import reference_store, run_spread
 
-    # the pick's gain against the spread between two recordings of the same grid (chapter 04's test): a gain within it
-    # supports no setting, whatever the grid's order; None where there is no second recording to read a spread from
     spread = run_spread(store, out) if Path(store.path).resolve() != Path(reference_store().path).resolve() else {}
-    out["spread"] = spread or None
-    out["within_spread"] = bool(spread["within_spread"]) if spread else None
-    return out
+    return {"spread": spread or None, "within_spread": bool(spread["within_spread"]) if spread else None}
 
 
 def tp_end_to_end(store: RunStore) -> list[dict]:

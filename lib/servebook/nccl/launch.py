@@ -114,16 +114,31 @@ def allreduce_bench(
                f"--master-port={free_port()}", str(worker), json.dumps(cfg)]
         debug_dir = tmp if (backend == "nccl" and debug) else None
         res = run_bounded(cmd, timeout=timeout_s, env=_nccl_env(env, debug_dir, policy_env) if backend == "nccl" else {"OMP_NUM_THREADS": "1"})
-        per_rank = {}
-        for p in sorted(tmp.glob("result.rank*.json")):
-            try:
-                per_rank[int(p.stem.split("rank")[1])] = json.loads(p.read_text())
-            except (ValueError, json.JSONDecodeError):
-                pass
+        per_rank = _per_rank(tmp)
         debug_text = _read_debug(tmp) if debug_dir else ""
     rank0 = per_rank.get(0, {"rows": [], "info": {}})
-    rows = rank0["rows"]
-    # the sum check counts on every rank
+    rows = _rank0_rows(per_rank, rank0["rows"], backend, world_size, dtype, label)
+    complete = all(v["info"].get("done") for v in per_rank.values()) and len(per_rank) == world_size
+    error = None
+    if not complete:
+        error = _failure_reason(res, f"the all-reduce launch ({backend}, {world_size} processes, {label})")
+    return {"rows": rows, "info": rank0.get("info", {}), "debug": debug_text, "error": error, "returncode": res.returncode}
+
+
+def _per_rank(tmp: Path) -> dict[int, dict]:
+    """Each rank's results file (rows and info) by rank; a file cut short by a failure is left out."""
+    per_rank = {}
+    for p in sorted(tmp.glob("result.rank*.json")):
+        try:
+            per_rank[int(p.stem.split("rank")[1])] = json.loads(p.read_text())
+        except (ValueError, json.JSONDecodeError):
+            pass
+    return per_rank
+
+
+def _rank0_rows(per_rank: dict[int, dict], rows: list[dict], backend: str, world_size: int, dtype: str, label: str) -> list[dict]:
+    """Rank 0's rows, each tagged with the launch (backend, world size, dtype, env, device); the sum check counts on
+    every rank: a row's ``sum_ok`` holds only where every other rank checked the same call and found it right."""
     for r in rows:
         if "sum_ok" in r:
             others = [o for k, v in per_rank.items() if k != 0 for o in v["rows"]
@@ -131,11 +146,7 @@ def allreduce_bench(
             r["sum_ok"] = bool(r["sum_ok"]) and all(o.get("sum_ok", False) for o in others) and len(others) == world_size - 1
         r.update(backend=backend, world_size=world_size, dtype=dtype, env=label,
                  device="cuda" if backend == "nccl" else "cpu")
-    complete = all(v["info"].get("done") for v in per_rank.values()) and len(per_rank) == world_size
-    error = None
-    if not complete:
-        error = _failure_reason(res, f"the all-reduce launch ({backend}, {world_size} processes, {label})")
-    return {"rows": rows, "info": rank0.get("info", {}), "debug": debug_text, "error": error, "returncode": res.returncode}
+    return rows
 
 
 def single_process_bench(sizes_bytes: list[int], ndev: int = 2, env: dict | None = None, iters: int = 20, launches: int = 20,

@@ -13,35 +13,63 @@ def describe_host(report: dict, tagged: bool = False) -> str:
     """'What this host is': one paragraph generated from the report. ``tagged``: each figure of the host (count,
     capability, memory, SMs, CUDA versions) as ``servebook.stated.q`` tags it, for a page (chapter 01), where the check
     recomputes it from the run's tables ``gpus`` and ``versions``."""
-    src = "This profile describes" if report.get("source") == "profile" else "This host has"
     gpus = report.get("gpus") or []
-    v = report.get("versions") or {}
     if not gpus:
-        torch_s = f"torch {v.get('torch')}" + (f" (built for CUDA {v['torch_cuda']})" if v.get("torch_cuda") else " (a CPU-only build)") if v.get("torch") else "no torch"
-        return (f"This host ({report.get('hostname')}) has no NVIDIA GPU that NVML, nvidia-smi or torch can see, so there is no compute "
-                f"capability to reason about: the engines' GPU paths cannot run here. It runs Python {v.get('python')} with {torch_s}. "
-                "The book continues on the CPU; GPU chapters say what they skip.")
-    g = gpus[0]
-    names = {x["name"] for x in gpus}
+        return _no_gpu_paragraph(report)
+    q = _quoter(tagged)
+    parts = [_gpu_sentence(report, gpus, q)]
+    parts += _blackwell_line(gpus[0])
+    parts += _link_sentences(report, gpus, q)
+    parts += _p2p_sentences(report, q)
+    parts += _software_sentence(report, q)
+    return " ".join(parts)
+
+
+def _no_gpu_paragraph(report: dict) -> str:
+    """The paragraph of a host without a GPU: what it runs, and that the book continues on the CPU."""
+    v = report.get("versions") or {}
+    torch_s = f"torch {v.get('torch')}" + (f" (built for CUDA {v['torch_cuda']})" if v.get("torch_cuda") else " (a CPU-only build)") if v.get("torch") else "no torch"
+    return (f"This host ({report.get('hostname')}) has no NVIDIA GPU that NVML, nvidia-smi or torch can see, so there is no compute "
+            f"capability to reason about: the engines' GPU paths cannot run here. It runs Python {v.get('python')} with {torch_s}. "
+            "The book continues on the CPU; GPU chapters say what they skip.")
+
+
+def _quoter(tagged: bool):
+    """``q(name, value, fmt, of)``: the figure tagged as a stated quantity for a page, or as plain text."""
     from ..stated.tags import q as q_
     from ..stated.text import text_of
 
     def q(name, value, fmt="", of=None):
         return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
+    return q
 
-    parts = [f"{src} {q('host_gpu_count', len(gpus), 'd')} x {', '.join(sorted(names))}: compute capability "
-             f"{q('host_capability', g['capability'])} ({g['family']})"]
+
+def _gpu_sentence(report: dict, gpus: list[dict], q) -> str:
+    """How many GPUs of which kind: capability, family, memory each (a profile's in the datasheet's unit), SMs."""
+    src = "This profile describes" if report.get("source") == "profile" else "This host has"
+    g = gpus[0]
+    names = {x["name"] for x in gpus}
+    head = (f"{src} {q('host_gpu_count', len(gpus), 'd')} x {', '.join(sorted(names))}: compute capability "
+            f"{q('host_capability', g['capability'])} ({g['family']})")
     mem = f"{q('host_gpu_memory_gib', g['memory_gib'])} GiB each" if g.get("memory_gib") else "unknown memory each"
     if g.get("memory_gib") and report.get("source") == "profile":  # a datasheet's figure, in the datasheet's unit
         mem = f"{q('host_gpu_memory_gib', g['memory_gib'])} GB each ({_memory_source(report)})"
-    parts[-1] += f", {mem}" + (f", {q('host_sm_count', g['sm_count'], 'd')} SMs" if g.get("sm_count") else "") + "."
-    if g.get("major") in (10, 11, 12):
-        if g["major"] == 12:
-            parts.append("It is a Blackwell GPU of the workstation/consumer line (sm_12x), not the datacenter line (sm_10x): "
-                         "a check for `major == 10` does not include it, and kernels built only for sm_100a do not run on it.")
-        elif g["major"] == 10:
-            parts.append(f"It is a datacenter Blackwell GPU ({g['sm']}): checks for `major == 10` include it; checks for exactly "
-                         "`(10, 0)` miss sm_103.")
+    return head + f", {mem}" + (f", {q('host_sm_count', g['sm_count'], 'd')} SMs" if g.get("sm_count") else "") + "."
+
+
+def _blackwell_line(g: dict) -> list[str]:
+    """Which Blackwell line the GPU is of, and which capability checks include it (none for an older GPU)."""
+    if g.get("major") == 12:
+        return ["It is a Blackwell GPU of the workstation/consumer line (sm_12x), not the datacenter line (sm_10x): "
+                "a check for `major == 10` does not include it, and kernels built only for sm_100a do not run on it."]
+    if g.get("major") == 10:
+        return [f"It is a datacenter Blackwell GPU ({g['sm']}): checks for `major == 10` include it; checks for exactly "
+                "`(10, 0)` miss sm_103."]
+    return []
+
+
+def _link_sentences(report: dict, gpus: list[dict], q) -> list[str]:
+    """How the GPUs are linked (the best and worst pair of nvidia-smi's matrix), or that the links are unknown."""
     topo = report.get("topology") or {}
     codes = [c for row in topo.get("matrix", []) for c in row if c and c != "X" and not str(c).startswith("NIC")]
     gpu_codes = []
@@ -60,27 +88,39 @@ def describe_host(report: dict, tagged: bool = False) -> str:
 
         link = f"GPUs are linked by {words(best)} ({best})" if best == worst else \
             f"GPU pairs range from {words(best)} ({best}) down to {words(worst)} ({worst})"
-        parts.append(link + (" (assumed from the datasheet)" if topo.get("source") == "profile" else "") + ".")
-    elif len(gpus) >= 2 and not codes:
-        parts.append("The GPU-to-GPU links are unknown (nvidia-smi topo -m did not answer).")
+        return [link + (" (assumed from the datasheet)" if topo.get("source") == "profile" else "") + "."]
+    if len(gpus) >= 2 and not codes:
+        return ["The GPU-to-GPU links are unknown (nvidia-smi topo -m did not answer)."]
+    return []
+
+
+def _p2p_sentences(report: dict, q) -> list[str]:
+    """Whether peer access is available between every pair, and the measured copy bandwidth and latency ranges."""
+    out = []
     p2p = report.get("p2p") or {}
     bw = [p["bandwidth_gbs"] for p in p2p.get("pairs", []) if p.get("bandwidth_gbs")]
     if p2p.get("access"):
         allp = all(x for row in p2p["access"] for x in row if x is not None)
-        parts.append("Peer-to-peer access is " + ("available between every pair" if allp else "missing for some pairs") + ".")
+        out.append("Peer-to-peer access is " + ("available between every pair" if allp else "missing for some pairs") + ".")
     if bw:
         lat = [p["latency_us"] for p in p2p["pairs"] if p.get("latency_us")]
-        parts.append(f"A measured GPU-to-GPU copy moved {q('p2p_gbs', min(bw), '.0f', of='min')}-{q('p2p_gbs', max(bw), '.0f', of='max')} "
-                     "GB/s one way" + (f", with {q('p2p_latency_us', min(lat), '.1f', of='min')}-"
-                                       f"{q('p2p_latency_us', max(lat), '.1f', of='max')} us per small copy" if lat else "") + ".")
+        out.append(f"A measured GPU-to-GPU copy moved {q('p2p_gbs', min(bw), '.0f', of='min')}-{q('p2p_gbs', max(bw), '.0f', of='max')} "
+                   "GB/s one way" + (f", with {q('p2p_latency_us', min(lat), '.1f', of='min')}-"
+                                     f"{q('p2p_latency_us', max(lat), '.1f', of='max')} us per small copy" if lat else "") + ".")
+    return out
+
+
+def _software_sentence(report: dict, q) -> list[str]:
+    """The driver, CUDA, torch and NCCL versions of the machine (for a profile, of the machine that ran the what-if)."""
+    v = report.get("versions") or {}
     sw = [f"driver {v['driver']}" if v.get("driver") else None, f"CUDA {q('host_cuda', v['cuda'], of='driver')} (driver)" if v.get("cuda") else None,
           (f"torch {v['torch']} (CUDA {q('host_cuda', v['torch_cuda'], of='torch')})" if v.get("torch_cuda") else f"torch {v['torch']} (CPU-only build)") if v.get("torch") else None,
           f"NCCL {((v.get('nccl_loaded') or {}).get('version') or v.get('nccl'))}" if (v.get("nccl") or (v.get("nccl_loaded") or {}).get("version")) else None]
     sw = [s for s in sw if s]
-    if sw:
-        parts.append(("Software of the machine that ran this what-if: " if report.get("source") == "profile" else "Software: ")
-                     + ", ".join(sw) + ".")
-    return " ".join(parts)
+    if not sw:
+        return []
+    return [("Software of the machine that ran this what-if: " if report.get("source") == "profile" else "Software: ")
+            + ", ".join(sw) + "."]
 
 
 def _memory_source(report: dict) -> str:
@@ -147,71 +187,87 @@ def _fmt_table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def format_report(report: dict) -> str:
     """The readable form (``servebook probe`` without --json)."""
-    out = []
     tag = f"PROFILE {report['profile']} (datasheet, not measured)" if report.get("source") == "profile" else f"host {report.get('hostname')}"
-    out.append(f"servebook probe: {tag}    {report.get('created')}")
-    out.append("")
-    gpus = report.get("gpus") or []
-    if gpus:
-        out.append(_fmt_table(["#", "name", "cap", "family", "SMs", "mem GB" if report.get("source") == "profile" else "mem GiB", "SM/max MHz", "power W", "MIG", "ECC", "busy"], [
-            [g["index"], g["name"], g["capability"], g["family"], g.get("sm_count"), g.get("memory_gib"),
-             f"{(g.get('clocks') or {}).get('sm_mhz') or '-'}/{(g.get('clocks') or {}).get('max_sm_mhz') or '-'}",
-             g.get("power_limit_w"), g.get("mig_mode"), g.get("ecc_mode"), "yes" if g.get("busy") else ""] for g in gpus]))
-    else:
-        out.append("GPUs: none found")
-    v = report.get("versions") or {}
-    out.append("")
-    loaded = v.get("nccl_loaded") or {}
-    out.append(_fmt_table(["software", "version"], [
-        ["driver", v.get("driver")], ["CUDA (driver)", v.get("cuda")], ["CUDA runtime", v.get("cuda_runtime")],
-        ["CUDA toolkit (nvcc)", v.get("cuda_toolkit")], ["torch", v.get("torch")], ["torch CUDA", v.get("torch_cuda")],
-        ["NCCL (torch built with)", v.get("nccl")], ["NCCL (loaded)", f"{loaded.get('version')} {loaded.get('path') or ''}".strip() if loaded.get("version") else loaded.get("note")],
-        *[[k, val] for k, val in (v.get("packages") or {}).items() if val and k != "torch"],
-    ]))
-    topo = report.get("topology") or {}
-    if topo.get("matrix"):
-        out.append("")
-        out.append(f"topology ({topo.get('source')}{'; ' + topo['note'] if topo.get('note') else ''}):")
-        labels = topo["labels"]
-        aff_keys = sorted({k for a in topo.get("affinity", {}).values() for k in a})
-        rows = []
-        for r, row in enumerate(topo["matrix"]):
-            rl = (topo.get("row_labels") or labels)[r]
-            aff = topo.get("affinity", {}).get(rl, {})
-            rows.append([rl, *row, *[aff.get(k) for k in aff_keys]])
-        out.append(_fmt_table(["", *labels, *aff_keys], rows))
-    p2p = report.get("p2p") or {}
-    if p2p.get("pairs"):
-        out.append("")
-        out.append(_fmt_table(["P2P src->dst", "peer access", "GB/s", "latency us"], [
-            [f"GPU{p['src']}->GPU{p['dst']}", p.get("peer_access"), p.get("bandwidth_gbs", p.get("error")), p.get("latency_us")]
-            for p in p2p["pairs"]]))
-        out.append(f"method: {p2p.get('method')}")
-    elif p2p.get("note"):
-        out.append("")
-        out.append(f"P2P: {p2p['note']}")
+    out = [f"servebook probe: {tag}    {report.get('created')}", ""]
+    out.append(_gpu_table(report))
+    out += ["", _software_table(report.get("versions") or {})]
+    out += _topology_lines(report.get("topology") or {})
+    out += _p2p_lines(report.get("p2p") or {})
     env = report.get("env") or {}
     out.append("")
     out.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) if env else "no NCCL_/CUDA_/TORCH_/SGLANG_/VLLM_/HF_ variables set"))
     for e in report.get("engines", []):
-        out.append("")
-        head = f"engine {e['engine']} {e.get('version') or ''} [{e.get('status')}] python={e.get('python')}"
-        if e.get("patched"):
-            head += "  (faked: " + ", ".join(e["patched"]) + ")"
-        out.append(head)
-        if e.get("error"):
-            out.append(f"  error: {e['error']}")
-        if e.get("helpers"):
-            out.append(_fmt_table(["  helper", "answer", "hardware says", "verdict"], [
-                ["  " + h["name"], h.get("answer") if not h.get("error") else "error", h.get("expected"), h.get("verdict")]
-                for h in e["helpers"]]))
+        out += _engine_lines(e)
     if report.get("warnings"):
-        out.append("")
-        out.append("warnings:")
+        out += ["", "warnings:"]
         out.extend(f"  - {w}" for w in report["warnings"])
     out.append("")
     out.append("What this host is: " + describe_host(report))
     return "\n".join(out)
+
+
+def _gpu_table(report: dict) -> str:
+    """One row a GPU: name, capability, family, SMs, memory, clocks, power, MIG, ECC, busy."""
+    gpus = report.get("gpus") or []
+    if not gpus:
+        return "GPUs: none found"
+    return _fmt_table(["#", "name", "cap", "family", "SMs", "mem GB" if report.get("source") == "profile" else "mem GiB", "SM/max MHz", "power W", "MIG", "ECC", "busy"], [
+        [g["index"], g["name"], g["capability"], g["family"], g.get("sm_count"), g.get("memory_gib"),
+         f"{(g.get('clocks') or {}).get('sm_mhz') or '-'}/{(g.get('clocks') or {}).get('max_sm_mhz') or '-'}",
+         g.get("power_limit_w"), g.get("mig_mode"), g.get("ecc_mode"), "yes" if g.get("busy") else ""] for g in gpus])
+
+
+def _software_table(v: dict) -> str:
+    """Driver, CUDA, torch, NCCL (built with and loaded) and the engine packages, one row each."""
+    loaded = v.get("nccl_loaded") or {}
+    return _fmt_table(["software", "version"], [
+        ["driver", v.get("driver")], ["CUDA (driver)", v.get("cuda")], ["CUDA runtime", v.get("cuda_runtime")],
+        ["CUDA toolkit (nvcc)", v.get("cuda_toolkit")], ["torch", v.get("torch")], ["torch CUDA", v.get("torch_cuda")],
+        ["NCCL (torch built with)", v.get("nccl")], ["NCCL (loaded)", f"{loaded.get('version')} {loaded.get('path') or ''}".strip() if loaded.get("version") else loaded.get("note")],
+        *[[k, val] for k, val in (v.get("packages") or {}).items() if val and k != "torch"],
+    ])
+
+
+def _topology_lines(topo: dict) -> list[str]:
+    """nvidia-smi's link matrix with each row's CPU/NUMA affinity (nothing when there is no matrix)."""
+    if not topo.get("matrix"):
+        return []
+    labels = topo["labels"]
+    aff_keys = sorted({k for a in topo.get("affinity", {}).values() for k in a})
+    rows = []
+    for r, row in enumerate(topo["matrix"]):
+        rl = (topo.get("row_labels") or labels)[r]
+        aff = topo.get("affinity", {}).get(rl, {})
+        rows.append([rl, *row, *[aff.get(k) for k in aff_keys]])
+    return ["", f"topology ({topo.get('source')}{'; ' + topo['note'] if topo.get('note') else ''}):",
+            _fmt_table(["", *labels, *aff_keys], rows)]
+
+
+def _p2p_lines(p2p: dict) -> list[str]:
+    """The measured GPU-to-GPU copies with their method, or the note saying why there are none."""
+    if p2p.get("pairs"):
+        return ["", _fmt_table(["P2P src->dst", "peer access", "GB/s", "latency us"], [
+            [f"GPU{p['src']}->GPU{p['dst']}", p.get("peer_access"), p.get("bandwidth_gbs", p.get("error")), p.get("latency_us")]
+            for p in p2p["pairs"]]), f"method: {p2p.get('method')}"]
+    if p2p.get("note"):
+        return ["", f"P2P: {p2p['note']}"]
+    return []
+
+
+def _engine_lines(e: dict) -> list[str]:
+    """One engine: its version, status and Python, what was faked, its error, and each helper's answer and verdict."""
+    out = [""]
+    head = f"engine {e['engine']} {e.get('version') or ''} [{e.get('status')}] python={e.get('python')}"
+    if e.get("patched"):
+        head += "  (faked: " + ", ".join(e["patched"]) + ")"
+    out.append(head)
+    if e.get("error"):
+        out.append(f"  error: {e['error']}")
+    if e.get("helpers"):
+        out.append(_fmt_table(["  helper", "answer", "hardware says", "verdict"], [
+            ["  " + h["name"], h.get("answer") if not h.get("error") else "error", h.get("expected"), h.get("verdict")]
+            for h in e["helpers"]]))
+    return out
 
 
 def record(store, report: dict) -> dict:

@@ -199,27 +199,15 @@ def _record_failure(store, s: dict, exc: BaseException, phase: str) -> dict:
 
 
 def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: int, steps: int, trace_cap_mb: int, say) -> dict:
-    from ..bench import build_prompts, load_tokenizer, mean_ci, run_requests
+    from ..bench import build_prompts, load_tokenizer, mean_ci
 
     engine, trace_dir = srv._sb
     row = {**_base_row(s), "ready_s": srv.ready_s, "version": engine.version(), "taken_at": round(time.time(), 3)}
     name = engine.served_model_name(s["model_dir"])
-    try:
-        log_text = Path(srv.log_path).read_text(errors="replace")
-        reported = engine.reported_backend(engine.server_info(srv.base_url), log_text)
-        row["reported_backend"] = reported.get("attention") if isinstance(reported, dict) else reported
-        row["moe_kernel"] = _moe_method(log_text)
-    except Exception as exc:  # noqa: BLE001
-        row["reported_backend"] = None
-        row["reported_error"] = str(exc)[:300]
+    row.update(_reported(engine, srv))
     tok = load_tokenizer(s["model_dir"])
     prompts = build_prompts(tok, input_len=128, n=warmup + tpot_runs + 1, seed=0)
-    run_requests(srv.base_url, name, prompts[:warmup], max_tokens=32, engine=engine.name, tokenizer=tok)
-    tpots = []
-    for p in prompts[warmup:warmup + tpot_runs]:
-        r = run_requests(srv.base_url, name, [p], max_tokens=tpot_tokens, engine=engine.name, tokenizer=tok)[0]
-        if r.ok and r.tpot_s:
-            tpots.append(r.tpot_s * 1e3)
+    tpots = _unprofiled_tpots(srv, engine, name, tok, prompts, warmup, tpot_runs, tpot_tokens)
     if not tpots:
         return _fail_row(store, row, "measure", "no request of the unprofiled timing succeeded")
     ci = mean_ci(tpots)
@@ -248,6 +236,37 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
         return _fail_row(store, row, "breakdown", error)
     _write_excerpt(store.path / "traces" / f"{slug}.excerpt.json", kernels, b, s, row)
     row.update(_write_kernel_table(store.path / "traces", slug, kernels, b["anchor"], s["label"]))
+    _record_breakdown(store, s, row, b)
+    say(f"  {s['label']}: profiled step {b['step_ms']:.3f} ms over {b['steps']} steps (GPU busy {b['busy_ms']:.3f} ms)")
+    return row
+
+
+def _reported(engine, srv) -> dict:
+    """The attention backend the engine reports (server info and log) and the MoE method its log names, or the error."""
+    try:
+        log_text = Path(srv.log_path).read_text(errors="replace")
+        reported = engine.reported_backend(engine.server_info(srv.base_url), log_text)
+        return {"reported_backend": reported.get("attention") if isinstance(reported, dict) else reported,
+                "moe_kernel": _moe_method(log_text)}
+    except Exception as exc:  # noqa: BLE001
+        return {"reported_backend": None, "reported_error": str(exc)[:300]}
+
+
+def _unprofiled_tpots(srv, engine, name: str, tok, prompts: list, warmup: int, tpot_runs: int, tpot_tokens: int) -> list[float]:
+    """ms per output token of ``tpot_runs`` single requests without the profiler, after ``warmup`` untimed ones."""
+    from ..bench import run_requests
+
+    run_requests(srv.base_url, name, prompts[:warmup], max_tokens=32, engine=engine.name, tokenizer=tok)
+    tpots = []
+    for p in prompts[warmup:warmup + tpot_runs]:
+        r = run_requests(srv.base_url, name, [p], max_tokens=tpot_tokens, engine=engine.name, tokenizer=tok)[0]
+        if r.ok and r.tpot_s:
+            tpots.append(r.tpot_s * 1e3)
+    return tpots
+
+
+def _record_breakdown(store, s: dict, row: dict, b: dict) -> None:
+    """The profiled step's figures into the row, appended to ``profile_runs``; a row a category to ``decode_breakdown``."""
     row.update({"ok": True, "steps": b["steps"], "step_ms": b["step_ms"], "step_ms_sd": b["step_ms_sd"], "busy_ms": b["busy_ms"],
                 "idle_ms": b["categories"]["gpu idle"], "kernel_ms": b["kernel_ms"], "overlap_ms": b["overlap_ms"],
                 "kernels_per_step": b["kernels_per_step"], "anchor": b["anchor"][:200],
@@ -260,8 +279,6 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
                                           "category": cat, "ms_per_step": ms, "share": ms / b["step_ms"],
                                           "steps": b["steps"], "tpot_unprofiled_ms": row["tpot_ms"], "step_ms": b["step_ms"],
                                           "taken_at": row["taken_at"], "machine": row.get("machine"), "run_id": row.get("run_id")})
-    say(f"  {s['label']}: profiled step {b['step_ms']:.3f} ms over {b['steps']} steps (GPU busy {b['busy_ms']:.3f} ms)")
-    return row
 
 
 def _write_kernel_table(traces: Path, slug: str, kernels, anchor: str, label: str) -> dict:

@@ -142,17 +142,7 @@ def _plain(v) -> str:
 def _one(row: dict, verdicts_01: dict) -> dict:
     d = row.get("decided_by") or {}
     rule = d.get("where") or ""
-    rule_file, _, rule_line = rule.rpartition(":")
-    assumptions = row.get("assumptions") or {}
-    cuda = assumptions.get("cuda_version")
-    gpu = _gpu_for(row)
-    helpers = []
-    for h in row.get("helper_answers") or []:
-        j = _judge(h["helper"], h.get("answer"), gpu, cuda) if not h.get("error") else {"verdict": "error", "expected": None,
-                                                                                        "meaning": h["error"]}
-        name = _short(h["helper"])
-        ch01 = verdicts_01.get(name)
-        helpers.append({**h, **j, "chapter01_verdict": ch01})
+    helpers = _judged_helpers(row, verdicts_01)
     alts = {a["condition_line"]: a for a in row.get("alternatives") or []}
     # A fallback: a negated hardware condition on the path whose helper answered falsy, with a positive branch the GPU
     # missed (SGLang), or a backend whose own validation accepts this GPU left out of the priority list used (vLLM).
@@ -165,14 +155,55 @@ def _one(row: dict, verdicts_01: dict) -> dict:
     positive = [h for h in helpers if not h["negated"] and h.get("answer") and not h.get("error")]
     who = f"{row.get('engine')} {row.get('version')}"
     where = f"{row.get('model')} on {row.get('gpu')} (capability {row.get('capability') or 'this host'})"
-    base = {"engine": row.get("engine"), "version": row.get("version"), "gpu": row.get("gpu"), "capability": row.get("capability"),
-            "model": row.get("model"), "case": row.get("case"), "chosen": chosen, "rule": rule or None,
-            "rule_file": rule_file or None, "rule_line": int(rule_line) if rule_line.isdigit() else None,
-            "rule_function": d.get("function"), "helper_answers": helpers,
-            "missed": [], "causing_helpers": [h["helper"] for h in causing], "cuda_assumed": cuda, "evidence": [], "settle_by": []}
+    base = _base(row, d, chosen, helpers, causing)
     if row.get("method") != "dynamic" or not rule:
         return base | {"decision": "unresolved", "cause": f"{who}: the engine's own resolution did not decide `{_backend_of(row)}` "
                        f"here ({row.get('reason') or 'no traced rule'}); only the static reading answers, so no root cause is claimed."}
+    missed, parts = _missed(row, causing, alts, chosen, rule)
+    if missed:
+        return _missed_cause(row, base, missed, parts, f"{who} falls back to `{chosen}` for {where} at `{rule}` "
+                             f"({d.get('function')}): ", f"{who} picks `{chosen}` for {where} at `{rule}`")
+    if positive:
+        h = positive[-1]
+        return base | {"decision": "hardware-selected", "cause": (
+            f"{who} picks `{chosen}` for {where} at `{rule}`: `{h['helper']}` answered {_plain(h['answer'])}, "
+            f"so the branch written for this GPU was taken; no helper answer on the path contradicts the hardware.")}
+    return base | {"decision": "rule", "cause": (
+        f"{who} picks `{chosen}` for {where} at `{rule}`: no hardware helper on the path answered against this GPU "
+        f"(the deciding conditions are " + (", ".join(f"`{h['condition']}`" for h in helpers) or "model/user rules only") + ")"
+        + _only_valid(row) + ".")}
+
+
+def _judged_helpers(row: dict, verdicts_01: dict) -> list[dict]:
+    """Each helper answer on the path, judged against the GPU (chapter 01's rules), with chapter 01's own verdict."""
+    cuda = (row.get("assumptions") or {}).get("cuda_version")
+    gpu = _gpu_for(row)
+    helpers = []
+    for h in row.get("helper_answers") or []:
+        j = _judge(h["helper"], h.get("answer"), gpu, cuda) if not h.get("error") else {"verdict": "error", "expected": None,
+                                                                                        "meaning": h["error"]}
+        name = _short(h["helper"])
+        ch01 = verdicts_01.get(name)
+        helpers.append({**h, **j, "chapter01_verdict": ch01})
+    return helpers
+
+
+def _base(row: dict, d: dict, chosen, helpers: list[dict], causing: list[dict]) -> dict:
+    """The fields of a root-cause record every decision shares: who, where, the deciding rule and the helper answers."""
+    rule = d.get("where") or ""
+    rule_file, _, rule_line = rule.rpartition(":")
+    return {"engine": row.get("engine"), "version": row.get("version"), "gpu": row.get("gpu"), "capability": row.get("capability"),
+            "model": row.get("model"), "case": row.get("case"), "chosen": chosen, "rule": rule or None,
+            "rule_file": rule_file or None, "rule_line": int(rule_line) if rule_line.isdigit() else None,
+            "rule_function": d.get("function"), "helper_answers": helpers,
+            "missed": [], "causing_helpers": [h["helper"] for h in causing],
+            "cuda_assumed": (row.get("assumptions") or {}).get("cuda_version"), "evidence": [], "settle_by": []}
+
+
+def _missed(row: dict, causing: list[dict], alts: dict, chosen, rule: str) -> tuple[list[dict], list[str]]:
+    """The branches this GPU skipped (a helper's falsy answer, or a valid backend left out of the priority list), each
+    with what it would have written, and the words saying so."""
+    rule_file = rule.rpartition(":")[0]
     missed, parts = [], []
     for h in causing:
         a = alts[h["condition_line"]]
@@ -184,34 +215,31 @@ def _one(row: dict, verdicts_01: dict) -> dict:
     for c in missed_outside_priorities(row):
         missed.append({"helper": f"the priority list at {rule}", "would_write": [c["backend"]], "at": [rule]})
         parts.append(f"`{c['backend']}` passes its own validation here but is not in the priority list at `{rule}`")
-    if missed:
-        names = list(dict.fromkeys(b for m in missed for b in m["would_write"] if b != chosen))
-        evidence = [e | {"backend": b} for b in names if (e := support_evidence(row, b))]
-        supported = [e for e in evidence if e["answer"] and e["valid_for_this_model"]]
-        unknown = [b for b in names if b not in {e["backend"] for e in evidence}]
-        base |= {"missed": missed, "evidence": evidence, "settle_by": [settle_by(row, b) for b in unknown]}
-        head = f"{who} falls back to `{chosen}` for {where} at `{rule}` ({d.get('function')}): " + "; ".join(parts) + "."
-        said = "; ".join(f"`{e['backend']}`'s own check at `{e['at']}` answers {e['answer']}" for e in evidence)
-        if supported:
-            return base | {"decision": "fallback", "cause": head + " Root cause: " + "; ".join(
-                f"`{e['backend']}`'s own check at `{e['at']}` ({code(e['check'])}) answers True for this capability" for e in supported) + "."}
-        if not unknown:
-            return base | {"decision": "hardware-selected", "cause": (
-                f"{who} picks `{chosen}` for {where} at `{rule}`: the backends of the branches this GPU skipped reject it by "
-                f"their own checks ({said}); not a fallback the engine could avoid.")}
-        return base | {"decision": "hypothesis", "cause": head + " Hypothesis, not a root cause: no code the what-if could run "
-                       "or read (the engine's, or its kernel library's: GPU-only libraries are stubbed here) says "
-                       + " or ".join(f"`{b}`" for b in unknown) + " supports this capability"
-                       + (f" ({said})" if said else "") + ". Settle it " + base["settle_by"][0] + "."}
-    if positive:
-        h = positive[-1]
+    return missed, parts
+
+
+def _missed_cause(row: dict, base: dict, missed: list[dict], parts: list[str], falls: str, picks: str) -> dict:
+    """The decision where branches were skipped: a fallback where a skipped backend's own check accepts this GPU,
+    hardware-selected where every one rejects it, else a hypothesis with the measurement that settles it."""
+    chosen = base["chosen"]
+    names = list(dict.fromkeys(b for m in missed for b in m["would_write"] if b != chosen))
+    evidence = [e | {"backend": b} for b in names if (e := support_evidence(row, b))]
+    supported = [e for e in evidence if e["answer"] and e["valid_for_this_model"]]
+    unknown = [b for b in names if b not in {e["backend"] for e in evidence}]
+    base = base | {"missed": missed, "evidence": evidence, "settle_by": [settle_by(row, b) for b in unknown]}
+    head = falls + "; ".join(parts) + "."
+    said = "; ".join(f"`{e['backend']}`'s own check at `{e['at']}` answers {e['answer']}" for e in evidence)
+    if supported:
+        return base | {"decision": "fallback", "cause": head + " Root cause: " + "; ".join(
+            f"`{e['backend']}`'s own check at `{e['at']}` ({code(e['check'])}) answers True for this capability" for e in supported) + "."}
+    if not unknown:
         return base | {"decision": "hardware-selected", "cause": (
-            f"{who} picks `{chosen}` for {where} at `{rule}`: `{h['helper']}` answered {_plain(h['answer'])}, "
-            f"so the branch written for this GPU was taken; no helper answer on the path contradicts the hardware.")}
-    return base | {"decision": "rule", "cause": (
-        f"{who} picks `{chosen}` for {where} at `{rule}`: no hardware helper on the path answered against this GPU "
-        f"(the deciding conditions are " + (", ".join(f"`{h['condition']}`" for h in helpers) or "model/user rules only") + ")"
-        + _only_valid(row) + ".")}
+            f"{picks}: the backends of the branches this GPU skipped reject it by "
+            f"their own checks ({said}); not a fallback the engine could avoid.")}
+    return base | {"decision": "hypothesis", "cause": head + " Hypothesis, not a root cause: no code the what-if could run "
+                   "or read (the engine's, or its kernel library's: GPU-only libraries are stubbed here) says "
+                   + " or ".join(f"`{b}`" for b in unknown) + " supports this capability"
+                   + (f" ({said})" if said else "") + ". Settle it " + base["settle_by"][0] + "."}
 
 
 def _only_valid(row: dict) -> str:
