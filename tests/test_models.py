@@ -58,6 +58,18 @@ def test_dummy_weights_need_the_engines_dummy_loader(tmp_path):
         engine_args_of(d, "transformers")
 
 
+def test_a_model_built_earlier_is_not_built_again(tmp_path):
+    """Cached by its parameters: the same parameters again return the directory as it is (its files untouched); another
+    seed builds it again."""
+    said: list[str] = []
+    d = build_model("kimi-k2.5", weights="dummy", out=tmp_path / "k", progress=said.append)
+    stamp = (d / "config.json").stat().st_mtime_ns
+    assert build_model("kimi-k2.5", weights="dummy", out=tmp_path / "k", progress=said.append) == d
+    assert said[-1].endswith("(built earlier)") and (d / "config.json").stat().st_mtime_ns == stamp
+    build_model("kimi-k2.5", weights="dummy", seed=1, out=tmp_path / "k", progress=said.append)
+    assert said[-1].startswith("[model] ready")
+
+
 @pytest.mark.parametrize("kw, name", [({"card": "no-such-card"}, "card"), ({"card": "kimi-k2.5", "scale": 7}, "scale"),
                                       ({"card": "kimi-k2.5", "layers": 99}, "layers"), ({"card": "kimi-k2.5", "weights": "zeros"}, "weights")])
 def test_bad_input_is_one_line_naming_the_parameter(kw, name, tmp_path):

@@ -274,6 +274,9 @@ def _numel(shape) -> int:
     return n
 
 
+_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
 def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights: str = "random", seed: int = 0, quant: str = "bf16",
                 out: str | os.PathLike | None = None, device: str = "auto", force: bool = False,
                 progress: Callable[[str], None] | None = print) -> Path:
@@ -285,7 +288,9 @@ def build_model(card: str, *, layers: int | None = None, scale: int = 1, weights
     meta_path = target / "servebook_model.json"
     if meta_path.exists() and not force:
         meta = json.loads(meta_path.read_text())
-        if meta.get("config") == cfg and meta.get("weights") == weights and meta.get("seed") == seed:
+        # the tokenizer's token ids are written into the config at build time (_write_model): not a parameter
+        built = {k: v for k, v in (meta.get("config") or {}).items() if k not in _TOKEN_IDS}
+        if built == cfg and meta.get("weights") == weights and meta.get("seed") == seed:
             say(f"[model] {target} (built earlier)")
             return target
     from .embedded import build_embedded_model
@@ -333,7 +338,7 @@ def _write_model(tmp: Path, tok_src: Path, card: str, card_d: dict, cfg: dict, *
     seeded safetensors; returns the model's metadata (``build_seconds`` left to the caller's clock)."""
     padded = _pad_tokenizer(tok_src, tmp, cfg["vocab_size"])
     tok_cfg = json.loads((tok_src / "config.json").read_text())
-    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+    for k in _TOKEN_IDS:
         cfg[k] = tok_cfg.get(k)
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (tmp / "generation_config.json").write_text(json.dumps(
