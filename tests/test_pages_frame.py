@@ -16,7 +16,8 @@ from servebook.paths import book_root
 
 ROOT = book_root()
 REQUIRED = ("mla", "tpot", "ttft", "itl", "slice", "card", "seed", "graph", "host-bound", "gpu-idle", "teacher-forced",
-            "profile", "what-if", "reference", "start", "roofline", "all-reduce", "tp")
+            "profile", "what-if", "reference", "start", "roofline", "all-reduce", "tp", "seed-block", "host-rule",
+            "nccl-protocols", "restart-spread", "profile-run", "anchor", "reference-grid")
 
 
 @pytest.fixture(autouse=True)
