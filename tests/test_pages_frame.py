@@ -71,6 +71,29 @@ def test_every_link_of_the_frame_resolves(shelf_dir):
             assert (p.parent / h.split("#")[0]).is_file(), f"{p.name}: link {h!r} resolves to no file"
 
 
+def test_pages_link_only_the_chapters_their_book_has(tmp_path):
+    """h200x1-trust was recorded without chapters 02 and 04; its pages (03's "Next: 04", 06's "(ch. 02)", "(ch. 04)")
+    link none of them, and say so where they name them."""
+    from servebook.render import render_book
+
+    out = tmp_path / "h200x1-trust"
+    render_book(ROOT / "data" / "runs" / "h200x1-trust", out)
+    pages = sorted(out.glob("*.html"))
+    assert {p.stem for p in pages} >= {"03_force_each_backend", "06_findings"} and not (out / "04_tune_nccl.html").exists()
+    absent = 0
+    for p in pages:
+        text = p.read_text()
+        for h in re.findall(r'<a [^>]*href="(0\d_[^"#]*)', text):
+            assert (out / h).is_file(), f"{p.name}: link to {h!r}, a chapter this book lacks"
+        absent += text.count("(not in this book)")
+    assert absent >= 2
+    from servebook.pages import link_present_chapters
+
+    page = '<a href="04_tune_nccl.html">04. Tune NCCL</a> <a href="03_x.html#A">ch. 03</a> <a href="../h/04_tune_nccl.html">x</a>'
+    assert link_present_chapters(page, {"03_x"}) == ('04. Tune NCCL <small class="sb-absent">(not in this book)</small> '
+                                                     '<a href="03_x.html#A">ch. 03</a> <a href="../h/04_tune_nccl.html">x</a>')
+
+
 def test_a_book_alone_has_no_banner(tmp_path):
     assert shelf.superseded_by(tmp_path / "book", whatif=False) is None
     assert shelf.role(tmp_path / "book", whatif=False) == "alone"
