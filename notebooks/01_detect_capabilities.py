@@ -68,7 +68,7 @@ import servebook
 from servebook import probe as sbp
 from servebook.hosts import get_host
 from servebook.profiles import list_profiles
-from servebook.book import excerpt_html
+from servebook.render import excerpt_html
 from servebook.stated.text import marked
 from servebook.results import RunStore, show_corrections
 

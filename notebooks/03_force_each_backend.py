@@ -127,7 +127,7 @@ for spec in specs if measure else []:
 if not measure:  # the recorded rows only: no engine is asked anything here
     from types import SimpleNamespace
 
-    from servebook.selection.envs import parse_engine_spec
+    from servebook.engines.envs import parse_engine_spec
 
     engines = [SimpleNamespace(name=parse_engine_spec(spec)[0]) for spec in specs]
     print(f"measure=False: nothing is started or asked; the rows of {', '.join(e.name for e in engines)} as recorded")

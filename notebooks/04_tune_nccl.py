@@ -204,7 +204,7 @@ answer = this_run_answer(store, here, ref_answer, tried)
 Markdown(answer)
 
 # %% [markdown]
-# ## The reference run: `data/runs/h200x2-nccl`
+# ## The reference grid: `data/runs/h200x2-nccl`
 # One grid measured on the lent 2x H200 machine (`python -m servebook.nccl --model kimi-k2.5`; the command and host
 # facts are in its manifest), shown in every book as a worked example of reading a grid. Its numbers are that host's,
 # not this run's: the section above is this run's answer.
@@ -225,7 +225,7 @@ fidelity_table(ref)
 
 # %% [markdown]
 # ### Where the gap comes from
-# Hypothesis by hypothesis, each measured in the reference run; every figure below is computed from its tables.
+# Hypothesis by hypothesis, each measured in the reference grid's run; every figure below is computed from its tables.
 
 # %%
 Markdown(gap_lines(ref))
@@ -239,7 +239,7 @@ failure_table(ref)
 # %% [markdown]
 # ## From microseconds to tokens
 # Per token each layer does two all-reduces (after attention, after the MLP), so per-token communication
-# time = `2 x layers x latency` at the model's message size. The prediction below uses the reference run's
+# time = `2 x layers x latency` at the model's message size. The prediction below uses the reference grid's
 # graph latencies (torch path, the nccl-tests graph shape) with this chapter's model when it is the same width as
 # the reference's model, else the reference model's own shape.
 

@@ -251,8 +251,8 @@ else:
     print("not the seed case's what-if book: no projection here")
 
 # %% [markdown]
-# ### The evidence: the reference run's decode-step profiles
-# The projection's inputs as `data/runs/h200x1-prof` recorded them (the reference run has no book of its own, so its rows
+# ### The evidence: the profile run's decode-step profiles
+# The projection's inputs as `data/runs/h200x1-prof` recorded them (the profile run has no book of its own, so its rows
 # are shown here): the slices each engine's projection subtracts (one MoE layer = the deeper slice minus the shallower
 # one, both taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
 # when no kernel runs), the whole-model checks of the host rule, and each slice's longest kernels in its trace excerpt.

@@ -16,12 +16,15 @@ import sys
 import textwrap
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import servebook.backends
 from servebook.backends import agreement
-from servebook.backends.outputs import _disagreement, _disagrees
+from servebook.backends.outputs import _disagreement, _disagrees, greedy_completions
+from servebook.errors import ServebookError
 from servebook.backends.report import describe
 
 VOCAB = 64
@@ -159,6 +162,19 @@ def test_an_engine_without_the_request_is_not_a_verdict(stubs):
     assert "unsupported" in ref and "404" in ref["unsupported"]
     got = agreement.decode_agreement("transformers", url, "m", PROMPTS, ref)
     assert got["decode_agreement"] is None and "404" in got["decode_note"]
+
+
+def test_one_json_post_serves_both_checks_and_the_status_meaning_is_the_callers(stubs):
+    """``agreement`` and ``outputs`` post through one helper: a 404 is "no such request" to the decode check
+    (DecodeUnsupported, not a verdict) and a failure to the greedy completions (ServebookError)."""
+    pkg = Path(servebook.backends.__file__).parent
+    assert [p.name for p in sorted(pkg.glob("*.py")) if "urllib.request.Request(" in p.read_text()] == ["_http.py"]
+    _, url = stubs()
+    with pytest.raises(ServebookError, match="answered HTTP 404") as exc:
+        greedy_completions(f"{url}/elsewhere", "m", ["x"], max_tokens=2, timeout=10)
+    assert not isinstance(exc.value, agreement.DecodeUnsupported)
+    with pytest.raises(agreement.DecodeUnsupported, match="answered HTTP 404"):
+        agreement._post(f"{url}/elsewhere", {}, 10)
 
 
 def test_a_run_recorded_before_the_check_says_so():

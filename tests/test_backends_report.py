@@ -53,3 +53,21 @@ def test_plot_rates_draws_nothing_when_no_backend_produced_a_rate(tmp_path):
                               "decode_tok_s_ci95": 2.0})
     fig = plot_rates(starts_table(store, ["transformers"]))
     assert fig is not None and [b.get_width() for b in fig.axes[0].patches] == [20.0]
+
+
+def test_the_figure_caption_counts_what_it_draws():
+    """h200x1-trust's chapter 03 figure: one bar per configuration that produced a rate, each over its own server starts.
+    The caption's counts are those bars and the starts behind them (it once called 7 bars "7 starts drawn")."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from servebook.backends.report import plot_rates, starts_table
+
+    table = starts_table(RunStore(RUNS / "h200x1-trust"), ["sglang", "vllm"])
+    fig = plot_rates(table)
+    bars = len(fig.axes[0].patches)
+    drawn = table[table["start_rates"].apply(lambda v: isinstance(v, list) and len(v) > 0)]
+    assert bars == len(drawn) == 7
+    starts = sum(len(v) for v in drawn["start_rates"])
+    assert f"{bars} configurations (engine, backend, mode) drawn" in fig.sb_caption
+    assert f"({starts} starts in all)" in fig.sb_caption and starts == 14 and "starts drawn" not in fig.sb_caption

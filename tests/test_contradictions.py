@@ -69,11 +69,18 @@ OLD_CUT = (_p("whatif: ModelError: vllm 0.10.2 does not know architecture; suppo
 NEW_CUT = (_p("whatif: ModelError: vllm 0.10.2 does not know architecture; supported architectures: dict_keys(['ApertusForCausalLM', …")
            + _p("chapter 04: ncclInvalidUsage: This …", "ncclInvalidUsage: This usually reflects invalid usage of NCCL library."))
 
+# "reference" with two meanings: the reference book, and the projection's profile run / a unit's anchor configuration
+OLD_REF = _p("The reference book: h200x1-trust.", "Host time follows one rule, the one the whole models of the reference run "
+             "validated.", "Each unit measures the reference configuration again.")
+NEW_REF = _p("The reference book: h200x1-trust.", "Host time follows one rule, the one the whole models of the profile run "
+             "validated.", "Each unit measures its anchor configuration again; the reference grid picks LL.")
+
 
 @pytest.mark.parametrize("kind, old, new", [
     ("finding and hypothesis", OLD_HOST, NEW_HOST), ("finding and hypothesis", OLD_AGAIN, NEW_AGAIN),
     ("saturation", OLD_SAT, NEW_SAT), ("units", OLD_UNITS, NEW_UNITS), ("flashinfer", OLD_FI, NEW_FI), ("cut off", OLD_CUT, NEW_CUT),
-], ids=["host", "again", "saturation", "units", "flashinfer", "cut-listing"])
+    ("term", OLD_REF, NEW_REF),
+], ids=["host", "again", "saturation", "units", "flashinfer", "cut-listing", "reference"])
 def test_each_class_fails_on_the_old_text_and_passes_on_the_new(kind, old, new):
     assert _kinds(old, kind), f"{kind}: the old text was not caught"
     assert _kinds(new, kind) == [], f"{kind}: the new text was flagged: {_kinds(new, kind)}"

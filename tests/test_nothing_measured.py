@@ -9,14 +9,20 @@ to import, so every launch is killed and recorded.
 """
 
 import os
+import shutil
 import stat
 import sys
+from pathlib import Path
 
 import pytest
 
 from servebook.cli import main
-from servebook.measured import nothing_measured
+from servebook.findings import failures
+from servebook.measured import failures_so_far, nothing_measured
 from servebook.results import RunStore
+from servebook.selection.report import ask
+
+WHATIF = Path(__file__).resolve().parents[1] / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
 
 
 
@@ -104,3 +110,28 @@ def test_a_measured_chapter_and_a_whatif_are_left_alone(tmp_path):
     assert nothing_measured(store, "05") is not None
     store.append("bench_summary", {"phase": "single", "decode_tok_s_mean": 30.0})
     assert nothing_measured(store, "05") is None
+
+
+def test_a_failure_recorded_again_is_listed_once_and_a_chapter_hitting_it_again_still_names_it(tmp_path):
+    """Issue 42: executing the what-if book's chapter 02 again records the what-ifs that fail (vLLM 0.10.2 does not know
+    Kimi's architecture) again. Each recording stays in the file; the failures a page lists do not change."""
+    run = tmp_path / "whatif"
+    run.mkdir()
+    for name in ("manifest.json", "failures.jsonl"):
+        shutil.copy(WHATIF / name, run / name)
+    store = RunStore(run)
+    listed, distinct = store.rows("failures"), failures(store)
+    assert len(listed) == 5 < len(store.rows("failures", executions="all"))  # 7 executions of chapter 02, each listed once
+    assert [d["times"] for d in distinct] == [5]
+    before = failures_so_far(store)
+    for r in listed:  # chapter 02 executed again: the same what-ifs fail the same way (its matrix's on_error, ask's)
+        store.record_failure(r["step"], r["error"], **{k: r[k] for k in ("engine", "gpu", "model")})
+    for _ in range(2):  # and a what-if chapter 02 asks (selection.report.ask), twice
+        assert ask(store, "vllm==0.0.1", "kimi-k2.5", "seed", "whatif_seed", gpu="h200") is None
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("recorded_at", "execution")} for r in rows]  # noqa: E731
+    now = strip(store.rows("failures"))
+    assert now[:5] == strip(listed) and len(now) == 6 and now[5]["engine"] == "vllm==0.0.1"  # the new failure, once
+    assert [d["times"] for d in failures(store)] == [5, 1]
+    # a chapter that measured nothing and hit only failures recorded before still names its first cause
+    assert nothing_measured(store, "03", before).endswith(f"first cause: {listed[0]['step']}: {listed[0]['error']}")
+    assert failures_so_far(store) == before + 7

@@ -16,7 +16,8 @@ from servebook.paths import book_root
 
 ROOT = book_root()
 REQUIRED = ("mla", "tpot", "ttft", "itl", "slice", "card", "seed", "graph", "host-bound", "gpu-idle", "teacher-forced",
-            "profile", "what-if", "reference", "start", "roofline", "all-reduce", "tp")
+            "profile", "what-if", "reference", "start", "roofline", "all-reduce", "tp", "seed-block", "host-rule",
+            "nccl-protocols", "restart-spread", "profile-run", "anchor", "reference-grid")
 
 
 @pytest.fixture(autouse=True)
@@ -68,6 +69,29 @@ def test_every_link_of_the_frame_resolves(shelf_dir):
         assert any("glossary.html#" in h for h in links), f"{p.name} links no term"
         for h in links:
             assert (p.parent / h.split("#")[0]).is_file(), f"{p.name}: link {h!r} resolves to no file"
+
+
+def test_pages_link_only_the_chapters_their_book_has(tmp_path):
+    """h200x1-trust was recorded without chapters 02 and 04; its pages (03's "Next: 04", 06's "(ch. 02)", "(ch. 04)")
+    link none of them, and say so where they name them."""
+    from servebook.render import render_book
+
+    out = tmp_path / "h200x1-trust"
+    render_book(ROOT / "data" / "runs" / "h200x1-trust", out)
+    pages = sorted(out.glob("*.html"))
+    assert {p.stem for p in pages} >= {"03_force_each_backend", "06_findings"} and not (out / "04_tune_nccl.html").exists()
+    absent = 0
+    for p in pages:
+        text = p.read_text()
+        for h in re.findall(r'<a [^>]*href="(0\d_[^"#]*)', text):
+            assert (out / h).is_file(), f"{p.name}: link to {h!r}, a chapter this book lacks"
+        absent += text.count("(not in this book)")
+    assert absent >= 2
+    from servebook.pages import link_present_chapters
+
+    page = '<a href="04_tune_nccl.html">04. Tune NCCL</a> <a href="03_x.html#A">ch. 03</a> <a href="../h/04_tune_nccl.html">x</a>'
+    assert link_present_chapters(page, {"03_x"}) == ('04. Tune NCCL <small class="sb-absent">(not in this book)</small> '
+                                                     '<a href="03_x.html#A">ch. 03</a> <a href="../h/04_tune_nccl.html">x</a>')
 
 
 def test_a_book_alone_has_no_banner(tmp_path):

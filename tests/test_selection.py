@@ -502,3 +502,22 @@ def test_check_yourself_states_the_answer_that_stands(tmp_path):
     own = next(r for r in store.rows("selection") if r["case"] != "seed")
     store.append("selection", own | {"method": "static", "attention_backend": None, "recorded_at": "2099-01-01T00:00:00+00:00"})
     assert "(static reading)" in questions(store)[0][1]
+
+
+def test_the_matrix_caption_says_what_its_cells_are(capsys):
+    """The what-if book's matrices: a caption counts the cells the engine's own code returned (dynamic) and names
+    "(static)" and "(error)" only where such cells are (it once read "(static)" over tables of dynamic answers)."""
+    from servebook.results import RunStore
+    from servebook.selection.report import matrix_tables
+
+    store = RunStore(Path(__file__).resolve().parents[1] / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    specs = list(dict.fromkeys(r["engine_spec"] for r in store.rows("selection_matrix")))
+    tables = matrix_tables(store, specs, ["a100", "h200", "b200", "rtx-pro-6000"])
+    out = capsys.readouterr().out
+    for spec, t in tables.items():
+        cells = [c for c in t.values.ravel() if isinstance(c, str)]
+        static, error = cells.count("(static)"), cells.count("(error)")
+        caption = next(line for line in out.splitlines() if line.startswith(f"{spec}: attention backend by model x GPU"))
+        assert f"; {len(cells) - static - error} of {len(cells)} cells the backend the engine's own selection code" in caption
+        assert ('"(static)"' in caption) == bool(static) and ('"(error)"' in caption) == bool(error), caption
+    assert any(t.values.ravel().tolist().count("(static)") == 0 for t in tables.values())  # a matrix of dynamic cells only

@@ -30,7 +30,7 @@ from .provenance import host_fingerprint, record_code, software_versions
 from .results import RunStore
 from .secret_refs import hide_secrets
 from .chapters import Chapter, _coerce_declared, _execute, _now, chapters, notebook_parameters
-from .render import excerpt_html, render_book  # noqa: F401 (excerpt_html handed on: chapter 01 imports it from here)
+from .render import render_book
 
 __all__ = ["BookResult", "run_book", "refresh_findings", "refresh_chapter"]
 

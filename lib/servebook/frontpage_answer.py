@@ -15,11 +15,24 @@ import html
 __all__ = ["seed_answer", "likely_cause"]
 
 _NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
-# what the seed did next (shared/seeds: its relaunch of SGLang), said beside a first change that is the seed's NCCL block
-SEED_NEXT_LAUNCH = ("The seed's next SGLang launch combined this NCCL block with <code>--attention-backend flashinfer</code>, "
-                    "<code>--num-continuous-decode-steps 4</code> and <code>--disable-custom-all-reduce</code>; its rate is not in "
-                    "the seed's records (shared/seeds), so the block has not been measured on its own, and that launch changed "
-                    "three other things at once.")
+def seed_next_launch() -> str:
+    """What the seed did next, said beside a first change that is the seed's NCCL block: its relaunch of SGLang
+    (``data/reference/seed-case.json``, ``next_sglang_launch``: the options it changed together with the block, and
+    its rate where the seed recorded one)."""
+    from .stated.figures import seed_case
+
+    launch = seed_case()["next_sglang_launch"]
+    opts = [f"<code>{html.escape(o)}</code>" for o in launch["options"]]
+    listed = ", ".join(opts[:-1]) + f" and {opts[-1]}" if len(opts) > 1 else "".join(opts)
+    rate = launch.get("single_stream_tok_s")
+    measured = (f"it ran {rate} tok/s single stream, with the block and the other changes together" if rate is not None
+                else f"its rate is {html.escape(launch.get('rate_note') or 'not recorded')} (shared/seeds), so the block "
+                     "has not been measured on its own")
+    return (f"The seed's next SGLang launch combined this NCCL block with {listed}; {measured}, and that launch changed "
+            f"{_WORDS.get(len(opts), len(opts))} other things at once.")
+
+
+_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 
 
 def likely_cause(projection: list[dict]) -> dict | None:
@@ -92,7 +105,7 @@ def seed_answer(whatifs: list[dict]) -> str:
                  f"recorded on an H200 (<code>data/runs/{e(str(ref))}</code>) carried to the seed's GPUs by datasheet ratios, and "
                  "all-reduce latencies published for other eight-GPU PCIe hosts; nothing was measured on the seed's host."))
     if f0 and f0.get("engine") == "sglang" and "NCCL" in str(f0.get("change")):
-        rows.append(("not yet tried alone", SEED_NEXT_LAUNCH))
+        rows.append(("not yet tried alone", seed_next_launch()))
     if f0:
         rows.append(("what settles it", f"On the seed's host, the change's own check, compared with the launch without it: "
                      f"<code>{e(f0['check_command'])}</code>; with <code>NCCL_DEBUG=INFO</code> the launch log names the protocol "

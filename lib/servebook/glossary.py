@@ -98,12 +98,26 @@ _LIST = [
        "A book run with <code>--profile NAME</code>: no GPU is used. Chapter 02 runs each engine's own backend-selection code "
        "with the GPU faked from the hardware profile; chapters 03 to 05 plan rather than measure; chapter 06 projects decode "
        "time from trace profiles recorded on another GPU. Its rates are predictions and say so."),
-    _t("reference", "reference book / reference run",
-       "The front page quotes one number per quantity: the reference book's, this project's reference H200 recording "
-       "(named on the front page; <code>servebook.shelf.REFERENCE_BOOKS</code>). Other books' numbers for the same configuration appear in its table "
-       "&ldquo;same configuration, other methods&rdquo;, with why each differs. In the what-if's tables, "
-       "<code>reference_run</code> names something else: the recording whose trace profiles the projection carries "
-       "(<code>h200x1-prof</code>)."),
+    _t("reference", "reference book",
+       "The book whose numbers the front page quotes, one number per quantity: this project's reference H200 recording "
+       "(named on the front page; <code>servebook.shelf.REFERENCE_BOOKS</code>). Other books' numbers for the same "
+       "configuration appear in its table &ldquo;same configuration, other methods&rdquo;, with why each differs. Only this "
+       "is called the reference book; the what-if's projection reads its decode-step profiles from the "
+       "<a href=\"#profile-run\">profile run</a>, and a recording unit is compared with another through its "
+       "<a href=\"#anchor\">anchor configuration</a>."),
+    _t("profile-run", "profile run (the projection's)",
+       "The recording whose decode-step profiles (trace profiles of model slices on an H200) the what-if book's chapter 06 "
+       "carries to another GPU: <code>data/runs/h200x1-prof</code> (<code>servebook.profile.seed.REFERENCE_PROFILE_RUN</code>; "
+       "its tables name it <code>reference_run</code>). It has no book of its own; chapter 06 shows the rows it uses."),
+    _t("anchor", "anchor configuration (of a recording unit)",
+       "A recording is made in units, each on one lent machine (its GPUs' identity; else the UTC day it was taken). Machines "
+       "differ, so rows of two units are never subtracted: each unit measures one configuration again, its anchor (in "
+       "<code>h200x1-ref</code>: SGLang with the Triton attention backend on the deepest INT4 slice, 12 MoE layers, over 2 "
+       "server starts), and rows of different units are compared only as ratios to their own unit's anchor "
+       "(<code>servebook.profile.machines.relative_to_reference</code>; the plans' field <code>reference</code>)."),
+    _t("reference-grid", "reference grid (chapter 04)",
+       "Chapter 04's all-reduce grid recorded on an H200 x2 host (<code>data/runs/h200x2-nccl</code>): every NCCL setting at "
+       "every message size, the grid a run's own (smaller) grid is read against. It is not the reference book."),
     _t("start", "start (server start)",
        "One launch of an engine's server: started, warmed up, measured, stopped. A rate moves between starts by more than "
        "within one, so an interval &ldquo;over N server starts&rdquo; (one mean per start, N &ge; 2) can separate two "
@@ -127,6 +141,19 @@ _LIST = [
        "NVIDIA's collective library, which the engines' all-reduces use unless they use a custom kernel. Its environment "
        "variables (<code>NCCL_PROTO</code>, <code>NCCL_ALGO</code>, <code>NCCL_P2P_LEVEL</code> ...) choose the protocol "
        "and path; <code>NCCL_DEBUG=INFO</code> prints what it chose."),
+    _t("nccl-protocols", "LL / LL128 / Simple (NCCL protocols)",
+       "The three ways NCCL moves data between GPUs, chosen by <code>NCCL_PROTO</code> (else by NCCL per message size and "
+       "topology). <em>LL</em> (low latency) sends 4 bytes of data with a 4-byte flag in each 8-byte store, so a receiver "
+       "polls the data itself: the lowest latency, half the bandwidth at most. <em>LL128</em> does the same per "
+       "128-byte line (120 bytes of data), near full bandwidth, and needs hardware that keeps such lines in order (NVLink); "
+       "<em>Simple</em> sends large chunks behind memory fences: the most bandwidth, the highest latency. A decode "
+       "all-reduce is a few kB, so latency decides."),
+    _t("seed-block", "seed block (the seed's NCCL block)", "SEED_BLOCK"),  # filled from servebook.nccl.e2e.SEED_ENV
+    _t("host-rule", "host rule", "HOST_RULE"),  # filled from servebook.profile.predict.HOST_RULES
+    _t("restart-spread", "restart spread",
+       "How far a rate moves from one <a href=\"#start\">server start</a> to the next, which is more than it moves within one "
+       "start. &ldquo;No difference beyond the restart spread&rdquo; says that two configurations' 95% intervals over server "
+       "starts overlap: they are not told apart (<code>servebook.findings.intervals.separated</code>)."),
 ]
 
 
@@ -144,7 +171,31 @@ def _seed_text() -> str:
             "and its write-ups are not taken as evidence.")
 
 
-_LIST = [Term(t.key, t.name, _seed_text()) if t.text == "SEED" else t for t in _LIST]
+def _seed_block_text() -> str:
+    """The seed block's definition, its settings read from ``servebook.nccl.e2e.SEED_ENV`` (never typed in here)."""
+    from .nccl.e2e import SEED_ENV
+
+    block = " ".join(f"{k}={v}" for k, v in SEED_ENV.items())
+    return ("The NCCL environment the seed launched vLLM with (copied from its systemd unit) and SGLang without: "
+            f"<code>{html.escape(block)}</code>. Chapter 04 measures each of its settings; the what-if projection gives "
+            "each engine the all-reduce latency of the environment it was launched with, and &ldquo;the seed's NCCL "
+            "block&rdquo; for SGLang is a candidate first change, not yet measured on the seed's host.")
+
+
+def _host_rule_text() -> str:
+    """The host rule's definition, from ``servebook.profile.predict`` (the rule the projection uses and its alternative)."""
+    from .profile.predict import HOST_RULE, HOST_RULES
+
+    other = "; ".join(f"&ldquo;{k}&rdquo;: {html.escape(v)}" for k, v in HOST_RULES.items() if k != HOST_RULE)
+    return ("How the what-if projection combines the host's time per decode step with the GPU's time: the rule "
+            f"&ldquo;{HOST_RULE}&rdquo;, {html.escape(HOST_RULES[HOST_RULE])}; the whole models of the "
+            f"<a href=\"#profile-run\">profile run</a> validated it (<code>servebook.profile.predict.HOST_RULE</code>). The "
+            f"bound beside it is {other}. The projection's row &ldquo;host beyond the GPU (host rule)&rdquo; is what the "
+            "rule adds to the GPU's time.")
+
+
+_FILL = {"SEED": _seed_text, "SEED_BLOCK": _seed_block_text, "HOST_RULE": _host_rule_text}
+_LIST = [Term(t.key, t.name, _FILL[t.text]()) if t.text in _FILL else t for t in _LIST]
 TERMS: dict[str, Term] = {t.key: t for t in _LIST}
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;line-height:1.5;padding:0 1em}
@@ -180,12 +231,14 @@ def write_glossary(directory: str | os.PathLike) -> Path:
 USES = {
     "mla": r"\bMLA\b", "ttft": r"\bTTFT\b", "tpot": r"\bTPOT\b", "itl": r"\bITL\b",
     "decode": r"\bprefill\b", "single-stream": r"\bsingle[- ]stream\b", "card": r"\bmodel cards?\b",
-    "slice": r"\bslices?\b", "seed": r"\bseed(?:'s)?\b", "graph": r"\bCUDA graphs?\b|\beager\b",
+    "slice": r"\bslices?\b", "seed-block": r"\bseed(?:'s NCCL)? block\b", "seed": r"\bseed(?:'s)?\b", "graph": r"\bCUDA graphs?\b|\beager\b",
     "host-bound": r"\bhost-bound\b", "gpu-idle": r"\b[Gg][Pp][Uu] idle\b", "teacher-forced": r"\bteacher-forced\b",
     "profile": r"\bhardware profile\b|\btrace profile\b|\bdecode-step profiles?\b", "what-if": r"\bwhat-if\b",
-    "reference": r"\breference (?:book|recording)\b", "start": r"\bserver starts?\b", "interval": r"\b95% interval\b",
+    "reference": r"\breference (?:book|recording)\b", "profile-run": r"\bprofile run\b",
+    "anchor": r"\banchor configuration\b", "reference-grid": r"\breference grid\b", "start": r"\bserver starts?\b", "interval": r"\b95% interval\b",
     "roofline": r"\broofline\b", "tp": r"\btensor[- ]parallel(?:ism)?\b", "all-reduce": r"\ball-reduces?\b",
-    "nccl": r"\bNCCL\b",
+    "nccl": r"\bNCCL\b", "nccl-protocols": r"\bLL128\b",
+    "host-rule": r"\bhost rule\b", "restart-spread": r"\brestart spread\b",
 }
 _USE = re.compile("|".join(f"(?P<{k.replace('-', '_')}>{v})" for k, v in USES.items()))
 # Text inside these elements is never linked: code, preformatted output, links, headings, the page's head, folded summaries.

@@ -27,8 +27,9 @@ def _number(value) -> bool:
 
 
 def failures_so_far(store: RunStore) -> int:
-    """How many failures the run has recorded (before a chapter runs: its own come after)."""
-    return len(store.rows("failures"))
+    """How many failure rows the run's file holds (before a chapter runs: its own come after). Every recording counts,
+    a repeat of an earlier one too (pages list it once): a chapter that fails again the same way names that cause."""
+    return len(store.rows("failures", executions="all"))
 
 
 def nothing_measured(store: RunStore, number: str, failures_before: int = 0, whatif: bool = False) -> str | None:
@@ -40,7 +41,7 @@ def nothing_measured(store: RunStore, number: str, failures_before: int = 0, wha
     rows = [r for r in store.rows(table) if all(r.get(k) == v for k, v in where.items())]
     if any(_number(r.get(field)) for r in rows):
         return None
-    causes = [f"{f.get('step')}: {f.get('error')}" for f in store.rows("failures")[failures_before:] if f.get("error")]
+    causes = [f"{f.get('step')}: {f.get('error')}" for f in store.rows("failures", executions="all")[failures_before:] if f.get("error")]
     causes += [f"{r.get('engine', '')} {r.get('attention', '')}: {r.get('error')}".strip() for r in rows if r.get("error")]
     first = causes[0] if causes else "the chapter recorded no failure (its page shows what it did)"
     return f"{PREFIX}: {missing}; first cause: {first}"

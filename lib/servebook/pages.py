@@ -5,6 +5,7 @@ the parameters the run used, chapter 06's verdict first, "run this yourself", an
     merge_parameters(nb)                        # one parameters cell showing those values (secrets masked)
     verdict_first(nb)                           # chapter 06: "## The verdict" and its output moved up to the title
     run_yourself(nb, manifest, "04", run_dir)   # the Markdown cell with the commands for this chapter
+    link_present_chapters(page, {"01_detect_capabilities", ...})   # a link to a chapter the book lacks: its text, said so
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parameters_used", "merge_parameters", "verdict_first", "run_yourself", "commands", "banner_html", "figure_alts", "index_frame", "GIVEN_ONLY"]
+__all__ = ["parameters_used", "merge_parameters", "verdict_first", "run_yourself", "commands", "banner_html", "figure_alts", "index_frame",
+           "link_present_chapters", "GIVEN_ONLY"]
 
 # Parameters servebook gives every chapter itself: never part of a command a reader types.
 GIVEN_ONLY = ("run_dir", "measure")
@@ -248,3 +250,17 @@ def banner_html(superseded_by: str | None) -> str:
     return (f'<div class="sb-superseded" id="sb-superseded">An earlier recording, kept as evidence: its numbers are superseded '
             f'by the reference book <a href="../{s}/index.html">{s}</a>. Where both measured the same configuration, the '
             f'<a href="../index.html#same-configuration">front page\'s table</a> says why their numbers differ.</div>')
+
+
+_CHAPTER_LINK = re.compile(r'<a\s+href="(0\d_[\w-]+)\.html(?:#[^"]*)?"[^>]*>(.*?)</a>', re.S)
+
+
+def link_present_chapters(page: str, present: set[str]) -> str:
+    """``page`` with each link to a chapter page of its own book that the book lacks (a book recorded without chapters
+    02 and 04 still carries "Next: 04. Tune NCCL" and chapter 06's "(ch. 04)") replaced by the link's text and
+    "(not in this book)": a reader never follows a link to a page that is not there. ``present``: the stems of the
+    chapters the book has (``01_detect_capabilities``)."""
+    def unlink(m: re.Match) -> str:
+        return m.group(0) if m.group(1) in present else f'{m.group(2)} <small class="sb-absent">(not in this book)</small>'
+
+    return _CHAPTER_LINK.sub(unlink, page)

@@ -285,9 +285,11 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             banner = f'<div class="sb-failed" id="sb-failed">This chapter failed in this run: {why}{where}</div>'
         nav = _NAV_CSS + _nav(prev, nxt, chapter.title, shelved) + superseded + banner + boxes.get(chapter.stem[:2], "")
         body = glossary.link_first_uses(re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav, body, count=1))
+        body = pages_frame.link_present_chapters(body, {c.stem for c, _ in pages})
         body = _shared_stylesheet(mask_known(body), out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
-    index = pages_frame.index_frame(_index_html(store, pages, status, errors), superseded, shelved)
+    index = pages_frame.link_present_chapters(pages_frame.index_frame(_index_html(store, pages, status, errors), superseded,
+                                                                      shelved), {c.stem for c, _ in pages})
     (out / "index.html").write_text(mask_known(glossary.link_first_uses(index)), encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
     return out / "index.html"

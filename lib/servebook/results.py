@@ -182,7 +182,8 @@ class RunStore:
         A run id executed again (``servebook book --again``) keeps every execution's rows, each with its ``execution``;
         ``executions="standing"`` gives what stands now: of a table recorded whole per execution (chapter 01's facts) the
         latest execution's rows, of a table with one row per configuration (``backends``) the latest execution's row of
-        each, and never the same row twice (``executions="all"``: every row as recorded)."""
+        each, of table ``failures`` each distinct failure once (its latest recording), and never the same row twice
+        (``executions="all"``: every row as recorded)."""
         out = self._read(table, withdrawn)
         return _standing_executions(table, out) if executions == "standing" else out
 
@@ -339,6 +340,11 @@ _ONE_ROW_PER = {"backends": ("engine", "attention", "mode"), "backends_not_run":
                 "roofline": ("chapter", "case"), "bench_sweep_stops": ("label", "stopped_before"),
                 "allreduce": ("setting", "path", "mode", "bytes", "backend", "device")}
 
+# Tables whose rows say that something happened, not what was measured: the same row recorded again by a re-execution
+# (chapter 02 asking again a what-if that fails the same way) stands once, its latest. Each recording stays in the file
+# (``executions="all"``: what ``measured.nothing_measured`` reads to name a cause a chapter hit again).
+_EACH_ONCE = {"failures"}
+
 
 def _standing_executions(table: str, rows: list[dict]) -> list[dict]:
     """``rows`` as they stand across executions (``RunStore.rows``), each distinct row once. A row without ``execution``
@@ -353,10 +359,10 @@ def _standing_executions(table: str, rows: list[dict]) -> list[dict]:
         for r in rows:
             latest[ident(r)] = max(latest.get(ident(r), 0), ex(r))
         rows = [r for r in rows if ex(r) == latest[ident(r)]]
-    if table not in _WHOLE_PER_EXECUTION and table not in _ONE_ROW_PER:
+    if table not in _WHOLE_PER_EXECUTION and table not in _ONE_ROW_PER and table not in _EACH_ONCE:
         return rows
     seen, out = set(), []
-    for r in reversed(rows):  # the same row recorded twice (a re-run before rows carried their execution): its last, once
+    for r in reversed(rows):  # the same row recorded twice (a re-run, or before rows carried their execution): its last, once
         key = json.dumps({k: v for k, v in r.items() if k not in ("recorded_at", "execution")}, sort_keys=True) if isinstance(r, dict) else r
         if key not in seen:
             seen.add(key)

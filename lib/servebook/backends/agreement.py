@@ -30,12 +30,10 @@ Request formats, one per engine (``REQUESTS``):
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from typing import Callable
 
 from ..errors import ServebookError
+from ._http import post_json
 
 __all__ = ["TOLERANCE", "TOP_K", "MIN_AGREEMENT", "MAX_RESTARTS", "REQUESTS", "prompt_ids", "decode", "reference_decodes",
            "decode_agreement", "compare_decodes", "DecodeUnsupported"]
@@ -61,18 +59,12 @@ def prompt_ids(tokenizer, prompts: list[str]) -> list[list[int]]:
     return [list(tokenizer(p)["input_ids"]) for p in prompts]
 
 
+_UNSUPPORTED = (400, 404, 405, 422, 501)  # statuses that mean "this server has no such request", not a failure of it
+
+
 def _post(url: str, body: dict, timeout: float) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:300]
-        if exc.code in (400, 404, 405, 422, 501):
-            raise DecodeUnsupported(f"{url} answered HTTP {exc.code}: {detail}") from exc
-        raise ServebookError(f"{url} answered HTTP {exc.code}: {detail}") from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ServebookError(f"{url} gave no answer ({type(exc).__name__}: {exc}); the server may have died, see its log") from exc
+    return post_json(url, body, timeout,
+                     lambda code, message: (DecodeUnsupported if code in _UNSUPPORTED else ServebookError)(message))
 
 
 def _token_id(key) -> int:

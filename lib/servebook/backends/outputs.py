@@ -10,11 +10,8 @@ The decode-path check (token ids in, token ids out) is ``agreement``; the verdic
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 from ..errors import ServebookError
+from ._http import post_json as _post
 from .agreement import MIN_AGREEMENT
 
 # A fixed, seeded prompt set: the same for every backend and engine.
@@ -24,18 +21,6 @@ PROBE_PROMPTS = [
     "Attention backends differ in",
     "In 1969, the first",
 ]
-
-
-def _post(url: str, body: dict, timeout: float) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:400]
-        raise ServebookError(f"{url} answered HTTP {exc.code}: {detail}") from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:  # reset, refused, timed out, a torn answer
-        raise ServebookError(f"{url} gave no answer ({type(exc).__name__}: {exc}); the server may have died, see its log") from exc
 
 
 def greedy_completions(base_url: str, model: str, prompts: list[str], max_tokens: int, timeout: float = 120) -> list[str]:

@@ -127,14 +127,24 @@ def plot_rates(table):
     ax.barh(plot["label"], plot["decode_tok_s"], xerr=[low, list(ci)],
             color=["tab:blue" if o == "ok" else "tab:red" for o in plot["outcome"]])
     ax.set_xlim(left=0)
-    over = sorted({str(x) for x in column("ci_over", "one server start")})
-    fig_.sb_caption = (f"Chapter 03: single-stream decode rate (tok/s) of each attention backend forced, {len(plot)} starts "
-                       f"drawn; bars: 95% interval ({', '.join(over)}), cut at zero; red: output not ok")
+    fig_.sb_caption = _caption(plot, column)
     ax.invert_yaxis()
     ax.set_xlabel("decode tok/s, single stream (bars: 95% interval; red: not ok)")
     ax.set_title("each attention backend that started, forced")
     fig_.tight_layout()
     return fig_
+
+
+def _caption(plot, column) -> str:
+    """The figure's caption, counted from what it draws: one bar per configuration (engine, backend, mode), the mean of
+    its server starts' rates, so the starts are those bars' starts (``start_rates``; a row recorded before starts were
+    counted, one)."""
+    rates = column("start_rates", None).loc[plot.index]
+    starts = sum(len(v) if isinstance(v, list) and v else 1 for v in rates)
+    over = sorted({str(x) for x in column("ci_over", "one server start").loc[plot.index]})
+    return (f"Chapter 03: single-stream decode rate (tok/s) of each attention backend forced: {len(plot)} configurations "
+            f"(engine, backend, mode) drawn, each bar the mean over its server starts ({starts} starts in all); whiskers: 95% "
+            f"interval ({', '.join(over)}), cut at zero; red: output not ok")
 
 
 def _rate(r: dict) -> str:

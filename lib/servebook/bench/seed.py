@@ -112,7 +112,7 @@ def _seed_rows(store, reported: dict, rows: list, *, seed_model: str, seed_profi
 def _seed_lines(seed_model: str, seed_profile: str, seed_tp: int, *, arch: dict, avg: dict, bound: dict, rule, n_ar: int, tagged: list,
                 floors: list, settings: list, crossover_us: float) -> list[str]:
     """The seed case on paper in Markdown bullets, every figure tagged: recomputed from data/models, data/hardware and the
-    reference run."""
+    reference grid (chapter 04's data/runs/h200x2-nccl)."""
     from ..stated import q
 
     sub = bound["subject"]

@@ -213,7 +213,7 @@ class Reference:
 
 
 def load_reference(ref_answer: dict) -> Reference:
-    """The reference run (``data/runs/h200x2-nccl``) with its batch-1 graph latencies per setting and path."""
+    """The reference grid (``data/runs/h200x2-nccl``) with its batch-1 graph latencies per setting and path."""
     store = figures.reference_store()
     ar, std = store.table("allreduce"), figures.standard_rows(store)
     used = store.table("nccl_used")
@@ -394,7 +394,7 @@ def found_lines(store: RunStore, answer: str, e2e, r: Reference, pred_tbl, rec_p
             err = " ".join(str(c.get("error")).split())  # whole, tagged as its row's text (chapter_error)
             lines.append(f"- An execution of this chapter stopped in this run: "
                          f"{q('chapter_error', err, of=c['chapter'] + ' | ' + str(c.get('recorded_at')))}")
-    lines += ["", f"**The reference run** (`data/runs/{REFERENCE_NCCL_RUN}`, its host, not this one)", ""]
+    lines += ["", f"**The reference grid** (`data/runs/{REFERENCE_NCCL_RUN}`, its host, not this one)", ""]
     ratio = r.checks.get(f"{r.mix_name} over nccl-tests default")
     if ratio is not None:
         lines.append(f"- {_b1(r)} B (batch 1): NCCL's default graph-replayed all-reduce took {_ref(r, 'default')} us, "
@@ -441,11 +441,11 @@ def questions(here: dict, r: Reference, hidden: int) -> list[tuple[str, str]]:
         mine = f"`{pick}`" + (f" at {q('allreduce_us', us, ',.1f')} us per all-reduce at "
                               f"{q('nccl_fact', here['b1_bytes'], 'd', of='b1_bytes')} B" if us is not None else "")
         qa = [("Which NCCL setting does this run's own grid pick for the batch-1 decode message, and why not simply copy the "
-               "reference run's pick?", f"{mine} ({q('nccl_fact', here.get('reason'), of='reason')})"
+               "reference grid's pick?", f"{mine} ({q('nccl_fact', here.get('reason'), of='reason')})"
                + (", but its gain is within the run-to-run spread between two recordings of the grid, so no setting is supported: "
                   "keep NCCL's defaults" if here.get("within_spread") else "")
                + ". A grid's pick is a property of its host (links, NCCL "
-               "version, topology): the reference run's is measured on its H200 x2, this one here; and either stays a prediction "
+               "version, topology): the reference grid's is measured on its H200 x2, this one here; and either stays a prediction "
                "until the engine at TP>1 is measured faster with it (end to end above).")]
     elif here:
         qa = [("This run measured all-reduce with gloo on the CPU. What can you conclude about NCCL from it?",

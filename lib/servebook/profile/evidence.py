@@ -1,4 +1,4 @@
-"""The evidence the seed verdict rests on, shown where it is cited: the reference profile run's tables (it has no book of
+"""The evidence the seed verdict rests on, shown where it is cited: the profile run's tables (it has no book of
 its own) and the kernel excerpts of the slices the projection subtracts (what-if book, chapter 06).
 
     ev = reference_evidence()              # the run servebook.profile.seed.REFERENCE_PROFILE_RUN names
@@ -50,7 +50,7 @@ def _top_kernels(path: Path, label: str, n: int) -> list[dict]:
 
 
 def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
-    """The reference profile run's rows the seed verdict uses (see the module's docstring); empty lists where the run
+    """The profile run's rows the seed verdict uses (see the module's docstring); empty lists where the run
     is missing."""
     from ..results import RunStore
     from .slices import recorded_day, select_slices

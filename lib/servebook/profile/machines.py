@@ -2,12 +2,12 @@
 
     ident = machine_identity()              # {"machine": "gpu-1f0c...", "machine_gpus": 1, "machine_gpu_name": "NVIDIA H200"}
     require_one_machine(rows, "the per-layer difference")     # MachineMismatch where the rows come from two machines
-    relative_to_reference(rows, value="busy_ms")               # each row / its own machine's reference configuration
+    relative_to_reference(rows, value="busy_ms")               # each row / its own machine's anchor configuration
 
 Per-step kernels differ between machines of one kind (the LM head's GEMV: a median of 516.8 us on one H200, 531.6 us
 on another), so a difference between two slices measured on two machines books the machines' difference as a layer.
 Every recorded row therefore carries ``machine``: a hash of the sorted set of its GPUs' UUIDs (NVML). Rows of different
-machines are never subtracted; they are compared only through their ratio to a reference configuration measured on
+machines are never subtracted; they are compared only through their ratio to an anchor configuration (rows marked ``reference``) measured on
 each machine (:func:`relative_to_reference`). Rows recorded before identities were kept carry none: they are
 subtracted only within their own run (``run_id``), never across runs.
 """
@@ -66,7 +66,7 @@ def require_one_machine(rows: Iterable[dict], what: str) -> str | None:
     if len(known) > 1:
         by = {m: [_describe(r) for r in rows if r.get("machine") == m][:2] for m in sorted(known)}
         raise MachineMismatch(f"{what}: the rows come from {len(known)} machines ({by}); a difference between machines "
-                              "books their per-step kernels as the quantity: compare them through each machine's reference "
+                              "books their per-step kernels as the quantity: compare them through each machine's anchor "
                               "configuration (relative_to_reference), or measure both on one machine")
     if known and None in machines:
         raise MachineMismatch(f"{what}: rows of machine {next(iter(known))} mixed with rows that carry no machine identity "
@@ -89,14 +89,14 @@ def relative_to_reference(rows: Iterable[dict], *, value: str, is_reference=lamb
     for r in rows:
         if is_reference(r) and r.get(value) is not None:
             if r.get("machine") is None:
-                raise MachineMismatch(f"reference row {_describe(r)} carries no machine identity")
+                raise MachineMismatch(f"anchor row {_describe(r)} carries no machine identity")
             refs.setdefault(r["machine"], []).append(float(r[value]))
     out = []
     for r in rows:
         m = r.get("machine")
         if m not in refs:
-            raise MachineMismatch(f"{_describe(r)}: no reference configuration measured on its machine ({m}); a unit "
-                                  "without its reference row cannot be compared with other units")
+            raise MachineMismatch(f"{_describe(r)}: no anchor configuration measured on its machine ({m}); a unit "
+                                  "without its anchor row cannot be compared with other units")
         ref = sum(refs[m]) / len(refs[m])
         out.append({**r, f"{value}_ratio": float(r[value]) / ref if r.get(value) is not None else None,
                     "reference_value": ref})

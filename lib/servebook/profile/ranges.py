@@ -120,7 +120,7 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
                      "backend on the same slices. vLLM: the seed's version is not stated; 0.26.0's kernels are kept"))
     rows.append(_row("bandwidth ratio", "H200 measured read bandwidth", _moved(src, central, lat, backends, bandwidth="measured"),
                      "central: datasheet over datasheet (H200 4.8 TB/s, RTX PRO 6000 1.792 TB/s); the end: the H200's "
-                     "measured read bandwidth (table memory_bandwidth of the reference run) over the datasheet"))
+                     "measured read bandwidth (table memory_bandwidth of the profile run) over the datasheet"))
     return rows
 
 

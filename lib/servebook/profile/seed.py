@@ -68,9 +68,9 @@ SEED_TABLES = ("seed_projection", "seed_fixes", "seed_assumptions", "seed_range"
 
 
 def seed_tables(store, reference=None) -> dict:
-    """Every table of the seed verdict, computed from the reference run's profiles and the data files (nothing written):
+    """Every table of the seed verdict, computed from the profile run's profiles and the data files (nothing written):
     ``{table: rows}`` for ``SEED_TABLES``. ``reference``: the run directory of the H200 profiles (default
-    ``REFERENCE_PROFILE_RUN``; the reference recording of the INT4 slices replaces it by that name alone)."""
+    ``REFERENCE_PROFILE_RUN``; the recording of the INT4 slices, h200x1-ref, replaces it as the profile run by that name alone)."""
     from ..results import RunStore
     from ..cards import load_card
     from ..stated.figures import seed_case
@@ -193,7 +193,7 @@ _ALTERNATIVES = {"sglang": "flashinfer"}
 
 def _alternatives(store, reference, versions: dict) -> dict:
     """``ranked_fixes``' attention alternatives: the backend's measured H200 profile carried by the attention rule where
-    the reference run holds one (with what is still assumed: that it runs on the seed's GPU at all, and as on the H200),
+    the profile run holds one (with what is still assumed: that it runs on the seed's GPU at all, and as on the H200),
     else the old labelled assumption (as fast as the other engine's projected attention)."""
     from ..results import RunStore
     from .fixes import measured_alternative
@@ -280,7 +280,7 @@ def seed_allreduce_share() -> float:
 def profiles_sentence(store) -> str:
     """What would explain the seed's gap beyond the attention choice, said only from profiles a table holds: this run's
     decode-step profiles (``profile_runs`` with both engines' ``decode_breakdown``: chapter 06 reads them), or, in a book
-    of the seed case, the H200 profiles chapter 06 projects onto its GPUs (the reference run's ``profile_runs``, the
+    of the seed case, the H200 profiles chapter 06 projects onto its GPUs (the profile run's ``profile_runs``, the
     rule chapter 06 applies); otherwise which run and chapter measure it."""
     from ..paths import data_dir
     from .tables import engine_difference, latest_ok

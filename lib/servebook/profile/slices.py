@@ -17,7 +17,7 @@ __all__ = ["recorded_day", "recording_unit", "select_slices"]
 
 def recorded_day(row: dict | None) -> str | None:
     """The UTC day a profile was taken (``taken_at``, epoch seconds): the recording session it belongs to. The lent
-    machines of one reference run change between days, so two slices are subtracted only where their days agree."""
+    machines of one profile run change between days, so two slices are subtracted only where their days agree."""
     from datetime import datetime, timezone
 
     if not row or row.get("taken_at") is None:

@@ -47,7 +47,7 @@ def _cause(tables: dict) -> str:
     s, v = comm.get("sglang"), comm.get("vllm")
     f0 = _first(tables["seed_fixes"])
     if s is None or v is None or f0 is None:
-        return "**Likely cause:** not projected - the reference run lacks a profile this verdict needs."
+        return "**Likely cause:** not projected - the profile run lacks a profile this verdict needs."
     block = " ".join(f"{k}={val}" for k, val in SEED_ENV.items())
     lines = [
         f"**Likely cause (a hypothesis, predicted from published figures, not measured on that host): SGLang's all-reduce.** "
@@ -103,11 +103,11 @@ def _range_line(tables: dict) -> str:
                   if r.get("seed_inside") is False)
         + " The point takes every assumption at its central value; the range takes "
         "all of them together at the ends that shorten or lengthen the time (table `seed_assumptions` moves each alone). "
-        "Host time follows one rule, the one the whole models of the reference run validated: a step takes the longer of "
+        "Host time follows one rule, the one the whole models of the profile run validated: a step takes the longer of "
         "the host's time and the GPU's (the serial rule, host idle added, is the bound in the table). Each per-layer "
         "difference is taken between two slices recorded in one run on one machine (here one day each: " + ", ".join(days)
-        + "; the lent machine changed between days, so no row is subtracted across them); a reference recording of the INT4 slices replaces "
-        f"`{ref}` by name (`servebook.profile.seed.REFERENCE_PROFILE_RUN`)."
+        + "; the lent machine changed between days, so no row is subtracted across them); a recording of the INT4 slices (`h200x1-ref`) replaces "
+        f"`{ref}` as the profile run by name (`servebook.profile.seed.REFERENCE_PROFILE_RUN`)."
         + (" Taken across machines, since no pair of one machine exists (a measurement on one machine settles them): "
            + "; ".join(f"`{c}`" for c in cross) + "." if cross else ""))
 
@@ -177,7 +177,7 @@ def verdict_markdown(tables: dict) -> str:
 
     if not tables.get("seed_range") or not tables.get("seed_comm"):
         return ("**Verdict:** not projected - the H200 profiles of both engines' Triton MLA backends are missing from the "
-                "reference run; the seed's gap stays unexplained here.")
+                "profile run; the seed's gap stays unexplained here.")
     tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
     parts = [_cause(tables), _range_line(tables), _parts_line(tables)]
     if "sglang" in tot and "vllm" in tot:

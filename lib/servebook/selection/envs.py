@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..engines.envs import (EngineEnv, _env_dir, _meta_path, _package_dir, _wheel_requires, available_versions, engine_cuda,
-                           resolve_engine)
-from ..engines.envs import parse_engine_spec  # noqa: F401 (handed on: chapter 03's notebook imports it from here)
+                           parse_engine_spec, resolve_engine)
 from ..errors import EngineError
 from ..interpreters import GPU_ONLY
 from ..interpreters import SELECTION_LIBS as _SELECTION_LIBS

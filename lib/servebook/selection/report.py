@@ -14,7 +14,7 @@ from ..stated import q
 from . import figures
 from ..profile.seed import profiles_sentence  # noqa: F401 - chapter 01 calls it from here
 
-__all__ = ["UNTAGGED", "SELECTION_FIELDS", "show", "selection_row", "append_once", "ask", "print_seed_pair", "print_decode_path", "matrix_tables", "plot_matrix",
+__all__ = ["UNTAGGED", "SELECTION_FIELDS", "show", "selection_row", "append_once", "ask", "print_seed_pair", "print_decode_path", "matrix_tables", "matrix_caption", "plot_matrix",
            "print_disagreements", "print_diff", "found_lines", "questions", "sites_sentence", "profiles_sentence"]
 
 UNTAGGED = {
@@ -137,10 +137,24 @@ def matrix_tables(store, specs, profiles: list[str]) -> dict:
         df["cell"] = [f"{b}" if m == "dynamic" else ("(static)" if m == "static" else "(error)")
                       for b, m in zip(df["attention_backend"], df["method"])]
         tables[spec] = df.pivot_table(index="model", columns="gpu", values="cell", aggfunc="last").reindex(columns=profiles)
-        print(f"\n{spec}: attention backend by model x GPU ((static): the engine's resolution does not decide it here)")
+        print("\n" + matrix_caption(spec, [c for c in tables[spec].values.ravel() if isinstance(c, str)]))
         print(tables[spec].to_string())
         print(df[["gpu", "model", "attention_backend", "moe_runner_backend", "decided_by"]].to_string(index=False))
     return tables
+
+
+def matrix_caption(spec: str, cells: list[str]) -> str:
+    """The caption over one engine version's matrix: what its cells are, counted. A cell is the backend the engine's own
+    resolution code returned when run here (dynamic), or "(static)" where that code did not decide it, or "(error)"
+    where the what-if failed (``matrix_tables`` writes them)."""
+    n, static, error = len(cells), cells.count("(static)"), cells.count("(error)")
+    parts = [f"{n - static - error} of {n} cells the backend the engine's own selection code returned, run here with the GPU "
+             "faked (dynamic)"]
+    if static:
+        parts.append(f"{static} \"(static)\": that code did not decide the cell, only the reading of its source covers it")
+    if error:
+        parts.append(f"{error} \"(error)\": the what-if failed (table failures)")
+    return f"{spec}: attention backend by model x GPU; " + "; ".join(parts)
 
 
 def plot_matrix(tables: dict, n_models: int):

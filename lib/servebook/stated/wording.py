@@ -134,12 +134,24 @@ def _row_label(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradi
     return out
 
 
+# "reference" said of something other than the glossary's reference book (or chapter 04's reference grid): the
+# projection's profile run (h200x1-prof) and a recording unit's anchor configuration have their own terms
+_OTHER_REFERENCE = re.compile(r"\breference (?:run|profile run|configuration|row)s?\b", re.I)
+
+
 def _term(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
     """"gpu idle" given a second meaning: chapter 05 defines it as the time inside a profiled step when no kernel runs;
     a projection table (its categories include "communication": a tensor-parallel step) that names its host-rule row
-    "gpu idle" gives the same words to what the host adds beyond the GPU."""
+    "gpu idle" gives the same words to what the host adds beyond the GPU. And "reference" given a second meaning: a
+    "reference run" or "reference configuration" beside the reference book (the glossary's profile run, anchor
+    configuration, reference grid)."""
     out = []
     for page in pages:
+        said = next((m.group(0) for b in seen[page].blocks for m in [_OTHER_REFERENCE.search(b)] if m), None)
+        if said:
+            out.append(Contradiction("term", page, f"'{said}': 'reference' is the reference book; the projection's run is "
+                                     "the profile run, a unit's re-measured configuration its anchor configuration, "
+                                     "chapter 04's grid the reference grid (glossary)"))
         for header, rows in seen[page].tables:
             first = {next((c for c in r if c.strip()), "").strip().lower() for r in rows}
             if "gpu idle" in first and "communication" in first and {"sglang", "vllm"} <= {h.strip() for h in header}:
