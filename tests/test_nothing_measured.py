@@ -8,6 +8,7 @@ Chapter 04 starts no server: each torchrun launch of its grid is given one secon
 to import, so every launch is killed and recorded.
 """
 
+import json
 import os
 import shutil
 import stat
@@ -135,3 +136,18 @@ def test_a_failure_recorded_again_is_listed_once_and_a_chapter_hitting_it_again_
     # a chapter that measured nothing and hit only failures recorded before still names its first cause
     assert nothing_measured(store, "03", before).endswith(f"first cause: {listed[0]['step']}: {listed[0]['error']}")
     assert failures_so_far(store) == before + 7
+
+
+def test_the_seed_comparison_recorded_again_stands_once_and_the_last_stays_last(tmp_path):
+    """Chapter 02 writes its seed comparison at every execution: the what-if book's file holds 8 rows of 2 distinct
+    verdicts; the standing view lists each once, and the row the pages read (the last) is the file's last."""
+    run = tmp_path / "whatif"
+    run.mkdir()
+    for name in ("manifest.json", "seed_comparison.jsonl"):
+        shutil.copy(WHATIF / name, run / name)
+    store = RunStore(run)
+    every = store.rows("seed_comparison", executions="all")
+    standing = store.rows("seed_comparison")
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("recorded_at", "execution")}  # noqa: E731
+    assert len(every) > len(standing) == len({json.dumps(strip(r), sort_keys=True) for r in every})
+    assert strip(standing[-1]) == strip(every[-1])

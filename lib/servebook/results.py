@@ -343,7 +343,7 @@ _ONE_ROW_PER = {"backends": ("engine", "attention", "mode"), "backends_not_run":
 # Tables whose rows say that something happened, not what was measured: the same row recorded again by a re-execution
 # (chapter 02 asking again a what-if that fails the same way) stands once, its latest. Each recording stays in the file
 # (``executions="all"``: what ``measured.nothing_measured`` reads to name a cause a chapter hit again).
-_EACH_ONCE = {"failures"}
+_EACH_ONCE = {"failures", "seed_comparison"}  # recorded again by each execution of a chapter (02): the same row stands once
 
 
 def _standing_executions(table: str, rows: list[dict]) -> list[dict]:

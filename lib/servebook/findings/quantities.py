@@ -297,7 +297,7 @@ _HOST = [  # chapter 01's host as chapter 06's host line reads it, the method's 
              lambda store: {str(i): w for i, w in enumerate(_probe(store).get("warnings") or [])}, files=("probe.json",)),
     Quantity("method_constant", "a constant of the method, read from the code (servebook.backends.agreement.TOLERANCE, MIN_AGREEMENT; "
              "servebook.bench.ceiling.ENGINE_REGIME, BOUND_AT; servebook.nccl.predict.NOISE)", _method),
-    Quantity("failures_recorded", "rows of the run's failures table", lambda store: {None: len(store.rows("failures"))},
+    Quantity("failures_recorded", "failures the run recorded, a failure recorded again counted once (the failures table's standing view)", lambda store: {None: len(store.rows("failures"))},
              tables=("failures",)),
     Quantity("failures_distinct", "distinct recorded failures (by error text; findings.failures)",
              lambda store: {None: len(failures(store))}, tables=("failures",)),
