@@ -14,7 +14,7 @@ def test_chapter_03_counts_configurations_and_the_server_starts_they_took():
     started twice (its `starts` parameter). The page names the rows configurations, not starts, and states the server
     starts they took, tagged and recomputed by the registry."""
     from servebook.backends.report import found_lines, starts_table
-    from servebook.findings.intervals import starts_of
+    from servebook.stated.intervals import starts_of
     from servebook.stated import stated_on
     from servebook.quantities import QUANTITIES, pick
 

@@ -180,8 +180,8 @@ def _over(starts, quantity: str, of: str) -> str:
 
 def _between(a_name: str, a: tuple, b_name: str, b: tuple) -> str:
     """Whether ``a`` (mean, 95% half-width, starts) is ahead of ``b`` beyond the intervals: chapter 06's rule
-    (:func:`servebook.findings.intervals.separated`), said without a verdict where the intervals cannot give one."""
-    from .findings.intervals import _overlap
+    (:func:`servebook.stated.intervals.separated`), said without a verdict where the intervals cannot give one."""
+    from .stated.intervals import _overlap
 
     (ma, ea, na), (mb, eb, nb) = a, b
     if _overlap(ma, ea or 0.0, mb, eb or 0.0):

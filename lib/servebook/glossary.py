@@ -153,7 +153,7 @@ _LIST = [
     _t("restart-spread", "restart spread",
        "How far a rate moves from one <a href=\"#start\">server start</a> to the next, which is more than it moves within one "
        "start. &ldquo;No difference beyond the restart spread&rdquo; says that two configurations' 95% intervals over server "
-       "starts overlap: they are not told apart (<code>servebook.findings.intervals.separated</code>)."),
+       "starts overlap: they are not told apart (<code>servebook.stated.intervals.separated</code>)."),
 ]
 
 

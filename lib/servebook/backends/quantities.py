@@ -3,7 +3,7 @@ its engine's default (registered into ``servebook.stated.registry``; ``servebook
 
 from __future__ import annotations
 
-from ..findings.intervals import _num, starts_of
+from ..stated.intervals import _num, starts_of
 from ..stated.registry import Quantity, pairs, pct, register
 from ..stated.text import marked
 from . import agreement, figures

@@ -88,7 +88,7 @@ def candidates_for(eng, backends: str, smoke: bool = False, host=None) -> tuple[
 
 def starts_table(store, names: list[str]):
     """Table ``backends`` for these engines, with each start's rate (``start_rates``) and what its interval covers."""
-    from ..findings import ONE_START
+    from ..stated.intervals import ONE_START
 
     table = store.table("backends")
     table = table[table["engine"].isin(names)] if len(table) else table
@@ -153,7 +153,7 @@ def _rate(r: dict) -> str:
 
 
 def _vs(r: dict, a: dict) -> str:
-    from ..findings import separated, starts_of
+    from ..stated.intervals import separated, starts_of
 
     if fig.row_key(a) == _default_key(r):  # against its engine's default in the same mode: chapter 06's comparison
         tags = {"of": fig.row_key(r)}
@@ -297,7 +297,8 @@ def _agreements(rows, field: str, kind: str, positions: bool = False) -> str:
 
 def questions(store, names: list[str], table) -> list[tuple[str, str]]:
     """Chapter 03's 'Check yourself' questions, answered from this run."""
-    from ..findings import backends, fastest_correct
+    from ..findings import backends
+    from ..stated.intervals import fastest_correct
 
     qa: list[tuple[str, Any]] = []
     rep = table[["engine", "attention", "mode", "reported", "outcome"]].fillna("-") if "reported" in table else None

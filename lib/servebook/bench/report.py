@@ -291,7 +291,7 @@ def _rates(store, m: dict, runs: int, measured_t: list[dict]) -> list[str]:
 
 def _side_by_side(measured_t: list[dict]) -> list[str]:
     """Engines side by side: chapter 06's one comparison, each against the first engine measured."""
-    from ..findings import separated
+    from ..stated.intervals import separated
     from ..stated import q
 
     lines = []

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from .claims import Findings, collect, what_we_found
 from .compare import across_runs, compare_markdown, compare_runs, register
-from .intervals import ONE_START, interval_of, separated, starts_of
+from ..stated.intervals import ONE_START, fastest_correct, interval_of, separated, starts_of
 from .methods import bench_method, default_methods, method_differences, model_of_launch, say_default_methods
 from .launch import launch_commands
 from .links import (H_BACKENDS_FOUND, H_BENCH, H_ENGINES, H_HOST, H_NCCL, H_NCCL_PRED, H_ROOF, H_SELECTION,  # noqa: F401
                     H_SELECTION_FOUND, H_SWEEP, H_SWEEP_C, Claim, anchor, link)
 from .questions import check_yourself, check_yourself_markdown, whatif_questions
-from .tables import backends, failures, fastest_correct, host_summary, nccl, open_run, selection, throughput, tp_end_to_end, versions_read
+from .tables import backends, failures, host_summary, nccl, open_run, selection, throughput, tp_end_to_end, versions_read
 
 __all__ = [
     "Claim", "Findings", "anchor", "link", "collect", "host_summary", "selection", "backends", "nccl", "throughput", "tp_end_to_end", "separated",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..results import RunStore
-from .intervals import ONE_START, _num
+from ..stated.intervals import ONE_START, _num
 from ..stated.text import clip, marked
 from .launch import launch_commands
 from .links import (H_BACKENDS_FOUND, H_BENCH, H_ENGINES, H_HOST, H_NCCL, H_NCCL_PRED, H_SELECTION, H_SELECTION_FOUND,
@@ -126,7 +126,7 @@ def _selection_claims(f: Findings) -> list[Claim]:
 def _backend_claims(f: Findings) -> list[Claim]:
     """Chapter 03: the fastest correct backend against the default, and what failed or did not run."""
     from ..stated.tags import q
-    from .tables import fastest_correct
+    from ..stated.intervals import fastest_correct
 
     c: list[Claim] = []
     for b in f.backends:
@@ -149,7 +149,7 @@ def _backend_claims(f: Findings) -> list[Claim]:
         if b["change_supported"]:
             c.append(Claim("03", best + f": faster beyond both 95% intervals over {n_s} server starts, a change is supported", H_SWEEP))
         elif str(b.get("best", "")).startswith("auto") and b.get("others"):
-            from .intervals import separated
+            from ..stated.intervals import separated
 
             c.append(Claim("03", f"{e}: its own choice (`{b.get('default_reported') or 'auto'}`, {q('default_tok_s', b['default_tok_s'], ',.1f', of=e)} ± "
                            f"{q('default_ci95', b['default_ci95'], ',.1f', of=e)} tok/s single stream) was {fastest_correct(b)}; against it: "

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import ParameterError
 from ..results import RunStore
 from .claims import _host_text
-from .intervals import separated
+from ..stated.intervals import separated
 from .methods import bench_method, method_differences
 from .tables import backends, host_summary, nccl, open_run, selection, throughput
 

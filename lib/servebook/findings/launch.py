@@ -11,7 +11,7 @@ from ..engines import user_command
 from ..stated.tags import q
 from ..stated.text import code_locations
 from ..results import RunStore
-from .intervals import _overlap
+from ..stated.intervals import _overlap
 from .tables import backends, host_summary, nccl, selection, throughput
 
 __all__ = ["launch_commands"]

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from ..results import RunStore
-from .intervals import ONE_START, _num, _overlap, starts_of
+from ..stated.intervals import ONE_START, _num, _overlap, starts_of
 
 __all__ = ["default_methods", "say_default_methods", "method_figures", "model_of_launch", "bench_method", "method_differences"]
 

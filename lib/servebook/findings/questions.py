@@ -183,7 +183,7 @@ def _roofline_reading(t: dict, profiled: bool = False) -> str:
 
 def _overlaps(b: dict) -> bool:
     """Whether the fastest backend's interval overlaps the default's (a ``findings.backends`` item)."""
-    from .intervals import _num, _overlap
+    from ..stated.intervals import _num, _overlap
 
     a, d = _num(b.get("best_tok_s")), _num(b.get("default_tok_s"))
     return a is None or d is None or _overlap(a, _num(b.get("best_ci95")) or 0.0, d, _num(b.get("default_ci95")) or 0.0)

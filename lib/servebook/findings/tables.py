@@ -15,9 +15,9 @@ from typing import Any
 from ..errors import ParameterError
 from ..results import RunStore
 from ..stated.text import clip, marked
-from .intervals import _num, _overlap, separated, starts_of
+from ..stated.intervals import _num, _overlap, fastest_correct, separated, starts_of
 
-__all__ = ["fastest_correct", "open_run", "host_summary", "selection", "versions_read", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
+__all__ = ["open_run", "host_summary", "selection", "versions_read", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
 
 
 def open_run(path: str | Path, name: str = "run") -> RunStore:
@@ -344,12 +344,3 @@ def versions_read(store: RunStore) -> list[str]:
             if engine and version and name not in out:
                 out.append(name)
     return out
-
-
-def fastest_correct(b: dict, noun: str = "backend") -> str:
-    """How chapters 03 and 06 name the fastest start that served acceptable output: "the fastest correct backend" where
-    its decode kernel was checked by token ids against the default's (servebook.backends.agreement), else what was checked."""
-    if b.get("decode_checked", True):
-        return f"the fastest correct {noun}"
-    return (f"the fastest {noun} that ran (its output checked on the prefill path only: this run has no decode-path "
-            "agreement, so its decode kernels' tokens were not compared)")

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import separated
+from ..stated.intervals import separated
 from ..results import RunStore
 from ..stated import q, reference
 from . import figures

@@ -109,7 +109,7 @@ def served_alternative(backend: str = "flashinfer", against: str = "triton", run
     """What chapter 03 of each run in ``runs`` measured serving SGLang with ``--attention-backend backend`` against
     ``against`` (graph mode, the last ok row of each): rates, 95% half-widths, server starts, the change, and whether the
     intervals separate. A run without both rows is left out."""
-    from ..findings.intervals import interval_of
+    from ..stated.intervals import interval_of
     from ..paths import data_dir
     from ..results import RunStore
 

@@ -80,8 +80,7 @@ def capability_of(gpu: str | None, capability) -> str:
 def say_backends(b: dict) -> str:
     """One engine's answer from chapter 03's sweep (a ``servebook.findings.backends`` item): the default, the fastest
     correct start, the comparison, and whether a change is supported (chapters 03 and 06)."""
-    from ..findings.intervals import separated
-    from ..findings.tables import fastest_correct
+    from .intervals import fastest_correct, separated
 
     name = b["engine"]
     best = b.get("best_reported") or b.get("best")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["separated", "interval_of", "starts_of", "ONE_START"]
+__all__ = ["separated", "interval_of", "starts_of", "fastest_correct", "ONE_START"]
 
 ONE_START = "one start: interval within a start only"
 
@@ -94,6 +94,15 @@ def _tag(name: str, value, fmt: str, of: str | None) -> str:
     """``value`` as ``fmt`` shows it, tagged as ``name`` of ``of`` when ``of`` is given (servebook.stated)."""
     if of is None:
         return format(value, fmt)
-    from ..stated.tags import q
+    from .tags import q
 
     return q(name, value, fmt, of=of)
+
+
+def fastest_correct(b: dict, noun: str = "backend") -> str:
+    """How chapters 03 and 06 name the fastest start that served acceptable output: "the fastest correct backend" where
+    its decode kernel was checked by token ids against the default's (servebook.backends.agreement), else what was checked."""
+    if b.get("decode_checked", True):
+        return f"the fastest correct {noun}"
+    return (f"the fastest {noun} that ran (its output checked on the prefill path only: this run has no decode-path "
+            "agreement, so its decode kernels' tokens were not compared)")
