@@ -172,6 +172,28 @@ def test_itl_per_token_is_kept_apart_from_chunk_gaps(tok):
             assert r.tpot_s == pytest.approx((r.e2e_s - r.ttft_s) / 63)
 
 
+def test_tokens_that_arrive_in_one_read_are_untimed_and_the_summary_says_why(tmp_path):
+    """A server that writes a whole answer at once (transformers serve did, with 8 tokens of the tiny model, on CI):
+    no decode rate can be timed; the request says why, and a single stream of such requests says so where its rate is
+    missing, which chapter 05's "nothing measured" names as its cause."""
+    from servebook.bench.runs import _single_summary
+    from servebook.measured import nothing_measured
+
+    events = b"".join(b'data: {"choices":[{"text":" a"}]}\n\n' for _ in range(8)) + b"data: [DONE]\n\n"
+    raw = bench._Raw(index=0, t_arrive=0.0, t_slot=0.0, t_end=0.05, status=200, content_type="text/event-stream",
+                     stamps=[0.05], reads=[events])
+    r = bench._finish(raw, "completions", None, None)
+    assert r.ok and r.output_tokens == 8 and r.decode_tok_s is None and "all 8 tokens arrived in one network read" in r.untimed
+    assert bench.summarize_level([r, r])["untimed"] == 2
+    prompts = [bench.Prompt(text="hi", tokens=1, seed=0)]
+    s = _single_summary({"label": "x", "engine": "x"}, prompts, [{"decode_tok_s": None, "ttft_s": 0.05, "tpot_s": None}] * 2,
+                        [r, r], runs=2, warmup=0, requests_per_run=1, max_tokens=8)
+    assert s["decode_tok_s_mean"] is None and s["untimed"] == 2 and s["error"].startswith("no decode rate: 2 of 2 served requests untimed")
+    store = RunStore.at(tmp_path / "run")
+    store.append("bench_summary", s)
+    assert "no decode rate" in nothing_measured(store, "05")
+
+
 def test_stream_cut_early_keeps_what_was_measured():
     raw = bench._Raw(index=0, t_arrive=0.0, t_slot=0.0, t_end=0.3, status=200, content_type="text/event-stream",
                      stamps=[0.1, 0.2], reads=[b'data: {"choices":[{"text":" a"}]}\n\n', b'data: {"choices":[{"text":" b"}]}\n\n'])

@@ -14,7 +14,7 @@ from ..errors import ParameterError
 from .client import run_requests
 from .payload import bench_config
 from .prompts import Prompt
-from .sse import RequestResult
+from .sse import RequestResult, untimed_of
 from .stats import mean_ci, percentile
 
 __all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
@@ -110,6 +110,7 @@ def summarize_level(results: Sequence[RequestResult], wall_s: float | None = Non
     out["tokens_per_chunk"] = tokens / sum(r.n_chunks for r in ok) if ok and sum(r.n_chunks for r in ok) else None
     errs = sorted({r.error for r in results if r.error})
     out["errors"] = errs[:5]
+    out.update(untimed_of(ok))
     return out
 
 
@@ -223,8 +224,10 @@ def _single_summary(cfg: dict, prompts: Sequence[Prompt], per_run: list[dict], a
         s[f"{metric}_sd"] = ci["sd"]
         s[f"{metric}_runs"] = [p[metric] for p in per_run]
     lvl = summarize_level(all_results)
-    for key in ("ok", "failed", "output_tokens", "itl_ms_p50", "itl_ms_p99", "chunk_gap_ms_p50", "chunk_gap_ms_p99", "tokens_per_chunk", "errors"):
+    for key in ("ok", "failed", "output_tokens", "itl_ms_p50", "itl_ms_p99", "chunk_gap_ms_p50", "chunk_gap_ms_p99", "tokens_per_chunk", "errors", "untimed", "untimed_reason"):
         s[key] = lvl[key]
+    if s["decode_tok_s_mean"] is None and lvl["untimed"]:  # said where the rate is missing (chapter 05's "nothing measured")
+        s["error"] = f"no decode rate: {lvl['untimed']} of {lvl['ok']} served requests untimed ({lvl['untimed_reason']}); ask for more output tokens"
     s["method"] = (f"{warmup} warm-up requests, then {runs} runs x {requests_per_run} request(s) at C=1; per-run mean of "
                    "(output_tokens-1)/(e2e-ttft); mean and 95% t-interval over runs")
     return s

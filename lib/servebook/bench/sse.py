@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from .stats import percentile
 from .transport import RawStream
 
-__all__ = ["RequestResult", "finish", "split_events"]
+__all__ = ["RequestResult", "finish", "split_events", "untimed_of"]
 
 
 @dataclass
@@ -48,6 +48,7 @@ class RequestResult:
     e2e_s: float | None = None
     tpot_s: float | None = None
     decode_tok_s: float | None = None
+    untimed: str | None = None  # why a served request has no decode rate (all its tokens in one read, or one token)
     itl_ms: list[float] = field(default_factory=list)
     chunk_gaps_ms: list[float] = field(default_factory=list)
     text: str = ""
@@ -217,6 +218,17 @@ def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[
     if r.output_tokens > 1 and r.e2e_s > r.ttft_s:
         r.tpot_s = (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
         r.decode_tok_s = (r.output_tokens - 1) / (r.e2e_s - r.ttft_s)
+    elif r.output_tokens > 1:  # e.g. transformers serve writes what its generation thread queued since its last write at once
+        r.untimed = (f"all {r.output_tokens} tokens arrived in one network read: no time between the first token and the "
+                     "last to time a decode rate by")
+    else:
+        r.untimed = f"{r.output_tokens} output token(s): a decode rate needs two or more"
+
+
+def untimed_of(ok: list[RequestResult]) -> dict:
+    """Served requests without a decode rate: how many (``untimed``) and why, the first reason (``untimed_reason``)."""
+    why = [r.untimed for r in ok if r.decode_tok_s is None and r.untimed]
+    return {"untimed": len(why), "untimed_reason": why[0] if why else None}
 
 
 def _http_error(raw: RawStream) -> str | None:
