@@ -125,9 +125,10 @@ def test_cpu_sweep_starts_its_servers_together_and_measures_them_one_at_a_time(o
     assert max(ready_at.values()) <= turns[0]["t0"] + 0.5
     for a, b in zip(turns, turns[1:]):
         assert a["t1"] <= stopped[a["pgid"]] <= b["t0"]
-    # the ready servers that waited their turn used next to no CPU while another one was measured
+    # the ready servers that waited their turn used next to no CPU while another one was measured: 5% of the turn, and
+    # never less than 3 clock ticks each (CPU time is counted in 10 ms ticks: CI saw 2 ticks over a 0.33 s turn)
     for t in turns:
-        assert t["others_cpu_s"] <= 0.05 * (t["t1"] - t["t0"]) * max(1, len(t["others"])), t
+        assert t["others_cpu_s"] <= max(0.05 * (t["t1"] - t["t0"]), 0.03) * max(1, len(t["others"])), t
     # (c) every process gone
     _all_gone(registry)
 

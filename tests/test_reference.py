@@ -73,7 +73,7 @@ def test_units_are_compared_through_their_reference():
             _row("ref b", 13, 4.4, "gpu-b", reference=True), _row("x b", 5, 2.2, "gpu-b")]
     rel = {r["label"]: r["busy_ms_ratio"] for r in machines.relative_to_reference(rows, value="busy_ms")}
     assert rel["x a"] == pytest.approx(0.5) and rel["x b"] == pytest.approx(0.5) and rel["ref b"] == pytest.approx(1.0)
-    with pytest.raises(machines.MachineMismatch, match="no reference"):
+    with pytest.raises(machines.MachineMismatch, match="no anchor configuration"):
         machines.relative_to_reference(rows + [_row("x c", 5, 2.0, "gpu-c")], value="busy_ms")
 
 
