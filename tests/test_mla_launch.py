@@ -99,3 +99,12 @@ def test_the_recorded_rows_are_what_the_code_says(rec):
     row = attention_row(rec, r, read_default_kv_splits(env.package_dir, rec["engine"]), "here")
     assert {k: v for k, v in row.items() if k != "read"} == {k: rec[k] for k in row if k != "read"}
     assert row["read"].startswith(f"read from {rec['engine']} {rec['version']}'s code")
+
+
+def test_a_value_the_code_leaves_open_stays_recorded_and_the_row_says_why():
+    rec = recorded_attention()[0]
+    r = read_mla_launch_source(SNIPPET, "pkg/decode.py")
+    row = attention_row(rec, r, None, "a snippet")
+    assert (row["num_warps"], row["num_stages"]) == (rec["num_warps"], rec["num_stages"])
+    assert row["where"] == r["where"] and row["capability_key"] == capability_words(r)
+    assert "num_warps, num_stages as recorded" in row["read"] and "`tune` :20" in row["read"]

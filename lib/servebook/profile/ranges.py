@@ -3,6 +3,7 @@
     central = central_projection(src, lat)              # {engine: rows}: every assumption at its central value
     table = assumption_table(src, central, lat)         # one row per assumption end (table seed_assumptions)
     rng = projection_range(central, table)              # point, low and high per engine and for the gap (seed_range)
+    attention_12()                                      # the Triton MLA launch per version (seed_attention_12)
 
 Each assumption is moved alone to each of its ends, the others at their central value (``seed_assumptions``: the move of
 each engine's ms per token and of the gap, SGLang minus vLLM); the range is all of them together at the ends that
@@ -73,7 +74,8 @@ def attention_row(rec: dict, launch: dict | None, default: dict | None, at: str)
         split = f"the split caps = the kv-split default read at {default['where']}, no SM cap as recorded"
     if default and rec.get("kv_splits_default") and default != rec["kv_splits_default"]:
         row["splits"] += f" [read now: default {default['value']} at {default['where']}; the text above is as recorded]"
-    note = f"; {', '.join(kept)} recorded (open tests: {launch['open_tests']})" if kept else ""
+    opened = ", ".join(f"`{t['test']}` :{t['line']}" for t in launch["open_tests"]) or "none"
+    note = f"; {', '.join(kept)} as recorded, not settled by the code alone (tests it leaves open: {opened})" if kept else ""
     return {**row, "read": f"read from {rec['engine']} {rec['version']}'s code ({at}){note}; {split}"}
 
 
