@@ -3,6 +3,7 @@
     central = central_projection(src, lat)              # {engine: rows}: every assumption at its central value
     table = assumption_table(src, central, lat)         # one row per assumption end (table seed_assumptions)
     rng = projection_range(central, table)              # point, low and high per engine and for the gap (seed_range)
+    attention_12()                                      # the Triton MLA launch per version (seed_attention_12)
 
 Each assumption is moved alone to each of its ends, the others at their central value (``seed_assumptions``: the move of
 each engine's ms per token and of the gap, SGLang minus vLLM); the range is all of them together at the ends that
@@ -15,41 +16,74 @@ from __future__ import annotations
 
 from .projection import project
 
-__all__ = ["SEED_BACKENDS", "central_projection", "assumption_table", "projection_range", "ATTENTION_12"]
+__all__ = ["SEED_BACKENDS", "central_projection", "assumption_table", "projection_range", "attention_12", "recorded_attention",
+           "attention_row", "ATTENTION_REFERENCE"]
 
 # what each engine runs on capability 12.0, as chapter 02 resolves it from the engines' own code
 SEED_BACKENDS = {"sglang": "triton", "vllm": "TRITON_MLA"}
 
-# The Triton MLA decode kernel's launch, read in each version's code (file:line): the constants each picks on capability
-# 9.0 (the H200 profiles) and 12.0 (the seed's GPUs), and how the KV split count is decided. No line of either kernel
-# keys a tile, stage or warp count on the capability or on shared memory (only ROCm has its own branch).
-ATTENTION_12 = [
-    {"engine": "sglang", "version": "0.5.9", "role": "studied",
-     "where": "sglang/srt/layers/attention/triton_ops/decode_attention.py:426-508 (_decode_grouped_att_m_fwd)",
-     "block_n": 32, "block_h": 16, "block_dmodel": 512, "block_dpe": 64, "num_warps": 4, "num_stages": 2,
-     "capability_key": "none (a branch for ROCm only, :445 and :472)",
-     "split_cap_9_0": 8, "split_cap_12_0": 8,
-     "splits": ("grid = (batch, heads / 16, max_kv_splits); max_kv_splits = --triton-attention-num-kv-splits, default 8 "
-                "(server_args.py:614), no cap by SM count (layers/attention/triton_backend.py:111); each request's split count "
-                "comes from a GPU kernel, get_num_kv_splits_triton (triton_backend.py:1207): min(SMs x max(log2(seq/64), 1) / "
-                "head blocks, max_kv_splits), each split at least 32 tokens")},
-    {"engine": "sglang", "version": "0.5.16", "role": "profiled on the H200",
-     "where": "sglang/kernels/ops/attention/decode_attention.py:611-727 (_decode_grouped_att_m_fwd)",
-     "block_n": 32, "block_h": 16, "block_dmodel": 512, "block_dpe": 64, "num_warps": 4, "num_stages": 2,
-     "capability_key": "none (a branch for ROCm only, :635 and :665)",
-     "split_cap_9_0": 256, "split_cap_12_0": 256,
-     "splits": ("as 0.5.9, but for MLA max_kv_splits = max(8, min(next_pow2(SMs), next_pow2(context / 32))) "
-                "(srt/layers/attention/triton_backend.py:67 and :210): 256 on both GPUs (132 and 188 SMs round up to 256), "
-                "a grid 32 times 0.5.9's; the per-request count again from the GPU kernel "
-                "(kernels/ops/attention/metadata.py:12)")},
-    {"engine": "vllm", "version": "0.26.0", "role": "profiled on the H200 (the seed's vLLM version is not stated)",
-     "where": "vllm/v1/attention/ops/triton_decode_attention.py:470-567 (_decode_grouped_att_m_fwd)",
-     "block_n": 32, "block_h": 16, "block_dmodel": 512, "block_dpe": 64, "num_warps": 4, "num_stages": 2,
-     "capability_key": "none (ROCm branch :507 and :523; num_stages 1 only where BLOCK_DMODEL >= 1024, :528, not MLA's 512)",
-     "split_cap_9_0": 264, "split_cap_12_0": 376,
-     "splits": ("decided on the host: min(next_pow2(max_seq_len // 512), 2 x SMs) "
-                "(v1/attention/backends/mla/triton_mla.py:41): 1 split below 1,024 tokens of context on either GPU")},
-]
+# The Triton MLA decode kernel's launch in each version the verdict uses (table seed_attention_12): read from the version's
+# own code where its environment is prepared (servebook.selection.mla_launch), else the recorded rows with their citations
+# (data/reference/attention-12.json); the split caps are a computation over SM counts outside the kernel, kept there as
+# cited data (SGLang's kv-split default excepted, which is read).
+ATTENTION_REFERENCE = "attention-12.json"
+_SHOWN = ("engine", "version", "role", "where", "block_n", "block_h", "block_dmodel", "block_dpe", "num_warps", "num_stages",
+          "capability_key", "split_cap_9_0", "split_cap_12_0", "splits")
+_LAUNCH = ("block_n", "block_h", "block_dmodel", "block_dpe", "num_warps", "num_stages")
+
+
+def recorded_attention() -> list[dict]:
+    """The recorded rows (``data/reference/attention-12.json``), citations and the structured lines they cite."""
+    import json
+
+    from ..paths import data_dir
+
+    return json.loads((data_dir() / "reference" / ATTENTION_REFERENCE).read_text())["rows"]
+
+
+def _read_launch(engine: str, version: str) -> tuple[dict | None, dict | None, str]:
+    """(launch, kv-split default, where it was read) from the prepared environment, or (None, None, why not)."""
+    from ..engines.envs import resolve_engine
+    from ..errors import EngineError
+    from ..selection.mla_launch import read_default_kv_splits, read_mla_launch
+
+    try:
+        env = resolve_engine(f"{engine}=={version}")
+    except EngineError:
+        return None, None, f"no {engine}=={version} environment here (servebook engines add {engine}=={version})"
+    try:
+        return (read_mla_launch(env.package_dir, engine, version), read_default_kv_splits(env.package_dir, engine),
+                f"the {env.source} {engine}=={version} environment")
+    except (EngineError, OSError) as exc:
+        return None, None, f"its code could not be read: {str(exc).splitlines()[0]}"
+
+
+def attention_row(rec: dict, launch: dict | None, default: dict | None, at: str) -> dict:
+    """One row of seed_attention_12: ``rec`` (recorded) with what ``launch`` read in place of it; ``read`` says which."""
+    from ..selection.mla_launch import capability_words
+
+    row = {k: rec[k] for k in _SHOWN}
+    if launch is None:
+        return {**row, "read": f"recorded ({ATTENTION_REFERENCE}): {at}"}
+    row.update({k: launch[k] for k in _LAUNCH if launch[k] is not None})
+    row.update(where=launch["where"], capability_key=capability_words(launch))
+    kept = [k for k in _LAUNCH if launch[k] is None]
+    split = "the split caps' SM-count rule kept as recorded"
+    if rec.get("split_caps_are_default") and default is not None:
+        row["split_cap_9_0"] = row["split_cap_12_0"] = default["value"]
+        split = f"the split caps = the kv-split default read at {default['where']}, no SM cap as recorded"
+    if default and rec.get("kv_splits_default") and default != rec["kv_splits_default"]:
+        row["splits"] += f" [read now: default {default['value']} at {default['where']}; the text above is as recorded]"
+    opened = ", ".join(f"`{t['test']}` :{t['line']}" for t in launch["open_tests"]) or "none"
+    note = f"; {', '.join(kept)} as recorded, not settled by the code alone (tests it leaves open: {opened})" if kept else ""
+    return {**row, "read": f"read from {rec['engine']} {rec['version']}'s code ({at}){note}; {split}"}
+
+
+def attention_12() -> list[dict]:
+    """Table seed_attention_12: each recorded version's launch, read where its environment is prepared."""
+    return [attention_row(rec, *_read_launch(rec["engine"], rec["version"])) for rec in recorded_attention()]
+
+
 _SMEM = ("not read: whether Triton fits these tiles at num_stages 2 in capability 12.0's 101,376 B of shared memory per "
          "block (the H200 allows 232,448 B); the seed's runs decoded on 12.0 with both engines, so the kernels launched there")
 

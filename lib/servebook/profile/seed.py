@@ -21,7 +21,7 @@ REFERENCE_PROFILE_RUN = "h200x1-prof"
 from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
                    latency_sweep, matching_latency)
 from .gains import rank_by_expected_gain
-from .ranges import ATTENTION_12, SEED_BACKENDS, assumption_table, central_projection, projection_range
+from .ranges import SEED_BACKENDS, attention_12, assumption_table, central_projection, projection_range
 
 
 def _reference_dir() -> Path:
@@ -98,7 +98,7 @@ def seed_tables(store, reference=None) -> dict:
             "seed_range": projection_range(central, assumptions, seed_figures()),
             "seed_comm": _comm_rows(lat, n, other, seed_figures()), "seed_collectives": collective_table(card, seed["tp"]),
             "seed_latency_sweep": latency_sweep(other, n),
-            "seed_attention_12": [{**a, "key": f"{a['engine']} | {a['version']}"} for a in ATTENTION_12]}
+            "seed_attention_12": [{**a, "key": f"{a['engine']} | {a['version']}"} for a in attention_12()]}
 
 
 # the runs whose chapter 03 served the SGLang attention alternative forced on an H200, against its Triton MLA backend
