@@ -13,8 +13,6 @@ from __future__ import annotations
 
 __all__ = ["standing_answers"]
 
-_QUESTION = ("engine", "version", "gpu", "model")
-
 
 def _question(row: dict) -> tuple:
     """(engine, version, gpu, model) of a ``selection`` or ``selection_matrix`` row (the matrix names the engine

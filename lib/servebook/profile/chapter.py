@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..stated.intervals import _overlap
 from .kernels import CATEGORIES, rules_table
 from .tables import latest_breakdown, latest_ok, prediction_rows, starts_of
 
@@ -320,7 +321,7 @@ def _over_starts(sa: dict, sb: dict, q) -> str:
            f"{q('profile_starts', sb['starts'], 'd', of=sb['label'])} server starts: SGLang {starts(sa)}; vLLM {starts(sb)})"
     busy_agree = abs(sa["busy_mean_ms"] - sb["busy_mean_ms"]) <= max(sa["busy_spread_ms"], sb["busy_spread_ms"])
     ca, cb = sa["tpot_ci95_ms"], sb["tpot_ci95_ms"]
-    apart = sa["tpot_mean_ms"] + ca < sb["tpot_mean_ms"] - cb or sb["tpot_mean_ms"] + cb < sa["tpot_mean_ms"] - ca
+    apart = not _overlap(sa["tpot_mean_ms"], ca, sb["tpot_mean_ms"], cb)
 
     def mean(s: dict) -> str:
         return (f"{q('profile_tpot_start_mean_ms', s['tpot_mean_ms'], '.3f', of=s['label'])} ± "

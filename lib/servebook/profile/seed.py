@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .fixes import ranked_fixes
 
-__all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "seed_projection", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
+__all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
 from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
@@ -28,15 +28,6 @@ def _reference_dir() -> Path:
     from ..paths import data_dir
 
     return data_dir() / "runs" / REFERENCE_PROFILE_RUN
-
-
-def seed_projection(reference=None, **kw) -> list[dict]:
-    """``seed_projection`` rows for SGLang and vLLM with their 12.0 backends, every assumption at its central value
-    (``ranges.central_projection``; ``project``'s keywords pass through)."""
-    from ..results import RunStore
-    src = RunStore.at(reference or _reference_dir())
-    central = central_projection(src, engine_latencies(), **kw)
-    return [{**r, "reference_run": Path(str(reference or _reference_dir())).name} for e in SEED_BACKENDS for r in central[e]]
 
 
 # the projection's "gpu idle" row holds what the host adds beyond the target's GPU time under the host rule: not the idle
@@ -109,7 +100,7 @@ def served_alternative(backend: str = "flashinfer", against: str = "triton", run
     """What chapter 03 of each run in ``runs`` measured serving SGLang with ``--attention-backend backend`` against
     ``against`` (graph mode, the last ok row of each): rates, 95% half-widths, server starts, the change, and whether the
     intervals separate. A run without both rows is left out."""
-    from ..stated.intervals import interval_of
+    from ..stated.intervals import _overlap, interval_of
     from ..paths import data_dir
     from ..results import RunStore
 
@@ -127,7 +118,7 @@ def served_alternative(backend: str = "flashinfer", against: str = "triton", run
         ia, ib = interval_of(a), interval_of(b)
         both = min(ia["starts"], ib["starts"])
         ea, eb = ia["ci95"] or 0.0, ib["ci95"] or 0.0
-        apart = ia["mean"] + ea < ib["mean"] - eb or ib["mean"] + eb < ia["mean"] - ea
+        apart = not _overlap(ia["mean"], ea, ib["mean"], eb)
         out.append({"run": run, "version": a.get("engine_version"), "backend": backend, "against": against,
                     "tok_s": ia["mean"], "ci95": ea, "against_tok_s": ib["mean"], "against_ci95": eb, "starts": both,
                     "change": ia["mean"] / ib["mean"] - 1, "apart": apart})
