@@ -27,9 +27,9 @@ from .errors import ParameterError, ServebookError
 from .params import PARAMS, check_chapter_param, check_here, model_defaults, validate
 from .paths import book_root
 from .provenance import host_fingerprint, record_code, software_versions
-from .results import RunStore
+from .results import RunStore, _now
 from .secret_refs import hide_secrets
-from .chapters import Chapter, _coerce_declared, _execute, _now, chapters, notebook_parameters
+from .chapters import Chapter, _coerce_declared, _execute, chapters, notebook_parameters
 from .render import render_book
 
 __all__ = ["BookResult", "run_book", "refresh_findings", "refresh_chapter"]

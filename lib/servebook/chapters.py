@@ -9,9 +9,6 @@
 
 from __future__ import annotations
 
-from __future__ import annotations
-
-import datetime as _dt
 import os
 import re
 from dataclasses import dataclass
@@ -107,10 +104,10 @@ try:  # every figure: its own alt text and caption, intervals cut at zero (serve
     from servebook.pagefigures import install as _sb_figures
     _sb_figures()
     del _sb_figures
+    import servebook.quantities as _sb_quantities  # the whole stated-number registry: every chapter's quantities
+    del _sb_quantities
 except ImportError:
-    pass
-import servebook.quantities as _sb_quantities  # the whole stated-number registry: every chapter's quantities
-del _sb_quantities"""
+    pass"""
 
 
 def _with_setup(nb):
@@ -184,7 +181,3 @@ def _interrupted(store: RunStore, chapter: Chapter) -> None:
                                   "error": "interrupted (Ctrl-C) before the chapter finished"})
     except ServebookError:
         pass
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

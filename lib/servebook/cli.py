@@ -145,11 +145,8 @@ def _cmd_html(args) -> int:
 
 def _chapter_commands() -> tuple:
     """The modules through which chapters (and the front page) add their own subcommands: each has
-    ``register(subparsers)``. Imported when the parser is built, so ``servebook`` starts without the chapters. Every
-    chapter's stated quantities are gathered with them (``servebook.quantities``): ``q`` refuses, on the front page
-    too, a name that no chapter recomputes."""
+    ``register(subparsers)``. Imported when the parser is built, so ``servebook`` starts without the chapters."""
     from . import frontpage, models, profile
-    from . import quantities as _every_quantity  # noqa: F401  (the registry whole)
     from .bench import cli as bench_cli
     from .findings import compare as findings_compare
     from .probe import cli as probe_cli
@@ -170,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # every chapter's stated quantities, gathered before a command runs (not for --help or a parse error): q refuses,
+    # on the front page too, a name that no chapter recomputes
+    from . import quantities as _every_quantity  # noqa: F401
     try:
         return int(args.func(args) or 0)
     except ServebookError as exc:

@@ -8,8 +8,6 @@ the run's answer box, failures marked), and the run's index page with its verdic
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 import hashlib
 import html
 import json

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import pandas as pd
-
 from ..roofline import weights_on_gpus
 from ..stated.registry import Quantity, register
 from ..stated.text import MISSING, plain
@@ -110,6 +108,8 @@ class _ReadOnly:  # ceiling_check appends what it checks for the first time; rec
 
 
 def _ceiling_use(store) -> dict:
+    import pandas as pd
+
     rows = ceiling_check(pd.DataFrame(_current(store)), figures.ceiling_tables(store)[1], store=_ReadOnly(store))
     shares = [r["share_of_ceiling"] for r in rows if plain(r.get("share_of_ceiling")) is not None]
     return {None: max(shares)} if shares else {}

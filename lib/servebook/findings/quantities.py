@@ -46,14 +46,9 @@ def _nccl(store) -> dict:
     return nccl(store) or {}
 
 
-@per_run
-def _reference_of(store) -> dict:
-    return nccl(store) or {}
-
-
 def _reference_nccl() -> dict:
     path = data_dir() / "runs" / REFERENCE_NCCL_RUN
-    return _reference_of(RunStore(path)) if (path / "manifest.json").exists() else {}
+    return _nccl(RunStore(path)) if (path / "manifest.json").exists() else {}
 
 
 def _ref_us(setting: str):

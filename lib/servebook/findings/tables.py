@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ParameterError
 from ..results import RunStore
 from ..stated.text import clip, marked
-from ..stated.intervals import _num, _overlap, fastest_correct, separated, starts_of
+from ..stated.intervals import _num, _overlap, separated, starts_of
 
 __all__ = ["open_run", "host_summary", "selection", "versions_read", "backends", "nccl", "tp_end_to_end", "throughput", "failures"]
 

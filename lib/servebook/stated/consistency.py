@@ -20,12 +20,11 @@ from pathlib import Path
 
 from .reading import Contradiction, Visible, visible
 from .tags import stated_on
-from .wording import CHECKS
-from .wording import across_books as _across
+from .wording import CHECKS, across_books
 
 __all__ = ["Contradiction", "Visible", "visible", "contradictions", "across_books", "KINDS"]
 
-KINDS = ("tagged value", "status", "cut off", "count", "finding and hypothesis", "saturation", "units", "flashinfer", "row label", "term", "versions", "superseded", "ran")
+KINDS = ("tagged value", "status", "cut off", "count", *CHECKS)  # the four read here, then every class of wording.CHECKS
 
 
 # -- the classes ---------------------------------------------------------------------------------------------------
@@ -216,9 +215,3 @@ def contradictions(book: str | Path | dict[str, str], kinds: tuple[str, ...] = K
         if kind in kinds:
             out += check(book, seen)
     return out
-
-
-def across_books(root):
-    """What one book cannot see (``servebook.stated.wording.across_books``): the seed case's communication rule stated
-    with two counts in two books, and a book titled with another name than its own."""
-    return _across(root)

@@ -98,15 +98,16 @@ def _tables_now(store) -> tuple:
 
 def per_run(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``fn(store)`` computed once per run and state of its tables (several quantities read one finding; the chapter 04
-    one takes seconds)."""
+    one takes seconds). One entry per run (its resolved path): a run's tables changed replace its own entry only, so
+    the checked run and a reference run read beside it keep theirs."""
     memo: dict = {}
 
     def wrapper(store):
         key = _tables_now(store)
-        if key not in memo:
-            memo.clear()
-            memo[key] = fn(store)
-        return memo[key]
+        held = memo.get(key[0])
+        if held is None or held[0] != key:
+            memo[key[0]] = held = (key, fn(store))
+        return held[1]
 
     wrapper.__doc__ = fn.__doc__
     return wrapper
