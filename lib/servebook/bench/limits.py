@@ -12,7 +12,6 @@ from typing import Any
 
 from .figures import breakdowns
 from .measure import Workload
-from .tables import measured
 
 __all__ = ["host_roofline", "extrapolation", "inprocess_breakdown", "say_breakdown", "what_if_line"]
 
@@ -258,8 +257,6 @@ def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, 
         if not store.done("bench_breakdown", label=first["label"], **p):  # computed again from the same rows: the same row
             store.append("bench_breakdown", {"label": first["label"], **p})
     print(f"in-process decode: {direct['tok_s']:.1f} tok/s ({direct['method']})")
-    from .figures import breakdowns
-
     return pd.DataFrame([r for _, rows in breakdowns(store) for r in rows])  # a row computed again supersedes its older one
 
 

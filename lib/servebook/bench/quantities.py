@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..roofline import weights_on_gpus
-from ..stated.registry import Quantity, register
+from ..stated.registry import Quantity, per_run, register
 from ..stated.text import MISSING, plain
 from . import figures
 from .ceiling import ceiling_check, ceiling_verdict
 from .runs import current, remeasured, remeasured_subject, sweep_stalls
 
 
+@per_run
 def _ceilings(store) -> dict:
     """Chapter 05's comparison of client ceilings (``servebook.bench.ceiling_verdict``), when the run has one."""
     return ceiling_verdict(store.rows("client_ceiling"))
@@ -34,6 +35,7 @@ def _fast_path(store) -> dict:
     return {None: v["justified"]} if v["justified"] is not None else {}
 
 
+@per_run
 def _current(store) -> list[dict]:
     return current(store.rows("bench_summary"))[0]
 
@@ -74,6 +76,7 @@ def _breakdown(store) -> dict:
     return dict(figures.breakdowns(store))
 
 
+@per_run
 def _last_checks(store) -> dict:
     last = {}
     for r in store.rows("bench_client_check"):

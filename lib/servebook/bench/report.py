@@ -370,6 +370,12 @@ def _nothing_succeeded(single_all, sweep_df) -> list[str]:
     return lines
 
 
+
+def _latency_label(seed: dict, row: dict) -> str:
+    """The label of the all-reduce latency a seed row was computed against (the floor of its ``allreduce_source``)."""
+    labels = dict(zip((label for label, _ in seed.get("floors") or []), seed.get("latency_labels") or []))
+    return labels.get(row["allreduce_source"]) or row["allreduce_source"] or "no latency"
+
 def _seed_against_limits(seed: dict) -> list[str]:
     """The seed's reported rates against their bandwidth roofline and the one with the communication floor."""
     from ..stated import q
@@ -378,8 +384,7 @@ def _seed_against_limits(seed: dict) -> list[str]:
     for row in seed["rows"]:
         pct_comm = 100 * row["measured_tok_s"] / row["roofline_with_comm_tok_s"]
         # its own latency, tagged (the label of the floor its row was computed against)
-        labels = dict(zip((label for label, _ in seed.get("floors") or []), seed.get("latency_labels") or []))
-        source = labels.get(row["allreduce_source"]) or row["allreduce_source"] or "no latency"
+        source = _latency_label(seed, row)
         lines.append(f"- {row['case']}: {q('seed_reported_tok_s', row['measured_tok_s'], '.1f', of=row['case'])} tok/s is "
                      f"{q('seed_pct_of_roofline', row['pct_of_roofline'], '.1f', of=row['case'])}% "
                      f"of its bandwidth roofline ({q('seed_row_roofline_tok_s', row['roofline_tok_s'], ',.0f', of=row['case'])} tok/s); "
@@ -457,7 +462,7 @@ def check_yourself(m: dict, *, verdict: dict, ceiling_check_df, seed: dict, seed
                    f"{q('card_fact', seed['n_ar'], 'd', of=seed['model'] + ' | ' + seed.get('n_ar_field', 'allreduces_per_token'))} "
                    "collectives take "
                    f"{q('seed_t_comm_ms', rows[0]['t_comm_ms'], '.2f', of=rows[0]['case'])} ms for {rows[0]['case']} at "
-                   f"{(seed.get('latency_labels') or [None])[0] or rows[0]['allreduce_source'] or 'no latency'}. The two are equal at "
+                   f"{_latency_label(seed, rows[0])}. The two are equal at "
                    f"{q('seed_crossover_us', rows[0]['t_mem_ms'] * rows[0]['allreduce_us'] / rows[0]['t_comm_ms'], '.1f', of=rows[0]['case']) if rows[0]['t_comm_ms'] else 'no'} us per all-reduce: below that memory dominates and bandwidth sets the limit, above it faster "
                    "all-reduce (custom kernels, NCCL settings) matters more. Only chapter 04 on the seed's PCIe host measures its latency."))
     if verdict["bench_serving_measured"]:

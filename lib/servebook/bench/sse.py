@@ -227,7 +227,7 @@ def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[
 
 def untimed_of(ok: list[RequestResult]) -> dict:
     """Served requests without a decode rate: how many (``untimed``) and why, the first reason (``untimed_reason``)."""
-    why = [r.untimed for r in ok if r.decode_tok_s is None and r.untimed]
+    why = [r.untimed for r in ok if r.untimed]
     return {"untimed": len(why), "untimed_reason": why[0] if why else None}
 
 
