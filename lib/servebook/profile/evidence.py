@@ -53,7 +53,8 @@ def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
     """The profile run's rows the seed verdict uses (see the module's docstring); empty lists where the run
     is missing."""
     from ..results import RunStore
-    from .slices import recorded_day, select_slices
+    from .kernels import trace_slug
+    from .slices import recording_unit, select_slices
     from .ranges import SEED_BACKENDS
 
     run = _run_dir(reference)
@@ -72,12 +73,11 @@ def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
             out["slices"].append({"engine": engine, "role": what, "label": r["label"],
                                   "backend": r.get("backend", "auto"), "quant": r.get("quant", "bf16"), "mode": r.get("mode"),
                                   "layers": r.get("layers"), "tpot_ms": r.get("tpot_ms"), "busy_ms": r.get("busy_ms"),
-                                  "step_ms": r.get("step_ms"), "recorded": r.get("machine") or recorded_day(r)})
+                                  "step_ms": r.get("step_ms"), "recorded": recording_unit(r)})
             cats = {b["category"]: b["ms_per_step"] for b in breakdown
                     if b["label"] == r["label"] and b.get("taken_at") == r.get("taken_at")}
             out["breakdown"] += [{"slice": r["label"], "category": c, "ms_per_step": ms} for c, ms in cats.items()]
-            slug = r["label"].replace(" ", "_").replace("/", "_")
-            out["kernels"] += _top_kernels(run / "traces" / f"{slug}.excerpt.json", r["label"], kernels_per_slice)
+            out["kernels"] += _top_kernels(run / "traces" / f"{trace_slug(r['label'])}.excerpt.json", r["label"], kernels_per_slice)
     out["checks"] = [{k: p.get(k) for k in ("card", "engine", "backend", "mode", "layers_measured", "full_layers",
                                             "predicted_ms", "measured_ms", "error_pct", "within_interval")}
                      for p in store.rows("prediction_check")]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import ServebookError
 
-__all__ = ["CATEGORIES", "RULES", "Kernel", "classify", "kernel_events", "load_trace", "rules_table", "TraceError"]
+__all__ = ["CATEGORIES", "RULES", "Kernel", "classify", "kernel_events", "load_trace", "rules_table", "TraceError", "trace_slug"]
 
 
 class TraceError(ServebookError):
@@ -101,6 +101,12 @@ class Kernel:
     @property
     def end(self) -> float:
         return self.ts + self.dur
+
+
+def trace_slug(label: str) -> str:
+    """A profiled configuration's label as the file and folder name of its traces (``traces/<slug>.excerpt.json``,
+    ``traces/raw/<slug>``)."""
+    return label.replace(" ", "_").replace("/", "_")
 
 
 def load_trace(path: str | os.PathLike) -> dict:

@@ -51,7 +51,7 @@ import json
 from pathlib import Path
 
 from .comm import _data_dir, _default_allreduce, _text, allreduce_latency, load_allreduce_reference
-from .kernels import CATEGORIES, classify
+from .kernels import CATEGORIES, classify, trace_slug
 from .slices import select_slices
 from .tables import latest_breakdown
 
@@ -130,7 +130,7 @@ def _tables(source) -> tuple[list[dict], list[dict], list[dict], dict]:
     profiles = [{"run_id": run, **p} for p in source.rows("profile_runs")]
     excerpts = {}
     for p in profiles:
-        path = Path(source.path) / "traces" / (p["label"].replace(" ", "_").replace("/", "_") + ".excerpt.json")
+        path = Path(source.path) / "traces" / (trace_slug(p["label"]) + ".excerpt.json")
         if path.is_file():
             excerpts[p["label"]] = json.loads(path.read_text())
     return profiles, source.rows("decode_breakdown"), source.rows("memory_bandwidth"), excerpts

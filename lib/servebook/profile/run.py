@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 from ..errors import ServebookError
 from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
-from .kernels import TraceError, kernel_events, load_trace
+from .kernels import TraceError, kernel_events, load_trace, trace_slug
 from .linearity import kernel_table
 from .steps import step_breakdown
 
@@ -144,7 +144,7 @@ def _launch(store, s: dict):
     from ..models import engine_args_of
 
     engine = get_engine(s["engine"])
-    trace_dir = store.path / "traces" / "raw" / s["label"].replace(" ", "_").replace("/", "_")
+    trace_dir = store.path / "traces" / "raw" / trace_slug(s["label"])
     try:
         prof_args, prof_env = profiler_launch(engine, trace_dir)
     except ProfilerUnavailable as exc:   # timed all the same; the profile is a one-line finding
@@ -214,7 +214,7 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
     row.update({"tpot_ms": statistics.fmean(tpots), "tpot_ci_ms": ci.get("half_width") if isinstance(ci, dict) else None,
                 "tpot_runs": len(tpots), "tpot_tokens": tpot_tokens})
     say(f"  {s['label']}: unprofiled {row['tpot_ms']:.3f} ms per token ({1e3 / row['tpot_ms']:.1f} tok/s)")
-    slug = s["label"].replace(" ", "_").replace("/", "_")
+    slug = trace_slug(s["label"])
     if isinstance(trace_dir, ProfilerUnavailable):
         return _fail_row(store, row, "profile", str(trace_dir))
     try:

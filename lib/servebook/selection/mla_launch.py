@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from ..errors import EngineError
-from .static import _parse
+from .static import _call_name, _glob, _parse
 
 __all__ = ["FUNCTION", "KERNEL_FILES", "MLA_SHAPE", "read_mla_launch", "read_mla_launch_source", "read_default_kv_splits", "capability_words"]
 
@@ -86,8 +86,7 @@ def _eval(node: ast.AST, env: dict):
         t = _eval(node.test, env)
         return UNKNOWN if t is UNKNOWN else _eval(node.body if t else node.orelse, env)
     if isinstance(node, ast.Call) and not node.keywords:
-        f = node.func
-        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        name = _call_name(node)
         args = [_eval(a, env) for a in node.args]
         if name in _CALLS and UNKNOWN not in args:
             return _CALLS[name](*args)
@@ -220,12 +219,18 @@ def read_mla_launch_source(source: str, rel: str = "<source>", shape: dict = MLA
     return out
 
 
-def _kernel_file(pkg: Path, engine: str) -> Path:
+def _source(f: Path) -> str:
+    return f.read_text(encoding="utf-8", errors="replace")
+
+
+def _kernel_file(pkg: Path, engine: str) -> tuple[Path, str]:
+    """The first of the engine's kernel files (newest layout first) that defines the function, and its text."""
     if engine not in KERNEL_FILES:
         raise EngineError(f"no Triton decode-attention layout for engine {engine!r}; engines: {', '.join(KERNEL_FILES)}")
-    for rel in KERNEL_FILES[engine]:
-        if (pkg / rel).is_file() and f"def {FUNCTION}(" in (pkg / rel).read_text():
-            return pkg / rel
+    for f in _glob(pkg, list(KERNEL_FILES[engine])):
+        text = _source(f)
+        if f"def {FUNCTION}(" in text:
+            return f, text
     raise EngineError(f"{pkg} holds no {FUNCTION} in {' or '.join(KERNEL_FILES[engine])}; is it the {engine} package "
                       f"directory (servebook engines list)?")
 
@@ -233,8 +238,8 @@ def _kernel_file(pkg: Path, engine: str) -> Path:
 def read_mla_launch(package_dir, engine: str, version: str = "") -> dict:
     """The MLA launch read in ``engine``'s package directory (an engine environment's ``package_dir``)."""
     pkg = Path(package_dir)
-    f = _kernel_file(pkg, engine)
-    out = read_mla_launch_source(f.read_text(), f"{pkg.name}/{f.relative_to(pkg)}")
+    f, text = _kernel_file(pkg, engine)
+    out = read_mla_launch_source(text, f"{pkg.name}/{f.relative_to(pkg)}")
     return {"engine": engine, "version": version, **out}
 
 
@@ -247,7 +252,7 @@ def read_default_kv_splits(package_dir, engine: str = "sglang") -> dict | None:
     f = pkg / "srt" / "server_args.py"
     if not f.is_file():
         return None
-    tree = _parse(f.read_text())
+    tree = _parse(_source(f))
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"):
         for node in cls.body:
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
