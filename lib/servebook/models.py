@@ -341,8 +341,7 @@ def _write_model(tmp: Path, tok_src: Path, card: str, card_d: dict, cfg: dict, *
     for k in _TOKEN_IDS:
         cfg[k] = tok_cfg.get(k)
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    (tmp / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "pad_token_id": cfg["pad_token_id"]}) + "\n")
+    (tmp / "generation_config.json").write_text(json.dumps({k: cfg[k] for k in _TOKEN_IDS}) + "\n")
     facts = model_facts(card_d, cfg)
     say(f"[model] {card}: {cfg['num_hidden_layers']} of {facts['full_layers']} layers, width / {scale}; "
         f"{facts['slice_total_bytes'] / 1e9:.2f} GB of weights ({'bf16, routed experts in the card quantization' if quant == 'card' else 'bf16'}), "

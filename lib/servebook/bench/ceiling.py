@@ -324,11 +324,9 @@ def _regime(by: dict, busy: dict, levels: list, epw: int, goal: float) -> dict:
 def _judge(v: dict, skips: dict, tagged: bool = False) -> tuple[str, bool | None]:
     """(reason, justified) for :func:`ceiling_verdict`; ``tagged``: its figures tagged (``servebook.stated.q``) for a
     page, where the check recomputes them from the run's ``client_ceiling`` rows and this module's constants."""
-    from ..stated.tags import q as q_
-    from ..stated.text import text_of
+    from ..stated.tags import quoter
 
-    def q(name, value, fmt="", of=None):
-        return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
+    q = quoter(tagged)
 
     regime = q("method_constant", ENGINE_REGIME, "d", of="ceiling_engine_regime")
     if not v["compared"]:

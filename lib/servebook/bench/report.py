@@ -249,8 +249,9 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     lines = _rates(store, m, runs, measured_t)
     lines += say_sweep_stops(store)
     lines += _side_by_side(measured_t)
-    if default_methods(store):  # chapter 03 measured the default too: the same way, or not
-        lines.append(say_default_methods(default_methods(store)))
+    methods = default_methods(store)
+    if methods:  # chapter 03 measured the default too: the same way, or not
+        lines.append(say_default_methods(methods))
     lines += _warming(m["single_df"], warmup)
     stalls = sweep_stalls(m["summary_rows"], m["request_rows"])
     lines += _stalls(stalls, m)

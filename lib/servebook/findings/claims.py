@@ -59,11 +59,9 @@ def _host_text(h: dict, tagged: bool = True) -> str:
     if not h.get("gpu"):
         return f"{h.get('hostname') or 'this host'}: no GPU seen; the engines ran on the CPU"
     links = f", linked by {'/'.join(h['links'])}" if h.get("links") else (", one GPU: no GPU-to-GPU link" if h.get("gpu_count") == 1 else "")
-    from ..stated.tags import q as q_
-    from ..stated.text import text_of
+    from ..stated.tags import quoter
 
-    def q(name, value, fmt="", of=None):
-        return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
+    q = quoter(tagged)
 
     p2p = f" ({q('p2p_gbs', h['p2p_gbs'], '.0f', of='max')} GB/s measured peer copies)" if h.get("p2p_gbs") else ""
 

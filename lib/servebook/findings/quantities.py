@@ -32,8 +32,17 @@ _OF_HOST = ("engines", "gpus", "p2p", "topology", "versions")  # findings.host_s
 
 
 @per_run
+def _all_backends(store) -> list[dict]:
+    return backends(store)
+
+
+@per_run
+def _host(store) -> dict:
+    return host_summary(store)
+
+
 def _backends(store) -> dict:
-    return {b["engine"]: b for b in backends(store) if b.get("correct")}
+    return {b["engine"]: b for b in _all_backends(store) if b.get("correct")}
 
 
 @per_run
@@ -109,11 +118,11 @@ def _other_modes(store) -> dict:
 
 
 def _backend_starts(store) -> dict:
-    return {**{f"{b['engine']} | {k}": b[k] for b in backends(store) for k in ("tried", "correct")}, **_other_modes(store)}
+    return {**{f"{b['engine']} | {k}": b[k] for b in _all_backends(store) for k in ("tried", "correct")}, **_other_modes(store)}
 
 
 def _default_starts(store) -> dict:
-    return {f"{b['engine']} | start {i}": x for b in backends(store)
+    return {f"{b['engine']} | start {i}": x for b in _all_backends(store)
             for i, x in enumerate([x for x in b.get("default_start_rates") or [] if x is not None], 1)}
 
 
@@ -135,7 +144,7 @@ def _cuda(store) -> dict:
     """CUDA versions: of the driver (``driver``), the one torch was built for (``torch``), and the one chapter 06's host
     line states (``host``: the driver's, else torch's)."""
     v = {**(_probe(store).get("versions") or {}), **{k: x for k, x in (store.rows("versions") or [{}])[-1].items() if x}}
-    return {"driver": v.get("cuda"), "torch": v.get("torch_cuda"), "host": host_summary(store).get("cuda")}
+    return {"driver": v.get("cuda"), "torch": v.get("torch_cuda"), "host": _host(store).get("cuda")}
 
 
 def _other_run(field_: str) -> Callable[[str], Any]:
@@ -281,9 +290,9 @@ _THROUGHPUT = [  # chapter 05's single stream and sweep, as findings.throughput 
 
 _HOST = [  # chapter 01's host as chapter 06's host line reads it, the method's constants, the run's failures
     Quantity("host_gpu_count", "GPUs chapter 01 saw on this host (a what-if: the profile's, as chapter 01 recorded them)",
-             lambda store: {None: host_summary(store).get("gpu_count")}, tables=_OF_HOST),
+             lambda store: {None: _host(store).get("gpu_count")}, tables=_OF_HOST),
     Quantity("host_capability", "compute capability of this host's GPUs, as chapter 01 recorded it",
-             lambda store: {None: host_summary(store).get("capability")}, tables=_OF_HOST),
+             lambda store: {None: _host(store).get("capability")}, tables=_OF_HOST),
     Quantity("host_gpu_memory_gib", "memory (GiB) of this host's first GPU", _gpu0("memory_gib"), tables=("gpus",)),
     Quantity("host_sm_count", "SMs of this host's first GPU", _gpu0("sm_count"), tables=("gpus",)),
     Quantity("host_cuda", "CUDA version: of the driver (driver), torch's build (torch), the host line's (host)", _cuda,

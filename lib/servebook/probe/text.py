@@ -16,7 +16,9 @@ def describe_host(report: dict, tagged: bool = False) -> str:
     gpus = report.get("gpus") or []
     if not gpus:
         return _no_gpu_paragraph(report)
-    q = _quoter(tagged)
+    from ..stated.tags import quoter
+
+    q = quoter(tagged)
     parts = [_gpu_sentence(report, gpus, q)]
     parts += _blackwell_line(gpus[0])
     parts += _link_sentences(report, gpus, q)
@@ -32,16 +34,6 @@ def _no_gpu_paragraph(report: dict) -> str:
     return (f"This host ({report.get('hostname')}) has no NVIDIA GPU that NVML, nvidia-smi or torch can see, so there is no compute "
             f"capability to reason about: the engines' GPU paths cannot run here. It runs Python {v.get('python')} with {torch_s}. "
             "The book continues on the CPU; GPU chapters say what they skip.")
-
-
-def _quoter(tagged: bool):
-    """``q(name, value, fmt, of)``: the figure tagged as a stated quantity for a page, or as plain text."""
-    from ..stated.tags import q as q_
-    from ..stated.text import text_of
-
-    def q(name, value, fmt="", of=None):
-        return q_(name, value, fmt, of=of) if tagged else text_of(value, fmt)
-    return q
 
 
 def _gpu_sentence(report: dict, gpus: list[dict], q) -> str:

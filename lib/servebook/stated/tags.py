@@ -16,7 +16,7 @@ from typing import Any
 
 from .text import plain, text_of
 
-__all__ = ["q", "Stated", "stated_on", "uses_tags"]
+__all__ = ["q", "quoter", "Stated", "stated_on", "uses_tags"]
 
 # The quantity names the registry knows, filled in by servebook.stated.registry once every chapter's are registered
 # (``servebook.quantities`` gathers them; the book's setup cell imports it in each chapter's kernel). Empty until then:
@@ -43,6 +43,14 @@ def q(name: str, value: Any, fmt: str = "", of: str | None = None, code: bool = 
         attrs["data-of"] = str(of)
     span = "<span " + " ".join(f'{k}="{html.escape(str(v), quote=True)}"' for k, v in attrs.items()) + f">{shown}</span>"
     return f"<code>{span}</code>" if code else span
+
+
+def quoter(tagged: bool):
+    """``q(name, value, fmt, of)``: a figure tagged as a stated quantity (:func:`q`) where ``tagged``, else as plain text
+    (one sentence written for a page and for a terminal)."""
+    def say(name, value, fmt="", of=None):
+        return q(name, value, fmt, of=of) if tagged else text_of(value, fmt)
+    return say
 
 
 @dataclass
