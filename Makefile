@@ -34,7 +34,8 @@ help:
 	@echo "make env    - create/refresh the environment ($(VENV)), JupyterLab included"
 	@echo "             (installs with uv, put into $(VENV) by pip; INSTALLER=pip installs with pip alone)"
 	@echo "             every level installs the locked versions ($(LOCK)); LOCKED=0: the newest pyproject.toml allows"
-	@echo "make lock   - refresh $(LOCK) and $(LOCK_PINS) from pyproject.toml (UPGRADE=1: newest allowed versions)"
+	@echo "make lock   - refresh $(LOCK) and $(LOCK_PINS) from pyproject.toml (UPGRADE=1: newest allowed versions;"
+	@echo "             UPGRADE_PACKAGES=\"a b\": those packages only, e.g. what make test-latest passed with)"
 	@echo "make test-latest - in $(VENV_LATEST): the newest versions pyproject.toml allows, the packages that differ from"
 	@echo "             the lock, the fast tests and a smoke book (catches upstream releases; not part of .ci/run)"
 

@@ -27,13 +27,16 @@ def locked(path: str) -> dict[str, str]:
 def main() -> None:
     pins = locked(sys.argv[1])
     here = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
-    rows = []
+    rows, names = [], []
     for name in sorted((set(pins) | set(here)) - SKIP):
         a, b = pins.get(name), here.get(name)
         if a != b and b is not None:
             rows.append(f"  {name:32} {a or '(not in the lock)':>20} -> {b}")
+            names.append(name)
     print(f"== {len(rows)} installed packages differ from the lock ({sys.argv[1]}): locked -> installed ==")
     print("\n".join(rows) if rows else "  none: the newest allowed versions are the locked ones")
+    if names:  # how to take exactly these into the lock once the tests below pass with them
+        print(f"  to lock these versions once the checks below pass: UPGRADE_PACKAGES=\"{' '.join(names)}\" make lock")
 
 
 if __name__ == "__main__":
