@@ -55,11 +55,10 @@ from .kernels import CATEGORIES, classify, trace_slug
 from .slices import select_slices
 from .tables import latest_breakdown
 
-__all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
+__all__ = ["MEMORY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
            "tp_shares", "kernel_floors", "h200_parts", "project", "seed_figures", "project_per_start"]
 
 MEMORY_BOUND = ("attention", "moe experts", "dense gemm")
-LATENCY_BOUND = ("moe routing", "norm/rope/elementwise", "sampling", "other")
 
 
 # -- the model card ------------------------------------------------------------------------------
