@@ -10,9 +10,16 @@ each engine's ms per token and of the gap, SGLang minus vLLM); the range is all 
 lengthen or shorten the total (``seed_range``: the sum of the moves, exact here because the categories add up and the
 host rule's maximum is decided by the GPU time, several ms above the host's). An end that moves both engines (a kind of
 host, a bandwidth) moves them together, so the gap's range is not the difference of the engines' ranges.
+
+Every figure the rows' words state comes from data: the versions, launches and split caps from ``attention_12()``, the
+GPUs' capabilities, SM counts and bandwidths from data/hardware (``projection.MEASURED_ON``, ``TARGET``), the host rule's
+errors from the profile run's whole models, the heads from the seed model's card. ``attention_12()`` reads each engine's
+code once per (engine, version, environment), again only when a file it read changes.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from .projection import project
 
@@ -142,6 +149,53 @@ def attention_12() -> list[dict]:
     return out
 
 
+def _host_rule_words(src) -> str:
+    """The host-rule assumption's basis: how far each rule's prediction of the whole models measured in the profile run
+    (``src``: table prediction_check, each model's deeper slice in profile_runs) falls from the measured time."""
+    from .predict import HOST_RULE, host_combine
+
+    prof = {p["label"]: p for p in src.rows("profile_runs")}
+    errs: dict = {HOST_RULE: [], "serial": []}
+    for r in src.rows("prediction_check"):
+        deep = prof.get((r.get("from_labels") or [None, None])[1])
+        if not r.get("measured_ms") or deep is None:
+            continue
+        h = host_combine(r["gpu_full_ms"], float(deep["tpot_ms"]), float(deep["tpot_ms"]) - float(deep["busy_ms"]))
+        for rule, ms in ((HOST_RULE, h["ms"]), ("serial", h["serial_ms"])):
+            errs[rule].append(100 * (ms - r["measured_ms"]) / r["measured_ms"])
+    span = {k: f"{min(v):+.0f}% to {max(v):+.0f}%" if v else "no whole model measured" for k, v in errs.items()}
+    run = Path(str(getattr(src, "path", "the profile run"))).name
+    return (f"central: {HOST_RULE}, the rule the whole models of {run} validated ({span[HOST_RULE]}); the serial rule adds "
+            f"each engine's 2-layer slice's {_short(_gpus()[0])} idle per token (it errs {span['serial']} on those models)")
+
+
+_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _shard_words(att: list[dict]) -> tuple[int, str]:
+    """The seed's TP and the shard-shapes assumption's basis: the attention grid's head blocks per rank from the seed
+    model's heads (its card) and the kernels' BLOCK_H (table seed_attention_12)."""
+    from ..cards import load_card
+    from ..stated.figures import seed_case
+    from .comm import _text
+
+    seed = seed_case()
+    tp, heads = int(seed["tp"]), int(_text(load_card(seed["model"]))["num_attention_heads"])
+    block = {a["block_h"] for a in att}
+    if len(block) != 1:
+        raise ValueError(f"the versions read launch BLOCK_H {sorted(block)}: the shard-shapes words assume one")
+    bh, per_rank = block.pop(), heads // tp
+    shard, whole = -(-per_rank // bh), -(-heads // bh)   # head blocks of the grid per rank at the seed's TP and at TP=1
+
+    def word(k: int) -> str:
+        return _WORDS[k] if k < len(_WORDS) else str(k)
+
+    return tp, ("central: each memory-bound kernel kept at least as long as the shortest such kernel on the "
+                f"{_short(_gpus()[0])} (it reads 1/{tp} of the bytes per rank but keeps its launch and latency); the end: "
+                f"bytes alone. Attention's grid at TP={tp} holds {word(shard)} block{'s' * (shard != 1)} of {bh} heads "
+                f"({per_rank} heads per rank) against {word(whole)} at TP=1: latency-bound at this context, kept as measured")
+
+
 def _smem(target: dict, measured_on: dict) -> str:
     return (f"not read: whether Triton fits these tiles at num_stages 2 in capability {target['capability']}'s 101,376 B of "
             f"shared memory per block (the {_short(measured_on)} allows 232,448 B); the seed's runs decoded on "
@@ -262,19 +316,15 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     ``seed_assumptions``). ``n``: collectives per token."""
     rows = [_row("host rule", "serial (host idle added)",
                  {e: (r[-1].get("serial_ms") or r[-1]["predicted_ms"]) - r[-1]["predicted_ms"] for e, r in central.items()},
-                 "central: overlapped, the rule the whole models of h200x1-prof validated (-4% to +1%); the serial rule "
-                 "adds each engine's 2-layer slice's H200 idle per token (it errs +25% to +35% on those models)")]
+                 _host_rule_words(src))]
     for end, field, host in (("one CPU with PCIe switches", "low_us", "low_host"), ("two CPU sockets, no switches", "high_us", "high_host")):
         rows.append(_row("all-reduce latency", end, {e: n * (lat[e][field] - lat[e]["central_us"]) / 1e3 for e in backends},
                          "; ".join(f"{e} {lat[e][field]:.2f} us ({lat[e][host]}, {lat[e]['env']})" for e in backends)
                          + f"; x {n} collectives per token; central: the middle of each engine's range"))
     att = attention_12()
     rows.append(_row(f"attention on capability {_gpus()[1]['capability']}", "as read", *_attention_move(att, backends)))
-    rows.append(_row("shard shapes at TP=8", "no kernel floor", _moved(src, central, lat, backends, floor_us=0.0),
-                     "central: each memory-bound kernel kept at least as long as the shortest such kernel on the H200 (it "
-                     "reads 1/8 of the bytes per rank but keeps its launch and latency); the end: bytes alone. Attention's "
-                     "grid at TP=8 holds one block of 16 heads (8 heads per rank) against four at TP=1: latency-bound at "
-                     "this context, kept as measured"))
+    tp, basis = _shard_words(att)
+    rows.append(_row(f"shard shapes at TP={tp}", "no kernel floor", _moved(src, central, lat, backends, floor_us=0.0), basis))
     vllm_att = _cat(central.get("vllm", []), "attention")
     sg = {"sglang": None, "vllm": 0.0}
     if vllm_att is not None and "sglang" in backends:
