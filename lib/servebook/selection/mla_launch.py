@@ -286,12 +286,20 @@ def read_split_rule(package_dir, engine: str) -> dict | None:
             continue
         tree = _parse(text)
         fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-        used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
-        consts = [ast.get_source_segment(text, n) for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+        used, lines = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}, text.splitlines()
+        consts = [_segment(lines, n) for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
                   and isinstance(n.targets[0], ast.Name) and n.targets[0].id in used]
         return {"function": name, "where": f"{pkg.name}/{rel}:{fn.lineno}-{fn.end_lineno} ({name})",
-                "source": "\n".join(consts + ["", ast.get_source_segment(text, fn)])}
+                "source": "\n".join(consts + ["", _segment(lines, fn)])}
     return None
+
+
+def _segment(lines: list[str], node: ast.stmt) -> str:
+    """``ast.get_source_segment`` of a statement, from the module's lines split once (that one splits them per call)."""
+    seg = lines[node.lineno - 1:node.end_lineno]
+    seg[-1] = seg[-1].encode()[:node.end_col_offset].decode()
+    seg[0] = seg[0].encode()[node.col_offset:].decode()
+    return "\n".join(seg)
 
 
 class _Fell:
