@@ -1,15 +1,22 @@
 """The Triton MLA decode kernel's launch, read from the engines' own code (servebook.selection.mla_launch), against the
 rows recorded in data/reference/attention-12.json (table seed_attention_12, chapter 06 of the what-if book)."""
 
+import sys
+
 import pytest
 
 from servebook.errors import EngineError
-from servebook.profile.ranges import attention_row, recorded_attention
-from servebook.selection.mla_launch import capability_words, read_mla_launch_source
+from servebook.profile import ranges
+from servebook.profile.ranges import attention_row, recorded_attention, split_gpus
+from servebook.profiles import load_profile
+from servebook.selection.mla_launch import capability_words, read_mla_launch_source, split_cap
 
 # the versions CI prepares (tests/test_selection.py, test_whatif_book.py, test_whatif_vllm.py, test_engines_cli.py build
 # them with add_engine): here they are built too when missing, so the check runs in CI; the others only where prepared
 CI_BUILDS = {"sglang==0.5.9", "sglang==0.5.23", "vllm==0.10.2", "vllm==0.26.0", "vllm==0.33.0"}
+# the versions only this file needs, whose source is all it reads: built static-only (the engine alone, no requirements;
+# 1.8 s for sglang 0.5.16 with an empty uv cache, 2026-12-04), so the row the verdict quotes is checked in CI too
+STATIC_BUILDS = {"sglang==0.5.16"}
 
 SNIPPET = '''
 import triton
@@ -60,20 +67,87 @@ def test_a_source_without_the_function_is_a_one_line_error():
     assert "\n" not in str(err.value)
 
 
-def test_an_unprepared_version_keeps_the_recorded_row_and_says_so():
-    rec = recorded_attention()[0]
-    row = attention_row(rec, None, None, "no sglang==0.5.9 environment here")
-    assert {k: v for k, v in row.items() if k != "read"} == {k: rec[k] for k in row if k != "read"}
-    assert row["read"] == "recorded (attention-12.json): no sglang==0.5.9 environment here"
+def _pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def test_an_unprepared_version_computes_its_split_caps_from_the_hardware_files():
+    """Without an environment a row evaluates its recorded split rule at data/hardware's SM counts: vLLM caps at 2 x SMs,
+    SGLang 0.5.16 at the SMs' next power of two (at least the kv-split default), 0.5.9 takes the default uncapped - the
+    rules written here as the engines' code states them, apart from the recorded text the row evaluates."""
+    h200, rtx = load_profile("h200"), load_profile("rtx-pro-6000")
+    assert set(split_gpus()) == {"split_cap_9_0", "split_cap_12_0"} and (h200["capability"], rtx["capability"]) == ("9.0", "12.0")
+    recs = {r["version"]: r for r in recorded_attention()}
+    rows = {v: attention_row(r, None, None, "no environment here") for v, r in recs.items()}
+    caps = {v: (r["split_cap_9_0"], r["split_cap_12_0"]) for v, r in rows.items()}
+    assert caps["0.26.0"] == (2 * h200["sm_count"], 2 * rtx["sm_count"])
+    default = recs["0.5.16"]["kv_splits_default"]["value"]
+    assert caps["0.5.16"] == (max(default, _pow2(h200["sm_count"])), max(default, _pow2(rtx["sm_count"])))
+    assert caps["0.5.9"] == (recs["0.5.9"]["kv_splits_default"]["value"],) * 2
+    # the recorded prose beside them names the same figures
+    assert f"{h200['sm_count']} and {rtx['sm_count']} SMs round up to {caps['0.5.16'][1]}" in rows["0.5.16"]["splits"]
+    for v, r in rows.items():
+        assert r["read"].startswith("recorded (attention-12.json): no environment here; the split caps = "), v
+        assert {k: r[k] for k in ("block_n", "num_stages", "where")} == {k: recs[v][k] for k in ("block_n", "num_stages", "where")}
+
+
+def test_the_split_rule_is_evaluated_not_assumed():
+    """A changed rule changes the caps; a rule that does not cap by the SM count, or takes an argument the reader cannot
+    give, is a one-line error."""
+    rec = next(r for r in recorded_attention() if r["engine"] == "vllm")
+    rule = rec["split_rule"]
+    four = {**rule, "source": rule["source"].replace("_SPLIT_OCCUPANCY_MULTIPLIER = 2", "_SPLIT_OCCUPANCY_MULTIPLIER = 4")}
+    assert four["source"] != rule["source"]
+    row = attention_row({**rec, "split_rule": four}, None, None, "a changed rule")
+    assert (row["split_cap_9_0"], row["split_cap_12_0"]) == tuple(4 * p["sm_count"] for p in split_gpus().values())
+    by_context = {**rule, "source": "def _compute_num_kv_splits(max_seq_len, sm_count):\n    return max_seq_len // 512\n"}
+    with pytest.raises(EngineError, match="no cap by SM count") as err:
+        split_cap(by_context, 188)
+    assert "\n" not in str(err.value)
+    odd = {**rule, "source": "def _compute_num_kv_splits(max_seq_len, sm_count, page_size):\n    return sm_count\n"}
+    with pytest.raises(EngineError, match="takes page_size") as err:
+        split_cap(odd, 188)
+    assert "\n" not in str(err.value)
+
+
+_DECODE = """
+def _decode_grouped_att_m_fwd(q, k_buffer, v_buffer, num_kv_splits, is_mla=False):
+    Lk = k_buffer.shape[-1]
+    kernel[grid](q, BLOCK_N=32, BLOCK_H=16, BLOCK_DMODEL=512, BLOCK_DPE=64, num_warps=4, num_stages=STAGES)
+"""
+
+
+def test_attention_reads_are_kept_until_the_code_changes(tmp_path, monkeypatch):
+    """A host-named SGLang environment (SERVEBOOK_PYTHON_SGLANG): a second read returns what the first read; a changed
+    kernel file is read again."""
+    site = tmp_path / "site"
+    kernel = site / "sglang" / "kernels" / "ops" / "attention" / "decode_attention.py"
+    kernel.parent.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    kernel.write_text(_DECODE.replace("STAGES", "2"))
+    dist = site / "sglang-0.5.16.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.16\n")
+    py = tmp_path / "py-sglang"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    py.chmod(0o755)
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SERVEBOOK_PYTHON_SGLANG", str(py))
+    first = ranges._read_launch("sglang", "0.5.16")
+    assert first[0]["num_stages"] == 2 and first[3] == "the engine-python sglang==0.5.16 environment"
+    assert ranges._read_launch("sglang", "0.5.16") is first
+    kernel.write_text(_DECODE.replace("STAGES", "3 + 1"))
+    again = ranges._read_launch("sglang", "0.5.16")
+    assert again is not first and again[0]["num_stages"] == 4
 
 
 def _env(spec: str):
     from servebook.engines.envs import resolve_engine
 
-    if spec in CI_BUILDS:
+    if spec in CI_BUILDS | STATIC_BUILDS:
         from servebook.selection import add_engine
 
-        return add_engine(spec, progress=None)
+        return add_engine(spec, progress=None, requirements=spec not in STATIC_BUILDS)
     try:
         return resolve_engine(spec)
     except EngineError:
@@ -86,7 +160,7 @@ def _env(spec: str):
 def test_the_recorded_rows_are_what_the_code_says(rec):
     """Each recorded row against the reader on its version's environment: a difference means the data or the reader is
     wrong, and fails."""
-    from servebook.selection.mla_launch import read_default_kv_splits, read_mla_launch
+    from servebook.selection.mla_launch import read_default_kv_splits, read_mla_launch, read_split_rule
 
     env = _env(f"{rec['engine']}=={rec['version']}")
     r = read_mla_launch(env.package_dir, rec["engine"], rec["version"])
@@ -96,8 +170,12 @@ def test_the_recorded_rows_are_what_the_code_says(rec):
     assert [b["line"] for b in r["capability_branches"]] == rec["capability_lines"]
     assert capability_words(r) == rec["capability_key"]
     assert read_default_kv_splits(env.package_dir, rec["engine"]) == rec["kv_splits_default"]
-    row = attention_row(rec, r, read_default_kv_splits(env.package_dir, rec["engine"]), "here")
-    assert {k: v for k, v in row.items() if k != "read"} == {k: rec[k] for k in row if k != "read"}
+    rule = read_split_rule(env.package_dir, rec["engine"])
+    assert rule == rec.get("split_rule") and (rule is None) == rec["split_caps_are_default"]
+    row = attention_row(rec, r, read_default_kv_splits(env.package_dir, rec["engine"]), "here", rule)
+    assert {k: row[k] for k in rec if k in row and k != "read"} == {k: rec[k] for k in rec if k in row and k != "read"}
+    recorded = attention_row(rec, None, None, "not read")
+    assert {c: row[c] for c in split_gpus()} == {c: recorded[c] for c in split_gpus()}
     assert row["read"].startswith(f"read from {rec['engine']} {rec['version']}'s code")
 
 

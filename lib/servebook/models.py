@@ -42,8 +42,6 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _DSV3_DEFAULTS = {"moe_layer_freq": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "ep_size": 1,
                   "n_group": 1, "topk_group": 1, "norm_topk_prob": True, "rope_theta": 10000.0, "attention_bias": False,
                   "hidden_act": "silu", "rms_norm_eps": 1e-6}
-# MLA dimensions the kernels check; never scaled.
-_MLA_FIXED = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "q_lora_rank")
 
 
 def _family(cfg: dict) -> str:

@@ -55,11 +55,12 @@ from .kernels import CATEGORIES, classify, trace_slug
 from .slices import select_slices
 from .tables import latest_breakdown
 
-__all__ = ["MEMORY_BOUND", "LATENCY_BOUND", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
+__all__ = ["MEMORY_BOUND", "MEASURED_ON", "TARGET", "load_allreduce_reference", "allreduce_latency", "collectives_per_token",
            "tp_shares", "kernel_floors", "h200_parts", "project", "seed_figures", "project_per_start"]
 
 MEMORY_BOUND = ("attention", "moe experts", "dense gemm")
-LATENCY_BOUND = ("moe routing", "norm/rope/elementwise", "sampling", "other")
+# the GPUs of the projection (hardware profiles in data/hardware): where the slices were profiled, and the seed's GPU
+MEASURED_ON, TARGET = "h200", "rtx-pro-6000"
 
 
 # -- the model card ------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def seed_figures() -> dict:
 
 
 def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", card: str = "kimi-k2.5",
-            profile: str = "rtx-pro-6000", measured_on: str = "h200", tp: int = 8, allreduce_us: float | None = None,
+            profile: str = TARGET, measured_on: str = MEASURED_ON, tp: int = 8, allreduce_us: float | None = None,
             allreduce_source: str | None = None, bandwidth: str = "datasheet", floor_us: float | None = None,
             clock_ratio: float = 1.0, seed_tok_s: float | None = None, attention_rule: str = "latency",
             host_rule: str | None = None, attention_ms: float | None = None, attention_source: str | None = None) -> list[dict]:

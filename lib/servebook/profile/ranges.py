@@ -10,26 +10,35 @@ each engine's ms per token and of the gap, SGLang minus vLLM); the range is all 
 lengthen or shorten the total (``seed_range``: the sum of the moves, exact here because the categories add up and the
 host rule's maximum is decided by the GPU time, several ms above the host's). An end that moves both engines (a kind of
 host, a bandwidth) moves them together, so the gap's range is not the difference of the engines' ranges.
+
+Every figure the rows' words state comes from data: the versions, launches and split caps from ``attention_12()``, the
+GPUs' capabilities, SM counts and bandwidths from data/hardware (``projection.MEASURED_ON``, ``TARGET``), the host rule's
+errors from the profile run's whole models, the heads from the seed model's card. ``attention_12()`` reads each engine's
+code once per (engine, version, environment), again only when a file it read changes.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .projection import project
 
 __all__ = ["SEED_BACKENDS", "central_projection", "assumption_table", "projection_range", "attention_12", "recorded_attention",
-           "attention_row", "ATTENTION_REFERENCE"]
+           "attention_row", "split_gpus", "ATTENTION_REFERENCE"]
 
 # what each engine runs on capability 12.0, as chapter 02 resolves it from the engines' own code
 SEED_BACKENDS = {"sglang": "triton", "vllm": "TRITON_MLA"}
 
 # The Triton MLA decode kernel's launch in each version the verdict uses (table seed_attention_12): read from the version's
 # own code where its environment is prepared (servebook.selection.mla_launch), else the recorded rows with their citations
-# (data/reference/attention-12.json); the split caps are a computation over SM counts outside the kernel, kept there as
-# cited data (SGLang's kv-split default excepted, which is read).
+# (data/reference/attention-12.json). The split caps are computed: the version's SM-cap rule (read, else its recorded text)
+# at the SM counts of the two GPUs of the projection (data/hardware), or the kv-split default where it has no such rule.
 ATTENTION_REFERENCE = "attention-12.json"
 _SHOWN = ("engine", "version", "role", "where", "block_n", "block_h", "block_dmodel", "block_dpe", "num_warps", "num_stages",
           "capability_key", "split_cap_9_0", "split_cap_12_0", "splits")
 _LAUNCH = ("block_n", "block_h", "block_dmodel", "block_dpe", "num_warps", "num_stages")
+# what attention_12 read per version, kept while the files it read are unchanged (_read_launch)
+_READ: dict = {}
 
 
 def recorded_attention() -> list[dict]:
@@ -41,37 +50,89 @@ def recorded_attention() -> list[dict]:
     return json.loads((data_dir() / "reference" / ATTENTION_REFERENCE).read_text())["rows"]
 
 
-def _read_launch(engine: str, version: str) -> tuple[dict | None, dict | None, str]:
-    """(launch, kv-split default, where it was read) from the prepared environment, or (None, None, why not)."""
+def split_gpus() -> dict:
+    """``{column: hardware profile}`` for the split-cap columns: the GPU the slices were profiled on and the seed's GPU
+    (``projection.MEASURED_ON``, ``TARGET``), each column named for its capability (``split_cap_9_0``)."""
+    gpus = {f"split_cap_{p['capability'].replace('.', '_')}": p for p in _gpus()}
+    if set(gpus) != {k for k in _SHOWN if k.startswith("split_cap_")}:
+        raise ValueError(f"the projection's GPUs give the columns {sorted(gpus)}, not the table's; rename them in ranges._SHOWN")
+    return gpus
+
+
+def _stamp(pkg: str, engine: str) -> tuple:
+    """What the read depends on: each file the readers open (path, mtime, size); a rebuilt environment changes it."""
+    from pathlib import Path
+
+    from ..selection.mla_launch import KERNEL_FILES, SPLIT_CAP_RULES
+
+    files = [*KERNEL_FILES.get(engine, []), *(f for f, _ in SPLIT_CAP_RULES.get(engine, [])), "srt/server_args.py"]
+    out = []
+    for rel in files:
+        try:
+            st = (Path(pkg) / rel).stat()
+        except OSError:
+            continue
+        out.append((rel, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def _read_launch(engine: str, version: str) -> tuple[dict | None, dict | None, dict | None, str]:
+    """(launch, kv-split default, split rule, where they were read) from the prepared environment, or (None, None, None,
+    why not). Kept per (engine, version, environment) while the files read are unchanged (``_READ``)."""
     from ..engines.envs import resolve_engine
     from ..errors import EngineError
-    from ..selection.mla_launch import read_default_kv_splits, read_mla_launch
+    from ..selection.mla_launch import read_default_kv_splits, read_mla_launch, read_split_rule
 
     try:
         env = resolve_engine(f"{engine}=={version}")
     except EngineError:
-        return None, None, f"no {engine}=={version} environment here (servebook engines add {engine}=={version})"
+        return None, None, None, f"no {engine}=={version} environment here (servebook engines add {engine}=={version})"
+    key, stamp = (engine, version, env.python, env.package_dir), _stamp(env.package_dir, engine)
+    if key in _READ and _READ[key][0] == stamp:
+        return _READ[key][1]
     try:
-        return (read_mla_launch(env.package_dir, engine, version), read_default_kv_splits(env.package_dir, engine),
-                f"the {env.source} {engine}=={version} environment")
+        got = (read_mla_launch(env.package_dir, engine, version), read_default_kv_splits(env.package_dir, engine),
+               read_split_rule(env.package_dir, engine), f"the {env.source} {engine}=={version} environment")
     except (EngineError, OSError) as exc:
-        return None, None, f"its code could not be read: {str(exc).splitlines()[0]}"
+        got = None, None, None, f"its code could not be read: {str(exc).splitlines()[0]}"
+    _READ[key] = (stamp, got)
+    return got
 
 
-def attention_row(rec: dict, launch: dict | None, default: dict | None, at: str) -> dict:
-    """One row of seed_attention_12: ``rec`` (recorded) with what ``launch`` read in place of it; ``read`` says which."""
+def _split_caps(rec: dict, default: dict | None, rule: dict | None, read: bool) -> tuple[dict, str]:
+    """The split-cap columns and the words saying where they came from: the SM-cap rule (``rule`` read, else the recorded
+    one) at each GPU's SM count, or the kv-split default (``default`` read, else the recorded one) where the version has
+    no such rule."""
+    from ..selection.mla_launch import split_cap
+
+    gpus = split_gpus()
+    sms = " and ".join(f"{p['sm_count']} SMs ({p['profile']})" for p in gpus.values())
+    kv = default if default is not None else rec.get("kv_splits_default")
+    if rec.get("split_caps_are_default"):
+        how = "read" if read and default is not None else "recorded"
+        return ({c: kv["value"] for c in gpus},
+                f"the split caps = the kv-split default {how} at {kv['where']}, no SM cap as recorded")
+    use = rule if rule is not None else rec["split_rule"]
+    how = (f"the SM-cap rule read at {use['where']}" if rule is not None else
+           f"the SM-cap rule as recorded from {use['where']}" + (" (not found in this version's code)" if read else ""))
+    return ({c: split_cap(use, p["sm_count"], kv["value"] if kv else None) for c, p in gpus.items()},
+            f"the split caps = {how}, at {sms} (data/hardware)")
+
+
+def attention_row(rec: dict, launch: dict | None, default: dict | None, at: str, rule: dict | None = None) -> dict:
+    """One row of seed_attention_12: ``rec`` (recorded) with what ``launch``, ``default`` and ``rule`` read in place of it
+    (the split caps computed either way, ``_split_caps``); ``read`` says which."""
     from ..selection.mla_launch import capability_words
 
-    row = {k: rec[k] for k in _SHOWN}
+    row = {k: rec[k] for k in _SHOWN if k in rec}
+    caps, split = _split_caps(rec, default, rule, launch is not None)
+    row.update(caps)
+    row = {k: row[k] for k in _SHOWN}
     if launch is None:
-        return {**row, "read": f"recorded ({ATTENTION_REFERENCE}): {at}"}
+        return {**row, "read": f"recorded ({ATTENTION_REFERENCE}): {at}; {split}"}
     row.update({k: launch[k] for k in _LAUNCH if launch[k] is not None})
     row.update(where=launch["where"], capability_key=capability_words(launch))
     kept = [k for k in _LAUNCH if launch[k] is None]
-    split = "the split caps' SM-count rule kept as recorded"
-    if rec.get("split_caps_are_default") and default is not None:
-        row["split_cap_9_0"] = row["split_cap_12_0"] = default["value"]
-        split = f"the split caps = the kv-split default read at {default['where']}, no SM cap as recorded"
     if default and rec.get("kv_splits_default") and default != rec["kv_splits_default"]:
         row["splits"] += f" [read now: default {default['value']} at {default['where']}; the text above is as recorded]"
     opened = ", ".join(f"`{t['test']}` :{t['line']}" for t in launch["open_tests"]) or "none"
@@ -81,11 +142,141 @@ def attention_row(rec: dict, launch: dict | None, default: dict | None, at: str)
 
 def attention_12() -> list[dict]:
     """Table seed_attention_12: each recorded version's launch, read where its environment is prepared."""
-    return [attention_row(rec, *_read_launch(rec["engine"], rec["version"])) for rec in recorded_attention()]
+    out = []
+    for rec in recorded_attention():
+        launch, default, rule, at = _read_launch(rec["engine"], rec["version"])
+        out.append(attention_row(rec, launch, default, at, rule))
+    return out
 
 
-_SMEM = ("not read: whether Triton fits these tiles at num_stages 2 in capability 12.0's 101,376 B of shared memory per "
-         "block (the H200 allows 232,448 B); the seed's runs decoded on 12.0 with both engines, so the kernels launched there")
+def _host_rule_words(src) -> str:
+    """The host-rule assumption's basis: how far each rule's prediction of the whole models measured in the profile run
+    (``src``: table prediction_check, each model's deeper slice in profile_runs) falls from the measured time."""
+    from .predict import HOST_RULE, host_combine
+
+    prof = {p["label"]: p for p in src.rows("profile_runs")}
+    errs: dict = {HOST_RULE: [], "serial": []}
+    for r in src.rows("prediction_check"):
+        deep = prof.get((r.get("from_labels") or [None, None])[1])
+        if not r.get("measured_ms") or deep is None:
+            continue
+        h = host_combine(r["gpu_full_ms"], float(deep["tpot_ms"]), float(deep["tpot_ms"]) - float(deep["busy_ms"]))
+        for rule, ms in ((HOST_RULE, h["ms"]), ("serial", h["serial_ms"])):
+            errs[rule].append(100 * (ms - r["measured_ms"]) / r["measured_ms"])
+    span = {k: f"{min(v):+.0f}% to {max(v):+.0f}%" if v else "no whole model measured" for k, v in errs.items()}
+    run = Path(str(getattr(src, "path", "the profile run"))).name
+    return (f"central: {HOST_RULE}, the rule the whole models of {run} validated ({span[HOST_RULE]}); the serial rule adds "
+            f"each engine's 2-layer slice's {_short(_gpus()[0])} idle per token (it errs {span['serial']} on those models)")
+
+
+_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _shard_words(att: list[dict]) -> tuple[int, str]:
+    """The seed's TP and the shard-shapes assumption's basis: the attention grid's head blocks per rank from the seed
+    model's heads (its card) and the kernels' BLOCK_H (table seed_attention_12)."""
+    from ..cards import load_card
+    from ..stated.figures import seed_case
+    from .comm import _text
+
+    seed = seed_case()
+    tp, heads = int(seed["tp"]), int(_text(load_card(seed["model"]))["num_attention_heads"])
+    block = {a["block_h"] for a in att}
+    if len(block) != 1:
+        raise ValueError(f"the versions read launch BLOCK_H {sorted(block)}: the shard-shapes words assume one")
+    bh, per_rank = block.pop(), heads // tp
+    shard, whole = -(-per_rank // bh), -(-heads // bh)   # head blocks of the grid per rank at the seed's TP and at TP=1
+
+    def word(k: int) -> str:
+        return _WORDS[k] if k < len(_WORDS) else str(k)
+
+    return tp, ("central: each memory-bound kernel kept at least as long as the shortest such kernel on the "
+                f"{_short(_gpus()[0])} (it reads 1/{tp} of the bytes per rank but keeps its launch and latency); the end: "
+                f"bytes alone. Attention's grid at TP={tp} holds {word(shard)} block{'s' * (shard != 1)} of {bh} heads "
+                f"({per_rank} heads per rank) against {word(whole)} at TP=1: latency-bound at this context, kept as measured")
+
+
+def _smem(target: dict, measured_on: dict) -> str:
+    return (f"not read: whether Triton fits these tiles at num_stages 2 in capability {target['capability']}'s 101,376 B of "
+            f"shared memory per block (the {_short(measured_on)} allows 232,448 B); the seed's runs decoded on "
+            f"{target['capability']} with both engines, so the kernels launched there")
+
+
+def _short(profile: dict) -> str:
+    """A hardware profile's short name in prose: ``h200`` -> H200, ``rtx-pro-6000`` -> RTX PRO 6000."""
+    return profile["profile"].replace("-", " ").upper()
+
+
+def _who(row: dict, att: list[dict]) -> str:
+    """A version in prose: its number where the table holds several of its engine (SGLang), else the engine's name."""
+    from .verdict import _NAMES
+
+    several = sum(a["engine"] == row["engine"] for a in att) > 1
+    return row["version"] if several else _NAMES.get(row["engine"], row["engine"])
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _attention_move(att: list[dict], backends: dict) -> tuple[dict, str]:
+    """The attention-on-12.0 assumption from table seed_attention_12 (``att``): no move where no version read keys its
+    launch on the capability; None (not projected) for an engine where one does. Its basis in words."""
+    gpus = split_gpus()
+    caps = [p["capability"] for p in gpus.values()]
+    keyed = [a for a in att if not a["capability_key"].startswith("none")]
+    moves = {e: None if any(a["engine"] == e for a in keyed) else 0.0 for e in backends}
+    if keyed:
+        head = ("the Triton MLA decode kernel's launch keys on the capability in " + _and([f"{a['engine']} {a['version']}: "
+                f"{a['capability_key']}" for a in keyed]) + " (table seed_attention_12): not projected for that engine; "
+                f"a kernel profile on {caps[-1]} settles it")
+    else:
+        head = (f"the Triton MLA decode kernel takes the same tile, warp and stage constants on {_and(caps)} in every "
+                "version read (table seed_attention_12)")
+    capped = [_who(a, att) for a, r in zip(att, recorded_attention()) if not r.get("split_caps_are_default")]
+    split = (f"; the split count keys on the SM count only where {_and(capped)} cap it, which leaves this context's launch "
+             "unchanged") if capped else "; no version read caps the split count by the SM count"
+    measured_on, target = _gpus()
+    return moves, head + split + "; " + _smem(target, measured_on)
+
+
+def _grid(row: dict, here: bool = True) -> str:
+    """A version's MLA split cap on the two GPUs: one figure where they agree ("256 on these GPUs"), else each GPU's."""
+    gpus = split_gpus()
+    vals = {c: row[c] for c in gpus}
+    if len(set(vals.values())) == 1:
+        return f"{next(iter(vals.values()))}" + (" on these GPUs" if here else "")
+    return ", ".join(f"{v} on the {_short(gpus[c])}" for c, v in vals.items())
+
+
+def _version_words(att: list[dict]) -> tuple[str, str]:
+    """The engine-version assumption's end and basis, its versions and split grids from table seed_attention_12."""
+    studied = next(a for a in att if a["engine"] == "sglang" and a["role"] == "studied")
+    profiled = next(a for a in att if a["engine"] == "sglang" and a["role"].startswith("profiled"))
+    vllm = next(a for a in att if a["engine"] == "vllm")
+    return (f"SGLang {studied['version']}'s split grid",
+            f"SGLang's kernels were profiled at {profiled['version']}, whose MLA split grid is {_grid(profiled)}; "
+            f"{studied['version']} (studied) launches {_grid(studied, here=False)} (seed_attention_12). At that end SGLang's "
+            "attention takes what vLLM's Triton MLA kernel (the same tiles, one split here) took: a hypothesis, settled by "
+            f"profiling SGLang {studied['version']}'s triton backend on the same slices. vLLM: the seed's version is not "
+            f"stated; {vllm['version']}'s kernels are kept")
+
+
+def _gpus() -> tuple[dict, dict]:
+    """The hardware profiles of the GPU the slices were profiled on and the seed's GPU (``projection``)."""
+    from ..profiles import load_profile
+    from .projection import MEASURED_ON, TARGET
+
+    return load_profile(MEASURED_ON), load_profile(TARGET)
+
+
+def _bandwidth_words() -> tuple[str, str]:
+    """The bandwidth assumption's end and basis, the datasheet figures from data/hardware."""
+    src, dst = _gpus()
+    basis = (f"central: datasheet over datasheet ({_short(src)} {src['memory_bandwidth_tbs']} TB/s, {_short(dst)} "
+             f"{dst['memory_bandwidth_tbs']} TB/s); the end: the {_short(src)}'s measured read bandwidth (table "
+             "memory_bandwidth of the profile run) over the datasheet")
+    return f"{_short(src)} measured read bandwidth", basis
 
 
 def central_projection(src, lat: dict, n: int | None = None, backends: dict = SEED_BACKENDS, **kw) -> dict:
@@ -125,21 +316,15 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     ``seed_assumptions``). ``n``: collectives per token."""
     rows = [_row("host rule", "serial (host idle added)",
                  {e: (r[-1].get("serial_ms") or r[-1]["predicted_ms"]) - r[-1]["predicted_ms"] for e, r in central.items()},
-                 "central: overlapped, the rule the whole models of h200x1-prof validated (-4% to +1%); the serial rule "
-                 "adds each engine's 2-layer slice's H200 idle per token (it errs +25% to +35% on those models)")]
+                 _host_rule_words(src))]
     for end, field, host in (("one CPU with PCIe switches", "low_us", "low_host"), ("two CPU sockets, no switches", "high_us", "high_host")):
         rows.append(_row("all-reduce latency", end, {e: n * (lat[e][field] - lat[e]["central_us"]) / 1e3 for e in backends},
                          "; ".join(f"{e} {lat[e][field]:.2f} us ({lat[e][host]}, {lat[e]['env']})" for e in backends)
                          + f"; x {n} collectives per token; central: the middle of each engine's range"))
-    rows.append(_row("attention on capability 12.0", "as read", {e: 0.0 for e in backends},
-                     "the Triton MLA decode kernel takes the same tile, warp and stage constants on 9.0 and 12.0 in every "
-                     "version read (table seed_attention_12); the split count keys on the SM count only where 0.5.16 and "
-                     "vLLM cap it, which leaves this context's launch unchanged; " + _SMEM))
-    rows.append(_row("shard shapes at TP=8", "no kernel floor", _moved(src, central, lat, backends, floor_us=0.0),
-                     "central: each memory-bound kernel kept at least as long as the shortest such kernel on the H200 (it "
-                     "reads 1/8 of the bytes per rank but keeps its launch and latency); the end: bytes alone. Attention's "
-                     "grid at TP=8 holds one block of 16 heads (8 heads per rank) against four at TP=1: latency-bound at "
-                     "this context, kept as measured"))
+    att = attention_12()
+    rows.append(_row(f"attention on capability {_gpus()[1]['capability']}", "as read", *_attention_move(att, backends)))
+    tp, basis = _shard_words(att)
+    rows.append(_row(f"shard shapes at TP={tp}", "no kernel floor", _moved(src, central, lat, backends, floor_us=0.0), basis))
     vllm_att = _cat(central.get("vllm", []), "attention")
     sg = {"sglang": None, "vllm": 0.0}
     if vllm_att is not None and "sglang" in backends:
@@ -147,14 +332,10 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
                          allreduce_source="central", attention_ms=vllm_att,
                          attention_source="vLLM's projected Triton MLA attention (one split at this context)")
         sg["sglang"] = _total(rows_s) - _total(central["sglang"])
-    rows.append(_row("engine version", "SGLang 0.5.9's split grid", sg,
-                     "SGLang's kernels were profiled at 0.5.16, whose MLA split grid is 256 on these GPUs; 0.5.9 (studied) "
-                     "launches 8 (seed_attention_12). At that end SGLang's attention takes what vLLM's Triton MLA kernel "
-                     "(the same tiles, one split here) took: a hypothesis, settled by profiling SGLang 0.5.9's triton "
-                     "backend on the same slices. vLLM: the seed's version is not stated; 0.26.0's kernels are kept"))
-    rows.append(_row("bandwidth ratio", "H200 measured read bandwidth", _moved(src, central, lat, backends, bandwidth="measured"),
-                     "central: datasheet over datasheet (H200 4.8 TB/s, RTX PRO 6000 1.792 TB/s); the end: the H200's "
-                     "measured read bandwidth (table memory_bandwidth of the profile run) over the datasheet"))
+    end, basis = _version_words(att)
+    rows.append(_row("engine version", end, sg, basis))
+    end, basis = _bandwidth_words()
+    rows.append(_row("bandwidth ratio", end, _moved(src, central, lat, backends, bandwidth="measured"), basis))
     return rows
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from ..errors import EngineError
 from .static import _call_name, _glob, _parse
 
-__all__ = ["FUNCTION", "KERNEL_FILES", "MLA_SHAPE", "read_mla_launch", "read_mla_launch_source", "read_default_kv_splits", "capability_words"]
+__all__ = ["FUNCTION", "KERNEL_FILES", "MLA_SHAPE", "SPLIT_CAP_RULES", "read_mla_launch", "read_mla_launch_source",
+           "read_default_kv_splits", "read_split_rule", "split_cap", "capability_words"]
 
 FUNCTION = "_decode_grouped_att_m_fwd"
 # the Triton decode-attention module, per engine, newest layout first (relative to the package directory)
@@ -31,6 +32,16 @@ KERNEL_FILES = {
     "sglang": ["kernels/ops/attention/decode_attention.py", "srt/layers/attention/triton_ops/decode_attention.py"],
     "vllm": ["v1/attention/ops/triton_decode_attention.py", "attention/ops/triton_decode_attention.py"],
 }
+# the function that caps the MLA decode kernel's KV splits by the GPU's SM count, per engine (file relative to the package
+# directory, function); the versions without it take the kv-split default uncapped (SGLang 0.5.9)
+SPLIT_CAP_RULES = {
+    "sglang": [("srt/layers/attention/triton_backend.py", "_mla_decode_kv_splits_cap")],
+    "vllm": [("v1/attention/backends/mla/triton_mla.py", "_compute_num_kv_splits"),
+             ("attention/backends/mla/triton_mla.py", "_compute_num_kv_splits")],
+}
+# what each of the rule's parameters is given: the SM count, the context (long enough not to bind), the kv-split default
+_SPLIT_ARGS = {"sm_count": "sms", "max_seq_len": "context", "max_context_len": "context", "base_max_kv_splits": "default"}
+_LONG = (1 << 40, 1 << 41)  # two contexts far above any model's: the cap is the rule's value where both agree
 # Kimi-K2.5 / DeepSeek-V3 MLA: the cache row is kv_lora_rank 512 + qk_rope_head_dim 64; the value part is the 512
 MLA_SHAPE = {"Lk": 576, "Lv": 512}
 _MLA_FLAGS = ("is_mla", "has_mla", "use_mla")
@@ -259,6 +270,83 @@ def read_default_kv_splits(package_dir, engine: str = "sglang") -> dict | None:
                     and node.target.id == "triton_attention_num_kv_splits" and isinstance(node.value, ast.Constant)):
                 return {"value": node.value.value, "where": f"{pkg.name}/{f.relative_to(pkg)}:{node.lineno}"}
     return None
+
+
+def read_split_rule(package_dir, engine: str) -> dict | None:
+    """The engine's SM-cap rule for the MLA KV splits (``SPLIT_CAP_RULES``) as read in its package directory: ``{"function",
+    "where", "source"}`` (``source``: the module constants the function names, then the function's text), or None where
+    no file of the engine defines it."""
+    pkg = Path(package_dir)
+    for rel, name in SPLIT_CAP_RULES.get(engine, []):
+        f = pkg / rel
+        if not f.is_file():
+            continue
+        text = _source(f)
+        if f"def {name}(" not in text:
+            continue
+        tree = _parse(text)
+        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+        used, lines = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}, text.splitlines()
+        consts = [_segment(lines, n) for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+                  and isinstance(n.targets[0], ast.Name) and n.targets[0].id in used]
+        return {"function": name, "where": f"{pkg.name}/{rel}:{fn.lineno}-{fn.end_lineno} ({name})",
+                "source": "\n".join(consts + ["", _segment(lines, fn)])}
+    return None
+
+
+def _segment(lines: list[str], node: ast.stmt) -> str:
+    """``ast.get_source_segment`` of a statement, from the module's lines split once (that one splits them per call)."""
+    seg = lines[node.lineno - 1:node.end_lineno]
+    seg[-1] = seg[-1].encode()[:node.end_col_offset].decode()
+    seg[0] = seg[0].encode()[node.col_offset:].decode()
+    return "\n".join(seg)
+
+
+class _Fell:
+    pass
+
+
+def _run(body: list[ast.stmt], env: dict):
+    """The value a function body returns with ``env`` bound: assignments and ``if`` on known tests followed; UNKNOWN
+    where a statement or test cannot be followed; ``_Fell`` where the body ends without a return."""
+    for node in body:
+        if isinstance(node, ast.Return):
+            return UNKNOWN if node.value is None else _eval(node.value, env)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            env[node.targets[0].id] = _eval(node.value, env)
+        elif isinstance(node, ast.If):
+            t = _eval(node.test, env)
+            if t is UNKNOWN:
+                return UNKNOWN
+            r = _run(node.body if t else node.orelse, env)
+            if r is not _Fell:
+                return r
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):  # a docstring is passed over
+            return UNKNOWN
+    return _Fell
+
+
+def split_cap(rule: dict, sm_count: int, default: int | None = None) -> int:
+    """The KV-split cap ``rule`` (``read_split_rule``, or the same recorded) gives on a GPU of ``sm_count`` SMs: the rule
+    evaluated at a context long enough not to bind (``_LONG``: two such contexts must agree), with the kv-split
+    ``default`` where the rule takes one. EngineError where the rule cannot be followed."""
+    tree = _parse(rule["source"])
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == rule["function"]), None)
+    if fn is None:
+        raise EngineError(f"the split rule at {rule['where']} defines no {rule['function']}")
+    unknown = [a.arg for a in fn.args.args if a.arg not in _SPLIT_ARGS]
+    if unknown or (default is None and any(_SPLIT_ARGS[a.arg] == "default" for a in fn.args.args)):
+        raise EngineError(f"{rule['where']} takes {', '.join(unknown) or 'the kv-split default'}, which the reader cannot "
+                          f"give; read the rule there and name its parameter in mla_launch._SPLIT_ARGS")
+    values = []
+    for context in _LONG:
+        given = {"sms": sm_count, "context": context, "default": default}
+        env = {**_module_constants(tree), **{a.arg: given[_SPLIT_ARGS[a.arg]] for a in fn.args.args}}
+        values.append(_run(fn.body, env))
+    if any(v is UNKNOWN or v is _Fell or not isinstance(v, int) for v in values) or values[0] != values[1]:
+        raise EngineError(f"{rule['where']}: no cap by SM count could be followed at {sm_count} SMs (values {values} at "
+                          f"contexts {_LONG})")
+    return values[0]
 
 
 def _lines(rows: list[dict], mark: bool = False) -> str:

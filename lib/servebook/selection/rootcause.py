@@ -141,8 +141,9 @@ def _plain(v) -> str:
 
 def _one(row: dict, verdicts_01: dict) -> dict:
     d = row.get("decided_by") or {}
-    rule = d.get("where") or ""
-    helpers = _judged_helpers(row, verdicts_01)
+    at = _rule_fields(row, d)
+    rule = at["rule"] or ""
+    helpers = _judged_helpers(row, verdicts_01, at["cuda_assumed"])
     alts = {a["condition_line"]: a for a in row.get("alternatives") or []}
     # A fallback: a negated hardware condition on the path whose helper answered falsy, with a positive branch the GPU
     # missed (SGLang), or a backend whose own validation accepts this GPU left out of the priority list used (vLLM).
@@ -155,11 +156,11 @@ def _one(row: dict, verdicts_01: dict) -> dict:
     positive = [h for h in helpers if not h["negated"] and h.get("answer") and not h.get("error")]
     who = f"{row.get('engine')} {row.get('version')}"
     where = f"{row.get('model')} on {row.get('gpu')} (capability {row.get('capability') or 'this host'})"
-    base = _base(row, d, chosen, helpers, causing)
+    base = _base(row, d, at, chosen, helpers, causing)
     if row.get("method") != "dynamic" or not rule:
         return base | {"decision": "unresolved", "cause": f"{who}: the engine's own resolution did not decide `{_backend_of(row)}` "
                        f"here ({row.get('reason') or 'no traced rule'}); only the static reading answers, so no root cause is claimed."}
-    missed, parts = _missed(row, causing, alts, chosen, rule)
+    missed, parts = _missed(row, causing, alts, chosen, rule, at["rule_file"] or "")
     if missed:
         return _missed_cause(row, base, missed, parts, f"{who} falls back to `{chosen}` for {where} at `{rule}` "
                              f"({d.get('function')}): ", f"{who} picks `{chosen}` for {where} at `{rule}`")
@@ -174,9 +175,9 @@ def _one(row: dict, verdicts_01: dict) -> dict:
         + _only_valid(row) + ".")}
 
 
-def _judged_helpers(row: dict, verdicts_01: dict) -> list[dict]:
-    """Each helper answer on the path, judged against the GPU (chapter 01's rules), with chapter 01's own verdict."""
-    cuda = (row.get("assumptions") or {}).get("cuda_version")
+def _judged_helpers(row: dict, verdicts_01: dict, cuda: str | None) -> list[dict]:
+    """Each helper answer on the path, judged against the GPU (chapter 01's rules) at the CUDA version the reading
+    assumed (``cuda``), with chapter 01's own verdict."""
     gpu = _gpu_for(row)
     helpers = []
     for h in row.get("helper_answers") or []:
@@ -188,22 +189,28 @@ def _judged_helpers(row: dict, verdicts_01: dict) -> list[dict]:
     return helpers
 
 
-def _base(row: dict, d: dict, chosen, helpers: list[dict], causing: list[dict]) -> dict:
-    """The fields of a root-cause record every decision shares: who, where, the deciding rule and the helper answers."""
+def _rule_fields(row: dict, d: dict) -> dict:
+    """The deciding rule (``file:line``, its file and line) and the CUDA version the reading assumed, worked out once."""
     rule = d.get("where") or ""
     rule_file, _, rule_line = rule.rpartition(":")
+    return {"rule": rule or None, "rule_file": rule_file or None, "rule_line": int(rule_line) if rule_line.isdigit() else None,
+            "cuda_assumed": (row.get("assumptions") or {}).get("cuda_version")}
+
+
+def _base(row: dict, d: dict, at: dict, chosen, helpers: list[dict], causing: list[dict]) -> dict:
+    """The fields of a root-cause record every decision shares: who, where, the deciding rule (``at``:
+    ``_rule_fields``) and the helper answers."""
     return {"engine": row.get("engine"), "version": row.get("version"), "gpu": row.get("gpu"), "capability": row.get("capability"),
-            "model": row.get("model"), "case": row.get("case"), "chosen": chosen, "rule": rule or None,
-            "rule_file": rule_file or None, "rule_line": int(rule_line) if rule_line.isdigit() else None,
+            "model": row.get("model"), "case": row.get("case"), "chosen": chosen, "rule": at["rule"],
+            "rule_file": at["rule_file"], "rule_line": at["rule_line"],
             "rule_function": d.get("function"), "helper_answers": helpers,
             "missed": [], "causing_helpers": [h["helper"] for h in causing],
-            "cuda_assumed": (row.get("assumptions") or {}).get("cuda_version"), "evidence": [], "settle_by": []}
+            "cuda_assumed": at["cuda_assumed"], "evidence": [], "settle_by": []}
 
 
-def _missed(row: dict, causing: list[dict], alts: dict, chosen, rule: str) -> tuple[list[dict], list[str]]:
+def _missed(row: dict, causing: list[dict], alts: dict, chosen, rule: str, rule_file: str) -> tuple[list[dict], list[str]]:
     """The branches this GPU skipped (a helper's falsy answer, or a valid backend left out of the priority list), each
     with what it would have written, and the words saying so."""
-    rule_file = rule.rpartition(":")[0]
     missed, parts = [], []
     for h in causing:
         a = alts[h["condition_line"]]

@@ -1,0 +1,65 @@
+"""The seed projection's assumption rows (servebook.profile.ranges): their figures come from table seed_attention_12, the
+hardware files and the profile run, and follow them when they change."""
+
+import pytest
+
+from servebook.paths import data_dir
+from servebook.profile import projection, ranges
+from servebook.profiles import load_profile
+from servebook.results import RunStore
+
+REF = data_dir() / "runs" / "h200x1-prof"
+
+
+def test_the_attention_move_is_zero_only_where_no_version_keys_on_the_capability():
+    att = ranges.attention_12()
+    moves, words = ranges._attention_move(att, ranges.SEED_BACKENDS)
+    assert moves == {"sglang": 0.0, "vllm": 0.0}
+    assert "constants on 9.0 and 12.0 in every version read" in words
+    assert "only where 0.5.16 and vLLM cap it" in words                     # the versions with an SM-cap rule
+    keyed = [dict(a) for a in att]
+    v = next(a for a in keyed if a["engine"] == "vllm")
+    v["capability_key"] = "on the capability at :22"
+    moves, words = ranges._attention_move(keyed, ranges.SEED_BACKENDS)
+    assert moves == {"sglang": 0.0, "vllm": None}
+    assert "keys on the capability in vllm 0.26.0: on the capability at :22" in words and "every version read" not in words
+
+
+def test_the_version_words_quote_the_split_grids_of_the_table():
+    att = [dict(a) for a in ranges.attention_12()]
+    end, words = ranges._version_words(att)
+    assert end == "SGLang 0.5.9's split grid"
+    assert "profiled at 0.5.16, whose MLA split grid is 256 on these GPUs; 0.5.9 (studied) launches 8 " in words
+    profiled = next(a for a in att if a["version"] == "0.5.16")
+    profiled["split_cap_12_0"] = 512
+    assert "whose MLA split grid is 256 on the H200, 512 on the RTX PRO 6000;" in ranges._version_words(att)[1]
+
+
+def test_the_gpus_figures_follow_the_hardware_files(monkeypatch):
+    """Another seed GPU of capability 12.0 (the RTX 5090's hardware file): the bandwidth, the split caps and the words
+    follow its file."""
+    monkeypatch.setattr(projection, "TARGET", "rtx-5090")
+    gpu = load_profile("rtx-5090")
+    assert f"RTX 5090 {gpu['memory_bandwidth_tbs']} TB/s" in ranges._bandwidth_words()[1]
+    v = next(a for a in ranges.attention_12() if a["engine"] == "vllm")
+    assert v["split_cap_12_0"] == 2 * gpu["sm_count"] and v["split_cap_9_0"] == 2 * load_profile("h200")["sm_count"]
+    monkeypatch.setattr(projection, "TARGET", "b200")                        # capability 10.0: no column for it
+    with pytest.raises(ValueError, match="split_cap_10_0"):
+        ranges.split_gpus()
+
+
+def test_the_host_rule_words_state_the_profile_runs_errors():
+    """The spans are the whole models' errors of the run (prediction_check's own error_pct for the central rule)."""
+    store = RunStore.at(REF)
+    errs = [r["error_pct"] for r in store.rows("prediction_check") if r.get("measured_ms")]
+    words = ranges._host_rule_words(store)
+    assert f"the whole models of h200x1-prof validated ({min(errs):+.0f}% to {max(errs):+.0f}%)" in words
+    assert "(it errs +25% to +35% on those models)" in words
+    assert "no whole model measured" in ranges._host_rule_words(_Empty())
+
+
+class _Empty:
+    path = "empty-run"
+
+    def rows(self, _table):
+        return []
