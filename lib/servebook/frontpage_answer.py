@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import html
 
+from .engines import prose_name
+
 __all__ = ["seed_answer", "likely_cause"]
 
-_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 def seed_next_launch() -> str:
     """What the seed did next, said beside a first change that is the seed's NCCL block: its relaunch of SGLang
     (``data/reference/seed-case.json``, ``next_sglang_launch``: the options it changed together with the block, and
@@ -84,7 +85,7 @@ def seed_answer(whatifs: list[dict]) -> str:
     proj = store.rows("seed_projection")
     fixes = store.rows("seed_fixes")
     f0 = next((f for f in fixes if f.get("expected_gain_ms") is not None), None)
-    seed = "; ".join(f"{_NAMES.get(w, w)} {t('seed_range', rng[w], 'seed_tok_s', '.1f')} tok/s" for w in ("sglang", "vllm") if w in rng)
+    seed = "; ".join(f"{prose_name(w)} {t('seed_range', rng[w], 'seed_tok_s', '.1f')} tok/s" for w in ("sglang", "vllm") if w in rng)
     cause = likely_cause(proj)
     tot = {r["engine"]: r for r in proj if r.get("category") == "total"}
     ref = next(iter(tot.values()), {}).get("reference_run", "?")
@@ -93,12 +94,12 @@ def seed_answer(whatifs: list[dict]) -> str:
     if cause:
         rows.append(("likely cause", _cause_text(cause, rng, store.rows("seed_comm"))))
     if f0:
-        rows.append(("first change", f"{e(f0['change'])} for {e(_NAMES.get(f0['engine'], f0['engine']))}: expected, over the projected rate, "
+        rows.append(("first change", f"{e(f0['change'])} for {e(prose_name(f0['engine']))}: expected, over the projected rate, "
                      f"{t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per token; "
                      f"{t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms)."))
     if rng:
         rows.append(("range", "Projected single stream, every assumption at either end: " + "; ".join(
-            f"{_NAMES.get(w, w)} {t('seed_range', rng[w], 'point_tok_s', '.1f')} tok/s ({t('seed_range', rng[w], 'low_tok_s', '.1f')} "
+            f"{prose_name(w)} {t('seed_range', rng[w], 'point_tok_s', '.1f')} tok/s ({t('seed_range', rng[w], 'low_tok_s', '.1f')} "
             f"to {t('seed_range', rng[w], 'high_tok_s', '.1f')}; the seed's rate " + ("inside" if rng[w].get("seed_inside") else "outside")
             + " it)" for w in ("sglang", "vllm") if w in rng) + "."))
     rows.append(("how sure", f"A hypothesis, {e(str((f0 or {}).get('label') or 'predicted'))}: trace profiles of both engines "

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 
 from ..errors import ParameterError
 from ..interpreters import python_from_env
-from ._base import CLIRejected, EngineAdapter, EngineSpec, parse_engine_spec
+from ._base import CLIRejected, EngineAdapter, EngineSpec, parse_engine_spec, prose_name
 from .sglang import SGLangEngine
 from .transformers import TransformersEngine
 from .vllm import VLLMEngine
 
-__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec", "python_from_env", "args_for",
+__all__ = ["CLIRejected", "EngineAdapter", "EngineSpec", "ENGINES", "get_engine", "parse_engine_spec", "prose_name", "python_from_env", "args_for",
            "user_command", "forcing", "listed_for", "unknown_backends", "check_backends"]
 
 ENGINES: dict[str, type[EngineAdapter]] = {

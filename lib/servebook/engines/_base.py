@@ -22,6 +22,14 @@ _RUNNER = Path(__file__).parent.parent / "selection" / "_runner.py"
 _SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(?:==\s*([0-9][0-9A-Za-z.+-]*))?\s*$")
 
 
+_PROSE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+
+
+def prose_name(engine: str) -> str:
+    """An engine's name in a sentence (SGLang, vLLM); an engine without one keeps its key (transformers)."""
+    return _PROSE_NAMES.get(engine, engine)
+
+
 class CLIRejected(EngineError):
     """The installed engine's own CLI does not know an option, or does not accept its value."""
 

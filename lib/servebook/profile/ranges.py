@@ -209,10 +209,10 @@ def _short(profile: dict) -> str:
 
 def _who(row: dict, att: list[dict]) -> str:
     """A version in prose: its number where the table holds several of its engine (SGLang), else the engine's name."""
-    from .verdict import _NAMES
+    from ..engines import prose_name
 
     several = sum(a["engine"] == row["engine"] for a in att) > 1
-    return row["version"] if several else _NAMES.get(row["engine"], row["engine"])
+    return row["version"] if several else prose_name(row["engine"])
 
 
 def _and(words: list[str]) -> str:

@@ -205,15 +205,16 @@ def _runs_there(store, engine: str, backend: str, version: str | None, m: dict) 
     """What a measured alternative still assumes: that ``backend`` runs on the seed's GPU at all, and as it ran on the
     H200; with the rule by which ``engine`` ``version``'s auto-selection skips it there (chapter 02's table
     ``selection``), or that chapter 02 holds no such reading."""
-    names = {"sglang": "SGLang", "vllm": "vLLM"}
+    from ..engines import prose_name
+
     sel = [r for r in store.rows("selection") if r.get("engine") == engine and (version is None or r.get("version") == version)]
     skip = next(((r, a) for r in sel for a in r.get("alternatives") or [] if backend in (a.get("would_write") or [])), None)
     cap = next((r.get("capability") for r in sel if r.get("capability")), None)
     head = (f"{backend}'s MLA decode runs on capability {cap} at all, and as it ran on the H200" if cap else
             f"{backend}'s MLA decode runs on the seed's GPU at all, and as it ran on the H200")
-    head += f" ({', '.join(m['from_labels'][1:2])}, {names.get(engine, engine)} {m.get('measured_version')})"
+    head += f" ({', '.join(m['from_labels'][1:2])}, {prose_name(engine)} {m.get('measured_version')})"
     if skip is None:
-        return head + (f"; chapter 02 holds no reading of {names.get(engine, engine)} {version}'s rule for {backend} on this "
+        return head + (f"; chapter 02 holds no reading of {prose_name(engine)} {version}'s rule for {backend} on this "
                        "GPU (table selection)")
     r, a = skip
     helper = next((h for h in r.get("helper_answers") or [] if h.get("condition_line") == a.get("condition_line")), {})
@@ -221,7 +222,7 @@ def _runs_there(store, engine: str, backend: str, version: str | None, m: dict) 
     rule = (f"`{a.get('condition')}` holds, {helper.get('answer')} on this GPU" + (f" (defined at `{helper['defined_at']}`)"
                                                                                   if helper.get("defined_at") else "")
             if helper else f"`{a.get('condition')}` holds, which it does not on this GPU")
-    return (head + f"; {names.get(engine, engine)} {r.get('version')}'s auto-selection skips {backend} on this GPU "
+    return (head + f"; {prose_name(engine)} {r.get('version')}'s auto-selection skips {backend} on this GPU "
             f"(chapter 02, table selection): the branch that writes it ({where}) is taken only where {rule}, and no code "
             f"read here says {backend}'s MLA kernels support this GPU - settled by forcing `--attention-backend {backend}` on "
             "the seed's host")

@@ -8,9 +8,9 @@ Every figure is tagged with ``servebook.stated.q`` as the recorded row it comes 
 
 from __future__ import annotations
 
-__all__ = ["verdict_markdown", "verdict", "t"]
+from ..engines import prose_name
 
-_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+__all__ = ["verdict_markdown", "verdict", "t"]
 
 
 def t(table: str, row: dict, field: str, fmt: str) -> str:
@@ -61,7 +61,7 @@ def _cause(tables: dict) -> str:
         f"protocol) and {t('seed_comm', v, 'low_us', '.2f')} to {t('seed_comm', v, 'high_us', '.2f')} us with LL: "
         + _where(s["matching_us"], s["high_us"], "that default") + " for SGLang, "
         + _where(v["matching_us"], v["high_us"], "the highest LL figure") + " for vLLM.",
-        f"**First change:** {_change(f0)} for {_NAMES.get(f0['engine'], f0['engine'])} - `{f0['check_command']}`. Expected "
+        f"**First change:** {_change(f0)} for {prose_name(f0['engine'])} - `{f0['check_command']}`. Expected "
         f"gain {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per "
         f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
         "whose NCCL already picks LL by itself to one like the published two-socket host). How sure: a hypothesis - the "
@@ -98,7 +98,7 @@ def _range_line(tables: dict) -> str:
         f"{t('seed_range', v, 'seed_tok_s', '.1f')}); SGLang slower by {t('seed_range', g, 'point_ms', '.2f')} ms per token "
         f"({t('seed_range', g, 'low_ms', '.2f')} to {t('seed_range', g, 'high_ms', '.2f')}; the seed's "
         f"{t('seed_range', g, 'seed_gap_ms', '.2f')})."
-        + "".join(f" The seed's {_NAMES[e]} rate lies outside that engine's range: the ends of the assumptions here do not "
+        + "".join(f" The seed's {prose_name(e)} rate lies outside that engine's range: the ends of the assumptions here do not "
                   "reach it." for e, r in (("sglang", s), ("vllm", v))
                   if r.get("seed_inside") is False)
         + " The point takes every assumption at its central value; the range takes "
@@ -155,14 +155,14 @@ def _fixes_line(tables: dict) -> str:
     ranked = [f for f in tables["seed_fixes"] if f.get("expected_gain_ms") is not None]
     rest = sorted({f["label"] for f in tables["seed_fixes"] if f.get("expected_gain_ms") is None})
     line = ("**Changes ranked by expected gain** (table below; each with the command that checks it): "
-            + "; ".join(f"{_NAMES.get(f['engine'], f['engine'])}: {_change(f)} {t('seed_fixes', f, 'expected_gain_ms', '.2f')} ms "
+            + "; ".join(f"{prose_name(f['engine'])}: {_change(f)} {t('seed_fixes', f, 'expected_gain_ms', '.2f')} ms "
                         f"({t('seed_fixes', f, 'gain_low_ms', '.2f')} to {t('seed_fixes', f, 'gain_high_ms', '.2f')}"
                         + (f", needs {f['needs_version']}" if f.get("needs_version") else "") + ")" for f in ranked) + ".")
     from .seed import served_alternative, served_words
 
     for f in ranked:
         if f.get("served"):
-            line += (f" {_NAMES.get(f['engine'], f['engine'])}'s {f['change']}: {f.get('note')}; "
+            line += (f" {prose_name(f['engine'])}'s {f['change']}: {f.get('note')}; "
                      + served_words(served_alternative(f["change"].rsplit(" ", 1)[-1]))
                      + " (the figures: the row's `range_basis`) - ranked by its expected gain all the same, as no measurement "
                      "was on the seed's GPUs.")
