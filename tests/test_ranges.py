@@ -63,3 +63,13 @@ class _Empty:
 
     def rows(self, _table):
         return []
+
+
+def test_the_shared_memory_words_come_from_the_hardware_files():
+    """The attention row's open question quotes each GPU's opt-in shared memory per block from its hardware file."""
+    h200, pro = load_profile("h200"), load_profile("rtx-pro-6000")
+    assert (h200["shared_memory_per_block_optin_bytes"], pro["shared_memory_per_block_optin_bytes"]) == (227 * 1024, 99 * 1024)
+    words = ranges._smem(pro, h200)
+    assert "capability 12.0's 101,376 B of shared memory per block (the H200 allows 232,448 B)" in words
+    words = ranges._smem({**pro, "shared_memory_per_block_optin_bytes": None}, {**h200, "shared_memory_per_block_optin_bytes": 1024})
+    assert "12.0's (not in its hardware file) of" in words and "allows 1,024 B" in words

@@ -5,7 +5,8 @@
     sm_family(12, 0)                 # {'sm': 'sm_120', 'arch': 'Blackwell', 'names': [...], 'datacenter': False, ...}
 
 Profiles live in ``data/hardware/<name>.json`` (one file per GPU model). Fields: name, gpu_name
-(as nvidia-smi prints it), capability "X.Y", family, sm_count, memory_gib, memory_bandwidth_tbs,
+(as nvidia-smi prints it), capability "X.Y", family, sm_count, shared_memory_per_block_optin_bytes (the
+largest shared memory a kernel may ask per block), memory_gib, memory_bandwidth_tbs,
 interconnect, pcie, tdp_w, cuda_version (the first CUDA toolkit that targets that SM), sources
 {field: url}, notes. A value that no cited source gave is ``null``, never a guess.
 """

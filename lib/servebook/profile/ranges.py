@@ -197,8 +197,12 @@ def _shard_words(att: list[dict]) -> tuple[int, str]:
 
 
 def _smem(target: dict, measured_on: dict) -> str:
-    return (f"not read: whether Triton fits these tiles at num_stages 2 in capability {target['capability']}'s 101,376 B of "
-            f"shared memory per block (the {_short(measured_on)} allows 232,448 B); the seed's runs decoded on "
+    def smem(p: dict) -> str:  # the opt-in maximum per block, data/hardware (the CUDA programming guide's table)
+        b = p.get("shared_memory_per_block_optin_bytes")
+        return f"{b:,} B" if b else "(not in its hardware file)"
+
+    return (f"not read: whether Triton fits these tiles at num_stages 2 in capability {target['capability']}'s {smem(target)} of "
+            f"shared memory per block (the {_short(measured_on)} allows {smem(measured_on)}); the seed's runs decoded on "
             f"{target['capability']} with both engines, so the kernels launched there")
 
 
