@@ -95,8 +95,9 @@ def notebook_parameters(path: Path) -> dict[str, dict]:
 
 
 # The book's kernel starts with this cell (tagged ``sb-setup``, left out of the rendered page): pandas shows every string
-# whole, so no table on a page is cut with "..." mid-word (the one place the book sets display options); every chapter's
-# stated quantities are gathered, so ``servebook.stated.q`` refuses a name that no chapter recomputes.
+# whole, so no table on a page is cut with "..." mid-word (the one place the book sets display options). It does not
+# gather the stated-number registry (``servebook.quantities``, every chapter's quantities): a name a chapter states
+# literally is checked against it by tests/test_stated_names.py, any other when the page is rendered (render_book).
 _SETUP = """import pandas as _pd
 _pd.set_option("display.max_colwidth", None)
 del _pd
@@ -104,8 +105,6 @@ try:  # every figure: its own alt text and caption, intervals cut at zero (serve
     from servebook.pagefigures import install as _sb_figures
     _sb_figures()
     del _sb_figures
-    import servebook.quantities as _sb_quantities  # the whole stated-number registry: every chapter's quantities
-    del _sb_quantities
 except ImportError:
     pass"""
 

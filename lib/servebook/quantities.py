@@ -4,7 +4,8 @@ Each chapter declares the quantities its pages state beside the code that comput
 ``selection/``, ``backends/``, ``nccl/``, ``bench/``, ``profile/``, ``findings/``; ``stated/quantities.py`` the
 reference figures of no chapter) and registers them into ``servebook.stated.registry``, which knows no chapter. This
 module, above the chapters, imports every one of them and says the registry is whole: from then on ``q`` refuses a name
-none of them recomputes (the book's setup cell imports it in every chapter's kernel).
+none of them recomputes (the CLI, the render and the tests import it; a chapter's kernel does not: the names its code
+states literally are checked by tests/test_stated_names.py, the others when its page is rendered).
 
     QUANTITIES["single_tok_s"].compute(store)      # {label: tok/s}
     expected(store, "single_tok_s", "transformers/default")

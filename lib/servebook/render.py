@@ -18,12 +18,14 @@ from typing import Any
 
 from . import glossary, measured, shelf
 from . import pages as pages_frame
-from .errors import ParameterError
+from .errors import ParameterError, ServebookError
 from .provenance import describe_revision
 from .results import RunStore
 from .secret_refs import mask_known, mask_notebook
 from .chapters import Chapter, chapters, partial_notebook
 from .findings.boxes import answer_boxes
+from .quantities import QUANTITIES
+from .stated.tags import unregistered
 
 __all__ = ["render_book", "check_run_dir", "chapter_verdict", "excerpt_html", "parameters_that_ran"]
 
@@ -260,6 +262,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     glossary.write_glossary(out.parent)  # beside the book, as rendered/glossary.html: every page links ../glossary.html
     shelved = (out.parent / "index.html").exists()  # a front page beside the book (rendered/): the pages link it
     errors: dict[str, int] = {}
+    written: dict[str, str] = {}
     for i, (chapter, executed) in enumerate(pages):
         nb = mask_notebook(nbformat.read(executed, as_version=4))
         nb.cells = [c for c in nb.cells if "sb-setup" not in c.metadata.get("tags", [])]
@@ -286,10 +289,14 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         body = pages_frame.link_present_chapters(body, {c.stem for c, _ in pages})
         body = _shared_stylesheet(mask_known(body), out)
         (out / f"{chapter.stem}.html").write_text(body, encoding="utf-8")
+        written[f"{chapter.stem}.html"] = body
     index = pages_frame.link_present_chapters(pages_frame.index_frame(_index_html(store, pages, status, errors), superseded,
                                                                       shelved), {c.stem for c, _ in pages})
     (out / "index.html").write_text(mask_known(glossary.link_first_uses(index)), encoding="utf-8")
     (out / "run.json").write_text(json.dumps({"run_dir": str(run_dir), "manifest": manifest}, indent=2, default=str))
+    stray = unregistered(written, QUANTITIES)  # a name q was given at run time: the kernel does not gather the registry
+    if stray:
+        raise ServebookError(f"{out}: {stray}; the pages are written, render them again once fixed")
     return out / "index.html"
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["row_key", "rates", "intervals", "agreements", "decode_positions", "not_run", "earlier_attempts", "default_ran_as",
-           "plan_launches"]
+__all__ = ["row_key", "default_key", "rates", "intervals", "agreements", "decode_positions", "not_run", "earlier_attempts",
+           "default_ran_as", "plan_launches"]
 
 AGREEMENTS = {"decode": "decode_agreement", "teacher-forced": "tf_top1_agreement", "greedy": "agreement"}
 
@@ -19,6 +19,11 @@ AGREEMENTS = {"decode": "decode_agreement", "teacher-forced": "tf_top1_agreement
 def row_key(r: dict) -> str:
     """The subject of one start's figures: ``"engine | attention | mode"``."""
     return f"{r.get('engine')} | {r.get('attention')} | {r.get('mode') or 'default'}"
+
+
+def default_key(r: dict) -> str:
+    """The start a start is compared with (``vs_default_pct``): its engine's default (``auto``) in the same mode."""
+    return row_key({**r, "attention": "auto"})
 
 
 def _field(store, field: str) -> dict[str, Any]:

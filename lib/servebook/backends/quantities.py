@@ -13,16 +13,11 @@ def _rows(store) -> dict:
     return {figures.row_key(r): r for r in store.rows("backends")}
 
 
-def _default_of(rows: dict, key: str):
-    engine, _, mode = key.split(" | ")
-    return rows.get(f"{engine} | auto | {mode}")
-
-
 def _vs_default(store) -> dict:
     """Each start's rate against its engine's default in the same mode, signed (%): what ``findings.separated`` states."""
     rows, out = _rows(store), {}
     for k, r in rows.items():
-        d = _default_of(rows, k)
+        d = rows.get(figures.default_key(r))
         a, b = _num(r.get("decode_tok_s")), _num((d or {}).get("decode_tok_s"))
         if a is not None and b:
             out[k] = 100 * (a - b) / b
@@ -32,7 +27,7 @@ def _vs_default(store) -> dict:
 def _compared_starts(store) -> dict:
     """Server starts a comparison with the default covers: the fewer of the start's and the default's."""
     rows = _rows(store)
-    return {k: min(starts_of(r), starts_of(d)) for k, r in rows.items() if (d := _default_of(rows, k)) is not None}
+    return {k: min(starts_of(r), starts_of(d)) for k, r in rows.items() if (d := rows.get(figures.default_key(r))) is not None}
 
 
 def _tolerance(store) -> dict:

@@ -155,17 +155,12 @@ def _rate(r: dict) -> str:
 def _vs(r: dict, a: dict) -> str:
     from ..stated.intervals import separated, starts_of
 
-    if fig.row_key(a) == _default_key(r):  # against its engine's default in the same mode: chapter 06's comparison
+    if fig.row_key(a) == fig.default_key(r):  # against its engine's default in the same mode: chapter 06's comparison
         tags = {"of": fig.row_key(r)}
     else:  # another pair (eager against graph): the pair named
         tags = {"of": f"{fig.row_key(r)} vs {fig.row_key(a)}", "names": ("backend_vs_pct", "backend_vs_starts")}
     return separated(r["decode_tok_s"], r.get("decode_tok_s_ci95"), a["decode_tok_s"], a.get("decode_tok_s_ci95"),
                      starts=(starts_of(r), starts_of(a)), **tags)
-
-
-def _default_key(r: dict) -> str:
-    """The start the check compares ``r`` with (``vs_default_pct``): its engine's default in the same mode."""
-    return f"{r.get('engine')} | auto | {r.get('mode') or 'default'}"
 
 
 def _engine_lines(store, name: str, t, b: dict) -> list[str]:

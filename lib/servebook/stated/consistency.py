@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .reading import Contradiction, Visible, visible
 from .tags import stated_on
+from .text import cut_word
 from .wording import CHECKS, across_books
 
 __all__ = ["Contradiction", "Visible", "visible", "contradictions", "across_books", "KINDS"]
@@ -140,9 +141,6 @@ def _cut(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]
     return out
 
 
-_OPEN = {"[": "]", "(": ")", "{": "}"}
-
-
 def _cut_listing(text: str, texts: list[str]) -> str | None:
     """A failure listing or code excerpt cut inside a word with no mark: it ends on a word inside an unclosed bracket
     (``['KimiK25ForCondi``), or it ends (starts) on a word the same page shows continuing elsewhere (``This usuall``
@@ -150,8 +148,7 @@ def _cut_listing(text: str, texts: list[str]) -> str | None:
     t = text.rstrip()
     if len(t) < 24 or t.endswith(("...", "…", "[...]")):
         return None
-    if re.search(r"\w$", t) and any(t.count(o) > t.count(c) for o, c in _OPEN.items()) and re.search(r"[\[(]'?\w+$", t[-60:]) is None \
-            and re.search(r"['\"][A-Za-z_]\w{3,}$", t):
+    if cut_word(t):
         return t[-60:]
     if re.search(r"[A-Za-z_]{4,}$", t):
         tail = t[-20:]

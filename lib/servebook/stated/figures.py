@@ -19,9 +19,18 @@ __all__ = ["REFERENCE_NCCL_RUN", "reference", "seed_case", "site_count", "select
 REFERENCE_NCCL_RUN = "h200x2-nccl"  # chapter 04's reference grid, data/runs/h200x2-nccl
 
 
+_READ: dict[str, tuple[tuple[int, int], str]] = {}  # path -> ((mtime_ns, size), text) of each reference file read
+
+
 def reference(name: str) -> dict:
-    """A reference figure file, ``data/reference/<name>.json`` (figures the book quotes and never measured)."""
-    return json.loads((data_dir() / "reference" / f"{name}.json").read_text())
+    """A reference figure file, ``data/reference/<name>.json`` (figures the book quotes and never measured): read once
+    while the file stays as it is (its modification time and size), parsed afresh for each caller (who may change it)."""
+    path = data_dir() / "reference" / f"{name}.json"
+    st = path.stat()
+    held = _READ.get(str(path))
+    if held is None or held[0] != (st.st_mtime_ns, st.st_size):
+        _READ[str(path)] = held = ((st.st_mtime_ns, st.st_size), path.read_text())
+    return json.loads(held[1])
 
 
 def seed_case() -> dict:

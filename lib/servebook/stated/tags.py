@@ -3,6 +3,7 @@
     q("single_tok_s", 78.2416, ",.1f", of="transformers/default")
     #  -> <span class="sb-q" data-q="single_tok_s" data-v="78.2416" data-f=",.1f" data-of="transformers/default">78.2</span>
     stated_on(page_html, "05_benchmark_single_stream.html")   # [Stated(page, name, of, value, fmt, text), ...]
+    unregistered({"05_benchmark_single_stream.html": page_html}, QUANTITIES)   # "" when every tag names a quantity
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from typing import Any
 
 from .text import plain, text_of
 
-__all__ = ["q", "quoter", "Stated", "stated_on", "uses_tags"]
+__all__ = ["q", "quoter", "Stated", "stated_on", "uses_tags", "unregistered"]
 
 # The quantity names the registry knows, filled in by servebook.stated.registry once every chapter's are registered
-# (``servebook.quantities`` gathers them; the book's setup cell imports it in each chapter's kernel). Empty until then:
-# ``q`` checks nothing before the registry is whole. This module imports nothing of the registry: the page code that
-# tags numbers stays below the code that recomputes them, no import circle.
+# (``servebook.quantities`` gathers them: the CLI, the check and the tests do; a chapter's kernel does not). Empty until
+# then: ``q`` checks nothing before the registry is whole. A chapter's names are checked all the same: the literal ones
+# by tests/test_stated_names.py, every one a page shows when it is rendered (``unregistered``, called by render_book).
+# This module imports nothing of the registry: the page code that tags numbers stays below the code that recomputes
+# them, no import circle.
 _KNOWN: set[str] = set()
 
 
@@ -114,3 +117,16 @@ def uses_tags(page_html: str) -> bool:
     """Whether the page's code used the tagging helper (its folded code is in the page)."""
     text = html.unescape(re.sub(r"<[^>]+>", "", page_html))
     return "servebook.stated" in text or "import stated" in text
+
+
+def unregistered(pages: dict[str, str], known) -> str:
+    """What is wrong with the tags of rendered pages (``{page: html}``) whose names ``known`` (the whole registry) does
+    not hold, in one line; "" when there is none. A chapter's kernel does not gather the registry, so ``q`` there
+    refuses nothing: a name made at run time (``q(name, ...)``) is checked here, where the page is rendered."""
+    stray = {page: sorted({s.name for s in stated_on(text, page)} - set(known)) for page, text in pages.items()}
+    stray = {page: names for page, names in stray.items() if names}
+    if not stray:
+        return ""
+    listed = "; ".join(f"{page}: {', '.join(map(repr, names))}" for page, names in stray.items())
+    return (f"numbers tagged as quantities no chapter registers ({listed}): declare each beside the chapter that computes "
+            "it (servebook.<chapter>.quantities) or correct the name the page's code gives servebook.stated.q")

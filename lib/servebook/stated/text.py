@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MISSING", "plain", "text_of", "code", "code_locations", "clip", "marked", "ELLIPSIS"]
+__all__ = ["MISSING", "plain", "text_of", "code", "code_locations", "clip", "cut_word", "marked", "ELLIPSIS"]
 
 ELLIPSIS = "…"
 
@@ -86,17 +86,21 @@ _CUT_START = re.compile(r"^[a-z_]\w*[^\n]*\n\s+\^")          # a traceback's cod
 _CUT_END = re.compile(r"(?:[\[(,{]\s*['\"]?|['\"])[A-Za-z_]\w*$")      # a word inside an unclosed bracket or quote
 
 
+def cut_word(text: str) -> str | None:
+    """The partial word a text ends on inside an unclosed bracket or quote, a cut made mid-word
+    (``dict_keys(['ApertusForCausalLM', 'Aquil``: ``Aquil``); None when it ends otherwise. ``marked`` marks it, the
+    contradiction check (``consistency``) finds it where nothing marked it."""
+    opened = any(text.count(o) > text.count(c) for o, c in (("[", "]"), ("(", ")"), ("{", "}")))
+    return re.search(r"\w+$", text).group(0) if opened and _CUT_END.search(text) else None
+
+
 def marked(text: str) -> str:
     """A recorded text as recorded, its cuts marked where it shows one: a traceback whose first code line lost its
     start (``eturn future.result()`` over a ``^^^`` line) gets "…" before it; a text ending on a word inside an unclosed
-    bracket or quote (``dict_keys(['ApertusForCausalLM', 'Aquil``) loses that partial word for " …"."""
+    bracket or quote (``dict_keys(['ApertusForCausalLM', 'Aquil``, :func:`cut_word`) loses that partial word for " …"."""
     text = str(text)
     if _CUT_START.match(text):
         text = ELLIPSIS + text
-    opened = any(text.count(o) > text.count(c) for o, c in (("[", "]"), ("(", ")"), ("{", "}")))
-    m = _CUT_END.search(text)
-    if opened and m:
-        word = re.search(r"\w+$", text).group(0)
-        text = text[:len(text) - len(word)] + ELLIPSIS
-    return text
+    word = cut_word(text)
+    return text[:len(text) - len(word)] + ELLIPSIS if word else text
 

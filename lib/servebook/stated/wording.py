@@ -220,12 +220,9 @@ CHECKS = {"finding and hypothesis": _finding_and_hypothesis, "saturation": _satu
           "superseded": _superseded, "ran": _ran}
 
 
-def _seed_counts(page: str, text: str) -> list[tuple[float, str]]:
+def _seed_counts(page: str, text: str, seed: dict) -> list[tuple[float, str]]:
     """The seed case's collectives per decode token a page states (tagged): the model card's count, chapter 04's floor
-    at the seed's TP, the verdict's table."""
-    from .figures import seed_case
-
-    seed = seed_case()
+    at the seed's TP, the verdict's table. ``seed``: ``figures.seed_case()``, read once for every page."""
     out = []
     for x in stated_on(text, page):
         of = str(x.of or "")
@@ -252,10 +249,13 @@ def across_books(root: str | Path | dict[str, dict[str, str]]) -> list[Contradic
         run = Path(str(json.loads(pages["run.json"]).get("run_dir") or book)).name if "run.json" in pages else book
         if m and m.group(1).split(" ")[0] not in (book, run):
             out.append(Contradiction("book name", f"{book}/index.html", f"the book {book} is titled {m.group(1)!r}"))
+    from .figures import seed_case
+
     seen: dict[float, list[str]] = {}
+    seed = seed_case()
     for book, pages in root.items():
         for page, text in pages.items():
-            for value, _ in (_seed_counts(page, text) if page.endswith(".html") else ()):
+            for value, _ in (_seed_counts(page, text, seed) if page.endswith(".html") else ()):
                 seen.setdefault(value, []).append(f"{book}/{page}")
     if len(seen) < 2:
         return out
