@@ -253,3 +253,28 @@ def test_helper_verdicts_are_worded_as_chapter_01_defines_them():
         assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
     bad = [r | {"verdict": "mismatch", "expected": True} for r in rows if r["helper"].endswith("is_sm100_supported()")]
     assert "1</span> of them contradicts it:" in sbp.say_helper_verdicts(bad, ["sglang 0.5.9"])
+
+
+def test_torch_reads_each_gpus_sm_count_and_shared_memory_per_block(monkeypatch):
+    """With NVML and nvidia-smi absent, a CUDA torch lists the GPUs; each row carries the SM count and the opt-in shared
+    memory per block torch reads (an older torch without the attribute leaves it None)."""
+    from types import SimpleNamespace
+
+    from servebook.probe import gpus as g
+
+    props = [SimpleNamespace(name="NVIDIA H200", major=9, minor=0, total_memory=143771 * 2**20, multi_processor_count=132,
+                             shared_memory_per_block_optin=232448),
+             SimpleNamespace(name="NVIDIA H200", major=9, minor=0, total_memory=143771 * 2**20, multi_processor_count=132)]
+    fake = SimpleNamespace(cuda=SimpleNamespace(device_count=lambda: 2, get_device_properties=lambda i: props[i]))
+
+    def absent(*a):
+        raise RuntimeError("absent here")
+
+    monkeypatch.setattr(g, "_nvml_gpus", absent)
+    monkeypatch.setattr(g, "_smi_gpus", absent)
+    monkeypatch.setattr(g, "_torch_cuda", lambda: (fake, None))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    rows, info = g.detect_gpus([])
+    assert info["method"] == "torch"
+    assert [(r["sm_count"], r["shared_memory_per_block_optin_bytes"], r["capability"]) for r in rows] == \
+        [(132, 232448, "9.0"), (132, None, "9.0")]

@@ -200,6 +200,9 @@ def detect_gpus(warnings: list[str] | None = None) -> tuple[list[dict], dict]:
             try:
                 p = torch.cuda.get_device_properties(i)
                 g["sm_count"] = p.multi_processor_count
+                # the largest shared memory a kernel may ask per block: what decides whether a Triton tile fits (data/hardware
+                # quotes the CUDA guide's figure for GPUs not here)
+                g["shared_memory_per_block_optin_bytes"] = getattr(p, "shared_memory_per_block_optin", None)
                 if not g.get("capability"):
                     g["capability"] = f"{p.major}.{p.minor}"
                 elif g["capability"] != f"{p.major}.{p.minor}":
@@ -209,6 +212,7 @@ def detect_gpus(warnings: list[str] | None = None) -> tuple[list[dict], dict]:
     for i, g in enumerate(gpus):
         g.setdefault("index", i)
         g.setdefault("sm_count", None)
+        g.setdefault("shared_memory_per_block_optin_bytes", None)
         _finish_gpu(g)
         if (g.get("mig_mode") or "").lower() == "enabled":
             warnings.append(f"GPU {g['index']} ({g['name']}) is in MIG mode: CUDA programs see MIG slices, not the whole GPU; "
