@@ -168,6 +168,22 @@ def _finish_gpu(g: dict) -> dict:
     return g
 
 
+def _torch_properties(torch, i: int, g: dict, method: str | None, warnings: list[str]) -> None:
+    """What torch reads of GPU ``i`` into its row ``g``: the SM count, the opt-in shared memory per block (the largest a
+    kernel may ask: what decides whether a Triton tile fits; data/hardware quotes the CUDA guide's figure for GPUs not
+    here) and the capability, checked against what ``method`` (NVML or nvidia-smi) said."""
+    try:
+        p = torch.cuda.get_device_properties(i)
+        g["sm_count"] = p.multi_processor_count
+        g["shared_memory_per_block_optin_bytes"] = getattr(p, "shared_memory_per_block_optin", None)
+        if not g.get("capability"):
+            g["capability"] = f"{p.major}.{p.minor}"
+        elif g["capability"] != f"{p.major}.{p.minor}":
+            warnings.append(f"GPU {i}: {method} says capability {g['capability']} but torch says {p.major}.{p.minor}")
+    except Exception as exc:  # noqa: BLE001 - a busy/faulty device
+        warnings.append(f"GPU {i}: torch could not read its properties ({type(exc).__name__}: {exc})")
+
+
 def detect_gpus(warnings: list[str] | None = None) -> tuple[list[dict], dict]:
     """This host's GPUs (NVML, else nvidia-smi, else torch) and ``{'driver_version', 'cuda_version', 'method'}``.
 
@@ -197,18 +213,7 @@ def detect_gpus(warnings: list[str] | None = None) -> tuple[list[dict], dict]:
                 gpus.append({"host_index": i, "index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
                              "memory_total_mib": int(p.total_memory // 2**20), "clocks": {}, "source": "torch"})
         for i, g in enumerate(gpus[:n]):
-            try:
-                p = torch.cuda.get_device_properties(i)
-                g["sm_count"] = p.multi_processor_count
-                # the largest shared memory a kernel may ask per block: what decides whether a Triton tile fits (data/hardware
-                # quotes the CUDA guide's figure for GPUs not here)
-                g["shared_memory_per_block_optin_bytes"] = getattr(p, "shared_memory_per_block_optin", None)
-                if not g.get("capability"):
-                    g["capability"] = f"{p.major}.{p.minor}"
-                elif g["capability"] != f"{p.major}.{p.minor}":
-                    warnings.append(f"GPU {i}: {info.get('method')} says capability {g['capability']} but torch says {p.major}.{p.minor}")
-            except Exception as exc:  # noqa: BLE001 - a busy/faulty device
-                warnings.append(f"GPU {i}: torch could not read its properties ({type(exc).__name__}: {exc})")
+            _torch_properties(torch, i, g, info.get("method"), warnings)
     for i, g in enumerate(gpus):
         g.setdefault("index", i)
         g.setdefault("sm_count", None)
