@@ -158,7 +158,7 @@ for spec in vllm_specs[:1] if smoke else vllm_specs:
 if seed and seed_other:
     seed_sg = whatif(seed_spec, seed_model, gpu=seed_profile, tp_size=8)  # the same launch shape for both engines
     seed_pair = seed_comparison(seed_sg, seed_other)
-    store.append("seed_comparison", seed_pair)
+    store.append("seed_comparison", seed_pair, unchanged="keep")  # executed again with the same verdict: not written again
     print_seed_pair(seed_pair)
 
 # %% [markdown]
@@ -245,7 +245,8 @@ def matrix_of(spec):
 with ThreadPoolExecutor(max_workers=2 if smoke else 1) as pool:
     matrices = dict(zip(usable, pool.map(matrix_of, usable)))
 if matrices:  # computed again from the engines' code: the table is replaced whole, never appended to
-    store.replace("selection_matrix", [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows])
+    store.replace("selection_matrix", [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows],
+                  unchanged="keep")  # the same cells again: left as they were (its derived tables are written after it)
 none_asked = ("no SGLang/vLLM environment is cached on this machine" if cached_versions or prepare_envs
               else "cached environments are not asked in this book (-p cached_versions=true)")
 print({spec: len(rows) for spec, rows in matrices.items()} or f"no matrix: {none_asked}")

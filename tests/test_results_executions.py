@@ -145,3 +145,40 @@ def test_a_table_replaced_with_other_values_is_written(tmp_path, monkeypatch):
     assert store.rows("seed_range")[0]["recorded_at"] == "2026-12-04T21:00:00+00:00"
     with pytest.raises(ValueError, match="'write'"):
         store.replace("seed_range", [], unchanged="skip")
+
+
+def test_a_verdict_appended_again_with_the_same_values_is_not_written_again(tmp_path):
+    """Chapter 02's seed comparison, executed again with the same verdict, adds no row; another verdict is appended, and
+    the first verdict coming back is appended again (the row chapter 06 reads is the last)."""
+    store = RunStore.at(tmp_path / "run")
+    a, b = {"verdict": "both Triton", "gpu": "rtx-pro-6000"}, {"verdict": "differ", "gpu": "rtx-pro-6000"}
+    first = store.append("seed_comparison", a, unchanged="keep")
+    with executing():
+        assert store.append("seed_comparison", a, unchanged="keep") == first
+    assert len(store.rows("seed_comparison", executions="all")) == 1
+    for row in (b, a):
+        store.append("seed_comparison", row, unchanged="keep")
+    assert [r["verdict"] for r in store.rows("seed_comparison", executions="all")] == ["both Triton", "differ", "both Triton"]
+    with pytest.raises(ValueError, match="'keep'"):
+        store.append("seed_comparison", a, unchanged="no")
+
+
+def test_the_whatif_floor_planned_again_leaves_the_roofline_file_as_it_was(tmp_path, monkeypatch):
+    """Chapter 04 of the what-if book plans its communication floor (table roofline, beside chapter 05's rows) at every
+    execution: the same values leave the file byte for byte as it was."""
+    from servebook import plan
+
+    run = tmp_path / "whatif"
+    run.mkdir()
+    for name in ("manifest.json", "probe.json", "roofline.jsonl"):
+        shutil.copy(WHATIF / name, run / name)
+    store = RunStore(run)
+    facts = plan.host_facts(store, "sglang==0.5.9", "kimi-k2.5", "rtx-pro-6000")
+    monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T20:00:00+00:00")
+    plan.plan_nccl(store, facts)
+    first = store.table_path("roofline").read_bytes()
+    assert [r["chapter"] for r in store.rows("roofline")] == sorted(r["chapter"] for r in store.rows("roofline"))
+    assert {r["chapter"] for r in store.rows("roofline")} == {"04", "05"}, "chapter 05's rows kept"
+    monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T21:00:00+00:00")
+    plan.plan_nccl(store, facts)
+    assert store.table_path("roofline").read_bytes() == first

@@ -130,14 +130,22 @@ class RunStore:
     def table_path(self, table: str) -> Path:
         return self.path / f"{_safe(table)}.jsonl"
 
-    def append(self, table: str, row: dict) -> dict:
+    def append(self, table: str, row: dict, unchanged: str = "write") -> dict:
         """Append one measurement row (flushed and fsynced) and return it as stored.
 
         The row is one line written with one ``write`` call; when the write fails (disk full)
         the partial line is cut off again, and a torn last line left by a killed run is closed
-        first, so a table never holds two rows fused into one line.
+        first, so a table never holds two rows fused into one line. ``unchanged="keep"``: where the table's last row
+        holds the same values (``executions.STAMPS`` aside), nothing is appended and that row is returned (a verdict
+        computed again by a re-execution, not a measurement: chapter 02's ``seed_comparison``).
         """
         row = _jsonable(mask_value(dict(row)))
+        if unchanged == "keep":
+            held = self._read(table, withdrawn=False)
+            if held and values_of(held[-1]) == values_of(row):
+                return held[-1]
+        elif unchanged != "write":
+            raise ValueError(f"unchanged={unchanged!r}: 'write' (append always) or 'keep' (append only new values)")
         row.setdefault("recorded_at", _now())
         row.setdefault("execution", self.execution.get("id") or 1)  # outside a book (servebook bench, a test): the first
         row.setdefault("execution_id", execution_id())  # this chapter execution (or CLI command): servebook.executions
