@@ -245,8 +245,7 @@ def matrix_of(spec):
 with ThreadPoolExecutor(max_workers=2 if smoke else 1) as pool:
     matrices = dict(zip(usable, pool.map(matrix_of, usable)))
 if matrices:  # computed again from the engines' code: the table is replaced whole, never appended to
-    store.replace("selection_matrix", [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows],
-                  unchanged="keep")  # the same cells again: left as they were (its derived tables are written after it)
+    store.replace("selection_matrix", [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows])
 none_asked = ("no SGLang/vLLM environment is cached on this machine" if cached_versions or prepare_envs
               else "cached environments are not asked in this book (-p cached_versions=true)")
 print({spec: len(rows) for spec, rows in matrices.items()} or f"no matrix: {none_asked}")
