@@ -101,6 +101,9 @@ def test_each_chapter_execution_stamps_its_rows_with_its_own_id(three_executions
     for table, number in (("versions", "01"), ("engines", "01"), ("bench_summary", "05"), ("bench_requests", "05")):
         rows = store.rows(table, executions="all")
         assert rows and all(r["execution_id"] == of[(r["execution"], number)] for r in rows), table
+    for page in (three_executions["run"] / "notebooks").glob("*.ipynb"):  # a stamp for the tables, never a column on a page
+        outputs = [o for c in nbformat.read(page, as_version=4).cells for o in c.get("outputs", [])]
+        assert "execution_id" not in str(outputs), page.name
 
 
 def test_a_plain_rerun_measures_nothing_recorded_again(three_executions):
