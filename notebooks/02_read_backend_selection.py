@@ -158,7 +158,7 @@ for spec in vllm_specs[:1] if smoke else vllm_specs:
 if seed and seed_other:
     seed_sg = whatif(seed_spec, seed_model, gpu=seed_profile, tp_size=8)  # the same launch shape for both engines
     seed_pair = seed_comparison(seed_sg, seed_other)
-    store.append("seed_comparison", seed_pair)
+    store.append("seed_comparison", seed_pair, unchanged="keep")  # executed again with the same verdict: not written again
     print_seed_pair(seed_pair)
 
 # %% [markdown]

@@ -128,7 +128,7 @@ if params.get("profile") and (causes or seed_fixes):
     facts = plan.host_facts(store, params.get("engine"), params.get("model"), params.get("profile"))
     # the seed verdict's first change (largest expected gain) leads; then the launches the root causes name
     launch_first = plan.seed_first(facts, seed_fixes) + plan.launch_first(facts, causes)
-    store.replace("recommended_launch", launch_first)   # derived from this chapter's tables: computed again whole
+    store.replace("recommended_launch", launch_first, unchanged="keep")  # derived from this chapter's tables: computed again whole
     text = ("Try first, on the real host, in this order (then check each: chapter 04 for an NCCL setting, chapter 03 for a "
             "backend - the backend the engine reports, greedy agreement, decode rate; a missed backend may not support this "
             "GPU):\n\n" +

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from servebook.cli import main
+from servebook.executions import STAMPS, executing
 from servebook.findings import failures
 from servebook.measured import failures_so_far, nothing_measured
 from servebook.results import RunStore
@@ -125,11 +126,13 @@ def test_a_failure_recorded_again_is_listed_once_and_a_chapter_hitting_it_again_
     assert len(listed) == 5 < len(store.rows("failures", executions="all"))  # 7 executions of chapter 02, each listed once
     assert [d["times"] for d in distinct] == [5]
     before = failures_so_far(store)
-    for r in listed:  # chapter 02 executed again: the same what-ifs fail the same way (its matrix's on_error, ask's)
-        store.record_failure(r["step"], r["error"], **{k: r[k] for k in ("engine", "gpu", "model")})
-    for _ in range(2):  # and a what-if chapter 02 asks (selection.report.ask), twice
+    with executing():  # chapter 02 executed again: the same what-ifs fail the same way (its matrix's on_error, ask's)
+        for r in listed:
+            store.record_failure(r["step"], r["error"], **{k: r[k] for k in ("engine", "gpu", "model")})
+        assert ask(store, "vllm==0.0.1", "kimi-k2.5", "seed", "whatif_seed", gpu="h200") is None  # and a what-if it asks
+    with executing():  # executed once more: it asks that what-if again
         assert ask(store, "vllm==0.0.1", "kimi-k2.5", "seed", "whatif_seed", gpu="h200") is None
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("recorded_at", "execution")} for r in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in STAMPS} for r in rows]  # noqa: E731
     now = strip(store.rows("failures"))
     assert now[:5] == strip(listed) and len(now) == 6 and now[5]["engine"] == "vllm==0.0.1"  # the new failure, once
     assert [d["times"] for d in failures(store)] == [5, 1]
@@ -148,6 +151,6 @@ def test_the_seed_comparison_recorded_again_stands_once_and_the_last_stays_last(
     store = RunStore(run)
     every = store.rows("seed_comparison", executions="all")
     standing = store.rows("seed_comparison")
-    strip = lambda r: {k: v for k, v in r.items() if k not in ("recorded_at", "execution")}  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k not in STAMPS}  # noqa: E731
     assert len(every) > len(standing) == len({json.dumps(strip(r), sort_keys=True) for r in every})
     assert strip(standing[-1]) == strip(every[-1])

@@ -91,6 +91,21 @@ def test_every_execution_finished(three_executions):
     assert [e["id"] for e in m["executions"]] == [1, 2, 3] and [e["again"] for e in m["executions"]] == [False, False, True]
 
 
+def test_each_chapter_execution_stamps_its_rows_with_its_own_id(three_executions):
+    """Every row a chapter's execution writes, in the notebook's kernel and in the book's process (its ``chapters`` row),
+    carries that execution's id; no two chapter executions share one (servebook.executions)."""
+    store = RunStore(three_executions["run"])
+    chapters = store.rows("chapters", executions="all")
+    of = {(c["execution"], c["chapter"][:2]): c["execution_id"] for c in chapters}
+    assert len(chapters) == len(of) == len(set(of.values())) == 9, chapters  # 3 chapters x 3 executions
+    for table, number in (("versions", "01"), ("engines", "01"), ("bench_summary", "05"), ("bench_requests", "05")):
+        rows = store.rows(table, executions="all")
+        assert rows and all(r["execution_id"] == of[(r["execution"], number)] for r in rows), table
+    for page in (three_executions["run"] / "notebooks").glob("*.ipynb"):  # a stamp for the tables, never a column on a page
+        outputs = [o for c in nbformat.read(page, as_version=4).cells for o in c.get("outputs", [])]
+        assert "execution_id" not in str(outputs), page.name
+
+
 def test_a_plain_rerun_measures_nothing_recorded_again(three_executions):
     """The second execution added no row to any table of chapters 01 and 05 (chapter 06's derived tables aside)."""
     snap, resumed = three_executions["snap"], three_executions["resumed"]

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .errors import ParameterError, ServebookError
+from .executions import executing
 from .params import PARAMS, check_chapter_param, check_here, model_defaults, validate
 from .paths import book_root
 from .provenance import host_fingerprint, record_code, software_versions
@@ -214,10 +215,11 @@ def _run_chapters(selected: list[Chapter], declared: dict, values: dict, extra: 
         t0 = time.monotonic()
         say(f"[{i}/{len(selected)}] chapter {chapter.title} ...")
         mine = {**(sized or {}).get(chapter.stem, {}), **extra}
-        status, error = _execute(chapter, declared[chapter.stem], values, mine, store, executed_dir, cell_timeout)
-        seconds = round(time.monotonic() - t0, 1)
-        results.append({"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error, "seconds": seconds})
-        store.append("chapters", results[-1])
+        with executing():  # one id on every row this chapter's execution writes, its kernel's and its outcome's
+            status, error = _execute(chapter, declared[chapter.stem], values, mine, store, executed_dir, cell_timeout)
+            seconds = round(time.monotonic() - t0, 1)
+            results.append({"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error, "seconds": seconds})
+            store.append("chapters", results[-1])
         say(f"      {status} in {seconds}s" + (f": {error}" if error else ""))
     return results
 
@@ -278,8 +280,9 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
         run_dir_arg = str(store.path.resolve().relative_to(book_root().resolve()))
     except ValueError:
         run_dir_arg = None
-    status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout, run_dir_arg)
-    row = {"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error,
-           "seconds": round(time.monotonic() - t0, 1), "refreshed": True, "git_revision": record_code(store)}
-    store.append("chapters", row)
+    with executing():  # an execution of its own: what it records again is told from what it repeats within itself
+        status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout, run_dir_arg)
+        row = {"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error,
+               "seconds": round(time.monotonic() - t0, 1), "refreshed": True, "git_revision": record_code(store)}
+        store.append("chapters", row)
     return row

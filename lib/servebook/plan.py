@@ -232,13 +232,20 @@ def plan_nccl(store, facts: dict) -> list[dict]:
             "source": "prediction: card"}
     rows.append(sens)
     # derived from data files and published figures: computed again whole, superseding an older count or latency rule
-    store.replace("roofline", [r for r in store.rows("roofline") if r.get("chapter") != "04"] + rows)
+    _replace_rows(store, "04", rows)
     _cmd(store, "04", "NCCL grid at the model's decode sizes (graph-replayed, sums checked)",
          f"python -m servebook.nccl --model {facts['model']} --out runs/nccl-{facts['profile']}")
     _cmd(store, "04", "nccl-tests reference at the batch-1 size (graph mode, as engines issue it)",
          f"all_reduce_perf -b {dims['hidden_size'] * 2} -e {dims['hidden_size'] * 2 * 64} -f 2 -g {facts['gpus']} -G 20")
     _cmd(store, "04", "the chapter, with the book's checks", _book_cmd(facts, "04"))
     return rows
+
+
+def _replace_rows(store, chapter: str, rows: list[dict]) -> None:
+    """Chapter ``chapter``'s rows of table ``roofline`` replaced by ``rows``, the chapters in order; computed again with
+    the same values, the table is left as it was (no new ``recorded_at``: a what-if executed again changes no file)."""
+    others = [r for r in store.rows("roofline") if r.get("chapter") != chapter]
+    store.replace("roofline", sorted(others + rows, key=lambda r: str(r.get("chapter"))), unchanged="keep")
 
 
 def plan_bench(store, facts: dict) -> list[dict]:
@@ -266,7 +273,7 @@ def plan_bench(store, facts: dict) -> list[dict]:
                "bytes_method": arch["method"], "source": f"prediction: data/models/{facts['model']}.json x data/hardware/{facts['profile']}.json"}
         rows.append(row)
     # derived from data files and chapter 04's floor: computed again whole, superseding an older floor
-    store.replace("roofline", [r for r in store.rows("roofline") if r.get("chapter") != "05"] + rows)
+    _replace_rows(store, "05", rows)
     _cmd(store, "05", "start the engine as it would run by default", recommended_launch(facts, None), attention="auto")
     _cmd(store, "05", "single stream and concurrency sweep against it (same client for every engine)",
          f"servebook bench --url http://127.0.0.1:{_PORT} --engine {facts['engine'].split('==')[0]} --concurrency 1,2,4,8,16,32,64 "

@@ -10,7 +10,8 @@
 
 Layout: ``<root>/<host>/<run-id>/manifest.json`` plus one ``<table>.jsonl`` per table.
 Rows are appended and flushed one at a time, so a run killed midway keeps every
-finished measurement, and opening the same run id again resumes it.
+finished measurement, and opening the same run id again resumes it. Each appended row carries ``recorded_at``, the
+book execution's number (``execution``) and the chapter execution's id (``execution_id``, ``servebook.executions``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ResultsError
+from .executions import execution_id, standing_rows, values_of
 from .secrets import mask_value
 
 __all__ = ["RunStore", "new_run_id", "find_runs", "derived_from", "standing", "Correction", "corrections", "say_corrections",
@@ -128,26 +130,48 @@ class RunStore:
     def table_path(self, table: str) -> Path:
         return self.path / f"{_safe(table)}.jsonl"
 
-    def append(self, table: str, row: dict) -> dict:
+    def append(self, table: str, row: dict, unchanged: str = "write") -> dict:
         """Append one measurement row (flushed and fsynced) and return it as stored.
 
         The row is one line written with one ``write`` call; when the write fails (disk full)
         the partial line is cut off again, and a torn last line left by a killed run is closed
-        first, so a table never holds two rows fused into one line.
+        first, so a table never holds two rows fused into one line. ``unchanged="keep"``: where the table's last row
+        holds the same values (``executions.STAMPS`` aside), nothing is appended and that row is returned (a verdict
+        computed again by a re-execution, not a measurement: chapter 02's ``seed_comparison``).
         """
         row = _jsonable(mask_value(dict(row)))
+        if unchanged == "keep":
+            held = self._read(table, withdrawn=False)
+            if held and values_of(held[-1]) == values_of(row):
+                return held[-1]
+        elif unchanged != "write":
+            raise ValueError(f"unchanged={unchanged!r}: 'write' (append always) or 'keep' (append only new values)")
         row.setdefault("recorded_at", _now())
         row.setdefault("execution", self.execution.get("id") or 1)  # outside a book (servebook bench, a test): the first
+        row.setdefault("execution_id", execution_id())  # this chapter execution (or CLI command): servebook.executions
         with _APPEND_LOCK:  # parallel sweeps (one engine per GPU) append from threads
             self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
         return row
 
-    def replace(self, table: str, rows: Iterable[dict]) -> list[dict]:
+    def replace(self, table: str, rows: Iterable[dict], unchanged: str = "write") -> list[dict]:
         """Replace a derived table whole (it is computed again from the rows it derives from, never appended to) and
         return its rows as stored. The new table is written beside the old one and then moved over it, so a failure
-        while writing leaves the old table as it was."""
+        while writing leaves the old table as it was.
+
+        ``unchanged="keep"``: where the rows equal the table's rows on disk in their values (``executions.STAMPS`` aside:
+        when and by which execution), nothing is written and the rows on disk are returned, with the time they were
+        first recorded; computed again with the same values, a table is not rewritten (a book executed again leaves its
+        run's files as they were). Where the values differ, the table is replaced as with ``"write"``; the rows it held
+        are then the file's history (git), as before. Only for a table whose readers compare no ``recorded_at`` with
+        another table's."""
         stamp = _now()
         stored = [_jsonable(mask_value(dict(r))) for r in rows]
+        if unchanged == "keep":
+            held = self._read(table, withdrawn=True)
+            if self.table_path(table).exists() and [values_of(r) for r in held] == [values_of(r) for r in stored]:
+                return held
+        elif unchanged != "write":
+            raise ValueError(f"unchanged={unchanged!r}: 'write' (replace always) or 'keep' (write only new values)")
         for r in stored:
             r.setdefault("recorded_at", stamp)
         path = self.table_path(table)
@@ -182,10 +206,12 @@ class RunStore:
         A run id executed again (``servebook book --again``) keeps every execution's rows, each with its ``execution``;
         ``executions="standing"`` gives what stands now: of a table recorded whole per execution (chapter 01's facts) the
         latest execution's rows, of a table with one row per configuration (``backends``) the latest execution's row of
-        each, of table ``failures`` each distinct failure once (its latest recording), and never the same row twice
-        (``executions="all"``: every row as recorded)."""
+        each, of tables ``failures`` and ``seed_comparison`` each distinct row once across executions (the latest
+        chapter execution's recordings, ``execution_id``: a repeat within that execution stands; a row recorded before rows
+        carried the id stands once), and never the same row twice (``executions="all"``: every row as recorded); see
+        ``servebook.executions``."""
         out = self._read(table, withdrawn)
-        return _standing_executions(table, out) if executions == "standing" else out
+        return standing_rows(table, out) if executions == "standing" else out
 
     def _read(self, table: str, withdrawn: bool) -> list[dict]:
         path = self.table_path(table)
@@ -329,45 +355,6 @@ def _last_byte(path: Path, size: int) -> bytes:
     with open(path, "rb") as fh:
         fh.seek(size - 1)
         return fh.read(1)
-
-
-# Tables chapter 01 records whole at each probe: what stands is the latest execution's rows. Tables with one row per
-# configuration (its identity): what stands is each configuration's row of the latest execution that recorded it.
-_WHOLE_PER_EXECUTION = {"gpus", "versions", "topology", "p2p", "engines", "engine_helpers", "warnings"}
-_ONE_ROW_PER = {"backends": ("engine", "attention", "mode"), "backends_not_run": ("engine", "attention"),
-                "skipped": ("setting",), "bench_inprocess": ("max_tokens", "threads", "device"), "bench_breakdown": ("label", "part"),
-                "backends_preflight": ("engine", "attention"), "plan_commands": ("chapter", "purpose", "command"),
-                "roofline": ("chapter", "case"), "bench_sweep_stops": ("label", "stopped_before"),
-                "allreduce": ("setting", "path", "mode", "bytes", "backend", "device")}
-
-# Tables whose rows say that something happened, not what was measured: the same row recorded again by a re-execution
-# (chapter 02 asking again a what-if that fails the same way) stands once, its latest. Each recording stays in the file
-# (``executions="all"``: what ``measured.nothing_measured`` reads to name a cause a chapter hit again).
-_EACH_ONCE = {"failures", "seed_comparison"}  # recorded again by each execution of a chapter (02): the same row stands once
-
-
-def _standing_executions(table: str, rows: list[dict]) -> list[dict]:
-    """``rows`` as they stand across executions (``RunStore.rows``), each distinct row once. A row without ``execution``
-    (recorded before rows carried it) is execution 1's."""
-    ex = lambda r: (r.get("execution") or 1) if isinstance(r, dict) else 1  # noqa: E731
-    if table in _WHOLE_PER_EXECUTION and rows:
-        latest = max(ex(r) for r in rows)
-        rows = [r for r in rows if ex(r) == latest]
-    elif table in _ONE_ROW_PER and rows:
-        ident = lambda r: tuple(json.dumps(r.get(k) if k != "mode" else r.get(k) or "default") for k in _ONE_ROW_PER[table])  # noqa: E731
-        latest: dict = {}
-        for r in rows:
-            latest[ident(r)] = max(latest.get(ident(r), 0), ex(r))
-        rows = [r for r in rows if ex(r) == latest[ident(r)]]
-    if table not in _WHOLE_PER_EXECUTION and table not in _ONE_ROW_PER and table not in _EACH_ONCE:
-        return rows
-    seen, out = set(), []
-    for r in reversed(rows):  # the same row recorded twice (a re-run, or before rows carried their execution): its last, once
-        key = json.dumps({k: v for k, v in r.items() if k not in ("recorded_at", "execution")}, sort_keys=True) if isinstance(r, dict) else r
-        if key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out[::-1]
 
 
 def derived_from(source: dict, key: Iterable[str] = ("label",), method: Any = None) -> dict:

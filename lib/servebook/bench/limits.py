@@ -230,7 +230,7 @@ def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, 
     if not measure:
         inproc = store.table("bench_inprocess")
         print("in-process decode as recorded:" if len(inproc) else "in-process decode was not recorded in this run")
-        breakdown = store.table("bench_breakdown")
+        breakdown = store.table("bench_breakdown").drop(columns="execution_id", errors="ignore")  # the chapter execution's id
         return breakdown[breakdown["label"].isin(single_df["label"])] if len(breakdown) and "label" in breakdown else breakdown
     if roof is None:
         return breakdown
@@ -257,7 +257,8 @@ def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, 
         if not store.done("bench_breakdown", label=first["label"], **p):  # computed again from the same rows: the same row
             store.append("bench_breakdown", {"label": first["label"], **p})
     print(f"in-process decode: {direct['tok_s']:.1f} tok/s ({direct['method']})")
-    return pd.DataFrame([r for _, rows in breakdowns(store) for r in rows])  # a row computed again supersedes its older one
+    return pd.DataFrame([{k: v for k, v in r.items() if k != "execution_id"}  # a row computed again supersedes its older one
+                         for _, rows in breakdowns(store) for r in rows])
 
 
 def say_breakdown(store) -> list[str]:

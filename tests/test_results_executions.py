@@ -1,0 +1,184 @@
+"""An execution id on every row (servebook.executions): a re-execution of a chapter is told from a repeat within one
+execution, so a failure recorded again by a re-execution stands once and a failure that happened twice in one execution
+stands twice; a derived table computed again with the same values is not rewritten (the seed tables of chapter 06)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from servebook.executions import EXECUTION_ID_ENV, STAMPS, execution_id, executing
+from servebook.findings import failures
+from servebook.paths import data_dir
+from servebook.results import RunStore
+
+WHATIF = data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
+
+
+def _fail(store, n: int, error: str = "all_reduce_perf not found (PATH or the all_reduce_perf parameter)"):
+    for _ in range(n):
+        store.record_failure("nccl-tests", error)
+
+
+def test_a_repeat_within_one_execution_stands_and_a_reexecution_does_not_add_to_it(tmp_path):
+    """h200x2-live's case, stamped: chapter 04 looks for nccl-tests twice in one execution and fails twice (two
+    failures); executed again, it fails twice again: the page lists the latest execution's two, not four, not one."""
+    store = RunStore.at(tmp_path / "run")
+    with executing() as first:
+        _fail(store, 2)
+    assert [r["execution_id"] for r in store.rows("failures")] == [first, first]
+    assert [f["times"] for f in failures(store)] == [2], "a genuine repeat within one execution counts"
+    with executing() as again:
+        _fail(store, 2)
+    assert first != again
+    assert [r["execution_id"] for r in store.rows("failures")] == [again, again], "the re-execution's recordings stand"
+    assert [f["times"] for f in failures(store)] == [2]
+    assert len(store.rows("failures", executions="all")) == 4, "every recording stays in the file"
+    with executing():  # executed once more, it fails once, and a new failure besides
+        _fail(store, 1)
+        _fail(store, 1, "nccl-tests: exit 1")
+    assert [(f["error"], f["times"]) for f in failures(store)] == [("all_reduce_perf not found (PATH or the all_reduce_perf "
+                                                                    "parameter)", 1), ("nccl-tests: exit 1", 1)]
+
+
+def test_rows_recorded_before_the_id_keep_standing_once(tmp_path):
+    """A row without ``execution_id`` (every committed run before it) cannot tell a repeat from a re-execution: equal rows
+    stand once, as before; a stamped recording of the same failure after them supersedes them."""
+    store = RunStore.at(tmp_path / "run")
+    old = {"step": "nccl-tests", "error": "all_reduce_perf not found"}
+    store.table_path("failures").write_text("".join(json.dumps({**old, "recorded_at": t}) + "\n"
+                                                    for t in ("2026-11-30T23:39:25+00:00", "2026-12-01T00:03:22+00:00")))
+    assert [r["recorded_at"] for r in store.rows("failures")] == ["2026-12-01T00:03:22+00:00"]
+    assert [f["times"] for f in failures(store)] == [1]
+    with executing() as now:
+        _fail(store, 2, "all_reduce_perf not found")
+    assert [r.get("execution_id") for r in store.rows("failures")] == [now, now]
+
+
+def test_the_committed_runs_list_the_same_failures_as_before():
+    """No committed row carries an id yet: what each committed run lists is what the unstamped rule gave."""
+    for run in ("h200x2-live", "whatif-rtx-pro-6000-sglang-0.5.9"):
+        store = RunStore(data_dir() / "runs" / run)
+        every = store.rows("failures", executions="all")
+        assert every and not any("execution_id" in r for r in every)
+        distinct = {json.dumps({k: v for k, v in r.items() if k not in STAMPS}, sort_keys=True) for r in every}
+        assert len(store.rows("failures")) == len(distinct) < len(every), run
+
+
+def test_the_id_reaches_the_processes_a_chapter_starts_and_is_restored_after(tmp_path):
+    """A notebook's kernel (and a process it starts) writes with the id of the execution that started it: the id
+    travels in the environment, as jupyter_client starts the kernel with a copy of it."""
+    store = RunStore.at(tmp_path / "run")
+    outside = execution_id()
+    code = "from servebook.results import RunStore; import sys; RunStore.at(sys.argv[1]).append('t', {'by': 'child'})"
+    with executing() as mine:
+        store.append("t", {"by": "parent"})
+        subprocess.run([sys.executable, "-c", code, str(store.path)], check=True)
+    assert [(r["by"], r["execution_id"]) for r in store.rows("t")] == [("parent", mine), ("child", mine)]
+    assert execution_id() == outside and mine != outside, "the process's own id again after the chapter"
+    with pytest.raises(RuntimeError):
+        with executing():
+            raise RuntimeError("a chapter that fails")
+    assert execution_id() == outside
+
+
+def test_a_cli_command_is_one_execution(tmp_path):
+    """Outside a book every process is one execution: two commands writing to one run get two ids."""
+    code = ("import sys, os; os.environ.pop(sys.argv[2], None); from servebook.results import RunStore; "
+            "s = RunStore.at(sys.argv[1]); s.append('t', {'i': 0}); s.append('t', {'i': 1})")
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / "run"), EXECUTION_ID_ENV], check=True)
+    ids = [r["execution_id"] for r in RunStore.at(tmp_path / "run").rows("t")]
+    assert len(ids) == 4 and ids[0] == ids[1] != ids[2] == ids[3]
+
+
+def test_a_probe_recorded_again_within_one_book_execution_supersedes_the_earlier(tmp_path):
+    """Chapter 01's tables are recorded whole per probe: a probe recorded again under the same book execution number (a
+    ``servebook probe`` command into the run) stands alone, not beside the earlier one."""
+    store = RunStore.at(tmp_path / "run")
+    with executing():
+        store.append("warnings", {"warning": "nvidia-smi not found"})
+        store.append("warnings", {"warning": "no P2P"})
+    with executing() as later:
+        store.append("warnings", {"warning": "no P2P"})
+    assert [(r["warning"], r["execution_id"]) for r in store.rows("warnings")] == [("no P2P", later)]
+
+
+# -- item 2: a derived table computed again with the same values is not rewritten -------------------------------------
+def _whatif_copy(tmp_path):
+    run = tmp_path / "whatif"
+    run.mkdir()
+    for name in ("manifest.json", "decode_path.jsonl", "selection.jsonl"):
+        shutil.copy(WHATIF / name, run / name)
+    return RunStore(run)
+
+
+def test_the_seed_tables_written_again_with_the_same_values_are_byte_identical(tmp_path, monkeypatch):
+    from servebook.profile.seed import SEED_TABLES, record_seed
+
+    store = _whatif_copy(tmp_path)
+    monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T20:00:00+00:00")
+    record_seed(store)
+    first = {t: store.table_path(t).read_bytes() for t in SEED_TABLES}
+    assert all(first.values())
+    monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T21:00:00+00:00")  # chapter 06 executed again, later
+    record_seed(store)
+    assert {t: store.table_path(t).read_bytes() for t in SEED_TABLES} == first
+
+
+def test_a_table_replaced_with_other_values_is_written(tmp_path, monkeypatch):
+    store = RunStore.at(tmp_path / "run")
+    monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T20:00:00+00:00")
+    store.replace("seed_range", [{"who": "sglang", "point_tok_s": 73.9}], unchanged="keep")
+    monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T21:00:00+00:00")
+    kept = store.replace("seed_range", [{"who": "sglang", "point_tok_s": 73.9}], unchanged="keep")
+    assert kept == store.rows("seed_range") and kept[0]["recorded_at"] == "2026-12-04T20:00:00+00:00"
+    new = store.replace("seed_range", [{"who": "sglang", "point_tok_s": 74.0}], unchanged="keep")
+    assert store.rows("seed_range") == new and new[0]["recorded_at"] == "2026-12-04T21:00:00+00:00"
+    fewer = store.replace("seed_range", [], unchanged="keep")
+    assert fewer == [] and store.table_path("seed_range").read_text() == ""
+    store.replace("seed_range", [{"who": "sglang", "point_tok_s": 74.0}])  # the default: written whatever it holds
+    assert store.rows("seed_range")[0]["recorded_at"] == "2026-12-04T21:00:00+00:00"
+    with pytest.raises(ValueError, match="'write'"):
+        store.replace("seed_range", [], unchanged="skip")
+
+
+def test_a_verdict_appended_again_with_the_same_values_is_not_written_again(tmp_path):
+    """Chapter 02's seed comparison, executed again with the same verdict, adds no row; another verdict is appended, and
+    the first verdict coming back is appended again (the row chapter 06 reads is the last)."""
+    store = RunStore.at(tmp_path / "run")
+    a, b = {"verdict": "both Triton", "gpu": "rtx-pro-6000"}, {"verdict": "differ", "gpu": "rtx-pro-6000"}
+    first = store.append("seed_comparison", a, unchanged="keep")
+    with executing():
+        assert store.append("seed_comparison", a, unchanged="keep") == first
+    assert len(store.rows("seed_comparison", executions="all")) == 1
+    for row in (b, a):
+        store.append("seed_comparison", row, unchanged="keep")
+    assert [r["verdict"] for r in store.rows("seed_comparison", executions="all")] == ["both Triton", "differ", "both Triton"]
+    with pytest.raises(ValueError, match="'keep'"):
+        store.append("seed_comparison", a, unchanged="no")
+
+
+def test_the_whatif_floor_planned_again_leaves_the_roofline_file_as_it_was(tmp_path, monkeypatch):
+    """Chapter 04 of the what-if book plans its communication floor (table roofline, beside chapter 05's rows) at every
+    execution: the same values leave the file byte for byte as it was."""
+    from servebook import plan
+
+    run = tmp_path / "whatif"
+    run.mkdir()
+    for name in ("manifest.json", "probe.json", "roofline.jsonl"):
+        shutil.copy(WHATIF / name, run / name)
+    store = RunStore(run)
+    facts = plan.host_facts(store, "sglang==0.5.9", "kimi-k2.5", "rtx-pro-6000")
+    monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T20:00:00+00:00")
+    plan.plan_nccl(store, facts)
+    first = store.table_path("roofline").read_bytes()
+    assert [r["chapter"] for r in store.rows("roofline")] == sorted(r["chapter"] for r in store.rows("roofline"))
+    assert {r["chapter"] for r in store.rows("roofline")} == {"04", "05"}, "chapter 05's rows kept"
+    monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T21:00:00+00:00")
+    plan.plan_nccl(store, facts)
+    assert store.table_path("roofline").read_bytes() == first
