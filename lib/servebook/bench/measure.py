@@ -69,6 +69,15 @@ def _log_path(store, engine: str, start: int):
     return store.path / (f"server-{engine}.log" if start == 0 else f"server-{engine}-start{start}.log")
 
 
+def _recorded_ceiling(store, label: str) -> float | None:
+    """The hardware's ceiling for one stream of ``label`` where this run knows one: the bandwidth roofline (tok/s) of its
+    last "measured here" row of ``bench_roofline`` (an execution before this one computed it; the first computes it only
+    after measuring). A decode rate above it is not the server's (``sse.implausible``)."""
+    rows = [r for r in store.rows("bench_roofline") if r.get("source") == "measured here"
+            and str(r.get("case", "")).startswith(f"{label} on ") and r.get("roofline_tok_s")]
+    return float(rows[-1]["roofline_tok_s"]) if rows else None
+
+
 def _check_client(store, eng, url: str, name: str, label: str, *, model_dir, tokenizer, w: Workload) -> None:
     """servebook's client and SGLang's own (``sglang.bench_serving``, run in the engine's interpreter) taking turns on this
     live server and workload; each metric's difference, both directions kept (table ``bench_client_check``)."""
@@ -203,7 +212,7 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
     first = first_start(store, label, w.max_tokens, w.warmup)  # 0; measured again (--again): after the earlier starts
     name = eng.served_model_name(host_model)
     common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
-                  max_tokens=w.max_tokens, host=on_host)
+                  max_tokens=w.max_tokens, host=on_host, ceiling_tok_s=_recorded_ceiling(store, label))
     if start_measured(store, label, first, w.max_tokens, w.warmup) and store.done("bench_servers", label=label):
         print(f"{label}: start {first} (single stream and sweep) is recorded in this run: not measured again")
     else:

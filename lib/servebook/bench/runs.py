@@ -146,11 +146,13 @@ def single_stream(
     progress: bool = True,
     host=None,
     start: int | None = None,
+    ceiling_tok_s: float | None = None,
 ) -> dict:
     """Single stream (C=1): ``warmup`` requests, then ``runs`` runs of ``requests_per_run`` requests.
 
     ``start``: which server start of this configuration it measures (0, 1, ...), recorded on every row (field ``start``)
     so that a later start is not read as the same measurement taken again (:func:`current`, :func:`over_starts`).
+    ``ceiling_tok_s``: the hardware's ceiling for one stream where one is known (``sse.implausible``).
 
     Every request goes to ``store`` table ``bench_requests`` (phase ``warmup``/``single``),
     the summary (mean and 95% t-interval over runs of the per-run mean decode tok/s,
@@ -159,7 +161,7 @@ def single_stream(
     _check_single(prompts, runs, warmup, requests_per_run)
     cfg = {**bench_config(engine, attention, label, api), **({"start": int(start)} if start is not None else {})}
     common = dict(max_tokens=max_tokens, concurrency=1, api=api, engine=engine, tokenizer=tokenizer,
-                  fixed_length=fixed_length, request_timeout=request_timeout, host=host)
+                  fixed_length=fixed_length, request_timeout=request_timeout, host=host, ceiling_tok_s=ceiling_tok_s)
     ptoks = [p.tokens for p in prompts]
     if warmup:
         w = run_requests(url, model, [prompts[i % len(prompts)] for i in range(warmup)], desc="warm-up", progress=False, **common)
@@ -271,6 +273,7 @@ def concurrency_sweep(
     saturation_patience: int = 2,
     level_warmup: bool = True,
     host=None,
+    ceiling_tok_s: float | None = None,
 ) -> list[dict]:
     """For each concurrency C: ``max(min_requests, requests_per_level x C)`` requests, at most C in flight.
 
@@ -286,13 +289,14 @@ def concurrency_sweep(
     Rows go to ``bench_requests`` (phase ``sweep``) and one summary per level to
     ``bench_summary``; a level already summarized in ``store`` for this config is skipped
     (``resume``). A level that hits ``level_time_budget_s`` starts no new requests; those
-    are recorded as failed with that reason and the summary says ``truncated``.
+    are recorded as failed with that reason and the summary says ``truncated``. ``ceiling_tok_s``: as for
+    :func:`single_stream`.
     """
     cfg = bench_config(engine, attention, label, api)
     levels = list(levels) if levels else concurrency_levels(max_concurrency)
     warm = bool(level_warmup)  # the method is recorded as asked (a replay sends no warm-up: _sweep_level)
     common = dict(max_tokens=max_tokens, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
-                  request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
+                  request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host, ceiling_tok_s=ceiling_tok_s)
     out, best, flat = [], 0.0, 0
     for i, c in enumerate(levels):
         if saturation_patience and flat >= saturation_patience:
