@@ -7,7 +7,7 @@ import pytest
 
 from servebook import bench
 from servebook.bench.runs import summarize_level
-from servebook.bench.sse import MIN_READ_GAPS
+from servebook.bench.sse import ONE_GAP_MAX_TOK_S
 
 EVENT = b'data: {"choices":[{"text":" a"}]}\n\n'
 DONE = b'data: {"choices":[{"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\ndata: [DONE]\n\n'
@@ -22,24 +22,28 @@ def _stream(parts: list[int], stamps: list[float], tokens: int) -> "bench._Raw":
 
 
 def test_one_write_split_in_two_reads_is_untimed_and_stays_out_of_the_mean():
-    """The fake server's case: 64 tokens written at once, handed over in two reads 6 us apart (a 'rate' of ~10M tok/s).
-    The old code timed it; a real two-read request of one gap is untimed the same way."""
-    split = bench._finish(_stream([20, 44], [0.010, 0.010006], 64), "completions", None, None)
+    """The fake server's case: 64 tokens written at once, handed over in two reads 40 us apart (1.6M tok/s). The old
+    code timed it."""
+    split = bench._finish(_stream([20, 44], [0.010, 0.010040], 64), "completions", None, None)
     assert split.ok and split.decode_tok_s is None and split.tpot_s is None and split.itl_ms == []
-    assert f"needs {MIN_READ_GAPS} read gaps" in split.untimed and "63 tokens after the first came in 1 read" in split.untimed
+    assert "63 tokens after the first came in one read 40 us after it" in split.untimed and "split into two reads" in split.untimed
     steady = bench._finish(_stream([1] * 64, [0.010 + 0.01 * i for i in range(64)], 64), "completions", None, None)
     assert steady.untimed is None and steady.decode_tok_s == pytest.approx(100.0)
     lvl = summarize_level([split, steady])
-    assert lvl["untimed"] == 1 and "read gaps" in lvl["untimed_reason"]
+    assert lvl["untimed"] == 1 and "split into two reads" in lvl["untimed_reason"]
     assert lvl["per_user_tok_s"] == pytest.approx(100.0)  # the split request is in no mean
     assert lvl["itl_ms_p99"] == pytest.approx(10.0)
 
 
 def test_coalesced_writes_over_a_real_decode_keep_their_rate():
-    """transformers serve writes what its generation thread queued since its last write: few reads, many tokens each.
-    Three reads after the first token's, 0.1 s apart, time a rate."""
+    """transformers serve writes what its generation thread queued since its last write: few reads, many tokens each,
+    down to one read after the first token's (the embedded model's 16 tokens at 183 tok/s, test_bench on this branch)."""
     r = bench._finish(_stream([1, 10, 10, 11], [0.05, 0.15, 0.25, 0.35], 32), "completions", None, None)
     assert r.untimed is None and r.decode_tok_s == pytest.approx(31 / 0.3)
+    one_gap = bench._finish(_stream([1, 15], [0.05, 0.05 + 15 / 183], 16), "completions", None, None)
+    assert one_gap.untimed is None and one_gap.decode_tok_s == pytest.approx(183.0)
+    edge = 15 / (ONE_GAP_MAX_TOK_S * 1.01)  # the same one gap, timed just above the one-gap bound
+    assert "split into two reads" in bench._finish(_stream([1, 15], [0.05, 0.05 + edge], 16), "completions", None, None).untimed
 
 
 def test_a_rate_above_the_hardware_ceiling_is_untimed_where_one_is_known():
