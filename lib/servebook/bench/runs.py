@@ -277,21 +277,19 @@ def concurrency_sweep(
 ) -> list[dict]:
     """For each concurrency C: ``max(min_requests, requests_per_level x C)`` requests, at most C in flight.
 
-    With ``level_warmup`` each level first sends C untimed requests at concurrency C, from the other end of the
-    prompt list (so the measured prompts find no cached prefix): an engine that compiles kernels on the first use of
-    a batch shape pays that there, not inside the measured level (h200x1-live: one SGLang request at C=8 waited
-    10 s for its first token without it, and the level's throughput fell 8x).
+    With ``level_warmup`` each level first sends C untimed requests at concurrency C, from the other end of the prompt
+    list (so the measured prompts find no cached prefix): an engine that compiles kernels on the first use of a batch
+    shape pays that there, not inside the measured level (h200x1-live: one SGLang request at C=8 waited 10 s for its
+    first token without it, and the level's throughput fell 8x).
 
     The sweep stops early once throughput has not grown by ``SATURATION_GROWTH`` (10%) over the best level for
-    ``saturation_patience`` levels in a row; the stop, classified by :mod:`.saturation`'s one rule (saturation where
-    the last level held, throughput fell where it fell), is a row of ``bench_sweep_stops``. 0 runs every level.
+    ``saturation_patience`` levels in a row (0 runs every level); the stop, classified by :mod:`.saturation`'s one rule
+    (saturation where the last level held, throughput fell where it fell), is a row of ``bench_sweep_stops``.
 
-    Rows go to ``bench_requests`` (phase ``sweep``) and one summary per level to
-    ``bench_summary``; a level already summarized in ``store`` for this config is skipped
-    (``resume``). A level that hits ``level_time_budget_s`` starts no new requests; those
-    are recorded as failed with that reason and the summary says ``truncated``. ``ceiling_tok_s``: as for
-    :func:`single_stream`.
-    """
+    Rows go to ``bench_requests`` (phase ``sweep``) and one summary per level to ``bench_summary``; a level already
+    summarized in ``store`` for this config is skipped (``resume``). A level that hits ``level_time_budget_s`` starts no
+    new requests; those are recorded as failed with that reason and the summary says ``truncated``. ``ceiling_tok_s``
+    as for :func:`single_stream`."""
     cfg = bench_config(engine, attention, label, api)
     levels = list(levels) if levels else concurrency_levels(max_concurrency)
     warm = bool(level_warmup)  # the method is recorded as asked (a replay sends no warm-up: _sweep_level)
