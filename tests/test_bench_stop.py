@@ -86,3 +86,21 @@ def test_recorded_runs_one_kind_per_sweep_and_the_stall_listing_agrees(run, labe
     listed = {s["concurrency"] for s in bench.sweep_stalls(*runs.current(store.rows("bench_summary"), store.rows("bench_requests")))
               if s["label"] == page["label"]}
     assert (page["last_level"] in listed) == (kind == "throughput fell")
+
+
+@pytest.mark.parametrize("last", [911.6 * (1 - SATURATION_GROWTH) - 2, 911.6 * (1 - SATURATION_GROWTH) + 2])
+def test_the_pages_saturation_check_reads_the_stop_by_the_same_band(tmp_path, monkeypatch, last):
+    """``stated``'s contradiction check (it may not import bench, so it states its own 10%) flags no stop the classifier
+    writes, on either side of the band's edge: the two rules are one."""
+    from servebook.stated.consistency import contradictions
+
+    store = _sweep(tmp_path, monkeypatch, {1: 483.4, 2: 911.6, 4: last, 8: 2000.0})
+    (page,) = figures.sweep_parameters(store)
+
+    def table(header, *rows):
+        return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>"
+                + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows) + "</tbody></table>")
+    html = (table(["", "label", "stopped_by", "why"], ["0", "a", page["stopped_by"], page["why"]])
+            + table(["", "label", "concurrency", "throughput_tok_s"],
+                    *[[str(i), "a", str(c), f"{t:.1f}"] for i, (c, t) in enumerate(((1, 483.4), (2, 911.6), (4, last)))]))
+    assert contradictions({"p.html": html}, kinds=("saturation",)) == []
