@@ -69,7 +69,7 @@ def _stop_words(levels: list[dict], stop: dict) -> tuple[str, str]:
         return stop["reason"], was
     why, kind = said
     if was != kind:
-        why += (f" (bench_sweep_stops recorded it as {was} when the sweep ran, by an earlier rule; the kind here is the "
+        why += (f"; bench_sweep_stops recorded it as {was} when the sweep ran, by an earlier rule (the kind here is the "
                 "one rule's, which the sweep now records too)")
     return why, kind
 
