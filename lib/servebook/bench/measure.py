@@ -72,7 +72,9 @@ def _log_path(store, engine: str, start: int):
 def _recorded_ceiling(store, label: str) -> float | None:
     """The hardware's ceiling for one stream of ``label`` where this run knows one: the bandwidth roofline (tok/s) of its
     last "measured here" row of ``bench_roofline`` (an execution before this one computed it; the first computes it only
-    after measuring). A decode rate above it is not the server's (``sse.implausible``)."""
+    after measuring). A decode rate above it is not the server's (``sse.implausible``). It holds for one token per read of
+    the weights from the memory whose bandwidth it used: speculative decoding (several tokens accepted per step), which
+    no launch of chapter 05 asks for, or weights small enough to stay in a cache could pass it."""
     rows = [r for r in store.rows("bench_roofline") if r.get("source") == "measured here"
             and str(r.get("case", "")).startswith(f"{label} on ") and r.get("roofline_tok_s")]
     return float(rows[-1]["roofline_tok_s"]) if rows else None
