@@ -232,8 +232,8 @@ def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[
 # A decode rate is timed from the first token's read to the stream's last read. With one read after the first token's,
 # that is one gap between two reads, and one server write that the kernel hands over in two reads gives the same
 # picture as two writes a decode apart (session 15 saw 177,655 tok/s so). Measured here with the fake server writing
-# each answer at once (1,600 requests of 8 to 2,048 tokens at C=1 and 8): 186 reached the client in two reads, and 185
-# of those were timed above 10,000 tok/s; one 8-token answer at 9,321 tok/s. A real stream can give one gap too:
+# each answer at once (1,600 requests of 8 to 2,048 tokens at C=1 and 8): 186 had a read after the first token's, 185
+# of them one gap timed above 10,000 tok/s, and one 8-token answer 9,321 tok/s. A real stream can give one gap too:
 # transformers serve writes what its generation thread queued since its last write at once, and a 16-token answer of
 # the embedded model once came in the first token's read and one more, at 183 tok/s. So a one-gap rate stands below
 # ONE_GAP_MAX_TOK_S, 12 times the fastest decode recorded in data/runs (813 tok/s, SGLang on the H200), and is untimed
@@ -252,8 +252,8 @@ def implausible(r: RequestResult, raw: RawStream, ceiling_tok_s: float | None = 
     gaps = sum(1 for t in raw.stamps if t > first + 1e-7)
     if gaps < MIN_READ_GAPS and r.decode_tok_s > ONE_GAP_MAX_TOK_S:
         return (f"{r.output_tokens - 1} tokens after the first came in one read {1e6 * (r.e2e_s - r.ttft_s):,.0f} us after it "
-                f"({r.decode_tok_s:,.0f} tok/s): one server write split into two reads gives this, no decode does (a rate "
-                f"from one read gap stands below {ONE_GAP_MAX_TOK_S:,.0f} tok/s)")
+                f"({r.decode_tok_s:,.0f} tok/s): one server write split into two reads gives this, and no decode recorded "
+                f"here comes near it (a rate from one read gap stands below {ONE_GAP_MAX_TOK_S:,.0f} tok/s)")
     if ceiling_tok_s and r.decode_tok_s > ceiling_tok_s:
         return (f"decode rate {r.decode_tok_s:,.0f} tok/s above the hardware ceiling of {ceiling_tok_s:,.0f} tok/s for one "
                 "stream (chapter 05's roofline): not the server's")
