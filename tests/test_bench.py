@@ -76,23 +76,27 @@ def test_prompts_are_exact_and_seeded(tok):
 # -- the real engine ----------------------------------------------------------------------
 def test_single_stream_real_tokens(server, embedded_model, tok, prompts, tmp_path):
     store = RunStore.at(tmp_path / "run")
+    # 32 tokens, not 16: transformers serve writes what its generation thread queued since its last write at once, and
+    # 16 tokens of the tiny model sometimes reached the client in one read (ttft == e2e, no rate: 1 run in 8 on main
+    # here, as test_starts saw on CI)
     s = bench.single_stream(server.base_url, str(embedded_model), prompts, store=store, tokenizer=tok, engine="transformers",
-                            max_tokens=16, runs=3, warmup=1, progress=False)
+                            max_tokens=32, runs=3, warmup=1, progress=False)
     rows = store.rows("bench_requests")
     assert [r["phase"] for r in rows] == ["warmup", "single", "single", "single"]
     for r in rows:
         assert r["ok"], r["error"]
         # fixed length through transformers' generation_config; the server's count is the authority
-        assert r["output_tokens"] == r["output_tokens_usage"] == 16
+        assert r["output_tokens"] == r["output_tokens_usage"] == 32
         assert r["count_source"] == "usage"
         # the streamed text really carried those tokens: one text chunk per token, and the model's
         # tokenizer finds about as many tokens in the chunks (random weights make some re-encode differently)
-        assert 14 <= r["n_chunks"] <= 16
-        assert abs(r["output_tokens_tokenizer"] - 16) <= 8
-        assert 0 < r["ttft_s"] < r["e2e_s"]
+        assert 28 <= r["n_chunks"] <= 32
+        assert abs(r["output_tokens_tokenizer"] - 32) <= 16
+        assert 0 < r["ttft_s"] < r["e2e_s"], r
+        assert r["untimed"] is None, r["untimed"]
         assert r["decode_tok_s"] == pytest.approx((r["output_tokens"] - 1) / (r["e2e_s"] - r["ttft_s"]))
         assert r["tpot_s"] == pytest.approx(1 / r["decode_tok_s"])
-        assert len(r["itl_ms"]) >= 13
+        assert len(r["itl_ms"]) >= 27
     assert s["runs"] == 3 and s["decode_tok_s_ci95"] is not None and s["decode_tok_s_mean"] > 0
     assert s["decode_tok_s_mean"] == pytest.approx(sum(s["decode_tok_s_runs"]) / 3)
     assert store.rows("bench_summary")[0]["decode_tok_s_mean"] == pytest.approx(s["decode_tok_s_mean"])

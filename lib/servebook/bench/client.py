@@ -111,6 +111,7 @@ def run_requests(
     desc: str = "requests",
     pin_cpu: int | None = None,
     host=None,
+    ceiling_tok_s: float | None = None,
 ) -> list[RequestResult]:
     """Send one request per prompt, at most ``concurrency`` at a time, and measure each.
 
@@ -122,6 +123,9 @@ def run_requests(
     With ``host`` (a ``servebook.hosts`` host that is not this process) the client runs on that host,
     next to the server, and sends back its raw timestamps and bytes; they are parsed here by the same
     code, so per-request records are identical to a local run.
+
+    ``ceiling_tok_s``: the hardware's ceiling for one stream, where one is known; a request timed above it is untimed
+    (``sse.implausible``), as is one whose rate comes from too few reads.
     """
     if concurrency < 1:
         raise ParameterError("concurrency", concurrency, "1 or more")
@@ -140,7 +144,7 @@ def run_requests(
     else:
         raws, _cpu = run_coro(run_batch(url, bodies, concurrency, api, arrivals, request_timeout, time_budget_s, progress, desc), pin_cpu)
     expect = max_tokens if fixed_length and fixed_length_fields(engine, max_tokens) else None
-    return [finish(r, api, tokenizer, expect) for r in raws]
+    return [finish(r, api, tokenizer, expect, ceiling_tok_s) for r in raws]
 
 
 # ---------------------------------------------------------------------------------------

@@ -57,22 +57,21 @@ def sweep_parameters(store) -> list[dict]:
 
 
 def _stop_words(levels: list[dict], stop: dict) -> tuple[str, str]:
-    """Why a sweep stopped early, by one rule for every engine (its recorded ``reason`` is read again from the levels it
-    ran): "saturation" where its last level held within ``SATURATION_GROWTH`` of the best before it (throughput flat),
-    "throughput fell" where it fell further below it (a fall is no saturation point: a saturated server holds its
-    throughput and queues each request a little)."""
-    from .runs import SATURATION_GROWTH
+    """Why a sweep stopped early, read again from the levels it ran by the rule it is recorded with
+    (:func:`.saturation.stop_words`: "saturation" where its last level held within ``SATURATION_GROWTH`` of the best
+    before it, "throughput fell" where it fell further). A row recorded under an earlier rule that called the same
+    levels otherwise says so after the words: the kind shown is this rule's, one word per sweep on every page."""
+    from .saturation import recorded_kind, stop_words
 
-    thr = [(int(r["concurrency"]), r.get("throughput_tok_s")) for r in levels if r.get("throughput_tok_s") is not None]
-    if len(thr) < 2:
-        return stop["reason"], "saturation" if "saturated" in stop["reason"] else "throughput fell"
-    (c_last, last), (c_best, best) = thr[-1], max(thr[:-1], key=lambda x: x[1])
-    if last < best * (1 - SATURATION_GROWTH):
-        return (f"throughput fell {1 - last / best:.0%} from its best, {best:,.1f} tok/s at C={c_best}, to {last:,.1f} at "
-                f"C={c_last}: not a saturation point (a saturated server holds its throughput; a stall or failing requests, "
-                "see the level's slowest first token)", "throughput fell")
-    return (f"throughput at C={c_last} ({last:,.1f} tok/s) stayed within {SATURATION_GROWTH:.0%} of its best, {best:,.1f} at "
-            f"C={c_best}, without beating it by {SATURATION_GROWTH:.0%}: saturated", "saturation")
+    said = stop_words([(r["concurrency"], r.get("throughput_tok_s")) for r in levels])
+    was = recorded_kind(stop)
+    if said is None:
+        return stop["reason"], was
+    why, kind = said
+    if was != kind:
+        why += (f"; bench_sweep_stops recorded it as {was} when the sweep ran, by an earlier rule (the kind here is the "
+                "one rule's, which the sweep now records too)")
+    return why, kind
 
 
 def breakdowns(store) -> list[tuple[str, list[dict]]]:

@@ -63,6 +63,23 @@ def _tail(text: str, n: int) -> str:
 
 
 # -- measuring (a live host) ------------------------------------------------------------------------------------------
+def _log_path(store, engine: str, start: int):
+    """The server log of ``engine``'s start ``start`` in this run: ``server-ENGINE.log`` for start 0,
+    ``server-ENGINE-startK.log`` for start K."""
+    return store.path / (f"server-{engine}.log" if start == 0 else f"server-{engine}-start{start}.log")
+
+
+def _recorded_ceiling(store, label: str) -> float | None:
+    """The hardware's ceiling for one stream of ``label`` where this run knows one: the bandwidth roofline (tok/s) of its
+    last "measured here" row of ``bench_roofline`` (an execution before this one computed it; the first computes it only
+    after measuring). A decode rate above it is not the server's (``sse.implausible``). It holds for one token per read of
+    the weights from the memory whose bandwidth it used: speculative decoding (several tokens accepted per step), which
+    no launch of chapter 05 asks for, or weights small enough to stay in a cache could pass it."""
+    rows = [r for r in store.rows("bench_roofline") if r.get("source") == "measured here"
+            and str(r.get("case", "")).startswith(f"{label} on ") and r.get("roofline_tok_s")]
+    return float(rows[-1]["roofline_tok_s"]) if rows else None
+
+
 def _check_client(store, eng, url: str, name: str, label: str, *, model_dir, tokenizer, w: Workload) -> None:
     """servebook's client and SGLang's own (``sglang.bench_serving``, run in the engine's interpreter) taking turns on this
     live server and workload; each metric's difference, both directions kept (table ``bench_client_check``)."""
@@ -144,7 +161,7 @@ def _starts_ahead(store, eng, label: str, launch, launch_one, on_host, model_dir
         return {}, {}
     launches = {first: launch, **{k: launch_one() for k in more}}  # distinct ports: servers.free_port
     print(f"{label}: {why}: the servers of its {len(launches)} starts are launched together, then measured one at a time")
-    logs = {k: store.path / (f"server-{eng.name}.log" if k == 0 else f"server-{eng.name}-start{k}.log") for k in launches}
+    logs = {k: _log_path(store, eng.name, k) for k in launches}
     return start_together([(k, launches[k], logs[k]) for k in launches], registry=store.path / "servers.jsonl", ready_timeout=600,
                           name=lambda k: f"{label} start {k}"), launches
 
@@ -157,9 +174,8 @@ def _first_start(store, eng, label: str, launch, ahead: dict, launches: dict, fi
     from .client import check_server
     from .runs import concurrency_sweep, record_start, single_stream, start_measured
 
-    log0 = store.path / (f"server-{eng.name}.log" if first == 0 else f"server-{eng.name}-start{first}.log")
     with (take_started(ahead, first) if first in ahead else
-          on_host.serve(launch, log_path=log0, registry=store.path / "servers.jsonl", ready_timeout=600)) as srv:
+          on_host.serve(launch, log_path=_log_path(store, eng.name, first), registry=store.path / "servers.jsonl", ready_timeout=600)) as srv:
         try:
             check_server(srv.base_url, host=on_host)
         except ServebookError as exc:  # the model list is a courtesy endpoint: note it, measure anyway
@@ -198,7 +214,7 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
     first = first_start(store, label, w.max_tokens, w.warmup)  # 0; measured again (--again): after the earlier starts
     name = eng.served_model_name(host_model)
     common = dict(store=store, tokenizer=tokenizer, engine=eng.name, attention=w.attention, label=label, api=w.api,
-                  max_tokens=w.max_tokens, host=on_host)
+                  max_tokens=w.max_tokens, host=on_host, ceiling_tok_s=_recorded_ceiling(store, label))
     if start_measured(store, label, first, w.max_tokens, w.warmup) and store.done("bench_servers", label=label):
         print(f"{label}: start {first} (single stream and sweep) is recorded in this run: not measured again")
     else:
@@ -209,7 +225,7 @@ def _measure_starts(store, eng, label: str, launch, launch_one, ahead: dict, lau
             continue
         again = launches.get(k) or launch_one()
         with (take_started(ahead, k) if k in ahead else
-              on_host.serve(again, log_path=store.path / f"server-{eng.name}-start{k}.log", registry=store.path / "servers.jsonl",
+              on_host.serve(again, log_path=_log_path(store, eng.name, k), registry=store.path / "servers.jsonl",
                             ready_timeout=600)) as srv:
             single = single_stream(srv.base_url, name, prompts, runs=w.runs, warmup=w.warmup, requests_per_run=w.requests_per_run,
                                    start=k, **common)

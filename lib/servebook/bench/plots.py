@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-__all__ = ["plot_pareto", "plot_latency"]
+__all__ = ["plot_pareto", "plot_latency", "label_axes"]
+
+
+def label_axes(ax, title: str, xlabel: str, ylabel: str | None = None, *, legend_size: int = 8, grid: bool = False):
+    """The tail of every chapter 05 plot: axis labels, title, a light grid where asked, the legend; returns ``ax``.
+    The page's figure hook (``servebook.pagefigures``) makes each figure's alt text and caption from these."""
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if grid:
+        ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    return ax
 
 
 def plot_pareto(summary, ax=None):
@@ -18,12 +31,7 @@ def plot_pareto(summary, ax=None):
             if r["per_user_tok_s"] is not None and r["throughput_tok_s"] is not None:
                 ax.annotate(f"C={int(r['concurrency'])}", (r["per_user_tok_s"], r["throughput_tok_s"]),
                             textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xlabel("per-user decode tok/s")
-    ax.set_ylabel("throughput, output tok/s")
-    ax.set_title("throughput vs per-user speed")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax
+    return label_axes(ax, "throughput vs per-user speed", "per-user decode tok/s", "throughput, output tok/s", grid=True)
 
 
 def plot_latency(summary, metric: str = "ttft_s", ax=None):
@@ -39,12 +47,7 @@ def plot_latency(summary, metric: str = "ttft_s", ax=None):
             if col in g:
                 ax.plot(g["concurrency"], g[col], style, marker="o", label=f"{label} p{q}")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrency")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} percentiles")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return ax
+    return label_axes(ax, f"{metric} percentiles", "concurrency", metric, legend_size=7, grid=True)
 
 
 # ---------------------------------------------------------------------------------------

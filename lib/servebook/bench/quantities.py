@@ -196,8 +196,9 @@ _SWEEP = [  # the single stream and the sweep as they ran, latencies, time split
              tables=("bench_summary", "bench_sweep_stops")),
     Quantity("sweep_stopped_by", "why the sweep stopped: saturation, throughput fell, time budget or max concurrency",
              _sweep_params("stopped_by"), tables=("bench_summary", "bench_sweep_stops")),
-    Quantity("sweep_stop_why", "why the sweep stopped, read again from its levels by one rule for every engine (a stop row of "
-             "bench_sweep_stops: saturation or throughput fell), or the time budget or last level (bench.figures.sweep_parameters)",
+    Quantity("sweep_stop_why", "why the sweep stopped, read again from its levels by the rule the sweep records its stop with "
+             "(bench.saturation.stop_words: saturation or throughput fell; a bench_sweep_stops row recorded otherwise by an "
+             "earlier rule is named), or the time budget or last level (bench.figures.sweep_parameters)",
              _sweep_params("why"), tables=("bench_summary", "bench_sweep_stops")),
     Quantity("single_ttft_ms", "mean TTFT (ms) of a configuration's last single-stream measurement",
              lambda store: {k: r["ttft_s_mean"] * 1e3 for k, r in _single(store).items() if plain(r.get("ttft_s_mean")) is not None},
@@ -218,8 +219,8 @@ _SWEEP = [  # the single stream and the sweep as they ran, latencies, time split
              tables=("bench_summary",)),
     Quantity("sweep_all_users_tok_s", "C users each at a sweep level's per-user rate: C x per_user_tok_s (label | C=n)", _all_users,
              tables=("bench_summary",)),
-    Quantity("sweep_stall", "a sweep level whose throughput fell: its figures and the best level's before it (label | C=n | field; "
-             "bench.runs.sweep_stalls over the current bench_summary and bench_requests)", _stalls,
+    Quantity("sweep_stall", "a sweep level whose throughput fell (bench.saturation.fell, the stop's rule): its figures and the best "
+             "level's before it (label | C=n | field; bench.runs.sweep_stalls over the current bench_summary and bench_requests)", _stalls,
              tables=("bench_requests", "bench_summary")),
     Quantity("remeasured", "a measurement taken again with another method: its figure before and after, each method, and "
              "after / before (label | phase | C=n | field; bench.runs.remeasured over bench_summary)", _remeasured,

@@ -14,6 +14,7 @@ from ..errors import ParameterError
 from .client import run_requests
 from .payload import bench_config
 from .prompts import Prompt
+from .saturation import FELL, SATURATION_GROWTH, fell, grew, stop_words  # noqa: F401 (the page names bench.runs.SATURATION_GROWTH)
 from .sse import RequestResult, untimed_of
 from .stats import mean_ci, percentile
 
@@ -145,11 +146,13 @@ def single_stream(
     progress: bool = True,
     host=None,
     start: int | None = None,
+    ceiling_tok_s: float | None = None,
 ) -> dict:
     """Single stream (C=1): ``warmup`` requests, then ``runs`` runs of ``requests_per_run`` requests.
 
     ``start``: which server start of this configuration it measures (0, 1, ...), recorded on every row (field ``start``)
     so that a later start is not read as the same measurement taken again (:func:`current`, :func:`over_starts`).
+    ``ceiling_tok_s``: the hardware's ceiling for one stream where one is known (``sse.implausible``).
 
     Every request goes to ``store`` table ``bench_requests`` (phase ``warmup``/``single``),
     the summary (mean and 95% t-interval over runs of the per-run mean decode tok/s,
@@ -158,7 +161,7 @@ def single_stream(
     _check_single(prompts, runs, warmup, requests_per_run)
     cfg = {**bench_config(engine, attention, label, api), **({"start": int(start)} if start is not None else {})}
     common = dict(max_tokens=max_tokens, concurrency=1, api=api, engine=engine, tokenizer=tokenizer,
-                  fixed_length=fixed_length, request_timeout=request_timeout, host=host)
+                  fixed_length=fixed_length, request_timeout=request_timeout, host=host, ceiling_tok_s=ceiling_tok_s)
     ptoks = [p.tokens for p in prompts]
     if warmup:
         w = run_requests(url, model, [prompts[i % len(prompts)] for i in range(warmup)], desc="warm-up", progress=False, **common)
@@ -270,28 +273,28 @@ def concurrency_sweep(
     saturation_patience: int = 2,
     level_warmup: bool = True,
     host=None,
+    ceiling_tok_s: float | None = None,
 ) -> list[dict]:
     """For each concurrency C: ``max(min_requests, requests_per_level x C)`` requests, at most C in flight.
 
-    With ``level_warmup`` each level first sends C untimed requests at concurrency C, from the other end of the
-    prompt list (so the measured prompts find no cached prefix): an engine that compiles kernels on the first use of
-    a batch shape pays that there, not inside the measured level (h200x1-live: one SGLang request at C=8 waited
-    10 s for its first token without it, and the level's throughput fell 8x).
+    With ``level_warmup`` each level first sends C untimed requests at concurrency C, from the other end of the prompt
+    list (so the measured prompts find no cached prefix): an engine that compiles kernels on the first use of a batch
+    shape pays that there, not inside the measured level (h200x1-live: one SGLang request at C=8 waited 10 s for its
+    first token without it, and the level's throughput fell 8x).
 
-    The sweep stops early once throughput has not grown by 10% over the best level for
-    ``saturation_patience`` levels in a row (the server is saturated: more concurrency only
-    queues); the stop and its reason are a row of ``bench_sweep_stops``. 0 runs every level.
+    The sweep stops early once throughput has not grown by ``SATURATION_GROWTH`` (10%) over the best level for
+    ``saturation_patience`` levels in a row (0 runs every level); the stop, classified by :mod:`.saturation`'s one rule
+    (saturation where the last level held, throughput fell where it fell), is a row of ``bench_sweep_stops``.
 
-    Rows go to ``bench_requests`` (phase ``sweep``) and one summary per level to
-    ``bench_summary``; a level already summarized in ``store`` for this config is skipped
-    (``resume``). A level that hits ``level_time_budget_s`` starts no new requests; those
-    are recorded as failed with that reason and the summary says ``truncated``.
-    """
+    Rows go to ``bench_requests`` (phase ``sweep``) and one summary per level to ``bench_summary``; a level already
+    summarized in ``store`` for this config is skipped (``resume``). A level that hits ``level_time_budget_s`` starts no
+    new requests; those are recorded as failed with that reason and the summary says ``truncated``. ``ceiling_tok_s``
+    as for :func:`single_stream`."""
     cfg = bench_config(engine, attention, label, api)
     levels = list(levels) if levels else concurrency_levels(max_concurrency)
     warm = bool(level_warmup)  # the method is recorded as asked (a replay sends no warm-up: _sweep_level)
     common = dict(max_tokens=max_tokens, api=api, engine=engine, tokenizer=tokenizer, fixed_length=fixed_length,
-                  request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host)
+                  request_timeout=request_timeout, time_budget_s=level_time_budget_s, host=host, ceiling_tok_s=ceiling_tok_s)
     out, best, flat = [], 0.0, 0
     for i, c in enumerate(levels):
         if saturation_patience and flat >= saturation_patience:
@@ -344,18 +347,17 @@ def _sweep_level(url: str, model: str, prompts: Sequence[Prompt], key: dict, com
 
 
 def _stop_row(cfg: dict, c: int, levels_run: list, best: float, flat: int, out: list) -> dict:
-    """The row of ``bench_sweep_stops``: why the sweep stopped before level ``c``. A fall to half the best is not called
-    saturation (see :func:`sweep_stalls`)."""
-    last = out[-1].get("throughput_tok_s") if out else None
-    fell = last is not None and best and last < 0.5 * best
-    return {**cfg, "stopped_before": c, "levels_run": levels_run, "best_throughput_tok_s": best,
-            "reason": (f"throughput fell to {last:.1f} tok/s from a best of {best:.1f}: not saturation by itself (a stall or "
-                       "failing requests; see the level's slowest first token)" if fell else
-                       f"throughput grew less than {SATURATION_GROWTH:.0%} over {best:.1f} tok/s for {flat} levels: saturated")}
+    """The row of ``bench_sweep_stops``: why the sweep stopped before level ``c``, by the one rule of
+    :mod:`.saturation` (``stopped_by``: saturation or throughput fell; ``reason``: the words the page shows)."""
+    said = stop_words([(r.get("concurrency"), r.get("throughput_tok_s")) for r in out])
+    why, kind = said or (f"fewer than two levels measured a throughput (best {best:.1f} tok/s) in {flat} levels: failing "
+                         "requests, not saturation", FELL)
+    return {**cfg, "stopped_before": c, "levels_run": levels_run, "best_throughput_tok_s": best, "stopped_by": kind, "reason": why}
 
 
-def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], drop: float = 0.75, ratio: float = 5.0) -> list[dict]:
-    """Sweep levels whose throughput fell below ``drop`` x the best level before them, with their first tokens next to
+def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], ratio: float = 5.0) -> list[dict]:
+    """Sweep levels whose throughput fell below the best level before them (:func:`.saturation.fell`, the rule the
+    sweep's stop is classified by), with their first tokens next to
     that level's. ``stalled`` when the level's slowest first token took over ``2 x ratio`` x its median (one request
     stuck) or its median over ``ratio`` x the best level's (every request waited): a saturated server queues each
     request a little and holds its throughput, so a fall like this asks for another cause. Rows: label,
@@ -375,7 +377,7 @@ def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], drop: float 
         if thr is None:
             continue
         b = best.get(lab)
-        if b and _fell(thr, [b[0]], drop):
+        if b and fell(thr, [b[0]]):
             med, top = median((lab, s.get("concurrency")))
             bmed, _ = median((lab, b[1]))
             out.append({"label": lab, "concurrency": s.get("concurrency"), "throughput_tok_s": thr, "best_before_tok_s": b[0],
@@ -386,15 +388,11 @@ def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], drop: float 
     return out
 
 
-SATURATION_GROWTH = 0.10  # a sweep level must beat the best level before it by this share, else it counts as flat
-
-
 def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float, int]:
-    """Track the best throughput and how many levels in a row failed to beat it by ``SATURATION_GROWTH``."""
-    throughput = throughput or 0.0
-    if throughput > best * (1 + SATURATION_GROWTH):
+    """Track the best throughput and how many levels in a row did not grow over it (:func:`.saturation.grew`)."""
+    if grew(throughput, best):
         return throughput, 0
-    return max(best, throughput), flat + 1
+    return max(best, throughput or 0.0), flat + 1
 
 
 def _key(r: dict) -> tuple:
@@ -461,10 +459,10 @@ def _latest_method(summary: list[dict]) -> list[dict]:
             or _single_method(r) == latest[r.get("label")][1]]
 
 
-def remeasured(summary: Iterable[dict], drop: float = 0.75) -> list[dict]:
+def remeasured(summary: Iterable[dict]) -> list[dict]:
     """Each measurement recorded more than once: the first and the last, with the method of each (rows: label, phase,
     concurrency, before, after, before_method, after_method, metric). A sweep level also says whether it ``fell`` the
-    first time (below ``drop`` x the best lower level measured both times, :func:`sweep_stalls`' rule) and whether the
+    first time (:func:`.saturation.fell` below the best lower level measured both times, :func:`sweep_stalls`' rule) and whether the
     fall ``recurred`` the last time (or the last time measured nothing)."""
     out = []
     for k, takes in _takes(list(summary)).items():
@@ -477,8 +475,8 @@ def remeasured(summary: Iterable[dict], drop: float = 0.75) -> list[dict]:
     for pair in out:
         if pair["phase"] == "sweep":
             lower = [p for p in out if p["phase"] == "sweep" and p["label"] == pair["label"] and p["concurrency"] < pair["concurrency"]]
-            pair["fell"] = _fell(pair["before"], [p["before"] for p in lower], drop)
-            pair["recurred"] = pair["after"] is None or _fell(pair["after"], [p["after"] for p in lower], drop)
+            pair["fell"] = fell(pair["before"], [p["before"] for p in lower])
+            pair["recurred"] = pair["after"] is None or fell(pair["after"], [p["after"] for p in lower])
     return out
 
 
@@ -486,12 +484,6 @@ def remeasured_subject(r, field: str) -> str:
     """The subject a figure of :func:`remeasured` is stated under (``servebook.stated``): ``"label | phase | C=n | field"``."""
     c = r.get("concurrency")
     return f"{r['label']} | {r['phase']} | C={int(c) if c == c and c is not None else c} | {field}"
-
-
-def _fell(value, lower, drop: float) -> bool:
-    """A level's throughput below ``drop`` x the best of the lower levels (a fall: a saturated server holds its throughput)."""
-    best = max([x for x in lower if x is not None] or [0])
-    return value is not None and value < drop * best
 
 
 def _method(r: dict) -> str:

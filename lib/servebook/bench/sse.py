@@ -12,6 +12,10 @@ Runs after the batch, off the hot path. An event is timestamped by the network r
 * ``output_tokens``: the server's ``usage.completion_tokens`` when it sends one, else the
   model tokenizer's count of the streamed text; tokens per chunk from the tokenizer, scaled to the server's count
   when it sent one (one per chunk when it streamed as many chunks as tokens).
+
+A served request without a decode rate says why (``untimed``): its tokens came in one read, it has one token, or its
+rate is not the server's (:func:`implausible`): one read gap after the first token's at a rate no decode reaches, or
+above the hardware ceiling given (``ceiling_tok_s``). Its decode rate, TPOT and ITL stay empty, so they never enter a mean.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from .stats import percentile
 from .transport import RawStream
 
-__all__ = ["RequestResult", "finish", "split_events", "untimed_of"]
+__all__ = ["RequestResult", "finish", "split_events", "untimed_of", "implausible", "MIN_READ_GAPS", "ONE_GAP_MAX_TOK_S"]
 
 
 @dataclass
@@ -48,7 +52,7 @@ class RequestResult:
     e2e_s: float | None = None
     tpot_s: float | None = None
     decode_tok_s: float | None = None
-    untimed: str | None = None  # why a served request has no decode rate (all its tokens in one read, or one token)
+    untimed: str | None = None  # why a served request has no decode rate (one read, one token, or implausible: see finish)
     itl_ms: list[float] = field(default_factory=list)
     chunk_gaps_ms: list[float] = field(default_factory=list)
     text: str = ""
@@ -225,6 +229,37 @@ def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[
         r.untimed = f"{r.output_tokens} output token(s): a decode rate needs two or more"
 
 
+# A decode rate is timed from the first token's read to the stream's last read. With one read after the first token's,
+# that is one gap between two reads, and one server write that the kernel hands over in two reads gives the same
+# picture as two writes a decode apart (session 15 saw 177,655 tok/s so). Measured here with the fake server writing
+# each answer at once (1,600 requests of 8 to 2,048 tokens at C=1 and 8): 186 had a read after the first token's, 185
+# of them one gap timed above 10,000 tok/s, and one 8-token answer 9,321 tok/s. A real stream can give one gap too:
+# transformers serve writes what its generation thread queued since its last write at once, and a 16-token answer of
+# the embedded model once came in the first token's read and one more, at 183 tok/s. So a one-gap rate stands below
+# ONE_GAP_MAX_TOK_S, 12 times the fastest decode recorded in data/runs (813 tok/s, SGLang on the H200), and is untimed
+# above it. A split of an answer of a few tokens can stay under it; the hardware ceiling, where known, bounds every rate.
+MIN_READ_GAPS = 2
+ONE_GAP_MAX_TOK_S = 10_000.0
+
+
+def implausible(r: RequestResult, raw: RawStream, ceiling_tok_s: float | None = None) -> str | None:
+    """Why the decode rate the client timed for ``r`` is not the server's, or None: fewer than ``MIN_READ_GAPS`` reads
+    after the read that carried the first token at a rate above ``ONE_GAP_MAX_TOK_S``, or a rate above ``ceiling_tok_s``
+    (the hardware's ceiling for one stream where one is known: chapter 05's bandwidth roofline)."""
+    if r.decode_tok_s is None or r.ttft_s is None:
+        return None
+    first = raw.t_arrive + r.ttft_s  # the first token's read stamp, up to rounding (well under a microsecond)
+    gaps = sum(1 for t in raw.stamps if t > first + 1e-7)
+    if gaps < MIN_READ_GAPS and r.decode_tok_s > ONE_GAP_MAX_TOK_S:
+        return (f"{r.output_tokens - 1} tokens after the first came in one read {1e6 * (r.e2e_s - r.ttft_s):,.0f} us after it "
+                f"({r.decode_tok_s:,.0f} tok/s): one server write split into two reads gives this, and no decode recorded "
+                f"here comes near it (a rate from one read gap stands below {ONE_GAP_MAX_TOK_S:,.0f} tok/s)")
+    if ceiling_tok_s and r.decode_tok_s > ceiling_tok_s:
+        return (f"decode rate {r.decode_tok_s:,.0f} tok/s above the hardware ceiling of {ceiling_tok_s:,.0f} tok/s for one "
+                "stream (chapter 05's roofline): not the server's")
+    return None
+
+
 def untimed_of(ok: list[RequestResult]) -> dict:
     """Served requests without a decode rate: how many (``untimed``) and why, the first reason (``untimed_reason``)."""
     why = [r.untimed for r in ok if r.untimed]
@@ -247,8 +282,9 @@ def _http_error(raw: RawStream) -> str | None:
     return None
 
 
-def finish(raw: RawStream, api: str, tokenizer, expect_tokens: int | None) -> RequestResult:
-    """Parse one finished stream into a RequestResult (runs after the batch, off the hot path)."""
+def finish(raw: RawStream, api: str, tokenizer, expect_tokens: int | None, ceiling_tok_s: float | None = None) -> RequestResult:
+    """Parse one finished stream into a RequestResult (runs after the batch, off the hot path); ``ceiling_tok_s``: the
+    hardware's ceiling for one stream where one is known (a rate above it is untimed, :func:`implausible`)."""
     r = RequestResult(index=raw.index, status=raw.status, n_reads=len(raw.reads))
     r.slot_wait_s = raw.t_slot - raw.t_arrive
     if raw.error and not raw.reads:
@@ -265,6 +301,9 @@ def finish(raw: RawStream, api: str, tokenizer, expect_tokens: int | None) -> Re
     counts = _count_output(r, texts, ev["usage"], tokenizer)
     if times:
         _timings(r, raw, times, counts)
+        why = implausible(r, raw, ceiling_tok_s)
+        if why:
+            r.untimed, r.decode_tok_s, r.tpot_s, r.itl_ms = why, None, None, []
     if ev["errors"]:
         r.error = "; ".join(ev["errors"])[:500]
     elif raw.error:

@@ -54,6 +54,8 @@ def plot_single_runs(request_rows):
     import matplotlib.pyplot as plt
     import pandas as pd
 
+    from .plots import label_axes
+
     req = pd.DataFrame(request_rows)
     if not len(req):
         return None
@@ -61,10 +63,7 @@ def plot_single_runs(request_rows):
     fig, ax = plt.subplots(figsize=(6, 3))
     for label, g in single_req.groupby("label"):
         ax.plot(g["run"], g["decode_tok_s"], "o-", label=label)
-    ax.set_xlabel("run")
-    ax.set_ylabel("decode tok/s")
-    ax.set_title("single stream, run by run")
-    ax.legend(fontsize=8)
+    label_axes(ax, "single stream, run by run", "run", "decode tok/s")
     plt.tight_layout()
     return ax
 
@@ -134,6 +133,8 @@ def plot_graph_vs_eager(store):
     (``graph_eager_pairs``: like with like). None when the run has no eager row."""
     import matplotlib.pyplot as plt
 
+    from .plots import label_axes
+
     both = graph_eager_pairs(store)
     if not both:
         return None
@@ -144,9 +145,8 @@ def plot_graph_vs_eager(store):
     ax.set_yticks(list(ys))
     ax.set_yticklabels(list(both), fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms per output token (single stream)")
-    ax.set_title("CUDA graphs against eager, per configuration (engine, model slice, quantization, backend)")
-    ax.legend(fontsize=8)
+    label_axes(ax, "CUDA graphs against eager, per configuration (engine, model slice, quantization, backend)",
+               "ms per output token (single stream)")
     plt.tight_layout()
     return ax
 

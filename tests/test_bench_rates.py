@@ -1,0 +1,65 @@
+"""Chapter 05: a decode rate the client cannot have timed from the server is untimed, with its reason, and never enters
+a mean. Hand-built streams (the bytes and read times a transport would keep), parsed by the real code."""
+
+from __future__ import annotations
+
+import pytest
+
+from servebook import bench
+from servebook.bench.runs import summarize_level
+from servebook.bench.sse import ONE_GAP_MAX_TOK_S
+
+EVENT = b'data: {"choices":[{"text":" a"}]}\n\n'
+DONE = b'data: {"choices":[{"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":%d}}\n\ndata: [DONE]\n\n'
+
+
+def _stream(parts: list[int], stamps: list[float], tokens: int) -> "bench._Raw":
+    """``parts``: text events per read (the last read also carries usage and [DONE]), read at ``stamps`` (s)."""
+    reads = [EVENT * n for n in parts]
+    reads[-1] += DONE % tokens
+    return bench._Raw(index=0, t_arrive=0.0, t_slot=0.0, t_end=stamps[-1], status=200, content_type="text/event-stream",
+                      stamps=list(stamps), reads=reads)
+
+
+def test_one_write_split_in_two_reads_is_untimed_and_stays_out_of_the_mean():
+    """The fake server's case: 64 tokens written at once, handed over in two reads 40 us apart (1.6M tok/s). The old
+    code timed it."""
+    split = bench._finish(_stream([20, 44], [0.010, 0.010040], 64), "completions", None, None)
+    assert split.ok and split.decode_tok_s is None and split.tpot_s is None and split.itl_ms == []
+    assert "63 tokens after the first came in one read 40 us after it" in split.untimed and "split into two reads" in split.untimed
+    steady = bench._finish(_stream([1] * 64, [0.010 + 0.01 * i for i in range(64)], 64), "completions", None, None)
+    assert steady.untimed is None and steady.decode_tok_s == pytest.approx(100.0)
+    lvl = summarize_level([split, steady])
+    assert lvl["untimed"] == 1 and "split into two reads" in lvl["untimed_reason"]
+    assert lvl["per_user_tok_s"] == pytest.approx(100.0)  # the split request is in no mean
+    assert lvl["itl_ms_p99"] == pytest.approx(10.0)
+
+
+def test_coalesced_writes_over_a_real_decode_keep_their_rate():
+    """transformers serve writes what its generation thread queued since its last write: few reads, many tokens each,
+    down to one read after the first token's (the embedded model's 16 tokens at 183 tok/s, test_bench on this branch)."""
+    r = bench._finish(_stream([1, 10, 10, 11], [0.05, 0.15, 0.25, 0.35], 32), "completions", None, None)
+    assert r.untimed is None and r.decode_tok_s == pytest.approx(31 / 0.3)
+    one_gap = bench._finish(_stream([1, 15], [0.05, 0.05 + 15 / 183], 16), "completions", None, None)
+    assert one_gap.untimed is None and one_gap.decode_tok_s == pytest.approx(183.0)
+    edge = 15 / (ONE_GAP_MAX_TOK_S * 1.01)  # the same one gap, timed just above the one-gap bound
+    assert "split into two reads" in bench._finish(_stream([1, 15], [0.05, 0.05 + edge], 16), "completions", None, None).untimed
+
+
+def test_a_rate_above_the_hardware_ceiling_is_untimed_where_one_is_known():
+    raw = _stream([1] * 32, [0.010 + 0.001 * i for i in range(32)], 32)  # 1,000 tok/s
+    assert bench._finish(raw, "completions", None, None).decode_tok_s == pytest.approx(1000.0)
+    assert bench._finish(raw, "completions", None, None, ceiling_tok_s=2000.0).decode_tok_s == pytest.approx(1000.0)
+    r = bench._finish(raw, "completions", None, None, ceiling_tok_s=500.0)
+    assert r.ok and r.decode_tok_s is None and "above the hardware ceiling of 500 tok/s" in r.untimed
+
+
+def test_the_recorded_roofline_is_the_ceiling_measuring_passes(tmp_path):
+    from servebook.bench.measure import _recorded_ceiling
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path / "run")
+    assert _recorded_ceiling(store, "vllm/default") is None
+    store.append("bench_roofline", {"case": "vllm/default on NVIDIA H200", "roofline_tok_s": 1104.8, "source": "measured here"})
+    store.append("bench_roofline", {"case": "vllm/default on rtx-pro-6000", "roofline_tok_s": 50.0, "source": "reported by the seed"})
+    assert _recorded_ceiling(store, "vllm/default") == pytest.approx(1104.8) and _recorded_ceiling(store, "sglang/default") is None

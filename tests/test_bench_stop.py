@@ -1,0 +1,106 @@
+"""Chapter 05: the concurrency sweep's stop, one rule where it is recorded and where a page reads it again.
+
+The sweep's levels are given (``runs._sweep_level`` replaced by one that records a level of a chosen throughput): the
+stop's rule, its recording and the page's reading of it are the real ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from servebook import bench
+from servebook.bench import figures, runs
+from servebook.bench.saturation import SATURATION_GROWTH, fell, grew, stop_words
+from servebook.results import RunStore
+
+PROMPTS = [bench.Prompt(text=f"p{i}", tokens=2) for i in range(4)]
+
+
+def _sweep(tmp_path, monkeypatch, throughputs: dict, patience: int = 1) -> RunStore:
+    """A sweep over ``throughputs`` ({C: tok/s}) with the stop rule at work, recorded in a fresh run."""
+    def level(url, model, prompts, key, common, store, n, request_rate, progress, warm):
+        s = {**key, "requests": n, "ok": n, "failed": 0, "throughput_tok_s": throughputs[key["concurrency"]]}
+        store.append("bench_summary", s)
+        return s
+    monkeypatch.setattr(runs, "_sweep_level", level)
+    store = RunStore.at(tmp_path / "run")
+    bench.concurrency_sweep("http://127.0.0.1:9", "m", PROMPTS, store=store, label="a", levels=sorted(throughputs),
+                            saturation_patience=patience, progress=False)
+    return store
+
+
+def test_a_sweep_whose_last_level_fell_15_percent_is_a_fall_where_recorded_and_on_the_page(tmp_path, monkeypatch):
+    """h200x1-trust's SGLang sweep: 911.6 tok/s at C=2, 773.4 at C=4 (-15%). The old code recorded "saturated" (a fall
+    counted only below half the best) while the page said "fell 15%", and the stall listing (0.75 x best) left it out."""
+    store = _sweep(tmp_path, monkeypatch, {1: 483.4, 2: 911.6, 4: 773.4, 8: 2000.0})
+    (stop,) = store.rows("bench_sweep_stops")
+    (page,) = figures.sweep_parameters(store)
+    assert stop["stopped_before"] == 8 and stop["levels_run"] == [1, 2, 4]
+    assert stop["stopped_by"] == page["stopped_by"] == "throughput fell"
+    assert page["why"] == stop["reason"] and "fell 15%" in page["why"]
+    (st,) = bench.sweep_stalls(store.rows("bench_summary"), [])
+    assert (st["concurrency"], st["best_before_concurrency"]) == (4, 2)
+
+
+def test_a_level_that_held_is_saturation_everywhere_and_no_fall(tmp_path, monkeypatch):
+    store = _sweep(tmp_path, monkeypatch, {1: 483.4, 2: 911.6, 4: 880.0, 8: 2000.0})  # -3.5%: within the band
+    (stop,) = store.rows("bench_sweep_stops")
+    (page,) = figures.sweep_parameters(store)
+    assert stop["stopped_by"] == page["stopped_by"] == "saturation" and page["why"] == stop["reason"]
+    assert bench.sweep_stalls(store.rows("bench_summary"), []) == []
+
+
+def test_the_band_is_one_both_ways():
+    best = 1000.0
+    assert grew(best * (1 + SATURATION_GROWTH) + 1, best) and not grew(best * (1 + SATURATION_GROWTH) - 1, best)
+    assert fell(best * (1 - SATURATION_GROWTH) - 1, [best]) and not fell(best * (1 - SATURATION_GROWTH) + 1, [best])
+    assert not fell(None, [best]) and not grew(None, best)
+    assert stop_words([(1, 100.0)]) is None and stop_words([(1, 100.0), (2, None)]) is None
+
+
+def test_a_stop_recorded_by_the_old_rule_is_read_by_the_new_one_and_the_page_says_so(tmp_path, monkeypatch):
+    """A row written before ``stopped_by`` existed, calling a 15% fall saturation: the page shows the one rule's kind and
+    names what was recorded; a row that agrees is shown as it is."""
+    store = _sweep(tmp_path, monkeypatch, {1: 483.4, 2: 911.6, 4: 773.4, 8: 2000.0})
+    old = {k: v for k, v in store.rows("bench_sweep_stops")[0].items() if k not in ("stopped_by", "recorded_at", "execution")}
+    old["reason"] = "throughput grew less than 10% over 911.6 tok/s for 1 levels: saturated"
+    (tmp_path / "run" / "bench_sweep_stops.jsonl").unlink()
+    store.append("bench_sweep_stops", old)
+    (page,) = figures.sweep_parameters(store)
+    assert page["stopped_by"] == "throughput fell"
+    assert page["why"].startswith("throughput fell 15%") and "recorded it as saturation when the sweep ran" in page["why"]
+    old["reason"] = "throughput fell to 263.5 tok/s from a best of 891.3: not saturation by itself"  # the old rule's fall
+    (tmp_path / "run" / "bench_sweep_stops.jsonl").unlink()
+    store.append("bench_sweep_stops", old)
+    (page,) = figures.sweep_parameters(store)
+    assert page["stopped_by"] == "throughput fell" and "recorded it as" not in page["why"]
+
+
+@pytest.mark.parametrize("run, label, kind", [("h200x1-trust", "sglang", "throughput fell"), ("h200x1-trust", "vllm", "throughput fell"),
+                                              ("h200x1-live", "vllm", "saturation"), ("h200x1-book", "transformers", "saturation")])
+def test_recorded_runs_one_kind_per_sweep_and_the_stall_listing_agrees(run, label, kind):
+    from servebook.paths import book_root
+
+    store = RunStore(book_root() / "data" / "runs" / run)
+    (page,) = [p for p in figures.sweep_parameters(store) if p["label"].startswith(label + "/")]
+    assert page["stopped_by"] == kind
+    listed = {s["concurrency"] for s in bench.sweep_stalls(*runs.current(store.rows("bench_summary"), store.rows("bench_requests")))
+              if s["label"] == page["label"]}
+    assert (page["last_level"] in listed) == (kind == "throughput fell")
+
+
+@pytest.mark.parametrize("last", [911.6 * (1 - SATURATION_GROWTH) - 2, 911.6 * (1 - SATURATION_GROWTH) + 2])
+def test_the_pages_saturation_check_reads_the_stop_by_the_same_band(tmp_path, monkeypatch, last):
+    """``stated``'s contradiction check (it may not import bench, so it states its own 10%) flags no stop the classifier
+    writes, on either side of the band's edge: the two rules are one."""
+    from servebook.stated.consistency import contradictions
+
+    store = _sweep(tmp_path, monkeypatch, {1: 483.4, 2: 911.6, 4: last, 8: 2000.0})
+    (page,) = figures.sweep_parameters(store)
+
+    def table(header, *rows):
+        return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead><tbody>"
+                + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows) + "</tbody></table>")
+    html = (table(["", "label", "stopped_by", "why"], ["0", "a", page["stopped_by"], page["why"]])
+            + table(["", "label", "concurrency", "throughput_tok_s"],
+                    *[[str(i), "a", str(c), f"{t:.1f}"] for i, (c, t) in enumerate(((1, 483.4), (2, 911.6), (4, last)))]))
+    assert contradictions({"p.html": html}, kinds=("saturation",)) == []
