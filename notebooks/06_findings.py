@@ -84,9 +84,12 @@ from servebook.profile import verdict as sbverdict
 
 seed_rows, seed_fixes, seed_tabs = [], [], {}
 if params.get("profile") == sbseed_profile and str(params.get("model", "")).startswith(sbseed_model):
-    seed_rows, seed_fixes = sbseed.record_seed(store)
-    seed_tabs = {name: store.rows(name) for name in sbseed.SEED_TABLES}
-    display(Markdown(sbverdict.verdict_markdown(seed_tabs)))
+    try:
+        seed_rows, seed_fixes = sbseed.record_seed(store)
+        seed_tabs = {name: store.rows(name) for name in sbseed.SEED_TABLES}
+        display(Markdown(sbverdict.verdict_markdown(seed_tabs)))
+    except sbseed.MissingReferenceProfiles as exc:   # no half verdict: what is missing, and which plan records it
+        display(Markdown(f"**Verdict:** {exc}."))
 elif sbprof.where_time_goes(store):
     display(Markdown("**Where each engine's time goes (measured, chapter 05's profiles):**\n\n" + sbprof.where_time_goes(store)))
 else:

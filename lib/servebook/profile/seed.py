@@ -15,9 +15,10 @@ from pathlib import Path
 
 from .fixes import ranked_fixes
 
-__all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
+__all__ = ["MissingReferenceProfiles", "missing_profiles", "HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
+from ..errors import ServebookError
 from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
                    latency_sweep, matching_latency)
 from .gains import rank_by_expected_gain
@@ -28,6 +29,39 @@ def _reference_dir() -> Path:
     from ..paths import data_dir
 
     return data_dir() / "runs" / REFERENCE_PROFILE_RUN
+
+
+class MissingReferenceProfiles(ServebookError):
+    """The profile run lacks the slices an engine's projection subtracts: the seed verdict is not computed at all."""
+
+
+# the committed plan that records each engine's INT4 depth ladder on the H200 (tools/gpu-stage/, issue #39)
+LADDER_PLANS = {"sglang": "tools/gpu-stage/ref-plan.json", "vllm": "tools/gpu-stage/ref-plan-vllm.json"}
+
+
+def missing_profiles(src, backends: dict | None = None) -> list[str]:
+    """What each engine of ``backends`` (default ``SEED_BACKENDS``) lacks in the profile run ``src`` (a RunStore) for
+    the projection to subtract two of its slices on one machine, in words; empty where nothing is missing."""
+    from .projection import _tables
+    from .slices import select_slices
+
+    from .units import labels_on_two_machines
+
+    profiles = _tables(src)[0]
+    out = [f"label {lab!r} holds profiles of machines {', '.join(ms)} (two units merged by hand: the later would replace "
+           "the earlier; merge units with `servebook profile merge-unit`, which renames them)"
+           for lab, ms in labels_on_two_machines(profiles).items()]
+    for eng, backend in (backends or SEED_BACKENDS).items():
+        sl = select_slices(profiles, eng, backend=backend)
+        if sl["shallow"] is not None and sl["deep"] is not None:
+            continue
+        have = sorted({int(p["layers"]) for p in profiles if p["engine"] == eng and p.get("ok")
+                       and p.get("backend", "auto") == backend and p.get("layers") is not None})
+        out.append(f"{eng} {backend}: table profile_runs holds " + (f"only {'/'.join(map(str, have))}-layer slices of one depth" if len(have) == 1 else
+                                                            f"{'/'.join(map(str, have))}-layer slices, none two of one machine" if have else "no ok row")
+                   + f" (engine {eng}, backend {backend}, mode graph); two depths of one machine are needed, the 1- and "
+                   f"2-layer bf16 slices or an INT4 depth ladder, which {LADDER_PLANS.get(eng, 'a profile plan')} records")
+    return out
 
 
 # the projection's "gpu idle" row holds what the host adds beyond the target's GPU time under the host rule: not the idle
@@ -70,10 +104,26 @@ def seed_tables(store, reference=None) -> dict:
     seed = seed_case()
     card = load_card(seed["model"])
     src = RunStore.at(reference or _reference_dir())
+    gaps = missing_profiles(src)
+    if gaps:
+        raise MissingReferenceProfiles(f"the seed verdict is not projected from profile run {Path(str(src.path)).name}: "
+                                       + "; ".join(gaps) + " (servebook.profile.seed.REFERENCE_PROFILE_RUN names the run)")
+    from ..engines import prose_name
+    from .machines import MachineMismatch
+    from .units import on_anchor_machine
+
+    try:   # engines measured in two units (machines): compared only through each unit's reference configuration
+        src, carried = on_anchor_machine(src, SEED_BACKENDS)
+    except MachineMismatch as exc:
+        raise MissingReferenceProfiles(f"the seed verdict is not projected: {exc}") from None
     n, lat = collectives_per_token(card, seed["tp"]), engine_latencies()
     central = central_projection(src, lat, tp=seed["tp"])
     name = Path(str(reference or _reference_dir())).name
     rows = [{**r, "reference_run": name} for e in SEED_BACKENDS for r in central[e]]
+    for r in rows:
+        note = next((c for c in carried if c.startswith(f"{prose_name(r['engine'])}'s ")), None)
+        if note and r["category"] == "total":
+            r["carried"] = note
     versions = _studied_versions(store, rows)
     for r in rows:
         if r["category"] == "total":
