@@ -154,7 +154,7 @@ def on_anchor_machine(src, backends: dict) -> tuple:
             continue
         if anchor not in per or m not in per:
             lack = [x for x in (anchor, m) if x not in per]
-            raise MachineMismatch(f"{eng}'s slices come from machine {m}, the anchor's from {anchor}: no reference "
+            raise MachineMismatch(f"{prose_name(eng)}'s slices come from machine {m}, the anchor's from {anchor}: no reference "
                                   f"configuration measured on {', '.join(lack)}, so the two cannot be compared")
         factors[(eng, m)] = per[anchor] / per[m]
         notes.append(f"{prose_name(eng)}'s profiles were measured on machine {m}, carried to {anchor} (the first "
