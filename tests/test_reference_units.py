@@ -159,3 +159,26 @@ def test_rows_of_two_machines_in_one_ladder_are_never_subtracted():
     rows = [_prof("vllm", 1, "gpu-b", run="u"), _prof("vllm", 12, "gpu-c", run="u")]
     sl = select_slices(rows, "vllm", backend="TRITON_MLA")
     assert sl["deep"] is None and sl["ladder"] is None   # not taken across machines: missing, so the verdict refuses
+
+
+# -- chapter 06 of the reference book: each engine's ladder, the engines through the reference ----------------------
+def test_chapter_06_reads_each_unit_s_ladder_and_names_the_missing_one(tmp_path):
+    import re
+
+    from servebook.profile.chapter import where_time_goes
+    from servebook.profile.linearity import write_linearity
+
+    def text(store):
+        write_linearity(store)
+        return re.sub(r"<span[^>]*>|</span>", "", where_time_goes(store))
+
+    dest = _run(tmp_path / "ref", _ladder_a())
+    words = text(dest)
+    assert "SGLang (triton, INT4 experts, machine `gpu-a`), GPU busy per MoE layer: 0.2000 ms between 1 and 3" in words
+    assert "vLLM (TRITON_MLA): no depth ladder in this run; `tools/gpu-stage/ref-plan-vllm.json` records it" in words
+    units.merge_unit(dest, _run(tmp_path / "unit-b", _unit_b(ratio=1.05) + [
+        _prof("vllm", 12, "gpu-b", run="unit-b", start=2, scale=0.9 * 1.05 * 1.001)]))
+    words = text(dest)
+    assert "vLLM (TRITON_MLA, INT4 experts, machine `gpu-b`), GPU busy per MoE layer: 0.1890 ms" in words
+    assert "measured on two machines, only through each machine's reference configuration" in words
+    assert "1.000 x its machine's reference for SGLang (2 starts) and 0.900 x its machine's reference for vLLM (2 starts): vLLM lower" in words

@@ -35,10 +35,6 @@ class MissingReferenceProfiles(ServebookError):
     """The profile run lacks the slices an engine's projection subtracts: the seed verdict is not computed at all."""
 
 
-# the committed plan that records each engine's INT4 depth ladder on the H200 (tools/gpu-stage/, issue #39)
-LADDER_PLANS = {"sglang": "tools/gpu-stage/ref-plan.json", "vllm": "tools/gpu-stage/ref-plan-vllm.json"}
-
-
 def missing_profiles(src, backends: dict | None = None) -> list[str]:
     """What each engine of ``backends`` (default ``SEED_BACKENDS``) lacks in the profile run ``src`` (a RunStore) for
     the projection to subtract two of its slices on one machine, in words; empty where nothing is missing."""

@@ -24,8 +24,10 @@ from ..errors import ServebookError
 from .kernels import trace_slug
 from .machines import MachineMismatch, relative_to_reference
 
-__all__ = ["UNIT_TABLES", "merge_unit", "on_anchor_machine", "OnAnchor", "labels_on_two_machines"]
+__all__ = ["LADDER_PLANS", "UNIT_TABLES", "merge_unit", "on_anchor_machine", "OnAnchor", "labels_on_two_machines", "units_markdown"]
 
+# the committed plan that records each engine's INT4 depth ladder on the H200 (tools/gpu-stage/, issue #39)
+LADDER_PLANS = {"sglang": "tools/gpu-stage/ref-plan.json", "vllm": "tools/gpu-stage/ref-plan-vllm.json"}
 # the recorded tables a unit brings; the derived ones (slice_linearity, layer_kernels, step_kernels, prediction_check)
 # are derived again from the merged run (servebook profile linearity / predict)
 UNIT_TABLES = ("profile_runs", "decode_breakdown", "memory_bandwidth")
@@ -162,3 +164,75 @@ def on_anchor_machine(src, backends: dict) -> tuple:
                      f"{per[m]:.4f} ms on {m}, x {factors[(eng, m)]:.4f} (an assumption: that the machines differ by one "
                      "factor in every kernel; both engines profiled in one unit settle it; kernel floors not carried)")
     return OnAnchor(src, factors), notes
+
+
+def _deepest_starts(prof: list[dict], engine: str, backend: str) -> list[dict]:
+    """Every start of an engine's deepest INT4 slice with ``backend`` (one unit: the first start's run)."""
+    from .linearity import moe_layers_of
+
+    mine = [p for p in prof if p["engine"] == engine and p.get("backend") == backend and p.get("quant") == "card"
+            and p.get("layers") is not None and p.get("busy_ms") is not None]
+    if not mine:
+        return []
+    deepest = max(moe_layers_of(p) for p in mine)
+    first = next(p for p in mine if moe_layers_of(p) == deepest)
+    return [p for p in mine if moe_layers_of(p) == deepest and p.get("run_id") == first.get("run_id")]
+
+
+def units_markdown(store) -> str:
+    """Chapter 06's account of a reference recording made of units (rows with a machine identity; "" otherwise): per
+    engine its depth ladder (table slice_linearity) or the plan that records it, and the engines' deepest slices
+    compared only through their own machine's reference configuration (``relative_to_reference``, decided by
+    ``starts.compare``)."""
+    from ..engines import prose_name
+    from ..stated import q
+    from .ranges import SEED_BACKENDS
+    from .starts import compare
+    from .tables import latest_ok
+
+    prof = latest_ok(store.rows("profile_runs"))
+    if not prof or not all(p.get("machine") for p in prof):
+        return ""
+    lin, lines, deep = store.rows("slice_linearity"), [], {}
+    for eng, be in SEED_BACKENDS.items():
+        steps = [r for r in lin if r["engine"] == eng and r.get("backend") == be and r["kind"] == "step"]
+        if not steps:
+            lines.append(f"- {prose_name(eng)} ({be}): no depth ladder in this run; `{LADDER_PLANS[eng]}` records it, on "
+                         "a machine of its own with the reference configuration measured again.")
+            continue
+        key = f"{eng} | {be} | {steps[0]['machine']}"
+        pred = next((r for r in lin if r["engine"] == eng and r.get("backend") == be and r["kind"] == "prediction"), None)
+        lines.append(f"- {prose_name(eng)} ({be}, INT4 experts, machine `{steps[0]['machine']}`), GPU busy per MoE layer: "
+                     + "; ".join(f"{q('linearity_per_layer_ms', r['per_layer_ms'], '.4f', of=key + ' | ' + r['depths'])} ms "
+                                 f"between {r['depths'].replace('->', ' and ')} MoE layers" for r in steps)
+                     + (f"; the deepest slice predicted from the two shallowest "
+                        f"{q('linearity_error_pct', pred['busy_error_pct'], '+.1f', of=key + ' | ' + pred['depths'])}% off "
+                        "its measured GPU busy time" if pred else "") + ".")
+        deep[eng] = _deepest_starts(prof, eng, be)
+    if len(deep) == 2 and all(deep.values()):
+        lines.append(_engines_line(prof, deep, compare))
+    return "\n".join(lines)
+
+
+def _engines_line(prof: list[dict], deep: dict, compare) -> str:
+    """The engines' deepest slices, each as a ratio to its own machine's reference configuration, decided by the
+    starts rule over those ratios."""
+    from ..engines import prose_name
+    from ..stated import q
+
+    refs = [p for p in prof if p.get("reference") and p.get("busy_ms") is not None]
+    try:
+        ratio = {e: [r["busy_ms_ratio"] for r in relative_to_reference(refs + ps, value="busy_ms")[len(refs):]]
+                 for e, ps in deep.items()}
+    except MachineMismatch as exc:
+        return f"- The engines are not compared: {exc}."
+    (a, ra), (b, rb) = ratio.items()
+    c = compare(ra, rb)
+    said = {"no difference": "no difference beyond the starts' spread", "undecided": "undecided (one start on a side)",
+            "a lower": f"{prose_name(a)} lower", "b lower": f"{prose_name(b)} lower"}[c["verdict"]]
+    return (f"- Between the engines, measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
+            f", only through each machine's reference configuration: the deepest slice's GPU busy time is "
+            + " and ".join(f"{q('reference_ratio', sum(r) / len(r), '.3f', of=e)} x its machine's reference for "
+                           f"{prose_name(e)} ({len(r)} start{'s' * (len(r) != 1)})" for e, r in ratio.items())
+            + f": {said} (`servebook.profile.starts.compare`: {c['rule']}). That the two machines differ by one factor "
+            "in every kernel is an assumption; both engines profiled in one unit settle it.")
