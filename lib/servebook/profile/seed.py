@@ -40,8 +40,7 @@ def missing_profiles(src, backends: dict | None = None) -> list[str]:
     the projection to subtract two of its slices on one machine, in words; empty where nothing is missing."""
     from .projection import _tables
     from .slices import select_slices
-
-    from .units import labels_on_two_machines
+    from .units import LADDER_PLANS, labels_on_two_machines
 
     profiles = _tables(src)[0]
     out = [f"label {lab!r} holds profiles of machines {', '.join(ms)} (two units merged by hand: the later would replace "
