@@ -132,11 +132,13 @@ def test_engines_of_two_units_are_carried_by_the_reference_ratio(tmp_path):
     units.merge_unit(dest, _run(tmp_path / "unit-b", _unit_b(ratio=1.05)))
     src, notes = units.on_anchor_machine(dest, seed.SEED_BACKENDS)
     (note,) = notes
-    assert "vLLM's profiles were measured on machine gpu-b, carried to gpu-a" in note and "an assumption" in note
+    assert "vLLM's profiles, measured on machine gpu-b, carried to gpu-a" in note["carried"]
+    assert "an assumption" in note["carried"] and (note["carried_from"], note["carried_to"]) == ("gpu-b", "gpu-a")
     v = {p["label"]: p for p in src.rows("profile_runs") if p["engine"] == "vllm"}
     raw = {p["label"]: p for p in dest.rows("profile_runs") if p["engine"] == "vllm"}
     ref_a = (2 * (0.9 + 0.2 * 12)) / 2
     ref_b = 1.05 * (0.9 + 0.2 * 12)
+    assert note["carried_factor"] == pytest.approx(ref_a / ref_b)
     for label, p in v.items():
         assert p["busy_ms"] == pytest.approx(raw[label]["busy_ms"] * ref_a / ref_b)   # machine B's 5% taken out
     assert all(p["busy_ms"] == raw_p["busy_ms"] for p, raw_p in zip(

@@ -237,7 +237,15 @@ def _linearity(field_: str) -> Callable[[Any], dict]:
                           for r in store.rows("slice_linearity")}
 
 
-def _reference_ratios(store) -> dict:
+def _linearity_layers(store) -> dict:
+    out = {}
+    for r in store.rows("slice_linearity"):
+        key = f"{r['engine']} | {r.get('backend')} | {r.get('machine')} | {r['depths']}"
+        out.update({f"{key} | from": r.get("moe_from"), f"{key} | to": r.get("moe_to")})
+    return out
+
+
+def _reference_ratios(store, field_: str = "mean") -> dict:
     """Each engine's deepest INT4 slice's GPU busy time over its machine's reference configuration, mean over starts."""
     from .machines import MachineMismatch, relative_to_reference
     from .ranges import SEED_BACKENDS
@@ -254,7 +262,7 @@ def _reference_ratios(store) -> dict:
             continue
         mine = [r["busy_ms_ratio"] for r in rel[len(refs):]]
         if mine:
-            out[eng] = sum(mine) / len(mine)
+            out[eng] = sum(mine) / len(mine) if field_ == "mean" else len(mine)
     return out
 
 
@@ -264,9 +272,13 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
     Quantity("linearity_error_pct", "the deepest slice's GPU busy time predicted from the two shallowest, signed error (%) "
              "(engine | backend | machine | depths; slice_linearity prediction row)", _linearity("busy_error_pct"),
              tables=("slice_linearity",)),
+    Quantity("linearity_moe_layers", "the MoE layers of the shallower (from) or deeper (to) slice of a slice_linearity "
+             "row (engine | backend | machine | depths | from or to)", _linearity_layers, tables=("slice_linearity",)),
     Quantity("reference_ratio", "an engine's deepest INT4 slice's GPU busy time over its own machine's reference "
              "configuration, mean over its starts (engine; machines.relative_to_reference)", _reference_ratios,
              tables=("profile_runs",)),
+    Quantity("reference_ratio_starts", "the starts of an engine's deepest INT4 slice that ratio is taken over (engine)",
+             lambda store: _reference_ratios(store, "starts"), tables=("profile_runs",)),
 ]
 
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS)

@@ -54,8 +54,9 @@ def missing_profiles(src, backends: dict | None = None) -> list[str]:
                        and p.get("backend", "auto") == backend and p.get("layers") is not None})
         out.append(f"{eng} {backend}: table profile_runs holds " + (f"only {'/'.join(map(str, have))}-layer slices of one depth" if len(have) == 1 else
                                                             f"{'/'.join(map(str, have))}-layer slices, none two of one machine" if have else "no ok row")
-                   + f" (engine {eng}, backend {backend}, mode graph); two depths of one machine are needed, the 1- and "
-                   f"2-layer bf16 slices or an INT4 depth ladder, which {LADDER_PLANS.get(eng, 'a profile plan')} records")
+                   + f" (engine {eng}, backend {backend}, mode graph); two depths of one machine are needed, a bf16 "
+                   f"pair (the dense layer alone, and with one MoE layer) or an INT4 depth ladder, which "
+                   f"{LADDER_PLANS.get(eng, 'a profile plan')} records")
     return out
 
 
@@ -103,7 +104,6 @@ def seed_tables(store, reference=None) -> dict:
     if gaps:
         raise MissingReferenceProfiles(f"the seed verdict is not projected from profile run {Path(str(src.path)).name}: "
                                        + "; ".join(gaps) + " (servebook.profile.seed.REFERENCE_PROFILE_RUN names the run)")
-    from ..engines import prose_name
     from .machines import MachineMismatch
     from .units import on_anchor_machine
 
@@ -115,10 +115,11 @@ def seed_tables(store, reference=None) -> dict:
     central = central_projection(src, lat, tp=seed["tp"])
     name = Path(str(reference or _reference_dir())).name
     rows = [{**r, "reference_run": name} for e in SEED_BACKENDS for r in central[e]]
-    for r in rows:
-        note = next((c for c in carried if c.startswith(f"{prose_name(r['engine'])}'s ")), None)
-        if note and r["category"] == "total":
-            r["carried"] = note
+    for r in rows:   # the fields the verdict's words on units cite (only where a ladder or a carry was used)
+        note = next((c for c in carried if c["engine"] == r["engine"]), None)
+        if r["category"] == "total" and (note or r.get("ladder")):
+            r.update({"key": f"{r['engine']} | total", **({k: v for k, v in note.items() if k != "engine"} if note else {}),
+                      **({"ladder_from": r["ladder"][0], "ladder_to": r["ladder"][1]} if r.get("ladder") else {})})
     versions = _studied_versions(store, rows)
     for r in rows:
         if r["category"] == "total":

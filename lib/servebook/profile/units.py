@@ -2,7 +2,7 @@
 only through their ratio to the reference configuration every unit measures again.
 
     merge_unit(RunStore.at("data/runs/h200x1-ref"), RunStore.at("runs/local-x/h200x1-ref-vllm"))   # servebook profile merge-unit
-    src, notes = on_anchor_machine(RunStore.at("data/runs/h200x1-ref"), {"sglang": "triton", "vllm": "TRITON_MLA"})
+    src, carried = on_anchor_machine(RunStore.at("data/runs/h200x1-ref"), {"sglang": "triton", "vllm": "TRITON_MLA"})
 
 A unit's rows keep their own ``machine`` and ``run_id``. Where a unit's label is already in the run (every unit profiles
 the reference configuration under the same label), its rows are merged under the label with `` (<unit run id>)``
@@ -132,9 +132,9 @@ class OnAnchor:
 
 
 def on_anchor_machine(src, backends: dict) -> tuple:
-    """(source, notes): ``src`` as is where every engine's slices come from one machine; else an ``OnAnchor`` reading of
+    """(source, carried): ``src`` as is where every engine's slices come from one machine; else an ``OnAnchor`` reading of
     it that carries each other engine's rows to the first engine's machine by the reference configuration's GPU-busy
-    time on both, with a note per carried engine. Refuses (``MachineMismatch``) where a machine lacks the reference."""
+    time on both, with a row per carried engine (machines, the two reference times, the factor, ``carried`` in words). Refuses (``MachineMismatch``) where a machine lacks the reference."""
     from ..engines import prose_name
     from .projection import _tables
     from .slices import select_slices
@@ -159,10 +159,12 @@ def on_anchor_machine(src, backends: dict) -> tuple:
             raise MachineMismatch(f"{prose_name(eng)}'s slices come from machine {m}, the anchor's from {anchor}: no reference "
                                   f"configuration measured on {', '.join(lack)}, so the two cannot be compared")
         factors[(eng, m)] = per[anchor] / per[m]
-        notes.append(f"{prose_name(eng)}'s profiles were measured on machine {m}, carried to {anchor} (the first "
-                     f"engine's) by the reference configuration's GPU busy time: {per[anchor]:.4f} ms there against "
-                     f"{per[m]:.4f} ms on {m}, x {factors[(eng, m)]:.4f} (an assumption: that the machines differ by one "
-                     "factor in every kernel; both engines profiled in one unit settle it; kernel floors not carried)")
+        notes.append({"engine": eng, "carried_from": m, "carried_to": anchor, "carried_ref_ms": per[m],
+                      "carried_anchor_ref_ms": per[anchor], "carried_factor": factors[(eng, m)],
+                      "carried": f"{prose_name(eng)}'s profiles, measured on machine {m}, carried to {anchor} by the "
+                                 "reference configuration's GPU busy time on both (an assumption: that the machines "
+                                 "differ by one factor in every kernel; both engines profiled in one unit settle it; "
+                                 "kernel floors not carried)"})
     return OnAnchor(src, factors), notes
 
 
@@ -204,7 +206,9 @@ def units_markdown(store) -> str:
         pred = next((r for r in lin if r["engine"] == eng and r.get("backend") == be and r["kind"] == "prediction"), None)
         lines.append(f"- {prose_name(eng)} ({be}, INT4 experts, machine `{steps[0]['machine']}`), GPU busy per MoE layer: "
                      + "; ".join(f"{q('linearity_per_layer_ms', r['per_layer_ms'], '.4f', of=key + ' | ' + r['depths'])} ms "
-                                 f"between {r['depths'].replace('->', ' and ')} MoE layers" for r in steps)
+                                 f"between {q('linearity_moe_layers', r['moe_from'], 'd', of=key + ' | ' + r['depths'] + ' | from')}"
+                                 f" and {q('linearity_moe_layers', r['moe_to'], 'd', of=key + ' | ' + r['depths'] + ' | to')} "
+                                 "MoE layers" for r in steps)
                      + (f"; the deepest slice predicted from the two shallowest "
                         f"{q('linearity_error_pct', pred['busy_error_pct'], '+.1f', of=key + ' | ' + pred['depths'])}% off "
                         "its measured GPU busy time" if pred else "") + ".")
@@ -233,6 +237,8 @@ def _engines_line(prof: list[dict], deep: dict, compare) -> str:
     return (f"- Between the engines, measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
             f", only through each machine's reference configuration: the deepest slice's GPU busy time is "
             + " and ".join(f"{q('reference_ratio', sum(r) / len(r), '.3f', of=e)} x its machine's reference for "
-                           f"{prose_name(e)} ({len(r)} start{'s' * (len(r) != 1)})" for e, r in ratio.items())
-            + f": {said} (`servebook.profile.starts.compare`: {c['rule']}). That the two machines differ by one factor "
+                           f"{prose_name(e)} ({q('reference_ratio_starts', len(r), 'd', of=e)} start{'s' * (len(r) != 1)})"
+                           for e, r in ratio.items())
+            + f": {said} (`servebook.profile.starts.compare`: no difference below the starts rule's equivalence margin "
+            "or the start-to-start spread, whichever is larger). That the two machines differ by one factor "
             "in every kernel is an assumption; both engines profiled in one unit settle it.")

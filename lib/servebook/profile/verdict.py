@@ -116,14 +116,17 @@ def _units_words(tot: dict, days: list, ref: str) -> str:
     """Where each engine's per-layer difference was taken: one machine per engine (named where the rows carry its
     identity), and how engines measured on two machines were compared (through the reference configuration)."""
     if all(r.get("machine") for r in tot.values()):
-        depth = {e: r.get("ladder") for e, r in tot.items()}
         words = ("Each engine's per-layer difference is taken between two of its slices measured on one machine ("
-                 + ", ".join(f"{prose_name(e)}: `{r['machine']}`" + (f", {depth[e][0]} and {depth[e][1]} MoE layers"
-                                                                    if depth[e] else "") for e, r in tot.items()) + ").")
-        carried = [r["carried"] for r in tot.values() if r.get("carried")]
-        if carried:
-            words += (" The engines ran on two machines, so they are compared only through the reference configuration "
-                      "each machine measured: " + "; ".join(carried) + ".")
+                 + "; ".join(f"{prose_name(e)}: `{r['machine']}`" + (
+                     f", {t('seed_projection', r, 'ladder_from', 'd')} and {t('seed_projection', r, 'ladder_to', 'd')} "
+                     "MoE layers" if r.get("ladder_from") is not None else "") for e, r in tot.items()) + ").")
+        for r in tot.values():
+            if r.get("carried_factor") is not None:
+                words += (" The engines ran on two machines, so they are compared only through the reference "
+                          f"configuration each machine measured: {r['carried']}: "
+                          f"{t('seed_projection', r, 'carried_anchor_ref_ms', '.4f')} ms there against "
+                          f"{t('seed_projection', r, 'carried_ref_ms', '.4f')} ms on `{r['carried_from']}`, x "
+                          f"{t('seed_projection', r, 'carried_factor', '.4f')}.")
         return words
     return ("Each per-layer difference is taken between two slices recorded in one run on one machine (here one day each: "
             + ", ".join(days) + "; the lent machine changed between days, so no row is subtracted across them); a "
@@ -147,7 +150,7 @@ def _parts_line(tables: dict) -> str:
     out = []
     tot = {r["engine"]: r for r in rows if r["category"] == "total"}
     carried = "; vLLM's carried to SGLang's machine through the reference configuration" if any(
-        r.get("carried") for r in tot.values()) else ""
+        r.get("carried_factor") is not None for r in tot.values()) else ""
     if att and att.get("diff_ms"):
         out.append(f"**The other parts.** Attention: on the H200 SGLang {tot['sglang'].get('measured_version')}'s Triton "
                    "MLA decode takes " + _q_ratio(att) + f" as long per layer as vLLM's (`decode_breakdown`{carried}), the same kernel constants on "
