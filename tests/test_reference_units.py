@@ -41,6 +41,8 @@ def _run(path, profiles, with_logs=False):
     store = RunStore.at(path)
     store.replace("profile_runs", profiles)
     store.replace("decode_breakdown", [b for p in profiles for b in _breakdown(p)])
+    store.replace("memory_bandwidth", [{"machine": m, "read_tbs": 4.2, "run_id": path.name}
+                                       for m in sorted({p["machine"] for p in profiles})])
     (path / "traces").mkdir(exist_ok=True)
     for p in profiles:
         slug = p["label"].replace(" ", "_")
@@ -106,7 +108,7 @@ def test_merge_unit_renames_the_labels_the_run_holds_and_copies_their_files(tmp_
     unit = _run(tmp_path / "unit-b", _unit_b(), with_logs=True)
     got = units.merge_unit(dest, unit)
     assert got["renamed"] == {"sglang kimi-13L int4 triton": "sglang kimi-13L int4 triton (unit-b)"}
-    assert got["profile_runs"] == 4 and got["decode_breakdown"] == 4 * len(CATS)
+    assert got["profile_runs"] == 4 and got["decode_breakdown"] == 4 * len(CATS) and got["memory_bandwidth"] == 1
     labels = [p["label"] for p in dest.rows("profile_runs")]
     assert len(labels) == len(set(labels)) == 8
     assert (tmp_path / "ref" / "traces" / "sglang_kimi-13L_int4_triton_(unit-b).excerpt.json").is_file()
@@ -184,3 +186,44 @@ def test_chapter_06_reads_each_unit_s_ladder_and_names_the_missing_one(tmp_path)
     assert "vLLM (TRITON_MLA, INT4 experts, machine `gpu-b`), GPU busy per MoE layer: 0.1890 ms" in words
     assert "measured on two machines, only through each machine's reference configuration" in words
     assert "1.000 x its machine's reference for SGLang (2 starts) and 0.900 x its machine's reference for vLLM (2 starts): vLLM lower" in words
+
+
+def test_the_verdict_on_two_units_holds_its_words_and_tags_every_figure(tmp_path):
+    import mistune
+
+    from servebook import stated
+    from servebook.profile.kernels import CATEGORIES
+    from servebook.profile.verdict import verdict_markdown
+
+    global CATS
+    full = {**CATS, **{c: 0.004 for c in CATEGORIES if c not in CATS}}
+    dest = _run(tmp_path / "ref", [])
+    old, CATS = CATS, {c: 0.0 for c in CATEGORIES if c != "sampling"}   # a unit whose profiles lack a category
+    try:
+        units.merge_unit(_run(tmp_path / "ref", _ladder_a()), _run(tmp_path / "unit-b", _unit_b()))
+        with pytest.raises(seed.MissingReferenceProfiles, match="no value for sampling"):
+            seed.seed_tables(RunStore.at(WHATIF), reference=tmp_path / "ref")
+        CATS = full
+        dest = _run(tmp_path / "ref2", _ladder_a())
+        units.merge_unit(dest, _run(tmp_path / "unit-b2", _unit_b(ratio=1.05)))
+        tables = seed.seed_tables(RunStore.at(WHATIF), reference=tmp_path / "ref2")
+    finally:
+        CATS = old
+    md = verdict_markdown(tables)
+    page = f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown">{mistune.html(md)}</div>'
+    assert [str(u) for u in stated.untagged_numbers(page)] == []
+    assert "How sure: a hypothesis" in md and "What settles it" in md
+    assert "compared only through the reference configuration each machine measured" in md
+    assert "an assumption: that the machines differ by one factor in every kernel" in md
+    v = next(r for r in tables["seed_projection"] if r["engine"] == "vllm" and r["category"] == "total")
+    assert v["carried_factor"] == pytest.approx((0.9 + 0.2 * 12) / (1.05 * (0.9 + 0.2 * 12)))
+    assert (v["ladder_from"], v["ladder_to"], v["machine"]) == (1, 12, "gpu-b")
+
+
+def test_a_unit_without_its_own_bandwidth_row_is_named(tmp_path):
+    dest = _run(tmp_path / "ref", _ladder_a())
+    unit = _run(tmp_path / "unit-b", _unit_b())
+    unit.replace("memory_bandwidth", [])
+    units.merge_unit(dest, unit)
+    (gap,) = seed.missing_profiles(dest)
+    assert gap.startswith("vllm TRITON_MLA: table memory_bandwidth holds no row of its slices' machine gpu-b")

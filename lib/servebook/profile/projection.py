@@ -314,7 +314,9 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
     base = {"engine": engine, "backend": backend, "card": card, "profile": profile, "tp": tp, "measured_on": measured_on}
     out = []
     if slices["shallow"] is not None and slices["deep"] is not None:
-        src_bw, dst_bw, bw_label = _bandwidths(profile, measured_on, bw_rows, bandwidth)
+        machine = slices["deep"].get("machine")   # the bandwidth measured on the slices' own machine, where rows name it
+        mine = [b for b in bw_rows if b.get("machine") == machine] if machine else bw_rows
+        src_bw, dst_bw, bw_label = _bandwidths(profile, measured_on, mine, bandwidth)
         ratio, shares = src_bw / dst_bw, tp_shares(c, tp)
     for cat in CATEGORIES:
         if cat == "communication":

@@ -46,9 +46,14 @@ def missing_profiles(src, backends: dict | None = None) -> list[str]:
     out = [f"label {lab!r} holds profiles of machines {', '.join(ms)} (two units merged by hand: the later would replace "
            "the earlier; merge units with `servebook profile merge-unit`, which renames them)"
            for lab, ms in labels_on_two_machines(profiles).items()]
+    bandwidth = {b.get("machine") for b in src.rows("memory_bandwidth") if b.get("read_tbs")}
     for eng, backend in (backends or SEED_BACKENDS).items():
         sl = select_slices(profiles, eng, backend=backend)
         if sl["shallow"] is not None and sl["deep"] is not None:
+            m = sl["deep"].get("machine")
+            if m and m not in bandwidth:
+                out.append(f"{eng} {backend}: table memory_bandwidth holds no row of its slices' machine {m} (the "
+                           "bandwidth assumption's measured end; `servebook profile run` measures it first in each unit)")
             continue
         have = sorted({int(p["layers"]) for p in profiles if p["engine"] == eng and p.get("ok")
                        and p.get("backend", "auto") == backend and p.get("layers") is not None})
@@ -114,6 +119,11 @@ def seed_tables(store, reference=None) -> dict:
     n, lat = collectives_per_token(card, seed["tp"]), engine_latencies()
     central = central_projection(src, lat, tp=seed["tp"])
     name = Path(str(reference or _reference_dir())).name
+    unknown = {e: rows[-1].get("unknown") for e, rows in central.items() if rows[-1].get("unknown")}
+    if unknown:   # no half verdict: a category the slices do not hold leaves the total unknown
+        raise MissingReferenceProfiles(f"the seed verdict is not projected from profile run {name}: " + "; ".join(
+            f"{e}'s projection has no value for {', '.join(u)} (table decode_breakdown of its slices: "
+            + "; ".join(r["source"] for r in central[e] if r["category"] in u)[:300] + ")" for e, u in unknown.items()))
     rows = [{**r, "reference_run": name} for e in SEED_BACKENDS for r in central[e]]
     for r in rows:   # the fields the verdict's words on units cite (only where a ladder or a carry was used)
         note = next((c for c in carried if c["engine"] == r["engine"]), None)
