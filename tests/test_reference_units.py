@@ -124,7 +124,7 @@ def test_merge_unit_renames_the_labels_the_run_holds_and_copies_their_files(tmp_
 def test_merge_unit_refuses_a_unit_without_the_reference_configuration(tmp_path):
     dest = _run(tmp_path / "ref", _ladder_a())
     unit = _run(tmp_path / "unit-b", [r for r in _unit_b() if not r.get("reference")])
-    with pytest.raises(Exception, match="reference configuration"):
+    with pytest.raises(Exception, match="anchor configuration"):
         units.merge_unit(dest, unit)
 
 
@@ -153,7 +153,7 @@ def test_engines_of_two_units_are_carried_by_the_reference_ratio(tmp_path):
 def test_a_unit_without_its_reference_cannot_be_compared(tmp_path):
     rows = _ladder_a() + [r for r in _unit_b() if not r.get("reference")]
     _run(tmp_path / "ref", rows)
-    with pytest.raises(MachineMismatch, match="no reference configuration measured on gpu-b"):
+    with pytest.raises(MachineMismatch, match="no anchor configuration measured on gpu-b"):
         units.on_anchor_machine(RunStore.at(tmp_path / "ref"), seed.SEED_BACKENDS)
     with pytest.raises(seed.MissingReferenceProfiles, match="not projected"):
         seed.seed_tables(RunStore.at(WHATIF), reference=tmp_path / "ref")
@@ -184,8 +184,8 @@ def test_chapter_06_reads_each_unit_s_ladder_and_names_the_missing_one(tmp_path)
         _prof("vllm", 12, "gpu-b", run="unit-b", start=2, scale=0.9 * 1.05 * 1.001)]))
     words = text(dest)
     assert "vLLM (TRITON_MLA, INT4 experts, machine `gpu-b`), GPU busy per MoE layer: 0.1890 ms" in words
-    assert "measured on two machines, only through each machine's reference configuration" in words
-    assert "1.000 x its machine's reference for SGLang (2 starts) and 0.900 x its machine's reference for vLLM (2 starts): vLLM lower" in words
+    assert "measured on two machines, only through each machine's anchor configuration" in words
+    assert "1.000 x its machine's anchor for SGLang (2 starts) and 0.900 x its machine's anchor for vLLM (2 starts): vLLM lower" in words
 
 
 def test_the_verdict_on_two_units_holds_its_words_and_tags_every_figure(tmp_path):
@@ -213,7 +213,7 @@ def test_the_verdict_on_two_units_holds_its_words_and_tags_every_figure(tmp_path
     page = f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown">{mistune.html(md)}</div>'
     assert [str(u) for u in stated.untagged_numbers(page)] == []
     assert "How sure: a hypothesis" in md and "What settles it" in md
-    assert "compared only through the reference configuration each machine measured" in md
+    assert "compared only through the anchor configuration each machine measured" in md
     assert "an assumption: that the machines differ by one factor in every kernel" in md
     v = next(r for r in tables["seed_projection"] if r["engine"] == "vllm" and r["category"] == "total")
     assert v["carried_factor"] == pytest.approx((0.9 + 0.2 * 12) / (1.05 * (0.9 + 0.2 * 12)))
@@ -227,3 +227,16 @@ def test_a_unit_without_its_own_bandwidth_row_is_named(tmp_path):
     units.merge_unit(dest, unit)
     (gap,) = seed.missing_profiles(dest)
     assert gap.startswith("vllm TRITON_MLA: table memory_bandwidth holds no row of its slices' machine gpu-b")
+
+
+def test_a_refused_verdict_leaves_no_table_of_the_earlier_profile_run(tmp_path):
+    import shutil
+
+    run = tmp_path / "whatif"
+    shutil.copytree(WHATIF, run)
+    store = RunStore.at(run)
+    assert store.rows("seed_projection")
+    _run(tmp_path / "ref", _ladder_a())
+    with pytest.raises(seed.MissingReferenceProfiles):
+        seed.record_seed(store, reference=tmp_path / "ref")
+    assert all(store.rows(t) == [] for t in seed.SEED_TABLES)

@@ -91,7 +91,7 @@ def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
     if len(units) > 1:
         out["notes"].append(f"the rows above are as recorded on each engine's own machine ({', '.join(units)}); the "
                             "projection compares the engines only after carrying them to one machine through the "
-                            "reference configuration (seed_projection's total row, field carried)")
+                            "anchor configuration (seed_projection's total row, field carried)")
     out["checks"] = [{k: p.get(k) for k in ("card", "engine", "backend", "mode", "layers_measured", "full_layers",
                                             "predicted_ms", "measured_ms", "error_pct", "within_interval")}
                      for p in store.rows("prediction_check")]

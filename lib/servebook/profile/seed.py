@@ -228,8 +228,15 @@ def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
     """Project both engines, range the assumptions, rank the candidate fixes by expected gain, and store every table of
     ``SEED_TABLES`` in ``store`` (each rewritten whole: computed again from newer profiles it supersedes the old; computed
     again with the same values, it is left as it was, its ``recorded_at`` the first computation's). The fixes are
-    checked against chapter 02's reading of the studied versions' code (table ``decode_path`` of ``store``)."""
-    tables = seed_tables(store, reference)
+    checked against chapter 02's reading of the studied versions' code (table ``decode_path`` of ``store``). Refused
+    (``MissingReferenceProfiles``): the tables are emptied, so no table outlives the profile run it was computed from."""
+    try:
+        tables = seed_tables(store, reference)
+    except MissingReferenceProfiles:   # nothing projected: the tables of an earlier profile run no longer stand
+        for name in SEED_TABLES:
+            if store.rows(name):
+                store.replace(name, [])
+        raise
     for name, rows in tables.items():
         store.replace(name, rows, unchanged="keep")  # no reader compares these tables' recorded_at with another's
     return tables["seed_projection"], tables["seed_fixes"]

@@ -57,7 +57,7 @@ def merge_unit(dest, unit) -> dict:
     name = Path(unit.path).name
     prof = unit.rows("profile_runs")
     if not any(r.get("reference") and r.get("ok") for r in prof):
-        raise ServebookError(f"unit {name}: no ok profile of the reference configuration (rows marked reference): units "
+        raise ServebookError(f"unit {name}: no ok profile of the anchor configuration (rows marked reference): units "
                              "are compared only through it; profile it in that unit before merging")
     if any(r.get("machine") is None for r in prof):
         raise ServebookError(f"unit {name}: profiles without a machine identity cannot join a reference run")
@@ -156,13 +156,13 @@ def on_anchor_machine(src, backends: dict) -> tuple:
             continue
         if anchor not in per or m not in per:
             lack = [x for x in (anchor, m) if x not in per]
-            raise MachineMismatch(f"{prose_name(eng)}'s slices come from machine {m}, the anchor's from {anchor}: no reference "
+            raise MachineMismatch(f"{prose_name(eng)}'s slices come from machine {m}, the first engine's from {anchor}: no anchor "
                                   f"configuration measured on {', '.join(lack)}, so the two cannot be compared")
         factors[(eng, m)] = per[anchor] / per[m]
         notes.append({"engine": eng, "carried_from": m, "carried_to": anchor, "carried_ref_ms": per[m],
                       "carried_anchor_ref_ms": per[anchor], "carried_factor": factors[(eng, m)],
                       "carried": f"{prose_name(eng)}'s profiles, measured on machine {m}, carried to {anchor} by the "
-                                 "reference configuration's GPU busy time on both (an assumption: that the machines "
+                                 "anchor configuration's GPU busy time on both (an assumption: that the machines "
                                  "differ by one factor in every kernel; both engines profiled in one unit settle it; "
                                  "kernel floors not carried)"})
     return OnAnchor(src, factors), notes
@@ -200,7 +200,7 @@ def units_markdown(store) -> str:
         steps = [r for r in lin if r["engine"] == eng and r.get("backend") == be and r["kind"] == "step"]
         if not steps:
             lines.append(f"- {prose_name(eng)} ({be}): no depth ladder in this run; `{LADDER_PLANS[eng]}` records it, on "
-                         "a machine of its own with the reference configuration measured again.")
+                         "a machine of its own with the anchor configuration measured again.")
             continue
         key = f"{eng} | {be} | {steps[0]['machine']}"
         pred = next((r for r in lin if r["engine"] == eng and r.get("backend") == be and r["kind"] == "prediction"), None)
@@ -235,8 +235,8 @@ def _engines_line(prof: list[dict], deep: dict, compare) -> str:
     said = {"no difference": "no difference beyond the starts' spread", "undecided": "undecided (one start on a side)",
             "a lower": f"{prose_name(a)} lower", "b lower": f"{prose_name(b)} lower"}[c["verdict"]]
     return (f"- Between the engines, measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
-            f", only through each machine's reference configuration: the deepest slice's GPU busy time is "
-            + " and ".join(f"{q('reference_ratio', sum(r) / len(r), '.3f', of=e)} x its machine's reference for "
+            f", only through each machine's anchor configuration: the deepest slice's GPU busy time is "
+            + " and ".join(f"{q('reference_ratio', sum(r) / len(r), '.3f', of=e)} x its machine's anchor for "
                            f"{prose_name(e)} ({q('reference_ratio_starts', len(r), 'd', of=e)} start{'s' * (len(r) != 1)})"
                            for e, r in ratio.items())
             + f": {said} (`servebook.profile.starts.compare`: no difference below the starts rule's equivalence margin "

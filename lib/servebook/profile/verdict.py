@@ -122,7 +122,7 @@ def _units_words(tot: dict, days: list, ref: str) -> str:
                      "MoE layers" if r.get("ladder_from") is not None else "") for e, r in tot.items()) + ").")
         for r in tot.values():
             if r.get("carried_factor") is not None:
-                words += (" The engines ran on two machines, so they are compared only through the reference "
+                words += (" The engines ran on two machines, so they are compared only through the anchor "
                           f"configuration each machine measured: {r['carried']}: "
                           f"{t('seed_projection', r, 'carried_anchor_ref_ms', '.4f')} ms there against "
                           f"{t('seed_projection', r, 'carried_ref_ms', '.4f')} ms on `{r['carried_from']}`, x "
@@ -149,7 +149,7 @@ def _parts_line(tables: dict) -> str:
     version = next((r for r in tables["seed_assumptions"] if r["assumption"] == "engine version"), None)
     out = []
     tot = {r["engine"]: r for r in rows if r["category"] == "total"}
-    carried = "; vLLM's carried to SGLang's machine through the reference configuration" if any(
+    carried = "; vLLM's carried to SGLang's machine through the anchor configuration" if any(
         r.get("carried_factor") is not None for r in tot.values()) else ""
     if att and att.get("diff_ms"):
         out.append(f"**The other parts.** Attention: on the H200 SGLang {tot['sglang'].get('measured_version')}'s Triton "
