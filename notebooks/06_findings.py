@@ -84,9 +84,12 @@ from servebook.profile import verdict as sbverdict
 
 seed_rows, seed_fixes, seed_tabs = [], [], {}
 if params.get("profile") == sbseed_profile and str(params.get("model", "")).startswith(sbseed_model):
-    seed_rows, seed_fixes = sbseed.record_seed(store)
-    seed_tabs = {name: store.rows(name) for name in sbseed.SEED_TABLES}
-    display(Markdown(sbverdict.verdict_markdown(seed_tabs)))
+    try:
+        seed_rows, seed_fixes = sbseed.record_seed(store)
+        seed_tabs = {name: store.rows(name) for name in sbseed.SEED_TABLES}
+        display(Markdown(sbverdict.verdict_markdown(seed_tabs)))
+    except sbseed.MissingReferenceProfiles as exc:   # no half verdict: what is missing, and which plan records it
+        display(Markdown(f"**Verdict:** {exc}."))
 elif sbprof.where_time_goes(store):
     display(Markdown("**Where each engine's time goes (measured, chapter 05's profiles):**\n\n" + sbprof.where_time_goes(store)))
 else:
@@ -252,9 +255,9 @@ else:
 
 # %% [markdown]
 # ### The evidence: the profile run's decode-step profiles
-# The projection's inputs as `data/runs/h200x1-prof` recorded them (the profile run has no book of its own, so its rows
-# are shown here): the slices each engine's projection subtracts (one MoE layer = the deeper slice minus the shallower
-# one, both taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
+# The projection's inputs as the profile run recorded them (`servebook.profile.seed.REFERENCE_PROFILE_RUN`, named below;
+# it has no book of its own, so its rows are shown here): the slices each engine's projection subtracts (one MoE layer =
+# the deeper slice minus the shallower one over the MoE layers between them, both taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
 # when no kernel runs), the whole-model checks of the host rule, and each slice's longest kernels in its trace excerpt.
 
 # %%
@@ -262,6 +265,7 @@ from servebook.profile.evidence import reference_evidence
 
 if seed_rows:
     _ev = reference_evidence()
+    print(f"profile run: data/runs/{_ev['run'].rstrip('/').rsplit('/', 1)[-1]}")
     display(pd.DataFrame(_ev["slices"]).round(3))
     display(pd.DataFrame(_ev["breakdown"]).pivot_table(index="category", columns="slice", values="ms_per_step").round(3))
     display(pd.DataFrame(_ev["checks"]).round(2))

@@ -3,6 +3,7 @@ model's time per token predicted from two slices and checked against the full mo
 
     servebook profile run --plan plan.json --runs runs --run-id h200x1-prof    # on the GPU host
     servebook profile predict runs/local-vm/h200x1-prof                        # recompute prediction_check
+    servebook profile merge-unit data/runs/h200x1-ref runs/local-x/h200x1-ref-vllm  # a unit of the reference recording
 
 Modules: ``kernels`` (traces, the classification rule), ``steps`` (steps of a trace, per-step breakdown),
 ``capture`` (the engines' profiler endpoints), ``run`` (a plan of servers), ``predict`` and ``tables`` (the
@@ -55,6 +56,11 @@ def register(sub) -> None:
     lin = ps.add_parser("linearity", help="recompute the tables slice_linearity and layer_kernels of a run from its profiles")
     lin.add_argument("run_dir")
     lin.set_defaults(func=_cmd_linearity)
+    mu = ps.add_parser("merge-unit", help="append a unit of a reference recording (its own run) to the reference run, "
+                                          "renaming labels the run already holds (servebook.profile.units)")
+    mu.add_argument("run_dir", help="the reference run (data/runs/h200x1-ref)")
+    mu.add_argument("unit_dir", help="the unit's run directory (runs/local-.../h200x1-ref-vllm)")
+    mu.set_defaults(func=_cmd_merge_unit)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -129,6 +135,24 @@ def _cmd_linearity(args: argparse.Namespace) -> int:
     for row in lin:
         print(row)
     print(f"layer_kernels: {len(lk)} rows")
+    return 0
+
+
+def _cmd_merge_unit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..errors import ServebookError
+    from ..results import RunStore
+    from .units import merge_unit
+
+    for d in (args.run_dir, args.unit_dir):
+        if not (Path(d) / "profile_runs.jsonl").is_file():
+            raise ServebookError(f"{d}: no profile_runs.jsonl there; pass a run directory of profiles")
+    got = merge_unit(RunStore.at(args.run_dir), RunStore.at(args.unit_dir))
+    for old, new in got.pop("renamed").items():
+        print(f"renamed: {old!r} -> {new!r}")
+    print("added: " + ", ".join(f"{t} {n}" for t, n in got.items()) + "; now derive again: servebook profile linearity "
+          f"{args.run_dir} && servebook profile predict {args.run_dir}")
     return 0
 
 

@@ -233,9 +233,12 @@ def where_time_goes(store) -> str:
     from ..stated import q
     from .tables import engine_difference
 
+    from .units import units_markdown
+
     rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    units = units_markdown(store)   # a reference recording of units: each engine's ladder, compared through the reference
     if not rows:
-        return ""
+        return units
     recorded = {p["label"]: p.get("busy_ms") for p in latest_ok(store.rows("profile_runs"))}  # the GPU time each profile recorded
     lines, single = [], []
     seen = set()
@@ -269,7 +272,7 @@ def where_time_goes(store) -> str:
                      f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token, measured "
                      f"{q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms "
                      f"({q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%).")
-    return "\n".join(lines)
+    return "\n".join(lines + ([units] if units else []))
 
 
 def _host_bound(store, r: dict, single: list) -> str:

@@ -24,6 +24,15 @@ ROLES = {"shallow": "1-layer slice (the fixed part)", "deep": "2-layer slice (on
          "int4_base": "1-layer slice the INT4 experts are taken against"}
 
 
+def _roles(picked: dict) -> dict:
+    """``ROLES``, or for an INT4 depth ladder (``select_slices``' ``ladder``) the two slices' roles with their MoE layers."""
+    if not picked.get("ladder"):
+        return ROLES
+    k0, k1 = picked["ladder"]
+    return {"shallow": f"shallowest INT4 slice ({k0} MoE layer{'s' * (k0 != 1)}; the fixed part = it less them)",
+            "deep": f"deepest INT4 slice ({k1} MoE layers; one MoE layer = (deepest - shallowest) / {k1 - k0})"}
+
+
 def _run_dir(reference=None) -> Path:
     from .seed import _reference_dir
 
@@ -66,7 +75,7 @@ def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
     for engine, backend in SEED_BACKENDS.items():
         picked = select_slices(profiles, engine, backend=backend)
         out["notes"] += [f"{engine}: {n}" for n in picked["notes"]]
-        for role, what in ROLES.items():
+        for role, what in _roles(picked).items():
             r = picked.get(role)
             if r is None or any(s["label"] == r["label"] and s["engine"] == engine for s in out["slices"]):
                 continue
@@ -78,6 +87,11 @@ def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
                     if b["label"] == r["label"] and b.get("taken_at") == r.get("taken_at")}
             out["breakdown"] += [{"slice": r["label"], "category": c, "ms_per_step": ms} for c, ms in cats.items()]
             out["kernels"] += _top_kernels(run / "traces" / f"{trace_slug(r['label'])}.excerpt.json", r["label"], kernels_per_slice)
+    units = sorted({s["recorded"] for s in out["slices"] if str(s["recorded"]).startswith("gpu-")})
+    if len(units) > 1:
+        out["notes"].append(f"the rows above are as recorded on each engine's own machine ({', '.join(units)}); the "
+                            "projection compares the engines only after carrying them to one machine through the "
+                            "anchor configuration (seed_projection's total row, field carried)")
     out["checks"] = [{k: p.get(k) for k in ("card", "engine", "backend", "mode", "layers_measured", "full_layers",
                                             "predicted_ms", "measured_ms", "error_pct", "within_interval")}
                      for p in store.rows("prediction_check")]

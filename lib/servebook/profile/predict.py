@@ -24,12 +24,15 @@ The bytes rule (bytes read per token over the bandwidth) stays beside it as the 
 
 from __future__ import annotations
 
-__all__ = ["HOST_RULE", "HOST_RULES", "host_combine", "predict_full", "varying_layers"]
+__all__ = ["HOST_RULE", "HOST_RULE_RUN", "HOST_RULES", "host_combine", "predict_full", "varying_layers"]
 
 # The host-time rule every prediction of this package uses (the full-model predictor here and the seed projection,
 # ``servebook.profile.projection``): "overlapped", the one the whole models of ``data/runs/h200x1-prof`` validated; "serial"
 # (host time added to the GPU time) is the bound beside it.
 HOST_RULE = "overlapped"
+# the run whose whole models validated it (Moonlight-16B-A3B and Llama-3.1-8B whole, both engines): a profile run without
+# a whole model (the INT4 slices of h200x1-ref) borrows its check (``ranges._host_rule_words``)
+HOST_RULE_RUN = "h200x1-prof"
 HOST_RULES = {"overlapped": "the larger of the host's time per step and the GPU's (the host prepares the next step while "
                             "the GPU runs this one)",
               "serial": "the GPU's time plus the host's idle time (host work that does not overlap the GPU stays)"}

@@ -154,6 +154,7 @@ def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: flo
     qb = slices.get("int4_base") or s
     cqb = _cats(breakdown_rows, qb)
     mixed = s is not None and d is not None and s.get("backend", "auto") != d.get("backend", "auto")
+    ladder = slices.get("ladder")
     out = {}
     for cat in CATEGORIES:
         if cat in ("gpu idle", "communication"):
@@ -164,6 +165,8 @@ def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: flo
             continue
         fixed, moe = cs[cat], cd[cat] - cs[cat]
         how = f"fixed = {s['label']}; one MoE layer = {d['label']} - {s['label']}"
+        if ladder:
+            fixed, moe, how = _ladder_part(cs[cat], cd[cat], s, d, ladder)
         confounded = False
         if cat == "attention" and mixed:
             fixed, moe = cd[cat] / 2, cd[cat] / 2
@@ -183,6 +186,8 @@ def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: flo
             if q is not None and cat in cq and cat in cqb:
                 fixed, moe, confounded = cs[cat], cq[cat] - cqb[cat], False
                 how = f"fixed = {s['label']}; experts of one MoE layer = {q['label']} (INT4, mode {q.get('mode')}) - {qb['label']}"
+            elif ladder:
+                how += " (INT4 experts in both slices)"
             elif expert_bytes_ratio:
                 moe = moe * expert_bytes_ratio
                 how += f"; no INT4 slice: bf16 experts x {expert_bytes_ratio:.4f} (INT4 group-32 bytes / bf16 bytes per weight)"
@@ -194,6 +199,15 @@ def h200_parts(breakdown_rows: list[dict], slices: dict, expert_bytes_ratio: flo
             moe = 0.0
         out[cat] = {"fixed": fixed, "moe": moe, "how": how, **({"confounded": True} if confounded else {})}
     return out
+
+
+def _ladder_part(shallow_ms: float, deep_ms: float, s: dict, d: dict, ladder: tuple) -> tuple[float, float, str]:
+    """(fixed, one MoE layer, how) from two INT4 slices of a depth ladder: the difference over the MoE layers between
+    them, the shallower slice less its own MoE layers."""
+    k0, k1 = ladder
+    moe = (deep_ms - shallow_ms) / (k1 - k0)
+    return (shallow_ms - k0 * moe, moe,
+            f"one MoE layer = ({d['label']} - {s['label']}) / {k1 - k0}; fixed = {s['label']} - {k0} x that")
 
 
 def kernel_floors(excerpts: dict, slices: dict, floor_us: float | None = None) -> dict:
@@ -212,6 +226,10 @@ def kernel_floors(excerpts: dict, slices: dict, floor_us: float | None = None) -
         ks = [k for k in es["kernels"] if classify(k["name"], k.get("cat", "")) == cat]
         kd = [k for k in ed["kernels"] if classify(k["name"], k.get("cat", "")) == cat]
         n_s, n_d = len(ks) / max(1, es.get("steps", 1)), len(kd) / max(1, ed.get("steps", 1))
+        if slices.get("ladder"):   # the kernels of one MoE layer: the difference over the layers between the slices
+            k0, k1 = slices["ladder"]
+            per = max(0.0, n_d - n_s) / (k1 - k0)
+            n_s, n_d = max(0.0, n_s - k0 * per), max(0.0, n_s - k0 * per) + per
         durs = [float(k["dur"]) for e in (es, ed) for k in e["kernels"] if classify(k["name"], k.get("cat", "")) in MEMORY_BOUND]
         f = floor_us if floor_us is not None else (min(durs) if durs and (ks or kd) else None)
         if f is None:
@@ -296,7 +314,9 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
     base = {"engine": engine, "backend": backend, "card": card, "profile": profile, "tp": tp, "measured_on": measured_on}
     out = []
     if slices["shallow"] is not None and slices["deep"] is not None:
-        src_bw, dst_bw, bw_label = _bandwidths(profile, measured_on, bw_rows, bandwidth)
+        machine = slices["deep"].get("machine")   # the bandwidth measured on the slices' own machine, where rows name it
+        mine = [b for b in bw_rows if b.get("machine") == machine] if machine else bw_rows
+        src_bw, dst_bw, bw_label = _bandwidths(profile, measured_on, mine, bandwidth)
         ratio, shares = src_bw / dst_bw, tp_shares(c, tp)
     for cat in CATEGORIES:
         if cat == "communication":
@@ -428,6 +448,8 @@ def _total_row(base: dict, rows: list[dict], slices: dict, engine: str, seed_tok
             "from_labels": [r["label"] for r in (slices["shallow"], slices["deep"], slices.get("deep_same"), slices["int4"]) if r]
             + [r["label"] for r in (slices.get("int4_base"),) if r and r is not slices["shallow"]],
             "recorded_days": slices.get("days"), "cross_day": slices.get("cross_day") or [],
+            **({"machine": slices["deep"]["machine"]} if (slices.get("deep") or {}).get("machine") else {}),
+            **({"ladder": list(slices["ladder"])} if slices.get("ladder") else {}),
             "source": "sum of the categories" + (f"; unknown: {', '.join(unknown)}" if unknown else ""),
             "rule": "predicted; error_pct = 100 x (predicted - seed) / seed tok/s (positive: faster than the seed's figure); "
                     "the seed's figures are compared against, never an input"}

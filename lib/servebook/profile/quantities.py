@@ -232,4 +232,53 @@ _SEED = [  # the seed case projected from the H200 profiles, and its verdict (ta
              tables=("seed_projection",)),
 ]
 
-register(*_PROFILES, *_PREDICTIONS, *_SEED)
+def _linearity(field_: str) -> Callable[[Any], dict]:
+    return lambda store: {f"{r['engine']} | {r.get('backend')} | {r.get('machine')} | {r['depths']}": r.get(field_)
+                          for r in store.rows("slice_linearity")}
+
+
+def _linearity_layers(store) -> dict:
+    out = {}
+    for r in store.rows("slice_linearity"):
+        key = f"{r['engine']} | {r.get('backend')} | {r.get('machine')} | {r['depths']}"
+        out.update({f"{key} | from": r.get("moe_from"), f"{key} | to": r.get("moe_to")})
+    return out
+
+
+def _reference_ratios(store, field_: str = "mean") -> dict:
+    """Each engine's deepest INT4 slice's GPU busy time over its machine's reference configuration, mean over starts."""
+    from .machines import MachineMismatch, relative_to_reference
+    from .ranges import SEED_BACKENDS
+    from .units import _deepest_starts
+
+    prof = latest_ok(store.rows("profile_runs"))
+    refs = [p for p in prof if p.get("reference") and p.get("busy_ms") is not None]
+    out = {}
+    for eng, be in SEED_BACKENDS.items():
+        starts = _deepest_starts(prof, eng, be)
+        try:
+            rel = relative_to_reference(refs + starts, value="busy_ms") if starts else []
+        except MachineMismatch:
+            continue
+        mine = [r["busy_ms_ratio"] for r in rel[len(refs):]]
+        if mine:
+            out[eng] = sum(mine) / len(mine) if field_ == "mean" else len(mine)
+    return out
+
+
+_UNITS = [  # a reference recording made of units (issue #39): each engine's ladder, compared through the reference
+    Quantity("linearity_per_layer_ms", "GPU busy time per MoE layer between two depths of one engine on one machine "
+             "(engine | backend | machine | depths; slice_linearity)", _linearity("per_layer_ms"), tables=("slice_linearity",)),
+    Quantity("linearity_error_pct", "the deepest slice's GPU busy time predicted from the two shallowest, signed error (%) "
+             "(engine | backend | machine | depths; slice_linearity prediction row)", _linearity("busy_error_pct"),
+             tables=("slice_linearity",)),
+    Quantity("linearity_moe_layers", "the MoE layers of the shallower (from) or deeper (to) slice of a slice_linearity "
+             "row (engine | backend | machine | depths | from or to)", _linearity_layers, tables=("slice_linearity",)),
+    Quantity("reference_ratio", "an engine's deepest INT4 slice's GPU busy time over its own machine's reference "
+             "configuration, mean over its starts (engine; machines.relative_to_reference)", _reference_ratios,
+             tables=("profile_runs",)),
+    Quantity("reference_ratio_starts", "the starts of an engine's deepest INT4 slice that ratio is taken over (engine)",
+             lambda store: _reference_ratios(store, "starts"), tables=("profile_runs",)),
+]
+
+register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS)

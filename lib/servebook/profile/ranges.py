@@ -152,10 +152,19 @@ def attention_12() -> list[dict]:
 def _host_rule_words(src) -> str:
     """The host-rule assumption's basis: how far each rule's prediction of the whole models measured in the profile run
     (``src``: table prediction_check, each model's deeper slice in profile_runs) falls from the measured time."""
-    from .predict import HOST_RULE, host_combine
+    from .predict import HOST_RULE, HOST_RULE_RUN, host_combine
 
-    prof = {p["label"]: p for p in src.rows("profile_runs")}
     errs: dict = {HOST_RULE: [], "serial": []}
+    run = Path(str(getattr(src, "path", "the profile run"))).name
+    borrowed = None
+    if not _whole_models(src):   # a run of slices only (h200x1-ref): the check of the run that validated the rule
+        from ..paths import data_dir
+        from ..results import RunStore
+
+        if (data_dir() / "runs" / HOST_RULE_RUN / "prediction_check.jsonl").is_file():
+            borrowed = f"; {run} measured no whole model, so the check is {HOST_RULE_RUN}'s"
+            src, run = RunStore.at(data_dir() / "runs" / HOST_RULE_RUN), HOST_RULE_RUN
+    prof = {p["label"]: p for p in src.rows("profile_runs")}
     for r in src.rows("prediction_check"):
         deep = prof.get((r.get("from_labels") or [None, None])[1])
         if not r.get("measured_ms") or deep is None:
@@ -164,9 +173,14 @@ def _host_rule_words(src) -> str:
         for rule, ms in ((HOST_RULE, h["ms"]), ("serial", h["serial_ms"])):
             errs[rule].append(100 * (ms - r["measured_ms"]) / r["measured_ms"])
     span = {k: f"{min(v):+.0f}% to {max(v):+.0f}%" if v else "no whole model measured" for k, v in errs.items()}
-    run = Path(str(getattr(src, "path", "the profile run"))).name
     return (f"central: {HOST_RULE}, the rule the whole models of {run} validated ({span[HOST_RULE]}); the serial rule adds "
-            f"each engine's 2-layer slice's {_short(_gpus()[0])} idle per token (it errs {span['serial']} on those models)")
+            f"each engine's {'2-layer' if borrowed is None else 'deeper'} slice's {_short(_gpus()[0])} idle per token "
+            f"(it errs {span['serial']} on those models)" + (borrowed or ""))
+
+
+def _whole_models(src) -> bool:
+    """Whether the profile run measured a whole model its slices predict (a prediction_check row with measured_ms)."""
+    return any(r.get("measured_ms") for r in src.rows("prediction_check"))
 
 
 _WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")

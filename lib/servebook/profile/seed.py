@@ -15,9 +15,10 @@ from pathlib import Path
 
 from .fixes import ranked_fixes
 
-__all__ = ["HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
+__all__ = ["MissingReferenceProfiles", "missing_profiles", "HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
 
 REFERENCE_PROFILE_RUN = "h200x1-prof"
+from ..errors import ServebookError
 from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
                    latency_sweep, matching_latency)
 from .gains import rank_by_expected_gain
@@ -28,6 +29,40 @@ def _reference_dir() -> Path:
     from ..paths import data_dir
 
     return data_dir() / "runs" / REFERENCE_PROFILE_RUN
+
+
+class MissingReferenceProfiles(ServebookError):
+    """The profile run lacks the slices an engine's projection subtracts: the seed verdict is not computed at all."""
+
+
+def missing_profiles(src, backends: dict | None = None) -> list[str]:
+    """What each engine of ``backends`` (default ``SEED_BACKENDS``) lacks in the profile run ``src`` (a RunStore) for
+    the projection to subtract two of its slices on one machine, in words; empty where nothing is missing."""
+    from .projection import _tables
+    from .slices import select_slices
+    from .units import LADDER_PLANS, labels_on_two_machines
+
+    profiles = _tables(src)[0]
+    out = [f"label {lab!r} holds profiles of machines {', '.join(ms)} (two units merged by hand: the later would replace "
+           "the earlier; merge units with `servebook profile merge-unit`, which renames them)"
+           for lab, ms in labels_on_two_machines(profiles).items()]
+    bandwidth = {b.get("machine") for b in src.rows("memory_bandwidth") if b.get("read_tbs")}
+    for eng, backend in (backends or SEED_BACKENDS).items():
+        sl = select_slices(profiles, eng, backend=backend)
+        if sl["shallow"] is not None and sl["deep"] is not None:
+            m = sl["deep"].get("machine")
+            if m and m not in bandwidth:
+                out.append(f"{eng} {backend}: table memory_bandwidth holds no row of its slices' machine {m} (the "
+                           "bandwidth assumption's measured end; `servebook profile run` measures it first in each unit)")
+            continue
+        have = sorted({int(p["layers"]) for p in profiles if p["engine"] == eng and p.get("ok")
+                       and p.get("backend", "auto") == backend and p.get("layers") is not None})
+        out.append(f"{eng} {backend}: table profile_runs holds " + (f"only {'/'.join(map(str, have))}-layer slices of one depth" if len(have) == 1 else
+                                                            f"{'/'.join(map(str, have))}-layer slices, none two of one machine" if have else "no ok row")
+                   + f" (engine {eng}, backend {backend}, mode graph); two depths of one machine are needed, a bf16 "
+                   f"pair (the dense layer alone, and with one MoE layer) or an INT4 depth ladder, which "
+                   f"{LADDER_PLANS.get(eng, 'a profile plan')} records")
+    return out
 
 
 # the projection's "gpu idle" row holds what the host adds beyond the target's GPU time under the host rule: not the idle
@@ -70,10 +105,31 @@ def seed_tables(store, reference=None) -> dict:
     seed = seed_case()
     card = load_card(seed["model"])
     src = RunStore.at(reference or _reference_dir())
+    gaps = missing_profiles(src)
+    if gaps:
+        raise MissingReferenceProfiles(f"the seed verdict is not projected from profile run {Path(str(src.path)).name}: "
+                                       + "; ".join(gaps) + " (servebook.profile.seed.REFERENCE_PROFILE_RUN names the run)")
+    from .machines import MachineMismatch
+    from .units import on_anchor_machine
+
+    try:   # engines measured in two units (machines): compared only through each unit's reference configuration
+        src, carried = on_anchor_machine(src, SEED_BACKENDS)
+    except MachineMismatch as exc:
+        raise MissingReferenceProfiles(f"the seed verdict is not projected: {exc}") from None
     n, lat = collectives_per_token(card, seed["tp"]), engine_latencies()
     central = central_projection(src, lat, tp=seed["tp"])
     name = Path(str(reference or _reference_dir())).name
+    unknown = {e: rows[-1].get("unknown") for e, rows in central.items() if rows[-1].get("unknown")}
+    if unknown:   # no half verdict: a category the slices do not hold leaves the total unknown
+        raise MissingReferenceProfiles(f"the seed verdict is not projected from profile run {name}: " + "; ".join(
+            f"{e}'s projection has no value for {', '.join(u)} (table decode_breakdown of its slices: "
+            + "; ".join(r["source"] for r in central[e] if r["category"] in u)[:300] + ")" for e, u in unknown.items()))
     rows = [{**r, "reference_run": name} for e in SEED_BACKENDS for r in central[e]]
+    for r in rows:   # the fields the verdict's words on units cite (only where a ladder or a carry was used)
+        note = next((c for c in carried if c["engine"] == r["engine"]), None)
+        if r["category"] == "total" and (note or r.get("ladder")):
+            r.update({"key": f"{r['engine']} | total", **({k: v for k, v in note.items() if k != "engine"} if note else {}),
+                      **({"ladder_from": r["ladder"][0], "ladder_to": r["ladder"][1]} if r.get("ladder") else {})})
     versions = _studied_versions(store, rows)
     for r in rows:
         if r["category"] == "total":
@@ -172,8 +228,15 @@ def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
     """Project both engines, range the assumptions, rank the candidate fixes by expected gain, and store every table of
     ``SEED_TABLES`` in ``store`` (each rewritten whole: computed again from newer profiles it supersedes the old; computed
     again with the same values, it is left as it was, its ``recorded_at`` the first computation's). The fixes are
-    checked against chapter 02's reading of the studied versions' code (table ``decode_path`` of ``store``)."""
-    tables = seed_tables(store, reference)
+    checked against chapter 02's reading of the studied versions' code (table ``decode_path`` of ``store``). Refused
+    (``MissingReferenceProfiles``): the tables are emptied, so no table outlives the profile run it was computed from."""
+    try:
+        tables = seed_tables(store, reference)
+    except MissingReferenceProfiles:   # nothing projected: the tables of an earlier profile run no longer stand
+        for name in SEED_TABLES:
+            if store.rows(name):
+                store.replace(name, [])
+        raise
     for name, rows in tables.items():
         store.replace(name, rows, unchanged="keep")  # no reader compares these tables' recorded_at with another's
     return tables["seed_projection"], tables["seed_fixes"]

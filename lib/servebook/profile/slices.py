@@ -40,7 +40,9 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
     server start of it, role "repeat", where the first start was taken on another machine: the difference of two slices
     is never taken across machines); the 1-layer slice of the default backend where ``backend`` has none (said in
     ``notes``), and the INT4 2-layer slice with the 1-layer slice of its own unit (``int4_base``: the experts of one
-    layer are their difference). ``same_day=False``: the old choice (first starts only, any unit). Missing ones are
+    layer are their difference). A run of INT4 slices only (a depth ladder, as ``h200x1-ref``): the shallowest and the
+    deepest INT4 slice with ``backend`` on the shallowest's machine (``ladder``: their MoE layers, ``(from, to)``; the
+    projection divides their difference by the layers between them, ``_int4_ladder``). ``same_day=False``: the old choice (first starts only, any unit). Missing ones are
     None; ``cross_day`` lists pairs that could only be taken across units.
     """
     rows = [r for r in latest_ok(profile_rows) if r["engine"] == engine and r.get("card") == card
@@ -48,11 +50,14 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
     pick = partial(_pick, rows)
     notes, cross = [], []
     shallow, deep = _bf16_pair(pick, backend, mode, same_day, notes, cross)
-    int4, int4_base = _int4_pair(pick, backend, mode, same_day, shallow, notes, cross)
+    ladder = None
+    if shallow is None and deep is None:
+        shallow, deep, ladder = _int4_ladder(rows, backend, mode, notes)
+    int4, int4_base = _int4_pair(pick, backend, mode, same_day, shallow, notes, cross) if ladder is None else (None, None)
     deep_same = _deep_same(pick, mode, same_day, shallow, deep, notes)
     require_one_machine([shallow, deep, int4, int4_base, deep_same], f"the {engine} projection's slice subtraction")
     return {"shallow": shallow, "deep": deep, "int4": int4, "int4_base": int4_base, "deep_same": deep_same,
-            "notes": notes, "cross_day": cross,
+            "notes": notes, "cross_day": cross, "ladder": ladder,
             "days": sorted({d for d in (recorded_day(r) for r in (shallow, deep, int4, int4_base, deep_same) if r) if d})}
 
 
@@ -122,3 +127,24 @@ def _deep_same(pick, mode: str, same_day: bool, shallow: dict | None, deep: dict
                  "spread over both layers" if deep_same is not None else
                  f"no 2-layer slice with {shallow['label']}'s backend: the other categories mix two backends (confounded)")
     return deep_same
+
+
+def _int4_ladder(rows: list[dict], backend: str, mode: str, notes: list) -> tuple[dict | None, dict | None, tuple | None]:
+    """A run of INT4 slices only (no 1-layer bf16 slice): the shallowest first start of ``backend`` (mode ``mode``) and
+    the deepest of the same recording unit, and their MoE layers. (None, None, None) where fewer than two depths."""
+    from .linearity import moe_layers_of
+
+    mine = [r for r in rows if r.get("quant", "bf16") == "card" and r.get("mode") == mode and r.get("role", "slice") == "slice"
+            and r.get("backend", "auto") == backend and r.get("layers") is not None]
+    if not mine:
+        return None, None, None
+    shallow = min(mine, key=moe_layers_of)
+    same = [r for r in mine if recording_unit(r) == recording_unit(shallow) and moe_layers_of(r) > moe_layers_of(shallow)]
+    if not same:
+        return None, None, None
+    deep = max(same, key=moe_layers_of)
+    ladder = (moe_layers_of(shallow), moe_layers_of(deep))
+    notes.append(f"INT4 depth ladder: one MoE layer = ({deep['label']} - {shallow['label']}) / {ladder[1] - ladder[0]} "
+                 f"(MoE layers {ladder[0]} -> {ladder[1]}, one machine); the fixed part = {shallow['label']} less its "
+                 f"{ladder[0]} MoE layer{'s' * (ladder[0] != 1)}; the experts are INT4 in both slices")
+    return shallow, deep, ladder

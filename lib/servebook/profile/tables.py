@@ -204,13 +204,18 @@ def _server(p: dict) -> tuple:
 def starts_of(profile_rows: Iterable[dict], label: str) -> list[dict]:
     """Every ok profile of the server ``label`` was taken on, one per server start, in the order taken: the rows of that
     label (a profile taken again under its label is another start) and, of the same engine, model slice, mode and
-    backend, those of role "repeat" (``... start 2``) or, where ``label`` is a repeat, the first start's. Empty where
+    backend, those of role "repeat" (``... start 2``) or, where ``label`` is a repeat, the first start's, all of
+    ``label``'s unit (``run_id``). Empty where
     ``label`` has no ok row."""
     ok = [p for p in profile_rows if p.get("ok")]
     me = next((p for p in reversed(ok) if p["label"] == label), None)
     if me is None:
         return []
-    return [p for p in ok if p["label"] == label or (_server(p) == _server(me) and "repeat" in (p.get("role"), me.get("role")))]
+    # a start of this server was recorded in its unit (run_id): another unit's profile of the same slice (its reference
+    # configuration, merged under another label: servebook.profile.units) is another machine's server, compared only
+    # through its unit's reference; a start of another machine within one unit is refused where it is subtracted
+    return [p for p in ok if p.get("run_id") == me.get("run_id") and
+            (p["label"] == label or (_server(p) == _server(me) and "repeat" in (p.get("role"), me.get("role"))))]
 
 
 def start_spread(profile_rows: Iterable[dict], label: str) -> dict | None:

@@ -9,6 +9,7 @@ Every figure is tagged with ``servebook.stated.q`` as the recorded row it comes 
 from __future__ import annotations
 
 from ..engines import prose_name
+from .predict import HOST_RULE_RUN
 
 __all__ = ["verdict_markdown", "verdict", "t"]
 
@@ -103,13 +104,34 @@ def _range_line(tables: dict) -> str:
                   if r.get("seed_inside") is False)
         + " The point takes every assumption at its central value; the range takes "
         "all of them together at the ends that shorten or lengthen the time (table `seed_assumptions` moves each alone). "
-        "Host time follows one rule, the one the whole models of the profile run validated: a step takes the longer of "
-        "the host's time and the GPU's (the serial rule, host idle added, is the bound in the table). Each per-layer "
-        "difference is taken between two slices recorded in one run on one machine (here one day each: " + ", ".join(days)
-        + "; the lent machine changed between days, so no row is subtracted across them); a recording of the INT4 slices (`h200x1-ref`) replaces "
-        f"`{ref}` as the profile run by name (`servebook.profile.seed.REFERENCE_PROFILE_RUN`)."
+        "Host time follows one rule, the one the whole models of "
+        + ("the profile run" if ref == HOST_RULE_RUN else f"`{HOST_RULE_RUN}`") + " validated: a step takes the longer of "
+        "the host's time and the GPU's (the serial rule, host idle added, is the bound in the table). "
+        + _units_words(tot, days, ref)
         + (" Taken across machines, since no pair of one machine exists (a measurement on one machine settles them): "
            + "; ".join(f"`{c}`" for c in cross) + "." if cross else ""))
+
+
+def _units_words(tot: dict, days: list, ref: str) -> str:
+    """Where each engine's per-layer difference was taken: one machine per engine (named where the rows carry its
+    identity), and how engines measured on two machines were compared (through the reference configuration)."""
+    if all(r.get("machine") for r in tot.values()):
+        words = ("Each engine's per-layer difference is taken between two of its slices measured on one machine ("
+                 + "; ".join(f"{prose_name(e)}: `{r['machine']}`" + (
+                     f", {t('seed_projection', r, 'ladder_from', 'd')} and {t('seed_projection', r, 'ladder_to', 'd')} "
+                     "MoE layers" if r.get("ladder_from") is not None else "") for e, r in tot.items()) + ").")
+        for r in tot.values():
+            if r.get("carried_factor") is not None:
+                words += (" The engines ran on two machines, so they are compared only through the anchor "
+                          f"configuration each machine measured: {r['carried']}: "
+                          f"{t('seed_projection', r, 'carried_anchor_ref_ms', '.4f')} ms there against "
+                          f"{t('seed_projection', r, 'carried_ref_ms', '.4f')} ms on `{r['carried_from']}`, x "
+                          f"{t('seed_projection', r, 'carried_factor', '.4f')}.")
+        return words
+    return ("Each per-layer difference is taken between two slices recorded in one run on one machine (here one day each: "
+            + ", ".join(days) + "; the lent machine changed between days, so no row is subtracted across them); a "
+            "recording of the INT4 slices (`h200x1-ref`) replaces "
+            f"`{ref}` as the profile run by name (`servebook.profile.seed.REFERENCE_PROFILE_RUN`).")
 
 
 def _point(tot: dict, engine: str) -> str:
@@ -126,9 +148,12 @@ def _parts_line(tables: dict) -> str:
     att = next((g for g in gap_by_category(rows) if g["category"] == "attention"), None)
     version = next((r for r in tables["seed_assumptions"] if r["assumption"] == "engine version"), None)
     out = []
+    tot = {r["engine"]: r for r in rows if r["category"] == "total"}
+    carried = "; vLLM's carried to SGLang's machine through the anchor configuration" if any(
+        r.get("carried_factor") is not None for r in tot.values()) else ""
     if att and att.get("diff_ms"):
-        out.append("**The other parts.** Attention: on the H200 SGLang 0.5.16's Triton MLA decode takes "
-                   + _q_ratio(att) + " as long per layer as vLLM's (`decode_breakdown`), the same kernel constants on "
+        out.append(f"**The other parts.** Attention: on the H200 SGLang {tot['sglang'].get('measured_version')}'s Triton "
+                   "MLA decode takes " + _q_ratio(att) + f" as long per layer as vLLM's (`decode_breakdown`{carried}), the same kernel constants on "
                    "the H200's capability and the seed's GPUs' in every version read (table `seed_attention_12`); SGLang 0.5.9, the studied "
                    f"version, launches a split grid of {_grid(tables, '0.5.9')} where the profiled 0.5.16 launches "
                    f"{_grid(tables, '0.5.16')}, so at the version end "

@@ -1,0 +1,244 @@
+"""The units of one reference recording (issue #39): each measured on one lent machine, merged into one run, compared
+only through their ratio to the reference configuration every unit measures again.
+
+    merge_unit(RunStore.at("data/runs/h200x1-ref"), RunStore.at("runs/local-x/h200x1-ref-vllm"))   # servebook profile merge-unit
+    src, carried = on_anchor_machine(RunStore.at("data/runs/h200x1-ref"), {"sglang": "triton", "vllm": "TRITON_MLA"})
+
+A unit's rows keep their own ``machine`` and ``run_id``. Where a unit's label is already in the run (every unit profiles
+the reference configuration under the same label), its rows are merged under the label with `` (<unit run id>)``
+appended and their trace files copied under that name: the last row of a label is the one a reader takes, so a unit's
+reference rows must never replace another unit's (they would silently move the other engine's depth ladder).
+
+``on_anchor_machine`` carries each engine's profiles to the machine of the first engine's slices (the anchor) by the
+reference configuration's GPU-busy time measured on both (``machines.relative_to_reference``): a time of machine B
+counts as time x (reference on the anchor / reference on B). Nothing is subtracted across machines.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from ..errors import ServebookError
+from .kernels import trace_slug
+from .machines import MachineMismatch, relative_to_reference
+
+__all__ = ["LADDER_PLANS", "UNIT_TABLES", "merge_unit", "on_anchor_machine", "OnAnchor", "labels_on_two_machines", "units_markdown"]
+
+# the committed plan that records each engine's INT4 depth ladder on the H200 (tools/gpu-stage/, issue #39)
+LADDER_PLANS = {"sglang": "tools/gpu-stage/ref-plan.json", "vllm": "tools/gpu-stage/ref-plan-vllm.json"}
+# the recorded tables a unit brings; the derived ones (slice_linearity, layer_kernels, step_kernels, prediction_check)
+# are derived again from the merged run (servebook profile linearity / predict)
+UNIT_TABLES = ("profile_runs", "decode_breakdown", "memory_bandwidth")
+# fields of profile_runs and decode_breakdown that are times of the machine (carried by the reference ratio)
+_TIMES = ("busy_ms", "tpot_ms", "step_ms", "idle_ms", "kernel_ms", "overlap_ms", "tpot_ci_ms", "ms_per_step",
+          "tpot_unprofiled_ms")
+
+
+def labels_on_two_machines(profile_rows) -> dict:
+    """``{label: machines}`` of the labels whose ok rows come from more than one machine (a naive merge of two units)."""
+    seen: dict = {}
+    for r in profile_rows:
+        if r.get("ok") and r.get("machine"):
+            seen.setdefault(r["label"], set()).add(r["machine"])
+    return {k: sorted(v) for k, v in seen.items() if len(v) > 1}
+
+
+def _renamed(unit: str, label: str, taken: set) -> str:
+    return f"{label} ({unit})" if label in taken else label
+
+
+def merge_unit(dest, unit) -> dict:
+    """Append ``unit``'s recorded tables (RunStores) to ``dest``'s, with its trace files and logs; labels ``dest``
+    already holds get `` (<unit run id>)``. Rows ``dest`` already holds (same label after renaming and ``taken_at``) are
+    not added again. Refuses a unit without a reference row or without a machine on every profile. Returns
+    ``{table: rows added, "renamed": {old: new}}``."""
+    name = Path(unit.path).name
+    prof = unit.rows("profile_runs")
+    if not any(r.get("reference") and r.get("ok") for r in prof):
+        raise ServebookError(f"unit {name}: no ok profile of the anchor configuration (rows marked reference): units "
+                             "are compared only through it; profile it in that unit before merging")
+    if any(r.get("machine") is None for r in prof):
+        raise ServebookError(f"unit {name}: profiles without a machine identity cannot join a reference run")
+    taken = {r["label"] for r in dest.rows("profile_runs", withdrawn=True)
+             if not (r.get("run_id") == name)}
+    renamed = {r["label"]: _renamed(name, r["label"], taken) for r in prof}
+    out: dict = {"renamed": {k: v for k, v in renamed.items() if k != v}}
+    have = {(r["label"], r.get("taken_at")) for r in dest.rows("profile_runs", withdrawn=True)}
+    held_bw = {json.dumps(r, sort_keys=True, default=str) for r in dest.rows("memory_bandwidth", withdrawn=True)}
+    for table in UNIT_TABLES:
+        rows = []
+        for r in unit.rows(table, withdrawn=True, executions="all"):
+            r = {**r, "run_id": r.get("run_id") or name}
+            if "label" in r:
+                old = r["label"]
+                r["label"] = renamed.get(old, old)
+                if (r["label"], r.get("taken_at")) in have:   # merged before: not added again
+                    continue
+                if table == "profile_runs":
+                    r.update(_copy_traces(unit.path, dest.path, r, trace_slug(old)))
+            elif json.dumps(r, sort_keys=True, default=str) in held_bw:
+                continue
+            rows.append(r)
+        if rows:
+            dest.replace(table, dest.rows(table, withdrawn=True, executions="all") + rows)
+        out[table] = len(rows)
+    _copy_logs(unit.path, dest.path, name)
+    return out
+
+
+def _copy_traces(src: Path, dst: Path, row: dict, old_slug: str) -> dict:
+    """Copy a profile's trace files (``traces/<old_slug>.*``) under its label's slug; the row's fields that name them."""
+    fields, new_slug = {}, trace_slug(row["label"])
+    (Path(dst) / "traces").mkdir(parents=True, exist_ok=True)
+    for key, suffix in (("trace", ".trace.json.gz"), ("kernel_table", ".kernels.json"), (None, ".excerpt.json")):
+        rel = row.get(key) if key else f"traces/{old_slug}{suffix}"
+        if not rel or not (Path(src) / rel).is_file():
+            continue
+        new = f"traces/{new_slug}{suffix}" if rel.endswith(suffix) else rel
+        if (Path(dst) / new).exists() and new_slug == old_slug and Path(dst).resolve() != Path(src).resolve():
+            raise ServebookError(f"{new} is already in {Path(dst).name}: a unit's trace would replace another's")
+        shutil.copyfile(Path(src) / rel, Path(dst) / new)
+        if key:
+            fields[key] = new
+    return fields
+
+
+def _copy_logs(src: Path, dst: Path, unit: str) -> None:
+    """The unit's logs under ``logs/<unit>/`` (two units' servers of one label write logs of one name)."""
+    if (Path(src) / "logs").is_dir():
+        shutil.copytree(Path(src) / "logs", Path(dst) / "logs" / unit, dirs_exist_ok=True)
+
+
+class OnAnchor:
+    """A RunStore's rows read with each engine's times carried to the anchor machine (``on_anchor_machine``)."""
+
+    def __init__(self, store, factors: dict):
+        self.path, self._store, self.factors = store.path, store, factors   # factors: {(engine, machine): factor}
+
+    def rows(self, table: str, **kw) -> list[dict]:
+        out = []
+        for r in self._store.rows(table, **kw):
+            f = self.factors.get((r.get("engine"), r.get("machine")))
+            if f is not None and f != 1.0:
+                r = {**r, **{k: r[k] * f for k in _TIMES if isinstance(r.get(k), (int, float))},
+                     "carried_from_machine": r.get("machine"), "carried_factor": f}
+            out.append(r)
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def on_anchor_machine(src, backends: dict) -> tuple:
+    """(source, carried): ``src`` as is where every engine's slices come from one machine; else an ``OnAnchor`` reading of
+    it that carries each other engine's rows to the first engine's machine by the reference configuration's GPU-busy
+    time on both, with a row per carried engine (machines, the two reference times, the factor, ``carried`` in words). Refuses (``MachineMismatch``) where a machine lacks the reference."""
+    from ..engines import prose_name
+    from .projection import _tables
+    from .slices import select_slices
+
+    profiles = _tables(src)[0]
+    machine = {}
+    for eng, backend in backends.items():
+        sl = select_slices(profiles, eng, backend=backend)
+        machine[eng] = (sl["deep"] or {}).get("machine")
+    anchor = next(iter(machine.values()), None)
+    if anchor is None or all(m in (None, anchor) for m in machine.values()):
+        return src, []
+    refs = [p for p in profiles if p.get("ok") and p.get("reference") and p.get("busy_ms") is not None]
+    ratios = relative_to_reference([p for p in refs if p.get("machine") in set(machine.values())], value="busy_ms")
+    per = {r["machine"]: r["reference_value"] for r in ratios}
+    factors, notes = {}, []
+    for eng, m in machine.items():
+        if m == anchor:
+            continue
+        if anchor not in per or m not in per:
+            lack = [x for x in (anchor, m) if x not in per]
+            raise MachineMismatch(f"{prose_name(eng)}'s slices come from machine {m}, the first engine's from {anchor}: no anchor "
+                                  f"configuration measured on {', '.join(lack)}, so the two cannot be compared")
+        factors[(eng, m)] = per[anchor] / per[m]
+        notes.append({"engine": eng, "carried_from": m, "carried_to": anchor, "carried_ref_ms": per[m],
+                      "carried_anchor_ref_ms": per[anchor], "carried_factor": factors[(eng, m)],
+                      "carried": f"{prose_name(eng)}'s profiles, measured on machine {m}, carried to {anchor} by the "
+                                 "anchor configuration's GPU busy time on both (an assumption: that the machines "
+                                 "differ by one factor in every kernel; both engines profiled in one unit settle it; "
+                                 "kernel floors not carried)"})
+    return OnAnchor(src, factors), notes
+
+
+def _deepest_starts(prof: list[dict], engine: str, backend: str) -> list[dict]:
+    """Every start of an engine's deepest INT4 slice with ``backend`` (one unit: the first start's run)."""
+    from .linearity import moe_layers_of
+
+    mine = [p for p in prof if p["engine"] == engine and p.get("backend") == backend and p.get("quant") == "card"
+            and p.get("layers") is not None and p.get("busy_ms") is not None]
+    if not mine:
+        return []
+    deepest = max(moe_layers_of(p) for p in mine)
+    first = next(p for p in mine if moe_layers_of(p) == deepest)
+    return [p for p in mine if moe_layers_of(p) == deepest and p.get("run_id") == first.get("run_id")]
+
+
+def units_markdown(store) -> str:
+    """Chapter 06's account of a reference recording made of units (rows with a machine identity; "" otherwise): per
+    engine its depth ladder (table slice_linearity) or the plan that records it, and the engines' deepest slices
+    compared only through their own machine's reference configuration (``relative_to_reference``, decided by
+    ``starts.compare``)."""
+    from ..engines import prose_name
+    from ..stated import q
+    from .ranges import SEED_BACKENDS
+    from .starts import compare
+    from .tables import latest_ok
+
+    prof = latest_ok(store.rows("profile_runs"))
+    if not prof or not all(p.get("machine") for p in prof):
+        return ""
+    lin, lines, deep = store.rows("slice_linearity"), [], {}
+    for eng, be in SEED_BACKENDS.items():
+        steps = [r for r in lin if r["engine"] == eng and r.get("backend") == be and r["kind"] == "step"]
+        if not steps:
+            lines.append(f"- {prose_name(eng)} ({be}): no depth ladder in this run; `{LADDER_PLANS[eng]}` records it, on "
+                         "a machine of its own with the anchor configuration measured again.")
+            continue
+        key = f"{eng} | {be} | {steps[0]['machine']}"
+        pred = next((r for r in lin if r["engine"] == eng and r.get("backend") == be and r["kind"] == "prediction"), None)
+        lines.append(f"- {prose_name(eng)} ({be}, INT4 experts, machine `{steps[0]['machine']}`), GPU busy per MoE layer: "
+                     + "; ".join(f"{q('linearity_per_layer_ms', r['per_layer_ms'], '.4f', of=key + ' | ' + r['depths'])} ms "
+                                 f"between {q('linearity_moe_layers', r['moe_from'], 'd', of=key + ' | ' + r['depths'] + ' | from')}"
+                                 f" and {q('linearity_moe_layers', r['moe_to'], 'd', of=key + ' | ' + r['depths'] + ' | to')} "
+                                 "MoE layers" for r in steps)
+                     + (f"; the deepest slice predicted from the two shallowest "
+                        f"{q('linearity_error_pct', pred['busy_error_pct'], '+.1f', of=key + ' | ' + pred['depths'])}% off "
+                        "its measured GPU busy time" if pred else "") + ".")
+        deep[eng] = _deepest_starts(prof, eng, be)
+    if len(deep) == 2 and all(deep.values()):
+        lines.append(_engines_line(prof, deep, compare))
+    return "\n".join(lines)
+
+
+def _engines_line(prof: list[dict], deep: dict, compare) -> str:
+    """The engines' deepest slices, each as a ratio to its own machine's reference configuration, decided by the
+    starts rule over those ratios."""
+    from ..engines import prose_name
+    from ..stated import q
+
+    refs = [p for p in prof if p.get("reference") and p.get("busy_ms") is not None]
+    try:
+        ratio = {e: [r["busy_ms_ratio"] for r in relative_to_reference(refs + ps, value="busy_ms")[len(refs):]]
+                 for e, ps in deep.items()}
+    except MachineMismatch as exc:
+        return f"- The engines are not compared: {exc}."
+    (a, ra), (b, rb) = ratio.items()
+    c = compare(ra, rb)
+    said = {"no difference": "no difference beyond the starts' spread", "undecided": "undecided (one start on a side)",
+            "a lower": f"{prose_name(a)} lower", "b lower": f"{prose_name(b)} lower"}[c["verdict"]]
+    return (f"- Between the engines, measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
+            f", only through each machine's anchor configuration: the deepest slice's GPU busy time is "
+            + " and ".join(f"{q('reference_ratio', sum(r) / len(r), '.3f', of=e)} x its machine's anchor for "
+                           f"{prose_name(e)} ({q('reference_ratio_starts', len(r), 'd', of=e)} start{'s' * (len(r) != 1)})"
+                           for e, r in ratio.items())
+            + f": {said} (`servebook.profile.starts.compare`: no difference below the starts rule's equivalence margin "
+            "or the start-to-start spread, whichever is larger). That the two machines differ by one factor "
+            "in every kernel is an assumption; both engines profiled in one unit settle it.")

@@ -1,0 +1,242 @@
+"""The reference recording's units (issue #39 item 7): the seed projection on INT4 depth ladders, its one-line refusal
+where an engine's unit is missing, units merged without replacing each other's reference rows, and engines of two
+machines compared only through the reference configuration. Small hand-built rows (tmp_path), no committed data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servebook.paths import data_dir
+from servebook.profile import seed, units
+from servebook.profile.machines import MachineMismatch
+from servebook.profile.projection import h200_parts, kernel_floors
+from servebook.profile.slices import select_slices
+from servebook.profile.tables import starts_of
+from servebook.results import RunStore
+
+WHATIF = data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
+CATS = {"attention": 0.02, "moe experts": 0.07, "dense gemm": 0.1, "moe routing": 0.01, "norm/rope/elementwise": 0.03}
+
+
+def _prof(engine, moe, machine, run="unit-a", start=1, reference=False, scale=1.0):
+    backend = {"sglang": "triton", "vllm": "TRITON_MLA"}[engine]
+    label = f"{engine} kimi-{moe + 1}L int4 {backend}" + (f" start {start}" if start > 1 else "")
+    busy = scale * (0.9 + 0.2 * moe)
+    return {"label": label, "engine": engine, "backend": backend, "mode": "graph", "quant": "card", "card": "kimi-k2.5",
+            "role": "slice" if start == 1 else "repeat", "ok": True, "layers": moe + 1, "dense_layers": 1,
+            "busy_ms": busy, "step_ms": busy + 0.3, "tpot_ms": busy + 0.2, "machine": machine, "run_id": run,
+            "taken_at": 1796390000.0 + 100 * moe + start + (0 if run == "unit-a" else 86400), "version": "0.5.16",
+            **({"reference": True} if reference else {})}
+
+
+def _breakdown(p):
+    k = p["layers"] - 1
+    return [{"label": p["label"], "taken_at": p["taken_at"], "engine": p["engine"], "category": c,
+             "ms_per_step": (0.5 + k) * ms * p["busy_ms"] / (0.9 + 0.2 * k)} for c, ms in CATS.items()]
+
+
+def _run(path, profiles, with_logs=False):
+    store = RunStore.at(path)
+    store.replace("profile_runs", profiles)
+    store.replace("decode_breakdown", [b for p in profiles for b in _breakdown(p)])
+    store.replace("memory_bandwidth", [{"machine": m, "read_tbs": 4.2, "run_id": path.name}
+                                       for m in sorted({p["machine"] for p in profiles})])
+    (path / "traces").mkdir(exist_ok=True)
+    for p in profiles:
+        slug = p["label"].replace(" ", "_")
+        (path / "traces" / f"{slug}.excerpt.json").write_text(json.dumps({"label": p["label"], "steps": 1, "kernels": []}))
+    if with_logs:
+        (path / "logs").mkdir(exist_ok=True)
+        (path / "logs" / "profile-x.log").write_text(f"{path.name}\n")
+    return store
+
+
+def _ladder_a():
+    return [_prof("sglang", 1, "gpu-a"), _prof("sglang", 3, "gpu-a"), _prof("sglang", 12, "gpu-a", reference=True),
+            _prof("sglang", 12, "gpu-a", start=2, reference=True)]
+
+
+def _unit_b(ratio=1.05):
+    return ([_prof("sglang", 12, "gpu-b", run="unit-b", reference=True, scale=ratio)]
+            + [_prof("vllm", k, "gpu-b", run="unit-b", scale=0.9 * ratio) for k in (1, 3, 12)])
+
+
+# -- an INT4 depth ladder is projected per MoE layer ----------------------------------------------------------------
+def test_an_int4_ladder_gives_one_moe_layer_per_layer_between_its_depths():
+    rows = _ladder_a()
+    sl = select_slices(rows, "sglang", backend="triton")
+    assert (sl["shallow"]["layers"], sl["deep"]["layers"], sl["ladder"]) == (2, 13, (1, 12))
+    assert sl["int4"] is None and "INT4 depth ladder" in sl["notes"][0]
+    parts = h200_parts([b for p in rows for b in _breakdown(p)], sl, expert_bytes_ratio=0.27)
+    for cat, ms in CATS.items():   # breakdown: (0.5 + k) x ms at k MoE layers: one layer = ms, fixed = 0.5 x ms
+        assert parts[cat]["moe"] == pytest.approx(ms) and parts[cat]["fixed"] == pytest.approx(0.5 * ms), cat
+    assert "INT4 experts in both slices" in parts["moe experts"]["how"]   # no bytes ratio on INT4 slices
+
+
+def test_the_ladder_kernel_floor_counts_one_layer_s_kernels():
+    k = {"name": "void flash_fwd_kernel<>", "cat": "kernel", "dur": 2.0}
+    ex = {"sglang kimi-2L int4 triton": {"steps": 1, "kernels": [k] * 3},    # 2 per step + 1 per MoE layer
+          "sglang kimi-13L int4 triton": {"steps": 1, "kernels": [k] * 14}}
+    sl = select_slices(_ladder_a(), "sglang", backend="triton")
+    fl = kernel_floors(ex, sl)["attention"]
+    assert fl["moe_ms"] == pytest.approx(2.0e-3) and fl["fixed_ms"] == pytest.approx(4.0e-3)
+
+
+# -- the refusal: one line naming what is missing -------------------------------------------------------------------
+def test_a_reference_run_without_the_vllm_unit_is_refused_in_one_line(tmp_path):
+    _run(tmp_path / "ref", _ladder_a())
+    with pytest.raises(seed.MissingReferenceProfiles) as exc:
+        seed.seed_tables(RunStore.at(WHATIF), reference=tmp_path / "ref")
+    msg = str(exc.value)
+    assert "\n" not in msg and "not projected from profile run ref" in msg
+    assert "vllm TRITON_MLA" in msg and "profile_runs" in msg and "tools/gpu-stage/ref-plan-vllm.json" in msg
+    assert "sglang" not in msg.split("vllm TRITON_MLA")[0].split(":", 1)[1]   # SGLang's ladder is there: not named
+
+
+def test_a_unit_merged_by_hand_is_refused_not_read_as_a_shallower_ladder(tmp_path):
+    rows = _ladder_a() + [{**r, "run_id": "unit-a"} for r in _unit_b()]   # unit B's reference row under A's label
+    _run(tmp_path / "ref", rows)
+    gaps = seed.missing_profiles(RunStore.at(tmp_path / "ref"))
+    assert any("sglang kimi-13L int4 triton" in g and "merge-unit" in g for g in gaps)
+
+
+# -- units merged: each keeps its reference rows ----------------------------------------------------------------------
+def test_merge_unit_renames_the_labels_the_run_holds_and_copies_their_files(tmp_path):
+    dest = _run(tmp_path / "ref", _ladder_a(), with_logs=True)
+    unit = _run(tmp_path / "unit-b", _unit_b(), with_logs=True)
+    got = units.merge_unit(dest, unit)
+    assert got["renamed"] == {"sglang kimi-13L int4 triton": "sglang kimi-13L int4 triton (unit-b)"}
+    assert got["profile_runs"] == 4 and got["decode_breakdown"] == 4 * len(CATS) and got["memory_bandwidth"] == 1
+    labels = [p["label"] for p in dest.rows("profile_runs")]
+    assert len(labels) == len(set(labels)) == 8
+    assert (tmp_path / "ref" / "traces" / "sglang_kimi-13L_int4_triton_(unit-b).excerpt.json").is_file()
+    assert (tmp_path / "ref" / "logs" / "unit-b" / "profile-x.log").read_text() == "unit-b\n"
+    assert (tmp_path / "ref" / "logs" / "profile-x.log").read_text() == "ref\n"
+    again = units.merge_unit(dest, unit)   # merged twice: nothing added
+    assert again["profile_runs"] == again["decode_breakdown"] == 0
+    # SGLang's ladder still ends at its own 12-layer slice; another unit's start of it is no start of this server
+    assert select_slices(dest.rows("profile_runs"), "sglang", backend="triton")["deep"]["machine"] == "gpu-a"
+    assert {p["machine"] for p in starts_of(dest.rows("profile_runs"), "sglang kimi-13L int4 triton")} == {"gpu-a"}
+
+
+def test_merge_unit_refuses_a_unit_without_the_reference_configuration(tmp_path):
+    dest = _run(tmp_path / "ref", _ladder_a())
+    unit = _run(tmp_path / "unit-b", [r for r in _unit_b() if not r.get("reference")])
+    with pytest.raises(Exception, match="anchor configuration"):
+        units.merge_unit(dest, unit)
+
+
+# -- engines of two machines: only through the reference configuration ----------------------------------------------
+def test_engines_of_two_units_are_carried_by_the_reference_ratio(tmp_path):
+    dest = _run(tmp_path / "ref", _ladder_a())
+    units.merge_unit(dest, _run(tmp_path / "unit-b", _unit_b(ratio=1.05)))
+    src, notes = units.on_anchor_machine(dest, seed.SEED_BACKENDS)
+    (note,) = notes
+    assert "vLLM's profiles, measured on machine gpu-b, carried to gpu-a" in note["carried"]
+    assert "an assumption" in note["carried"] and (note["carried_from"], note["carried_to"]) == ("gpu-b", "gpu-a")
+    v = {p["label"]: p for p in src.rows("profile_runs") if p["engine"] == "vllm"}
+    raw = {p["label"]: p for p in dest.rows("profile_runs") if p["engine"] == "vllm"}
+    ref_a = (2 * (0.9 + 0.2 * 12)) / 2
+    ref_b = 1.05 * (0.9 + 0.2 * 12)
+    assert note["carried_factor"] == pytest.approx(ref_a / ref_b)
+    for label, p in v.items():
+        assert p["busy_ms"] == pytest.approx(raw[label]["busy_ms"] * ref_a / ref_b)   # machine B's 5% taken out
+    assert all(p["busy_ms"] == raw_p["busy_ms"] for p, raw_p in zip(
+        [p for p in src.rows("profile_runs") if p["engine"] == "sglang"],
+        [p for p in dest.rows("profile_runs") if p["engine"] == "sglang"]))
+    # the subtraction stays inside a machine: vLLM's ladder from gpu-b only, SGLang's from gpu-a only
+    assert select_slices(src.rows("profile_runs"), "vllm", backend="TRITON_MLA")["shallow"]["machine"] == "gpu-b"
+
+
+def test_a_unit_without_its_reference_cannot_be_compared(tmp_path):
+    rows = _ladder_a() + [r for r in _unit_b() if not r.get("reference")]
+    _run(tmp_path / "ref", rows)
+    with pytest.raises(MachineMismatch, match="no anchor configuration measured on gpu-b"):
+        units.on_anchor_machine(RunStore.at(tmp_path / "ref"), seed.SEED_BACKENDS)
+    with pytest.raises(seed.MissingReferenceProfiles, match="not projected"):
+        seed.seed_tables(RunStore.at(WHATIF), reference=tmp_path / "ref")
+
+
+def test_rows_of_two_machines_in_one_ladder_are_never_subtracted():
+    rows = [_prof("vllm", 1, "gpu-b", run="u"), _prof("vllm", 12, "gpu-c", run="u")]
+    sl = select_slices(rows, "vllm", backend="TRITON_MLA")
+    assert sl["deep"] is None and sl["ladder"] is None   # not taken across machines: missing, so the verdict refuses
+
+
+# -- chapter 06 of the reference book: each engine's ladder, the engines through the reference ----------------------
+def test_chapter_06_reads_each_unit_s_ladder_and_names_the_missing_one(tmp_path):
+    import re
+
+    from servebook.profile.chapter import where_time_goes
+    from servebook.profile.linearity import write_linearity
+
+    def text(store):
+        write_linearity(store)
+        return re.sub(r"<span[^>]*>|</span>", "", where_time_goes(store))
+
+    dest = _run(tmp_path / "ref", _ladder_a())
+    words = text(dest)
+    assert "SGLang (triton, INT4 experts, machine `gpu-a`), GPU busy per MoE layer: 0.2000 ms between 1 and 3" in words
+    assert "vLLM (TRITON_MLA): no depth ladder in this run; `tools/gpu-stage/ref-plan-vllm.json` records it" in words
+    units.merge_unit(dest, _run(tmp_path / "unit-b", _unit_b(ratio=1.05) + [
+        _prof("vllm", 12, "gpu-b", run="unit-b", start=2, scale=0.9 * 1.05 * 1.001)]))
+    words = text(dest)
+    assert "vLLM (TRITON_MLA, INT4 experts, machine `gpu-b`), GPU busy per MoE layer: 0.1890 ms" in words
+    assert "measured on two machines, only through each machine's anchor configuration" in words
+    assert "1.000 x its machine's anchor for SGLang (2 starts) and 0.900 x its machine's anchor for vLLM (2 starts): vLLM lower" in words
+
+
+def test_the_verdict_on_two_units_holds_its_words_and_tags_every_figure(tmp_path):
+    import mistune
+
+    from servebook import stated
+    from servebook.profile.kernels import CATEGORIES
+    from servebook.profile.verdict import verdict_markdown
+
+    global CATS
+    full = {**CATS, **{c: 0.004 for c in CATEGORIES if c not in CATS}}
+    dest = _run(tmp_path / "ref", [])
+    old, CATS = CATS, {c: 0.0 for c in CATEGORIES if c != "sampling"}   # a unit whose profiles lack a category
+    try:
+        units.merge_unit(_run(tmp_path / "ref", _ladder_a()), _run(tmp_path / "unit-b", _unit_b()))
+        with pytest.raises(seed.MissingReferenceProfiles, match="no value for sampling"):
+            seed.seed_tables(RunStore.at(WHATIF), reference=tmp_path / "ref")
+        CATS = full
+        dest = _run(tmp_path / "ref2", _ladder_a())
+        units.merge_unit(dest, _run(tmp_path / "unit-b2", _unit_b(ratio=1.05)))
+        tables = seed.seed_tables(RunStore.at(WHATIF), reference=tmp_path / "ref2")
+    finally:
+        CATS = old
+    md = verdict_markdown(tables)
+    page = f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown">{mistune.html(md)}</div>'
+    assert [str(u) for u in stated.untagged_numbers(page)] == []
+    assert "How sure: a hypothesis" in md and "What settles it" in md
+    assert "compared only through the anchor configuration each machine measured" in md
+    assert "an assumption: that the machines differ by one factor in every kernel" in md
+    v = next(r for r in tables["seed_projection"] if r["engine"] == "vllm" and r["category"] == "total")
+    assert v["carried_factor"] == pytest.approx((0.9 + 0.2 * 12) / (1.05 * (0.9 + 0.2 * 12)))
+    assert (v["ladder_from"], v["ladder_to"], v["machine"]) == (1, 12, "gpu-b")
+
+
+def test_a_unit_without_its_own_bandwidth_row_is_named(tmp_path):
+    dest = _run(tmp_path / "ref", _ladder_a())
+    unit = _run(tmp_path / "unit-b", _unit_b())
+    unit.replace("memory_bandwidth", [])
+    units.merge_unit(dest, unit)
+    (gap,) = seed.missing_profiles(dest)
+    assert gap.startswith("vllm TRITON_MLA: table memory_bandwidth holds no row of its slices' machine gpu-b")
+
+
+def test_a_refused_verdict_leaves_no_table_of_the_earlier_profile_run(tmp_path):
+    import shutil
+
+    run = tmp_path / "whatif"
+    shutil.copytree(WHATIF, run)
+    store = RunStore.at(run)
+    assert store.rows("seed_projection")
+    _run(tmp_path / "ref", _ladder_a())
+    with pytest.raises(seed.MissingReferenceProfiles):
+        seed.record_seed(store, reference=tmp_path / "ref")
+    assert all(store.rows(t) == [] for t in seed.SEED_TABLES)
