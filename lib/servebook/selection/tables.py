@@ -24,11 +24,16 @@ from ..standing import matrix_may_keep
 __all__ = ["record_matrix"]
 
 
+def _now() -> str:
+    """The stamp a row written now carries (``RunStore``'s format: UTC, to the second)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def record_matrix(store, rows: list[dict]) -> str:
     """Replace table ``selection_matrix`` with ``rows`` (computed again whole), or keep it as it is where that changes
     nothing a reader reads; return how the tables derived from it are to be written: ``"keep"`` where the matrix was
     kept, ``"write"`` where it was written."""
-    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    now = _now()
     new = [dict(r, recorded_at=now) for r in rows]  # the stamp a write gives them, and the one matrix_may_keep weighs
     stored = store.replace("selection_matrix", new, unchanged="keep" if matrix_may_keep(store, new) else "write")
     kept = bool(stored) and all(r.get("recorded_at") != now for r in stored)
