@@ -48,9 +48,11 @@ def standing_answers(store) -> list[dict]:
     ``seed``, ...) is kept. A row a later answer contradicts is left out, and so is a question whose latest answer came
     from the matrix alone and no ``selection`` row gives.
 
-    The matrix's ``recorded_at`` is not the time of the execution that last computed it: chapter 02 keeps the rows on disk
-    when it computes the same values again (``matrix_may_keep``), unless keeping them would change what this function
-    returns. So its stamp is the latest execution whose recorded answers it must supersede, which is all this reads."""
+    The matrix's ``recorded_at`` may be older than the execution that last computed it: chapter 02 keeps the rows on disk
+    when it computes the same values again, unless keeping them would change what this function returns
+    (``matrix_may_keep``); then it writes them with that execution's stamp. So every ``selection`` row recorded after the
+    kept stamp agrees with the matrix or was recorded after the last execution that computed one, and the comparison
+    gives the answers it gave when the matrix was written at every execution."""
     return _standing(store.rows("selection"), store.rows("selection_matrix"))
 
 
