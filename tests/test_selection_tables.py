@@ -49,12 +49,15 @@ def test_the_recorded_matrix_computed_again_leaves_the_files_byte_identical(tmp_
 
 def _case(answer: str, at: str) -> dict:
     return {"case": "seed", "engine": "vllm", "version": "0.33.0", "model": "kimi-k2.5", "gpu": "rtx-pro-6000",
-            "method": "dynamic", "attention_backend": answer, "decided_by": {"where": f"cuda.py:{answer}"}, "recorded_at": at}
+            "method": "dynamic", "attention_backend": answer, "decided_by": {"where": f"cuda.py:{answer}"},
+            "recorded_at": at}
 
 
 def _cells(answer: str) -> list[dict]:
-    cell = {"engine": "vllm==0.33.0", "engine_spec": "vllm==0.33.0", "version": "0.33.0", "model": "kimi-k2.5", "method": "dynamic"}
-    return [cell | {"gpu": "rtx-pro-6000", "attention_backend": answer}, cell | {"gpu": "h200", "attention_backend": "FLASHMLA"}]
+    cell = {"engine": "vllm==0.33.0", "engine_spec": "vllm==0.33.0", "version": "0.33.0", "model": "kimi-k2.5",
+            "method": "dynamic"}
+    return [cell | {"gpu": "rtx-pro-6000", "attention_backend": answer},
+            cell | {"gpu": "h200", "attention_backend": "FLASHMLA"}]
 
 
 # Executions of chapter 02, in order: (the case's answer or None: not asked, the matrix's answer of the same question or

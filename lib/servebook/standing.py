@@ -43,26 +43,27 @@ def standing_answers(store) -> list[dict]:
     """The rows of table ``selection`` that stand, in the order recorded.
 
     Of each question, the latest answer stands: the latest row of ``selection`` or of the standing matrix
-    (``selection_matrix``; a cell that failed, method ``error``, answers nothing), by ``recorded_at``. A ``selection``
-    row stands when it gives that answer (method and attention backend); of such rows, the last per case (``this-host``,
-    ``seed``, ...) is kept. A row a later answer contradicts is left out, and so is a question whose latest answer came
-    from the matrix alone and no ``selection`` row gives.
+    (``selection_matrix``; a cell that failed, method ``error``, answers nothing), by ``recorded_at``. A
+    ``selection`` row stands when it gives that answer (method and attention backend); of such rows, the last per
+    case (``this-host``, ``seed``, ...) is kept. A row a later answer contradicts is left out, and so is a question
+    whose latest answer came from the matrix alone and no ``selection`` row gives.
 
-    The matrix's ``recorded_at`` may be older than the execution that last computed it: chapter 02 keeps the rows on disk
-    when it computes the same values again, unless keeping them would change what this function returns
-    (``matrix_may_keep``); then it writes them with that execution's stamp. So every ``selection`` row recorded after the
-    kept stamp agrees with the matrix or was recorded after the last execution that computed one, and the comparison
-    gives the answers it gave when the matrix was written at every execution."""
+    The matrix's ``recorded_at`` may be older than the execution that last computed it: chapter 02 keeps the rows on
+    disk when it computes the same values again, unless keeping them would change what this function returns
+    (``matrix_may_keep``); then it writes them with that execution's stamp. So every ``selection`` row recorded
+    after the kept stamp agrees with the matrix or was recorded after the last execution that computed one, and the
+    comparison gives the answers it gave when the matrix was written at every execution."""
     return _standing(store.rows("selection"), store.rows("selection_matrix"))
 
 
 def matrix_may_keep(store, rows: list[dict]) -> bool:
-    """Whether chapter 02's matrix computed again as ``rows`` (stamped with this execution's ``recorded_at``) may leave the
-    rows on disk as they are, their older stamp with them (``RunStore.replace(..., unchanged="keep")``): the answers that
-    stand are the same with either.
+    """Whether chapter 02's matrix computed again as ``rows`` (stamped with this execution's ``recorded_at``) may
+    leave the rows on disk as they are, their older stamp with them (``RunStore.replace(..., unchanged="keep")``): the
+    answers that stand are the same with either.
 
-    They differ only where a ``selection`` row recorded since the matrix on disk (by this execution or one that computed no
-    matrix) answers a question the matrix answers otherwise: written now, the matrix is the later answer and supersedes it
-    (as it did when the matrix was written at every execution); kept, it would not. Then the matrix is written again."""
+    They differ only where a ``selection`` row recorded since the matrix on disk (by this execution or one that
+    computed no matrix) answers a question the matrix answers otherwise: written now, the matrix is the later answer
+    and supersedes it (as it did when the matrix was written at every execution); kept, it would not. Then the
+    matrix is written again."""
     sel = store.rows("selection")
     return _standing(sel, store.rows("selection_matrix")) == _standing(sel, rows)
