@@ -236,7 +236,7 @@ if smoke:  # one GPU, two models: one engine process per version, the versions s
     models = models[:2]
 from concurrent.futures import ThreadPoolExecutor
 
-from servebook.selection.tables import record_matrix
+from servebook.selection.record import record_matrix
 
 
 def matrix_of(spec):
@@ -247,7 +247,7 @@ def matrix_of(spec):
 with ThreadPoolExecutor(max_workers=2 if smoke else 1) as pool:
     matrices = dict(zip(usable, pool.map(matrix_of, usable)))
 matrix_mode = "write"  # computed again from the engines' code: replaced whole, or kept where the values are the same
-if matrices:  # (and no answer that stands changes: servebook.selection.tables); its derived tables follow it
+if matrices:  # (and no answer that stands changes: servebook.selection.record); its derived tables follow it
     matrix_mode = record_matrix(store, [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows])
 none_asked = ("no SGLang/vLLM environment is cached on this machine" if cached_versions or prepare_envs
               else "cached environments are not asked in this book (-p cached_versions=true)")

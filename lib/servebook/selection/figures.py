@@ -47,7 +47,7 @@ def _of_standing_matrix(store, table: str) -> list[dict]:
     executions' rows. Only the rows recorded no earlier than the standing matrix are of its execution; the rest derive
     from a matrix that was replaced. The matrix keeps its older stamp where an execution computes the same values again,
     and its derived tables are then kept beside it, or written later where their own values changed
-    (``selection.tables.record_matrix``): never older than the matrix they derive from. A run without a
+    (``selection.record.record_matrix``): never older than the matrix they derive from. A run without a
     ``selection_matrix`` keeps every row."""
     stamps = [str(r["recorded_at"]) for r in store.rows("selection_matrix") if r.get("recorded_at")]
     rows = store.rows(table)

@@ -1,4 +1,4 @@
-"""Chapter 02's matrix and its derived tables written again (``selection.tables.record_matrix``): an execution that
+"""Chapter 02's matrix and its derived tables written again (``selection.record.record_matrix``): an execution that
 computes the same values leaves the files byte-identical, and what the readers of their stamps conclude
 (``standing.standing_answers``, ``selection.figures``) is the same as when the matrix was written at every execution."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from servebook.executions import STAMPS
 from servebook.results import RunStore
-from servebook.selection import figures, tables
+from servebook.selection import figures, record
 from servebook.selection.report import _record_answer
 from servebook.standing import standing_answers
 
@@ -25,7 +25,7 @@ def _values(rows: list[dict]) -> list[dict]:
 
 def _execute(store: RunStore, matrix: list[dict], derived: dict[str, list[dict]]) -> str:
     """The writes of chapter 02's matrix cells, in the notebook's order: the matrix, then the tables derived from it."""
-    mode = tables.record_matrix(store, matrix)
+    mode = record.record_matrix(store, matrix)
     for name, rows in derived.items():
         store.replace(name, rows, unchanged=mode)
     return mode
@@ -89,9 +89,9 @@ def test_the_standing_answer_is_the_one_a_matrix_written_at_every_execution_give
         for store in (kept, always, naive) if case else ():
             _record_answer(store, _case(case, at))
         if matrix:
-            monkeypatch.setattr(tables, "_now", lambda t=later: t)
+            monkeypatch.setattr(record, "_now", lambda t=later: t)
             before = kept.table_path("selection_matrix").read_bytes() if kept.table_path("selection_matrix").exists() else None
-            mode = tables.record_matrix(kept, _cells(matrix))
+            mode = record.record_matrix(kept, _cells(matrix))
             always.replace("selection_matrix", [r | {"recorded_at": later} for r in _cells(matrix)])
             naive.replace("selection_matrix", [r | {"recorded_at": later} for r in _cells(matrix)], unchanged="keep")
             if name == "nothing changes" and day > 1:
@@ -107,7 +107,7 @@ def test_derived_tables_of_a_changed_matrix_still_count(tmp_path, monkeypatch):
     store = RunStore(tmp_path)
     dis = [{"a": "sglang 0.5.9", "b": "vllm 0.33.0", "kind": "differs", "model": "kimi-k2.5", "gpu": "h200", "between": "engines"}]
     for day, answer in ((1, "TRITON_MLA"), (2, "TRITON_MLA"), (3, "CUTLASS_MLA")):
-        monkeypatch.setattr(tables, "_now", lambda t=f"2026-12-0{day}T10:00:00+00:00": t)
+        monkeypatch.setattr(record, "_now", lambda t=f"2026-12-0{day}T10:00:00+00:00": t)
         mode = _execute(store, _cells(answer), {"selection_disagreements": dis})
         assert mode == ("keep" if day == 2 else "write")
         assert figures.disagreement_count(store) == {None: 1}

@@ -1,5 +1,6 @@
-"""Chapter 02's decision matrix and the tables derived from it, written so that an execution that computes the same
-values again leaves the run's files as they were (``servebook html --refresh 02`` dirties no recorded table).
+"""What chapter 02 writes of its decision matrix: the matrix and the tables derived from it, written so that an execution
+that computes the same values again leaves the run's files as they were (``servebook html --refresh 02`` dirties no
+recorded table).
 
     mode = record_matrix(store, rows)                                   # "keep" or "write"
     store.replace("selection_disagreements", rows, unchanged=mode)      # its derived tables, with the matrix
