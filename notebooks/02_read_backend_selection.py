@@ -236,6 +236,8 @@ if smoke:  # one GPU, two models: one engine process per version, the versions s
     models = models[:2]
 from concurrent.futures import ThreadPoolExecutor
 
+from servebook.selection.record import record_matrix
+
 
 def matrix_of(spec):
     return decision_matrix(spec, profiles, models, workers=1 if smoke else 2,
@@ -244,8 +246,9 @@ def matrix_of(spec):
 
 with ThreadPoolExecutor(max_workers=2 if smoke else 1) as pool:
     matrices = dict(zip(usable, pool.map(matrix_of, usable)))
-if matrices:  # computed again from the engines' code: the table is replaced whole, never appended to
-    store.replace("selection_matrix", [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows])
+matrix_mode = "write"  # computed again from the engines' code: replaced whole, or kept where the values are the same
+if matrices:  # (and no answer that stands changes: servebook.selection.record); its derived tables follow it
+    matrix_mode = record_matrix(store, [r | {"engine_spec": spec} for spec, rows in matrices.items() for r in rows])
 none_asked = ("no SGLang/vLLM environment is cached on this machine" if cached_versions or prepare_envs
               else "cached environments are not asked in this book (-p cached_versions=true)")
 print({spec: len(rows) for spec, rows in matrices.items()} or f"no matrix: {none_asked}")
@@ -283,7 +286,7 @@ if all_rows:
     print(pd.DataFrame(side_by_side(all_rows)).to_string(index=False))
 dis = disagreements(all_rows)
 if matrices:  # derived from the matrix: replaced whole with it, so one execution's rows are counted, never several
-    store.replace("selection_disagreements", dis)
+    store.replace("selection_disagreements", dis, unchanged=matrix_mode)
 print_disagreements(dis)
 
 # %% [markdown]
@@ -294,7 +297,7 @@ diff = []
 if len(matrices) >= 2:
     a, b = list(matrices)[:2]
     diff = matrix_diff(matrices[a], matrices[b])
-    store.replace("selection_diff", [d | {"a_spec": a, "b_spec": b} for d in diff])  # whole, like the matrix
+    store.replace("selection_diff", [d | {"a_spec": a, "b_spec": b} for d in diff], unchanged=matrix_mode)  # as the matrix
     print_diff(diff, a, b)
 else:
     print("version diff skipped: it needs two engine environments asked", f"(have {len(matrices)}; {none_asked})")

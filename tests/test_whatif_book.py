@@ -164,3 +164,24 @@ def test_b200_is_not_a_fallback(b200_book):
     assert not store.rows("recommended_launch")
     manifest = json.loads((b200_book.run_dir / "manifest.json").read_text())
     assert manifest["parameters"]["profile"] == "b200"
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_chapter_02_executed_again_leaves_its_matrix_tables_as_they_were(b200_book):
+    """``servebook html --refresh 02`` on the recorded book computes the same matrix again: the files of the matrix and
+    the tables derived from it are byte-identical afterwards (it used to write them again with only a new time stamp),
+    and the answers that stand are the same."""
+    from servebook.book import refresh_chapter
+    from servebook.standing import standing_answers
+
+    run = b200_book.run_dir
+    files = [run / f"{t}.jsonl" for t in ("selection_matrix", "selection_disagreements", "selection_diff")]
+    before = {f.name: f.read_bytes() for f in files if f.exists()}
+    standing = standing_answers(RunStore.at(run))
+    assert "selection_matrix.jsonl" in before and standing
+    # the book's own chapter parameters (vllm_versions " ": none; an empty value is dropped by refresh as not given)
+    row = refresh_chapter(run, "02", {"compare_versions": "0.5.9", "matrix_models": "kimi-k2.5", "vllm_versions": " "})
+    assert row["status"] == "ok", row
+    assert {f.name: f.read_bytes() for f in files if f.exists()} == before
+    assert standing_answers(RunStore.at(run)) == standing

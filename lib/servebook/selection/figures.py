@@ -43,10 +43,12 @@ def _distinct(rows: list[dict]) -> list[dict]:
 def _of_standing_matrix(store, table: str) -> list[dict]:
     """The rows of ``table`` (derived from chapter 02's decision matrix) that derive from the matrix that stands now.
 
-    ``selection_matrix`` is written whole at each execution of chapter 02, so its rows carry that execution's stamp; the
-    derived tables were appended to at each execution (before 2026-12-02), so a run executed four times holds four
+    The derived tables were appended to at each execution (before 2026-12-02), so a run executed four times holds four
     executions' rows. Only the rows recorded no earlier than the standing matrix are of its execution; the rest derive
-    from a matrix that was replaced. A run without a ``selection_matrix`` keeps every row."""
+    from a matrix that was replaced. The matrix keeps its older stamp where an execution computes the same values again,
+    and its derived tables are then kept beside it, or written later where their own values changed
+    (``selection.record.record_matrix``): never older than the matrix they derive from. A run without a
+    ``selection_matrix`` keeps every row."""
     stamps = [str(r["recorded_at"]) for r in store.rows("selection_matrix") if r.get("recorded_at")]
     rows = store.rows(table)
     if not stamps:
