@@ -63,3 +63,17 @@ def test_the_recorded_roofline_is_the_ceiling_measuring_passes(tmp_path):
     store.append("bench_roofline", {"case": "vllm/default on NVIDIA H200", "roofline_tok_s": 1104.8, "source": "measured here"})
     store.append("bench_roofline", {"case": "vllm/default on rtx-pro-6000", "roofline_tok_s": 50.0, "source": "reported by the seed"})
     assert _recorded_ceiling(store, "vllm/default") == pytest.approx(1104.8) and _recorded_ceiling(store, "sglang/default") is None
+
+
+def test_a_read_of_done_alone_is_no_decode_and_no_read_gap():
+    """Every token in the first read, then a read holding only usage and [DONE]: the time between them is the stream's
+    end, not a decode (untimed); and a split write followed by a [DONE]-only read is still one read gap of tokens. (Left: a
+    decode rate is timed to the stream's end, so a split write whose [DONE] comes well after it times the wait for [DONE].)"""
+    def with_done_read(parts, stamps, tokens):
+        raw = _stream(parts + [0], stamps, tokens)
+        return bench._finish(raw, "completions", None, None)
+
+    one = with_done_read([16], [0.05, 0.06], 16)
+    assert one.ok and one.decode_tok_s is None and "all 16 tokens arrived in one network read" in one.untimed
+    split = with_done_read([1, 15], [0.05, 0.05 + 15 / 20_000, 0.05 + 15 / 19_000], 16)   # [DONE] read right after
+    assert split.decode_tok_s is None and "split into two reads" in split.untimed

@@ -104,3 +104,11 @@ def test_the_pages_saturation_check_reads_the_stop_by_the_same_band(tmp_path, mo
             + table(["", "label", "concurrency", "throughput_tok_s"],
                     *[[str(i), "a", str(c), f"{t:.1f}"] for i, (c, t) in enumerate(((1, 483.4), (2, 911.6), (4, last)))]))
     assert contradictions({"p.html": html}, kinds=("saturation",)) == []
+
+
+def test_a_sweep_whose_last_levels_failed_stopped_on_failures_not_saturation():
+    from servebook.bench.saturation import FELL, stop_words
+
+    why, kind = stop_words([(1, 100.0), (2, 200.0), (4, None), (8, None)])
+    assert kind == FELL and "C=4, 8 served no request successfully" in why and "not saturation" in why
+    assert "saturated" not in why

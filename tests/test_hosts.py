@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from servebook.errors import ParameterError
+from servebook.executions import STAMPS
 from servebook.hosts import CASSETTE, HostError, LocalHost, RecordingHost, ReplayHost, get_host, start_recording
 from servebook.params import validate
 
@@ -302,7 +303,7 @@ def test_book_chapters_01_and_05_over_ssh(ssh_env, tmp_path, no_engine_envs):
     # the recording of this SSH run replays chapter 05 here, request for request
     rep = RunStore.at(_run_book(tmp_path, f"replay:{res.run_dir}", ["05"], "ssh1-replay", **_CH05_OVER_SSH).run_dir)
     mine, theirs = rep.rows("bench_requests"), store.rows("bench_requests")
-    drop = lambda r: {k: v for k, v in r.items() if k != "recorded_at"}  # noqa: E731
+    drop = lambda r: {k: v for k, v in r.items() if k not in STAMPS}  # noqa: E731  (when and by which execution)
     assert len(mine) == len(theirs) and [drop(r) for r in mine] == [drop(r) for r in theirs]
 
 
@@ -475,7 +476,7 @@ def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model):
     rep = _run_book(tmp_path, f"replay:{res.run_dir}", ["03", "04"], "ssh34-replay", backends="sdpa,eager", runs=1, max_tokens=8)
     assert [c["status"] for c in rep.chapters] == ["ok", "ok"], rep.chapters
     again = RunStore.at(rep.run_dir)
-    drop = lambda r: {k: v for k, v in r.items() if k not in ("recorded_at", "seconds")}  # noqa: E731
+    drop = lambda r: {k: v for k, v in r.items() if k not in (*STAMPS, "seconds")}  # noqa: E731
     assert [drop(r) for r in again.rows("backends")] == [drop(r) for r in store.rows("backends")]
     assert [drop(r) for r in again.rows("allreduce")] == [drop(r) for r in store.rows("allreduce")]
     # the same sweep run here: the recorded rows have the same shape

@@ -240,3 +240,42 @@ def test_a_refused_verdict_leaves_no_table_of_the_earlier_profile_run(tmp_path):
     with pytest.raises(seed.MissingReferenceProfiles):
         seed.record_seed(store, reference=tmp_path / "ref")
     assert all(store.rows(t) == [] for t in seed.SEED_TABLES)
+
+
+# -- review mends: a machine known beside one unknown, a carried engine's bandwidth, a live book's profiles -----------
+def test_a_slice_without_a_machine_beside_one_with_is_refused_not_taken_as_one_machine(tmp_path):
+    rows = _ladder_a() + [{**p, "machine": None} for p in _unit_b() if p["engine"] == "vllm"]
+    _run(tmp_path / "ref", [p for p in rows if p["machine"]])
+    store = RunStore.at(tmp_path / "ref")
+    store.replace("profile_runs", rows)
+    with pytest.raises(MachineMismatch, match="vLLM: none recorded.*cannot be compared"):
+        units.on_anchor_machine(store, seed.SEED_BACKENDS)
+    old = [{k: v for k, v in p.items() if k != "machine"} for p in rows]   # rows from before identities: read as one run
+    store.replace("profile_runs", old)
+    assert units.on_anchor_machine(store, seed.SEED_BACKENDS) == (store, [])
+
+
+def test_a_carried_engine_s_measured_bandwidth_is_the_anchor_machine_s(tmp_path):
+    """vLLM's times carried to gpu-a are divided by gpu-a's measured bandwidth: machine B's own row moves nothing."""
+    from servebook.profile.projection import project
+
+    def vllm_total(read_b):
+        dest = _run(tmp_path / f"ref-{read_b}", _ladder_a())
+        unit = _run(tmp_path / f"unit-b-{read_b}", _unit_b(ratio=1.1))
+        unit.replace("memory_bandwidth", [{"machine": "gpu-b", "read_tbs": read_b, "run_id": "unit-b"}])
+        units.merge_unit(dest, unit)
+        src, _ = units.on_anchor_machine(dest, seed.SEED_BACKENDS)
+        assert {p.get("carried_to_machine") for p in src.rows("profile_runs") if p["engine"] == "vllm"} == {"gpu-a"}
+        rows = project(src, "vllm", backend="TRITON_MLA", bandwidth="measured", allreduce_us=10.0, allreduce_source="test")
+        return next(r for r in rows if r["category"] == "total")["predicted_ms"]
+
+    assert vllm_total(4.2) == pytest.approx(vllm_total(3.78))
+
+
+def test_a_live_book_s_profiles_with_machines_are_no_units_account(tmp_path):
+    """Chapter 05 of a new GPU book stamps every profile with its machine; without an anchor configuration in the run
+    chapter 06 says nothing of depth ladders."""
+    p = {**_prof("sglang", 1, "gpu-abc"), "label": "sglang llama-8b", "card": "llama-3.1-8b", "quant": None}
+    store = _run(tmp_path / "live", [p])
+    assert units.units_markdown(store) == ""
+    assert "no depth ladder" in units.units_markdown(_run(tmp_path / "ref", _ladder_a()))

@@ -59,14 +59,19 @@ def test_rows_recorded_before_the_id_keep_standing_once(tmp_path):
     assert [r.get("execution_id") for r in store.rows("failures")] == [now, now]
 
 
-def test_the_committed_runs_list_the_same_failures_as_before():
-    """No committed row carries an id yet: what each committed run lists is what the unstamped rule gave."""
+def test_the_committed_runs_list_each_failure_once_per_its_last_execution():
+    """What each committed run lists: every distinct failure stands, the rows of one value from one execution only (the
+    last that recorded it; an unstamped row, from before ids, once)."""
     for run in ("h200x2-live", "whatif-rtx-pro-6000-sglang-0.5.9"):
         store = RunStore(data_dir() / "runs" / run)
         every = store.rows("failures", executions="all")
-        assert every and not any("execution_id" in r for r in every)
-        distinct = {json.dumps({k: v for k, v in r.items() if k not in STAMPS}, sort_keys=True) for r in every}
-        assert len(store.rows("failures")) == len(distinct) < len(every), run
+        value = lambda r: json.dumps({k: v for k, v in r.items() if k not in STAMPS}, sort_keys=True)  # noqa: E731
+        standing = store.rows("failures")
+        assert {value(r) for r in standing} == {value(r) for r in every}, run
+        for v in {value(r) for r in standing}:
+            ids = [r.get("execution_id") for r in standing if value(r) == v]
+            assert len(set(ids)) == 1 and (ids[0] is not None or len(ids) == 1), (run, v[:80], ids)
+        assert len(standing) < len(every), run
 
 
 def test_the_id_reaches_the_processes_a_chapter_starts_and_is_restored_after(tmp_path):

@@ -40,10 +40,19 @@ def fell(throughput: float | None, lower: Iterable[float | None]) -> bool:
 def stop_words(levels: Sequence[tuple[int, float | None]]) -> tuple[str, str] | None:
     """Why a sweep that stopped early stopped, from its levels ``[(concurrency, throughput tok/s), ...]`` in the order
     run: ``(words, kind)``, kind "throughput fell" where its last level fell (:func:`fell`) from the best before it,
-    else "saturation" (it held, without growing). None with fewer than two levels with a throughput."""
+    else "saturation" (it held, without growing); where its last levels served no request, "throughput fell" with words that
+    say so. None with fewer than two levels with a throughput."""
     thr = [(int(c), float(t)) for c, t in levels if t is not None]
     if len(thr) < 2:
         return None
+    failed = []   # the last levels, where no request succeeded (no throughput): they, not the levels before, ended it
+    for c, t in reversed(levels):
+        if t is not None:
+            break
+        failed.insert(0, int(c))
+    if failed:
+        return (f"C={', '.join(map(str, failed))} served no request successfully (no throughput) after "
+                f"{max(t for _, t in thr):,.1f} tok/s at best: the sweep stopped on failing requests, not saturation", FELL)
     (c_last, last), (c_best, best) = thr[-1], max(thr[:-1], key=lambda x: x[1])
     if fell(last, [best]):
         return (f"throughput fell {1 - last / best:.0%} from its best, {best:,.1f} tok/s at C={c_best}, to {last:,.1f} at "

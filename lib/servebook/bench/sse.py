@@ -219,10 +219,11 @@ def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[
         per = (gap + carry) * 1e3 / k
         carry = 0.0
         r.itl_ms.extend([per] * k)
-    if r.output_tokens > 1 and r.e2e_s > r.ttft_s:
+    if r.output_tokens > 1 and r.e2e_s > r.ttft_s and len(set(times)) > 1:
         r.tpot_s = (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
         r.decode_tok_s = (r.output_tokens - 1) / (r.e2e_s - r.ttft_s)
     elif r.output_tokens > 1:  # e.g. transformers serve writes what its generation thread queued since its last write at once
+        # (a later read holding only [DONE] or usage times the end of the stream, not a decode)
         r.untimed = (f"all {r.output_tokens} tokens arrived in one network read: no time between the first token and the "
                      "last to time a decode rate by")
     else:
@@ -242,14 +243,17 @@ MIN_READ_GAPS = 2
 ONE_GAP_MAX_TOK_S = 10_000.0
 
 
-def implausible(r: RequestResult, raw: RawStream, ceiling_tok_s: float | None = None) -> str | None:
+def implausible(r: RequestResult, raw: RawStream, ceiling_tok_s: float | None = None,
+                times: list[float] | None = None) -> str | None:
     """Why the decode rate the client timed for ``r`` is not the server's, or None: fewer than ``MIN_READ_GAPS`` reads
     after the read that carried the first token at a rate above ``ONE_GAP_MAX_TOK_S``, or a rate above ``ceiling_tok_s``
-    (the hardware's ceiling for one stream where one is known: chapter 05's bandwidth roofline)."""
+    (the hardware's ceiling for one stream where one is known: chapter 05's bandwidth roofline). ``times``: the read
+    stamps of the text chunks (only reads that carried tokens count as gaps; a read of [DONE] or usage alone does not);
+    without them every read of the stream counts."""
     if r.decode_tok_s is None or r.ttft_s is None:
         return None
     first = raw.t_arrive + r.ttft_s  # the first token's read stamp, up to rounding (well under a microsecond)
-    gaps = sum(1 for t in raw.stamps if t > first + 1e-7)
+    gaps = sum(1 for t in (sorted(set(times)) if times is not None else raw.stamps) if t > first + 1e-7)
     if gaps < MIN_READ_GAPS and r.decode_tok_s > ONE_GAP_MAX_TOK_S:
         return (f"{r.output_tokens - 1} tokens after the first came in one read {1e6 * (r.e2e_s - r.ttft_s):,.0f} us after it "
                 f"({r.decode_tok_s:,.0f} tok/s): one server write split into two reads gives this, and no decode recorded "
@@ -301,7 +305,7 @@ def finish(raw: RawStream, api: str, tokenizer, expect_tokens: int | None, ceili
     counts = _count_output(r, texts, ev["usage"], tokenizer)
     if times:
         _timings(r, raw, times, counts)
-        why = implausible(r, raw, ceiling_tok_s)
+        why = implausible(r, raw, ceiling_tok_s, times)
         if why:
             r.untimed, r.decode_tok_s, r.tpot_s, r.itl_ms = why, None, None, []
     if ev["errors"]:

@@ -305,8 +305,10 @@ _HOST = [  # chapter 01's host as chapter 06's host line reads it, the method's 
              tables=("failures",)),
     Quantity("failures_distinct", "distinct recorded failures (by error text; findings.failures)",
              lambda store: {None: len(failures(store))}, tables=("failures",)),
-    Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures)",
-             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(marked(f.get("error")).split()) for f in store.rows("failures")},
+    Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures, every recording: a "
+             "chapter names the failures it hit, also where a later execution recorded the same one again)",
+             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(marked(f.get("error")).split())
+                            for f in store.rows("failures", executions="all")},
              tables=("failures",)),
     Quantity("chapter_error", "why an execution of a chapter stopped, as its row recorded it, whole (chapter | recorded_at; table "
              "chapters)", lambda store: {f"{c.get('chapter')} | {c.get('recorded_at')}": " ".join(str(c.get("error")).split())

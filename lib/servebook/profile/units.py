@@ -114,8 +114,9 @@ def _copy_logs(src: Path, dst: Path, unit: str) -> None:
 class OnAnchor:
     """A RunStore's rows read with each engine's times carried to the anchor machine (``on_anchor_machine``)."""
 
-    def __init__(self, store, factors: dict):
+    def __init__(self, store, factors: dict, anchor: str | None = None):
         self.path, self._store, self.factors = store.path, store, factors   # factors: {(engine, machine): factor}
+        self.anchor = anchor
 
     def rows(self, table: str, **kw) -> list[dict]:
         out = []
@@ -123,7 +124,7 @@ class OnAnchor:
             f = self.factors.get((r.get("engine"), r.get("machine")))
             if f is not None and f != 1.0:
                 r = {**r, **{k: r[k] * f for k in _TIMES if isinstance(r.get(k), (int, float))},
-                     "carried_from_machine": r.get("machine"), "carried_factor": f}
+                     "carried_from_machine": r.get("machine"), "carried_to_machine": self.anchor, "carried_factor": f}
             out.append(r)
         return out
 
@@ -138,16 +139,25 @@ def on_anchor_machine(src, backends: dict) -> tuple:
     from ..engines import prose_name
     from .projection import _tables
     from .slices import select_slices
+    from .tables import latest_ok
 
     profiles = _tables(src)[0]
     machine = {}
     for eng, backend in backends.items():
         sl = select_slices(profiles, eng, backend=backend)
         machine[eng] = (sl["deep"] or {}).get("machine")
-    anchor = next(iter(machine.values()), None)
-    if anchor is None or all(m in (None, anchor) for m in machine.values()):
+    known = {m for m in machine.values() if m is not None}
+    if not known:   # rows recorded before machine identities: one recording's rows, as the projection always read them
         return src, []
-    refs = [p for p in profiles if p.get("ok") and p.get("reference") and p.get("busy_ms") is not None]
+    if None in machine.values():   # one engine's machine known, another's not: nothing says they are one machine
+        raise MachineMismatch("the engines' slices name machines " + ", ".join(f"{prose_name(e)}: {m or 'none recorded'}"
+                              for e, m in machine.items()) + ": a slice without a machine identity cannot be compared "
+                              "with a machine's (record it again, or compare only rows that name their machine)")
+    anchor = next(iter(machine.values()))
+    if len(known) == 1:
+        return src, []
+    # each anchor label's latest ok row, as chapter 06's reference_ratio reads them (a label profiled again counts once)
+    refs = [p for p in latest_ok(profiles) if p.get("reference") and p.get("busy_ms") is not None]
     ratios = relative_to_reference([p for p in refs if p.get("machine") in set(machine.values())], value="busy_ms")
     per = {r["machine"]: r["reference_value"] for r in ratios}
     factors, notes = {}, []
@@ -165,7 +175,7 @@ def on_anchor_machine(src, backends: dict) -> tuple:
                                  "anchor configuration's GPU busy time on both (an assumption: that the machines "
                                  "differ by one factor in every kernel; both engines profiled in one unit settle it; "
                                  "kernel floors not carried)"})
-    return OnAnchor(src, factors), notes
+    return OnAnchor(src, factors, anchor), notes
 
 
 def _deepest_starts(prof: list[dict], engine: str, backend: str) -> list[dict]:
@@ -193,7 +203,9 @@ def units_markdown(store) -> str:
     from .tables import latest_ok
 
     prof = latest_ok(store.rows("profile_runs"))
-    if not prof or not all(p.get("machine") for p in prof):
+    # a recording of units: every row names its machine and the run holds the anchor configuration (a live book's
+    # profiles name their machine too, and are no depth ladder)
+    if not prof or not all(p.get("machine") for p in prof) or not any(p.get("reference") for p in prof):
         return ""
     lin, lines, deep = store.rows("slice_linearity"), [], {}
     for eng, be in SEED_BACKENDS.items():

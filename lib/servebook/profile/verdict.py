@@ -149,8 +149,10 @@ def _parts_line(tables: dict) -> str:
     version = next((r for r in tables["seed_assumptions"] if r["assumption"] == "engine version"), None)
     out = []
     tot = {r["engine"]: r for r in rows if r["category"] == "total"}
-    carried = "; vLLM's carried to SGLang's machine through the anchor configuration" if any(
-        r.get("carried_factor") is not None for r in tot.values()) else ""
+    moved = [e for e, r in tot.items() if r.get("carried_factor") is not None]   # the engines carried to the other's machine
+    carried = ("; " + " and ".join(f"{prose_name(e)}'s" for e in moved) + " carried to "
+               + " and ".join(f"{prose_name(e)}'s" for e in tot if e not in moved) + " machine through the anchor configuration"
+               if moved else "")
     if att and att.get("diff_ms"):
         out.append(f"**The other parts.** Attention: on the H200 SGLang {tot['sglang'].get('measured_version')}'s Triton "
                    "MLA decode takes " + _q_ratio(att) + f" as long per layer as vLLM's (`decode_breakdown`{carried}), the same kernel constants on "
