@@ -153,11 +153,7 @@ if not len(store.rows("client_ceiling")) and measure:
                          tokens_per_request=ceiling_tokens, requests_per_level=2, clients=bench.CLIENTS, tokenizer_dir=model_dir,
                          workdir=store.path / "bench_serving_ceiling", bench_serving=f"sglang=={ceiling_sglang_version}" if ceiling_sglang_version else "")
 ceiling_all, ceiling_df = ch05.ceiling_tables(store)
-display(ceiling_df[["concurrency", "events_per_write", "tokens", "stream_tok_s", "client_cpu_us_per_token", "parse_us_per_token",
-                    "ttft_server_p50_s"]])
-ceiling_tok_s = float(ceiling_df["stream_tok_s"].max())
-per_read_us = float(ceiling_df[ceiling_df["events_per_write"] == ceiling_df["events_per_write"].min()]["client_cpu_us_per_token"].max())
-print(f"client ceiling: {ceiling_tok_s:,.0f} streamed tokens/s; {per_read_us:.1f} us of client CPU per token when every token is its own network read")
+ceiling_tok_s, per_read_us = ch05.show_ceiling(ceiling_df)   # (None, None): not measured in this run
 
 # %% [markdown]
 # That is the client's limit on this host. Each measurement below is checked against it after the sweep: a rate that

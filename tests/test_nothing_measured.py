@@ -154,3 +154,18 @@ def test_the_seed_comparison_recorded_again_stands_once_and_the_last_stays_last(
     strip = lambda r: {k: v for k, v in r.items() if k not in STAMPS}  # noqa: E731
     assert len(every) > len(standing) == len({json.dumps(strip(r), sort_keys=True) for r in every})
     assert strip(standing[-1]) == strip(every[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_chapter_05_re_executed_on_a_run_of_profiles_alone_says_nothing_measured(tmp_path, capsys):
+    """A run that never measured the client (h200x1-ref: decode-step profiles only) executed again: chapter 05 says its
+    client ceiling was not measured and ends "nothing measured", not in a KeyError of an empty table."""
+    run = tmp_path / "h200x1-ref"
+    shutil.copytree(Path(WHATIF).parent / "h200x1-ref", run, ignore=shutil.ignore_patterns("traces"))
+    rc = main(["html", str(run), "--refresh", "05", "--out", str(tmp_path / "site")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "chapter 05 failed: nothing measured: no single-stream decode rate was measured" in err, err
+    assert "KeyError" not in err
+    page = (tmp_path / "site" / "05_benchmark_single_stream.html").read_text()
+    assert "client ceiling: not measured in this run" in page

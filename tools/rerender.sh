@@ -6,6 +6,7 @@
 #                                      trust (the h200x1-trust book alone; then `front`);
 #                                      rest-live and rest-book split rest in two halves to run side by side (then `front`);
 #                                      06 (chapter 06 of every book, then the front page: after a change to the findings' words)
+#                                      05 (chapter 05 of every book, then the front page: after a change to chapter 05 alone)
 # Each book's parameters are the ones it was recorded with (its RECORDED.md); commit the code first, so the runs record
 # a clean revision.
 set -uo pipefail
@@ -65,6 +66,15 @@ if [ -n "$books" ]; then
   step data/runs/h200x2-book --refresh-findings --compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu --out rendered/h200x2
   step $WHATIF --refresh 01,03,04,05,06 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
 fi
+if [ "$phase" = 05 ]; then
+  step data/runs/h200x1-live --refresh 05 -p compare_engines=vllm -p "engine_args=$EA" -p max_tokens=128 -p input_len=128 -p ceiling_sglang_version=0.5.16 --out rendered/h200x1-live
+  step data/runs/h200x2-live --refresh 05 -p compare_engines=vllm -p "engine_args=$EA" --out rendered/h200x2-live
+  step data/runs/h200x1-trust --refresh 05 -p engine=sglang -p compare_engines=vllm -p model=data/runs/h200x1-trust/models/kimi-slice -p "engine_args=$EA" \
+    -p starts=2 -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p max_concurrency=16 -p ceiling_sglang_version=0.5.16 --out rendered/h200x1-trust
+  step data/runs/h200x1-book --refresh 05 --out rendered/h200x1
+  step data/runs/h200x2-book --refresh 05 --out rendered/h200x2
+  step $WHATIF --refresh 05 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
+fi
 if [ "$phase" = 06 ]; then
   step data/runs/h200x1-live --refresh 06 --compare-with data/runs/h200x2-live --out rendered/h200x1-live
   step data/runs/h200x2-live --refresh 06 --compare-with data/runs/h200x1-book --out rendered/h200x2-live
@@ -73,4 +83,4 @@ if [ "$phase" = 06 ]; then
   step data/runs/h200x2-book --refresh-findings --compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu --out rendered/h200x2
   step $WHATIF --refresh 06 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
 fi
-case $phase in rest|all|front|06) "$SB" front rendered/;; esac
+case $phase in rest|all|front|05|06) "$SB" front rendered/;; esac

@@ -22,9 +22,9 @@ from .measure import Workload, measure_engines
 from .report import UNTAGGED, ceiling_sentence, check_yourself, excerpt, found, say_sweep_stops, whole_block
 from .seed import say_prediction_tok_s, seed_roofline, whatif_check_yourself, whatif_found
 from .tables import (ceiling_warnings, client_check, graph_eager_pairs, measured, plot_graph_vs_eager, plot_single_runs, plot_sweep,
-                     roofline_shown, show_ceiling_comparison, starts_table)
+                     roofline_shown, show_ceiling, show_ceiling_comparison, starts_table)
 
 __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measure_engines", "measured", "starts_table",
            "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "graph_eager_pairs", "client_check",
            "host_roofline", "roofline_shown", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
-           "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling_comparison", "ceiling_warnings", "what_if_line", "excerpt", "whole_block"]
+           "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling", "show_ceiling_comparison", "ceiling_warnings", "what_if_line", "excerpt", "whole_block"]

@@ -187,6 +187,25 @@ def client_check(store):
 
 
 # -- small displays ----------------------------------------------------------------------------------------------------
+def show_ceiling(ceiling_df) -> tuple[float | None, float | None]:
+    """servebook's own client-ceiling rows shown, and ``(ceiling_tok_s, per_read_us)``: the most streamed tokens/s, and the
+    client CPU per token where every token is its own network read. ``(None, None)``, said in one line, where the run
+    never measured the client (a run re-executed with ``measure=False`` that holds no ``client_ceiling``)."""
+    from IPython.display import display
+
+    if not len(ceiling_df):
+        print("client ceiling: not measured in this run (table client_ceiling is empty; measure=True measures it): "
+              "no rate below is checked against the client")
+        return None, None
+    display(ceiling_df[["concurrency", "events_per_write", "tokens", "stream_tok_s", "client_cpu_us_per_token", "parse_us_per_token",
+                        "ttft_server_p50_s"]])
+    ceiling_tok_s = float(ceiling_df["stream_tok_s"].max())
+    per_read_us = float(ceiling_df[ceiling_df["events_per_write"] == ceiling_df["events_per_write"].min()]["client_cpu_us_per_token"].max())
+    print(f"client ceiling: {ceiling_tok_s:,.0f} streamed tokens/s; {per_read_us:.1f} us of client CPU per token when every token "
+          "is its own network read")
+    return ceiling_tok_s, per_read_us
+
+
 def show_ceiling_comparison(store, verdict: dict, ceiling_all) -> None:
     """The three clients' ceilings side by side and level by level (where the run compared them), and the goal."""
     import pandas as pd
