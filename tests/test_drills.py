@@ -106,9 +106,10 @@ def killed_and_resumed(tmp_path_factory, embedded_model):
                                and len(RunStore(run_dir).rows("backends")) >= 1, timeout=300, step=0.5)
         assert second_started, (root / "book-killed.log").read_text()[-3000:]
         tree = [p.pid for p in psutil.Process(book.pid).children(recursive=True)]
-        rows_at_kill = RunStore(run_dir).rows("backends")
         os.killpg(book.pid, signal.SIGKILL)  # the book's own process and its group, as `kill -9 -PGID` would
         book.wait(timeout=30)
+        # read after the kill: a measurement can still finish between the wait above and the kill (seen once on CI)
+        rows_at_kill = RunStore(run_dir).rows("backends")
     finally:
         if book.poll() is None:
             os.killpg(book.pid, signal.SIGKILL)
@@ -150,10 +151,13 @@ def test_kill9_then_resume_keeps_every_measurement_and_measures_nothing_twice(ki
     assert len(labels) == len(set(labels)), f"measured twice: {labels}"
     assert {a for _, a in labels} == {"auto", "eager"}
     assert all(r["outcome"] == "ok" for r in rows), rows
-    # The resumed run started only the server that had not finished: auto was not started again.
+    # The resumed run started only the servers whose measurement had not finished at the kill (eager, unless it finished
+    # in the moment before the kill): auto was not started again.
     starts = [e for e in _events(k["registry"]) if e["event"] == "started"]
     auto_starts = [e for e in starts if "--attn-implementation" not in e["cmd"]]
-    assert len(auto_starts) == 1 and len(starts) == 3, [e["cmd"][-40:] for e in starts]
+    unfinished = {"auto", "eager"} - {r["attention"] for r in before}
+    assert "auto" not in unfinished and len(auto_starts) == 1, [e["cmd"][-40:] for e in starts]
+    assert len(starts) == 2 + len(unfinished), ([e["cmd"][-40:] for e in starts], unfinished)
     assert len(store.manifest.get("resumptions", [])) == 1
 
 
