@@ -102,3 +102,28 @@ def no_leftover_servers():
                 continue
             left.append((p.info["pid"], cmd))
     assert not left, f"servers left running: {left}"
+
+
+
+@pytest.fixture
+def host_named_sglang(tmp_path, monkeypatch):
+    """Make a host-named SGLang interpreter (``SERVEBOOK_PYTHON_SGLANG``): a wrapper of this Python whose path holds an
+    ``sglang`` package of ``version`` (its METADATA plus ``metadata`` lines); returns ``(site, wrapper)``. The cache is
+    tmp_path's."""
+    import sys
+
+    def make(version: str = "0.5.16", metadata: str = "") -> tuple:
+        site = tmp_path / "site"
+        (site / "sglang").mkdir(parents=True, exist_ok=True)
+        (site / "sglang" / "__init__.py").write_text("")
+        dist = site / f"sglang-{version}.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n{metadata}")
+        py = tmp_path / "py-sglang"
+        py.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+        py.chmod(0o755)
+        monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setenv("SERVEBOOK_PYTHON_SGLANG", str(py))
+        return site, py
+
+    return make

@@ -320,25 +320,13 @@ def test_two_sweeps_in_threads_of_a_fresh_interpreter(embedded_model, tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "['failed to start', 'failed to start']"
 
 
-def test_a_host_named_interpreter_answers_a_spec_no_prepared_env_holds(tmp_path, monkeypatch):
+def test_a_host_named_interpreter_answers_a_spec_no_prepared_env_holds(tmp_path, host_named_sglang):
     """On a GPU host whose engine lives in its own interpreter (SERVEBOOK_PYTHON_SGLANG), `sglang==V` resolves to that
     interpreter when it holds V (chapter 05's bench_serving ceiling asks this way), and is not claimed for another V."""
-    import sys
-
     from servebook.errors import EngineError
     from servebook.engines.envs import resolve_engine
 
-    site = tmp_path / "site"
-    (site / "sglang").mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
-    dist = site / "sglang-0.5.16.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.16\nRequires-Dist: torch==2.11.0\n")
-    py = tmp_path / "py-sglang"
-    py.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
-    py.chmod(0o755)
-    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("SERVEBOOK_PYTHON_SGLANG", str(py))
+    site, py = host_named_sglang(metadata="Requires-Dist: torch==2.11.0\n")
     env = resolve_engine("sglang==0.5.16")
     assert (env.python, env.version, env.source) == (str(py), "0.5.16", "engine-python")
     assert env.package_dir == str(site / "sglang")

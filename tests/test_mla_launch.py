@@ -1,7 +1,6 @@
 """The Triton MLA decode kernel's launch, read from the engines' own code (servebook.selection.mla_launch), against the
 rows recorded in data/reference/attention-12.json (table seed_attention_12, chapter 06 of the what-if book)."""
 
-import sys
 
 import pytest
 
@@ -117,22 +116,13 @@ def _decode_grouped_att_m_fwd(q, k_buffer, v_buffer, num_kv_splits, is_mla=False
 """
 
 
-def test_attention_reads_are_kept_until_the_code_changes(tmp_path, monkeypatch):
+def test_attention_reads_are_kept_until_the_code_changes(tmp_path, host_named_sglang):
     """A host-named SGLang environment (SERVEBOOK_PYTHON_SGLANG): a second read returns what the first read; a changed
     kernel file is read again."""
-    site = tmp_path / "site"
+    site, _ = host_named_sglang()
     kernel = site / "sglang" / "kernels" / "ops" / "attention" / "decode_attention.py"
     kernel.parent.mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
     kernel.write_text(_DECODE.replace("STAGES", "2"))
-    dist = site / "sglang-0.5.16.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.16\n")
-    py = tmp_path / "py-sglang"
-    py.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
-    py.chmod(0o755)
-    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("SERVEBOOK_PYTHON_SGLANG", str(py))
     first = ranges._read_launch("sglang", "0.5.16")
     assert first[0]["num_stages"] == 2 and first[3] == "the engine-python sglang==0.5.16 environment"
     assert ranges._read_launch("sglang", "0.5.16") is first
