@@ -43,16 +43,21 @@ def get_engine(spec: str, python: str | None = None) -> EngineAdapter:
     Without ``python``, SGLang and vLLM run in the interpreter that has them: this one when the engine is
     installed here (at the pinned version, if one is given), else a cached environment prepared with
     ``servebook engines add`` (chapter 02); failing both, this interpreter, whose ``require()`` then says
-    how to install it.
+    how to install it. A static-only build (the engine without its requirements) is taken only when a bare name finds
+    no full build or when its version is asked by name; the adapter then reads its files but refuses, in one line
+    naming the build and the command that builds a full one, whatever must import it (``static_only``).
     """
     parsed = parse_engine_spec(spec)
     if parsed.name not in ENGINES:
         raise ParameterError("engine", spec, f"valid engines: {', '.join(ENGINES)}")
     if python is None:
         python = python_from_env(parsed.name)
+    static_only = None
     if python is None and parsed.name != "transformers":
-        python = _prepared_python(parsed)
-    return ENGINES[parsed.name](python=python, wanted_version=parsed.version)
+        python, static_only = _prepared(parsed)
+    eng = ENGINES[parsed.name](python=python, wanted_version=parsed.version)
+    eng.static_only = static_only
+    return eng
 
 
 def user_command(engine: str, model_ref: str, *, attention: str | None = None, tp: int = 1, env: dict[str, str] | None = None,
@@ -94,14 +99,23 @@ def _for_user(engine: str, version: str | None, python: str | None) -> tuple[Eng
     return get_engine(f"{parsed.name}=={version}" if version else parsed.name, python=python), version
 
 
-def _prepared_python(parsed: EngineSpec) -> str | None:
+def _prepared(parsed: EngineSpec) -> tuple[str | None, str | None]:
+    """The python of the prepared environment for ``parsed`` and, when that is a static-only build, the line that
+    refuses it to whatever must import the engine (the adapter's launch, preflight, parser, ``require``); its files
+    stay readable through the adapter (the version, vLLM's options read from source). A bare name takes the newest
+    full build over a newer static-only one. (None, None) when nothing is prepared."""
     from ..errors import EngineError
-    from .envs import resolve_engine
+    from .envs import StaticOnlyBuild, resolve_engine, static_only_error
 
+    spec = f"{parsed.name}=={parsed.version}" if parsed.version else parsed.name
     try:
-        return resolve_engine(f"{parsed.name}=={parsed.version}" if parsed.version else parsed.name).python
+        try:
+            env = resolve_engine(spec)
+        except StaticOnlyBuild:
+            env = resolve_engine(spec, static=True)
     except EngineError:
-        return None
+        return None, None
+    return env.python, (static_only_error(env.engine, [env.version], env.python) if env.static_only else None)
 
 
 def args_for(text: str, name: str) -> list[str]:

@@ -58,6 +58,17 @@ class EngineAdapter:
         self.python = python or sys.executable
         self.wanted_version = wanted_version
 
+    # Set by get_engine when ``python`` is a static-only build it picked (engines.envs.is_static_only): the line that
+    # refuses whatever must import the engine there (launch, its parser, require; preflight answers it as its error). None: nothing known.
+    static_only: str | None = None
+
+    def _needs_import(self) -> None:
+        """Refuse, in one line, what must import the engine, where it is a static-only build."""
+        if self.static_only:
+            from .envs import StaticOnlyBuild
+
+            raise StaticOnlyBuild(self.static_only)
+
     # -- introspection in the engine's own interpreter -----------------------
     host = None  # a servebook.hosts host that is not this process: introspection runs there
 
@@ -97,6 +108,7 @@ class EngineAdapter:
 
     def require(self) -> str:
         """The installed version, or an error that says how to install it."""
+        self._needs_import()
         v = self.version()
         if v is None:
             raise EngineError(
@@ -141,6 +153,7 @@ class EngineAdapter:
         return self._parser_cli()
 
     def _parser_cli(self) -> dict:
+        self._needs_import()
         # the same import stubs as chapter 02's what-if uses to import the engine (kernel libraries it tests for stay absent)
         stubs = [m for m in GPU_ONLY if m not in SELECTION_LIBS]
         res = self._py_script([str(_CLI_SCRIPT), self.name, str(_RUNNER), json.dumps(stubs)], timeout=300)
@@ -216,6 +229,7 @@ class EngineAdapter:
     ) -> Launch:
         """The launch of this engine's server; with ``check`` (default) every option is first checked
         against the installed version's own CLI (:meth:`check_command`)."""
+        self._needs_import()
         port = port or free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1")
         version = self.wanted_version or self.version()
         cmd, cmd_env = self._command(model, port=port, host=host, attention=attention, tp=tp)
@@ -241,6 +255,8 @@ class EngineAdapter:
         return {"method": None, "results": {}}
 
     def _run_preflight(self, request: dict, timeout: float = 300) -> dict:
+        if self.static_only:  # its validation imports the engine: said as every failure to ask it is
+            return {"method": None, "results": {}, "error": self.static_only}
         script = str(Path(__file__).parent / "launchers" / "preflight.py")
         res = self._py_script([script, self.name, json.dumps(request)], timeout=timeout)
         for line in reversed(res.stdout.splitlines()):

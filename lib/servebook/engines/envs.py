@@ -2,6 +2,7 @@
 
     env = resolve_engine("sglang==0.5.9")        # the prepared one (EngineError if not prepared)
     env = resolve_engine("sglang", engine_python="/opt/sglang/bin/python")   # a real host's layout
+    env = resolve_engine("sglang", static=True)   # a reader of the engine's files: a static-only build may answer
     env.python, env.version, env.package_dir     # where the engine's own code lies
     list_engines()                                # [{'engine': 'sglang', 'version': '0.5.9', ...}, ...]
 
@@ -23,8 +24,8 @@ from ..errors import EngineError
 from ..interpreters import python_from_env
 from ..paths import cache_dir
 
-__all__ = ["SUPPORTED_ENGINES", "EngineEnv", "resolve_engine", "list_engines", "engines_root", "parse_engine_spec",
-           "available_versions", "engine_cuda"]
+__all__ = ["SUPPORTED_ENGINES", "EngineEnv", "StaticOnlyBuild", "resolve_engine", "list_engines", "engines_root",
+           "parse_engine_spec", "available_versions", "engine_cuda", "is_static_only", "static_only_error"]
 
 SUPPORTED_ENGINES = ("transformers", "sglang", "vllm")
 
@@ -40,9 +41,33 @@ class EngineEnv:
     cuda: str | None = None        # the CUDA the engine's own pins bring on a GPU host (see engine_cuda)
     cuda_source: str = ""
     import_error: str | None = None  # set when the environment is known not to resolve (static reading only)
+    static_only: bool = False      # built from the engine alone, without its requirements (is_static_only)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+class StaticOnlyBuild(EngineError):
+    """The prepared environments that would answer are static-only builds, and the caller needs one that imports."""
+
+
+def is_static_only(meta: dict) -> bool:
+    """Whether a prepared environment's metadata records a static-only build: the engine alone, installed without
+    its requirements (``add_engine(..., requirements=False)``, which CI uses for versions whose source is all it
+    reads). Its files can be read; the engine cannot be imported there, so no server or helper runs in it."""
+    return not meta.get("importable", True) and meta.get("requires_installed") == []
+
+
+def static_only_error(engine: str, versions: list[str], python: str | None = None) -> str:
+    """The one line that refuses static-only builds where an importable engine is needed, with the command that
+    builds a full one (of the newest of ``versions``)."""
+    newest = max(versions, key=_vkey)
+    found = ", ".join(f"{engine}=={v}" for v in sorted(versions, key=_vkey))
+    where = f" at {python}" if python else ""
+    return (f"{engine}: the prepared environment{'s' if len(versions) > 1 else ''} {found}{where} "
+            f"{'are' if len(versions) > 1 else 'is a'} static-only build{'s' if len(versions) > 1 else ''} "
+            f"(the engine without its requirements: its source can be read, it cannot be imported), and this needs "
+            f"one that imports; build a full one: servebook engines add {engine}=={newest} --force (or pass --engine-python)")
 
 
 def engines_root() -> Path:
@@ -111,8 +136,14 @@ def _named_by_host(engine: str, version: str | None) -> EngineEnv | None:
     return EngineEnv(engine, found, py, pkg, "engine-python", (), *engine_cuda(py, engine))
 
 
-def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) -> EngineEnv:
-    """Find the interpreter for ``spec`` (``engine[==version]``)."""
+def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None, *, static: bool = False) -> EngineEnv:
+    """Find the interpreter for ``spec`` (``engine[==version]``).
+
+    Without a version: the engine installed beside servebook, else the newest prepared environment, else the one the
+    host names (``SERVEBOOK_PYTHON_<ENGINE>``). A static-only build (:func:`is_static_only`) is picked there only for
+    a ``static`` reader (one that reads the engine's files and never imports it); anyone else gets the newest full
+    build, or :class:`StaticOnlyBuild` when static-only builds are all there is. A version asked by name is returned
+    as prepared, its ``static_only`` set."""
     engine, version = parse_engine_spec(spec)
     if engine_python:
         py = str(engine_python)
@@ -127,13 +158,12 @@ def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) ->
             found, pkg = _package_dir(sys.executable, engine)
             return EngineEnv(engine, found, sys.executable, pkg, "this-python")
         except EngineError:
-            cached = [e for e in list_engines() if e["engine"] == engine]
-            if not cached and (named := _named_by_host(engine, None)) is not None:
-                return named
-            if not cached:
-                raise EngineError(f"{engine} is not installed here and no environment is prepared; "
-                                  f"run: servebook engines add {engine}==VERSION (or pass --engine-python)") from None
-            version = sorted(cached, key=lambda e: _vkey(e["version"]))[-1]["version"]
+            try:
+                version = _newest_prepared(engine, static)
+            except EngineError as exc:  # no usable prepared environment: the host's own interpreter, if it names one
+                if (named := _named_by_host(engine, None)) is not None:
+                    return named
+                raise exc from None
     if engine == "transformers":
         found, pkg = _package_dir(sys.executable, engine)
         if found == version:
@@ -150,7 +180,22 @@ def resolve_engine(spec: str, engine_python: str | os.PathLike | None = None) ->
     if "cuda" not in m:  # environments built before servebook recorded it
         m["cuda"], m["cuda_source"] = engine_cuda(m["python"], engine)
     return EngineEnv(engine, m["version"], m["python"], m["package_dir"], "cached", tuple(m.get("stubs", ())),
-                     m.get("cuda"), m.get("cuda_source", ""), None if m.get("importable", True) else m.get("import_error"))
+                     m.get("cuda"), m.get("cuda_source", ""), None if m.get("importable", True) else m.get("import_error"),
+                     is_static_only(m))
+
+
+def _newest_prepared(engine: str, static: bool) -> str:
+    """The version a bare ``engine`` spec resolves to among the prepared environments (a static-only build only for a
+    ``static`` reader). :class:`StaticOnlyBuild` when only static-only builds are prepared and the caller is no static
+    reader; :class:`EngineError` when none is."""
+    cached = [e for e in list_engines() if e["engine"] == engine]
+    usable = cached if static else [e for e in cached if not is_static_only(e)]
+    if usable:
+        return max((e["version"] for e in usable), key=_vkey)
+    if cached:
+        raise StaticOnlyBuild(static_only_error(engine, [e["version"] for e in cached]))
+    raise EngineError(f"{engine} is not installed here and no environment is prepared; "
+                      f"run: servebook engines add {engine}==VERSION (or pass --engine-python)")
 
 
 def _vkey(v: str):
