@@ -2,85 +2,114 @@
 # Execute the committed books' chapters again on their recorded tables (measure=False: nothing is started or measured)
 # and render them into rendered/, then the front page. CPU only; chapter 02 asks the prepared engine environments
 # (servebook engines add sglang==0.5.9 sglang==0.5.16 sglang==0.5.23 vllm==0.26.0 ...), the rest reads tables.
-#   bash tools/rerender.sh [PHASE]     PHASE: 02 (chapter 02 of every book), rest (01, 03-06 and the front page), all;
+#   bash tools/rerender.sh [--dry] [PHASE]
+#                                      PHASE: 02 (chapter 02 of every book), rest (01, 03-06 and the front page), all;
 #                                      trust (the h200x1-trust book alone; then `front`);
 #                                      rest-live and rest-book split rest in two halves to run side by side (then `front`);
 #                                      06 (chapter 06 of every book, then the front page: after a change to the findings' words)
 #                                      05 (chapter 05 of every book, then the front page: after a change to chapter 05 alone)
-# Each book's parameters are the ones it was recorded with (its RECORDED.md); commit the code first, so the runs record
-# a clean revision.
+#                                      front (the front page alone)
+#                                      --dry: print each command, one a line, and run nothing
+# Each book's parameters are the ones it was recorded with (its RECORDED.md), and live in one place: book_args and
+# chapter_args below; every phase renders through `render BOOK CHAPTERS`. Commit the code first, so the runs record a
+# clean revision.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-SB=${SB:-.venv/bin/servebook}; phase=${1:-all}
+SB=${SB:-.venv/bin/servebook}; dry=
+if [ "${1:-}" = --dry ]; then dry=1; shift; fi
+phase=${1:-all}
+case $phase in 02|rest|all|trust|rest-live|rest-book|06|05|front) ;;
+  *) echo "tools/rerender.sh: unknown phase '$phase'; phases: 02 rest all trust rest-live rest-book 06 05 front (optionally after --dry)" >&2
+     exit 2;;
+esac
 EA='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
-H200_02=(-p engine=sglang==0.5.16 -p model=kimi-k2.5 -p profile=h200 -p compare_versions=0.5.9,0.5.16 -p vllm_versions=0.26.0
-         -p matrix_profiles=h200,b200,rtx-pro-6000 -p matrix_models=kimi-k2.5,llama-3.1-8b)
-WHATIF=data/runs/whatif-rtx-pro-6000-sglang-0.5.9
-WHATIF_P=(-p engine=sglang==0.5.9 -p model=kimi-k2.5 -p profile=rtx-pro-6000)
-step() { echo "[rerender $(date +%T)] $*"; "$SB" html --cell-timeout 1800 "$@" 2>&1 | grep -vE 'WARNING \| Kernel is running|KeyboardInterrupt caught' | tail -3; }
+WHATIF=whatif-rtx-pro-6000-sglang-0.5.9
+# every book, in the order the one-chapter phases (05, 06) render them
+BOOKS=(h200x1-live h200x2-live h200x1-trust h200x1-book h200x2-book $WHATIF)
+
+# The rendered folder of a book (data/runs/BOOK).
+out_of() { case $1 in h200x1-book|h200x2-book) echo "rendered/${1%-book}";; *) echo "rendered/$1";; esac; }
+
+# book_args BOOK: the parameters of every chapter of BOOK, into A.
+book_args() {
+  case $1 in
+    "$WHATIF") A=(-p engine=sglang==0.5.9 -p model=kimi-k2.5 -p profile=rtx-pro-6000);;
+    *) A=();;
+  esac
+}
+
+# chapter_args BOOK CHAPTER: the parameters of BOOK's CHAPTER beyond book_args, into A.
+chapter_args() {
+  local R=data/runs/$1
+  local trust=(-p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA")
+  case $1:$2 in
+    # "this host" of the embedded H200 books is the H200 host's transformers 5.17.0 (TF_HOST_PYTHON, checked below)
+    h200x1-book:02|h200x2-book:02) A=(-p engine_python="${TF_HOST_PYTHON:-}" -p vllm_versions=0.26.0 -p matrix_profiles=b200,rtx-pro-6000);;
+    h200x1-book:06) A=(--compare-with data/runs/h200x2-book,data/runs/h200x1-compile);;
+    h200x2-book:06) A=(--compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu);;
+    h200x1-live:02|h200x2-live:02) A=(-p engine=sglang==0.5.16 -p model=kimi-k2.5 -p profile=h200 -p compare_versions=0.5.9,0.5.16
+                                      -p vllm_versions=0.26.0 -p matrix_profiles=h200,b200,rtx-pro-6000 -p matrix_models=kimi-k2.5,llama-3.1-8b);;
+    h200x1-live:03) A=(-p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA"
+                       -p "backends=sglang: ; vllm: FLASHMLA,TRITON_MLA,FLASH_ATTN_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
+    h200x1-live:05) A=(-p compare_engines=vllm -p "engine_args=$EA" -p max_tokens=128 -p input_len=128 -p ceiling_sglang_version=0.5.16);;
+    h200x1-live:06) A=(--compare-with data/runs/h200x2-live);;
+    h200x2-live:03) A=(-p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA"
+                       -p "backends=sglang: triton,flashinfer,flashmla,cutlass_mla; vllm: FLASH_ATTN_MLA,FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
+    h200x2-live:05) A=(-p compare_engines=vllm -p "engine_args=$EA");;
+    h200x2-live:06) A=(--compare-with data/runs/h200x1-book);;
+    h200x1-trust:03) A=("${trust[@]}" -p modes=graph -p runs=3 -p starts=2 -p max_tokens=64
+                        -p "backends=sglang: triton,flashmla,flashinfer; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
+    h200x1-trust:05) A=("${trust[@]}" -p starts=2 -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p max_concurrency=16
+                        -p ceiling_sglang_version=0.5.16);;
+    h200x1-trust:06) A=(--compare-with data/runs/h200x1-live);;
+    "$WHATIF":02) A=(-p matrix_models=kimi-k2.5,deepseek-v3,llama-3.1-8b,gpt-oss-120b);;
+    *) A=();;
+  esac
+}
+
+step() {
+  if [ -n "$dry" ]; then printf '%q ' "$SB" html --cell-timeout 1800 "$@"; echo; return; fi
+  echo "[rerender $(date +%T)] $*"; "$SB" html --cell-timeout 1800 "$@" 2>&1 | grep -vE 'WARNING \| Kernel is running|KeyboardInterrupt caught' | tail -3
+}
+
+# render BOOK CHAPTERS: chapters CHAPTERS (a comma list) of data/runs/BOOK executed again with BOOK's parameters, into its
+# rendered folder. Chapter 06 of the embedded H200 books refreshes their findings (--refresh-findings).
+render() {
+  local book=$1 chapters=$2 c args
+  case $book:$chapters in h200x1-book:06|h200x2-book:06) args=(--refresh-findings);; *) args=(--refresh "$chapters");; esac
+  book_args "$book"; args+=("${A[@]}")
+  for c in ${chapters//,/ }; do chapter_args "$book" "$c"; args+=("${A[@]}"); done
+  step "data/runs/$book" "${args[@]}" --out "$(out_of "$book")"
+}
+
 if [ "$phase" = 02 ] || [ "$phase" = all ]; then
   # the embedded books' matrix sized as the embedded book now asks it (servebook.params.MODEL_DEFAULTS)
   # "this host" of the embedded H200 books is the H200 host's transformers 5.17.0: read it from an interpreter that has that
   # version (TF_HOST_PYTHON), never this machine's own transformers
   if [ -x "${TF_HOST_PYTHON:-}" ] && "$TF_HOST_PYTHON" -c "import transformers as t; assert t.__version__ == '5.17.0'"; then
-    for b in h200x1 h200x2; do
-      step data/runs/$b-book --refresh 02 -p engine_python="$TF_HOST_PYTHON" -p vllm_versions=0.26.0 -p matrix_profiles=b200,rtx-pro-6000 --out rendered/$b
-    done
+    for b in h200x1 h200x2; do render $b-book 02; done
   else
     echo "[rerender] h200x1-book, h200x2-book chapter 02 skipped: set TF_HOST_PYTHON to a python with transformers==5.17.0 and torch"
     echo "           (python3 -m venv V && V/bin/pip install transformers==5.17.0 torch), the H200 host's version"
   fi
-  step data/runs/h200x1-live --refresh 02 "${H200_02[@]}" --out rendered/h200x1-live
-  step data/runs/h200x2-live --refresh 02 "${H200_02[@]}" --out rendered/h200x2-live
-  step $WHATIF --refresh 02 "${WHATIF_P[@]}" -p matrix_models=kimi-k2.5,deepseek-v3,llama-3.1-8b,gpt-oss-120b --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
+  for b in h200x1-live h200x2-live $WHATIF; do render $b 02; done
 fi
 case $phase in rest|all|rest-live) live=1;; *) live=;; esac
 case $phase in rest|all|rest-book) books=1;; *) books=;; esac
 if [ -n "$live" ]; then
-  R=data/runs/h200x1-live
-  step $R --refresh 01 --out rendered/h200x1-live
-  step $R --refresh 03 -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" \
-    -p "backends=sglang: ; vllm: FLASHMLA,TRITON_MLA,FLASH_ATTN_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x1-live
-  step $R --refresh 05 -p compare_engines=vllm -p "engine_args=$EA" -p max_tokens=128 -p input_len=128 -p ceiling_sglang_version=0.5.16 --out rendered/h200x1-live
-  step $R --refresh 06 --compare-with data/runs/h200x2-live --out rendered/h200x1-live
-  R=data/runs/h200x2-live
-  step $R --refresh 01,04 --out rendered/h200x2-live
-  step $R --refresh 03 -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" \
-    -p "backends=sglang: triton,flashinfer,flashmla,cutlass_mla; vllm: FLASH_ATTN_MLA,FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x2-live
-  step $R --refresh 05 -p compare_engines=vllm -p "engine_args=$EA" --out rendered/h200x2-live
-  step $R --refresh 06 --compare-with data/runs/h200x1-book --out rendered/h200x2-live
+  for c in 01 03 05 06; do render h200x1-live $c; done
+  for c in 01,04 03 05 06; do render h200x2-live $c; done
 fi
 if [ -n "$live" ] || [ "$phase" = trust ]; then
-  R=data/runs/h200x1-trust
-  step $R --refresh 01 --out rendered/h200x1-trust
-  step $R --refresh 03 -p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" -p modes=graph -p runs=3 \
-    -p starts=2 -p max_tokens=64 -p "backends=sglang: triton,flashmla,flashinfer; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA" --out rendered/h200x1-trust
-  step $R --refresh 05 -p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA" -p starts=2 -p max_tokens=64 \
-    -p input_len=32 -p profile_steps=0 -p max_concurrency=16 -p ceiling_sglang_version=0.5.16 --out rendered/h200x1-trust
-  step $R --refresh 06 --compare-with data/runs/h200x1-live --out rendered/h200x1-trust
+  for c in 01 03 05 06; do render h200x1-trust $c; done
 fi
 if [ -n "$books" ]; then
-  step data/runs/h200x1-book --refresh 01,03,04,05 --out rendered/h200x1
-  step data/runs/h200x1-book --refresh-findings --compare-with data/runs/h200x2-book,data/runs/h200x1-compile --out rendered/h200x1
-  step data/runs/h200x2-book --refresh 01,03,04,05 --out rendered/h200x2
-  step data/runs/h200x2-book --refresh-findings --compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu --out rendered/h200x2
-  step $WHATIF --refresh 01,03,04,05,06 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
+  for b in h200x1-book h200x2-book; do render $b 01,03,04,05; render $b 06; done
+  render $WHATIF 01,03,04,05,06
 fi
-if [ "$phase" = 05 ]; then
-  step data/runs/h200x1-live --refresh 05 -p compare_engines=vllm -p "engine_args=$EA" -p max_tokens=128 -p input_len=128 -p ceiling_sglang_version=0.5.16 --out rendered/h200x1-live
-  step data/runs/h200x2-live --refresh 05 -p compare_engines=vllm -p "engine_args=$EA" --out rendered/h200x2-live
-  step data/runs/h200x1-trust --refresh 05 -p engine=sglang -p compare_engines=vllm -p model=data/runs/h200x1-trust/models/kimi-slice -p "engine_args=$EA" \
-    -p starts=2 -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p max_concurrency=16 -p ceiling_sglang_version=0.5.16 --out rendered/h200x1-trust
-  step data/runs/h200x1-book --refresh 05 --out rendered/h200x1
-  step data/runs/h200x2-book --refresh 05 --out rendered/h200x2
-  step $WHATIF --refresh 05 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
+if [ "$phase" = 05 ] || [ "$phase" = 06 ]; then
+  for b in "${BOOKS[@]}"; do render "$b" "$phase"; done
 fi
-if [ "$phase" = 06 ]; then
-  step data/runs/h200x1-live --refresh 06 --compare-with data/runs/h200x2-live --out rendered/h200x1-live
-  step data/runs/h200x2-live --refresh 06 --compare-with data/runs/h200x1-book --out rendered/h200x2-live
-  step data/runs/h200x1-trust --refresh 06 --compare-with data/runs/h200x1-live --out rendered/h200x1-trust
-  step data/runs/h200x1-book --refresh-findings --compare-with data/runs/h200x2-book,data/runs/h200x1-compile --out rendered/h200x1
-  step data/runs/h200x2-book --refresh-findings --compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu --out rendered/h200x2
-  step $WHATIF --refresh 06 "${WHATIF_P[@]}" --out rendered/whatif-rtx-pro-6000-sglang-0.5.9
-fi
-case $phase in rest|all|front|05|06) "$SB" front rendered/;; esac
+case $phase in rest|all|front|05|06)
+  if [ -n "$dry" ]; then printf '%q ' "$SB" front rendered/; echo; else "$SB" front rendered/; fi;;
+esac
