@@ -151,15 +151,17 @@ def last_recorded(row: dict) -> str:
 def _fold_each(rows: list) -> list:
     """The standing view of a ``FOLD_AGAIN`` table: of the rows with the same values, those of the execution that first
     recorded them (all of its repeats where it is stamped; only the first where it is not: a row from before the id),
-    the later recordings folded into the last of them (``FOLDED``: counted, and the times known)."""
+    the later recordings folded into the last of them (``FOLDED``: counted, and the times known). In the order of the
+    line each failure was last written to (appended, or folded into): the order the latest execution's rows had before
+    re-hits were folded, so a page's "the last failure" names the same one."""
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
         groups.setdefault(values_of(r) if isinstance(r, dict) else f"#{i}", []).append(i)
-    out: dict[int, dict] = {}
+    out: dict[tuple, dict] = {}
     for idx in groups.values():
         first = _id(rows[idx[0]])
         stand = [i for i in idx if first is not None and _id(rows[i]) == first] or idx[:1]
-        out.update({i: rows[i] for i in stand})
+        out.update({(idx[-1], k): rows[i] for k, i in enumerate(stand)})
         later = [rows[i] for i in idx if i not in stand]
         group = [rows[i] for i in idx]
         again = len(later) + sum(int(r.get("recorded_again") or 0) for r in group if isinstance(r, dict))
@@ -169,9 +171,10 @@ def _fold_each(rows: list) -> list:
         times |= {str(r["last_recorded_at"]) for r in group if r.get("last_recorded_at")}
         last = group[-1]  # a later recording is appended after, or folded into, the group's last row: it holds the latest
         by = "last_" if last.get("last_recorded_at") else ""
-        out[stand[-1]] = {**rows[stand[-1]], "recorded_again": again, "last_recorded_at": last_recorded(last),
-                          "last_execution": last.get(by + "execution"), "last_execution_id": last.get(by + "execution_id"),
-                          "recorded_again_at": sorted(times)}
+        out[(idx[-1], len(stand) - 1)] = {
+            **rows[stand[-1]], "recorded_again": again, "last_recorded_at": last_recorded(last),
+            "last_execution": last.get(by + "execution"), "last_execution_id": last.get(by + "execution_id"),
+            "recorded_again_at": sorted(times)}
     return [out[i] for i in sorted(out)]
 
 

@@ -225,10 +225,10 @@ class RunStore:
         A run id executed again (``servebook book --again``) keeps every execution's rows, each with its ``execution``;
         ``executions="standing"`` gives what stands now: of a table recorded whole per execution (chapter 01's facts) the
         latest execution's rows, of a table with one row per configuration (``backends``) the latest execution's row of
-        each, of tables ``failures`` and ``seed_comparison`` each distinct row once across executions (the latest
-        chapter execution's recordings, ``execution_id``: a repeat within that execution stands; a row recorded before rows
-        carried the id stands once), and never the same row twice (``executions="all"``: every row as recorded); see
-        ``servebook.executions``."""
+        each, of ``seed_comparison`` each distinct row once (the latest chapter execution's, ``execution_id``), of
+        ``failures`` each distinct failure as the execution that first recorded it wrote it, later recordings folded in
+        (a repeat within one stamped execution stands; a row recorded before rows carried the id stands once), and never
+        the same row twice (``executions="all"``: every row as on disk); see ``servebook.executions``."""
         out = self._read(table, withdrawn)
         return standing_rows(table, out) if executions == "standing" else out
 
