@@ -232,3 +232,18 @@ def test_the_whatif_floor_planned_again_leaves_the_roofline_file_as_it_was(tmp_p
     monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T21:00:00+00:00")
     plan.plan_nccl(store, facts)
     assert store.table_path("roofline").read_bytes() == first
+
+
+def test_a_failure_folded_in_an_again_execution_counts_as_its_own_for_resuming(tmp_path):
+    """``servebook book --again``: a setting that failed in execution 1 is tried again; failing the same way, it is
+    folded into execution 1's row, and a resumption of execution 2 still finds it done (not tried a third time)."""
+    store = RunStore.at(tmp_path / "run")
+    store.write_manifest({"execution": {"id": 1, "again": False}})
+    with executing():
+        store.record_failure("nccl-tests", "exit 1", setting="NCCL_ALGO=Ring")
+    store.write_manifest({"execution": {"id": 2, "again": True}})
+    assert not store.done("failures", setting="NCCL_ALGO=Ring"), "measured again in execution 2"
+    with executing():
+        store.record_failure("nccl-tests", "exit 1", setting="NCCL_ALGO=Ring")
+    assert len(store.rows("failures", executions="all")) == 1
+    assert store.done("failures", setting="NCCL_ALGO=Ring"), "execution 2 recorded it (folded): a resumption skips it"

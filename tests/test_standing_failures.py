@@ -52,3 +52,26 @@ def test_a_quote_made_before_a_re_execution_still_names_the_failure_after_it(tmp
     assert [f["recorded_again"] for f in standing] == [10] * 5
     on_disk = max(f["recorded_at"] for f in store.rows("failures", executions="all"))
     assert all(f["last_recorded_at"] >= on_disk and f["recorded_at"] < on_disk for f in standing[1:])
+
+
+def test_a_chapter_that_fails_anew_then_hits_an_old_failure_names_the_new_one_first(tmp_path, monkeypatch):
+    """``measured.nothing_measured`` names the first failure recorded since the chapter began: a re-hit is folded into
+    an old row (its earlier re-hits' times are not kept), and still the order of this chapter's recordings holds (to
+    the second of their stamps: within one second a re-hit is taken as recorded before that second's new rows)."""
+    from servebook import results
+    from servebook.measured import failures_so_far, nothing_measured
+
+    clock = iter(f"2026-12-05T01:00:{s:02d}+00:00" for s in range(60))
+    monkeypatch.setattr(results, "_now", lambda: next(clock))
+    store = RunStore.at(tmp_path / "run")
+    for _ in range(3):  # three executions hit it: one row, two re-hits folded in
+        with executing():
+            store.record_failure("chapter 03 sweep sglang", "ServerError: old")
+    before = failures_so_far(store)
+    assert before == 3 and len(store.rows("failures", executions="all")) == 1
+    with executing():
+        store.record_failure("chapter 03 sweep vllm", "ServerError: new")
+        store.record_failure("chapter 03 sweep sglang", "ServerError: old")
+    assert failures_so_far(store) == before + 2
+    assert nothing_measured(store, "03", before).endswith("first cause: chapter 03 sweep vllm: ServerError: new")
+    assert nothing_measured(store, "03", before + 1).endswith("first cause: chapter 03 sweep sglang: ServerError: old")

@@ -29,7 +29,8 @@ def _number(value) -> bool:
 def _recordings(store: RunStore) -> list[dict]:
     """Every recording of a failure, oldest first: each row as written, and each time a later execution recorded it
     again (folded into it, ``executions.FOLDED``): the last at its ``last_recorded_at``, the earlier ones (their times
-    not kept) at the row's own time, before anything recorded since."""
+    not kept) at the row's own time, before anything recorded since. Stamps are to the second: within one second a
+    re-hit counts as recorded before the rows appended that second."""
     out = []
     for i, f in enumerate(store.rows("failures", executions="all")):
         again = int(f.get("recorded_again") or 0)

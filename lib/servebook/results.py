@@ -297,7 +297,8 @@ class RunStore:
 
     def done(self, table: str, **key: Any) -> bool:
         """True when a row of ``table`` matches every ``key=value`` (resume support). In an execution that measures again
-        (``--again``) only its own rows count: what earlier executions recorded is measured again."""
+        (``--again``) only its own rows count (a failure it recorded again, folded into an earlier row, too): what earlier
+        executions recorded is measured again."""
         return bool(self.find(table, **key))
 
     def find(self, table: str, **key: Any) -> list[dict]:
@@ -306,7 +307,7 @@ class RunStore:
         rows = self.rows(table, executions="all")
         ex = self.execution
         if ex.get("again") and ex.get("id") is not None:
-            rows = [r for r in rows if (r.get("execution") or 1) >= ex["id"]]
+            rows = [r for r in rows if (r.get("last_execution") or r.get("execution") or 1) >= ex["id"]]  # a failure folded
         return [r for r in rows if all(r.get(k) == v for k, v in key.items())]
 
     def record_failure(self, step: str, error: BaseException | str, **context: Any) -> dict:
