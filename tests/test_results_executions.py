@@ -24,44 +24,89 @@ def _fail(store, n: int, error: str = "all_reduce_perf not found (PATH or the al
         store.record_failure("nccl-tests", error)
 
 
-def test_a_repeat_within_one_execution_stands_and_a_reexecution_does_not_add_to_it(tmp_path):
+def test_a_repeat_within_one_execution_stands_and_a_reexecution_is_folded_into_it(tmp_path):
     """h200x2-live's case, stamped: chapter 04 looks for nccl-tests twice in one execution and fails twice (two
-    failures); executed again, it fails twice again: the page lists the latest execution's two, not four, not one."""
+    failures); executed again, it fails twice again: nothing is appended, the two re-hits are counted on the standing
+    row, whose stamp (the ``step | recorded_at`` a page quotes) is the first execution's."""
     store = RunStore.at(tmp_path / "run")
     with executing() as first:
         _fail(store, 2)
     assert [r["execution_id"] for r in store.rows("failures")] == [first, first]
     assert [f["times"] for f in failures(store)] == [2], "a genuine repeat within one execution counts"
+    stamps = [r["recorded_at"] for r in store.rows("failures")]
     with executing() as again:
         _fail(store, 2)
     assert first != again
-    assert [r["execution_id"] for r in store.rows("failures")] == [again, again], "the re-execution's recordings stand"
+    standing = store.rows("failures")
+    assert [r["execution_id"] for r in standing] == [first, first] and [r["recorded_at"] for r in standing] == stamps
+    assert (standing[-1]["recorded_again"], standing[-1]["last_execution_id"]) == (2, again)
     assert [f["times"] for f in failures(store)] == [2]
-    assert len(store.rows("failures", executions="all")) == 4, "every recording stays in the file"
-    with executing():  # executed once more, it fails once, and a new failure besides
+    assert len(store.rows("failures", executions="all")) == 2, "a re-execution appends no row"
+    with executing() as third:  # executed once more, it fails once, and a new failure besides
         _fail(store, 1)
         _fail(store, 1, "nccl-tests: exit 1")
     assert [(f["error"], f["times"]) for f in failures(store)] == [("all_reduce_perf not found (PATH or the all_reduce_perf "
-                                                                    "parameter)", 1), ("nccl-tests: exit 1", 1)]
+                                                                    "parameter)", 2), ("nccl-tests: exit 1", 1)]
+    assert (store.rows("failures")[1]["recorded_again"], store.rows("failures")[1]["last_execution_id"]) == (3, third)
+    assert len(store.rows("failures", executions="all")) == 3
+
+
+def test_the_same_failing_step_executed_twice_leaves_one_row_with_the_rehit_counted(tmp_path):
+    """Priority 3, re-runs without duplicates: the what-if book's chapter 02 asks vLLM 0.10.2 about Kimi again at every
+    execution and fails the same way; the second execution appends nothing to ``failures.jsonl``."""
+    store = RunStore.at(tmp_path / "run")
+    ask = lambda: store.record_failure("whatif", "ModelError: vllm 0.10.2 does not know architecture 'KimiK25'",  # noqa: E731
+                                       engine="vllm==0.10.2", gpu="a100", model="kimi-k2.5")
+    with executing():
+        first = ask()
+    with executing() as again:
+        held = ask()
+    lines = store.table_path("failures").read_text().splitlines()
+    assert len(lines) == 1, "one row, not one per execution"
+    row = json.loads(lines[0])
+    assert {k: row[k] for k in STAMPS[:3]} == {k: first[k] for k in STAMPS[:3]}, "the row as first recorded"
+    assert (row["recorded_again"], row["last_execution_id"], row["last_recorded_at"]) == (1, again, held["last_recorded_at"])
+    assert store.rows("failures") == [dict(row, recorded_again_at=[row["last_recorded_at"]])]
+
+
+def test_a_fold_rewrites_its_line_alone(tmp_path):
+    """Folding a re-hit rewrites the row it folds into and leaves every other line as it was: a withdrawn row, a torn
+    one, an unstamped one of the same failure recorded before rows carried an id."""
+    store = RunStore.at(tmp_path / "run")
+    old = json.dumps({"step": "s", "error": "e", "recorded_at": "2026-11-30T23:39:25+00:00"})
+    withdrawn = json.dumps({"step": "s", "error": "e", "withdrawn": "by a correction"})
+    store.table_path("failures").write_text(f"{old}\n{withdrawn}\n{{torn\n{old}\n")
+    with executing():
+        store.record_failure("s", "e")
+    lines = store.table_path("failures").read_text().splitlines()
+    assert lines[:3] == [old, withdrawn, "{torn"] and len(lines) == 4
+    folded = json.loads(lines[3])
+    assert {k: v for k, v in folded.items() if not k.startswith(("last_", "recorded_again"))} == json.loads(old)
+    assert folded["recorded_again"] == 1
+    (r,) = store.rows("failures")
+    assert (r["recorded_at"], r["recorded_again"]) == ("2026-11-30T23:39:25+00:00", 2)
 
 
 def test_rows_recorded_before_the_id_keep_standing_once(tmp_path):
     """A row without ``execution_id`` (every committed run before it) cannot tell a repeat from a re-execution: equal rows
-    stand once, as before; a stamped recording of the same failure after them supersedes them."""
+    stand once, the first, the later ones folded into it; a stamped recording of the same failure after them is folded."""
     store = RunStore.at(tmp_path / "run")
     old = {"step": "nccl-tests", "error": "all_reduce_perf not found"}
-    store.table_path("failures").write_text("".join(json.dumps({**old, "recorded_at": t}) + "\n"
-                                                    for t in ("2026-11-30T23:39:25+00:00", "2026-12-01T00:03:22+00:00")))
-    assert [r["recorded_at"] for r in store.rows("failures")] == ["2026-12-01T00:03:22+00:00"]
+    times = ("2026-11-30T23:39:25+00:00", "2026-12-01T00:03:22+00:00")
+    store.table_path("failures").write_text("".join(json.dumps({**old, "recorded_at": t}) + "\n" for t in times))
+    assert [(r["recorded_at"], r["recorded_again"], r["recorded_again_at"]) for r in store.rows("failures")] == [
+        (times[0], 1, [times[1]])]
     assert [f["times"] for f in failures(store)] == [1]
     with executing() as now:
         _fail(store, 2, "all_reduce_perf not found")
-    assert [r.get("execution_id") for r in store.rows("failures")] == [now, now]
+    (r,) = store.rows("failures")
+    assert (r["recorded_at"], r["recorded_again"], r["last_execution_id"]) == (times[0], 3, now)
+    assert len(store.rows("failures", executions="all")) == 2
 
 
 def test_the_committed_runs_list_each_failure_once_per_its_last_execution():
     """What each committed run lists: every distinct failure stands, the rows of one value from one execution only (the
-    last that recorded it; an unstamped row, from before ids, once)."""
+    first that recorded it; an unstamped row, from before ids, once), the later recordings folded into it."""
     for run in ("h200x2-live", "whatif-rtx-pro-6000-sglang-0.5.9"):
         store = RunStore(data_dir() / "runs" / run)
         every = store.rows("failures", executions="all")
@@ -187,3 +232,18 @@ def test_the_whatif_floor_planned_again_leaves_the_roofline_file_as_it_was(tmp_p
     monkeypatch.setattr("servebook.results._now", lambda: "2026-12-04T21:00:00+00:00")
     plan.plan_nccl(store, facts)
     assert store.table_path("roofline").read_bytes() == first
+
+
+def test_a_failure_folded_in_an_again_execution_counts_as_its_own_for_resuming(tmp_path):
+    """``servebook book --again``: a setting that failed in execution 1 is tried again; failing the same way, it is
+    folded into execution 1's row, and a resumption of execution 2 still finds it done (not tried a third time)."""
+    store = RunStore.at(tmp_path / "run")
+    store.write_manifest({"execution": {"id": 1, "again": False}})
+    with executing():
+        store.record_failure("nccl-tests", "exit 1", setting="NCCL_ALGO=Ring")
+    store.write_manifest({"execution": {"id": 2, "again": True}})
+    assert not store.done("failures", setting="NCCL_ALGO=Ring"), "measured again in execution 2"
+    with executing():
+        store.record_failure("nccl-tests", "exit 1", setting="NCCL_ALGO=Ring")
+    assert len(store.rows("failures", executions="all")) == 1
+    assert store.done("failures", setting="NCCL_ALGO=Ring"), "execution 2 recorded it (folded): a resumption skips it"

@@ -3,7 +3,8 @@
     with executing():                 # one execution of a chapter: every row it writes, in this process and the
         papermill.execute_notebook(...)  # processes it starts (the notebook's kernel), carries one ``execution_id``
     execution_id()                    # the id rows written now carry: the chapter's, else this process's (a CLI command)
-    standing_rows("failures", rows)   # each distinct failure once across executions; repeats within one stand
+    standing_rows("failures", rows)   # each distinct failure as its first execution recorded it, later ones folded in
+    fold_at(rows, row, execution_id())  # the row a failure recorded again by a later execution is folded into (or None)
 
 Two stamps say when a row was written. ``execution`` numbers the invocations of ``servebook book`` on one run id (the
 manifest's ``execution``; ``--again`` measures again with a new number): what the resume logic compares. ``execution_id``
@@ -19,14 +20,21 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["EXECUTION_ID_ENV", "STAMPS", "execution_id", "executing", "standing_rows", "values_of"]
+__all__ = ["EXECUTION_ID_ENV", "FOLDED", "STAMPS", "execution_id", "executing", "fold_at", "folded", "last_recorded",
+           "standing_rows", "values_of"]
 
 # The id of the chapter execution in progress, set by ``executing`` in the book's process; the notebook's kernel and every
 # process started from it inherit it (jupyter_client starts the kernel with a copy of ``os.environ``).
 EXECUTION_ID_ENV = "SERVEBOOK_EXECUTION_ID"
 
+# What a failure's standing row says of the later executions that recorded it again (``fold_at``, ``folded``): how many
+# recordings, the last one's time and execution; ``recorded_again_at`` (the view only, never written): the known times of
+# those recordings (each earlier row of the same failure, and every ``last_recorded_at``), so a page that quoted one of
+# them still names this row.
+FOLDED = ("recorded_again", "last_recorded_at", "last_execution", "last_execution_id", "recorded_again_at")
+
 # The fields that say when and by which execution a row was written, not what it records.
-STAMPS = ("recorded_at", "execution", "execution_id")
+STAMPS = ("recorded_at", "execution", "execution_id", *FOLDED)
 
 _process_id: str | None = None
 
@@ -80,10 +88,14 @@ ONE_ROW_PER = {"backends": ("engine", "attention", "mode"), "backends_not_run": 
                "allreduce": ("setting", "path", "mode", "bytes", "backend", "device")}
 
 # Tables whose rows say that something happened, not what was measured: the same row recorded again by a re-execution
-# (chapter 02 asking again a what-if that fails the same way) stands once, the latest execution's. Within one execution
-# a repeat stands (a step that failed twice failed twice). Each recording stays in the file (``executions="all"``: what
-# ``measured.nothing_measured`` reads to name a cause a chapter hit again).
-EACH_ONCE = {"failures", "seed_comparison"}
+# stands once. ``seed_comparison`` (a verdict chapter 02 appends where it changed): the latest execution's row.
+# ``failures`` (``FOLD_AGAIN``): the row(s) of the execution that first recorded it, its stamps as recorded (the
+# ``step | recorded_at`` a page quotes stays true), the later executions' recordings folded into it (``FOLDED``). A
+# re-execution that hits the same failure (chapter 02 asking again a what-if that fails the same way) appends nothing:
+# ``RunStore.append`` folds it into that failure's last row on disk (``fold_at``). Within the execution that first
+# recorded it a repeat is appended and stands (a step that failed twice failed twice).
+EACH_ONCE = {"seed_comparison"}
+FOLD_AGAIN = {"failures"}
 
 
 def _number(r) -> int:
@@ -109,6 +121,63 @@ def _each_once(rows: list) -> list:
     return keep
 
 
+def _group_of(rows: list, row) -> list[int]:
+    """Indices of the rows (dicts, not withdrawn) that hold ``row``'s values, in file order."""
+    v = values_of(row)
+    return [i for i, r in enumerate(rows) if isinstance(r, dict) and not r.get("withdrawn") and values_of(r) == v]
+
+
+def fold_at(rows: list, row: dict, current: str) -> int | None:
+    """Where execution ``current`` recording ``row`` again is folded: the index of the last row of ``rows`` (the table
+    as on disk; None for an unreadable line) with the same values, unless none has them or ``current`` is the execution
+    that first recorded them (a repeat within it stands: None, append)."""
+    group = _group_of(rows, row)
+    if not group or _id(rows[group[0]]) == current:
+        return None
+    return group[-1]
+
+
+def folded(into: dict, again: dict) -> dict:
+    """Row ``into`` with one more recording (``again``, stamped) folded in: the count, the last one's time and execution."""
+    return {**into, "recorded_again": int(into.get("recorded_again") or 0) + 1, "last_recorded_at": again.get("recorded_at"),
+            "last_execution": again.get("execution"), "last_execution_id": again.get("execution_id")}
+
+
+def last_recorded(row: dict) -> str:
+    """When a row was last recorded: its ``last_recorded_at`` where a later execution recorded it again, else its own."""
+    return str(row.get("last_recorded_at") or row.get("recorded_at") or "")
+
+
+def _fold_each(rows: list) -> list:
+    """The standing view of a ``FOLD_AGAIN`` table: of the rows with the same values, those of the execution that first
+    recorded them (all of its repeats where it is stamped; only the first where it is not: a row from before the id),
+    the later recordings folded into the last of them (``FOLDED``: counted, and the times known). In the order of the
+    line each failure was last written to (appended, or folded into): the order the latest execution's rows had before
+    re-hits were folded, so a page's "the last failure" names the same one."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(values_of(r) if isinstance(r, dict) else f"#{i}", []).append(i)
+    out: dict[tuple, dict] = {}
+    for idx in groups.values():
+        first = _id(rows[idx[0]])
+        stand = [i for i in idx if first is not None and _id(rows[i]) == first] or idx[:1]
+        out.update({(idx[-1], k): rows[i] for k, i in enumerate(stand)})
+        later = [rows[i] for i in idx if i not in stand]
+        group = [rows[i] for i in idx]
+        again = len(later) + sum(int(r.get("recorded_again") or 0) for r in group if isinstance(r, dict))
+        if not again:
+            continue
+        times = {str(r["recorded_at"]) for r in later if r.get("recorded_at")}
+        times |= {str(r["last_recorded_at"]) for r in group if r.get("last_recorded_at")}
+        last = group[-1]  # a later recording is appended after, or folded into, the group's last row: it holds the latest
+        by = "last_" if last.get("last_recorded_at") else ""
+        out[(idx[-1], len(stand) - 1)] = {
+            **rows[stand[-1]], "recorded_again": again, "last_recorded_at": last_recorded(last),
+            "last_execution": last.get(by + "execution"), "last_execution_id": last.get(by + "execution_id"),
+            "recorded_again_at": sorted(times)}
+    return [out[i] for i in sorted(out)]
+
+
 def _latest_per_identity(table: str, rows: list) -> list:
     ident = lambda r: tuple(json.dumps(r.get(k) if k != "mode" else r.get(k) or "default") for k in ONE_ROW_PER[table])  # noqa: E731
     latest: dict = {}
@@ -128,12 +197,14 @@ def _latest_whole(rows: list) -> list:
 
 def standing_rows(table: str, rows: list) -> list:
     """``rows`` as they stand across executions (``RunStore.rows``), each distinct row once; a row without ``execution``
-    (recorded before rows carried it) is execution 1's. Of table ``failures`` and ``seed_comparison`` (``EACH_ONCE``) a
-    row repeated within one stamped execution stands as often as it was recorded."""
+    (recorded before rows carried it) is execution 1's. Of ``seed_comparison`` (``EACH_ONCE``) and ``failures``
+    (``FOLD_AGAIN``) a row repeated within one stamped execution stands as often as it was recorded."""
     if not rows:
         return rows
     if table in EACH_ONCE:
         return _each_once(rows)
+    if table in FOLD_AGAIN:
+        return _fold_each(rows)
     if table in WHOLE_PER_EXECUTION:
         rows = _latest_whole(rows)
     elif table in ONE_ROW_PER:

@@ -26,10 +26,23 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
+def _recordings(store: RunStore) -> list[dict]:
+    """Every recording of a failure, oldest first: each row as written, and each time a later execution recorded it
+    again (folded into it, ``executions.FOLDED``): the last at its ``last_recorded_at``, the earlier ones (their times
+    not kept) at the row's own time, before anything recorded since. Stamps are to the second: within one second a
+    re-hit counts as recorded before the rows appended that second."""
+    out = []
+    for i, f in enumerate(store.rows("failures", executions="all")):
+        again = int(f.get("recorded_again") or 0)
+        out += [(str(f.get("recorded_at") or ""), i, f)] * (1 + max(again - 1, 0))
+        out += [(str(f.get("last_recorded_at") or ""), i, f)] * (again > 0)
+    return [f for _, _, f in sorted(out, key=lambda t: t[:2])]
+
+
 def failures_so_far(store: RunStore) -> int:
-    """How many failure rows the run's file holds (before a chapter runs: its own come after). Every recording counts,
-    a repeat of an earlier one too (pages list it once): a chapter that fails again the same way names that cause."""
-    return len(store.rows("failures", executions="all"))
+    """How many times the run recorded a failure (before a chapter runs: its own come after). Every recording counts,
+    a repeat of an earlier one too (pages list it once, folded): a chapter that fails again the same way names that cause."""
+    return len(_recordings(store))
 
 
 def nothing_measured(store: RunStore, number: str, failures_before: int = 0, whatif: bool = False) -> str | None:
@@ -41,7 +54,7 @@ def nothing_measured(store: RunStore, number: str, failures_before: int = 0, wha
     rows = [r for r in store.rows(table) if all(r.get(k) == v for k, v in where.items())]
     if any(_number(r.get(field)) for r in rows):
         return None
-    causes = [f"{f.get('step')}: {f.get('error')}" for f in store.rows("failures", executions="all")[failures_before:] if f.get("error")]
+    causes = [f"{f.get('step')}: {f.get('error')}" for f in _recordings(store)[failures_before:] if f.get("error")]
     causes += [f"{r.get('engine', '')} {r.get('attention', '')}: {r.get('error')}".strip() for r in rows if r.get("error")]
     first = causes[0] if causes else "the chapter recorded no failure (its page shows what it did)"
     return f"{PREFIX}: {missing}; first cause: {first}"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ResultsError
-from .executions import execution_id, standing_rows, values_of
+from .executions import FOLD_AGAIN, execution_id, fold_at, folded, standing_rows, values_of
 from .secrets import mask_value
 
 __all__ = ["RunStore", "new_run_id", "find_runs", "derived_from", "standing", "Correction", "corrections", "say_corrections",
@@ -137,7 +137,9 @@ class RunStore:
         the partial line is cut off again, and a torn last line left by a killed run is closed
         first, so a table never holds two rows fused into one line. ``unchanged="keep"``: where the table's last row
         holds the same values (``executions.STAMPS`` aside), nothing is appended and that row is returned (a verdict
-        computed again by a re-execution, not a measurement: chapter 02's ``seed_comparison``).
+        computed again by a re-execution, not a measurement: chapter 02's ``seed_comparison``). A failure a later
+        execution records again is not appended: it is folded into that failure's row (``executions.fold_at``), and that
+        row is returned.
         """
         row = _jsonable(mask_value(dict(row)))
         if unchanged == "keep":
@@ -150,8 +152,22 @@ class RunStore:
         row.setdefault("execution", self.execution.get("id") or 1)  # outside a book (servebook bench, a test): the first
         row.setdefault("execution_id", execution_id())  # this chapter execution (or CLI command): servebook.executions
         with _APPEND_LOCK:  # parallel sweeps (one engine per GPU) append from threads
-            self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
-        return row
+            held = self._fold(table, row) if table in FOLD_AGAIN else None
+            if held is None:
+                self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
+        return held or row
+
+    def _fold(self, table: str, row: dict) -> dict | None:
+        """``row`` recorded again by a later execution, folded into the row on disk it repeats (that line alone is
+        rewritten, every other line as it was, an unreadable one too); None where it is to be appended."""
+        path = self.table_path(table)
+        lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+        at = fold_at([_parsed(line) for line in lines], row, row["execution_id"])
+        if at is None:
+            return None
+        lines[at] = json.dumps(held := folded(json.loads(lines[at]), row), sort_keys=True) + "\n"
+        self._write_whole(path, "".join(lines))
+        return held
 
     def replace(self, table: str, rows: Iterable[dict], unchanged: str = "write") -> list[dict]:
         """Replace a derived table whole (it is computed again from the rows it derives from, never appended to) and
@@ -174,15 +190,18 @@ class RunStore:
             raise ValueError(f"unchanged={unchanged!r}: 'write' (replace always) or 'keep' (write only new values)")
         for r in stored:
             r.setdefault("recorded_at", stamp)
-        path = self.table_path(table)
-        tmp = path.with_name(f".{path.name}.tmp")
         with _APPEND_LOCK:
-            self._write(tmp, "".join(json.dumps(r, sort_keys=True) + "\n" for r in stored), mode="w")
-            try:
-                os.replace(tmp, path)
-            except OSError as exc:
-                raise self._error(path, exc) from exc
+            self._write_whole(self.table_path(table), "".join(json.dumps(r, sort_keys=True) + "\n" for r in stored))
         return stored
+
+    def _write_whole(self, path: Path, text: str) -> None:
+        """Write a table whole beside it, then move it over it (a failure while writing leaves it as it was)."""
+        tmp = path.with_name(f".{path.name}.tmp")
+        self._write(tmp, text, mode="w")
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise self._error(path, exc) from exc
 
     @property
     def execution(self) -> dict:
@@ -206,10 +225,10 @@ class RunStore:
         A run id executed again (``servebook book --again``) keeps every execution's rows, each with its ``execution``;
         ``executions="standing"`` gives what stands now: of a table recorded whole per execution (chapter 01's facts) the
         latest execution's rows, of a table with one row per configuration (``backends``) the latest execution's row of
-        each, of tables ``failures`` and ``seed_comparison`` each distinct row once across executions (the latest
-        chapter execution's recordings, ``execution_id``: a repeat within that execution stands; a row recorded before rows
-        carried the id stands once), and never the same row twice (``executions="all"``: every row as recorded); see
-        ``servebook.executions``."""
+        each, of ``seed_comparison`` each distinct row once (the latest chapter execution's, ``execution_id``), of
+        ``failures`` each distinct failure as the execution that first recorded it wrote it, later recordings folded in
+        (a repeat within one stamped execution stands; a row recorded before rows carried the id stands once), and never
+        the same row twice (``executions="all"``: every row as on disk); see ``servebook.executions``."""
         out = self._read(table, withdrawn)
         return standing_rows(table, out) if executions == "standing" else out
 
@@ -278,7 +297,8 @@ class RunStore:
 
     def done(self, table: str, **key: Any) -> bool:
         """True when a row of ``table`` matches every ``key=value`` (resume support). In an execution that measures again
-        (``--again``) only its own rows count: what earlier executions recorded is measured again."""
+        (``--again``) only its own rows count (a failure it recorded again, folded into an earlier row, too): what earlier
+        executions recorded is measured again."""
         return bool(self.find(table, **key))
 
     def find(self, table: str, **key: Any) -> list[dict]:
@@ -287,7 +307,7 @@ class RunStore:
         rows = self.rows(table, executions="all")
         ex = self.execution
         if ex.get("again") and ex.get("id") is not None:
-            rows = [r for r in rows if (r.get("execution") or 1) >= ex["id"]]
+            rows = [r for r in rows if (r.get("last_execution") or r.get("execution") or 1) >= ex["id"]]  # a failure folded
         return [r for r in rows if all(r.get(k) == v for k, v in key.items())]
 
     def record_failure(self, step: str, error: BaseException | str, **context: Any) -> dict:
@@ -349,6 +369,14 @@ class RunStore:
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.path)!r})"
+
+
+def _parsed(line: str):
+    """A table's line as a row, None where it is not one (blank, torn)."""
+    try:
+        return json.loads(line) if line.strip() else None
+    except json.JSONDecodeError:
+        return None
 
 
 def _last_byte(path: Path, size: int) -> bytes:

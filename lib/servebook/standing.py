@@ -25,16 +25,31 @@ def _answer(row: dict) -> tuple:
     return row.get("method"), row.get("attention_backend")
 
 
-def _standing(rows: list[dict], matrix: list[dict]) -> list[dict]:
-    """:func:`standing_answers` of the ``selection`` rows ``rows`` beside the matrix rows ``matrix``."""
-    latest: dict[tuple, tuple[str, int, tuple]] = {}
-    sources = [(r, 1) for r in rows] + [(r, 0) for r in matrix if r.get("method") in ("dynamic", "static")]
-    for i, (r, from_selection) in enumerate(sources):
-        when = (str(r.get("recorded_at") or ""), from_selection, i)  # the same second: the case's row stands
-        k = _question(r)
-        if k not in latest or when >= latest[k][:3]:
-            latest[k] = (*when, _answer(r))
-    kept = [r for r in rows if _answer(r) == latest[_question(r)][3]]
+def _of_selection(rows: list[dict]) -> dict[tuple, tuple]:
+    """Of each question the ``selection`` rows ``rows`` answer, the latest row's (when, answer); ``when`` orders it
+    against a matrix row (``_with_matrix``): by ``recorded_at``, the same second going to the case's row, then the later."""
+    latest: dict[tuple, tuple] = {}
+    for i, r in enumerate(rows):
+        when = (str(r.get("recorded_at") or ""), 1, i)
+        if _question(r) not in latest or when >= latest[_question(r)][0]:
+            latest[_question(r)] = (when, _answer(r))
+    return latest
+
+
+def _with_matrix(latest: dict[tuple, tuple], after: int, matrix: list[dict]) -> dict[tuple, tuple]:
+    """``latest`` (``_of_selection`` of ``after`` rows) with the matrix rows ``matrix`` weighed in (a cell that failed,
+    method ``error``, answers nothing)."""
+    out = dict(latest)
+    for j, r in enumerate(matrix):
+        when = (str(r.get("recorded_at") or ""), 0, after + j)
+        if r.get("method") in ("dynamic", "static") and (_question(r) not in out or when >= out[_question(r)][0]):
+            out[_question(r)] = (when, _answer(r))
+    return out
+
+
+def _standing(rows: list[dict], latest: dict[tuple, tuple]) -> list[dict]:
+    """:func:`standing_answers` of the ``selection`` rows ``rows`` given each question's latest answer ``latest``."""
+    kept = [r for r in rows if _answer(r) == latest[_question(r)][1]]
     last = {(r.get("case"), _question(r)): i for i, r in enumerate(kept)}
     return [r for i, r in enumerate(kept) if last[(r.get("case"), _question(r))] == i]
 
@@ -53,7 +68,8 @@ def standing_answers(store) -> list[dict]:
     (``matrix_may_keep``); then it writes them with that execution's stamp. So every ``selection`` row recorded
     after the kept stamp agrees with the matrix or was recorded after the last execution that computed one, and the
     comparison gives the answers it gave when the matrix was written at every execution."""
-    return _standing(store.rows("selection"), store.rows("selection_matrix"))
+    rows = store.rows("selection")
+    return _standing(rows, _with_matrix(_of_selection(rows), len(rows), store.rows("selection_matrix")))
 
 
 def matrix_may_keep(store, rows: list[dict]) -> bool:
@@ -64,6 +80,11 @@ def matrix_may_keep(store, rows: list[dict]) -> bool:
     They differ only where a ``selection`` row recorded since the matrix on disk (by this execution or one that
     computed no matrix) answers a question the matrix answers otherwise: written now, the matrix is the later answer
     and supersedes it (as it did when the matrix was written at every execution); kept, it would not. Then the
-    matrix is written again."""
+    matrix is written again. The ``selection`` rows are read and weighed once (``_of_selection``), each matrix beside
+    them; the standing lists are not built: they differ exactly where a question's latest answer moved and a
+    ``selection`` row gives one of the two answers."""
     sel = store.rows("selection")
-    return _standing(sel, store.rows("selection_matrix")) == _standing(sel, rows)
+    base = _of_selection(sel)  # the selection rows weighed once, against the matrix on disk and the one computed now
+    kept, written = _with_matrix(base, len(sel), store.rows("selection_matrix")), _with_matrix(base, len(sel), rows)
+    moved = {q: {kept[q][1], written[q][1]} for q in base if kept[q][1] != written[q][1]}
+    return not any(_answer(r) in moved.get(_question(r), ()) for r in sel)  # no selection row kept by one, not the other

@@ -212,6 +212,7 @@ def found_lines(store, names: list[str], table) -> str:
     """'What we found': per engine the configurations tried and correct (chapter 06's counts) and the server starts they
     took, each configuration against the default,
     what failed, what stopped, and what did not run (each backend once)."""
+    from ..executions import last_recorded
     from ..findings import backends, default_methods, say_default_methods
 
     verdicts = {b["engine"]: b for b in backends(store)}  # chapter 06's definition: the fastest correct start vs the default
@@ -222,7 +223,7 @@ def found_lines(store, names: list[str], table) -> str:
             lines += _engine_lines(store, name, t, verdicts.get(name) or {})
     for f in store.rows("failures"):  # a sweep (or the chapter) that stopped: its rows so far are above
         if str(f.get("step", "")).startswith("chapter 03 sweep") and f.get("engine") in names:
-            later = len(table) and ((table["engine"] == f["engine"]) & (table["recorded_at"].astype(str) > str(f.get("recorded_at")))).any()
+            later = len(table) and ((table["engine"] == f["engine"]) & (table["recorded_at"].astype(str) > last_recorded(f))).any()
             lines.append(f"- **{f['engine']}**: " + ("an earlier sweep of this run stopped (measured again later: the rows above): "
                                                      if later else "the sweep stopped: ") + _failure_of(f))
         elif str(f.get("step", "")).startswith("chapter 03_"):

@@ -288,6 +288,17 @@ _THROUGHPUT = [  # chapter 05's single stream and sweep, as findings.throughput 
              tables=_OF_THROUGHPUT),
 ]
 
+def _failure_texts(store) -> dict:
+    """Each standing failure's error, whole, under ``step | recorded_at`` for its own stamp and every time a later
+    execution recorded it again (``executions.FOLDED``): the recording a page quoted names the row that stands for it."""
+    out = {}
+    for f in store.rows("failures"):
+        text = " ".join(marked(f.get("error")).split())
+        for when in (f.get("recorded_at"), *(f.get("recorded_again_at") or ())):
+            out[f"{f.get('step')} | {when}"] = text
+    return out
+
+
 _HOST = [  # chapter 01's host as chapter 06's host line reads it, the method's constants, the run's failures
     Quantity("host_gpu_count", "GPUs chapter 01 saw on this host (a what-if: the profile's, as chapter 01 recorded them)",
              lambda store: {None: _host(store).get("gpu_count")}, tables=_OF_HOST),
@@ -305,11 +316,9 @@ _HOST = [  # chapter 01's host as chapter 06's host line reads it, the method's 
              tables=("failures",)),
     Quantity("failures_distinct", "distinct recorded failures (by error text; findings.failures)",
              lambda store: {None: len(failures(store))}, tables=("failures",)),
-    Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at; table failures, every recording: a "
-             "chapter names the failures it hit, also where a later execution recorded the same one again)",
-             lambda store: {f"{f.get('step')} | {f.get('recorded_at')}": " ".join(marked(f.get("error")).split())
-                            for f in store.rows("failures", executions="all")},
-             tables=("failures",)),
+    Quantity("failure_text", "a recorded failure's error, whole (step | recorded_at: the failures table's standing row, "
+             "at any time it was recorded; a chapter quotes the failure it hit, also where a later execution recorded "
+             "the same one again)", _failure_texts, tables=("failures",)),
     Quantity("chapter_error", "why an execution of a chapter stopped, as its row recorded it, whole (chapter | recorded_at; table "
              "chapters)", lambda store: {f"{c.get('chapter')} | {c.get('recorded_at')}": " ".join(str(c.get("error")).split())
                                          for c in store.rows("chapters") if c.get("status") == "failed"}, tables=("chapters",)),
