@@ -14,7 +14,7 @@ from ..errors import ParameterError
 from .client import run_requests
 from .payload import bench_config
 from .prompts import Prompt
-from .saturation import FELL, SATURATION_GROWTH, fell, grew, stop_words  # noqa: F401 (the page names bench.runs.SATURATION_GROWTH)
+from .saturation import FELL, SATURATION_GROWTH, fell, grew, stop_words, sweep_stalls  # noqa: F401 (the page names bench.runs.SATURATION_GROWTH)
 from .sse import RequestResult, untimed_of
 from .stats import mean_ci, percentile
 
@@ -353,39 +353,6 @@ def _stop_row(cfg: dict, c: int, levels_run: list, best: float, flat: int, out: 
     why, kind = said or (f"fewer than two levels measured a throughput (best {best:.1f} tok/s) in {flat} levels: failing "
                          "requests, not saturation", FELL)
     return {**cfg, "stopped_before": c, "levels_run": levels_run, "best_throughput_tok_s": best, "stopped_by": kind, "reason": why}
-
-
-def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], ratio: float = 5.0) -> list[dict]:
-    """Sweep levels whose throughput fell below the best level before them (:func:`.saturation.fell`, the rule the
-    sweep's stop is classified by), with their first tokens next to
-    that level's. ``stalled`` when the level's slowest first token took over ``2 x ratio`` x its median (one request
-    stuck) or its median over ``ratio`` x the best level's (every request waited): a saturated server queues each
-    request a little and holds its throughput, so a fall like this asks for another cause. Rows: label,
-    concurrency, throughput_tok_s, best_before_tok_s, best_before_concurrency, ttft_median_s, ttft_max_s,
-    ttft_median_best_s, stalled."""
-    by_level: dict = {}
-    for r in requests:
-        if r.get("phase") == "sweep" and r.get("ok") and r.get("ttft_s") is not None:
-            by_level.setdefault((r.get("label"), r.get("concurrency")), []).append(float(r["ttft_s"]))
-
-    def median(key):
-        t = sorted(by_level.get(key, []))
-        return (t[len(t) // 2], t[-1]) if t else (None, None)
-    out, best = [], {}
-    for s in sorted((s for s in summary if s.get("phase") == "sweep"), key=lambda s: (str(s.get("label")), s.get("concurrency") or 0)):
-        lab, thr = s.get("label"), s.get("throughput_tok_s")
-        if thr is None:
-            continue
-        b = best.get(lab)
-        if b and fell(thr, [b[0]]):
-            med, top = median((lab, s.get("concurrency")))
-            bmed, _ = median((lab, b[1]))
-            out.append({"label": lab, "concurrency": s.get("concurrency"), "throughput_tok_s": thr, "best_before_tok_s": b[0],
-                        "best_before_concurrency": b[1], "ttft_median_s": med, "ttft_max_s": top, "ttft_median_best_s": bmed,
-                        "stalled": bool(med and ((top > max(1.0, 2 * ratio * med)) or (bmed and med > ratio * bmed)))})
-        if not b or thr > b[0]:
-            best[lab] = (thr, s.get("concurrency"))
-    return out
 
 
 def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float, int]:
