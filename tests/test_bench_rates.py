@@ -3,6 +3,8 @@ a mean. Hand-built streams (the bytes and read times a transport would keep), pa
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from servebook import bench
@@ -67,8 +69,7 @@ def test_the_recorded_roofline_is_the_ceiling_measuring_passes(tmp_path):
 
 def test_a_read_of_done_alone_is_no_decode_and_no_read_gap():
     """Every token in the first read, then a read holding only usage and [DONE]: the time between them is the stream's
-    end, not a decode (untimed); and a split write followed by a [DONE]-only read is still one read gap of tokens. (Left: a
-    decode rate is timed to the stream's end, so a split write whose [DONE] comes well after it times the wait for [DONE].)"""
+    end, not a decode (untimed); and a split write followed by a [DONE]-only read is still one read gap of tokens."""
     def with_done_read(parts, stamps, tokens):
         raw = _stream(parts + [0], stamps, tokens)
         return bench._finish(raw, "completions", None, None)
@@ -77,3 +78,36 @@ def test_a_read_of_done_alone_is_no_decode_and_no_read_gap():
     assert one.ok and one.decode_tok_s is None and "all 16 tokens arrived in one network read" in one.untimed
     split = with_done_read([1, 15], [0.05, 0.05 + 15 / 20_000, 0.05 + 15 / 19_000], 16)   # [DONE] read right after
     assert split.decode_tok_s is None and "split into two reads" in split.untimed
+
+
+def test_a_done_read_long_after_the_last_token_is_the_tail_not_decode():
+    """Two reads of tokens 15/183 s apart, then usage and [DONE] 300 ms later: the decode is timed to the last token's
+    read (183 tok/s; the code before timed it to the [DONE] read, 40 tok/s), and the 300 ms is the tail, inside e2e."""
+    raw = _stream([1, 15, 0], [0.05, 0.05 + 15 / 183, 0.05 + 15 / 183 + 0.3], 16)
+    r = bench._finish(raw, "completions", None, None)
+    assert r.untimed is None and r.decode_tok_s == pytest.approx(183.0) and r.tpot_s == pytest.approx(1 / 183)
+    assert r.tail_s == pytest.approx(0.3) and r.e2e_s == pytest.approx(0.05 + 15 / 183 + 0.3)
+    assert r.row()["decode_timed_to"] == bench.sse.DECODE_TIMED_TO == "last token"
+
+
+def test_a_server_that_ends_its_stream_late_is_timed_at_its_token_cadence(tmp_path):
+    """The real fake SSE server, one token every 10 ms, sends its finishing event and [DONE] 300 ms after its last token
+    (``done_delay_s``): each request's decode rate is within 5% of its own chunk cadence (the code before timed the wait,
+    about half the cadence here), the wait shows as ``tail_s`` and in e2e, and the summary row says which rule timed it."""
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path / "run")
+    prompts = [bench.Prompt(text=f"p{i}", tokens=2) for i in range(3)]
+    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=1, delay_s=0.01, done_delay_s=0.3) as fake:
+        s = bench.single_stream(fake.url, "fake-sse", prompts, store=store, runs=2, warmup=0, max_tokens=32, progress=False)
+    reqs = [r for r in store.rows("bench_requests") if r["phase"] == "single"]
+    assert len(reqs) == 2 and all(r["ok"] and r["output_tokens"] == 32 for r in reqs)
+    cadences = []
+    for r in reqs:
+        cadences.append(1e3 / statistics.median(r["chunk_gaps_ms"]))
+        assert r["decode_tok_s"] == pytest.approx(cadences[-1], rel=0.05)
+        assert 0.3 <= r["tail_s"] < 0.3 + 0.01 + 0.1  # [DONE] after the write's own 10 ms and the 300 ms
+        assert r["e2e_s"] >= r["ttft_s"] + 31 * 0.01 + 0.3 and r["decode_timed_to"] == "last token"
+    assert s["decode_timed_to"] == "last token" and s["tail_s_mean"] == pytest.approx(statistics.mean(r["tail_s"] for r in reqs))
+    assert s["decode_tok_s_mean"] == pytest.approx(statistics.mean(cadences), rel=0.05)
+    assert "(last token - first token)" in s["method"]
