@@ -215,12 +215,14 @@ single_df[["label", "start", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_m
            "tokens_per_chunk", "failed"]] if len(single_df) else "no single-stream result"
 
 # %% [markdown]
-# The single-stream rate is the mean over runs of `(output_tokens - 1) / (end - first_token)`, with a 95% t-interval over runs,
+# The single-stream rate is the mean over runs of each request's `(output_tokens - 1) / (last_token - first_token)`, each token
+# timed by the network read that brought it (the rule of this run's rows is stated just below), with a 95% t-interval over runs,
 # within one server start. The same configuration's rate can move more between server starts than within one (issue #28
 # found the same SGLang default on a slice of Kimi-K2.5 on a lent H200 moving by more from start to start than within one), so
 # each engine is stopped and started again `starts` times and the interval that verdicts use is taken over the per-start means:
 
 # %%
+display(Markdown(ch05.say_decode_rule(store)))
 ch05.starts_table(store).round(1)
 
 # %% [markdown]

@@ -92,7 +92,7 @@ def test_a_done_read_long_after_the_last_token_is_the_tail_not_decode():
 
 def test_a_server_that_ends_its_stream_late_is_timed_at_its_token_cadence(tmp_path):
     """The real fake SSE server, one token every 10 ms, sends its finishing event and [DONE] 300 ms after its last token
-    (``done_delay_s``): each request's decode rate is within 5% of its own chunk cadence (the code before timed the wait,
+    (``done_delay_s``): each request's decode rate is its own chunk cadence, within 1% (the code before timed the wait too:
     about half the cadence here), the wait shows as ``tail_s`` and in e2e, and the summary row says which rule timed it."""
     from servebook.results import RunStore
 
@@ -104,10 +104,66 @@ def test_a_server_that_ends_its_stream_late_is_timed_at_its_token_cadence(tmp_pa
     assert len(reqs) == 2 and all(r["ok"] and r["output_tokens"] == 32 for r in reqs)
     cadences = []
     for r in reqs:
-        cadences.append(1e3 / statistics.median(r["chunk_gaps_ms"]))
-        assert r["decode_tok_s"] == pytest.approx(cadences[-1], rel=0.05)
-        assert 0.3 <= r["tail_s"] < 0.3 + 0.01 + 0.1  # [DONE] after the write's own 10 ms and the 300 ms
-        assert r["e2e_s"] >= r["ttft_s"] + 31 * 0.01 + 0.3 and r["decode_timed_to"] == "last token"
+        cadences.append(1e3 / statistics.mean(r["chunk_gaps_ms"]))  # the token cadence the client saw (a busy host slows it)
+        assert r["decode_tok_s"] == pytest.approx(cadences[-1], rel=0.01)
+        assert 0.3 <= r["tail_s"] < 0.3 + 0.01 + 0.2  # [DONE] after the write's own 10 ms and the 300 ms
+        assert r["e2e_s"] - r["ttft_s"] >= 31 * 0.01 + 0.3 and r["decode_timed_to"] == "last token"
+        assert 31 / r["decode_tok_s"] < r["e2e_s"] - r["ttft_s"] - 0.29  # the 300 ms is in e2e, not in the decode interval
     assert s["decode_timed_to"] == "last token" and s["tail_s_mean"] == pytest.approx(statistics.mean(r["tail_s"] for r in reqs))
-    assert s["decode_tok_s_mean"] == pytest.approx(statistics.mean(cadences), rel=0.05)
+    assert s["decode_tok_s_mean"] == pytest.approx(statistics.mean(cadences), rel=0.01)
     assert "(last token - first token)" in s["method"]
+
+
+def _recorded(tmp_path, label: str, tails_ms: list[float], rule: bool, name: str = "run"):
+    """A run whose single stream of ``label`` served requests with 31 gaps of 10 ms and then ``tails_ms`` to the
+    stream's end, as the rule of the last token records them (``rule``) or as the earlier one did (no tail_s, no
+    decode_timed_to, the rate timed to the stream's end)."""
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path / name)
+    for i, tail in enumerate(tails_ms):
+        decode_s, tail_s = 0.31, tail / 1e3
+        q = {"label": label, "phase": "single", "concurrency": 1, "max_tokens": 32, "run": i, "ok": True, "output_tokens": 32,
+             "ttft_s": 0.05, "e2e_s": 0.05 + decode_s + tail_s, "chunk_gaps_ms": [10.0] * 31}
+        q.update({"decode_tok_s": 31 / decode_s, "tail_s": tail_s, "decode_timed_to": "last token"} if rule else
+                 {"decode_tok_s": 31 / (decode_s + tail_s)})
+        store.append("bench_requests", q)
+    store.append("bench_summary", {"label": label, "phase": "single", "concurrency": 1, "max_tokens": 32, "runs": len(tails_ms),
+                                   "decode_tok_s_mean": 100.0, **({"decode_timed_to": "last token"} if rule else {})})
+    return store
+
+
+def test_the_page_names_the_rule_and_the_wait_after_the_last_token(tmp_path):
+    """Chapter 05 says which rule timed the rates; a recorded run of the earlier rule keeps its rows and the page reads
+    the wait it timed from its chunk gaps; every figure tagged and recomputed from the tables."""
+    import re
+
+    from servebook.bench.decode_rule import say_decode_rule
+    from servebook.quantities import expected
+    from servebook.stated import stated_on
+
+    for rule, head in ((True, "Each request's decode is timed from"), (False, "This run's decode rates are timed to the stream's end")):
+        store = _recorded(tmp_path, "a", [300.0, 310.0, 290.0], rule, name=f"run{rule}")
+        text = say_decode_rule(store)
+        plain = re.sub(r"<[^>]+>", "", text)
+        assert plain.startswith(head) and "the wait after the last token was 300 ms" in plain and "+97%" in plain, plain
+        assert ("read again from its requests' chunk gaps" in plain) != rule
+        tags = stated_on(text)
+        assert {t.name for t in tags} == {"decode_tail_ms", "decode_tail_rate_pct"}
+        assert all(abs(expected(store, t.name, t.of) - t.value) < 1e-9 for t in tags)
+        assert store.rows("bench_requests")[0].get("tail_s") == (0.3 if rule else None)  # the recorded rows are as they were
+
+
+def test_rows_of_both_rules_side_by_side_each_name_their_rule(tmp_path):
+    from servebook.bench.decode_rule import say_decode_rule
+
+    store = _recorded(tmp_path, "old", [1.0], rule=False)
+    for r in _recorded(tmp_path, "new", [1.0], rule=True, name="other").rows("bench_requests"):
+        store.append("bench_requests", r)
+    store.append("bench_summary", {"label": "new", "phase": "single", "concurrency": 1, "max_tokens": 32, "runs": 1,
+                                   "decode_tok_s_mean": 100.0, "decode_timed_to": "last token"})
+    text = say_decode_rule(store)
+    assert text.startswith("Rows of two rules stand side by side here")
+    assert "- old: timed to the stream's end: recorded before" in text and "- new: timed to the last token; " in text
+    assert "- x: no timed request to read the wait after its last token from." in say_decode_rule(
+        _recorded(tmp_path, "x", [], rule=True, name="empty"))
