@@ -167,3 +167,24 @@ def test_rows_of_both_rules_side_by_side_each_name_their_rule(tmp_path):
     assert "- old: timed to the stream's end: recorded before" in text and "- new: timed to the last token; " in text
     assert "- x: no timed request to read the wait after its last token from." in say_decode_rule(
         _recorded(tmp_path, "x", [], rule=True, name="empty"))
+
+
+def test_chapter_03_and_05_timed_by_two_rules_are_two_methods(tmp_path):
+    """Chapter 03's default measured before the rule (its row names none) beside chapter 05's timed to the last token:
+    the comparison names the rule as a difference of method; both of one rule, it names none."""
+    from servebook.findings import default_methods
+    from servebook.results import RunStore
+
+    def store_with(rule_03):
+        store = RunStore.at(tmp_path / f"run{rule_03}")
+        store.append("backends", {"engine": "sglang", "attention": "auto", "outcome": "ok", "decode_tok_s": 100.0, "decode_tok_s_ci95": 1.0,
+                                  "bench_max_tokens": 32, "bench_input_len": 32, "bench_runs": 3, "bench_warmup": 1,
+                                  **({"bench_decode_timed_to": rule_03} if rule_03 else {})})
+        store.append("bench_summary", {"label": "sglang/default", "engine": "sglang", "attention": "default", "phase": "single",
+                                       "concurrency": 1, "max_tokens": 32, "input_tokens": 32, "runs": 3, "warmup": 1,
+                                       "decode_tok_s_mean": 101.0, "decode_tok_s_ci95": 1.0, "decode_timed_to": "last token"})
+        (m,) = default_methods(store)
+        return m
+    before = store_with(None)
+    assert {"what": "decode timed to", "ch03": "stream end", "ch05": "last token"} in before["differences"]
+    assert not any(d["what"] == "decode timed to" for d in store_with("last token")["differences"])
