@@ -188,3 +188,15 @@ def test_chapter_03_and_05_timed_by_two_rules_are_two_methods(tmp_path):
     before = store_with(None)
     assert {"what": "decode timed to", "ch03": "stream end", "ch05": "last token"} in before["differences"]
     assert not any(d["what"] == "decode timed to" for d in store_with("last token")["differences"])
+
+
+def test_a_measurement_taken_again_by_the_other_rule_names_the_rule_of_each_take():
+    from servebook.bench.runs import remeasured
+
+    base = {"label": "a", "phase": "single", "concurrency": 1, "max_tokens": 32, "warmup": 1, "runs": 3}
+    (pair,) = remeasured([{**base, "decode_tok_s_mean": 99.0, "recorded_at": "1"},
+                          {**base, "decode_tok_s_mean": 100.0, "recorded_at": "2", "decode_timed_to": "last token"}])
+    assert pair["before_method"] == "1 warm-up request(s), 3 runs, decode timed to the stream's end"
+    assert pair["after_method"] == "1 warm-up request(s), 3 runs, decode timed to the last token"
+    (same,) = remeasured([{**base, "recorded_at": "1"}, {**base, "recorded_at": "2"}])
+    assert same["before_method"] == same["after_method"] == "1 warm-up request(s), 3 runs"

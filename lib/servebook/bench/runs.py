@@ -464,4 +464,5 @@ def _method(r: dict, rule: bool = False) -> str:
     """A measurement's method in words; ``rule``: with the rule that timed its decode (where the two takes differ in it)."""
     said = (f"{r.get('warmup')} warm-up request(s), {r.get('runs')} runs" if r.get("phase") == "single" else
             "each level warmed first" if r.get("level_warmup") else "no warm-up per level")
-    return said + (f", decode timed to the {'last token' if timed_to(r) == DECODE_TIMED_TO else 'stream end'}" if rule else "")
+    timed = "the last token" if timed_to(r) == DECODE_TIMED_TO else "the stream's end"
+    return said + (f", decode timed to {timed}" if rule else "")
