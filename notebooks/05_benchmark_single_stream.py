@@ -140,7 +140,8 @@ print(f"run {store.path}\nmodel: {shown}\nengines: {', '.join(engines)}; {w}")
 # Method: each request is an HTTP/1.1 streaming POST; while it streams, the client only timestamps each network read.
 # SSE events are parsed and tokenized after the batch, so parsing never delays another stream. Per request we keep TTFT
 # (with and without the wait for a concurrency slot), per-token inter-token latency and raw inter-chunk gaps apart (a
-# chunk may carry several tokens), TPOT, end-to-end latency and the output tokens.
+# chunk may carry several tokens), TPOT (from the first token to the last), the wait after the last token until the
+# stream ends (`tail_s`: in end-to-end latency, not in TPOT), end-to-end latency and the output tokens.
 #
 # Before trusting it with a server, we measure how fast the client itself can go: a local fake SSE server (not an
 # engine) streams tokens as fast as it can, pinned to another core. Two other clients stream the same requests from the
