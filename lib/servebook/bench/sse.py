@@ -251,8 +251,8 @@ def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[
         r.untimed = f"{r.output_tokens} output token(s): a decode rate needs two or more"
 
 
-# A decode rate is timed from the first token's read to the last read that carried tokens. With one read after the first token's,
-# that is one gap between two reads, and one server write that the kernel hands over in two reads gives the same
+# A decode rate is timed from the first token's read to the last read that carried tokens. With one read of tokens after
+# the first token's, that is one gap between two reads, and one server write that the kernel hands over in two reads gives the same
 # picture as two writes a decode apart (session 15 saw 177,655 tok/s so). Measured here with the fake server writing
 # each answer at once (1,600 requests of 8 to 2,048 tokens at C=1 and 8): 186 had a read after the first token's, 185
 # of them one gap timed above 10,000 tok/s, and one 8-token answer 9,321 tok/s. A real stream can give one gap too:
@@ -276,7 +276,8 @@ def implausible(r: RequestResult, raw: RawStream, ceiling_tok_s: float | None = 
     first = raw.t_arrive + r.ttft_s  # the first token's read stamp, up to rounding (well under a microsecond)
     gaps = sum(1 for t in (sorted(set(times)) if times is not None else raw.stamps) if t > first + 1e-7)
     if gaps < MIN_READ_GAPS and r.decode_tok_s > ONE_GAP_MAX_TOK_S:
-        return (f"{r.output_tokens - 1} tokens after the first came in one read {1e6 * (r.output_tokens - 1) / r.decode_tok_s:,.0f} us after it "
+        apart_us = 1e6 * (r.output_tokens - 1) / r.decode_tok_s  # the first token's read -> the last token's
+        return (f"{r.output_tokens - 1} tokens after the first came in one read {apart_us:,.0f} us after it "
                 f"({r.decode_tok_s:,.0f} tok/s): one server write split into two reads gives this, and no decode recorded "
                 f"here comes near it (a rate from one read gap stands below {ONE_GAP_MAX_TOK_S:,.0f} tok/s)")
     if ceiling_tok_s and r.decode_tok_s > ceiling_tok_s:
