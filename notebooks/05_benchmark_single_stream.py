@@ -140,7 +140,8 @@ print(f"run {store.path}\nmodel: {shown}\nengines: {', '.join(engines)}; {w}")
 # Method: each request is an HTTP/1.1 streaming POST; while it streams, the client only timestamps each network read.
 # SSE events are parsed and tokenized after the batch, so parsing never delays another stream. Per request we keep TTFT
 # (with and without the wait for a concurrency slot), per-token inter-token latency and raw inter-chunk gaps apart (a
-# chunk may carry several tokens), TPOT, end-to-end latency and the output tokens.
+# chunk may carry several tokens), TPOT (from the first token to the last), the wait after the last token until the
+# stream ends (`tail_s`: in end-to-end latency, not in TPOT), end-to-end latency and the output tokens.
 #
 # Before trusting it with a server, we measure how fast the client itself can go: a local fake SSE server (not an
 # engine) streams tokens as fast as it can, pinned to another core. Two other clients stream the same requests from the
@@ -215,12 +216,14 @@ single_df[["label", "start", "decode_tok_s_mean", "decode_tok_s_ci95", "ttft_s_m
            "tokens_per_chunk", "failed"]] if len(single_df) else "no single-stream result"
 
 # %% [markdown]
-# The single-stream rate is the mean over runs of `(output_tokens - 1) / (end - first_token)`, with a 95% t-interval over runs,
+# The single-stream rate is the mean over runs of each request's `(output_tokens - 1) / (last_token - first_token)`, each token
+# timed by the network read that brought it (the rule of this run's rows is stated just below), with a 95% t-interval over runs,
 # within one server start. The same configuration's rate can move more between server starts than within one (issue #28
 # found the same SGLang default on a slice of Kimi-K2.5 on a lent H200 moving by more from start to start than within one), so
 # each engine is stopped and started again `starts` times and the interval that verdicts use is taken over the per-start means:
 
 # %%
+display(Markdown(ch05.say_decode_rule(store)))
 ch05.starts_table(store).round(1)
 
 # %% [markdown]

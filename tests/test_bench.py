@@ -94,7 +94,11 @@ def test_single_stream_real_tokens(server, embedded_model, tok, prompts, tmp_pat
         assert abs(r["output_tokens_tokenizer"] - 32) <= 16
         assert 0 < r["ttft_s"] < r["e2e_s"], r
         assert r["untimed"] is None, r["untimed"]
-        assert r["decode_tok_s"] == pytest.approx((r["output_tokens"] - 1) / (r["e2e_s"] - r["ttft_s"]))
+        # timed from the first token's read to the last token's; the wait after it for [DONE] is tail_s, inside e2e only
+        decode_s = sum(r["chunk_gaps_ms"]) / 1e3
+        assert r["decode_tok_s"] == pytest.approx((r["output_tokens"] - 1) / decode_s, rel=1e-4)
+        assert r["e2e_s"] - r["ttft_s"] == pytest.approx(decode_s + r["tail_s"], abs=1e-5) and r["tail_s"] >= 0
+        assert r["decode_timed_to"] == "last token"
         assert r["tpot_s"] == pytest.approx(1 / r["decode_tok_s"])
         assert len(r["itl_ms"]) >= 27
     assert s["runs"] == 3 and s["decode_tok_s_ci95"] is not None and s["decode_tok_s_mean"] > 0
@@ -173,7 +177,9 @@ def test_itl_per_token_is_kept_apart_from_chunk_gaps(tok):
             gap = sorted(r.chunk_gaps_ms)[7]
             assert 9 < gap < 30
             assert sorted(r.itl_ms)[30] == pytest.approx(gap / 4, rel=0.35)
-            assert r.tpot_s == pytest.approx((r.e2e_s - r.ttft_s) / 63)
+            # to the last token's read; the fake server's 10 ms after its last write, before [DONE], is the tail
+            assert r.tpot_s == pytest.approx(sum(r.chunk_gaps_ms) / 1e3 / 63, rel=1e-4) and r.tail_s > 0.009
+            assert r.e2e_s - r.ttft_s == pytest.approx(sum(r.chunk_gaps_ms) / 1e3 + r.tail_s, abs=1e-5)
 
 
 def test_tokens_that_arrive_in_one_read_are_untimed_and_the_summary_says_why(tmp_path):

@@ -3,6 +3,8 @@ a mean. Hand-built streams (the bytes and read times a transport would keep), pa
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from servebook import bench
@@ -67,8 +69,7 @@ def test_the_recorded_roofline_is_the_ceiling_measuring_passes(tmp_path):
 
 def test_a_read_of_done_alone_is_no_decode_and_no_read_gap():
     """Every token in the first read, then a read holding only usage and [DONE]: the time between them is the stream's
-    end, not a decode (untimed); and a split write followed by a [DONE]-only read is still one read gap of tokens. (Left: a
-    decode rate is timed to the stream's end, so a split write whose [DONE] comes well after it times the wait for [DONE].)"""
+    end, not a decode (untimed); and a split write followed by a [DONE]-only read is still one read gap of tokens."""
     def with_done_read(parts, stamps, tokens):
         raw = _stream(parts + [0], stamps, tokens)
         return bench._finish(raw, "completions", None, None)
@@ -77,3 +78,125 @@ def test_a_read_of_done_alone_is_no_decode_and_no_read_gap():
     assert one.ok and one.decode_tok_s is None and "all 16 tokens arrived in one network read" in one.untimed
     split = with_done_read([1, 15], [0.05, 0.05 + 15 / 20_000, 0.05 + 15 / 19_000], 16)   # [DONE] read right after
     assert split.decode_tok_s is None and "split into two reads" in split.untimed
+
+
+def test_a_done_read_long_after_the_last_token_is_the_tail_not_decode():
+    """Two reads of tokens 15/183 s apart, then usage and [DONE] 300 ms later: the decode is timed to the last token's
+    read (183 tok/s; the code before timed it to the [DONE] read, 40 tok/s), and the 300 ms is the tail, inside e2e."""
+    raw = _stream([1, 15, 0], [0.05, 0.05 + 15 / 183, 0.05 + 15 / 183 + 0.3], 16)
+    r = bench._finish(raw, "completions", None, None)
+    assert r.untimed is None and r.decode_tok_s == pytest.approx(183.0) and r.tpot_s == pytest.approx(1 / 183)
+    assert r.tail_s == pytest.approx(0.3) and r.e2e_s == pytest.approx(0.05 + 15 / 183 + 0.3)
+    assert r.row()["decode_timed_to"] == bench.sse.DECODE_TIMED_TO == "last token"
+
+
+def test_a_server_that_ends_its_stream_late_is_timed_at_its_token_cadence(tmp_path):
+    """The real fake SSE server, one token every 10 ms, sends its finishing event and [DONE] 300 ms after its last token
+    (``done_delay_s``): each request's decode rate is its own chunk cadence, within 1% (the code before timed the wait too:
+    about half the cadence here), the wait shows as ``tail_s`` and in e2e, and the summary row says which rule timed it."""
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path / "run")
+    prompts = [bench.Prompt(text=f"p{i}", tokens=2) for i in range(3)]
+    with bench.FakeSSEServer(tokens_per_event=1, events_per_write=1, delay_s=0.01, done_delay_s=0.3) as fake:
+        s = bench.single_stream(fake.url, "fake-sse", prompts, store=store, runs=2, warmup=0, max_tokens=32, progress=False)
+    reqs = [r for r in store.rows("bench_requests") if r["phase"] == "single"]
+    assert len(reqs) == 2 and all(r["ok"] and r["output_tokens"] == 32 for r in reqs)
+    cadences = []
+    for r in reqs:
+        cadences.append(1e3 / statistics.mean(r["chunk_gaps_ms"]))  # the token cadence the client saw (a busy host slows it)
+        assert r["decode_tok_s"] == pytest.approx(cadences[-1], rel=0.01)
+        assert 0.3 <= r["tail_s"] < 0.3 + 0.01 + 0.2  # [DONE] after the write's own 10 ms and the 300 ms
+        assert r["e2e_s"] - r["ttft_s"] >= 31 * 0.01 + 0.3 and r["decode_timed_to"] == "last token"
+        assert 31 / r["decode_tok_s"] < r["e2e_s"] - r["ttft_s"] - 0.29  # the 300 ms is in e2e, not in the decode interval
+    assert s["decode_timed_to"] == "last token" and s["tail_s_mean"] == pytest.approx(statistics.mean(r["tail_s"] for r in reqs))
+    assert s["decode_tok_s_mean"] == pytest.approx(statistics.mean(cadences), rel=0.01)
+    assert "(last token - first token)" in s["method"]
+
+
+def _recorded(tmp_path, label: str, tails_ms: list[float], rule: bool, name: str = "run"):
+    """A run whose single stream of ``label`` served requests with 31 gaps of 10 ms and then ``tails_ms`` to the
+    stream's end, as the rule of the last token records them (``rule``) or as the earlier one did (no tail_s, no
+    decode_timed_to, the rate timed to the stream's end)."""
+    from servebook.results import RunStore
+
+    store = RunStore.at(tmp_path / name)
+    for i, tail in enumerate(tails_ms):
+        decode_s, tail_s = 0.31, tail / 1e3
+        q = {"label": label, "phase": "single", "concurrency": 1, "max_tokens": 32, "run": i, "ok": True, "output_tokens": 32,
+             "ttft_s": 0.05, "e2e_s": 0.05 + decode_s + tail_s, "chunk_gaps_ms": [10.0] * 31}
+        q.update({"decode_tok_s": 31 / decode_s, "tail_s": tail_s, "decode_timed_to": "last token"} if rule else
+                 {"decode_tok_s": 31 / (decode_s + tail_s)})
+        store.append("bench_requests", q)
+    store.append("bench_summary", {"label": label, "phase": "single", "concurrency": 1, "max_tokens": 32, "runs": len(tails_ms),
+                                   "decode_tok_s_mean": 100.0, **({"decode_timed_to": "last token"} if rule else {})})
+    return store
+
+
+def test_the_page_names_the_rule_and_the_wait_after_the_last_token(tmp_path):
+    """Chapter 05 says which rule timed the rates; a recorded run of the earlier rule keeps its rows and the page reads
+    the wait it timed from its chunk gaps; every figure tagged and recomputed from the tables."""
+    import re
+
+    from servebook.bench.decode_rule import say_decode_rule
+    from servebook.quantities import expected
+    from servebook.stated import stated_on
+
+    for rule, head in ((True, "Each request's decode is timed from"), (False, "This run's decode rates are timed to the stream's end")):
+        store = _recorded(tmp_path, "a", [300.0, 310.0, 290.0], rule, name=f"run{rule}")
+        text = say_decode_rule(store)
+        plain = re.sub(r"<[^>]+>", "", text)
+        assert plain.startswith(head) and "the wait after the last token was 300 ms" in plain and "+97%" in plain, plain
+        assert ("read again from its requests' chunk gaps" in plain) != rule
+        tags = stated_on(text)
+        assert {t.name for t in tags} == {"decode_tail_ms", "decode_tail_rate_pct"}
+        assert all(abs(expected(store, t.name, t.of) - t.value) < 1e-9 for t in tags)
+        assert store.rows("bench_requests")[0].get("tail_s") == (0.3 if rule else None)  # the recorded rows are as they were
+
+
+def test_rows_of_both_rules_side_by_side_each_name_their_rule(tmp_path):
+    from servebook.bench.decode_rule import say_decode_rule
+
+    store = _recorded(tmp_path, "old", [1.0], rule=False)
+    for r in _recorded(tmp_path, "new", [1.0], rule=True, name="other").rows("bench_requests"):
+        store.append("bench_requests", r)
+    store.append("bench_summary", {"label": "new", "phase": "single", "concurrency": 1, "max_tokens": 32, "runs": 1,
+                                   "decode_tok_s_mean": 100.0, "decode_timed_to": "last token"})
+    text = say_decode_rule(store)
+    assert text.startswith("Rows of two rules stand side by side here")
+    assert "- old: timed to the stream's end: recorded before" in text and "- new: timed to the last token; " in text
+    assert "- x: no timed request to read the wait after its last token from." in say_decode_rule(
+        _recorded(tmp_path, "x", [], rule=True, name="empty"))
+
+
+def test_chapter_03_and_05_timed_by_two_rules_are_two_methods(tmp_path):
+    """Chapter 03's default measured before the rule (its row names none) beside chapter 05's timed to the last token:
+    the comparison names the rule as a difference of method; both of one rule, it names none."""
+    from servebook.findings import default_methods
+    from servebook.results import RunStore
+
+    def store_with(rule_03):
+        store = RunStore.at(tmp_path / f"run{rule_03}")
+        store.append("backends", {"engine": "sglang", "attention": "auto", "outcome": "ok", "decode_tok_s": 100.0, "decode_tok_s_ci95": 1.0,
+                                  "bench_max_tokens": 32, "bench_input_len": 32, "bench_runs": 3, "bench_warmup": 1,
+                                  **({"bench_decode_timed_to": rule_03} if rule_03 else {})})
+        store.append("bench_summary", {"label": "sglang/default", "engine": "sglang", "attention": "default", "phase": "single",
+                                       "concurrency": 1, "max_tokens": 32, "input_tokens": 32, "runs": 3, "warmup": 1,
+                                       "decode_tok_s_mean": 101.0, "decode_tok_s_ci95": 1.0, "decode_timed_to": "last token"})
+        (m,) = default_methods(store)
+        return m
+    before = store_with(None)
+    assert {"what": "decode timed to", "ch03": "stream end", "ch05": "last token"} in before["differences"]
+    assert not any(d["what"] == "decode timed to" for d in store_with("last token")["differences"])
+
+
+def test_a_measurement_taken_again_by_the_other_rule_names_the_rule_of_each_take():
+    from servebook.bench.runs import remeasured
+
+    base = {"label": "a", "phase": "single", "concurrency": 1, "max_tokens": 32, "warmup": 1, "runs": 3}
+    (pair,) = remeasured([{**base, "decode_tok_s_mean": 99.0, "recorded_at": "1"},
+                          {**base, "decode_tok_s_mean": 100.0, "recorded_at": "2", "decode_timed_to": "last token"}])
+    assert pair["before_method"] == "1 warm-up request(s), 3 runs, decode timed to the stream's end"
+    assert pair["after_method"] == "1 warm-up request(s), 3 runs, decode timed to the last token"
+    (same,) = remeasured([{**base, "recorded_at": "1"}, {**base, "recorded_at": "2"}])
+    assert same["before_method"] == same["after_method"] == "1 warm-up request(s), 3 runs"

@@ -45,8 +45,11 @@ _LIST = [
        "the first token. Chapter 05's client measures it per request (<code>ttft_s</code>); <code>ttft_server_s</code> leaves "
        "the client's slot wait out."),
     _t("tpot", "TPOT (time per output token)",
-       "A request's time after its first token divided by the tokens after the first: (end &minus; first token) / (output "
-       "tokens &minus; 1). The single-stream decode rate is its inverse, 1000 / TPOT in ms = tok/s."),
+       "A request's time from its first token to its last divided by the tokens after the first: (last token &minus; first "
+       "token) / (output tokens &minus; 1), each token timed by the network read that brought it; the wait after the last "
+       "token until the stream ends ([DONE]) counts in end-to-end latency only. Runs recorded before this rule timed it to "
+       "the stream's end, and chapter 05 says which rule timed its rows. The single-stream decode rate is its inverse, "
+       "1000 / TPOT in ms = tok/s."),
     _t("itl", "ITL (inter-token latency)",
        "The gap between two tokens as the client receives them. A server that streams several tokens per chunk gives one gap "
        "per chunk: servebook keeps that gap (<code>chunk_gaps_ms</code>) and divides it by the tokens in the chunk for the "

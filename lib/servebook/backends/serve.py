@@ -52,7 +52,7 @@ def _decode_rate(base_url: str, model: str, engine: str, attention: str, max_tok
         "bench_failed": s["failed"],
         "bench_method": s["method"],
         "bench_input_len": RATE_INPUT_LEN, "bench_max_tokens": max_tokens, "bench_prompt_seed": 0, "bench_runs": runs, "bench_warmup": 1,
-        "bench_prompts_sha": s.get("prompts_sha"),
+        "bench_prompts_sha": s.get("prompts_sha"), "bench_decode_timed_to": s.get("decode_timed_to"),
     }
 
 

@@ -10,12 +10,14 @@ Every measurement's method is the one the chapter describes; the functions only 
 package, so a recorded run re-executed with ``measure=False`` reads the same tables the same way. The page's parts, one
 module each: ``measure`` (its measuring), ``figures`` (what the page states, computed from the tables), ``tables`` (its
 tables and plots), ``limits`` (this host's roofline, its extrapolation, the in-process breakdown), ``seed`` (the seed
-case on paper), ``report`` (its words: "What we found", "Check yourself", and ``UNTAGGED``: the figures the page
-states in prose without a tag, each with the reason it cannot carry one). This module hands their names to the notebook.
+case on paper), ``decode_rule`` (the rule that timed each decode rate, in words), ``report`` (its words: "What we
+found", "Check yourself", and ``UNTAGGED``: the figures the page states in prose without a tag, each with the reason it
+cannot carry one). This module hands their names to the notebook.
 """
 
 from __future__ import annotations
 
+from .decode_rule import say_decode_rule
 from .figures import ceiling_tables, sweep_parameters
 from .limits import extrapolation, host_roofline, inprocess_breakdown, say_breakdown, what_if_line
 from .measure import Workload, measure_engines
@@ -27,4 +29,4 @@ from .tables import (ceiling_warnings, client_check, graph_eager_pairs, measured
 __all__ = ["Workload", "UNTAGGED", "ceiling_tables", "ceiling_sentence", "measure_engines", "measured", "starts_table",
            "plot_single_runs", "sweep_parameters", "say_sweep_stops", "plot_sweep", "plot_graph_vs_eager", "graph_eager_pairs", "client_check",
            "host_roofline", "roofline_shown", "extrapolation", "inprocess_breakdown", "say_breakdown", "seed_roofline", "say_prediction_tok_s",
-           "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling", "show_ceiling_comparison", "ceiling_warnings", "what_if_line", "excerpt", "whole_block"]
+           "say_decode_rule", "found", "check_yourself", "whatif_found", "whatif_check_yourself", "show_ceiling", "show_ceiling_comparison", "ceiling_warnings", "what_if_line", "excerpt", "whole_block"]

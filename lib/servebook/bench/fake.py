@@ -25,17 +25,18 @@ class FakeSSEServer:
     It is a test fixture, clearly not an engine: every event carries ``tokens_per_event``
     copies of ``word``; ``events_per_write`` events go out per socket write, ``delay_s`` apart;
     the first waits ``ttft_s`` after the response headers; ``cpu`` pins it; ``fail_status`` (e.g. 500) answers every
-completion with that status instead (a server whose every request fails). Paced
+completion with that status instead (a server whose every request fails); ``done_delay_s`` sends the finishing event
+and [DONE] that much later than the last text (a server that ends its stream late). Paced
     (``delay_s``/``ttft_s`` > 0) it is a server whose timing is known and steady, for comparing clients.
     """
 
     def __init__(self, tokens_per_event: int = 1, events_per_write: int = 64, delay_s: float = 0.0,
-                 cpu: int | None = None, word: str = " the", ttft_s: float = 0.0, fail_status: int = 0):
+                 cpu: int | None = None, word: str = " the", ttft_s: float = 0.0, fail_status: int = 0, done_delay_s: float = 0.0):
         from ..processes import free_port
 
         self.port = free_port()
         self.args = [str(self.port), str(tokens_per_event), str(events_per_write), str(delay_s),
-                     str(-1 if cpu is None else cpu), word, str(ttft_s), str(int(fail_status))]
+                     str(-1 if cpu is None else cpu), word, str(ttft_s), str(int(fail_status)), str(done_delay_s)]
         self.proc: subprocess.Popen | None = None
 
     @property

@@ -7,11 +7,12 @@
     server_start_at(store, "vllm", "2026-12-01T11:20:52+00:00")   # which recorded server start was serving then
     single_vs_c1(store)         # per configuration: its single stream beside its sweep's C=1 level, and what differs
     bandwidth_roofline(store)   # each roofline row against the datasheet and the measured read bandwidth, and the reference
+    decode_tails(store)         # per configuration: the rule that timed its decode, and the wait after its last tokens
 """
 
 from __future__ import annotations
 
-__all__ = ["ceiling_tables", "sweep_parameters", "breakdowns", "server_start_at", "single_vs_c1", "C1_GAP", "bandwidth_roofline"]
+__all__ = ["ceiling_tables", "sweep_parameters", "breakdowns", "server_start_at", "single_vs_c1", "C1_GAP", "bandwidth_roofline", "decode_tails"]
 
 
 def ceiling_tables(store):
@@ -219,3 +220,36 @@ def bandwidth_roofline(store, rows=None) -> dict:
                        read_share_of_datasheet=b["read_tbs"] / r["bandwidth_tbs"])
         cases[r["case"]] = row
     return {"cases": cases, "devices": devices}
+
+
+def decode_tails(store) -> list[dict]:
+    """Per configuration with a standing single-stream rate: the rules that timed its decode (``rules``, sorted:
+    ``sse.timed_to`` of its standing rows with a rate, single stream and sweep), and over its timed single-stream requests
+    the wait from the last token's read to the stream's end (``tail_ms``, median) and what that wait moves the rate by
+    (``rate_pct``, median of tail / decode interval: the rate timed to the last token over the one timed to the stream's
+    end, - 1). A row of the last-token rule recorded the wait (``tail_s``); a row of the earlier rule gives it as
+    e2e - TTFT - the sum of its chunk gaps, which run from the first token's read to the last token's."""
+    import statistics
+
+    from .runs import current
+    from .sse import timed_to
+
+    summary, requests = current(store.rows("bench_summary"), store.rows("bench_requests"))
+    rated = [r for r in summary if r.get("decode_tok_s_mean") is not None or r.get("per_user_tok_s") is not None]
+    out = []
+    for label in dict.fromkeys(r["label"] for r in rated if r.get("phase") == "single"):
+        tails, rates = [], []
+        for q in requests:
+            gaps = q.get("chunk_gaps_ms") or []
+            if (q.get("label") != label or q.get("phase") != "single" or not q.get("ok") or not q.get("decode_tok_s") or not gaps
+                    or q.get("e2e_s") is None or q.get("ttft_s") is None):
+                continue
+            decode_s = sum(gaps) / 1e3
+            tail = q["tail_s"] if q.get("tail_s") is not None else max(0.0, q["e2e_s"] - q["ttft_s"] - decode_s)
+            tails.append(tail)
+            rates.append(tail / decode_s if decode_s > 0 else None)
+        rates = [x for x in rates if x is not None]
+        out.append({"label": label, "rules": sorted({timed_to(r) for r in rated if r.get("label") == label}),
+                    "tail_ms": 1e3 * statistics.median(tails) if tails else None,
+                    "rate_pct": 100 * statistics.median(rates) if rates else None, "requests": len(tails)})
+    return out

@@ -206,6 +206,12 @@ _SWEEP = [  # the single stream and the sweep as they ran, latencies, time split
     Quantity("single_tpot_ms", "mean TPOT (ms) of a configuration's last single-stream measurement",
              lambda store: {k: r["tpot_s_mean"] * 1e3 for k, r in _single(store).items() if plain(r.get("tpot_s_mean")) is not None},
              tables=("bench_summary",)),
+    Quantity("decode_tail_ms", "median wait (ms) from a single-stream request's last token to its stream's end, over a "
+             "configuration's standing timed requests (label; bench.figures.decode_tails)",
+             lambda store: {t["label"]: t["tail_ms"] for t in figures.decode_tails(store)}, tables=("bench_summary", "bench_requests")),
+    Quantity("decode_tail_rate_pct", "what that wait moves a request's decode rate by: the rate timed to the last token over "
+             "the rate timed to the stream's end, - 1, median (%; label; bench.figures.decode_tails)",
+             lambda store: {t["label"]: t["rate_pct"] for t in figures.decode_tails(store)}, tables=("bench_summary", "bench_requests")),
     Quantity("tokens_per_chunk", "tokens per streamed chunk of a configuration's last single-stream measurement",
              lambda store: {k: r.get("tokens_per_chunk") for k, r in _single(store).items()}, tables=("bench_summary",)),
     Quantity("sweep_throughput_tok_s", "throughput (tok/s) of one sweep level (label | C=n)", _sweep("throughput_tok_s"),

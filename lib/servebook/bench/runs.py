@@ -14,8 +14,8 @@ from ..errors import ParameterError
 from .client import run_requests
 from .payload import bench_config
 from .prompts import Prompt
-from .saturation import FELL, SATURATION_GROWTH, fell, grew, stop_words  # noqa: F401 (the page names bench.runs.SATURATION_GROWTH)
-from .sse import RequestResult, untimed_of
+from .saturation import FELL, SATURATION_GROWTH, fell, grew, stop_words, sweep_stalls  # noqa: F401 (the page names bench.runs.SATURATION_GROWTH)
+from .sse import DECODE_TIMED_TO, RequestResult, timed_to, untimed_of
 from .stats import mean_ci, percentile
 
 __all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
@@ -84,9 +84,10 @@ def over_starts(single_rows: Iterable[dict]) -> dict:
 
 
 def summarize_level(results: Sequence[RequestResult], wall_s: float | None = None) -> dict:
-    """Throughput, per-user decode rate and latency percentiles (p50/p90/p99) of one batch."""
+    """Throughput, per-user decode rate and latency percentiles (p50/p90/p99) of one batch, with the rule that timed
+    its decode (``decode_timed_to``) and the wait after each last token (``tail_s_*``)."""
     ok = [r for r in results if r.ok]
-    out: dict[str, Any] = {"requests": len(results), "ok": len(ok), "failed": len(results) - len(ok)}
+    out: dict[str, Any] = {"requests": len(results), "ok": len(ok), "failed": len(results) - len(ok), "decode_timed_to": DECODE_TIMED_TO}
     if wall_s is None and ok:
         # first arrival -> last stream end
         wall_s = max((r.e2e_s or 0) for r in ok)
@@ -97,7 +98,7 @@ def summarize_level(results: Sequence[RequestResult], wall_s: float | None = Non
     rates = [r.decode_tok_s for r in ok if r.decode_tok_s]
     out["per_user_tok_s"] = statistics.mean(rates) if rates else None
     out["per_user_tok_s_p50"] = percentile(rates, 50)
-    for name in ("ttft_s", "ttft_server_s", "slot_wait_s", "e2e_s", "tpot_s"):
+    for name in ("ttft_s", "ttft_server_s", "slot_wait_s", "e2e_s", "tpot_s", "tail_s"):
         vals = [getattr(r, name) for r in ok if getattr(r, name) is not None]
         out[f"{name}_mean"] = statistics.mean(vals) if vals else None
         for q in (50, 90, 99):
@@ -227,12 +228,14 @@ def _single_summary(cfg: dict, prompts: Sequence[Prompt], per_run: list[dict], a
         s[f"{metric}_sd"] = ci["sd"]
         s[f"{metric}_runs"] = [p[metric] for p in per_run]
     lvl = summarize_level(all_results)
-    for key in ("ok", "failed", "output_tokens", "itl_ms_p50", "itl_ms_p99", "chunk_gap_ms_p50", "chunk_gap_ms_p99", "tokens_per_chunk", "errors", "untimed", "untimed_reason"):
+    for key in ("ok", "failed", "output_tokens", "itl_ms_p50", "itl_ms_p99", "chunk_gap_ms_p50", "chunk_gap_ms_p99", "tokens_per_chunk", "errors",
+                "untimed", "untimed_reason", "decode_timed_to", "e2e_s_mean", "tail_s_mean", "tail_s_p50", "tail_s_p99"):
         s[key] = lvl[key]
     if s["decode_tok_s_mean"] is None and lvl["untimed"]:  # said where the rate is missing (chapter 05's "nothing measured")
         s["error"] = f"no decode rate: {lvl['untimed']} of {lvl['ok']} served requests untimed ({lvl['untimed_reason']}); ask for more output tokens"
     s["method"] = (f"{warmup} warm-up requests, then {runs} runs x {requests_per_run} request(s) at C=1; per-run mean of "
-                   "(output_tokens-1)/(e2e-ttft); mean and 95% t-interval over runs")
+                   "(output_tokens-1)/(last token - first token), each token timed by its network read; mean and 95% "
+                   "t-interval over runs")
     return s
 
 
@@ -340,7 +343,8 @@ def _sweep_level(url: str, model: str, prompts: Sequence[Prompt], key: dict, com
     s["request_rate"] = request_rate
     s["method"] = (f"{n} requests, at most {c} in flight, all arriving at t=0" if not request_rate else
                    f"{n} requests, at most {c} in flight, Poisson arrivals at {request_rate}/s") + \
-        "; throughput = output tokens of successful requests / (first arrival -> last stream end)"
+        "; throughput = output tokens of successful requests / (first arrival -> last stream end); per-user rate = " \
+        "(output_tokens-1)/(last token - first token)"
     if store is not None:
         store.append("bench_summary", s)
     return s
@@ -353,39 +357,6 @@ def _stop_row(cfg: dict, c: int, levels_run: list, best: float, flat: int, out: 
     why, kind = said or (f"fewer than two levels measured a throughput (best {best:.1f} tok/s) in {flat} levels: failing "
                          "requests, not saturation", FELL)
     return {**cfg, "stopped_before": c, "levels_run": levels_run, "best_throughput_tok_s": best, "stopped_by": kind, "reason": why}
-
-
-def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], ratio: float = 5.0) -> list[dict]:
-    """Sweep levels whose throughput fell below the best level before them (:func:`.saturation.fell`, the rule the
-    sweep's stop is classified by), with their first tokens next to
-    that level's. ``stalled`` when the level's slowest first token took over ``2 x ratio`` x its median (one request
-    stuck) or its median over ``ratio`` x the best level's (every request waited): a saturated server queues each
-    request a little and holds its throughput, so a fall like this asks for another cause. Rows: label,
-    concurrency, throughput_tok_s, best_before_tok_s, best_before_concurrency, ttft_median_s, ttft_max_s,
-    ttft_median_best_s, stalled."""
-    by_level: dict = {}
-    for r in requests:
-        if r.get("phase") == "sweep" and r.get("ok") and r.get("ttft_s") is not None:
-            by_level.setdefault((r.get("label"), r.get("concurrency")), []).append(float(r["ttft_s"]))
-
-    def median(key):
-        t = sorted(by_level.get(key, []))
-        return (t[len(t) // 2], t[-1]) if t else (None, None)
-    out, best = [], {}
-    for s in sorted((s for s in summary if s.get("phase") == "sweep"), key=lambda s: (str(s.get("label")), s.get("concurrency") or 0)):
-        lab, thr = s.get("label"), s.get("throughput_tok_s")
-        if thr is None:
-            continue
-        b = best.get(lab)
-        if b and fell(thr, [b[0]]):
-            med, top = median((lab, s.get("concurrency")))
-            bmed, _ = median((lab, b[1]))
-            out.append({"label": lab, "concurrency": s.get("concurrency"), "throughput_tok_s": thr, "best_before_tok_s": b[0],
-                        "best_before_concurrency": b[1], "ttft_median_s": med, "ttft_max_s": top, "ttft_median_best_s": bmed,
-                        "stalled": bool(med and ((top > max(1.0, 2 * ratio * med)) or (bmed and med > ratio * bmed)))})
-        if not b or thr > b[0]:
-            best[lab] = (thr, s.get("concurrency"))
-    return out
 
 
 def _saturation(best: float, flat: int, throughput: float | None) -> tuple[float, int]:
@@ -443,7 +414,8 @@ def current(summary: Iterable[dict], requests: Iterable[dict] = ()) -> tuple[lis
 
 
 def _single_method(r: dict) -> tuple:
-    return tuple(r.get(k) for k in ("max_tokens", "warmup", "runs", "requests_per_run", "input_tokens"))
+    """What makes two executions' single streams one method: their counts and tokens, and the rule that timed the decode."""
+    return (*(r.get(k) for k in ("max_tokens", "warmup", "runs", "requests_per_run", "input_tokens")), timed_to(r))
 
 
 def _latest_method(summary: list[dict]) -> list[dict]:
@@ -470,8 +442,10 @@ def remeasured(summary: Iterable[dict]) -> list[dict]:
             continue
         metric = "decode_tok_s_mean" if k[1] == "single" else "throughput_tok_s"
         a, b = takes[0][0], takes[-1][0]
+        rule = timed_to(a) != timed_to(b)  # the decode timed by another rule: each method names its own
         out.append({"label": k[0], "phase": k[1], "concurrency": k[2], "metric": metric, "before": a.get(metric), "after": b.get(metric),
-                    "before_method": _method(a), "after_method": _method(b), "before_at": a.get("recorded_at"), "after_at": b.get("recorded_at")})
+                    "before_method": _method(a, rule), "after_method": _method(b, rule), "before_at": a.get("recorded_at"),
+                    "after_at": b.get("recorded_at")})
     for pair in out:
         if pair["phase"] == "sweep":
             lower = [p for p in out if p["phase"] == "sweep" and p["label"] == pair["label"] and p["concurrency"] < pair["concurrency"]]
@@ -486,7 +460,9 @@ def remeasured_subject(r, field: str) -> str:
     return f"{r['label']} | {r['phase']} | C={int(c) if c == c and c is not None else c} | {field}"
 
 
-def _method(r: dict) -> str:
-    if r.get("phase") == "single":
-        return f"{r.get('warmup')} warm-up request(s), {r.get('runs')} runs"
-    return "each level warmed first" if r.get("level_warmup") else "no warm-up per level"
+def _method(r: dict, rule: bool = False) -> str:
+    """A measurement's method in words; ``rule``: with the rule that timed its decode (where the two takes differ in it)."""
+    said = (f"{r.get('warmup')} warm-up request(s), {r.get('runs')} runs" if r.get("phase") == "single" else
+            "each level warmed first" if r.get("level_warmup") else "no warm-up per level")
+    timed = "the last token" if timed_to(r) == DECODE_TIMED_TO else "the stream's end"
+    return said + (f", decode timed to {timed}" if rule else "")

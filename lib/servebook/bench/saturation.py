@@ -1,6 +1,6 @@
-"""The concurrency sweep's stop, by one rule: where the sweep records why it stopped (``runs.concurrency_sweep``), where
-a page reads it again from the levels (``figures.sweep_parameters``) and where levels whose throughput fell are listed
-(``runs.sweep_stalls``, ``runs.remeasured``).
+"""The concurrency sweep's stop, by one rule (the band of ``stated.band``: a level grew, held or fell by 10%): where the
+sweep records why it stopped (``runs.concurrency_sweep``), where a page reads it again from the levels
+(``figures.sweep_parameters``) and where levels whose throughput fell are listed (:func:`sweep_stalls`, ``runs.remeasured``).
 
     grew(1000.0, best=900.0)                              # False: not 10% over the best level before it
     fell(773.4, [483.4, 911.6])                           # True: more than 10% below the best level before it
@@ -11,30 +11,12 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-__all__ = ["SATURATION_GROWTH", "grew", "fell", "stop_words", "recorded_kind"]
+from ..stated.band import SATURATION_GROWTH, fell, grew  # the band's one home: the page check (stated.wording) reads it too
 
-# One band, both ways. A level *grew* when it beats the best level before it by more than this share, and *fell* when it
-# lies more than this share below it; in between it *held* (flat). Why one band: a sweep level is one batch of requests
-# with no interval of its own, so the difference taken as "the same throughput" going up must be the one taken as the
-# same going down (a rule that calls +9% flat and -15% flat, or -40% flat, says saturation of a server whose throughput
-# fell). Why 10%: a convention, not a measured noise band; the recorded sweeps that held moved under 2% (h200x1-book
-# 96.4 -> 97.9 tok/s, h200x1-live vLLM 693.7 -> 697.1), the falls recorded were 15% to 70% (h200x1-trust, h200x1-compile).
-SATURATION_GROWTH = 0.10
+__all__ = ["SATURATION_GROWTH", "grew", "fell", "stop_words", "recorded_kind", "sweep_stalls"]
 
 SATURATION = "saturation"
 FELL = "throughput fell"
-
-
-def grew(throughput: float | None, best: float) -> bool:
-    """Whether a level's throughput beats ``best`` (the best level before it) by more than ``SATURATION_GROWTH``."""
-    return throughput is not None and throughput > best * (1 + SATURATION_GROWTH)
-
-
-def fell(throughput: float | None, lower: Iterable[float | None]) -> bool:
-    """Whether a level's throughput lies more than ``SATURATION_GROWTH`` below the best of ``lower`` (the levels before
-    it): a fall, which a saturated server does not show (it holds its throughput and queues each request a little)."""
-    best = max([x for x in lower if x is not None] or [0])
-    return throughput is not None and throughput < (1 - SATURATION_GROWTH) * best
 
 
 def stop_words(levels: Sequence[tuple[int, float | None]]) -> tuple[str, str] | None:
@@ -68,3 +50,36 @@ def recorded_kind(stop: dict) -> str:
     if stop.get("stopped_by"):
         return stop["stopped_by"]
     return SATURATION if str(stop.get("reason") or "").rstrip().endswith("saturated") else FELL
+
+
+def sweep_stalls(summary: Iterable[dict], requests: Iterable[dict], ratio: float = 5.0) -> list[dict]:
+    """Sweep levels whose throughput fell below the best level before them (:func:`fell`, the rule the
+    sweep's stop is classified by), with their first tokens next to
+    that level's. ``stalled`` when the level's slowest first token took over ``2 x ratio`` x its median (one request
+    stuck) or its median over ``ratio`` x the best level's (every request waited): a saturated server queues each
+    request a little and holds its throughput, so a fall like this asks for another cause. Rows: label,
+    concurrency, throughput_tok_s, best_before_tok_s, best_before_concurrency, ttft_median_s, ttft_max_s,
+    ttft_median_best_s, stalled."""
+    by_level: dict = {}
+    for r in requests:
+        if r.get("phase") == "sweep" and r.get("ok") and r.get("ttft_s") is not None:
+            by_level.setdefault((r.get("label"), r.get("concurrency")), []).append(float(r["ttft_s"]))
+
+    def median(key):
+        t = sorted(by_level.get(key, []))
+        return (t[len(t) // 2], t[-1]) if t else (None, None)
+    out, best = [], {}
+    for s in sorted((s for s in summary if s.get("phase") == "sweep"), key=lambda s: (str(s.get("label")), s.get("concurrency") or 0)):
+        lab, thr = s.get("label"), s.get("throughput_tok_s")
+        if thr is None:
+            continue
+        b = best.get(lab)
+        if b and fell(thr, [b[0]]):
+            med, top = median((lab, s.get("concurrency")))
+            bmed, _ = median((lab, b[1]))
+            out.append({"label": lab, "concurrency": s.get("concurrency"), "throughput_tok_s": thr, "best_before_tok_s": b[0],
+                        "best_before_concurrency": b[1], "ttft_median_s": med, "ttft_max_s": top, "ttft_median_best_s": bmed,
+                        "stalled": bool(med and ((top > max(1.0, 2 * ratio * med)) or (bmed and med > ratio * bmed)))})
+        if not b or thr > b[0]:
+            best[lab] = (thr, s.get("concurrency"))
+    return out

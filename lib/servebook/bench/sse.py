@@ -5,8 +5,12 @@ Runs after the batch, off the hot path. An event is timestamped by the network r
 * ``slot_wait_s``: time from the request's arrival to getting a concurrency slot;
 * ``ttft_s``: arrival to the first event carrying text (slot wait included: what a user sees),
   ``ttft_server_s = ttft_s - slot_wait_s``;
-* ``e2e_s``: arrival to the end of the stream; ``tpot_s = (e2e_s - ttft_s) / (output_tokens - 1)``;
-  ``decode_tok_s = (output_tokens - 1) / (e2e_s - ttft_s)``;
+* ``e2e_s``: arrival to the end of the stream (the last read: [DONE], a usage event, the close);
+* the decode interval, from the read that carried the first token to the last read that carried tokens (``DECODE_TIMED_TO``):
+  ``tpot_s = interval / (output_tokens - 1)``, ``decode_tok_s = (output_tokens - 1) / interval``; the wait after the last
+  token until the stream's end (``tail_s``: a server that sends [DONE] or its usage event later) is in ``e2e_s``, not in
+  the decode. Rows recorded before carry no ``decode_timed_to``: they timed the decode to the stream's end
+  (``EARLIER_RULE``, :func:`timed_to`);
 * per-token inter-token latency (``itl_ms``): each inter-chunk gap divided evenly over the tokens
   that chunk carried, kept apart from the raw inter-chunk gaps (``chunk_gaps_ms``);
 * ``output_tokens``: the server's ``usage.completion_tokens`` when it sends one, else the
@@ -26,7 +30,20 @@ from dataclasses import asdict, dataclass, field
 from .stats import percentile
 from .transport import RawStream
 
-__all__ = ["RequestResult", "finish", "split_events", "untimed_of", "implausible", "MIN_READ_GAPS", "ONE_GAP_MAX_TOK_S"]
+__all__ = ["RequestResult", "finish", "split_events", "untimed_of", "implausible", "MIN_READ_GAPS", "ONE_GAP_MAX_TOK_S",
+           "DECODE_TIMED_TO", "EARLIER_RULE", "timed_to"]
+
+# Which read ends a request's decode interval: the last that carried tokens. Until session 17 it was the stream's end, so
+# a server writing [DONE] (or a usage-only event) well after its last token had that wait timed as decoding. A row says
+# which rule timed it (``decode_timed_to``); a row without the field is of the earlier rule.
+DECODE_TIMED_TO = "last token"
+EARLIER_RULE = "stream end"
+
+
+def timed_to(row: dict) -> str:
+    """The rule that timed a row's decode rate (a request row, a ``bench_summary`` row): ``DECODE_TIMED_TO``, or
+    ``EARLIER_RULE`` for a row recorded before rows said which."""
+    return row.get("decode_timed_to") or EARLIER_RULE
 
 
 @dataclass
@@ -50,8 +67,10 @@ class RequestResult:
     ttft_s: float | None = None
     ttft_server_s: float | None = None
     e2e_s: float | None = None
+    tail_s: float | None = None  # the last token's read -> the stream's end: in e2e_s, not in the decode
     tpot_s: float | None = None
     decode_tok_s: float | None = None
+    decode_timed_to: str = DECODE_TIMED_TO
     untimed: str | None = None  # why a served request has no decode rate (one read, one token, or implausible: see finish)
     itl_ms: list[float] = field(default_factory=list)
     chunk_gaps_ms: list[float] = field(default_factory=list)
@@ -204,10 +223,12 @@ def _scaled(counts: list[int], total: int, n: int) -> list[int]:
 
 
 def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[int]) -> None:
-    """TTFT, end-to-end, per-token ITL (each chunk gap spread over its tokens), TPOT and decode rate."""
+    """TTFT, end-to-end, the wait after the last token (``tail_s``), per-token ITL (each chunk gap spread over its
+    tokens), and TPOT and decode rate over the first token's read -> the last token's (``times``: the text chunks' reads)."""
     r.ttft_s = times[0] - raw.t_arrive
     r.ttft_server_s = times[0] - raw.t_slot
     r.e2e_s = raw.t_end - raw.t_arrive
+    r.tail_s = max(0.0, raw.t_end - times[-1])
     carry = 0.0
     for i in range(1, len(times)):
         gap = times[i] - times[i - 1]
@@ -219,19 +240,19 @@ def _timings(r: RequestResult, raw: RawStream, times: list[float], counts: list[
         per = (gap + carry) * 1e3 / k
         carry = 0.0
         r.itl_ms.extend([per] * k)
-    if r.output_tokens > 1 and r.e2e_s > r.ttft_s and len(set(times)) > 1:
-        r.tpot_s = (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
-        r.decode_tok_s = (r.output_tokens - 1) / (r.e2e_s - r.ttft_s)
+    decode_s = times[-1] - times[0]  # a later read holding only [DONE] or usage is the stream's end (tail_s), not decode
+    if r.output_tokens > 1 and decode_s > 0:
+        r.tpot_s = decode_s / (r.output_tokens - 1)
+        r.decode_tok_s = (r.output_tokens - 1) / decode_s
     elif r.output_tokens > 1:  # e.g. transformers serve writes what its generation thread queued since its last write at once
-        # (a later read holding only [DONE] or usage times the end of the stream, not a decode)
         r.untimed = (f"all {r.output_tokens} tokens arrived in one network read: no time between the first token and the "
                      "last to time a decode rate by")
     else:
         r.untimed = f"{r.output_tokens} output token(s): a decode rate needs two or more"
 
 
-# A decode rate is timed from the first token's read to the stream's last read. With one read after the first token's,
-# that is one gap between two reads, and one server write that the kernel hands over in two reads gives the same
+# A decode rate is timed from the first token's read to the last read that carried tokens. With one read of tokens after
+# the first token's, that is one gap between two reads, and one server write that the kernel hands over in two reads gives the same
 # picture as two writes a decode apart (session 15 saw 177,655 tok/s so). Measured here with the fake server writing
 # each answer at once (1,600 requests of 8 to 2,048 tokens at C=1 and 8): 186 had a read after the first token's, 185
 # of them one gap timed above 10,000 tok/s, and one 8-token answer 9,321 tok/s. A real stream can give one gap too:
@@ -255,7 +276,8 @@ def implausible(r: RequestResult, raw: RawStream, ceiling_tok_s: float | None = 
     first = raw.t_arrive + r.ttft_s  # the first token's read stamp, up to rounding (well under a microsecond)
     gaps = sum(1 for t in (sorted(set(times)) if times is not None else raw.stamps) if t > first + 1e-7)
     if gaps < MIN_READ_GAPS and r.decode_tok_s > ONE_GAP_MAX_TOK_S:
-        return (f"{r.output_tokens - 1} tokens after the first came in one read {1e6 * (r.e2e_s - r.ttft_s):,.0f} us after it "
+        apart_us = 1e6 * (r.output_tokens - 1) / r.decode_tok_s  # the first token's read -> the last token's
+        return (f"{r.output_tokens - 1} tokens after the first came in one read {apart_us:,.0f} us after it "
                 f"({r.decode_tok_s:,.0f} tok/s): one server write split into two reads gives this, and no decode recorded "
                 f"here comes near it (a rate from one read gap stands below {ONE_GAP_MAX_TOK_S:,.0f} tok/s)")
     if ceiling_tok_s and r.decode_tok_s > ceiling_tok_s:

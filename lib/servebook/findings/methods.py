@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any
 
+from ..bench.sse import EARLIER_RULE, timed_to
 from ..results import RunStore
 from ..stated.intervals import ONE_START, _num, _overlap, starts_of
 
@@ -79,7 +80,7 @@ def _ch03(store: RunStore, engine: str) -> dict | None:
            "output_tokens": r.get("bench_max_tokens") or (2 * int(mt) if isinstance(mt, int) else None),
            "prompt_seed": r.get("bench_prompt_seed", 0), "prompts_sha": r.get("bench_prompts_sha"),
            "warmup": r.get("bench_warmup", 1), "runs": r.get("bench_runs") or _runs_of(r.get("bench_method")), "mode": r.get("mode"),
-           "legacy": legacy}
+           "legacy": legacy, "decode_timed_to": r.get("bench_decode_timed_to") or EARLIER_RULE}
     return out
 
 
@@ -109,7 +110,7 @@ def _ch05(store: RunStore, engine: str | None, label: str | None = None) -> dict
             "weights": _weights(launch), "input_tokens": _int(s.get("input_tokens")), "output_tokens": s.get("max_tokens"),
             "prompt_seed": s.get("prompt_seed") if s.get("prompt_seed") is not None else _chapter_param(store, "05", "seed"),
             "prompts_sha": s.get("prompts_sha"), "warmup": s.get("warmup"), "runs": s.get("runs"),
-            "legacy": s.get("prompts_sha") is None}
+            "legacy": s.get("prompts_sha") is None, "decode_timed_to": timed_to(s)}
 
 
 def _int(v):
@@ -118,7 +119,8 @@ def _int(v):
 
 
 _COMPARED = [("model directory", "model"), ("weights", "weights"), ("prompt tokens", "input_tokens"), ("output tokens", "output_tokens"),
-             ("prompts", "prompts"), ("warm-up requests", "warmup"), ("runs per start", "runs"), ("server starts", "starts")]
+             ("prompts", "prompts"), ("warm-up requests", "warmup"), ("runs per start", "runs"), ("server starts", "starts"),
+             ("decode timed to", "decode_timed_to")]  # the last token's read, or the stream's end (rows recorded before: bench.sse)
 
 
 def _prompts(m: dict) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .band import fell as _fell
 from .reading import Contradiction, Visible
 from .tags import stated_on
 
@@ -58,8 +59,8 @@ def _finding_and_hypothesis(pages: dict[str, str], seen: dict[str, Visible]) -> 
 
 def _saturation(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contradiction]:
     """A sweep's stop (a table with ``label``, ``stopped_by``) called "saturation" where the page's own levels (a table
-    with ``label``, ``concurrency``, ``throughput_tok_s``) show its last level more than 10% below its best, or "throughput
-    fell" where the last level held within 10%: one rule for every engine on the page."""
+    with ``label``, ``concurrency``, ``throughput_tok_s``) show its last level fell (``band.fell``: more than 10% below its
+    best), or "throughput fell" where the last level held within 10%: one rule for every engine on the page."""
     out = []
     for page in pages:
         stops, levels = {}, {}
@@ -81,7 +82,7 @@ def _saturation(pages: dict[str, str], seen: dict[str, Visible]) -> list[Contrad
             if len(lv) < 2 or kind not in ("saturation", "throughput fell"):
                 continue
             best, last = max(x for _, x in lv[:-1]), lv[-1][1]
-            fell = last < 0.9 * best
+            fell = _fell(last, [best])  # the band the sweep's stop is classified by (bench.saturation reads it from here too)
             if (kind == "saturation") == fell:
                 out.append(Contradiction("saturation", page, f"{label}: stopped by {kind!r} while its last level, "
                                          f"{last:.1f} tok/s, is {last / best - 1:+.0%} against its best {best:.1f}"))

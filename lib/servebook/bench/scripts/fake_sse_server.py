@@ -1,14 +1,16 @@
 """A local OpenAI-style SSE server that is clearly not an engine: the benchmark client's test fixture.
 
-    python fake_sse_server.py PORT TOKENS_PER_EVENT EVENTS_PER_WRITE DELAY_S CPU WORD TTFT_S [FAIL_STATUS]   # prints "ready"
+    python fake_sse_server.py PORT TOKENS_PER_EVENT EVENTS_PER_WRITE DELAY_S CPU WORD TTFT_S [FAIL_STATUS [DONE_DELAY_S]]   # prints "ready"
 
 Every event carries TOKENS_PER_EVENT copies of WORD; EVENTS_PER_WRITE events per socket write, DELAY_S apart; the
 first after TTFT_S; CPU >= 0 pins it. FAIL_STATUS (e.g. 500): every completion is answered with that status and a JSON
-error instead (a server whose every request fails). Started by ``servebook.bench.fake.FakeSSEServer``; standard library only.
+error instead (a server whose every request fails). DONE_DELAY_S: the last event (finish reason and usage) and [DONE]
+go that much later again, after the DELAY_S that follows every write (a server that ends its stream late). Started by ``servebook.bench.fake.FakeSSEServer``; standard library only.
 """
 import asyncio, json, os, sys, time
 port, tokens_per_event, events_per_write, delay_s, cpu, word, ttft_s = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7])
 fail_status = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+done_delay_s = float(sys.argv[9]) if len(sys.argv) > 9 else 0.0
 if cpu >= 0 and hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {cpu})
 
@@ -65,6 +67,8 @@ async def handle(reader, writer):
                 else:
                     await writer.drain()
                     await asyncio.sleep(0)  # take turns with the other streams
+            if done_delay_s > 0:
+                await asyncio.sleep(done_delay_s)
             fin = {"choices": [{"index": 0, "finish_reason": "length", "text": ""}], "usage": {"prompt_tokens": 1, "completion_tokens": n_events * tokens_per_event}}
             tail = ev(fin) + b"data: [DONE]\n\n"
             writer.write(b"%x\r\n" % len(tail) + tail + b"\r\n0\r\n\r\n")
