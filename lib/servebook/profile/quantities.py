@@ -246,24 +246,13 @@ def _linearity_layers(store) -> dict:
 
 
 def _reference_ratios(store, field_: str = "mean") -> dict:
-    """Each engine's deepest INT4 slice's GPU busy time over its machine's reference configuration, mean over starts."""
-    from .machines import MachineMismatch, relative_to_reference
+    """Each engine's deepest INT4 slice's GPU busy time over its machine's reference configuration, mean over starts:
+    ``units.deepest_ratios``, over the anchor times the carry factor reads (``units.anchor_times``)."""
     from .ranges import SEED_BACKENDS
-    from .units import _deepest_starts
+    from .units import deepest_ratios
 
-    prof = latest_ok(store.rows("profile_runs"))
-    refs = [p for p in prof if p.get("reference") and p.get("busy_ms") is not None]
-    out = {}
-    for eng, be in SEED_BACKENDS.items():
-        starts = _deepest_starts(prof, eng, be)
-        try:
-            rel = relative_to_reference(refs + starts, value="busy_ms") if starts else []
-        except MachineMismatch:
-            continue
-        mine = [r["busy_ms_ratio"] for r in rel[len(refs):]]
-        if mine:
-            out[eng] = sum(mine) / len(mine) if field_ == "mean" else len(mine)
-    return out
+    return {eng: sum(r) / len(r) if field_ == "mean" else len(r)
+            for eng, r in deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS).items()}
 
 
 _UNITS = [  # a reference recording made of units (issue #39): each engine's ladder, compared through the reference
