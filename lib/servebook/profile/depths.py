@@ -49,7 +49,7 @@ def depth_rows(profile_rows: Iterable[dict]) -> list[dict]:
 
 def _table(rows: list[dict], q) -> str:
     head = ("| MoE layers | starts | served ms per token, per start | over the starts (95% interval) | GPU busy ms per "
-            "step (spread over starts) | busy share of the served time |\n|---|---|---|---|---|---|")
+            "token, one decode step (spread over starts) | busy share of the served time |\n|---|---|---|---|---|---|")
     body = []
     for r in rows:
         lab = r["label"]

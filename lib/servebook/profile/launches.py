@@ -5,8 +5,10 @@ seed verdict's words on tiles and splits (``profile.ranges``).
     launch_unchanged(16, 264, 376)                           # True: the caps of both GPUs leave 16 splits as they were
 
 Both engines' ``_decode_grouped_att_m_fwd`` (``selection.mla_launch.FUNCTION``) launch ``_fwd_grouped_kernel_stage1``
-on the grid (batch, head blocks, KV splits); a trace keeps each kernel's grid (``args.grid``), so the split count a
-profiled server ran at the profile's context is read, not assumed. At one request the batch is 1.
+on the grid (batch, head blocks, KV splits): vLLM's last dimension is the split count its host rule chose, SGLang's the
+most splits a request may take (each request's own count is decided on the GPU, seed_attention_12's ``splits``). A
+trace keeps each kernel's grid (``args.grid``), so the launch a profiled server ran at the profile's context is read,
+not assumed. At one request the batch is 1.
 """
 
 from __future__ import annotations
