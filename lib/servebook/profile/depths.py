@@ -47,8 +47,37 @@ def depth_rows(profile_rows: Iterable[dict]) -> list[dict]:
     return out
 
 
+_KEY = ("engine", "backend", "quant", "mode", "card", "machine", "run_id")
+
+
+def _groups(store) -> dict:
+    """``depth_rows`` by engine configuration (``_KEY``), in their order."""
+    out: dict = {}
+    for r in depth_rows(store.rows("profile_runs")):
+        out.setdefault(tuple(r[k] for k in _KEY), []).append(r)
+    return out
+
+
+def _layers_word(card: str | None) -> str:
+    """What a slice's depth counts: its MoE layers on a card with routed experts (the dense ones are in every slice),
+    else its layers (a card outside data/models: its layers)."""
+    from .tables import _card_full
+
+    try:
+        return "MoE layer" if _card_full(card)["moe"] else "layer"
+    except Exception:  # noqa: BLE001 - an embedded or unknown card: its layers, as recorded
+        return "layer"
+
+
+def _what(eng: str, be: str, quant: str, mode: str, card: str) -> str:
+    from ..engines import prose_name
+
+    return (f"{prose_name(eng)} ({be}, {'INT4 experts' if quant == 'card' else quant}, "
+            f"{'CUDA graphs' if mode == 'graph' else mode}), {card}")
+
+
 def _table(rows: list[dict], q) -> str:
-    head = ("| MoE layers | starts | served ms per token, per start | over the starts (95% interval) | GPU busy ms per "
+    head = (f"| {_layers_word(rows[0]['card'])}s | starts | served ms per token, per start | over the starts (95% interval) | GPU busy ms per "
             "token, one decode step (spread over starts) | busy share of the served time |\n|---|---|---|---|---|---|")
     body = []
     for r in rows:
@@ -67,18 +96,13 @@ def depth_markdown(store) -> str:
     """Chapter 05's account of a run of profiles only (``book.profiles_only``): per engine configuration with two
     depths or more, a table of its depths (``depth_rows``) and one line on which depths' served times the kernels
     decide; "" for any other run (a live book's profiles keep their own lines, ``chapter.findings``)."""
-    from ..engines import prose_name
     from ..stated import q
     from .book import profiles_only
 
     if not profiles_only(store.path):
         return ""
-    rows = depth_rows(store.rows("profile_runs"))
-    groups: dict = {}
-    for r in rows:
-        groups.setdefault(tuple(r[k] for k in ("engine", "backend", "quant", "mode", "card", "machine", "run_id")), []).append(r)
     out = []
-    for (eng, be, quant, mode, card, machine, run), mine in groups.items():
+    for (eng, be, quant, mode, card, machine, run), mine in _groups(store).items():
         if len(mine) < 2:
             continue
         where = f"machine `{machine}`" if machine else f"run `{run}`"
@@ -92,8 +116,7 @@ def depth_markdown(store) -> str:
             said.append("at " + _depths(host, q) + " the GPU idles for part of each token, so the host's share moves "
                         "the served time from start to start (the intervals below) and a layer's cost is read from the "
                         "GPU time (table slice_linearity), not from the served times' difference")
-        out.append(f"**{prose_name(eng)} ({be}, {'INT4 experts' if quant == 'card' else quant}, "
-                   f"{'CUDA graphs' if mode == 'graph' else mode}), {card}, {where}**: " + "; ".join(said) + ".\n\n"
+        out.append(f"**{_what(eng, be, quant, mode, card)}, {where}**: " + "; ".join(said) + ".\n\n"
                    + _table(mine, q))
     if out:
         out.insert(0, _METHOD)
@@ -108,31 +131,28 @@ _METHOD = ("Per slice depth, over its server starts: the served time per token i
 
 def _depths(rows: list[dict], q) -> str:
     words = [q("depth_moe_layers", r["moe_layers"], "d", of=r["label"]) for r in rows]
-    return (words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]) + " MoE layers"
+    return (words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]) + f" {_layers_word(rows[0]['card'])}s"
 
 
 def found_lines(store) -> list[str]:
     """Chapter 05's "What we found" on a run of profiles only (``profile.book.profiles_only``): per engine configuration
     of a slice ladder, each depth's served time per token over its starts and where the GPU decides it; [] otherwise
     (a book's chapter 05 states its own client's rates)."""
-    from ..engines import prose_name
     from ..stated import q
     from .book import profiles_only
 
     if not profiles_only(store.path):
         return []
-    groups: dict = {}
-    for r in depth_rows(store.rows("profile_runs")):
-        groups.setdefault((r["engine"], r["backend"], r["quant"], r["machine"], r["run_id"]), []).append(r)
     out = []
-    for (eng, be, quant, _m, _r), rows in groups.items():
+    for key, rows in _groups(store).items():
+        word = _layers_word(key[4])
         each = "; ".join(
-            f"{q('depth_moe_layers', r['moe_layers'], 'd', of=r['label'])} MoE layer{'s' * (r['moe_layers'] != 1)} "
+            f"{q('depth_moe_layers', r['moe_layers'], 'd', of=r['label'])} {word}{'s' * (r['moe_layers'] != 1)} "
             f"{q('depth_tpot_mean_ms', r['tpot_mean_ms'], '.3f', of=r['label'])}"
             + (f" ± {q('depth_tpot_ci95_ms', r['tpot_ci95_ms'], '.3f', of=r['label'])}" if r["starts"] > 1 else "")
             + f" ms ({q('depth_starts', r['starts'], 'd', of=r['label'])} start{'s' * (r['starts'] != 1)}, GPU busy "
             f"{q('depth_busy_share_pct', 100 * r['busy_share'], '.0f', of=r['label'])}%)" for r in rows)
-        out.append(f"- {prose_name(eng)} ({be}, {'INT4 experts' if quant == 'card' else quant}), served time per token "
-                   f"per slice depth, mean and 95% interval over server starts, timed by the profile run (greedy "
-                   f"requests without the profiler; this chapter's own client measured nothing here): {each}.")
+        out.append(f"- {_what(*key[:5])}, served time per token per slice depth, mean and 95% interval over server "
+                   "starts, timed by the profile run (greedy requests without the profiler; this chapter's own client "
+                   f"measured nothing here): {each}.")
     return out

@@ -264,7 +264,8 @@ def _depths(field_: str, scale: float = 1.0) -> Callable[[Any], dict]:
 
 
 _DEPTHS = [  # a run of slice ladders read by depth over its starts (profile.depths, chapter 05)
-    Quantity("depth_moe_layers", "MoE layers of one slice depth (its first start's label; profile.depths)",
+    Quantity("depth_moe_layers", "MoE layers of one slice depth (layers, on a card without routed experts; its "
+             "first start's label; profile.depths)",
              _depths("moe_layers"), tables=("profile_runs",)),
     Quantity("depth_starts", "server starts one slice depth was profiled over, within its unit (first start's label)",
              _depths("starts"), tables=("profile_runs",)),
