@@ -81,3 +81,14 @@ def test_servebook_html_renders_the_reference_run_without_refresh(tmp_path):
     text = re.sub(r"<[^>]+>", "", page)
     assert "nothing measured" not in text and "This chapter failed" not in text
     assert "timed by the profile run" in text and "busy share of the served time" in text
+
+
+def test_each_line_is_one_engine_configuration_of_one_card(tmp_path):
+    """h200x1-prof profiled three cards with one engine configuration: a line each, its depths counted in MoE layers
+    only on a card with routed experts."""
+    prof = _copy(tmp_path, data_dir() / "runs" / "h200x1-prof")
+    lines = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(prof))]
+    llama = next(x for x in lines if x.startswith("- SGLang (auto, bf16, CUDA graphs), llama-3.1-8b,"))
+    assert "kimi" not in llama and "moonlight" not in llama and ": 2 layers " in llama and "MoE" not in llama
+    kimi = next(x for x in lines if x.startswith("- SGLang (auto, bf16, CUDA graphs), kimi-k2.5,"))
+    assert ": 0 MoE layers " in kimi and "; 1 MoE layer " in kimi and "(2 starts" in kimi
