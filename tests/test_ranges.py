@@ -76,3 +76,44 @@ def test_the_shared_memory_words_come_from_the_hardware_files():
     assert "capability 12.0's 101,376 B of shared memory per block (the H200 allows 232,448 B)" in words
     words = ranges._smem({**pro, "shared_memory_per_block_optin_bytes": None}, {**h200, "shared_memory_per_block_optin_bytes": 1024})
     assert "12.0's (not in its hardware file) of" in words and "allows 1,024 B" in words
+
+
+# -- the words on tiles, splits and slice depth come from the profile run (issue #39's leftovers) --------------------
+def test_the_split_words_follow_the_profiled_launches_in_the_traces():
+    """Each capped version's profiled split count (its trace's stage-1 grid) against its caps on both GPUs: unchanged
+    as recorded; a cap below the profiled count on the seed's GPU is said to change the launch; no trace: not read."""
+    from servebook.profile.launches import launch_unchanged, profiled_launch
+
+    store = RunStore.at(REF)
+    v = profiled_launch(store, "vllm", "TRITON_MLA", "0.26.0")
+    s = profiled_launch(store, "sglang", "triton", "0.5.16")
+    assert v["head_blocks"] == s["head_blocks"] == 64 // 16        # Kimi's 64 heads in blocks of BLOCK_H 16
+    att = [dict(a) for a in ranges.attention_12()]
+    words = ranges._attention_move(att, ranges.SEED_BACKENDS, store)[1]
+    assert "only where 0.5.16 and vLLM cap it, which leaves this context's launch unchanged;" in words
+    vllm = next(a for a in att if a["engine"] == "vllm")
+    vllm["split_cap_12_0"] = v["splits"] // 2
+    words = ranges._attention_move(att, ranges.SEED_BACKENDS, store)[1]
+    assert (f"which changes this context's launch of vLLM ({v['splits']} splits profiled, caps {vllm['split_cap_9_0']} "
+            f"and {v['splits'] // 2})") in words
+    words = ranges._attention_move(att, ranges.SEED_BACKENDS, _Empty())[1]
+    assert "whether that changes this context's launch is not read for 0.5.16 and vLLM: no kept trace" in words
+    assert launch_unchanged(16, 264, 376) and launch_unchanged(256, 256, 256) and not launch_unchanged(256, 256, 512)
+    assert not launch_unchanged(16, 264, 8) and launch_unchanged(8, 8, 8)
+
+
+def test_the_version_words_read_vllm_s_tiles_and_splits():
+    from servebook.profile.launches import profiled_launch
+
+    store = RunStore.at(REF)
+    att = [dict(a) for a in ranges.attention_12()]
+    splits = profiled_launch(store, "vllm", "TRITON_MLA", "0.26.0")["splits"]
+    assert f"vLLM's Triton MLA kernel (the same tiles, {splits} splits in its profiled launch) took" in ranges._version_words(att, store)[1]
+    next(a for a in att if a["engine"] == "vllm")["block_n"] = 64
+    assert "(tiles that differ: block_n 64 against 32) took" in ranges._version_words(att, _Empty())[1]
+
+
+def test_the_serial_rule_names_the_depth_of_the_slices_it_reads():
+    assert "each engine's 2-layer slice's H200 idle per token" in ranges._host_rule_words(RunStore.at(REF))
+    words = ranges._host_rule_words(RunStore.at(data_dir() / "runs" / "h200x1-ref"))
+    assert "each engine's deeper slice's (SGLang's: 13 layers, vLLM's: none profiled) H200 idle" in words

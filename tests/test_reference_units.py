@@ -150,6 +150,28 @@ def test_engines_of_two_units_are_carried_by_the_reference_ratio(tmp_path):
     assert select_slices(src.rows("profile_runs"), "vllm", backend="TRITON_MLA")["shallow"]["machine"] == "gpu-b"
 
 
+def test_the_page_s_ratio_is_the_carried_time_over_the_anchor_machine_s_reference(tmp_path):
+    """The carry factor (on_anchor_machine) and chapter 06's reference_ratio read one anchor time per machine: vLLM's
+    deepest slice carried to gpu-a, over gpu-a's anchor, is the ratio the page prints. A superseded anchor row (a label
+    profiled again) and a third machine's anchor are there to pull the two apart if either read them differently."""
+    from servebook.profile.quantities import _reference_ratios
+
+    stale = {**_prof("sglang", 12, "gpu-b", run="unit-b", reference=True, scale=1.4), "taken_at": 1796000000.0}
+    other = {**_prof("sglang", 12, "gpu-c", run="unit-c", reference=True, scale=0.7),
+             "label": "sglang kimi-13L int4 triton (unit-c)"}
+    store = _run(tmp_path / "ref", _ladder_a() + [other])
+    units.merge_unit(store, _run(tmp_path / "unit-b", [stale] + _unit_b(ratio=1.05) + [
+        _prof("vllm", 12, "gpu-b", run="unit-b", start=2, scale=0.9 * 1.05 * 1.02)]))
+    src, (note,) = units.on_anchor_machine(store, seed.SEED_BACKENDS)
+    anchor = units.anchor_times(store.rows("profile_runs"))
+    assert note["carried_factor"] == pytest.approx(anchor["gpu-a"] / anchor["gpu-b"])
+    assert anchor["gpu-b"] == pytest.approx(1.05 * (0.9 + 0.2 * 12))   # the latest row of the label, not the stale one
+    deep = [p["busy_ms"] for p in src.rows("profile_runs") if p["engine"] == "vllm" and p["layers"] == 13]
+    page = _reference_ratios(store)
+    assert page["vllm"] == pytest.approx(sum(deep) / len(deep) / anchor["gpu-a"])
+    assert page["vllm"] == pytest.approx(0.9 * 1.01) and _reference_ratios(store, "starts") == {"sglang": 2, "vllm": 2}
+
+
 def test_a_unit_without_its_reference_cannot_be_compared(tmp_path):
     rows = _ladder_a() + [r for r in _unit_b() if not r.get("reference")]
     _run(tmp_path / "ref", rows)

@@ -109,6 +109,7 @@ def _cmd_book(args) -> int:
 def _cmd_html(args) -> int:
     from .book import refresh_chapter
     from .chapters import chapters, notebook_parameters
+    from .profile.book import html_plan
     from .render import check_run_dir, render_book
     from .errors import ParameterError
     from .paths import writable_dir
@@ -125,6 +126,8 @@ def _cmd_html(args) -> int:
     if damaged:
         print(f"servebook: warning: {damaged}", file=sys.stderr)
     todo = [c.strip() for c in args.refresh.split(",") if c.strip()]
+    if not todo and (plan := html_plan(run_dir)):   # a run of profiles only: its profile chapters, measuring nothing
+        todo, extra = plan[0], {**plan[1], **extra}
     if args.refresh_findings and "06" not in todo:
         todo.append("06")
     failed = 0

@@ -48,7 +48,9 @@ def failures_so_far(store: RunStore) -> int:
 def nothing_measured(store: RunStore, number: str, failures_before: int = 0, whatif: bool = False) -> str | None:
     """None where chapter ``number`` recorded its purpose-measurement (or has none); otherwise the reason, starting with
     ``nothing measured:`` and naming the first failure recorded since ``failures_before``."""
-    if whatif or number not in PURPOSE:
+    from .profile.book import served_by_profiles   # a run of profiles only: its profiles timed the single stream
+
+    if whatif or number not in PURPOSE or (number == "05" and served_by_profiles(store)):
         return None
     table, field, where, missing = PURPOSE[number]
     rows = [r for r in store.rows(table) if all(r.get(k) == v for k, v in where.items())]

@@ -382,6 +382,7 @@ def _book_name(store: RunStore) -> str:
 
 
 def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
+    from .profile.book import not_run_line
     from .findings import host_summary, versions_read
 
     manifest = store.manifest
@@ -407,7 +408,7 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         rows.append(f'<li><a href="{chapter.stem}.html">{html.escape(chapter.title)}</a> <small class="sb-status">{mark}{secs}</small></li>')
     missing = [c for c in chapters() if c.stem not in {p[0].stem for p in pages}]
     for c in missing:
-        rows.append(f'<li>{html.escape(c.title)} <small class="sb-status">not run in this run</small></li>')
+        rows.append(f'<li>{html.escape(c.title)} <small class="sb-status">{html.escape(not_run_line(store.path, c.stem) or "not run in this run")}</small></li>')
     date = str(manifest.get("started") or manifest.get("created") or "?")
     card = (
         f"<table class=\"sb-card\"><tr><th>host</th><td>{html.escape(str(h.get('hostname') or '?'))} ({html.escape(gpus)})</td></tr>"

@@ -243,10 +243,12 @@ def found(store, m: dict, *, runs: int, warmup: int, verdict: dict, ceiling_tok_
     why it stopped), engines side by side, the two chapters' defaults, warm-up and stalls, what measuring again changed,
     levels held back by waits, failures, the seed's rates against their limits, the time split, the client checks."""
     from ..findings import default_methods, say_default_methods
+    from ..profile.depths import found_lines as depths_found
     from .runs import remeasured, sweep_stalls
 
     measured_t = _measured_throughput(store)
     lines = _rates(store, m, runs, measured_t)
+    lines += depths_found(store)   # a run of profiles only: the profiles' served times per slice depth (profile.depths)
     lines += say_sweep_stops(store)
     lines += _side_by_side(measured_t)
     methods = default_methods(store)

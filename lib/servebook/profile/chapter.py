@@ -189,8 +189,10 @@ def prediction_table(t: dict):
 def findings(store) -> list[str]:
     """The section's findings in sentences; each number tagged with the quantity it is (``servebook.stated.q``)."""
     from ..stated import q
+    from .depths import depth_markdown
 
-    lines = []
+    ladder = depth_markdown(store)   # a run of slice ladders (a reference recording): its depths over their starts
+    lines = [ladder, ""] if ladder else []
     runs = latest_ok(store.rows("profile_runs"))
     long = latest_breakdown(store.rows("decode_breakdown"), store.rows("profile_runs"))
     for r in runs:
@@ -231,8 +233,8 @@ def where_time_goes(store) -> str:
     """Chapter 06's account of the profiles of a live run: per model both engines ran, their GPU time per step, what
     the difference between them consists of, and the full-model checks (Markdown; figures tagged)."""
     from ..stated import q
+    from .depths import HOST_BOUND_SHARE
     from .tables import engine_difference
-
     from .units import units_markdown
 
     rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
@@ -261,7 +263,7 @@ def where_time_goes(store) -> str:
             f"against {q('profile_busy_ms', busy_b, '.3f', of=r['b'])} ms per step (largest difference: {top['category']} "
             f"{q('profile_diff_ms', top['diff_ms'], '+.3f', of=r['a'] + ' | ' + r['b'] + ' | ' + top['category'])} ms); "
             + ("the GPU is busy for nearly all of the time per token: GPU-bound, so the kernels decide"
-               if min(busy_a / tpot['a_ms'], busy_b / tpot['b_ms']) > 0.9 else _host_bound(store, r, single)) + ".")
+               if min(busy_a / tpot['a_ms'], busy_b / tpot['b_ms']) > HOST_BOUND_SHARE else _host_bound(store, r, single)) + ".")
     if single:
         lines.append(_HOST_HYPOTHESIS)
     for p in store.rows("prediction_check"):

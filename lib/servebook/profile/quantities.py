@@ -246,25 +246,40 @@ def _linearity_layers(store) -> dict:
 
 
 def _reference_ratios(store, field_: str = "mean") -> dict:
-    """Each engine's deepest INT4 slice's GPU busy time over its machine's reference configuration, mean over starts."""
-    from .machines import MachineMismatch, relative_to_reference
+    """Each engine's deepest INT4 slice's GPU busy time over its machine's reference configuration, mean over starts:
+    ``units.deepest_ratios``, over the anchor times the carry factor reads (``units.anchor_times``)."""
     from .ranges import SEED_BACKENDS
-    from .units import _deepest_starts
+    from .units import deepest_ratios
 
-    prof = latest_ok(store.rows("profile_runs"))
-    refs = [p for p in prof if p.get("reference") and p.get("busy_ms") is not None]
-    out = {}
-    for eng, be in SEED_BACKENDS.items():
-        starts = _deepest_starts(prof, eng, be)
-        try:
-            rel = relative_to_reference(refs + starts, value="busy_ms") if starts else []
-        except MachineMismatch:
-            continue
-        mine = [r["busy_ms_ratio"] for r in rel[len(refs):]]
-        if mine:
-            out[eng] = sum(mine) / len(mine) if field_ == "mean" else len(mine)
-    return out
+    return {eng: sum(r) / len(r) if field_ == "mean" else len(r)
+            for eng, r in deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS).items()}
 
+
+def _depths(field_: str, scale: float = 1.0) -> Callable[[Any], dict]:
+    """``field_`` of each ``depths.depth_rows`` row, by its first start's label (x ``scale``)."""
+    from .depths import depth_rows
+
+    return lambda store: {r["label"]: None if r[field_] is None else r[field_] * scale
+                          for r in depth_rows(store.rows("profile_runs"))}
+
+
+_DEPTHS = [  # a run of slice ladders read by depth over its starts (profile.depths, chapter 05)
+    Quantity("depth_moe_layers", "MoE layers of one slice depth (layers, on a card without routed experts; its "
+             "first start's label; profile.depths)",
+             _depths("moe_layers"), tables=("profile_runs",)),
+    Quantity("depth_starts", "server starts one slice depth was profiled over, within its unit (first start's label)",
+             _depths("starts"), tables=("profile_runs",)),
+    Quantity("depth_tpot_mean_ms", "one slice depth's served time per token, mean over its starts (first start's label)",
+             _depths("tpot_mean_ms"), tables=("profile_runs",)),
+    Quantity("depth_tpot_ci95_ms", "the 95% t-interval half-width of one slice depth's served time per token over its "
+             "starts (first start's label)", _depths("tpot_ci95_ms"), tables=("profile_runs",)),
+    Quantity("depth_busy_mean_ms", "one slice depth's GPU-busy time per profiled step, mean over its starts (first "
+             "start's label)", _depths("busy_mean_ms"), tables=("profile_runs",)),
+    Quantity("depth_busy_spread_ms", "one slice depth's GPU-busy time per step, largest minus smallest over its starts "
+             "(first start's label)", _depths("busy_spread_ms"), tables=("profile_runs",)),
+    Quantity("depth_busy_share_pct", "one slice depth's mean GPU-busy time over its mean served time per token, % "
+             "(first start's label)", _depths("busy_share", 100.0), tables=("profile_runs",)),
+]
 
 _UNITS = [  # a reference recording made of units (issue #39): each engine's ladder, compared through the reference
     Quantity("linearity_per_layer_ms", "GPU busy time per MoE layer between two depths of one engine on one machine "
@@ -281,4 +296,4 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
              lambda store: _reference_ratios(store, "starts"), tables=("profile_runs",)),
 ]
 
-register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS)
+register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)

@@ -156,6 +156,7 @@ def _host_rule_words(src) -> str:
 
     errs: dict = {HOST_RULE: [], "serial": []}
     run = Path(str(getattr(src, "path", "the profile run"))).name
+    idle_of = _deep_slices_words(src)
     borrowed = None
     if not _whole_models(src):   # a run of slices only (h200x1-ref): the check of the run that validated the rule
         from ..paths import data_dir
@@ -174,8 +175,30 @@ def _host_rule_words(src) -> str:
             errs[rule].append(100 * (ms - r["measured_ms"]) / r["measured_ms"])
     span = {k: f"{min(v):+.0f}% to {max(v):+.0f}%" if v else "no whole model measured" for k, v in errs.items()}
     return (f"central: {HOST_RULE}, the rule the whole models of {run} validated ({span[HOST_RULE]}); the serial rule adds "
-            f"each engine's {'2-layer' if borrowed is None else 'deeper'} slice's {_short(_gpus()[0])} idle per token "
+            f"each engine's {idle_of} {_short(_gpus()[0])} idle per token "
             f"(it errs {span['serial']} on those models)" + (borrowed or ""))
+
+
+def _deep_slices_words(src, backends: dict = SEED_BACKENDS) -> str:
+    """Which slice's idle the serial rule adds (the projection's deeper slice, ``slices.select_slices``), in words from
+    the profile run's rows: "2-layer slice's" where every engine's is that deep, else each engine's depth."""
+    from ..engines import prose_name
+    from .machines import MachineMismatch
+    from .slices import select_slices
+
+    rows, depth = src.rows("profile_runs"), {}
+    for eng, be in backends.items():
+        try:
+            deep = select_slices(rows, eng, backend=be)["deep"]
+        except MachineMismatch:
+            deep = None
+        depth[eng] = None if deep is None else deep.get("layers")
+    if None not in depth.values() and len(set(depth.values())) == 1:
+        return f"{next(iter(depth.values()))}-layer slice's"
+    known = {e: n for e, n in depth.items() if n is not None}
+    return "deeper slice's" + (" (" + ", ".join(f"{prose_name(e)}'s: {n} layers" if n is not None else
+                                                f"{prose_name(e)}'s: none profiled" for e, n in depth.items()) + ")"
+                               if known else "")
 
 
 def _whole_models(src) -> bool:
@@ -237,9 +260,10 @@ def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _attention_move(att: list[dict], backends: dict) -> tuple[dict, str]:
+def _attention_move(att: list[dict], backends: dict, src=None) -> tuple[dict, str]:
     """The attention-on-12.0 assumption from table seed_attention_12 (``att``): no move where no version read keys its
-    launch on the capability; None (not projected) for an engine where one does. Its basis in words."""
+    launch on the capability; None (not projected) for an engine where one does. Its basis in words; whether the split
+    caps change this context's launch is read from the profile run ``src``'s traces (``_cap_words``)."""
     gpus = split_gpus()
     caps = [p["capability"] for p in gpus.values()]
     keyed = [a for a in att if not a["capability_key"].startswith("none")]
@@ -251,11 +275,33 @@ def _attention_move(att: list[dict], backends: dict) -> tuple[dict, str]:
     else:
         head = (f"the Triton MLA decode kernel takes the same tile, warp and stage constants on {_and(caps)} in every "
                 "version read (table seed_attention_12)")
-    capped = [_who(a, att) for a, r in zip(att, recorded_attention()) if not r.get("split_caps_are_default")]
-    split = (f"; the split count keys on the SM count only where {_and(capped)} cap it, which leaves this context's launch "
-             "unchanged") if capped else "; no version read caps the split count by the SM count"
+    capped = [a for a, r in zip(att, recorded_attention()) if not r.get("split_caps_are_default")]
+    split = (f"; the split count keys on the SM count only where {_and([_who(a, att) for a in capped])} cap it"
+             + _cap_words(capped, att, backends, src)) if capped else "; no version read caps the split count by the SM count"
     measured_on, target = _gpus()
     return moves, head + split + "; " + _smem(target, measured_on)
+
+
+def _cap_words(capped: list[dict], att: list[dict], backends: dict, src) -> str:
+    """Whether the SM caps of ``capped`` (rows of seed_attention_12) change this context's launch between the two GPUs:
+    each version's profiled split count (its kept trace's grid, ``launches.profiled_launch``) against its cap on the
+    GPU it ran on and on the seed's (``launches.launch_unchanged``)."""
+    from .launches import launch_unchanged, profiled_launch, split_words
+
+    here, there = split_gpus()
+    unread, changed = [], []
+    for a in capped:
+        got = profiled_launch(src, a["engine"], backends.get(a["engine"]), a["version"]) if src is not None else None
+        if got is None:
+            unread.append(_who(a, att))
+        elif not launch_unchanged(got["splits"], a[here], a[there]):
+            changed.append(f"{_who(a, att)} ({split_words(got['splits'])} profiled, caps {a[here]} and {a[there]})")
+    if changed:
+        return ", which changes this context's launch of " + _and(changed)
+    if unread:
+        return (f"; whether that changes this context's launch is not read for {_and(unread)}: no kept trace of its "
+                "profiled launch")
+    return ", which leaves this context's launch unchanged"
 
 
 def _grid(row: dict, here: bool = True) -> str:
@@ -267,17 +313,30 @@ def _grid(row: dict, here: bool = True) -> str:
     return ", ".join(f"{v} on the {_short(gpus[c])}" for c, v in vals.items())
 
 
-def _version_words(att: list[dict]) -> tuple[str, str]:
-    """The engine-version assumption's end and basis, its versions and split grids from table seed_attention_12."""
+def _version_words(att: list[dict], src=None, backend: str = SEED_BACKENDS["vllm"]) -> tuple[str, str]:
+    """The engine-version assumption's end and basis, its versions and split grids from table seed_attention_12; vLLM's
+    tiles against SGLang's studied version's (the same table) and its profiled split count (``src``'s trace of it)."""
     studied = next(a for a in att if a["engine"] == "sglang" and a["role"] == "studied")
     profiled = next(a for a in att if a["engine"] == "sglang" and a["role"].startswith("profiled"))
     vllm = next(a for a in att if a["engine"] == "vllm")
     return (f"SGLang {studied['version']}'s split grid",
             f"SGLang's kernels were profiled at {profiled['version']}, whose MLA split grid is {_grid(profiled)}; "
             f"{studied['version']} (studied) launches {_grid(studied, here=False)} (seed_attention_12). At that end SGLang's "
-            "attention takes what vLLM's Triton MLA kernel (the same tiles, one split here) took: a hypothesis, settled by "
+            f"attention takes what vLLM's Triton MLA kernel ({_vllm_launch_words(studied, vllm, src, backend)}) took: a "
+            "hypothesis, settled by "
             f"profiling SGLang {studied['version']}'s triton backend on the same slices. vLLM: the seed's version is not "
             f"stated; {vllm['version']}'s kernels are kept")
+
+
+def _vllm_launch_words(studied: dict, vllm: dict, src, backend: str) -> str:
+    """vLLM's launch beside SGLang's studied version's: the same tiles or which differ (seed_attention_12), and the
+    split count its profile ran (``launches.profiled_launch``) where a trace of it is kept."""
+    from .launches import profiled_launch, split_words
+
+    differ = [f"{k} {vllm[k]} against {studied[k]}" for k in _LAUNCH if vllm.get(k) != studied.get(k)]
+    tiles = "the same tiles" if not differ else "tiles that differ: " + ", ".join(differ)
+    got = profiled_launch(src, "vllm", backend, vllm["version"]) if src is not None else None
+    return tiles + (f", {split_words(got['splits'])} in its profiled launch" if got else "")
 
 
 def _gpus() -> tuple[dict, dict]:
@@ -340,7 +399,7 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
                          "; ".join(f"{e} {lat[e][field]:.2f} us ({lat[e][host]}, {lat[e]['env']})" for e in backends)
                          + f"; x {n} collectives per token; central: the middle of each engine's range"))
     att = attention_12()
-    rows.append(_row(f"attention on capability {_gpus()[1]['capability']}", "as read", *_attention_move(att, backends)))
+    rows.append(_row(f"attention on capability {_gpus()[1]['capability']}", "as read", *_attention_move(att, backends, src)))
     tp, basis = _shard_words(att)
     rows.append(_row(f"shard shapes at TP={tp}", "no kernel floor", _moved(src, central, lat, backends, floor_us=0.0), basis))
     vllm_att = _cat(central.get("vllm", []), "attention")
@@ -348,9 +407,9 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     if vllm_att is not None and "sglang" in backends:
         rows_s = project(src, "sglang", backend=backends["sglang"], allreduce_us=lat["sglang"]["central_us"],
                          allreduce_source="central", attention_ms=vllm_att,
-                         attention_source="vLLM's projected Triton MLA attention (one split at this context)")
+                         attention_source="vLLM's projected Triton MLA attention")
         sg["sglang"] = _total(rows_s) - _total(central["sglang"])
-    end, basis = _version_words(att)
+    end, basis = _version_words(att, src, backends.get("vllm", SEED_BACKENDS["vllm"]))
     rows.append(_row("engine version", end, sg, basis))
     end, basis = _bandwidth_words()
     rows.append(_row("bandwidth ratio", end, _moved(src, central, lat, backends, bandwidth="measured"), basis))

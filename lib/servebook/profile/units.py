@@ -24,7 +24,8 @@ from ..errors import ServebookError
 from .kernels import trace_slug
 from .machines import MachineMismatch, relative_to_reference
 
-__all__ = ["LADDER_PLANS", "UNIT_TABLES", "merge_unit", "on_anchor_machine", "OnAnchor", "labels_on_two_machines", "units_markdown"]
+__all__ = ["LADDER_PLANS", "UNIT_TABLES", "merge_unit", "on_anchor_machine", "OnAnchor", "labels_on_two_machines",
+           "units_markdown", "anchor_times", "deepest_ratios"]
 
 # the committed plan that records each engine's INT4 depth ladder on the H200 (tools/gpu-stage/, issue #39)
 LADDER_PLANS = {"sglang": "tools/gpu-stage/ref-plan.json", "vllm": "tools/gpu-stage/ref-plan-vllm.json"}
@@ -132,6 +133,31 @@ class OnAnchor:
         return getattr(self._store, name)
 
 
+def anchor_times(profiles) -> dict:
+    """``{machine: the anchor configuration's GPU busy time}``: the mean over each anchor label's latest ok row (a label
+    profiled again counts once) of the machine's rows marked ``reference``. The one computation both the carry factor
+    (``on_anchor_machine``: anchor machine's time / the other machine's) and chapter 06's ratio (``deepest_ratios``: a
+    slice's time / its own machine's) read, so a carried time over the anchor equals the page's ratio."""
+    from .tables import latest_ok
+
+    refs = [p for p in latest_ok(profiles) if p.get("reference") and p.get("busy_ms") is not None and p.get("machine")]
+    return {r["machine"]: r["reference_value"] for r in relative_to_reference(refs, value="busy_ms")}
+
+
+def deepest_ratios(profiles, backends: dict) -> dict:
+    """``{engine: [ratio per start]}``: each start of the engine's deepest INT4 slice (``backends[engine]``), its GPU
+    busy time over its own machine's anchor time (``anchor_times``); an engine whose machine measured no anchor
+    configuration, or without such a slice, is left out."""
+    from .tables import latest_ok
+
+    per, prof, out = anchor_times(profiles), latest_ok(profiles), {}
+    for eng, be in backends.items():
+        starts = _deepest_starts(prof, eng, be)
+        if starts and all(p.get("machine") in per for p in starts):
+            out[eng] = [p["busy_ms"] / per[p["machine"]] for p in starts]
+    return out
+
+
 def on_anchor_machine(src, backends: dict) -> tuple:
     """(source, carried): ``src`` as is where every engine's slices come from one machine; else an ``OnAnchor`` reading of
     it that carries each other engine's rows to the first engine's machine by the reference configuration's GPU-busy
@@ -139,7 +165,6 @@ def on_anchor_machine(src, backends: dict) -> tuple:
     from ..engines import prose_name
     from .projection import _tables
     from .slices import select_slices
-    from .tables import latest_ok
 
     profiles = _tables(src)[0]
     machine = {}
@@ -156,10 +181,7 @@ def on_anchor_machine(src, backends: dict) -> tuple:
     anchor = next(iter(machine.values()))
     if len(known) == 1:
         return src, []
-    # each anchor label's latest ok row, as chapter 06's reference_ratio reads them (a label profiled again counts once)
-    refs = [p for p in latest_ok(profiles) if p.get("reference") and p.get("busy_ms") is not None]
-    ratios = relative_to_reference([p for p in refs if p.get("machine") in set(machine.values())], value="busy_ms")
-    per = {r["machine"]: r["reference_value"] for r in ratios}
+    per = anchor_times(profiles)
     factors, notes = {}, []
     for eng, m in machine.items():
         if m == anchor:
@@ -236,12 +258,11 @@ def _engines_line(prof: list[dict], deep: dict, compare) -> str:
     from ..engines import prose_name
     from ..stated import q
 
-    refs = [p for p in prof if p.get("reference") and p.get("busy_ms") is not None]
-    try:
-        ratio = {e: [r["busy_ms_ratio"] for r in relative_to_reference(refs + ps, value="busy_ms")[len(refs):]]
-                 for e, ps in deep.items()}
-    except MachineMismatch as exc:
-        return f"- The engines are not compared: {exc}."
+    ratio = deepest_ratios(prof, {e: ps[0]["backend"] for e, ps in deep.items()})
+    if len(ratio) < len(deep):
+        lack = sorted({p["machine"] for e, ps in deep.items() if e not in ratio for p in ps})
+        return (f"- The engines are not compared: no anchor configuration measured on machine {', '.join(lack)}; a unit "
+                "without its anchor row cannot be compared with other units.")
     (a, ra), (b, rb) = ratio.items()
     c = compare(ra, rb)
     said = {"no difference": "no difference beyond the starts' spread", "undecided": "undecided (one start on a side)",

@@ -1,0 +1,94 @@
+"""A run of profiles only (h200x1-ref) read as a reference book (issue #39 item 7): which chapters ``servebook html``
+executes on it, the index's line for the chapters it has no page of, chapter 05's slice depths over their starts
+(servebook.profile.depths), and the render itself (slow). Every run is a copy under tmp_path: executing a chapter
+writes into the run."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import statistics
+
+import pytest
+
+from servebook.paths import data_dir
+from servebook.profile import book, depths
+from servebook.results import RunStore
+
+REF = data_dir() / "runs" / "h200x1-ref"
+BOOK = data_dir() / "runs" / "h200x1-book"
+
+
+def _copy(tmp_path, src=REF):
+    dest = tmp_path / src.name
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.trace.json.gz", "logs"))
+    return dest
+
+
+def test_a_profiles_only_run_gets_its_profile_chapters_and_a_book_run_none(tmp_path):
+    ref = _copy(tmp_path)
+    assert book.html_plan(ref) == (["05", "06"], {"engine": "sglang", "model": "kimi-k2.5"})
+    assert book.served_by_profiles(RunStore(ref))
+    line = book.not_run_line(ref, "03_force_each_backend")
+    assert line.startswith("not run: a run of profiles only") and "--only 03` fills it" in line
+    assert book.not_run_line(ref, "05_benchmark_single_stream") is None            # 05 and 06 have pages
+    (ref / "notebooks").mkdir()
+    (ref / "notebooks" / "06_findings.ipynb").write_text("{}")
+    assert book.html_plan(ref) is None                                              # executed once: rendered as it is
+    assert book.html_plan(BOOK) is None and book.not_run_line(BOOK, "03_force_each_backend") is None
+    assert not book.served_by_profiles(RunStore(BOOK))
+
+
+def test_the_depths_are_the_recorded_starts_of_each_slice(tmp_path):
+    """Each depth's figures recomputed here from the raw rows: the ok profiles of one server, by MoE layers."""
+    rows = RunStore(REF).rows("profile_runs")
+    got = {r["moe_layers"]: r for r in depths.depth_rows(rows)}
+    assert sorted(got) == [1, 2, 4, 12]
+    for moe, r in got.items():
+        mine = [p for p in rows if p.get("ok") and p["layers"] - p["dense_layers"] == moe and p["engine"] == "sglang"]
+        assert r["starts"] == len(mine) and r["labels"] == [p["label"] for p in mine]
+        assert r["tpot_mean_ms"] == pytest.approx(statistics.fmean(p["tpot_ms"] for p in mine))
+        assert r["busy_spread_ms"] == pytest.approx(max(p["busy_ms"] for p in mine) - min(p["busy_ms"] for p in mine))
+        assert r["busy_share"] == pytest.approx(r["busy_mean_ms"] / r["tpot_mean_ms"])
+    assert got[12]["starts"] == 2 and got[12]["busy_share"] > depths.HOST_BOUND_SHARE > got[4]["busy_share"]
+
+
+def test_chapter_05_s_depth_account_tags_every_figure_and_only_on_a_profiles_only_run(tmp_path):
+    import mistune
+
+    from servebook import stated
+
+    ref = _copy(tmp_path)
+    md = depths.depth_markdown(RunStore(ref)) + "\n\n" + "\n".join(depths.found_lines(RunStore(ref)))
+    page = f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown">{mistune.html(md)}</div>'
+    assert [str(u) for u in stated.untagged_numbers(page)] == []
+    words = re.sub(r"<span[^>]*>|</span>", "", md)
+    assert "the GPU is busy for most of a token's time at 12 MoE layers" in words
+    assert "at 1, 2 and 4 MoE layers the GPU idles for part of each token" in words
+    assert "| 12 | 2 | 3.381, 3.383 | 3.382 ± 0.015 | 3.374 (0.0006) | 100% |" in words
+    assert depths.depth_markdown(RunStore(BOOK)) == "" and depths.found_lines(RunStore(BOOK)) == []
+
+
+@pytest.mark.slow
+def test_servebook_html_renders_the_reference_run_without_refresh(tmp_path):
+    from servebook.cli import main
+
+    ref = _copy(tmp_path)
+    assert main(["html", str(ref), "--out", str(tmp_path / "out")]) == 0
+    index = (tmp_path / "out" / "index.html").read_text()
+    assert index.count("not run: a run of profiles only") == 4
+    page = (tmp_path / "out" / "05_benchmark_single_stream.html").read_text()
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "nothing measured" not in text and "This chapter failed" not in text
+    assert "timed by the profile run" in text and "busy share of the served time" in text
+
+
+def test_each_line_is_one_engine_configuration_of_one_card(tmp_path):
+    """h200x1-prof profiled three cards with one engine configuration: a line each, its depths counted in MoE layers
+    only on a card with routed experts."""
+    prof = _copy(tmp_path, data_dir() / "runs" / "h200x1-prof")
+    lines = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(prof))]
+    llama = next(x for x in lines if x.startswith("- SGLang (auto, bf16, CUDA graphs), llama-3.1-8b,"))
+    assert "kimi" not in llama and "moonlight" not in llama and ": 2 layers " in llama and "MoE" not in llama
+    kimi = next(x for x in lines if x.startswith("- SGLang (auto, bf16, CUDA graphs), kimi-k2.5,"))
+    assert ": 0 MoE layers " in kimi and "; 1 MoE layer " in kimi and "(2 starts" in kimi
