@@ -445,3 +445,25 @@ def test_run_in_short_says_the_measured_roofline_and_a_c1_level_that_disagrees()
     trust = {re.sub(r"<[^>]+>", "", c.text) for c in sbf.collect(RunStore(ROOT / "data" / "runs" / "h200x1-trust")).claims
              if c.chapter == "05"}
     assert not any("C=1 level ran at" in t for t in trust), trust  # its C=1 levels agree with the single stream
+
+
+def test_whatif_first_launch_is_settled_by_its_own_chapter():
+    """A what-if's first launch says which chapter settles it on the real host: the seed verdict's NCCL block (decision
+    "predicted") chapters 04 and 05, a forced backend chapter 03 by its decode-path check. The what-if book had told the
+    reader that chapter 03 (backend reported, teacher-forced agreement) settles the NCCL block."""
+    nccl = sbf.whatif_questions("rtx-pro-6000", [{"why": "the seed's NCCL block", "decision": "predicted", "launch": "x"}], [])
+    answer = nccl[0][1]
+    assert "chapter 04" in answer and "chapter 05" in answer and "chapter 03" not in answer
+    backend = sbf.whatif_questions("rtx-pro-6000", [{"why": "flashinfer kept out", "decision": "hypothesis", "launch": "x"}], [])
+    answer = backend[0][1]
+    assert "chapter 03" in answer and "decode-path agreement" in answer and "teacher-forced" not in answer
+
+
+def test_default_fastest_is_not_compared_with_itself():
+    """Where the fastest correct configuration is the default itself, the answer says so instead of "the fastest, auto
+    (fa3) (665.2 ± 287.1), overlaps the default (665.2 ± 287.1)" (h200x1-trust's chapter 06)."""
+    trust = RunStore(ROOT / "data" / "runs" / "h200x1-trust")
+    b = sbf.collect(trust).backends[0]
+    assert str(b["best"]).startswith("auto")
+    question, answer = sbf.check_yourself(trust, "06")[0]
+    assert question.startswith("Should you force") and "default itself" in answer and "overlaps the default" not in answer
