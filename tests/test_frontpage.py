@@ -385,3 +385,26 @@ def test_the_book_kernel_shows_strings_whole():
         long = "sglang/default --cuda-graph-max-bs 16 --sampling-backend pytorch"
         html = pd.DataFrame({"label": [long * 2]})._repr_html_()
         assert long * 2 in html and "..." not in html
+
+
+def test_workload_column_is_what_the_chapter_pages_say_was_measured():
+    """The table's workload column states the output tokens the chapter's own page says it measured ("output tokens 128
+    (03) against 64 (05)"): chapter 03 generates twice its max_tokens parameter, and the column had quoted the parameter
+    (h200x1-trust: "max_tokens 64" for a chapter 03 that measured 128 tokens)."""
+    from servebook.frontpage_same import configurations
+
+    checked = 0
+    for r in RENDERS:
+        page = r / "03_force_each_backend.html"
+        text = "\n".join(visible(page.read_text()).blocks) if page.exists() else ""
+        said = {m.group(1): (m.group(2), m.group(3)) for m in
+                re.finditer(r"(\w+) default, measured two ways:.*?output tokens (\d+) \(03\) against (\d+) \(05\)", text, flags=re.S)}
+        if not said:
+            continue
+        s = frontpage.book_summary(r)
+        for row in s["configs"]:
+            if row["engine"] in said:
+                out = said[row["engine"]][0 if row["method"] == "03" else 1]
+                assert f"output tokens {out}" in row["tokens"], (r.name, row["engine"], row["method"], row["tokens"], out)
+                checked += 1
+    assert checked, "no book states its default measured two ways: nothing checked"
