@@ -166,6 +166,10 @@ def _backend_claims(f: Findings) -> list[Claim]:
             err = q("backend_error", " ".join(str(x.get("error")).split()), of=f"{x['key']} | {x.get('recorded_at')}") if x.get("key") \
                 else clip(marked(x.get("error")), 160)
             c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({err})", H_BACKENDS_FOUND, False))
+        if b.get("refused"):
+            c.append(Claim("03", f"{b['engine']}: refused by its own validation before any start: " + ", ".join(
+                f"`{x['attention']}` ({q('preflight_reason', x['reason'], of=b['engine'] + ' | ' + x['attention'] + ' | ' + str(x['recorded_at']))})"
+                for x in b["refused"]), H_BACKENDS_FOUND, False))
         if b["not_run"]:
             c.append(Claim("03", f"{b['engine']}: not run here: " + ", ".join(
                 f"`{x['attention']}` ({q('not_run_reason', x['reason'], of=b['engine'] + ' | ' + x['attention'])})" for x in b["not_run"]),
