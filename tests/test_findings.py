@@ -467,3 +467,14 @@ def test_default_fastest_is_not_compared_with_itself():
     assert str(b["best"]).startswith("auto")
     question, answer = sbf.check_yourself(trust, "06")[0]
     assert question.startswith("Should you force") and "default itself" in answer and "overlaps the default" not in answer
+
+
+def test_the_c1_level_is_not_a_second_single_stream_number():
+    """Chapter 06 gives one single-stream number per configuration: the sweep's C=1 level (output tokens over the level's
+    wall time, first tokens included) is named as throughput, so "524.3 tok/s single stream" and "483.4 tok/s at C=1"
+    (h200x1-trust) no longer read as two numbers for one quantity."""
+    for run in ("h200x1-trust", "h200x1-live", "h200x2-book"):
+        f = sbf.collect(RunStore(ROOT / "data" / "runs" / run))
+        said = [c.text for c in f.claims if 'data-q="c1_tok_s"' in c.text]
+        assert said, run
+        assert all("sweep throughput" in t and "not the single-stream decode rate" in t for t in said), said

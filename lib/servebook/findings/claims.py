@@ -266,7 +266,8 @@ def _bench_claims(f: Findings, store: RunStore) -> list[Claim]:
                        f"{q('single_ci95', t['single_ci95'], ',.1f', of=lab)} tok/s ({over}){roof}", H_BENCH))
         if t.get("peak_tok_s") is not None:
             gain = (t["peak_tok_s"] / t["c1_tok_s"]) if t.get("c1_tok_s") else None
-            c.append(Claim("05", f"{lab}: {q('c1_tok_s', t['c1_tok_s'], ',.1f', of=lab)} tok/s at C=1, peak "
+            c.append(Claim("05", f"{lab}: sweep throughput {q('c1_tok_s', t['c1_tok_s'], ',.1f', of=lab)} tok/s at C=1 (output "
+                           "tokens over the level's wall time, first tokens included: not the single-stream decode rate), peak "
                            f"{q('peak_tok_s', t['peak_tok_s'], ',.1f', of=lab)} tok/s at C={q('peak_c', t['peak_c'], 'd', of=lab)}"
                            + (f" ({q('peak_gain', gain, '.2f', of=lab)}x)" if gain else "") + f", each user then getting "
                            f"{q('peak_per_user_tok_s', t.get('peak_per_user_tok_s'), ',.1f', of=lab)} tok/s"
