@@ -18,7 +18,7 @@
 # (its profiler), not a hardware profile; **slice**: a model with its card's architecture and full width but fewer
 # layers (`servebook model build --layers N`), to fit one GPU; **MLA**: multi-head latent attention, the compressed-KV
 # attention of DeepSeek-V3 and Kimi-K2.5; **gpu idle**: the time inside a profiled decode step when no kernel runs;
-# **host- bound**: a step whose time goes mostly to that idle time (host work, launch gaps), not to kernels.
+# **host-bound**: a step whose time goes mostly to that idle time (host work, launch gaps), not to kernels.
 #
 # This chapter measures nothing. It reads what chapters 01 to 05 recorded in this run's
 # directory and states what to change. Every statement below is computed from those tables;

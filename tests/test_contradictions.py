@@ -390,3 +390,14 @@ def test_roofline_table_shows_the_rows_that_stand(tmp_path):
     assert len(frame) == 4 and frame["case"].is_unique and "stay in the table, not shown" in note
     assert _kinds(_table(["", *frame.columns], *[[str(i), *map(str, r)] for i, r in enumerate(frame.values.tolist())]),
                   "superseded") == []
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.py")), ids=lambda p: p.stem)
+def test_no_word_is_split_by_a_line_break(nb):
+    """A hyphenated word wrapped at its hyphen renders with a space ("**host- bound**" in chapter 06's terms, the
+    glossary's host-bound): the prose has no letter, hyphen, whitespace, lower-case letter."""
+    import re
+
+    for c in _prose(nb):
+        m = re.search(r"[A-Za-z]-\s+[a-z]", c)
+        assert m is None, f"{nb.name}: {c[max(0, m.start() - 30):m.end() + 20]!r}"
