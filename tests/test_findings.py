@@ -478,3 +478,13 @@ def test_the_c1_level_is_not_a_second_single_stream_number():
         said = [c.text for c in f.claims if 'data-q="c1_tok_s"' in c.text]
         assert said, run
         assert all("sweep throughput" in t and "not the single-stream decode rate" in t for t in said), said
+
+
+def test_a_recommended_launch_names_what_its_rates_were_measured_with():
+    """h200x1-live recommended `python -m sglang.launch_server --model-path .../kimi-slice-dummy` for rates measured with
+    --cuda-graph-max-bs 16 --sampling-backend pytorch and --load-format dummy (a slice without weights, which does not start
+    without it): the launch's reasons name those arguments, read from the run's own launch lines, never an eager flag."""
+    launches = {lc["engine"]: lc for lc in sbf.launch_commands(RunStore(ROOT / "data" / "runs" / "h200x1-live"))}
+    why = " ".join(launches["sglang"]["why"])
+    assert "--cuda-graph-max-bs 16 --sampling-backend pytorch" in why and "--load-format dummy" in why
+    assert "--disable-cuda-graph" not in why and "--enforce-eager" not in " ".join(launches["vllm"]["why"])

@@ -54,6 +54,10 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
         extra, env, tp = _nccl_choice(found_nccl or {}, eng, tp, gpus, why)
         if eng != "transformers":  # its server has no tensor parallelism
             why.append(_tp_line(measured, tp, gpus, attention))
+        beside = _measured_with(store, eng)
+        if beside:
+            why.append(f"the rates were measured with `{beside}` as well (this run's own launch lines); the command leaves "
+                       "them out: add them to reproduce those rates")
         text = user_command(eng, model_ref, attention=attention, tp=tp, env=env,
                             extra_args=extra, version=b.get("version"))
         out.append({"engine": eng, "command": text, "env": env, "why": why})
@@ -163,6 +167,33 @@ def _tp_line(measured: dict[int, list[str]], tp: int, gpus: int, attention: str 
         line += (f", on {'one' if max(measured) == 1 else 'some'} of {n_gpus} GPUs; TP={gpus} not measured here, so the command "
                  f"runs at TP={tp}")
     return line
+
+
+_OWN = {"--model-path", "--model", "--host", "--port", "--tensor-parallel-size", "--tp-size", "--tp", "--attention-backend"}
+
+
+def _measured_with(store: RunStore, engine: str) -> str:
+    """The arguments the recorded launches of ``engine``'s default (chapter 03's ``auto``, chapter 05's servers) carried
+    beside the model, address, TP size and backend that the recommended command writes itself (the run's ``engine_args``,
+    ``--load-format dummy`` for a slice without weights), each once in the order first launched; "" where none."""
+    import shlex
+
+    lines = [r.get("launch") for r in store.rows("backends")
+             if r.get("engine") == engine and r.get("attention") == "auto" and r.get("mode") != "eager"]  # the mode recommended
+    lines += [r.get("launch") for r in store.rows("bench_servers") if r.get("engine") == engine]
+    sets = []
+    for line in filter(None, lines):
+        words, extra, i = shlex.split(str(line)), [], 0
+        while i < len(words) and not words[i].startswith("--"):
+            i += 1  # interpreter, module, "serve MODEL"
+        while i < len(words):
+            w = words[i]
+            has_value = i + 1 < len(words) and not words[i + 1].startswith("--")
+            if w.split("=")[0] not in _OWN:
+                extra.append(w + (f" {words[i + 1]}" if has_value else ""))
+            i += 2 if has_value else 1
+        sets.append(extra)
+    return " ".join(dict.fromkeys(a for extra in sets for a in extra))  # each once, in the order first launched
 
 
 def _beats_default(e2e: list[dict], best: dict) -> bool:
