@@ -274,14 +274,18 @@ def _card(b: dict, answer: bool = True) -> str:
             + "</table></section>")
 
 
-def _earlier(b: dict, reference: str | None) -> str:
-    """An earlier recording: what it is and which book supersedes it; its numbers stay on its pages and, for a configuration
-    the reference measured too, in the table "same configuration, other methods"."""
+def _earlier(b: dict, reference: str | None, ref_pages: dict | None = None) -> str:
+    """An earlier recording: what it is and which book supersedes it, in what both measured (``ref_pages``: the reference
+    book's chapters; those only this book has are superseded by none); its numbers stay on its pages and, for a
+    configuration the reference measured too, in the table "same configuration, other methods"."""
     e = html.escape
+    own = sorted(set(b["pages"]) - set(ref_pages or {})) if ref_pages is not None else []
     return (f'<li class="sb-book-earlier" id="book-{e(b["name"])}" data-book="{e(b["name"])}"><a href="{e(b["name"])}/index.html">'
             f'{e(b["name"])}</a>: {e(b["host"])}; {e(b["model"])}; engines {e(", ".join(b["engines"]) or "none")}; recorded '
             f'{e(b["date"])} (run <code>data/runs/{e(b["run"])}</code>). Superseded by '
-            + (f'<a href="{e(reference)}/index.html">{e(reference)}</a>' if reference else "the reference book") + ".</li>")
+            + (f'<a href="{e(reference)}/index.html">{e(reference)}</a>' if reference else "the reference book")
+            + " in what both measured" + (f"; its chapter{'s' if len(own) > 1 else ''} {', '.join(own)}, not in the reference book, "
+                                          "superseded by none" if own else "") + ".</li>")
 
 
 def _path_figure(summaries: list[dict]) -> str:
@@ -324,8 +328,8 @@ def render_front_page(rendered_dir: str | os.PathLike = "rendered", runs_dir: st
             + ('<h2 id="same-configuration">Same configuration, other methods</h2><p>Every rate another book measured for a '
                "configuration the reference book measured, and why it differs from the reference's.</p>" + same if same else "")
             + (f'<h2>Earlier recordings ({len(earlier)})</h2><p>Kept as evidence, each re-executed on its own tables; every page '
-               "of each carries a banner naming the book that superseded it.</p><ul class=\"sb-earlier\">"
-               + "".join(_earlier(b, ref) for b in earlier) + "</ul>" if earlier else "")
+               "of each carries a banner naming the book that superseded it in what both measured.</p><ul class=\"sb-earlier\">"
+               + "".join(_earlier(b, ref, reference[0]["pages"] if reference else None) for b in earlier) + "</ul>" if earlier else "")
             + "<h2>The debugging path</h2>" + _path_figure(summaries) + "</body></html>\n")
     page = glossary.link_first_uses(page, up="")
     glossary.write_glossary(rendered_dir)
