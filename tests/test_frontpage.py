@@ -408,3 +408,14 @@ def test_workload_column_is_what_the_chapter_pages_say_was_measured():
                 assert f"output tokens {out}" in row["tokens"], (r.name, row["engine"], row["method"], row["tokens"], out)
                 checked += 1
     assert checked, "no book states its default measured two ways: nothing checked"
+
+
+def test_a_book_whose_chapters_ran_on_different_weights_says_which():
+    """h200x1-live's chapter 03 ran the random-weight slice and chapter 05 the dummy one; its front-page line said
+    "dummy weights" alone, beside a table row giving its chapter 03 rate as random weights."""
+    for r in RENDERS:
+        s = frontpage.book_summary(r)
+        weights = {row["method"]: row["weights"] for row in s["configs"]}
+        if len(set(weights.values())) > 1:
+            for chapter, w in weights.items():
+                assert f"chapter {chapter}: {w} weights" in s["model"], (r.name, s["model"], weights)

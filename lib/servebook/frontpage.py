@@ -201,6 +201,15 @@ def _model_info(model: str | None, run: Path) -> dict:
     return json.loads(info.read_text()) if info else {}
 
 
+def _weights_by_chapter(ran: dict[str, dict]) -> str:
+    """Where chapters 03 and 05 ran on slices with different weights, which chapter had which (h200x1-live: chapter 03 on
+    the random-weight slice, chapter 05 on the dummy one); "" where they agree or one is unknown."""
+    w = {n: r.get("weights") for n, r in ran.items() if r.get("weights")}
+    if len(set(w.values())) < 2:
+        return ""
+    return " (" + "; ".join(f"chapter {n}: {v} weights" for n, v in sorted(w.items())) + ")"
+
+
 def _workload(run: Path) -> dict[str, dict]:
     """Per chapter (03, 05), what its executed notebook ran: the workload (tokens generated, prompt length, runs) and the
     model's weights (its own ``model`` parameter: a chapter may have run on another slice than the book's first)."""
@@ -235,12 +244,12 @@ def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None =
     ran, read = _engines(store, h)
     pages = {c.number: f"{render.name}/{c.stem}.html" for c in chapters() if (render / f"{c.stem}.html").exists()}
     machine = f"{h.get('gpu_count')} x {h['gpu']}" if h.get("gpu") else "no GPU"
-    configs = [] if params.get("profile") else configurations(store, _model_info(params.get("model"), store.path), machine,
-                                                               _workload(store.path))
+    ran_as = _workload(store.path)
+    configs = [] if params.get("profile") else configurations(store, _model_info(params.get("model"), store.path), machine, ran_as)
     return {
         "name": render.name, "run": store.path.name, "host": _host_text(h, params.get("profile")),
         "whatif": bool(params.get("profile")), "engine": params.get("engine"), "engines": ran, "read": read,
-        "model": _model_text(params.get("model"), store.path), "date": str(m.get("started") or h.get("date") or "?")[:10],
+        "model": _model_text(params.get("model"), store.path) + _weights_by_chapter(ran_as), "date": str(m.get("started") or h.get("date") or "?")[:10],
         "answer": _answer(store, params.get("profile")), "pages": pages, "configs": configs, "store": store,
     }
 
