@@ -362,6 +362,23 @@ def test_whatif_launch_of_flashinfer_says_the_seed_tried_it():
     assert not any("h200x1-trust" in x["why"][0] for x in launches if x is not fi)
 
 
+def test_whatif_launches_say_where_they_rank_by_expected_gain():
+    """The what-if's launches are tried "first" and "next": each says its rank in seed_fixes, and flashinfer (fourth by
+    expected gain, second launched) says the changes ranked above it need another engine version, so "next" is not read
+    as the second-largest gain."""
+    from servebook.findings.launch import launch_commands
+    from servebook.results import RunStore
+
+    store = RunStore.at(ROOT / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    ranked = [f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None]
+    launches = launch_commands(store)
+    first, fi = launches[0], next(x for x in launches if "--attention-backend flashinfer" in x["command"])
+    assert f"ranked 1 of {len(ranked)}" in first["why"][0]
+    rank = 1 + next(i for i, f in enumerate(ranked) if f["change"] == "attention backend flashinfer")
+    assert f"ranked {rank} of {len(ranked)}" in fi["why"][0] and "need another version" in fi["why"][0]
+    assert "greedy agreement" not in fi["why"][0]
+
+
 # items 10 and 6: superseded rows beside current ones; 'nothing of them ran' against chapter 02's [run]
 def test_superseded_rows_and_what_ran():
     head = ["", "case", "measured_tok_s", "source"]

@@ -31,6 +31,22 @@ def _tried(store: RunStore, launch: str) -> str:
     return f" ({row['note']}" + (f"; {served}" if served else "") + "; the seed verdict ranks it by its expected gain, above)"
 
 
+def _rank(store: RunStore, launch: str) -> str:
+    """Where a what-if launch stands among the seed verdict's changes ranked by expected gain (table ``seed_fixes``), and
+    why the changes ranked above it are not launches to try here (another version of the engine), so that "first" and
+    "next" are not read as that ranking: "" where the launch is no row of it."""
+    fixes = [f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None]
+    m = re.search(r"--attention-backend (\S+)", launch or "")
+    at = next((i for i, f in enumerate(fixes) if f.get("check_command") == launch
+               or (m and f.get("change") == f"attention backend {m.group(1)}")), None)
+    if at is None:
+        return ""
+    versions = sum(1 for f in fixes[:at] if f.get("kind") == "version")
+    return (f" (ranked {at + 1} of {len(fixes)} by expected gain in `seed_fixes`"
+            + (f"; {versions} of the changes ranked above it need another version of an engine, so they are no launch here"
+               if versions else "") + ")")
+
+
 def launch_commands(store: RunStore, found_backends: list[dict] | None = None, found_nccl: dict | None = None,
                     host: dict | None = None) -> list[dict]:
     """A recommended launch command per engine the run studied: a forced backend only where it was measurably
@@ -75,7 +91,8 @@ def _whatif_commands(store: RunStore, params: dict) -> list[dict]:
                          + ("first" if i == 0 else "next") + " on the real host, then check it there with "
                          + ("chapter 04 (all-reduce with and without the setting) and chapter 05 (decode rate)"
                             if r.get("decision") == "predicted" else
-                            "chapter 03 (reported backend, greedy agreement, decode rate)") + _tried(store, r["launch"])]}
+                            "chapter 03 (reported backend, decode-path agreement, decode rate)") + _rank(store, r["launch"])
+                         + _tried(store, r["launch"])]}
                 for i, r in enumerate(rec)]
     return [{"engine": engine, "command": "", "env": {},
              "why": [f"what-if on the {params['profile']} profile: no fallback caused by a hardware helper was found; "
