@@ -419,3 +419,14 @@ def test_a_book_whose_chapters_ran_on_different_weights_says_which():
         if len(set(weights.values())) > 1:
             for chapter, w in weights.items():
                 assert f"chapter {chapter}: {w} weights" in s["model"], (r.name, s["model"], weights)
+
+
+def test_the_seeds_rate_at_the_edge_of_a_range_says_so():
+    """SGLang's projected range runs from 63.55 tok/s (shown 63.6) and the seed measured 63.6: "inside it" alone reads as
+    well inside; the answer says it sits at the slow end (and vLLM's 82.5, 0.7% under 83.1, just below it)."""
+    from servebook.frontpage_answer import _where_seed
+
+    assert _where_seed({"seed_tok_s": 63.6, "low_tok_s": 63.55, "high_tok_s": 93.5, "seed_inside": True}) == "inside it, at its slow end"
+    assert _where_seed({"seed_tok_s": 82.5, "low_tok_s": 83.08, "high_tok_s": 102.7, "seed_inside": False}) == \
+        "outside it, just below its slow end"
+    assert _where_seed({"seed_tok_s": 75.0, "low_tok_s": 63.55, "high_tok_s": 93.5, "seed_inside": True}) == "inside it"
