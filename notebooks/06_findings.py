@@ -132,9 +132,11 @@ if params.get("profile") and (causes or seed_fixes):
     # the seed verdict's first change (largest expected gain) leads; then the launches the root causes name
     launch_first = plan.seed_first(facts, seed_fixes) + plan.launch_first(facts, causes)
     store.replace("recommended_launch", launch_first, unchanged="keep")  # derived from this chapter's tables: computed again whole
-    text = ("Try first, on the real host, in this order (then check each: chapter 04 for an NCCL setting, chapter 03 for a "
-            "backend - the backend the engine reports, greedy agreement, decode rate; a missed backend may not support this "
-            "GPU):\n\n" +
+    text = ("Try first, on the real host, in this order: the seed verdict's first change, then the launches the root causes "
+            "name; this is not the ranking by expected gain, which `seed_fixes` holds and each recommended launch command below "
+            "states. Then check each: chapter 04 for an NCCL "
+            "setting, chapter 03 for a backend - the backend the engine reports, the decode-path agreement, the decode rate; a "
+            "missed backend may not support this GPU:\n\n" +
             "\n\n".join(f"{r['why']}:\n\n```\n{r['launch']}\n```" for r in launch_first)) if launch_first else \
         "No fallback caused by a hardware helper: keep the engine's default and measure (chapters 03 and 05)."
     display(Markdown(text))
