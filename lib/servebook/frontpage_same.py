@@ -73,8 +73,8 @@ def same_configuration(summaries: list[dict], reference: str | None) -> list[dic
 
 
 def _differs(r: dict, base: dict | None, is_ref: bool) -> str:
-    if is_ref:
-        return "the reference (the number the front page quotes)"
+    if is_ref:  # the reference measured the configuration by two methods: each is its number for that method, not a second one
+        return f"the reference (the number the front page quotes for chapter {r['method']}'s method)"
     if base is None:
         return "the reference did not measure it by this method"
     why = []
