@@ -243,8 +243,13 @@ if report:
     lines += [f"- {q('probe_warning', w, of=str(i))}" for i, w in enumerate(report.get("warnings", [])) if w in warn]  # as recorded
     display(Markdown("\n".join(lines)))
 failures = store.table("failures")
-if not failures.empty:  # each failure whole, folded under its first line
-    display(HTML("".join(excerpt_html(f"{r.get('step')}: {marked(r.get('error'))}") for r in store.rows("failures"))))
+if not failures.empty:  # each distinct failure once, whole, folded under its first line, with the steps that recorded it
+    steps_of: dict[str, list] = {}
+    for r in store.rows("failures"):
+        steps_of.setdefault(marked(r.get("error")), []).append(r.get("step"))
+    display(HTML("".join(excerpt_html(f"{', '.join(map(str, dict.fromkeys(steps)))}"
+                                      + (" (recorded more than once)" if len(steps) > 1 else "") + f": {err}")
+                         for err, steps in steps_of.items())))
     show_corrections(store, "failures")  # a row changed after it was recorded says so, by what and why
 
 # %% [markdown]

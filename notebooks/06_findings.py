@@ -18,7 +18,7 @@
 # (its profiler), not a hardware profile; **slice**: a model with its card's architecture and full width but fewer
 # layers (`servebook model build --layers N`), to fit one GPU; **MLA**: multi-head latent attention, the compressed-KV
 # attention of DeepSeek-V3 and Kimi-K2.5; **gpu idle**: the time inside a profiled decode step when no kernel runs;
-# **host- bound**: a step whose time goes mostly to that idle time (host work, launch gaps), not to kernels.
+# **host-bound**: a step whose time goes mostly to that idle time (host work, launch gaps), not to kernels.
 #
 # This chapter measures nothing. It reads what chapters 01 to 05 recorded in this run's
 # directory and states what to change. Every statement below is computed from those tables;
@@ -132,9 +132,11 @@ if params.get("profile") and (causes or seed_fixes):
     # the seed verdict's first change (largest expected gain) leads; then the launches the root causes name
     launch_first = plan.seed_first(facts, seed_fixes) + plan.launch_first(facts, causes)
     store.replace("recommended_launch", launch_first, unchanged="keep")  # derived from this chapter's tables: computed again whole
-    text = ("Try first, on the real host, in this order (then check each: chapter 04 for an NCCL setting, chapter 03 for a "
-            "backend - the backend the engine reports, greedy agreement, decode rate; a missed backend may not support this "
-            "GPU):\n\n" +
+    text = ("Try first, on the real host, in this order: the seed verdict's first change, then the launches the root causes "
+            "name; this is not the ranking by expected gain, which `seed_fixes` holds and each recommended launch command below "
+            "states. Then check each: chapter 04 for an NCCL "
+            "setting, chapter 03 for a backend - the backend the engine reports, the decode-path agreement, the decode rate; a "
+            "missed backend may not support this GPU:\n\n" +
             "\n\n".join(f"{r['why']}:\n\n```\n{r['launch']}\n```" for r in launch_first)) if launch_first else \
         "No fallback caused by a hardware helper: keep the engine's default and measure (chapters 03 and 05)."
     display(Markdown(text))

@@ -362,6 +362,23 @@ def test_whatif_launch_of_flashinfer_says_the_seed_tried_it():
     assert not any("h200x1-trust" in x["why"][0] for x in launches if x is not fi)
 
 
+def test_whatif_launches_say_where_they_rank_by_expected_gain():
+    """The what-if's launches are tried "first" and "next": each says its rank in seed_fixes, and flashinfer (fourth by
+    expected gain, second launched) says the changes ranked above it need another engine version, so "next" is not read
+    as the second-largest gain."""
+    from servebook.findings.launch import launch_commands
+    from servebook.results import RunStore
+
+    store = RunStore.at(ROOT / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    ranked = [f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None]
+    launches = launch_commands(store)
+    first, fi = launches[0], next(x for x in launches if "--attention-backend flashinfer" in x["command"])
+    assert f"ranked 1 of {len(ranked)}" in first["why"][0]
+    rank = 1 + next(i for i, f in enumerate(ranked) if f["change"] == "attention backend flashinfer")
+    assert f"ranked {rank} of {len(ranked)}" in fi["why"][0] and "need another version" in fi["why"][0]
+    assert "greedy agreement" not in fi["why"][0]
+
+
 # items 10 and 6: superseded rows beside current ones; 'nothing of them ran' against chapter 02's [run]
 def test_superseded_rows_and_what_ran():
     head = ["", "case", "measured_tok_s", "source"]
@@ -390,3 +407,14 @@ def test_roofline_table_shows_the_rows_that_stand(tmp_path):
     assert len(frame) == 4 and frame["case"].is_unique and "stay in the table, not shown" in note
     assert _kinds(_table(["", *frame.columns], *[[str(i), *map(str, r)] for i, r in enumerate(frame.values.tolist())]),
                   "superseded") == []
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("0*.py")), ids=lambda p: p.stem)
+def test_no_word_is_split_by_a_line_break(nb):
+    """A hyphenated word wrapped at its hyphen renders with a space ("**host- bound**" in chapter 06's terms, the
+    glossary's host-bound): the prose has no letter, hyphen, whitespace, lower-case letter."""
+    import re
+
+    for c in _prose(nb):
+        m = re.search(r"[A-Za-z]-\s+[a-z]", c)
+        assert m is None, f"{nb.name}: {c[max(0, m.start() - 30):m.end() + 20]!r}"

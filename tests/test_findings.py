@@ -445,3 +445,56 @@ def test_run_in_short_says_the_measured_roofline_and_a_c1_level_that_disagrees()
     trust = {re.sub(r"<[^>]+>", "", c.text) for c in sbf.collect(RunStore(ROOT / "data" / "runs" / "h200x1-trust")).claims
              if c.chapter == "05"}
     assert not any("C=1 level ran at" in t for t in trust), trust  # its C=1 levels agree with the single stream
+
+
+def test_whatif_first_launch_is_settled_by_its_own_chapter():
+    """A what-if's first launch says which chapter settles it on the real host: the seed verdict's NCCL block (decision
+    "predicted") chapters 04 and 05, a forced backend chapter 03 by its decode-path check. The what-if book had told the
+    reader that chapter 03 (backend reported, teacher-forced agreement) settles the NCCL block."""
+    nccl = sbf.whatif_questions("rtx-pro-6000", [{"why": "the seed's NCCL block", "decision": "predicted", "launch": "x"}], [])
+    answer = nccl[0][1]
+    assert "chapter 04" in answer and "chapter 05" in answer and "chapter 03" not in answer
+    backend = sbf.whatif_questions("rtx-pro-6000", [{"why": "flashinfer kept out", "decision": "hypothesis", "launch": "x"}], [])
+    answer = backend[0][1]
+    assert "chapter 03" in answer and "decode-path agreement" in answer and "teacher-forced" not in answer
+
+
+def test_default_fastest_is_not_compared_with_itself():
+    """Where the fastest correct configuration is the default itself, the answer says so instead of "the fastest, auto
+    (fa3) (665.2 ± 287.1), overlaps the default (665.2 ± 287.1)" (h200x1-trust's chapter 06)."""
+    trust = RunStore(ROOT / "data" / "runs" / "h200x1-trust")
+    b = sbf.collect(trust).backends[0]
+    assert str(b["best"]).startswith("auto")
+    question, answer = sbf.check_yourself(trust, "06")[0]
+    assert question.startswith("Should you force") and "default itself" in answer and "overlaps the default" not in answer
+
+
+def test_the_c1_level_is_not_a_second_single_stream_number():
+    """Chapter 06 gives one single-stream number per configuration: the sweep's C=1 level (output tokens over the level's
+    wall time, first tokens included) is named as throughput, so "524.3 tok/s single stream" and "483.4 tok/s at C=1"
+    (h200x1-trust) no longer read as two numbers for one quantity."""
+    for run in ("h200x1-trust", "h200x1-live", "h200x2-book"):
+        f = sbf.collect(RunStore(ROOT / "data" / "runs" / run))
+        said = [c.text for c in f.claims if 'data-q="c1_tok_s"' in c.text]
+        assert said, run
+        assert all("sweep throughput" in t and "not the single-stream decode rate" in t for t in said), said
+
+
+def test_a_recommended_launch_names_what_its_rates_were_measured_with():
+    """h200x1-live recommended `python -m sglang.launch_server --model-path .../kimi-slice-dummy` for rates measured with
+    --cuda-graph-max-bs 16 --sampling-backend pytorch and --load-format dummy (a slice without weights, which does not start
+    without it): the launch's reasons name those arguments, read from the run's own launch lines, never an eager flag."""
+    launches = {lc["engine"]: lc for lc in sbf.launch_commands(RunStore(ROOT / "data" / "runs" / "h200x1-live"))}
+    why = " ".join(launches["sglang"]["why"])
+    assert "--cuda-graph-max-bs 16 --sampling-backend pytorch" in why and "--load-format dummy" in why
+    assert "--disable-cuda-graph" not in why and "--enforce-eager" not in " ".join(launches["vllm"]["why"])
+
+
+def test_a_forced_backend_that_loads_the_defaults_implementation_is_called_noise(h200):
+    """h200x2-book: forced sdpa (88.2 tok/s) against the default, which loaded sdpa (73.1): the answer says the two are one
+    implementation started twice, where it read as a +20.6% difference between two backends."""
+    from servebook.stated.say import say_backends
+
+    (b,) = [x for x in h200.backends if x["engine"] == "transformers"]
+    assert b["best_reported"] == b["default_reported"] and b["best_tok_s"] != b["default_tok_s"]
+    assert "loads the implementation the default loaded" in say_backends(b)

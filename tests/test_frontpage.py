@@ -385,3 +385,48 @@ def test_the_book_kernel_shows_strings_whole():
         long = "sglang/default --cuda-graph-max-bs 16 --sampling-backend pytorch"
         html = pd.DataFrame({"label": [long * 2]})._repr_html_()
         assert long * 2 in html and "..." not in html
+
+
+def test_workload_column_is_what_the_chapter_pages_say_was_measured():
+    """The table's workload column states the output tokens the chapter's own page says it measured ("output tokens 128
+    (03) against 64 (05)"): chapter 03 generates twice its max_tokens parameter, and the column had quoted the parameter
+    (h200x1-trust: "max_tokens 64" for a chapter 03 that measured 128 tokens)."""
+    from servebook.frontpage_same import configurations
+
+    checked = 0
+    for r in RENDERS:
+        page = r / "03_force_each_backend.html"
+        text = "\n".join(visible(page.read_text()).blocks) if page.exists() else ""
+        said = {m.group(1): (m.group(2), m.group(3)) for m in
+                re.finditer(r"(\w+) default, measured two ways:.*?output tokens (\d+) \(03\) against (\d+) \(05\)", text, flags=re.S)}
+        if not said:
+            continue
+        s = frontpage.book_summary(r)
+        for row in s["configs"]:
+            if row["engine"] in said:
+                out = said[row["engine"]][0 if row["method"] == "03" else 1]
+                assert f"output tokens {out}" in row["tokens"], (r.name, row["engine"], row["method"], row["tokens"], out)
+                checked += 1
+    assert checked, "no book states its default measured two ways: nothing checked"
+
+
+def test_a_book_whose_chapters_ran_on_different_weights_says_which():
+    """h200x1-live's chapter 03 ran the random-weight slice and chapter 05 the dummy one; its front-page line said
+    "dummy weights" alone, beside a table row giving its chapter 03 rate as random weights."""
+    for r in RENDERS:
+        s = frontpage.book_summary(r)
+        weights = {row["method"]: row["weights"] for row in s["configs"]}
+        if len(set(weights.values())) > 1:
+            for chapter, w in weights.items():
+                assert f"chapter {chapter}: {w} weights" in s["model"], (r.name, s["model"], weights)
+
+
+def test_the_seeds_rate_at_the_edge_of_a_range_says_so():
+    """SGLang's projected range runs from 63.55 tok/s (shown 63.6) and the seed measured 63.6: "inside it" alone reads as
+    well inside; the answer says it sits at the slow end (and vLLM's 82.5, 0.7% under 83.1, just below it)."""
+    from servebook.frontpage_answer import _where_seed
+
+    assert _where_seed({"seed_tok_s": 63.6, "low_tok_s": 63.55, "high_tok_s": 93.5, "seed_inside": True}) == "inside it, at its slow end"
+    assert _where_seed({"seed_tok_s": 82.5, "low_tok_s": 83.08, "high_tok_s": 102.7, "seed_inside": False}) == \
+        "outside it, just below its slow end"
+    assert _where_seed({"seed_tok_s": 75.0, "low_tok_s": 63.55, "high_tok_s": 93.5, "seed_inside": True}) == "inside it"

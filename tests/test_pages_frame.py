@@ -211,3 +211,28 @@ def test_each_term_is_linked_at_its_first_use_and_the_text_stays_the_same(shelf_
     assert visible(out).blocks == visible(page).blocks
     live = (shelf_dir / "h200x1-live" / "03_force_each_backend.html").read_text()
     assert 'class="sb-term" href="../glossary.html#mla"' in live or 'href="../glossary.html#slice"' in live
+
+
+def test_a_chapter_the_reference_book_lacks_is_superseded_by_none(tmp_path):
+    """h200x2's NCCL grid (chapter 04) has no counterpart in the one-GPU reference book: its banner and its front-page line
+    say the reference supersedes it only in what both measured, and name chapter 04 as superseded by none (they had
+    said "its numbers are superseded by the reference book h200x1-trust")."""
+    from servebook.pages import banner_html
+
+    for name, stems in (("h200x1-trust", ("01", "03", "05", "06")), ("h200x2", ("01", "02", "03", "04", "05", "06"))):
+        book = tmp_path / name
+        book.mkdir()
+        (book / "index.html").write_text("<html></html>")
+        (book / "run.json").write_text(json.dumps({"manifest": {"parameters": {}}}))
+        for s in stems:
+            (book / f"{s}_x.html").write_text("<html></html>")
+    assert shelf.only_here(tmp_path / "h200x2") == ["02", "04"] and shelf.only_here(tmp_path / "h200x1-trust") == []
+    text = re.sub(r"<[^>]+>", "", banner_html("h200x1-trust", ["02", "04"]))
+    assert "measured too are superseded" in text and "chapters 02, 04 are not in h200x1-trust" in text
+    assert "superseded by no book" in text and "02" not in banner_html("h200x1-trust", [])
+    from servebook.frontpage import _earlier
+
+    b = {"name": "h200x2", "host": "2 x H200", "model": "embedded", "engines": ["transformers 5.17.0"], "date": "2026-11-29",
+         "run": "h200x2-book", "pages": {c: f"h200x2/{c}_x.html" for c in ("01", "02", "03", "04", "05", "06")}}
+    line = re.sub(r"<[^>]+>", "", _earlier(b, "h200x1-trust", {c: "" for c in ("01", "03", "05", "06")}))
+    assert "Superseded by h200x1-trust in what both measured; its chapters 02, 04, not in the reference book, superseded by none" in line

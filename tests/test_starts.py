@@ -223,3 +223,36 @@ def test_chapter_03_measured_again_pools_further_starts_of_the_same_method(tmp_p
     store.append("backends", row)
     (standing,) = store.rows("backends")  # one row of the configuration: the latest execution's
     assert standing["execution"] == 2 and len(store.rows("backends", executions="all")) == 2
+
+
+def test_a_backend_is_in_one_list_with_the_reason_its_record_gives(tmp_path):
+    """h200x1-trust: vLLM's CUTLASS_MLA and FLASHINFER_MLA were in the run's backends list and refused by vLLM's own
+    validation; a later resumption left them out of its list and wrote "not in this run's backends list". fa3 ran as
+    SGLang's default. Each backend stands in one list only: started (a row), loaded by the default, refused, accepted and
+    never started, or not run; the page had put CUTLASS_MLA under both "refused" and "not in this run's backends list",
+    and fa3 under "accepted, but no start was recorded"."""
+    import shutil
+
+    import pandas as pd
+
+    from servebook.backends.figures import asked_not_started, default_ran_as, not_run
+    from servebook.backends.report import found_lines
+
+    shutil.copytree(RUNS / "h200x1-trust", tmp_path / "run")
+    store = RunStore(tmp_path / "run")
+    for engine in ("sglang", "vllm"):
+        started = {r["attention"] for r in store.rows("backends") if r.get("engine") == engine}
+        asked = {a["attention"] for a in asked_not_started(store, engine)}
+        lists = [started, set(default_ran_as(store, engine)), asked, {x["attention"] for x in not_run(store, engine)}]
+        for i, a in enumerate(lists):
+            for b in lists[i + 1:]:
+                assert not a & b, (engine, a & b)
+    refused = {a["attention"] for a in asked_not_started(store, "vllm") if not a["ok"]}
+    assert refused == {"CUTLASS_MLA", "FLASHINFER_MLA"}
+    table = pd.DataFrame(store.rows("backends"))
+    text = found_lines(store, ["sglang", "vllm"], table)
+    accepted = next(line for line in text.splitlines() if line.startswith("- Accepted"))
+    assert "sglang fa3" not in accepted and "vllm CUTLASS_MLA (" not in next(
+        line for line in text.splitlines() if line.startswith("- Not run here"))
+    box = {b["engine"]: {x["attention"] for x in b["refused"]} for b in sbf.backends(store)}
+    assert box["vllm"] == refused

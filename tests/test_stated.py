@@ -706,3 +706,15 @@ def test_the_seed_projection_verdict_is_tagged_and_recomputed():
     _all_tagged_and_recomputed(run, text, {"seed_table", "seed_allreduce_share", "seed_attention_ratio"})
     s = next(x for x in _stated_in(text) if x.name == "seed_table" and x.of.startswith("seed_comm | sglang | matching_us"))
     assert _recomputed(run, stated.q("seed_table", s.value + 1, ".1f", of=s.of))     # a wrong figure is caught
+
+
+def test_a_tagged_text_survives_markdown():
+    """A recorded text shown through ``q`` inside a chapter's Markdown keeps its ``__init__`` and ``*``: h200x2-live's
+    chapter 03 showed a recorded ImportError's path as "transformers/init.py" (Markdown's bold)."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    text = "ImportError: cannot import name 'AutoTokenizer' from 'transformers' (/x/transformers/__init__.py) a*b*c `d`"
+    page = markdown2html_mistune(f"- stopped: {stated.q('failure_text', text, of='chapter 03 | t')}")
+    (s,) = stated.stated_on(page, "p")
+    assert s.text == text and s.value == text
+    assert stated.q("default_backend", "FLASH_ATTN_MLA", of="vllm").endswith(">FLASH_ATTN_MLA</span>")  # a name: unchanged

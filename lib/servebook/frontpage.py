@@ -201,6 +201,15 @@ def _model_info(model: str | None, run: Path) -> dict:
     return json.loads(info.read_text()) if info else {}
 
 
+def _weights_by_chapter(ran: dict[str, dict]) -> str:
+    """Where chapters 03 and 05 ran on slices with different weights, which chapter had which (h200x1-live: chapter 03 on
+    the random-weight slice, chapter 05 on the dummy one); "" where they agree or one is unknown."""
+    w = {n: r.get("weights") for n, r in ran.items() if r.get("weights")}
+    if len(set(w.values())) < 2:
+        return ""
+    return " (" + "; ".join(f"chapter {n}: {v} weights" for n, v in sorted(w.items())) + ")"
+
+
 def _workload(run: Path) -> dict[str, dict]:
     """Per chapter (03, 05), what its executed notebook ran: the workload (tokens generated, prompt length, runs) and the
     model's weights (its own ``model`` parameter: a chapter may have run on another slice than the book's first)."""
@@ -235,12 +244,12 @@ def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None =
     ran, read = _engines(store, h)
     pages = {c.number: f"{render.name}/{c.stem}.html" for c in chapters() if (render / f"{c.stem}.html").exists()}
     machine = f"{h.get('gpu_count')} x {h['gpu']}" if h.get("gpu") else "no GPU"
-    configs = [] if params.get("profile") else configurations(store, _model_info(params.get("model"), store.path), machine,
-                                                               _workload(store.path))
+    ran_as = _workload(store.path)
+    configs = [] if params.get("profile") else configurations(store, _model_info(params.get("model"), store.path), machine, ran_as)
     return {
         "name": render.name, "run": store.path.name, "host": _host_text(h, params.get("profile")),
         "whatif": bool(params.get("profile")), "engine": params.get("engine"), "engines": ran, "read": read,
-        "model": _model_text(params.get("model"), store.path), "date": str(m.get("started") or h.get("date") or "?")[:10],
+        "model": _model_text(params.get("model"), store.path) + _weights_by_chapter(ran_as), "date": str(m.get("started") or h.get("date") or "?")[:10],
         "answer": _answer(store, params.get("profile")), "pages": pages, "configs": configs, "store": store,
     }
 
@@ -274,14 +283,18 @@ def _card(b: dict, answer: bool = True) -> str:
             + "</table></section>")
 
 
-def _earlier(b: dict, reference: str | None) -> str:
-    """An earlier recording: what it is and which book supersedes it; its numbers stay on its pages and, for a configuration
-    the reference measured too, in the table "same configuration, other methods"."""
+def _earlier(b: dict, reference: str | None, ref_pages: dict | None = None) -> str:
+    """An earlier recording: what it is and which book supersedes it, in what both measured (``ref_pages``: the reference
+    book's chapters; those only this book has are superseded by none); its numbers stay on its pages and, for a
+    configuration the reference measured too, in the table "same configuration, other methods"."""
     e = html.escape
+    own = sorted(set(b["pages"]) - set(ref_pages or {})) if ref_pages is not None else []
     return (f'<li class="sb-book-earlier" id="book-{e(b["name"])}" data-book="{e(b["name"])}"><a href="{e(b["name"])}/index.html">'
             f'{e(b["name"])}</a>: {e(b["host"])}; {e(b["model"])}; engines {e(", ".join(b["engines"]) or "none")}; recorded '
             f'{e(b["date"])} (run <code>data/runs/{e(b["run"])}</code>). Superseded by '
-            + (f'<a href="{e(reference)}/index.html">{e(reference)}</a>' if reference else "the reference book") + ".</li>")
+            + (f'<a href="{e(reference)}/index.html">{e(reference)}</a>' if reference else "the reference book")
+            + " in what both measured" + (f"; its chapter{'s' if len(own) > 1 else ''} {', '.join(own)}, not in the reference book, "
+                                          "superseded by none" if own else "") + ".</li>")
 
 
 def _path_figure(summaries: list[dict]) -> str:
@@ -324,8 +337,8 @@ def render_front_page(rendered_dir: str | os.PathLike = "rendered", runs_dir: st
             + ('<h2 id="same-configuration">Same configuration, other methods</h2><p>Every rate another book measured for a '
                "configuration the reference book measured, and why it differs from the reference's.</p>" + same if same else "")
             + (f'<h2>Earlier recordings ({len(earlier)})</h2><p>Kept as evidence, each re-executed on its own tables; every page '
-               "of each carries a banner naming the book that superseded it.</p><ul class=\"sb-earlier\">"
-               + "".join(_earlier(b, ref) for b in earlier) + "</ul>" if earlier else "")
+               "of each carries a banner naming the book that superseded it in what both measured.</p><ul class=\"sb-earlier\">"
+               + "".join(_earlier(b, ref, reference[0]["pages"] if reference else None) for b in earlier) + "</ul>" if earlier else "")
             + "<h2>The debugging path</h2>" + _path_figure(summaries) + "</body></html>\n")
     page = glossary.link_first_uses(page, up="")
     glossary.write_glossary(rendered_dir)

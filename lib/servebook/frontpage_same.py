@@ -23,8 +23,11 @@ METHODS = {"03": "chapter 03: the default backend's decode rate (tok/s of each g
 
 def configurations(store, model: dict, machine: str, ran: dict) -> list[dict]:
     """This run's rows: per engine, its default's chapter 03 rate and its served chapter 05 rate (where measured).
-    ``ran``: per chapter, its ``workload`` and ``weights`` (``frontpage._workload``)."""
+    ``ran``: per chapter, its ``workload`` and ``weights`` (``frontpage._workload``); the workload column is the one the
+    measurement's rows recorded (``findings.methods.workload_words``: chapter 03 generates twice its ``max_tokens``), the
+    executed notebook's parameters only where no row recorded it."""
     from .findings import backends, throughput
+    from .findings.methods import default_method, workload_words
 
     if not model.get("card"):
         return []
@@ -35,7 +38,8 @@ def configurations(store, model: dict, machine: str, ran: dict) -> list[dict]:
         if b.get("default_tok_s") is not None:
             out.append({**base, "engine": b["engine"], "version": str(b.get("version")), "method": "03",
                         "value": b["default_tok_s"], "ci95": b.get("default_ci95"), "starts": int(b.get("default_starts") or 1),
-                        "backend": b.get("default_reported"), "tokens": ran.get("03", {}).get("workload", ""),
+                        "backend": b.get("default_reported"),
+                        "tokens": workload_words(default_method(store, b["engine"], "03")) or ran.get("03", {}).get("workload", ""),
                         "weights": ran.get("03", {}).get("weights") or base["weights"],
                         "tag": ("default_tok_s", "default_ci95", b["engine"])})
     versions = {b["engine"]: str(b.get("version")) for b in backends(store)}
@@ -43,7 +47,8 @@ def configurations(store, model: dict, machine: str, ran: dict) -> list[dict]:
         if t.get("single_tok_s") is not None and t.get("attention") == "default" and t.get("engine") in versions:
             out.append({**base, "engine": t["engine"], "version": versions[t["engine"]], "method": "05",
                         "value": t["single_tok_s"], "ci95": t.get("single_ci95"), "starts": int(t.get("starts") or 1),
-                        "backend": "default", "tokens": ran.get("05", {}).get("workload", ""), "launch": t["label"],
+                        "backend": "default", "launch": t["label"],
+                        "tokens": workload_words(default_method(store, t["engine"], "05", t["label"])) or ran.get("05", {}).get("workload", ""),
                         "weights": ran.get("05", {}).get("weights") or base["weights"],
                         "tag": ("single_tok_s", "single_ci95", t["label"])})
     return out
@@ -68,8 +73,8 @@ def same_configuration(summaries: list[dict], reference: str | None) -> list[dic
 
 
 def _differs(r: dict, base: dict | None, is_ref: bool) -> str:
-    if is_ref:
-        return "the reference (the number the front page quotes)"
+    if is_ref:  # the reference measured the configuration by two methods: each is its number for that method, not a second one
+        return f"the reference (the number the front page quotes for chapter {r['method']}'s method)"
     if base is None:
         return "the reference did not measure it by this method"
     why = []

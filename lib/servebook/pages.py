@@ -242,14 +242,19 @@ def index_frame(page: str, superseded: str, shelved: bool) -> str:
     return re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + superseded + links, page, count=1)
 
 
-def banner_html(superseded_by: str | None) -> str:
-    """The banner on every page of an earlier recording: kept as evidence, superseded by the reference book."""
+def banner_html(superseded_by: str | None, only_here: list[str] | None = None) -> str:
+    """The banner on every page of an earlier recording: kept as evidence, superseded by the reference book in what the
+    reference measured too; ``only_here``: its chapters the reference book does not have, which nothing supersedes."""
     if not superseded_by:
         return ""
     s = html.escape(superseded_by)
-    return (f'<div class="sb-superseded" id="sb-superseded">An earlier recording, kept as evidence: its numbers are superseded '
-            f'by the reference book <a href="../{s}/index.html">{s}</a>. Where both measured the same configuration, the '
-            f'<a href="../index.html#same-configuration">front page\'s table</a> says why their numbers differ.</div>')
+    own = (f" Its chapter{'s' if len(only_here) > 1 else ''} {', '.join(only_here)} {'are' if len(only_here) > 1 else 'is'} not "
+           f"in {s}: {'their' if len(only_here) > 1 else 'its'} numbers are this recording's own, superseded by no book."
+           if only_here else "")
+    return (f'<div class="sb-superseded" id="sb-superseded">An earlier recording, kept as evidence: its numbers for what the '
+            f'reference book <a href="../{s}/index.html">{s}</a> measured too are superseded by it. Where both measured the same '
+            f'configuration, the <a href="../index.html#same-configuration">front page\'s table</a> says why their numbers '
+            f'differ.{own}</div>')
 
 
 _CHAPTER_LINK = re.compile(r'<a\s+href="(0\d_[\w-]+)\.html(?:#[^"]*)?"[^>]*>(.*?)</a>', re.S)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["REFERENCE_BOOKS", "books", "reference", "role", "superseded_by"]
+__all__ = ["REFERENCE_BOOKS", "books", "reference", "role", "superseded_by", "only_here"]
 
 # The project's reference H200 recording, in order of preference: the first of these the shelf has rendered is the
 # reference book (h200x1-ref is the reference recording; h200x1-trust, the recording with server starts counted and the
@@ -56,3 +56,16 @@ def superseded_by(book: Path, whatif: bool | None = None) -> str | None:
     """The book that supersedes ``book`` on its shelf (the reference book), or None where none does."""
     book = Path(book)
     return reference(book.parent) if role(book, whatif) == "earlier" else None
+
+
+def only_here(book: Path, chapters: set[str] | None = None) -> list[str]:
+    """The chapters (``"04"``) ``book`` holds that the book superseding it does not render: their numbers are this
+    recording's own, superseded by nothing (h200x2's NCCL grid, on a shelf whose reference book has one GPU).
+    ``chapters``: the book's own, where its pages are not written yet; [] where nothing supersedes it."""
+    book = Path(book)
+    ref = superseded_by(book)
+    if ref is None:
+        return []
+    mine = chapters if chapters is not None else {p.name[:2] for p in book.glob("0[1-6]_*.html")}
+    theirs = {p.name[:2] for p in (book.parent / ref).glob("0[1-6]_*.html")}
+    return sorted(set(mine) - theirs)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["row_key", "default_key", "rates", "intervals", "agreements", "decode_positions", "not_run", "earlier_attempts",
-           "default_ran_as", "plan_launches"]
+__all__ = ["row_key", "default_key", "rates", "intervals", "agreements", "decode_positions", "not_run", "asked_not_started",
+           "earlier_attempts", "default_ran_as", "plan_launches"]
 
 AGREEMENTS = {"decode": "decode_agreement", "teacher-forced": "tf_top1_agreement", "greedy": "agreement"}
 
@@ -65,18 +65,35 @@ def _defaults_loaded(store, engine: str) -> set:
 
 def not_run(store, engine: str) -> list[dict]:
     """What did not run for ``engine``, each backend once (table ``backends_not_run``), without the backends that have a
-    row in ``backends`` (tried: their row says how it went; an earlier attempt is in ``earlier_attempts``) and without
-    the backend the default loaded (it ran, as the default). ``[{"attention", "reason"}]``."""
+    row in ``backends`` (tried: their row says how it went; an earlier attempt is in ``earlier_attempts``), without
+    the backend the default loaded (it ran, as the default) and without those the engine's own validation was asked about
+    (``asked_not_started`` says what it answered: a resumption that left a backend out of its list wrote "not in this run's
+    backends list" for a backend the run's first list named and the engine refused). ``[{"attention", "reason"}]``."""
     tried = {r.get("attention") for r in store.rows("backends") if r.get("engine") == engine}
     loaded = _defaults_loaded(store, engine)
+    asked = {p.get("attention") for p in store.rows("backends_preflight") if p.get("engine") == engine}
     out, seen = [], set()
     for r in store.rows("backends_not_run"):
         a = r.get("attention")
-        if r.get("engine") != engine or a in tried or a in loaded or a in seen:
+        if r.get("engine") != engine or a in tried or a in loaded or a in asked or a in seen:
             continue
         seen.add(a)
         out.append({"attention": a, "reason": r.get("reason")})
     return out
+
+
+def asked_not_started(store, engine: str) -> list[dict]:
+    """The backends the engine's own validation was asked about (``backends_preflight``) that have no row in ``backends``
+    and are not the one the default loaded, each once with its latest answer: ``[{"attention", "ok", "reason",
+    "recorded_at"}]`` (``ok`` False: refused before any start; True: accepted, and no start was recorded)."""
+    tried = {r.get("attention") for r in store.rows("backends") if r.get("engine") == engine}
+    skip = tried | _defaults_loaded(store, engine)
+    latest: dict[str, dict] = {}
+    for p in store.rows("backends_preflight"):
+        if p.get("engine") == engine and p.get("attention") not in skip:
+            latest[p.get("attention")] = p
+    return [{"attention": a, "ok": bool(p.get("ok")), "reason": str(p.get("reason") or p.get("error") or "refused"),
+             "recorded_at": p.get("recorded_at")} for a, p in latest.items()]
 
 
 def earlier_attempts(store, engine: str) -> dict[str, str]:

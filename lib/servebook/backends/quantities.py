@@ -77,7 +77,7 @@ register(
     Quantity("backend_error", "a forced start's recorded error, whole (engine | attention | mode | recorded_at; table backends)",
              _errors, tables=("backends",)),
     Quantity("not_run_reason", "why a backend did not run, as recorded (engine | attention; backends.figures.not_run)", _not_run,
-             tables=("backends", "backends_not_run")),
+             tables=("backends", "backends_not_run", "backends_preflight")),
     Quantity("preflight_reason", "why an engine's own validation refused a backend, as recorded (engine | attention | recorded_at; "
              "table backends_preflight)", _preflight, tables=("backends_preflight",)),
     Quantity("earlier_attempt", "how an earlier attempt of a forced backend was recorded (engine | attention; "

@@ -257,25 +257,23 @@ def _failure_of(f: dict, code: bool = False) -> str:
 
 
 def _asked_not_reached(store, names: list[str], table) -> list[str]:
-    """Backends the engine's own validation was asked about (``backends_preflight``) that have no row in ``backends``:
-    refused before any start, or accepted and never started (a recording that ended first). Nothing is assumed about
-    how they would have done."""
-    ran = {(r["engine"], r["attention"]) for _, r in table.iterrows()} if len(table) else set()
+    """Backends the engine's own validation was asked about (``backends_preflight``) that have no row in ``backends``
+    (``figures.asked_not_started``: each once, its latest answer; never the backend the default loaded): refused before
+    any start, or accepted and never started (a recording that ended first). Nothing is assumed about how they would
+    have done."""
     refused, pending = [], []
-    for p in store.rows("backends_preflight"):
-        key = (p.get("engine"), p.get("attention"))
-        if key[0] not in names or key in ran:
-            continue
-        if p.get("ok"):
-            pending.append(f"{key[0]} {key[1]}")
-        else:
-            why = q("preflight_reason", str(p.get("reason") or p.get("error") or "refused"), of=f"{key[0]} | {key[1]} | {p.get('recorded_at')}")
-            refused.append(f"{key[0]} {key[1]} ({why})")
+    for name in names:
+        for p in fig.asked_not_started(store, name):
+            if p["ok"]:
+                pending.append(f"{name} {p['attention']}")
+            else:
+                why = q("preflight_reason", p["reason"], of=f"{name} | {p['attention']} | {p['recorded_at']}")
+                refused.append(f"{name} {p['attention']} ({why})")
     out = []
     if refused:
-        out.append("- Refused by the engine's own validation before any start: " + ", ".join(dict.fromkeys(refused)) + ".")
+        out.append("- Refused by the engine's own validation before any start: " + ", ".join(refused) + ".")
     if pending:
-        out.append("- Accepted by the engine's validation, but no start was recorded: " + ", ".join(dict.fromkeys(pending))
+        out.append("- Accepted by the engine's validation, but no start was recorded: " + ", ".join(pending)
                    + ". The run's RECORDED.md says why (a recording that ended first, for example); nothing is said about them here.")
     return out
 

@@ -166,6 +166,10 @@ def _backend_claims(f: Findings) -> list[Claim]:
             err = q("backend_error", " ".join(str(x.get("error")).split()), of=f"{x['key']} | {x.get('recorded_at')}") if x.get("key") \
                 else clip(marked(x.get("error")), 160)
             c.append(Claim("03", f"{b['engine']} `{x['attention']}`: {x['outcome']} ({err})", H_BACKENDS_FOUND, False))
+        if b.get("refused"):
+            c.append(Claim("03", f"{b['engine']}: refused by its own validation before any start: " + ", ".join(
+                f"`{x['attention']}` ({q('preflight_reason', x['reason'], of=b['engine'] + ' | ' + x['attention'] + ' | ' + str(x['recorded_at']))})"
+                for x in b["refused"]), H_BACKENDS_FOUND, False))
         if b["not_run"]:
             c.append(Claim("03", f"{b['engine']}: not run here: " + ", ".join(
                 f"`{x['attention']}` ({q('not_run_reason', x['reason'], of=b['engine'] + ' | ' + x['attention'])})" for x in b["not_run"]),
@@ -262,7 +266,8 @@ def _bench_claims(f: Findings, store: RunStore) -> list[Claim]:
                        f"{q('single_ci95', t['single_ci95'], ',.1f', of=lab)} tok/s ({over}){roof}", H_BENCH))
         if t.get("peak_tok_s") is not None:
             gain = (t["peak_tok_s"] / t["c1_tok_s"]) if t.get("c1_tok_s") else None
-            c.append(Claim("05", f"{lab}: {q('c1_tok_s', t['c1_tok_s'], ',.1f', of=lab)} tok/s at C=1, peak "
+            c.append(Claim("05", f"{lab}: sweep throughput {q('c1_tok_s', t['c1_tok_s'], ',.1f', of=lab)} tok/s at C=1 (output "
+                           "tokens over the level's wall time, first tokens included: not the single-stream decode rate), peak "
                            f"{q('peak_tok_s', t['peak_tok_s'], ',.1f', of=lab)} tok/s at C={q('peak_c', t['peak_c'], 'd', of=lab)}"
                            + (f" ({q('peak_gain', gain, '.2f', of=lab)}x)" if gain else "") + f", each user then getting "
                            f"{q('peak_per_user_tok_s', t.get('peak_per_user_tok_s'), ',.1f', of=lab)} tok/s"

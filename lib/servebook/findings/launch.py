@@ -31,6 +31,22 @@ def _tried(store: RunStore, launch: str) -> str:
     return f" ({row['note']}" + (f"; {served}" if served else "") + "; the seed verdict ranks it by its expected gain, above)"
 
 
+def _rank(store: RunStore, launch: str) -> str:
+    """Where a what-if launch stands among the seed verdict's changes ranked by expected gain (table ``seed_fixes``), and
+    why the changes ranked above it are not launches to try here (another version of the engine), so that "first" and
+    "next" are not read as that ranking: "" where the launch is no row of it."""
+    fixes = [f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None]
+    m = re.search(r"--attention-backend (\S+)", launch or "")
+    at = next((i for i, f in enumerate(fixes) if f.get("check_command") == launch
+               or (m and f.get("change") == f"attention backend {m.group(1)}")), None)
+    if at is None:
+        return ""
+    versions = sum(1 for f in fixes[:at] if f.get("kind") == "version")
+    return (f" (ranked {at + 1} of {len(fixes)} by expected gain in `seed_fixes`"
+            + (f"; {versions} of the changes ranked above it need another version of an engine, so they are no launch here"
+               if versions else "") + ")")
+
+
 def launch_commands(store: RunStore, found_backends: list[dict] | None = None, found_nccl: dict | None = None,
                     host: dict | None = None) -> list[dict]:
     """A recommended launch command per engine the run studied: a forced backend only where it was measurably
@@ -54,6 +70,10 @@ def launch_commands(store: RunStore, found_backends: list[dict] | None = None, f
         extra, env, tp = _nccl_choice(found_nccl or {}, eng, tp, gpus, why)
         if eng != "transformers":  # its server has no tensor parallelism
             why.append(_tp_line(measured, tp, gpus, attention))
+        beside = _measured_with(store, eng)
+        if beside:
+            why.append(f"the rates were measured with `{beside}` as well (this run's own launch lines); the command leaves "
+                       "them out: add them to reproduce those rates")
         text = user_command(eng, model_ref, attention=attention, tp=tp, env=env,
                             extra_args=extra, version=b.get("version"))
         out.append({"engine": eng, "command": text, "env": env, "why": why})
@@ -71,7 +91,8 @@ def _whatif_commands(store: RunStore, params: dict) -> list[dict]:
                          + ("first" if i == 0 else "next") + " on the real host, then check it there with "
                          + ("chapter 04 (all-reduce with and without the setting) and chapter 05 (decode rate)"
                             if r.get("decision") == "predicted" else
-                            "chapter 03 (reported backend, greedy agreement, decode rate)") + _tried(store, r["launch"])]}
+                            "chapter 03 (reported backend, decode-path agreement, decode rate)") + _rank(store, r["launch"])
+                         + _tried(store, r["launch"])]}
                 for i, r in enumerate(rec)]
     return [{"engine": engine, "command": "", "env": {},
              "why": [f"what-if on the {params['profile']} profile: no fallback caused by a hardware helper was found; "
@@ -163,6 +184,33 @@ def _tp_line(measured: dict[int, list[str]], tp: int, gpus: int, attention: str 
         line += (f", on {'one' if max(measured) == 1 else 'some'} of {n_gpus} GPUs; TP={gpus} not measured here, so the command "
                  f"runs at TP={tp}")
     return line
+
+
+_OWN = {"--model-path", "--model", "--host", "--port", "--tensor-parallel-size", "--tp-size", "--tp", "--attention-backend"}
+
+
+def _measured_with(store: RunStore, engine: str) -> str:
+    """The arguments the recorded launches of ``engine``'s default (chapter 03's ``auto``, chapter 05's servers) carried
+    beside the model, address, TP size and backend that the recommended command writes itself (the run's ``engine_args``,
+    ``--load-format dummy`` for a slice without weights), each once in the order first launched; "" where none."""
+    import shlex
+
+    lines = [r.get("launch") for r in store.rows("backends")
+             if r.get("engine") == engine and r.get("attention") == "auto" and r.get("mode") != "eager"]  # the mode recommended
+    lines += [r.get("launch") for r in store.rows("bench_servers") if r.get("engine") == engine]
+    sets = []
+    for line in filter(None, lines):
+        words, extra, i = shlex.split(str(line)), [], 0
+        while i < len(words) and not words[i].startswith("--"):
+            i += 1  # interpreter, module, "serve MODEL"
+        while i < len(words):
+            w = words[i]
+            has_value = i + 1 < len(words) and not words[i + 1].startswith("--")
+            if w.split("=")[0] not in _OWN:
+                extra.append(w + (f" {words[i + 1]}" if has_value else ""))
+            i += 2 if has_value else 1
+        sets.append(extra)
+    return " ".join(dict.fromkeys(a for extra in sets for a in extra))  # each once, in the order first launched
 
 
 def _beats_default(e2e: list[dict], best: dict) -> bool:

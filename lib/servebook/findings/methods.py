@@ -23,7 +23,8 @@ from ..bench.sse import EARLIER_RULE, timed_to
 from ..results import RunStore
 from ..stated.intervals import ONE_START, _num, _overlap, starts_of
 
-__all__ = ["default_methods", "say_default_methods", "method_figures", "model_of_launch", "bench_method", "method_differences"]
+__all__ = ["default_methods", "say_default_methods", "method_figures", "model_of_launch", "bench_method", "method_differences",
+           "default_method", "workload_words"]
 
 _LEGACY_03_INPUT_LEN = 32  # chapter 03's rate before its rows recorded the method: bench.build_prompts(tok, 32, runs + 1, seed=0)
 
@@ -82,6 +83,21 @@ def _ch03(store: RunStore, engine: str) -> dict | None:
            "warmup": r.get("bench_warmup", 1), "runs": r.get("bench_runs") or _runs_of(r.get("bench_method")), "mode": r.get("mode"),
            "legacy": legacy, "decode_timed_to": r.get("bench_decode_timed_to") or EARLIER_RULE}
     return out
+
+
+def default_method(store: RunStore, engine: str, chapter: str, label: str | None = None) -> dict | None:
+    """How chapter ``chapter`` ("03" or "05") measured ``engine``'s default single stream in this run (``label``: chapter
+    05's configuration), as its rows recorded it: the rate, prompt and output tokens, warm-ups, runs, starts; else None."""
+    return _ch03(store, engine) if chapter == "03" else _ch05(store, engine, label)
+
+
+def workload_words(m: dict | None) -> str:
+    """A measurement's workload as it ran (``default_method``): "prompt tokens 32, output tokens 128, runs 3". Chapter 03
+    generates twice its ``max_tokens`` parameter, so the parameter is not the workload."""
+    if not m:
+        return ""
+    items = (("prompt tokens", "input_tokens"), ("output tokens", "output_tokens"), ("runs", "runs"))
+    return ", ".join(f"{what} {m[key]}" for what, key in items if m.get(key) is not None)
 
 
 def _runs_of(method: str | None) -> int | None:

@@ -25,7 +25,7 @@ from .methods import default_methods, method_figures
 from .tables import _probe, backends, failures, host_summary, nccl, throughput
 
 # The run's tables each reader of chapter 06 reads (``Quantity.tables``: what a figure it gives derives from)
-_OF_BACKENDS = ("backends", "backends_not_run")  # findings.backends
+_OF_BACKENDS = ("backends", "backends_not_run", "backends_preflight")  # findings.backends
 _OF_THROUGHPUT = ("bench_roofline", "bench_summary")  # findings.throughput
 _OF_NCCL = ("allreduce", "tp_e2e")  # findings.nccl
 _OF_HOST = ("engines", "gpus", "p2p", "topology", "versions")  # findings.host_summary (and probe.json)

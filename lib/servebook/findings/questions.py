@@ -107,7 +107,7 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
     if b and b.get("correct"):
         qa.append((f"Should you force a different attention backend for {b['engine']} on this host?",
                    (f"Yes: `{b['best']}` was faster than the default beyond both 95% intervals over server starts, with correct output."
-                    if b["change_supported"] else
+                    if b["change_supported"] else _default_fastest(b, e) if str(b.get("best", "")).startswith("auto") else
                     f"No: the fastest, `{b['best']}` ({q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± "
                     f"{q('best_ci95', b['best_ci95'], ',.1f', of=e)} tok/s), "
                     + (f"overlaps the default ({q('default_tok_s', b.get('default_tok_s'), ',.1f', of=e)} ± "
@@ -181,6 +181,17 @@ def _roofline_reading(t: dict, profiled: bool = False) -> str:
                "a per-kernel profile of one decode step would settle it."))
 
 
+def _default_fastest(b: dict, e: str) -> str:
+    """The answer where the fastest correct configuration was the default itself: no forced backend to compare it with
+    (a comparison of the default with itself would read "overlaps the default")."""
+    n = min(b.get("best_starts") or 1, b.get("default_starts") or 1)
+    over = (f"over {q('compared_starts', n, 'd', of=b.get('best_key'))} server starts" if n >= 2 else
+            "within one server start (one start: interval within a start only)")
+    return (f"No: the fastest correct configuration was the default itself, `{b['best']}` "
+            f"({q('best_tok_s', b['best_tok_s'], ',.1f', of=e)} ± {q('best_ci95', b['best_ci95'], ',.1f', of=e)} tok/s {over}); "
+            "no forced backend was faster beyond the 95% intervals, so the data supports no change.")
+
+
 def _overlaps(b: dict) -> bool:
     """Whether the fastest backend's interval overlaps the default's (a ``findings.backends`` item)."""
     from ..stated.intervals import _num, _overlap
@@ -189,16 +200,29 @@ def _overlaps(b: dict) -> bool:
     return a is None or d is None or _overlap(a, _num(b.get("best_ci95")) or 0.0, d, _num(b.get("default_ci95")) or 0.0)
 
 
+def _settles(first: dict) -> str:
+    """What a what-if's first launch rests on and which measurement on the real host settles it: an NCCL or other
+    predicted change (``decision`` "predicted", the seed verdict's first change) is settled by chapters 04 and 05; a
+    forced backend (a root cause or a hypothesis) by chapter 03, whose decode-path check is the one that runs the forced
+    decode kernel (the teacher-forced check exercises prefill only: the glossary)."""
+    if first.get("decision") == "predicted":
+        return (f"The launch is a prediction of the seed verdict (other hosts' published latencies and the H200's decode-step "
+                f"profiles, carried to these GPUs): {first['why']}. On the real host, chapter 04 settles the all-reduce it "
+                "changes (the latency with and without the setting, and NCCL_DEBUG=INFO naming the protocol NCCL picked), and "
+                "chapter 05 the decode rate against the same launch without it, faster beyond both 95% intervals over server starts.")
+    kind = ("a root cause (the code says the missed backend supports this GPU)" if first.get("decision") == "fallback" else
+            "a hypothesis, not a root cause (no code the what-if could run says the missed backend supports this GPU)")
+    return (f"The launch comes from {kind}: {first['why']}. On the real host, chapter 03 settles it: the backend the server "
+            "reports, the decode-path agreement with the default (the check that runs the forced decode kernel), and a decode "
+            "rate faster beyond both 95% intervals over server starts.")
+
+
 def whatif_questions(profile: str, launch_first: list[dict], causes: list[dict]) -> list[tuple[str, str]]:
     """Chapter 06's questions on a what-if run (it measured nothing): whether its first launch is a measured
     recommendation and what settles it, and whether the engine's fallback is a root cause or a hypothesis."""
     first = launch_first[0] if launch_first else None
     if first:
-        kind = ("a root cause (the code says the missed backend supports this GPU)" if first.get("decision") == "fallback" else
-                "a hypothesis, not a root cause (no code the what-if could run says the missed backend supports this GPU)")
-        answer = (f"No: nothing was measured on the `{profile}` profile. The launch comes from {kind}: {first['why']}. On the "
-                  "real host, chapter 03 settles it: the backend the server reports, teacher-forced agreement with the default, "
-                  "and a decode rate faster beyond both 95% intervals.")
+        answer = f"No: nothing was measured on the `{profile}` profile. " + _settles(first)
     else:
         answer = (f"It names none: no hardware helper on the engine's path kept a backend from the `{profile}` GPU, so the "
                   "engine's default stands until chapters 03 and 05 measure it on the real host.")

@@ -102,7 +102,7 @@ def backends(store: RunStore) -> list[dict]:
     intervals are within a start, and the rate moves more between starts). ``starts`` / ``default_starts``: how many
     starts each rate covers.
     """
-    from ..backends.figures import not_run as not_run_of, row_key
+    from ..backends.figures import asked_not_started, not_run as not_run_of, row_key
 
     rows = store.rows("backends")
     out = []
@@ -118,7 +118,8 @@ def backends(store: RunStore) -> list[dict]:
                    "recorded_at": r.get("recorded_at")} for r in mine if r.get("outcome") != "ok"]
         item: dict[str, Any] = {"engine": eng, "version": next((r.get("engine_version") for r in mine if r.get("engine_version")), None),
                                 "tried": len(mine), "correct": len(ok), "failed": failed, "server_starts": sum(starts_of(r) for r in mine),
-                                "not_run": not_run_of(store, eng)}  # each backend once; none that ran
+                                "not_run": not_run_of(store, eng),  # each backend once; none that ran
+                                "refused": [a for a in asked_not_started(store, eng) if not a["ok"]]}  # by its own validation
         if ok:
             best = max(ok, key=lambda r: r["decode_tok_s"])
             default = next((r for r in ok if r.get("attention") == "auto"), None)

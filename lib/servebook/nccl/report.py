@@ -425,7 +425,9 @@ def found_lines(store: RunStore, answer: str, e2e, r: Reference, pred_tbl, rec_p
         reason = (q("ref_nccl_prediction", rec_pick["reason"], of=f"{use_layers} layers | reason")
                   if rec_pick.get("reason") == p["reason"] else rec_pick["reason"])
         lines.append(f"- Prediction for TP=2 at the shape printed under *From microseconds to tokens* (this model's layers where "
-                     "it has the reference model's width), "
+                     "it has the reference model's width, else the reference model's; two all-reduces per layer, without the "
+                     "embedding's all-reduce and the logits' all-gather that a whole model's count adds, as the what-if book's "
+                     "`seed_collectives` does), "
                      f"batch 1: {shown} ms/token of all-reduce with defaults; that grid picks "
                      f"{q('ref_allreduce_setting', rec_pick['setting'], code=True)} ({reason}).")
     lines.append("- Not done: nccl-tests on the same grid (not installed, no internet to build) and the single-process graph path "

@@ -62,4 +62,6 @@ def settle_by(row: dict, backend: str) -> str:
     engine = str(row.get("engine") or "")
     how = forcing(engine, str(backend), version=row.get("version")) if engine else f"--attention-backend {backend}"
     return (f"on the real host (chapter 03): force `{how}`; it must start, report `{backend}` as the backend "
-            f"used, agree with the default's greedy tokens, and its decode rate must beat `{row.get('attention_backend')}`'s")
+            "used, agree with the default on the decode path (`decode_agreement`: each decode step's token at the default's "
+            "prefix; greedy text alone drifts after one near-tie), and its decode rate must beat "
+            f"`{row.get('attention_backend')}`'s")

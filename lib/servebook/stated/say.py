@@ -96,7 +96,9 @@ def say_backends(b: dict) -> str:
             f"tok/s single stream{per_start}; {fastest_correct(b, 'start')} was {q('best_backend', best, of=name, code=True)} at "
             f"{q('best_tok_s', b.get('best_tok_s'), ',.1f', of=name)} ± {q('best_ci95', b.get('best_ci95'), ',.1f', of=name)} ({over})"
             + (" (the default itself)" if is_default else
-               f", {separated(b.get('best_tok_s'), b.get('best_ci95'), b.get('default_tok_s'), b.get('default_ci95'), starts=n, of=b.get('best_key'))} against the default")
+               f", {separated(b.get('best_tok_s'), b.get('best_ci95'), b.get('default_tok_s'), b.get('default_ci95'), starts=n, of=b.get('best_key'))} against the default"
+               + (f" (forced, it loads the implementation the default loaded: one configuration started twice, so the "
+                  "difference is run-to-run noise)" if b.get("best_reported") and b.get("best_reported") == b.get("default_reported") else ""))
             + f". A change of backend is {q('change_supported', bool(b.get('change_supported')), 'supported|not supported', of=name)}"
             + (f": both {over} separate and its output agreed." if b.get("change_supported") else
                ": keep the engine's own choice" + ("." if n >= 2 else " (one start: interval within a start only; a change needs "

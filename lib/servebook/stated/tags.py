@@ -28,6 +28,12 @@ __all__ = ["q", "quoter", "Stated", "stated_on", "uses_tags", "unregistered"]
 _KNOWN: set[str] = set()
 
 
+# A tagged value is shown inside Markdown, which reads a recorded text's ``__init__`` as bold and ``a*b*`` as emphasis
+# (h200x2-live's chapter 03 showed "transformers/init.py"): those characters are written as HTML character references,
+# which every reader of the page (a browser, html.parser) turns back into the same text.
+_MARKDOWN_INLINE = str.maketrans({"_": "&#95;", "*": "&#42;", "`": "&#96;"})
+
+
 def q(name: str, value: Any, fmt: str = "", of: str | None = None, code: bool = False) -> str:
     """``value`` formatted with ``fmt`` and tagged as the quantity ``name`` (of ``of``), for a Markdown or HTML output.
 
@@ -39,6 +45,8 @@ def q(name: str, value: Any, fmt: str = "", of: str | None = None, code: bool = 
                        "(servebook.<chapter>.quantities)")
     value = plain(value)
     shown = html.escape(text_of(value, fmt))
+    if "__" in shown or "*" in shown or "`" in shown:  # Markdown would read them as emphasis or code (a single "_" in a name it leaves)
+        shown = shown.translate(_MARKDOWN_INLINE)
     if value is None:
         return shown
     attrs = {"class": "sb-q", "data-q": name, "data-v": json.dumps(value), "data-f": fmt}
