@@ -60,6 +60,7 @@ chapter_args() {
     h200x1-trust:03) A=("${trust[@]}" -p modes=graph -p runs=3 -p starts=2 -p max_tokens=64
                         -p "backends=sglang: triton,flashmla,flashinfer; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
     h200x1-trust:05) A=("${trust[@]}" -p starts=2 -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p max_concurrency=16
+                        -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1
                         -p ceiling_sglang_version=0.5.16);;
     h200x1-trust:06) A=(--compare-with data/runs/h200x1-live);;
     "$WHATIF":02) A=(-p matrix_models=kimi-k2.5,deepseek-v3,llama-3.1-8b,gpt-oss-120b);;
