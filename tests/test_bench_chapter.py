@@ -16,7 +16,7 @@ def test_sweep_parameters_are_the_recorded_ones_not_the_defaults():
     rows = {r["label"].split("/")[0]: r for r in ch05.sweep_parameters(RunStore(RUN1))}
     assert rows["sglang"]["levels"] == "1, 2, 4, 8, 16" and rows["sglang"]["requests_per_level_x_C"] == "3"
     assert rows["sglang"]["stopped_by"] == "max concurrency"
-    assert rows["vllm"]["levels"] == "1, 2, 4" and rows["vllm"]["stopped_by"] == "saturation"
+    assert rows["vllm"]["levels"] == "1, 2, 4" and rows["vllm"]["stopped_by"] == "first-token waits"
 
 
 def test_every_tag_of_found_and_check_yourself_recomputes(tmp_path):
@@ -45,7 +45,7 @@ def test_every_tag_of_found_and_check_yourself_recomputes(tmp_path):
     plain = re.sub(r"<[^>]+>", "", text)
     # the transport question is answered at the level the verdict is taken, once: no "(as here)" beside "does not"
     assert "(as here)" not in plain and "the hand-written transport is justified here" in plain
-    assert "it stopped on saturation" in plain
+    assert "it stopped on first-token waits" in plain and "not a saturation point" in plain
     assert {"seed_crossover_us", "seed_comm_roofline_tok_s", "breakdown_share", "client_check_rel_diff"} <= {t.name for t in tags}
 
 

@@ -15,10 +15,12 @@ from servebook.results import RunStore
 PROMPTS = [bench.Prompt(text=f"p{i}", tokens=2) for i in range(4)]
 
 
-def _sweep(tmp_path, monkeypatch, throughputs: dict, patience: int = 1) -> RunStore:
-    """A sweep over ``throughputs`` ({C: tok/s}) with the stop rule at work, recorded in a fresh run."""
+def _sweep(tmp_path, monkeypatch, throughputs: dict, patience: int = 1, extra: dict | None = None) -> RunStore:
+    """A sweep over ``throughputs`` ({C: tok/s}) with the stop rule at work, recorded in a fresh run; ``extra``: more
+    columns of a level's summary row ({C: {column: value}})."""
     def level(url, model, prompts, key, common, store, n, request_rate, progress, warm):
-        s = {**key, "requests": n, "ok": n, "failed": 0, "throughput_tok_s": throughputs[key["concurrency"]]}
+        s = {**key, "requests": n, "ok": n, "failed": 0, "throughput_tok_s": throughputs[key["concurrency"]],
+             **(extra or {}).get(key["concurrency"], {})}
         store.append("bench_summary", s)
         return s
     monkeypatch.setattr(runs, "_sweep_level", level)
@@ -47,6 +49,21 @@ def test_a_level_that_held_is_saturation_everywhere_and_no_fall(tmp_path, monkey
     (page,) = figures.sweep_parameters(store)
     assert stop["stopped_by"] == page["stopped_by"] == "saturation" and page["why"] == stop["reason"]
     assert bench.sweep_stalls(store.rows("bench_summary"), []) == []
+
+
+@pytest.mark.parametrize("p99, kind", [(1.07, "first-token waits"), (0.03, "saturation")])
+def test_a_level_that_held_while_its_first_tokens_waited_is_no_saturation(tmp_path, monkeypatch, p99, kind):
+    """h200x1-live's vLLM sweep: C=4 held within the band (693.7 -> 697.1 tok/s) while one request waited 1.07 s for its
+    first token (median 28 ms) and each user decoded at 354 tok/s, so 4 users would make 1,417: the page called the stop
+    "saturated" and, further down, "no saturation point". One rule now names it, where recorded and where read again;
+    the same level without the wait is saturation."""
+    waits = {4: {"ttft_server_s_p50": 0.028, "ttft_server_s_p99": p99, "per_user_tok_s": 354.0}}
+    store = _sweep(tmp_path, monkeypatch, {1: 400.0, 2: 693.7, 4: 697.1, 8: 2000.0}, extra=waits)
+    (stop,) = store.rows("bench_sweep_stops")
+    (page,) = figures.sweep_parameters(store)
+    assert stop["stopped_by"] == page["stopped_by"] == kind and page["why"] == stop["reason"]
+    assert ("not a saturation point" in page["why"]) == (kind != "saturation")
+    assert ("1.07 s" in page["why"]) == (kind != "saturation")
 
 
 def test_the_band_is_one_both_ways():
@@ -81,7 +98,7 @@ def test_a_stop_recorded_by_the_old_rule_is_read_by_the_new_one_and_the_page_say
 
 
 @pytest.mark.parametrize("run, label, kind", [("h200x1-trust", "sglang", "throughput fell"), ("h200x1-trust", "vllm", "throughput fell"),
-                                              ("h200x1-live", "vllm", "saturation"), ("h200x1-book", "transformers", "saturation")])
+                                              ("h200x1-live", "vllm", "first-token waits"), ("h200x1-book", "transformers", "saturation")])
 def test_recorded_runs_one_kind_per_sweep_and_the_stall_listing_agrees(run, label, kind):
     from servebook.paths import book_root
 

@@ -310,7 +310,7 @@ def test_a_host_bound_difference_over_one_start_is_a_hypothesis(tmp_path):
     text = re.sub(r"<[^>]+>", "", where_time_goes(store))
     assert "on the host, not in their kernels" not in text
     assert "**hypothesis**" in text and "several server starts" in text and "host-side trace" in text
-    assert "s 1L took 2.600 ms per token, more than s 2L with fewer layers" in text
+    assert "s 1L, with fewer layers, took 2.600 ms per token, more than s 2L" in text
     for label, engine, layers, tpot, t in (("s 2L", "sglang", 2, 2.0, 5.0), ("v 2L", "vllm", 2, 2.3, 6.0)):
         profile(label, engine, layers, tpot, t)
     text = re.sub(r"<[^>]+>", "", where_time_goes(store))

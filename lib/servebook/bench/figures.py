@@ -60,11 +60,11 @@ def sweep_parameters(store) -> list[dict]:
 def _stop_words(levels: list[dict], stop: dict) -> tuple[str, str]:
     """Why a sweep stopped early, read again from the levels it ran by the rule it is recorded with
     (:func:`.saturation.stop_words`: "saturation" where its last level held within ``SATURATION_GROWTH`` of the best
-    before it, "throughput fell" where it fell further). A row recorded under an earlier rule that called the same
+    before it, "first-token waits" where it held with its first tokens waiting, "throughput fell" where it fell further). A row recorded under an earlier rule that called the same
     levels otherwise says so after the words: the kind shown is this rule's, one word per sweep on every page."""
     from .saturation import recorded_kind, stop_words
 
-    said = stop_words([(r["concurrency"], r.get("throughput_tok_s")) for r in levels])
+    said = stop_words([(r["concurrency"], r.get("throughput_tok_s")) for r in levels], last=levels[-1] if levels else None)
     was = recorded_kind(stop)
     if said is None:
         return stop["reason"], was

@@ -194,7 +194,7 @@ _SWEEP = [  # the single stream and the sweep as they ran, latencies, time split
              tables=("bench_summary", "bench_sweep_stops")),
     Quantity("sweep_requests_per_c", "requests the sweep sent per level, per unit of concurrency", _sweep_params("requests_per_level_x_C"),
              tables=("bench_summary", "bench_sweep_stops")),
-    Quantity("sweep_stopped_by", "why the sweep stopped: saturation, throughput fell, time budget or max concurrency",
+    Quantity("sweep_stopped_by", "why the sweep stopped: saturation, first-token waits, throughput fell, time budget or max concurrency",
              _sweep_params("stopped_by"), tables=("bench_summary", "bench_sweep_stops")),
     Quantity("sweep_stop_why", "why the sweep stopped, read again from its levels by the rule the sweep records its stop with "
              "(bench.saturation.stop_words: saturation or throughput fell; a bench_sweep_stops row recorded otherwise by an "

@@ -339,17 +339,16 @@ def _stalls(stalls: list[dict], m: dict) -> list[str]:
 
 
 def _held_back(sweep_ok, stalls: list[dict]) -> list[str]:
-    """Levels held back by first-token waits, not by decode (a stall already said is not said again)."""
-    import pandas as pd
-
+    """Levels held back by first-token waits, not by decode (:func:`.saturation.waits_limit`; a stall already said is
+    not said again)."""
     from ..stated import q
+    from .saturation import waits_limit
 
     lines = []
     for _, r in (sweep_ok.iterrows() if len(sweep_ok) else []):  # a level held back by first-token waits, not by decode
         p50, p99, user = r.get("ttft_server_s_p50"), r.get("ttft_server_s_p99"), r.get("per_user_tok_s")
         stalled = any(st["label"] == r["label"] and st["concurrency"] == r["concurrency"] for st in stalls)  # said above
-        if not stalled and pd.notna(p99) and pd.notna(p50) and pd.notna(user) and p99 > 0.5 and p99 > 10 * p50 \
-                and r["throughput_tok_s"] < 0.6 * r["concurrency"] * user:
+        if not stalled and waits_limit(r.to_dict()):
             at = _at(r["label"], r["concurrency"])
             lines.append(f"- {r['label']} at C={int(r['concurrency'])}: each user decoded at {q('sweep_per_user_tok_s', user, ',.0f', of=at)} "
                          f"tok/s, yet a request waited up to {q('sweep_ttft_server_p99_s', p99, '.2f', of=at)} s for its first token after "

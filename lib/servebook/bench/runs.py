@@ -352,8 +352,8 @@ def _sweep_level(url: str, model: str, prompts: Sequence[Prompt], key: dict, com
 
 def _stop_row(cfg: dict, c: int, levels_run: list, best: float, flat: int, out: list) -> dict:
     """The row of ``bench_sweep_stops``: why the sweep stopped before level ``c``, by the one rule of
-    :mod:`.saturation` (``stopped_by``: saturation or throughput fell; ``reason``: the words the page shows)."""
-    said = stop_words([(r.get("concurrency"), r.get("throughput_tok_s")) for r in out])
+    :mod:`.saturation` (``stopped_by``: saturation, first-token waits or throughput fell; ``reason``: the words the page shows)."""
+    said = stop_words([(r.get("concurrency"), r.get("throughput_tok_s")) for r in out], last=out[-1] if out else None)
     why, kind = said or (f"fewer than two levels measured a throughput (best {best:.1f} tok/s) in {flat} levels: failing "
                          "requests, not saturation", FELL)
     return {**cfg, "stopped_before": c, "levels_run": levels_run, "best_throughput_tok_s": best, "stopped_by": kind, "reason": why}

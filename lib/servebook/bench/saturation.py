@@ -13,17 +13,42 @@ from typing import Iterable, Sequence
 
 from ..stated.band import SATURATION_GROWTH, fell, grew  # the band's one home: the page check (stated.wording) reads it too
 
-__all__ = ["SATURATION_GROWTH", "grew", "fell", "stop_words", "recorded_kind", "sweep_stalls"]
+__all__ = ["SATURATION_GROWTH", "grew", "fell", "stop_words", "recorded_kind", "sweep_stalls", "waits_limit"]
 
 SATURATION = "saturation"
 FELL = "throughput fell"
+WAITS = "first-token waits"
+
+# A level held back by first-token waits, not by decode: its slowest first token (server side, p99) took over WAIT_S
+# and over WAIT_RATIO x its median, and the level's throughput is under USERS_SHARE of C users at the per-user decode
+# rate. Conventions of this page, not measured bands: a queue that holds a few requests back for a second while the
+# others decode at full rate (h200x1-live vLLM C=4: p99 1.07 s against a 28 ms median, 697 tok/s against 4 x 354).
+WAIT_S, WAIT_RATIO, USERS_SHARE = 0.5, 10.0, 0.6
 
 
-def stop_words(levels: Sequence[tuple[int, float | None]]) -> tuple[str, str] | None:
+def _number(v) -> float | None:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if v != v else v
+
+
+def waits_limit(level: dict) -> bool:
+    """Whether first-token waits, not decode, limit a sweep level (a ``bench_summary`` row): see ``WAIT_S``."""
+    p50, p99 = _number(level.get("ttft_server_s_p50")), _number(level.get("ttft_server_s_p99"))
+    user, thr, c = _number(level.get("per_user_tok_s")), _number(level.get("throughput_tok_s")), _number(level.get("concurrency"))
+    if None in (p50, p99, user, thr, c):
+        return False
+    return p99 > WAIT_S and p99 > WAIT_RATIO * p50 and thr < USERS_SHARE * c * user
+
+
+def stop_words(levels: Sequence[tuple[int, float | None]], last: dict | None = None) -> tuple[str, str] | None:
     """Why a sweep that stopped early stopped, from its levels ``[(concurrency, throughput tok/s), ...]`` in the order
     run: ``(words, kind)``, kind "throughput fell" where its last level fell (:func:`fell`) from the best before it,
-    else "saturation" (it held, without growing); where its last levels served no request, "throughput fell" with words that
-    say so. None with fewer than two levels with a throughput."""
+    else "saturation" (it held, without growing), or "first-token waits" where it held but ``last`` (its last level's
+    ``bench_summary`` row) shows first-token waits, not decode, limiting it (:func:`waits_limit`); where its last levels
+    served no request, "throughput fell" with words that say so. None with fewer than two levels with a throughput."""
     thr = [(int(c), float(t)) for c, t in levels if t is not None]
     if len(thr) < 2:
         return None
@@ -35,13 +60,18 @@ def stop_words(levels: Sequence[tuple[int, float | None]]) -> tuple[str, str] | 
     if failed:
         return (f"C={', '.join(map(str, failed))} served no request successfully (no throughput) after "
                 f"{max(t for _, t in thr):,.1f} tok/s at best: the sweep stopped on failing requests, not saturation", FELL)
-    (c_last, last), (c_best, best) = thr[-1], max(thr[:-1], key=lambda x: x[1])
-    if fell(last, [best]):
-        return (f"throughput fell {1 - last / best:.0%} from its best, {best:,.1f} tok/s at C={c_best}, to {last:,.1f} at "
+    (c_last, last_tok), (c_best, best) = thr[-1], max(thr[:-1], key=lambda x: x[1])
+    if fell(last_tok, [best]):
+        return (f"throughput fell {1 - last_tok / best:.0%} from its best, {best:,.1f} tok/s at C={c_best}, to {last_tok:,.1f} at "
                 f"C={c_last}: not a saturation point (a saturated server holds its throughput; a stall or failing requests, "
                 "see the level's slowest first token)", FELL)
-    return (f"throughput at C={c_last} ({last:,.1f} tok/s) stayed within {SATURATION_GROWTH:.0%} of its best, {best:,.1f} at "
-            f"C={c_best}, without beating it by {SATURATION_GROWTH:.0%}: saturated", SATURATION)
+    held = (f"throughput at C={c_last} ({last_tok:,.1f} tok/s) stayed within {SATURATION_GROWTH:.0%} of its best, {best:,.1f} at "
+            f"C={c_best}, without beating it by {SATURATION_GROWTH:.0%}")
+    if last is not None and waits_limit(last):
+        return (held + f", while a request waited up to {float(last['ttft_server_s_p99']):.2f} s for its first token (median "
+                f"{float(last['ttft_server_s_p50']) * 1e3:.0f} ms) and each user decoded at {float(last['per_user_tok_s']):,.0f} "
+                "tok/s: first-token waits, not decode, held it, so it is not a saturation point", WAITS)
+    return held + ": saturated", SATURATION
 
 
 def recorded_kind(stop: dict) -> str:

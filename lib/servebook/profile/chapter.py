@@ -257,7 +257,7 @@ def where_time_goes(store) -> str:
         busy_b = recorded.get(r["b"]) if recorded.get(r["b"]) is not None else sum(x["b_ms"] for x in gpu)
         top = max(gpu, key=lambda x: abs(x["diff_ms"]))
         lines.append(
-            f"- {r['card']}, {q('profile_layers', r['layers'], 'd', of=r['a'])} layers ({r['quant']}, {r['mode']}): SGLang ({r['a_backend']}) "
+            f"- {r['card']}, {q('profile_layers', r['layers'], 'd', of=r['a'])} layer{'' if int(r['layers']) == 1 else 's'} ({r['quant']}, {r['mode']}): SGLang ({r['a_backend']}) "
             f"{q('profile_tpot_ms', tpot['a_ms'], '.3f', of=r['a'])} ms per token, vLLM ({r['b_backend']}) "
             f"{q('profile_tpot_ms', tpot['b_ms'], '.3f', of=r['b'])} ms; kernels {q('profile_busy_ms', busy_a, '.3f', of=r['a'])} "
             f"against {q('profile_busy_ms', busy_b, '.3f', of=r['b'])} ms per step (largest difference: {top['category']} "
@@ -309,8 +309,8 @@ def _inverted(ok: list[dict], r: dict, q) -> list[str]:
             same = all(o.get(k) == me.get(k) for k in ("engine", "card", "quant", "mode", "backend"))
             if same and o.get("role", "slice") != "repeat" and int(o["layers"]) < int(me["layers"]) and \
                     (o.get("tpot_ms") or 0) > me["tpot_ms"]:
-                odd.append(f"{o['label']} took {q('profile_tpot_ms', o['tpot_ms'], '.3f', of=o['label'])} ms per token, "
-                           f"more than {lab} with fewer layers")
+                odd.append(f"{o['label']}, with fewer layers, took {q('profile_tpot_ms', o['tpot_ms'], '.3f', of=o['label'])} "
+                           f"ms per token, more than {lab}")
     return odd
 
 
