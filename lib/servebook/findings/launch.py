@@ -31,20 +31,30 @@ def _tried(store: RunStore, launch: str) -> str:
     return f" ({row['note']}" + (f"; {served}" if served else "") + "; the seed verdict ranks it by its expected gain, above)"
 
 
+def ranked_fixes(store: RunStore) -> list[dict]:
+    """The seed verdict's changes with an expected gain (table ``seed_fixes``, in its order: ranked by expected gain),
+    each with ``rank`` (1 = the largest gain) and ``versions_above`` (how many ranked above it need another version of
+    an engine)."""
+    fixes = [f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None]
+    return [{**f, "rank": i + 1, "versions_above": sum(1 for g in fixes[:i] if g.get("kind") == "version")}
+            for i, f in enumerate(fixes)]
+
+
 def _rank(store: RunStore, launch: str) -> str:
-    """Where a what-if launch stands among the seed verdict's changes ranked by expected gain (table ``seed_fixes``), and
+    """Where a what-if launch stands among the seed verdict's changes ranked by expected gain (:func:`ranked_fixes`), and
     why the changes ranked above it are not launches to try here (another version of the engine), so that "first" and
     "next" are not read as that ranking: "" where the launch is no row of it."""
-    fixes = [f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None]
+    fixes = ranked_fixes(store)
     m = re.search(r"--attention-backend (\S+)", launch or "")
-    at = next((i for i, f in enumerate(fixes) if f.get("check_command") == launch
-               or (m and f.get("change") == f"attention backend {m.group(1)}")), None)
-    if at is None:
+    f = next((f for f in fixes if f.get("check_command") == launch
+              or (m and f.get("change") == f"attention backend {m.group(1)}")), None)
+    if f is None:
         return ""
-    versions = sum(1 for f in fixes[:at] if f.get("kind") == "version")
-    return (f" (ranked {at + 1} of {len(fixes)} by expected gain in `seed_fixes`"
-            + (f"; {versions} of the changes ranked above it need another version of an engine, so they are no launch here"
-               if versions else "") + ")")
+    of = f.get("change")
+    return (f" (ranked {q('seed_fix_rank', f['rank'], 'd', of=of)} of {q('seed_fixes_ranked', len(fixes), 'd')} by "
+            "expected gain in `seed_fixes`"
+            + (f"; {q('seed_fix_versions_above', f['versions_above'], 'd', of=of)} of the changes ranked above it need "
+               "another version of an engine, so they are no launch here" if f["versions_above"] else "") + ")")
 
 
 def launch_commands(store: RunStore, found_backends: list[dict] | None = None, found_nccl: dict | None = None,

@@ -21,6 +21,7 @@ from ..results import RunStore
 from ..stated.figures import REFERENCE_NCCL_RUN, chosen_setting, chosen_us
 from ..stated.registry import Quantity, pairs, pct, per, per_run, register
 from ..stated.text import MISSING, marked
+from .launch import ranked_fixes
 from .methods import default_methods, method_figures
 from .tables import _probe, backends, failures, host_summary, nccl, throughput
 
@@ -312,6 +313,13 @@ _HOST = [  # chapter 01's host as chapter 06's host line reads it, the method's 
              lambda store: {str(i): w for i, w in enumerate(_probe(store).get("warnings") or [])}, files=("probe.json",)),
     Quantity("method_constant", "a constant of the method, read from the code (servebook.backends.agreement.TOLERANCE, MIN_AGREEMENT; "
              "servebook.bench.ceiling.ENGINE_REGIME, BOUND_AT; servebook.nccl.predict.NOISE)", _method),
+    Quantity("seed_fix_rank", "a change's rank by expected gain among the seed verdict's changes (table seed_fixes, by change)",
+             lambda store: {f.get("change"): f["rank"] for f in ranked_fixes(store)}, tables=("seed_fixes",)),
+    Quantity("seed_fixes_ranked", "how many of the seed verdict's changes have an expected gain (table seed_fixes)",
+             lambda store: {None: len(ranked_fixes(store))}, tables=("seed_fixes",)),
+    Quantity("seed_fix_versions_above", "of the changes ranked above a change (by change), those that need another version "
+             "of an engine (table seed_fixes, kind version)",
+             lambda store: {f.get("change"): f["versions_above"] for f in ranked_fixes(store)}, tables=("seed_fixes",)),
     Quantity("failures_recorded", "failures the run recorded, a failure recorded again counted once (the failures table's standing view)", lambda store: {None: len(store.rows("failures"))},
              tables=("failures",)),
     Quantity("failures_distinct", "distinct recorded failures (by error text; findings.failures)",
