@@ -133,9 +133,8 @@ model_dir = resolved if isinstance(resolved, Path) else None
 engines = [e.strip() for e in [engine, *compare_engines.split(",")] if e.strip()]
 w = ch05.Workload.of(globals()).sized(smoke)  # the parameters above; with smoke small and fast, still real streamed tokens
 shown = model_dir.relative_to(Path.cwd()) if model_dir and model_dir.is_relative_to(Path.cwd()) else (model_dir or model)
-print(f"run {store.path}\nmodel: {shown}\nengines: {', '.join(engines)}; "
-      + (f"{w}" if measure else f"this execution's parameters, measuring nothing: {w}; what the run measured with (prompt and "
-         "output tokens, runs, requests per level) is read from its rows below"))
+print(f"run {store.path}\nmodel: {shown}\nengines: {', '.join(engines)}; " + (f"{w}" if measure else "this execution's parameters, "
+      f"measuring nothing: {w}; what the run measured with (tokens, runs, requests per level) is read from its rows below"))
 
 # %% [markdown]
 # ## The client, and its own ceiling

@@ -97,8 +97,9 @@ job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this ca
   [ -f "/tmp/jobs/$1.pid" ] && kill -0 "$(cat /tmp/jobs/$1.pid)" 2>/dev/null && { echo "[device.sh] $1 already running"; return; }
   [ -f "/tmp/jobs/$1.done" ] && { echo "[device.sh] $1 already done"; return; }
   printf '%s\n' "set -x" "$2" "touch /tmp/jobs/$1.done" > "/tmp/jobs/$1.sh"
-  setsid bash "/tmp/jobs/$1.sh" > "/tmp/jobs/$1.log" 2>&1 < /dev/null &
-  echo $! > "/tmp/jobs/$1.pid"; echo "[device.sh] started $1 (pid $!)"
+  (cd /tmp && setsid bash "/tmp/jobs/$1.sh" > "/tmp/jobs/$1.log" 2>&1 < /dev/null &
+   echo $! > "/tmp/jobs/$1.pid")  # cwd /tmp: the next call replaces the repository folder the call ran in
+  echo "[device.sh] started $1 (pid $(cat "/tmp/jobs/$1.pid"))"
 }
 progress() { for f in /tmp/jobs/*.log; do [ -f "$f" ] || continue; echo "--- $(basename "$f") ($([ -f "${f%.log}.done" ] && echo done || echo running))"
   grep -E '^\[|ok in|failed|error|Error|tok/s|ready after|rejected|crashed|servebook:' "$f" | grep -v '^+' | tail -n 12; done; }
