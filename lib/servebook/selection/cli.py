@@ -83,7 +83,7 @@ def _whatif(args) -> int:
         from .static import render_tree
         from .whatif import static_reading
 
-        print(render_tree(static_reading(resolve_engine(args.engine, args.engine_python)).attention_sites()))
+        print(render_tree(static_reading(resolve_engine(args.engine, args.engine_python, static=True)).attention_sites()))
     return 0
 
 

@@ -167,7 +167,8 @@ def _build_env(d: Path, engine: str, version: str, say, max_rounds: int, require
                                                       "requires_installed": [], "requires_dropped": drop, "requires_not_installed": keep,
                                                       "stubs": [], "importable": False, "import_error": why})
         say(f"[{engine} {version}] static-only environment ready in {meta['built_seconds']}s")
-        return EngineEnv(engine, meta["version"], py, meta["package_dir"], "cached", (), meta["cuda"], meta["cuda_source"], why)
+        return EngineEnv(engine, meta["version"], py, meta["package_dir"], "cached", (), meta["cuda"], meta["cuda_source"], why,
+                         static_only=True)
     say(f"[{engine} {version}] {len(keep)} requirements from its METADATA; dropped (GPU-only/heavy): {', '.join(drop)}")
     _install_requirements(inst, py, pin, engine, version, keep, say, steps)
     t = time.monotonic()
