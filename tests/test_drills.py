@@ -218,6 +218,30 @@ def test_kill9_of_the_parent_stops_bounded_launches(tmp_path, launcher):
             os.kill(pid, signal.SIGKILL)  # only what this test started
 
 
+@pytest.mark.timeout(60)
+def test_a_timed_out_launch_leaves_no_worker_of_another_session(tmp_path):
+    """torchrun starts each worker in a session of its own and stops them from its SIGTERM handler. A launcher that
+    does not (here: it ignores SIGTERM, so the group's SIGKILL ends it first) must not leave its worker running: on CI a
+    gloo worker of chapter 04's hang drill outlived its timed-out launch this way."""
+    from servebook.processes import run_bounded
+
+    marker = tmp_path / "worker.pid"
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text("import signal, subprocess, sys, time\n"
+                        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                        f"w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+                        f"open({str(marker)!r}, 'w').write(str(w.pid))\n"
+                        "time.sleep(600)\n")
+    res = run_bounded([sys.executable, str(launcher)], timeout=3)
+    assert res.returncode == 124
+    pid = int(marker.read_text())
+    try:
+        assert not _alive(pid), "the worker outlived its launch"
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 # ---------------------------------------------------------------------------------------------
 # the engine server crashes mid-benchmark
 # ---------------------------------------------------------------------------------------------

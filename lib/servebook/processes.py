@@ -116,6 +116,49 @@ def stop_process_group(pgid: int, grace_s: float = 10.0) -> None:
             time.sleep(0.1)
 
 
+def _descendants(pid: int) -> list:
+    """The processes below ``pid`` (psutil handles; none when psutil is missing or ``pid`` has gone)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - gone already, or no psutil: the group stop is all there is
+        return []
+
+
+def _stop_tree(pid: int, grace_s: float = 10.0) -> None:
+    """``stop_process_group`` for the group ``pid`` leads, then the same for its descendants that left the group.
+
+    torchrun starts each worker in a session of its own and stops them from its SIGTERM handler; a torchrun killed
+    before that handler finishes (the group's SIGKILL after ``grace_s``) leaves its workers running. Their pids are
+    taken before the first signal, so they are found after their parent has gone."""
+    tree = _descendants(pid)
+    stop_process_group(pid, grace_s=grace_s)
+    left = [p for p in tree if _alive(p)]
+    if not left:
+        return
+    import psutil
+
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for p in left:
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+        _gone, left = psutil.wait_procs(left, timeout=wait)
+        if not left:
+            return
+
+
+def _alive(proc) -> bool:
+    try:
+        import psutil
+
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except Exception:  # noqa: BLE001
+        return False
+
+
 # The watcher that stops a server's process group once this process dies (a real file, run by this interpreter).
 _REAPER = Path(__file__).parent / "hosts" / "scripts" / "reaper.py"
 
@@ -170,7 +213,8 @@ def run_bounded(cmd: Sequence[str], timeout: float, env: dict | None = None, cwd
 
     Returns the CompletedProcess; ``returncode`` is 124 on timeout (stdout/stderr hold
     what was printed before). A reaper stops the group if this process is killed meanwhile
-    (torchrun's agent is the group; its workers are stopped by its own SIGTERM handler).
+    (torchrun's agent is the group; its workers, each in a session of its own, are stopped by its SIGTERM handler,
+    and here after it if it was killed first).
     ``env`` is added to this process's environment, less the names in ``unset``; ``input`` goes to its stdin.
     """
     full_env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -182,11 +226,11 @@ def run_bounded(cmd: Sequence[str], timeout: float, env: dict | None = None, cwd
         out, err = proc.communicate(input=input, timeout=timeout)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     except subprocess.TimeoutExpired:
-        stop_process_group(proc.pid, grace_s=3)
+        _stop_tree(proc.pid, grace_s=3)
         out, err = proc.communicate()
         return subprocess.CompletedProcess(proc.args, 124, out, (err or "") + f"\n[servebook] killed after {timeout:.0f}s timeout")
     except BaseException:
-        stop_process_group(proc.pid, grace_s=3)
+        _stop_tree(proc.pid, grace_s=3)
         raise
     finally:
         _stop_reaper(reaper)
