@@ -201,12 +201,16 @@ def test_recorded_linearity_is_recomputed_from_the_recorded_tables():
     rows, tables = store.rows("profile_runs"), load_kernel_tables(store)
     recorded = store.rows("slice_linearity")
     again = slice_linearity(rows, tables)
-    assert len(again) == len(recorded) == 4
+    assert len(again) == len(recorded)
     for r, a in zip(recorded, again):
         for k, v in a.items():
             assert _close(v, r[k]), (r["depths"], k, v, r[k])
-    pred = next(r for r in again if r["kind"] == "prediction")
-    assert pred["depths"] == "1,2->12" and pred["within_5pct"] and abs(pred["busy_error_pct"]) < 5
+    # unit 1: SGLang's ladder to 12 MoE layers; unit 2 (another machine): vLLM's to 4 (its 12-layer profile was lost)
+    preds = {r["engine"]: r for r in again if r["kind"] == "prediction"}
+    assert preds["sglang"]["depths"] == "1,2->12" and preds["vllm"]["depths"] == "1,2->4"
+    assert all(p["within_5pct"] and abs(p["busy_error_pct"]) < 5 for p in preds.values())
+    machines = {e: {r["machine"] for r in again if r["engine"] == e} for e in preds}
+    assert all(len(m) == 1 for m in machines.values()) and machines["sglang"] != machines["vllm"]
     lk = layer_kernels(rows, tables)
     assert [(x["name"], x["us_per_layer"]) for x in lk] == [(x["name"], x["us_per_layer"]) for x in store.rows("layer_kernels")]
     assert any("marlin_moe" in x["name"] and x["category"] == "moe experts" for x in lk)
@@ -222,9 +226,12 @@ def test_recorded_rows_carry_one_machine_and_refuse_another_runs_rows():
 
     store = RunStore.at(REF)
     ok = [r for r in store.rows("profile_runs") if r.get("ok")]
-    assert {r["machine"] for r in ok} == {r["machine"] for r in store.rows("decode_breakdown")} == {store.rows("memory_bandwidth")[0]["machine"]}
-    assert len({r["machine"] for r in ok}) == 1 and all(r["machine"].startswith("gpu-") for r in ok)
-    deep = next(r for r in ok if r["layers"] == 13)
+    # one machine per unit (unit 1: SGLang's ladder; unit 2: vLLM's, beside SGLang's reference measured again there)
+    assert {r["machine"] for r in ok} == {r["machine"] for r in store.rows("decode_breakdown")} \
+        == {r["machine"] for r in store.rows("memory_bandwidth")}
+    assert len({r["machine"] for r in ok}) == 2 and all(r["machine"].startswith("gpu-") for r in ok)
+    assert len({r["machine"] for r in ok if r["engine"] == "vllm"}) == 1
+    deep = next(r for r in ok if r["layers"] == 13 and not r["label"].endswith(")"))
     older = next(r for r in RunStore.at(ROOT / "data" / "runs" / "h200x1-prof").rows("profile_runs") if r["label"] == "sglang kimi-2L triton")
     with pytest.raises(machines.MachineMismatch):       # a 2-layer slice of another machine (no identity) under this deep one
         predict_full(older, deep, full_layers=61, dense_layers=1, moe=True)
@@ -235,9 +242,10 @@ def test_recorded_starts_follow_the_rule():
 
     ok = [r for r in RunStore.at(REF).rows("profile_runs") if r.get("ok")]
     by: dict = {}
-    for r in sorted(ok, key=lambda r: r.get("start", 1)):
-        by.setdefault(r["layers"] - r["dense_layers"], []).append(r["tpot_ms"])
-    for moe, t in by.items():
+    for r in sorted(ok, key=lambda r: r.get("start", 1)):           # per unit (machine) and configuration
+        by.setdefault((r["machine"], r["engine"], r["layers"] - r["dense_layers"]), []).append(r["tpot_ms"])
+    assert len(by) == 8
+    for (_machine, _engine, moe), t in by.items():
         assert len(t) >= starts.starts_required(moe) and len(t) <= starts.MAX_STARTS
         if len(t) > starts.starts_required(moe):            # extra starts only where the first two differ by more than 5%
             assert abs(t[0] - t[1]) / (sum(t[:2]) / 2) > 0.05
