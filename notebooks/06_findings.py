@@ -258,7 +258,7 @@ else:
 # %% [markdown]
 # ### The evidence: the profile run's decode-step profiles
 # The projection's inputs as the profile run recorded them (`servebook.profile.seed.REFERENCE_PROFILE_RUN`, named below;
-# it has no book of its own, so its rows are shown here): the slices each engine's projection subtracts (one MoE layer =
+# the rows the projection uses are shown here; its own book, of profiles only, has chapters 05 and 06): the slices each engine's projection subtracts (one MoE layer =
 # the deeper slice minus the shallower one over the MoE layers between them, both taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
 # when no kernel runs), the whole-model checks of the host rule, and each slice's longest kernels in its trace excerpt.
 

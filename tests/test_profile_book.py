@@ -42,14 +42,18 @@ def test_a_profiles_only_run_gets_its_profile_chapters_and_a_book_run_none(tmp_p
 def test_the_depths_are_the_recorded_starts_of_each_slice(tmp_path):
     """Each depth's figures recomputed here from the raw rows: the ok profiles of one server, by MoE layers."""
     rows = RunStore(REF).rows("profile_runs")
-    got = {r["moe_layers"]: r for r in depths.depth_rows(rows)}
-    assert sorted(got) == [1, 2, 4, 12]
-    for moe, r in got.items():
-        mine = [p for p in rows if p.get("ok") and p["layers"] - p["dense_layers"] == moe and p["engine"] == "sglang"]
+    every = depths.depth_rows(rows)
+    # unit 1: SGLang's ladder; unit 2 (another machine): vLLM's to 4 MoE layers and SGLang's reference again
+    assert sorted((r["engine"], r["machine"][:8], r["moe_layers"]) for r in every) == sorted(
+        [("sglang", "gpu-4538", m) for m in (1, 2, 4, 12)] + [("vllm", "gpu-da94", m) for m in (1, 2, 4)] + [("sglang", "gpu-da94", 12)])
+    for r in every:
+        mine = [p for p in rows if p.get("ok") and p["layers"] - p["dense_layers"] == r["moe_layers"]
+                and (p["engine"], p["machine"]) == (r["engine"], r["machine"])]
         assert r["starts"] == len(mine) and r["labels"] == [p["label"] for p in mine]
         assert r["tpot_mean_ms"] == pytest.approx(statistics.fmean(p["tpot_ms"] for p in mine))
         assert r["busy_spread_ms"] == pytest.approx(max(p["busy_ms"] for p in mine) - min(p["busy_ms"] for p in mine))
         assert r["busy_share"] == pytest.approx(r["busy_mean_ms"] / r["tpot_mean_ms"])
+    got = {r["moe_layers"]: r for r in every if r["machine"].startswith("gpu-4538")}
     assert got[12]["starts"] == 2 and got[12]["busy_share"] > depths.HOST_BOUND_SHARE > got[4]["busy_share"]
 
 

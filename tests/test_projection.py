@@ -445,7 +445,10 @@ def test_the_seed_verdict_cites_the_rule_that_skips_flashinfer(tmp_path):
             shutil.copy(src / name, run / name)
         _, fixes = record_seed(RunStore.at(run))
         att = next(f for f in fixes if f["change"] == "attention backend flashinfer")
-        assert att["alternative_backend"] == "flashinfer" and "sglang kimi-2L flashinfer" in att["alternative_from"]
+        # the profile run (h200x1-ref) holds no flashinfer slice yet: the gain is the labelled assumption, and what
+        # chapter 02 read of the rule that skips flashinfer is still named
+        assert "alternative_backend" not in att and "profile run h200x1-ref holds no flashinfer slice" in att["assumption"]
+        assert att["assumption"].startswith("flashinfer's MLA decode runs as fast as vllm's projected attention")
         if with_selection:
             assert "`sglang/srt/server_args.py:1824`" in att["assumption"] and "`is_sm100_supported()` holds" in att["assumption"]
             assert "capability 12.0" in att["assumption"]

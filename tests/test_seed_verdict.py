@@ -142,7 +142,7 @@ def _close(a, b, path=""):
 
 
 def test_the_recorded_seed_tables_are_computed_again_from_the_reference_run():
-    """CI recomputes every table of the seed verdict in the committed what-if run from h200x1-prof and the data files."""
+    """CI recomputes every table of the seed verdict in the committed what-if run from the profile run (REFERENCE_PROFILE_RUN) and the data files."""
     from servebook.profile.seed import SEED_TABLES, seed_tables
 
     store = RunStore.at(WHATIF)

@@ -478,10 +478,10 @@ def test_profiles_are_named_only_where_a_table_holds_them():
     said = {run: profiles_sentence(RunStore(RUNS / run)) for run in
             ("h200x1-live", "whatif-rtx-pro-6000-sglang-0.5.9", "h200x1-trust", "h200x2-live")}
     assert "`profile_runs` and `decode_breakdown`" in said["h200x1-live"]
-    assert said["whatif-rtx-pro-6000-sglang-0.5.9"].startswith("Chapter 06 projects") and "h200x1-prof" in said["whatif-rtx-pro-6000-sglang-0.5.9"]
+    assert said["whatif-rtx-pro-6000-sglang-0.5.9"].startswith("Chapter 06 projects") and "h200x1-ref" in said["whatif-rtx-pro-6000-sglang-0.5.9"]
     for run in ("h200x1-trust", "h200x2-live"):
         assert said[run].startswith("No decode-step profile was recorded in this run") and "chapter 05" in said[run]
-        assert "data/runs/h200x1-prof" in said[run]
+        assert "data/runs/h200x1-ref" in said[run]
     store = RunStore(RUNS / "h200x2-live")
     for _, a in questions(store) + check_yourself(store, "02"):
         assert "what the profiles predict" not in a

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .profile.seed import REFERENCE_PROFILE_RUN
+
 __all__ = ["Term", "TERMS", "FILE", "USES", "glossary_html", "write_glossary", "href", "link_first_uses"]
 
 FILE = "glossary.html"
@@ -110,8 +112,9 @@ _LIST = [
        "<a href=\"#anchor\">anchor configuration</a>."),
     _t("profile-run", "profile run (the projection's)",
        "The recording whose decode-step profiles (trace profiles of model slices on an H200) the what-if book's chapter 06 "
-       "carries to another GPU: <code>data/runs/h200x1-prof</code> (<code>servebook.profile.seed.REFERENCE_PROFILE_RUN</code>; "
-       "its tables name it <code>reference_run</code>). It has no book of its own; chapter 06 shows the rows it uses."),
+       f"carries to another GPU: <code>data/runs/{REFERENCE_PROFILE_RUN}</code> (<code>servebook.profile.seed.REFERENCE_PROFILE_RUN</code>; "
+       "its tables name it <code>reference_run</code>). Chapter 06 of the what-if book shows the rows it uses; a run of profiles "
+       "only, its own book has chapters 05 and 06."),
     _t("anchor", "anchor configuration (of a recording unit)",
        "A recording is made in units, each on one lent machine (its GPUs' identity; else the UTC day it was taken). Machines "
        "differ, so rows of two units are never subtracted: each unit measures one configuration again, its anchor (in "

@@ -92,7 +92,25 @@ def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
         out["notes"].append(f"the rows above are as recorded on each engine's own machine ({', '.join(units)}); the "
                             "projection compares the engines only after carrying them to one machine through the "
                             "anchor configuration (seed_projection's total row, field carried)")
-    out["checks"] = [{k: p.get(k) for k in ("card", "engine", "backend", "mode", "layers_measured", "full_layers",
-                                            "predicted_ms", "measured_ms", "error_pct", "within_interval")}
-                     for p in store.rows("prediction_check")]
+    out["checks"] = _checks(store, run)
+    if out["checks"] and out["checks"][0]["run"] != run.name:
+        out["notes"].append(f"{run.name} measured no whole model: the whole-model checks of the host rule above are "
+                            f"{out['checks'][0]['run']}'s, the run that validated it (servebook.profile.predict.HOST_RULE_RUN)")
     return out
+
+
+def _checks(store, run: Path) -> list[dict]:
+    """The whole-model checks of the host rule: this run's, or where it measured no whole model (a run of slices only),
+    those of the run that validated the rule, each row naming its run."""
+    from ..results import RunStore
+    from .predict import HOST_RULE_RUN
+
+    keys = ("card", "engine", "backend", "mode", "layers_measured", "full_layers", "predicted_ms", "measured_ms",
+            "error_pct", "within_interval")
+    rows = store.rows("prediction_check")
+    if not any(r.get("measured_ms") is not None for r in rows):
+        other = run.parent / HOST_RULE_RUN
+        if other != run and (other / "prediction_check.jsonl").is_file():
+            store, run = RunStore.at(other), other
+            rows = [r for r in store.rows("prediction_check") if r.get("measured_ms") is not None]
+    return [{"run": run.name, **{k: r.get(k) for k in keys}} for r in rows]

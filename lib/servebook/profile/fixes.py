@@ -150,8 +150,8 @@ def _attention_fix(rows: list[dict], ctx: dict, alts: dict) -> list[dict]:
             return [_fix(eng, total, f"--attention-backend {backend}", None, basis + ": no figure to compare with",
                          _launch(eng, tp, vers, attention=backend))]
         target_ms, other = min(others)
-        assumption = (f"{backend}'s MLA decode runs as fast as {other}'s projected attention; nothing measured {backend} "
-                      "on this path")
+        assumption = (f"{backend}'s MLA decode runs as fast as {other}'s projected attention; "
+                      + (info.get("assumption") if info and info.get("assumption") else f"nothing measured {backend} on this path"))
         basis += f" as fast as {other}'s projected attention ({target_ms:.3f} ms per token, an assumption)"
     gain = None if mine is None else max(0.0, mine - target_ms)
     return [_fix(eng, total, f"attention backend {backend}", gain, basis + f"; now {mine} ms per token",

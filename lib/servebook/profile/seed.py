@@ -4,8 +4,9 @@
     display(Markdown(verdict(rows)))        # the verdict in numbers, every figure tagged
 
 On capability 12.0 both engines fall back to a Triton MLA decode kernel (chapter 02 reads it from their code), so the
-projection takes each engine's Triton MLA profile (SGLang ``triton``, vLLM ``TRITON_MLA``) recorded on an H200 in
-``data/runs/h200x1-prof`` and carries it to the seed's host by the rules of ``servebook.profile.projection``. It is a
+projection takes each engine's Triton MLA profile (SGLang ``triton``, vLLM ``TRITON_MLA``) recorded on an H200 in the
+profile run ``REFERENCE_PROFILE_RUN`` names (``data/runs/h200x1-ref``: INT4 slices, each engine's ladder on one machine)
+and carries it to the seed's host by the rules of ``servebook.profile.projection``. It is a
 prediction: the numbers it gives are checked against the seed's own figures, never fitted to them.
 """
 
@@ -17,7 +18,7 @@ from .fixes import ranked_fixes
 
 __all__ = ["MissingReferenceProfiles", "missing_profiles", "HOST_ROW", "projection_frame", "REFERENCE_PROFILE_RUN", "SEED_BACKENDS", "SEED_NCCL_ENGINES", "record_seed", "seed_tables", "SEED_TABLES", "gap_by_category", "seed_allreduce_share", "plot_latency_sweep"]
 
-REFERENCE_PROFILE_RUN = "h200x1-prof"
+REFERENCE_PROFILE_RUN = "h200x1-ref"
 from ..errors import ServebookError
 from .comm import (SEED_NCCL_ENGINES, collective_table, collectives_per_token, engine_latencies, implied_latency,
                    latency_sweep, matching_latency)
@@ -96,7 +97,7 @@ SEED_TABLES = ("seed_projection", "seed_fixes", "seed_assumptions", "seed_range"
 def seed_tables(store, reference=None) -> dict:
     """Every table of the seed verdict, computed from the profile run's profiles and the data files (nothing written):
     ``{table: rows}`` for ``SEED_TABLES``. ``reference``: the run directory of the H200 profiles (default
-    ``REFERENCE_PROFILE_RUN``; the recording of the INT4 slices, h200x1-ref, replaces it as the profile run by that name alone)."""
+    ``REFERENCE_PROFILE_RUN``, the recording of the INT4 slices; the older h200x1-prof stays as evidence)."""
     from ..results import RunStore
     from ..cards import load_card
     from ..stated.figures import seed_case
@@ -257,26 +258,28 @@ def _alternatives(store, reference, versions: dict) -> dict:
     out = {}
     for eng, backend in _ALTERNATIVES.items():
         m = measured_alternative(src, eng, backend, against=SEED_BACKENDS.get(eng))
-        if m is None:
-            out[eng] = (backend, None)
+        if m is None:   # the assumption stands; what chapter 02 read of the rule that skips it still says where it comes from
+            rule = _runs_there(store, eng, backend, versions.get(eng), None)
+            out[eng] = (backend, None, {"assumption": f"profile run {Path(str(src.path)).name} holds no {backend} slice; {rule}"})
             continue
         m["assumption"] = _runs_there(store, eng, backend, versions.get(eng), m)
         out[eng] = (backend, m["ms"], m)
     return out
 
 
-def _runs_there(store, engine: str, backend: str, version: str | None, m: dict) -> str:
-    """What a measured alternative still assumes: that ``backend`` runs on the seed's GPU at all, and as it ran on the
-    H200; with the rule by which ``engine`` ``version``'s auto-selection skips it there (chapter 02's table
+def _runs_there(store, engine: str, backend: str, version: str | None, m: dict | None) -> str:
+    """What an alternative still assumes: that ``backend`` runs on the seed's GPU at all, and (``m``: measured) as it ran
+    on the H200; with the rule by which ``engine`` ``version``'s auto-selection skips it there (chapter 02's table
     ``selection``), or that chapter 02 holds no such reading."""
     from ..engines import prose_name
 
     sel = [r for r in store.rows("selection") if r.get("engine") == engine and (version is None or r.get("version") == version)]
     skip = next(((r, a) for r in sel for a in r.get("alternatives") or [] if backend in (a.get("would_write") or [])), None)
     cap = next((r.get("capability") for r in sel if r.get("capability")), None)
-    head = (f"{backend}'s MLA decode runs on capability {cap} at all, and as it ran on the H200" if cap else
-            f"{backend}'s MLA decode runs on the seed's GPU at all, and as it ran on the H200")
-    head += f" ({', '.join(m['from_labels'][1:2])}, {prose_name(engine)} {m.get('measured_version')})"
+    head = (f"{backend}'s MLA decode runs on capability {cap} at all" if cap else
+            f"{backend}'s MLA decode runs on the seed's GPU at all")
+    if m is not None:
+        head += f", and as it ran on the H200 ({', '.join(m['from_labels'][1:2])}, {prose_name(engine)} {m.get('measured_version')})"
     if skip is None:
         return head + (f"; chapter 02 holds no reading of {prose_name(engine)} {version}'s rule for {backend} on this "
                        "GPU (table selection)")
