@@ -96,3 +96,66 @@ def test_each_line_is_one_engine_configuration_of_one_card(tmp_path):
     assert "kimi" not in llama and "moonlight" not in llama and ": 2 layers " in llama and "MoE" not in llama
     kimi = next(x for x in lines if x.startswith("- SGLang (auto, bf16, CUDA graphs), kimi-k2.5,"))
     assert ": 0 MoE layers " in kimi and "; 1 MoE layer " in kimi and "(2 starts" in kimi
+
+
+def test_a_profiles_only_run_says_its_host_and_engines_from_its_rows(tmp_path):
+    """No probe, no book parameters: the host card, the front page's card and chapter 06's host line read the profile
+    rows (GPU name and count, the machines of its units, each engine's version); a book's host is its probe's."""
+    from servebook.findings import host_summary
+    from servebook.findings.claims import collect
+
+    ref = RunStore(_copy(tmp_path))
+    h = host_summary(ref)
+    rows = [r for r in ref.rows("profile_runs") if r.get("ok")]
+    assert h["gpu"] == "NVIDIA H200" and h["gpu_count"] == 1
+    assert h["machines"] == sorted({r["machine"] for r in rows}) and len(h["machines"]) == 2
+    assert {(e["engine"], e["version"]) for e in h["engines"]} == {(r["engine"], r["version"]) for r in rows}
+    assert "INT4 experts" in h["model"] and h["capability"] is None
+    assert host_summary(RunStore(BOOK))["machines"] == [] and book.profiled_host(RunStore(BOOK)) == {}
+    said = [c for c in collect(ref).claims if c.chapter == "05"]
+    assert said and said[-1].supported and said[-1].text.startswith("No client benchmark in this run (a run of profiles only)")
+
+
+def test_the_engines_are_compared_at_the_deepest_depth_both_have():
+    """vLLM's ladder ends at 4 MoE layers (unit 2), SGLang's at 12: the engines' ratios to their own machine's anchor
+    are taken at 4 MoE layers for both, never SGLang's 12 against vLLM's 4."""
+    from servebook.profile import units
+    from servebook.profile.linearity import moe_layers_of
+    from servebook.profile.ranges import SEED_BACKENDS
+    from servebook.profile.tables import latest_ok
+
+    prof = latest_ok(RunStore(REF).rows("profile_runs"))
+    assert units.common_depth(prof, SEED_BACKENDS) == 4
+    anchors = units.anchor_times(prof)
+    got = units.deepest_ratios(prof, SEED_BACKENDS)
+    for eng, be in SEED_BACKENDS.items():
+        mine = [p for p in prof if p["engine"] == eng and p.get("backend") == be and p.get("quant") == "card"
+                and moe_layers_of(p) == 4 and p["run_id"] == next(x["run_id"] for x in prof if x["engine"] == eng)]
+        assert got[eng] == pytest.approx([p["busy_ms"] / anchors[p["machine"]] for p in mine])
+    md = units.units_markdown(RunStore(REF))
+    assert "at the deepest depth both engines have" in re.sub(r"<[^>]+>", "", md)
+    assert units.common_depth(prof, {"sglang": "triton"}) == 12
+
+
+def test_the_first_rendering_of_the_reference_book_is_the_reference(tmp_path):
+    """The banner is written while a book renders: h200x1-ref, rendered for the first time onto a shelf whose reference
+    is h200x1-trust, is the reference book already (its pages say so), and trust becomes an earlier recording."""
+    from servebook import shelf
+
+    for name in ("h200x1-trust", "h200x1-live"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "index.html").write_text("<html></html>")
+        (tmp_path / name / "run.json").write_text("{}")
+    assert shelf.reference(tmp_path) == "h200x1-trust"
+    assert shelf.role(tmp_path / "h200x1-ref", whatif=False) == "reference"       # not rendered yet: its first rendering
+    assert shelf.role(tmp_path / "h200x1-live", whatif=False) == "earlier"
+    assert shelf.role(tmp_path / "other-book", whatif=False) == "earlier"
+
+
+def test_the_front_page_answer_of_a_profiles_only_run_is_its_ladders(tmp_path):
+    from servebook.frontpage import _answer
+
+    text = re.sub(r"<[^>]+>", "", _answer(RunStore(_copy(tmp_path)), None))
+    assert text.startswith("Decode-step profiles only (chapter 06)")
+    assert "SGLang (triton, INT4 experts" in text and "vLLM (TRITON_MLA, INT4 experts" in text
+    assert "No measurement succeeded" not in text

@@ -74,11 +74,13 @@ def _model_text(model: str | None, run: Path) -> str:
 def _host_text(h: dict, profile: str | None) -> str:
     if not h.get("gpu"):
         return f"{h.get('hostname') or '?'}: no GPU"
-    text = f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability')}"
+    text = f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability') or 'not recorded'}"
     if h.get("links"):
         text += f", links {'/'.join(h['links'])}"
     if profile:
         text += f" (hardware profile {profile}: datasheet facts, nothing measured)"
+    if len(h.get("machines") or []) > 1:
+        text += f"; {len(h['machines'])} machines, one per recording unit"
     return text
 
 
@@ -108,10 +110,22 @@ def _how(b: dict) -> str:
     return "forced; ahead of the default within one server start only, so keep the default"
 
 
+def _none_studied(h: dict) -> str | None:
+    """"none: profiles only" for a run of profiles only (its engines each served a ladder of slices; no book
+    parameters name one under study), else None."""
+    return "none: profiles only" if any(e.get("source") == "profile_runs" for e in h.get("engines", [])) else None
+
+
 def _answer(store, profile: str | None) -> str:
     """The run's answer in one line, HTML, every figure tagged: computed from its tables, never typed in."""
     from .findings import backends, throughput
+    from .profile.units import units_markdown
+    from nbconvert.filters.markdown import markdown2html
     from .stated import q, selection_of
+
+    units = units_markdown(store) if not profile else ""
+    if units:   # a reference recording of units: its depth ladders and the engines through the anchor (chapter 06)
+        return "Decode-step profiles only (chapter 06): " + markdown2html(units)
 
     code = lambda t: f"<code>{html.escape(str(t))}</code>"  # noqa: E731
     if profile:
@@ -248,8 +262,9 @@ def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None =
     configs = [] if params.get("profile") else configurations(store, _model_info(params.get("model"), store.path), machine, ran_as)
     return {
         "name": render.name, "run": store.path.name, "host": _host_text(h, params.get("profile")),
-        "whatif": bool(params.get("profile")), "engine": params.get("engine"), "engines": ran, "read": read,
-        "model": _model_text(params.get("model"), store.path) + _weights_by_chapter(ran_as), "date": str(m.get("started") or h.get("date") or "?")[:10],
+        "whatif": bool(params.get("profile")), "engine": params.get("engine") or _none_studied(h), "engines": ran, "read": read,
+        "model": (_model_text(params.get("model"), store.path) if params.get("model") or not h.get("model") else h["model"])
+                 + _weights_by_chapter(ran_as), "date": str(m.get("started") or h.get("date") or "?")[:10],
         "answer": _answer(store, params.get("profile")), "pages": pages, "configs": configs, "store": store,
     }
 

@@ -391,11 +391,15 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     versions = manifest.get("versions", {})
     h = host_summary(store)
     if h.get("gpu"):
-        gpus = f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability')}" + (f", {'/'.join(h['links'])}" if h.get("links") else "")
+        gpus = (f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability') or 'not recorded'}"
+                + (f", {'/'.join(h['links'])}" if h.get("links") else "")
+                + (f"; {len(h['machines'])} machines, one per recording unit: {', '.join(h['machines'])}"
+                   if len(h.get("machines") or []) > 1 else ""))
     else:
         gpus = ", ".join((manifest.get("host_fingerprint") or {}).get("gpus") or []) or "no GPU"
     engines = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("transformers", "sglang", "vllm") and v)
     studied = ", ".join(f"{e['engine']} {e.get('version')}" for e in h.get("engines", []) if e.get("status") == "ok")
+    profiled = any(e.get("source") == "profile_runs" for e in h.get("engines", []))
     read = [v for v in versions_read(store) if v not in studied.split(", ")]
     rows = []
     for chapter, _ in pages:
@@ -415,10 +419,13 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
         f"<table class=\"sb-card\"><tr><th>host</th><td>{html.escape(str(h.get('hostname') or '?'))} ({html.escape(gpus)})</td></tr>"
         + (f"<tr><th>what-if</th><td>hardware profile {html.escape(str(params.get('profile')))}: nothing on it was measured; "
            f"chapters 03-05 plan and predict</td></tr>" if params.get("profile") else "")
-        + f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
-        f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}"
-        + (" (each engine environment's own version, chapter 01's engines table; the chapters' versions line is the "
-           "kernel's that executed them)" if studied else "") + "</td></tr>"
+        + (f"<tr><th>engine under study</th><td>{html.escape(str(params.get('engine')))} &middot; model {html.escape(str(params.get('model')))}</td></tr>"
+           if params or not profiled else
+           f"<tr><th>engine under study</th><td>none: a run of profiles only &middot; model {html.escape(str(h.get('model')))}</td></tr>")
+        + f"<tr><th>engines</th><td>{html.escape(studied or engines or 'none')}"
+        + ((" (as the profiles recorded them, table profile_runs)" if profiled else
+            " (each engine environment's own version, chapter 01's engines table; the chapters' versions line is the "
+            "kernel's that executed them)") if studied else "") + "</td></tr>"
         + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their selection code, read and run on this CPU with GPU-only libraries stubbed - the [run] of chapter 02; no server of them was started)</td></tr>"
            if read else "") +
         f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "

@@ -45,11 +45,20 @@ def role(book: Path, whatif: bool | None = None) -> str:
     """``reference``, ``whatif`` or ``earlier`` for a book on its shelf (the folder it sits in); ``alone`` for a book whose
     shelf holds no reference book (``build/book``). ``whatif``: the book's own answer, where it is not rendered yet."""
     book = Path(book)
-    if book.name == reference(book.parent):
+    if book.name == reference(book.parent) or book.name == _first_rendering(book):
         return "reference"
     if whatif if whatif is not None else _is_whatif(book):
         return "whatif"
     return "earlier" if reference(book.parent) else "alone"
+
+
+def _first_rendering(book: Path) -> str | None:
+    """The reference book's name where ``book``, not yet rendered on its shelf (its first rendering is under way), is
+    the first of ``REFERENCE_BOOKS`` the shelf would then hold; else None."""
+    if book in books(book.parent):
+        return None
+    names = {b.name for b in books(book.parent)} | {book.name}
+    return next((n for n in REFERENCE_BOOKS if n in names), None)
 
 
 def superseded_by(book: Path, whatif: bool | None = None) -> str | None:

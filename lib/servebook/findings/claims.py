@@ -273,7 +273,14 @@ def _bench_claims(f: Findings, store: RunStore) -> list[Claim]:
                            f"{q('peak_per_user_tok_s', t.get('peak_per_user_tok_s'), ',.1f', of=lab)} tok/s"
                            + (" (some levels hit their time budget)" if t["truncated"] else ""), H_SWEEP_C))
     if not f.throughput:
-        c.append(Claim("05", "No benchmark was recorded in this run", H_BENCH, False))
+        from ..profile.book import served_by_profiles
+
+        if served_by_profiles(store):   # a run of profiles only: the profile run timed one stream per slice itself
+            c.append(Claim("05", "No client benchmark in this run (a run of profiles only): the profile run timed each "
+                           "profiled server's greedy requests without the profiler, and chapter 05 states that served "
+                           "time per token per slice depth, over the server starts", H_BENCH))
+        else:
+            c.append(Claim("05", "No benchmark was recorded in this run", H_BENCH, False))
     return c
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ParameterError
+from ..profile.book import profiled_host
 from ..results import RunStore
 from ..stated.text import clip, marked
 from ..stated.intervals import _num, _overlap, separated, starts_of
@@ -50,14 +51,16 @@ def host_summary(store: RunStore) -> dict:
     caps = sorted({str(g.get("capability")) for g in gpus if g.get("capability")})
     engines = [{"engine": r.get("engine"), "version": r.get("version"), "status": r.get("status"),
                 "mismatches": r.get("mismatches"), "gaps": r.get("gaps")} for r in store.rows("engines")]
+    profiled = {} if (gpus or fp.get("gpus")) else profiled_host(store)   # a run of profiles only: its rows say it
     return {
         "run_id": m.get("run_id") or store.path.name,
         "probed": bool(probe) or (store.table_path("gpus").exists()),
         "hostname": probe.get("hostname") or fp.get("hostname"),
         "source": probe.get("source") or ("measured" if gpus else None),
         "profile": probe.get("profile"),
-        "gpu_count": len(gpus) if gpus else len(fp.get("gpus") or []),
-        "gpu": ", ".join(names) or None,
+        "gpu_count": len(gpus) if gpus else len(fp.get("gpus") or []) or profiled.get("gpu_count") or 0,
+        "gpu": ", ".join(names) or profiled.get("gpu"),
+        "machines": profiled.get("machines", []),
         "capability": ", ".join(caps) or None,
         "family": (gpus[0].get("family") if gpus else None),
         "memory_gib": (gpus[0].get("memory_gib") if gpus else None),
@@ -65,10 +68,10 @@ def host_summary(store: RunStore) -> dict:
         "p2p_gbs": max(p2p) if p2p else None,
         "driver": versions.get("driver"), "cuda": versions.get("cuda") or versions.get("torch_cuda"),
         "torch": versions.get("torch"), "nccl": versions.get("nccl_loaded") or versions.get("nccl"),
-        "engines": engines,
-        "date": m.get("started") or m.get("created") or probe.get("created"),
+        "engines": engines or profiled.get("engines", []),
+        "date": m.get("started") or m.get("created") or probe.get("created") or profiled.get("date"),
         "engine_under_study": (m.get("parameters") or {}).get("engine"),
-        "model": (m.get("parameters") or {}).get("model"),
+        "model": (m.get("parameters") or {}).get("model") or profiled.get("model"),
     }
 
 

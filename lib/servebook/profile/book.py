@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CHAPTERS", "profiles_only", "served_by_profiles", "html_plan", "not_run_line"]
+__all__ = ["CHAPTERS", "profiles_only", "served_by_profiles", "html_plan", "not_run_line", "profiled_host"]
 
 # the chapters that read a profile run's tables (executed with measure=False by ``servebook html``)
 CHAPTERS = ("05", "06")
@@ -71,3 +71,26 @@ def served_by_profiles(store) -> bool:
     profiles only whose ok profiles timed greedy requests without the profiler (``tpot_ms``, one stream). Chapter 05
     shows them per slice depth (``profile.depths``); ``measured.nothing_measured`` takes them as its measurement."""
     return profiles_only(store.path) and any(r.get("ok") and (r.get("tpot_ms") or 0) > 0 for r in store.rows("profile_runs"))
+
+
+def profiled_host(store) -> dict:
+    """What a run of profiles only knows of its host, from its ok profile rows (it has no probe): ``gpu`` (the GPUs'
+    names), ``gpu_count`` (GPUs of the largest machine), ``machines`` (their identities), ``engines`` (engine and
+    version as each row recorded it, ``status`` ok: each served its profiles), ``model`` (the card, with the slices'
+    depths) and ``date`` (the first row's); {} for any other run."""
+    if not profiles_only(store.path):
+        return {}
+    rows = [r for r in store.rows("profile_runs") if r.get("ok")]
+    engines = sorted({(r["engine"], str(r.get("version"))) for r in rows if r.get("engine") and r.get("version")})
+    cards = sorted({r.get("card") for r in rows if r.get("card")})
+    layers = sorted({r["layers"] for r in rows if r.get("layers")})
+    quant = {r.get("quant") for r in rows}
+    model = ", ".join(cards) + (f" slices of {layers[0]} to {layers[-1]} layers" if len(layers) > 1 else
+                                f" slice of {layers[0]} layers" if layers else "")
+    if quant == {"card"}:
+        model += ", the card's INT4 experts, dummy weights"
+    return {"gpu": ", ".join(sorted({r.get("machine_gpu_name") for r in rows if r.get("machine_gpu_name")})) or None,
+            "gpu_count": max((r.get("machine_gpus") or 0 for r in rows), default=0) or None,
+            "machines": sorted({r.get("machine") for r in rows if r.get("machine")}),
+            "engines": [{"engine": e, "version": v, "status": "ok", "source": "profile_runs"} for e, v in engines],
+            "model": model or None, "date": min((str(r.get("recorded_at")) for r in rows if r.get("recorded_at")), default=None)}

@@ -246,13 +246,23 @@ def _linearity_layers(store) -> dict:
 
 
 def _reference_ratios(store, field_: str = "mean") -> dict:
-    """Each engine's deepest INT4 slice's GPU busy time over its machine's reference configuration, mean over starts:
-    ``units.deepest_ratios``, over the anchor times the carry factor reads (``units.anchor_times``)."""
+    """Each engine's INT4 slice's GPU busy time, at the deepest depth both engines have, over its machine's reference
+    configuration, mean over starts: ``units.deepest_ratios``, over the anchor times the carry factor reads
+    (``units.anchor_times``)."""
     from .ranges import SEED_BACKENDS
     from .units import deepest_ratios
 
     return {eng: sum(r) / len(r) if field_ == "mean" else len(r)
             for eng, r in deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS).items()}
+
+
+def _ratio_depth(store) -> dict:
+    from .ranges import SEED_BACKENDS
+    from .tables import latest_ok
+    from .units import common_depth
+
+    depth = common_depth(latest_ok(store.rows("profile_runs")), SEED_BACKENDS)
+    return {} if depth is None else {"engines": depth}
 
 
 def _depths(field_: str, scale: float = 1.0) -> Callable[[Any], dict]:
@@ -289,11 +299,14 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
              tables=("slice_linearity",)),
     Quantity("linearity_moe_layers", "the MoE layers of the shallower (from) or deeper (to) slice of a slice_linearity "
              "row (engine | backend | machine | depths | from or to)", _linearity_layers, tables=("slice_linearity",)),
-    Quantity("reference_ratio", "an engine's deepest INT4 slice's GPU busy time over its own machine's reference "
+    Quantity("reference_ratio", "an engine's INT4 slice's GPU busy time, at the deepest depth both engines have, over its own machine's reference "
              "configuration, mean over its starts (engine; machines.relative_to_reference)", _reference_ratios,
              tables=("profile_runs",)),
-    Quantity("reference_ratio_starts", "the starts of an engine's deepest INT4 slice that ratio is taken over (engine)",
+    Quantity("reference_ratio_starts", "the starts of an engine's INT4 slice that ratio is taken over (engine)",
              lambda store: _reference_ratios(store, "starts"), tables=("profile_runs",)),
+    Quantity("reference_ratio_depth", "the MoE layers of the slices the engines' reference ratios are taken at: the "
+             "deepest depth both engines' INT4 ladders have (engines; units.common_depth)", _ratio_depth,
+             tables=("profile_runs",)),
 ]
 
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)

@@ -145,17 +145,30 @@ def anchor_times(profiles) -> dict:
 
 
 def deepest_ratios(profiles, backends: dict) -> dict:
-    """``{engine: [ratio per start]}``: each start of the engine's deepest INT4 slice (``backends[engine]``), its GPU
-    busy time over its own machine's anchor time (``anchor_times``); an engine whose machine measured no anchor
-    configuration, or without such a slice, is left out."""
+    """``{engine: [ratio per start]}``: each start of the engine's INT4 slice (``backends[engine]``) at the deepest
+    depth every engine of ``backends`` with such slices has (``common_depth``: slices of one depth, never one engine's
+    12 MoE layers against another's 4), its GPU busy time over its own machine's anchor time (``anchor_times``); an
+    engine whose machine measured no anchor configuration, or without such a slice, is left out."""
     from .tables import latest_ok
 
     per, prof, out = anchor_times(profiles), latest_ok(profiles), {}
+    depth = common_depth(prof, backends)
     for eng, be in backends.items():
-        starts = _deepest_starts(prof, eng, be)
+        starts = _deepest_starts(prof, eng, be, depth)
         if starts and all(p.get("machine") in per for p in starts):
             out[eng] = [p["busy_ms"] / per[p["machine"]] for p in starts]
     return out
+
+
+def common_depth(prof: list[dict], backends: dict) -> int | None:
+    """The deepest MoE-layer depth at which every engine of ``backends`` that has INT4 slices has one (None: no depth
+    in common, or no slices)."""
+    from .linearity import moe_layers_of
+
+    have = [{moe_layers_of(p) for p in _int4(prof, eng, be)} for eng, be in backends.items()]
+    have = [h for h in have if h]
+    both = set.intersection(*have) if have else set()
+    return max(both) if both else None
 
 
 def on_anchor_machine(src, backends: dict) -> tuple:
@@ -200,12 +213,19 @@ def on_anchor_machine(src, backends: dict) -> tuple:
     return OnAnchor(src, factors, anchor), notes
 
 
-def _deepest_starts(prof: list[dict], engine: str, backend: str) -> list[dict]:
-    """Every start of an engine's deepest INT4 slice with ``backend`` (one unit: the first start's run)."""
+def _int4(prof: list[dict], engine: str, backend: str) -> list[dict]:
+    return [p for p in prof if p["engine"] == engine and p.get("backend") == backend and p.get("quant") == "card"
+            and p.get("layers") is not None and p.get("busy_ms") is not None]
+
+
+def _deepest_starts(prof: list[dict], engine: str, backend: str, depth: int | None = None) -> list[dict]:
+    """Every start of an engine's INT4 slice with ``backend`` at ``depth`` MoE layers (None: its deepest), of one
+    unit (the first start's run)."""
     from .linearity import moe_layers_of
 
-    mine = [p for p in prof if p["engine"] == engine and p.get("backend") == backend and p.get("quant") == "card"
-            and p.get("layers") is not None and p.get("busy_ms") is not None]
+    mine = _int4(prof, engine, backend)
+    if depth is not None:
+        mine = [p for p in mine if moe_layers_of(p) == depth]
     if not mine:
         return []
     deepest = max(moe_layers_of(p) for p in mine)
@@ -248,17 +268,21 @@ def units_markdown(store) -> str:
                         "its measured GPU busy time" if pred else "") + ".")
         deep[eng] = _deepest_starts(prof, eng, be)
     if len(deep) == 2 and all(deep.values()):
-        lines.append(_engines_line(prof, deep, compare))
+        depth = common_depth(prof, {e: ps[0]["backend"] for e, ps in deep.items()})
+        deep = {e: _deepest_starts(prof, e, ps[0]["backend"], depth) for e, ps in deep.items()}
+        lines.append(_engines_line(prof, deep, compare, depth))
     return "\n".join(lines)
 
 
-def _engines_line(prof: list[dict], deep: dict, compare) -> str:
-    """The engines' deepest slices, each as a ratio to its own machine's reference configuration, decided by the
-    starts rule over those ratios."""
+def _engines_line(prof: list[dict], deep: dict, compare, depth: int | None) -> str:
+    """The engines' slices at the deepest depth both have (``depth`` MoE layers), each as a ratio to its own machine's
+    reference configuration, decided by the starts rule over those ratios."""
     from ..engines import prose_name
     from ..stated import q
 
     ratio = deepest_ratios(prof, {e: ps[0]["backend"] for e, ps in deep.items()})
+    if depth is None:
+        return "- The engines are not compared: their INT4 ladders share no depth."
     if len(ratio) < len(deep):
         lack = sorted({p["machine"] for e, ps in deep.items() if e not in ratio for p in ps})
         return (f"- The engines are not compared: no anchor configuration measured on machine {', '.join(lack)}; a unit "
@@ -268,10 +292,11 @@ def _engines_line(prof: list[dict], deep: dict, compare) -> str:
     said = {"no difference": "no difference beyond the starts' spread", "undecided": "undecided (one start on a side)",
             "a lower": f"{prose_name(a)} lower", "b lower": f"{prose_name(b)} lower"}[c["verdict"]]
     return (f"- Between the engines, measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
-            f", only through each machine's anchor configuration: the deepest slice's GPU busy time is "
+            f", only through each machine's anchor configuration, at the deepest depth both engines have "
+            f"({q('reference_ratio_depth', depth, 'd', of='engines')} MoE layers): the slice's GPU busy time is "
             + " and ".join(f"{q('reference_ratio', sum(r) / len(r), '.3f', of=e)} x its machine's anchor for "
                            f"{prose_name(e)} ({q('reference_ratio_starts', len(r), 'd', of=e)} start{'s' * (len(r) != 1)})"
                            for e, r in ratio.items())
-            + f": {said} (`servebook.profile.starts.compare`: no difference below the starts rule's equivalence margin "
-            "or the start-to-start spread, whichever is larger). That the two machines differ by one factor "
-            "in every kernel is an assumption; both engines profiled in one unit settle it.")
+            + f": {said}, decided by `servebook.profile.starts.compare` (a difference below the starts rule's equivalence "
+            "margin or the start-to-start spread, whichever is larger, is no difference). That the two machines differ "
+            "by one factor in every kernel is an assumption; both engines profiled in one unit settle it.")
