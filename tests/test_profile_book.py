@@ -5,6 +5,7 @@ writes into the run."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import statistics
@@ -20,8 +21,11 @@ BOOK = data_dir() / "runs" / "h200x1-book"
 
 
 def _copy(tmp_path, src=REF):
+    """The run as recorded (its traces and logs left out); the notebooks and tables its first rendering wrote
+    (rendered/h200x1-ref) left out too: the run as ``servebook profile run`` left it."""
     dest = tmp_path / src.name
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.trace.json.gz", "logs"))
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.trace.json.gz", "logs", "notebooks", "chapters.jsonl",
+                                                              "bench_roofline.jsonl", "bench_breakdown.jsonl"))
     return dest
 
 
@@ -137,19 +141,25 @@ def test_the_engines_are_compared_at_the_deepest_depth_both_have():
     assert units.common_depth(prof, {"sglang": "triton"}) == 12
 
 
-def test_the_first_rendering_of_the_reference_book_is_the_reference(tmp_path):
-    """The banner is written while a book renders: h200x1-ref, rendered for the first time onto a shelf whose reference
-    is h200x1-trust, is the reference book already (its pages say so), and trust becomes an earlier recording."""
+def test_the_first_rendering_of_the_reference_book_is_the_reference_and_a_profile_run_is_neither(tmp_path):
+    """The banner is written while a book renders: h200x1-trust, rendered for the first time onto a shelf that holds
+    only earlier books, is the reference book already (its pages carry no banner). A run of profiles only (h200x1-ref,
+    first in REFERENCE_BOOKS) is the shelf's profile run: never the reference, never superseded."""
     from servebook import shelf
 
-    for name in ("h200x1-trust", "h200x1-live"):
+    def shelve(name, manifest):
         (tmp_path / name).mkdir()
         (tmp_path / name / "index.html").write_text("<html></html>")
-        (tmp_path / name / "run.json").write_text("{}")
-    assert shelf.reference(tmp_path) == "h200x1-trust"
-    assert shelf.role(tmp_path / "h200x1-ref", whatif=False) == "reference"       # not rendered yet: its first rendering
-    assert shelf.role(tmp_path / "h200x1-live", whatif=False) == "earlier"
-    assert shelf.role(tmp_path / "other-book", whatif=False) == "earlier"
+        (tmp_path / name / "run.json").write_text(json.dumps({"manifest": manifest}))
+
+    shelve("h200x1-live", {"parameters": {"engine": "sglang"}})
+    assert shelf.reference(tmp_path) is None
+    assert shelf.role(tmp_path / "h200x1-trust", whatif=False, profiles=False) == "reference"   # its first rendering
+    shelve("h200x1-trust", {"parameters": {"engine": "sglang"}})
+    shelve("h200x1-ref", {"run_id": "h200x1-ref"})
+    assert shelf.reference(tmp_path) == "h200x1-trust" and shelf.profiles_only(tmp_path / "h200x1-ref")
+    assert shelf.role(tmp_path / "h200x1-ref") == "profiles" and shelf.superseded_by(tmp_path / "h200x1-ref") is None
+    assert shelf.superseded_by(tmp_path / "h200x1-live") == "h200x1-trust"
 
 
 def test_the_front_page_answer_of_a_profiles_only_run_is_its_ladders(tmp_path):

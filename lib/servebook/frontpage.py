@@ -332,6 +332,7 @@ def render_front_page(rendered_dir: str | os.PathLike = "rendered", runs_dir: st
     ``runs_dir``: where the runs are (default: the path each book's ``run.json`` names, relative to the book's root)."""
     from . import glossary, shelf
     from .frontpage_answer import seed_answer
+    from .profile.seed import REFERENCE_PROFILE_RUN
     from .frontpage_same import same_configuration, table_html
 
     rendered_dir = Path(rendered_dir)
@@ -339,7 +340,8 @@ def render_front_page(rendered_dir: str | os.PathLike = "rendered", runs_dir: st
     ref = shelf.reference(rendered_dir)
     reference = [b for b in summaries if b["name"] == ref]
     whatifs = [b for b in summaries if b["whatif"] and b["name"] != ref]
-    earlier = [b for b in summaries if b not in reference and b not in whatifs]
+    profiles = [b for b in summaries if shelf.role(rendered_dir / b["name"]) == "profiles"]
+    earlier = [b for b in summaries if b not in reference and b not in whatifs and b not in profiles]
     same = table_html(same_configuration(summaries, ref), ref)
     answered = next((b["name"] for b in whatifs if b["store"].rows("seed_range")), None)  # the book seed_answer reads
     page = (f'<!doctype html><html><head><meta charset="utf-8"><title>servebook: the rendered books</title>'
@@ -347,6 +349,11 @@ def render_front_page(rendered_dir: str | os.PathLike = "rendered", runs_dir: st
             "<h1>servebook</h1>" + seed_answer(whatifs)
             + (f"<h2>The reference book: {html.escape(ref)}</h2><p>This project's reference recording on an H200; where several "
                "books measured the same configuration, its number is the one quoted.</p>" + _card(reference[0]) if reference else "")
+            + (f"<h2>The profile run: {', '.join(html.escape(b['name']) for b in profiles)}</h2><p>Decode-step profiles "
+               "recorded on an H200 (model slices at several depths, each engine's on one machine)"
+               + ("; the what-if book's projection reads them" if REFERENCE_PROFILE_RUN in [b["run"] for b in profiles] else "")
+               + ". A run of profiles only serves no configuration another book measured: it supersedes none, and none "
+               "supersedes it.</p>" + "".join(_card(b) for b in profiles) if profiles else "")
             + ("<h2>The what-if book" + ("s" if len(whatifs) > 1 else "") + "</h2>"
                + "".join(_card(b, answer=b["name"] != answered) for b in whatifs) if whatifs else "")
             + ('<h2 id="same-configuration">Same configuration, other methods</h2><p>Every rate another book measured for a '

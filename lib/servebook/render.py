@@ -258,7 +258,8 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             pages.append((chapter, executed))
     exporter = _exporter()
     boxes = answer_boxes(store)
-    by = shelf.superseded_by(out, whatif=bool((manifest.get("parameters") or {}).get("profile")))
+    by = shelf.superseded_by(out, whatif=bool((manifest.get("parameters") or {}).get("profile")),
+                             profiles="parameters" not in manifest and not manifest.get("probe"))
     superseded = pages_frame.banner_html(by, shelf.only_here(out, {c.number for c, _ in pages}) if by else [])
     glossary.write_glossary(out.parent)  # beside the book, as rendered/glossary.html: every page links ../glossary.html
     shelved = (out.parent / "index.html").exists()  # a front page beside the book (rendered/): the pages link it

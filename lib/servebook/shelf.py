@@ -1,7 +1,8 @@
 """Which rendered book is which: the reference book, the what-if books, and the earlier recordings it supersedes.
 
     role(Path("rendered/h200x1-live"))       # 'earlier'
-    reference(Path("rendered"))              # 'h200x1-trust' (until rendered/h200x1-ref/index.html exists)
+    reference(Path("rendered"))              # 'h200x1-trust' (h200x1-ref, rendered, is a run of profiles only)
+    role(Path("rendered/h200x1-ref"))        # 'profiles'
     superseded_by(Path("rendered/h200x1-live"))   # 'h200x1-trust'
 
 A shelf is a folder of rendered books (each with ``index.html`` and ``run.json``), as ``rendered/``. The front page
@@ -14,11 +15,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["REFERENCE_BOOKS", "books", "reference", "role", "superseded_by", "only_here"]
+__all__ = ["REFERENCE_BOOKS", "books", "reference", "role", "superseded_by", "only_here", "profiles_only"]
 
-# The project's reference H200 recording, in order of preference: the first of these the shelf has rendered is the
-# reference book (h200x1-ref is the reference recording; h200x1-trust, the recording with server starts counted and the
-# decode path checked, stands in until it is rendered). An editorial choice, named here once.
+# The project's reference H200 recording, in order of preference: the first of these the shelf has rendered that served
+# configurations (not a run of profiles only) is the reference book. h200x1-ref is the reference recording of the
+# decode-step profiles; while it holds profiles only (no served configuration another book measured: issue #39's backends
+# units are not recorded yet) it is the shelf's profile run, and h200x1-trust, the recording with server starts counted and
+# the decode path checked, is the reference book. An editorial choice, named here once.
 REFERENCE_BOOKS = ("h200x1-ref", "h200x1-trust")
 
 
@@ -27,24 +30,39 @@ def books(shelf: Path) -> list[Path]:
     return sorted(p.parent for p in Path(shelf).glob("*/run.json") if (p.parent / "index.html").exists())
 
 
-def _is_whatif(book: Path) -> bool:
+def _manifest(book: Path) -> dict | None:
     try:
-        manifest = json.loads((book / "run.json").read_text()).get("manifest") or {}
+        return json.loads((book / "run.json").read_text()).get("manifest") or {}
     except (OSError, ValueError):
-        return False
-    return bool((manifest.get("parameters") or {}).get("profile"))
+        return None
+
+
+def _is_whatif(book: Path) -> bool:
+    return bool(((_manifest(book) or {}).get("parameters") or {}).get("profile"))
+
+
+def profiles_only(book: Path) -> bool:
+    """Whether a rendered book is a run of profiles only (``servebook profile run``): its manifest holds no book
+    parameters and no probe (``profile.book.profiles_only``'s rule, read from the book's ``run.json``)."""
+    m = _manifest(book)
+    return m is not None and "parameters" not in m and not m.get("probe")
 
 
 def reference(shelf: Path) -> str | None:
-    """The reference book's name on ``shelf``: the first of ``REFERENCE_BOOKS`` it holds rendered, else None."""
-    names = {b.name for b in books(shelf)}
+    """The reference book's name on ``shelf``: the first of ``REFERENCE_BOOKS`` it holds rendered that is not a run of
+    profiles only, else None."""
+    names = {b.name for b in books(shelf) if not profiles_only(b)}
     return next((n for n in REFERENCE_BOOKS if n in names), None)
 
 
-def role(book: Path, whatif: bool | None = None) -> str:
-    """``reference``, ``whatif`` or ``earlier`` for a book on its shelf (the folder it sits in); ``alone`` for a book whose
-    shelf holds no reference book (``build/book``). ``whatif``: the book's own answer, where it is not rendered yet."""
+def role(book: Path, whatif: bool | None = None, profiles: bool | None = None) -> str:
+    """``reference``, ``whatif``, ``profiles`` (a run of profiles only: it served no configuration, so it supersedes and
+    is superseded by none) or ``earlier`` for a book on its shelf (the folder it sits in); ``alone`` for a book whose
+    shelf holds no reference book (``build/book``). ``whatif``, ``profiles``: the book's own answers, where it is not
+    rendered yet."""
     book = Path(book)
+    if profiles if profiles is not None else profiles_only(book):
+        return "profiles"
     if book.name == reference(book.parent) or book.name == _first_rendering(book):
         return "reference"
     if whatif if whatif is not None else _is_whatif(book):
@@ -57,14 +75,14 @@ def _first_rendering(book: Path) -> str | None:
     the first of ``REFERENCE_BOOKS`` the shelf would then hold; else None."""
     if book in books(book.parent):
         return None
-    names = {b.name for b in books(book.parent)} | {book.name}
+    names = {b.name for b in books(book.parent) if not profiles_only(b)} | {book.name}
     return next((n for n in REFERENCE_BOOKS if n in names), None)
 
 
-def superseded_by(book: Path, whatif: bool | None = None) -> str | None:
+def superseded_by(book: Path, whatif: bool | None = None, profiles: bool | None = None) -> str | None:
     """The book that supersedes ``book`` on its shelf (the reference book), or None where none does."""
     book = Path(book)
-    return reference(book.parent) if role(book, whatif) == "earlier" else None
+    return reference(book.parent) if role(book, whatif, profiles) == "earlier" else None
 
 
 def only_here(book: Path, chapters: set[str] | None = None) -> list[str]:

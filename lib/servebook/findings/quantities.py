@@ -29,7 +29,7 @@ from .tables import _probe, backends, failures, host_summary, nccl, throughput
 _OF_BACKENDS = ("backends", "backends_not_run", "backends_preflight")  # findings.backends
 _OF_THROUGHPUT = ("bench_roofline", "bench_summary")  # findings.throughput
 _OF_NCCL = ("allreduce", "tp_e2e")  # findings.nccl
-_OF_HOST = ("engines", "gpus", "p2p", "topology", "versions")  # findings.host_summary (and probe.json)
+_OF_HOST = ("engines", "gpus", "p2p", "topology", "versions", "profile_runs")  # findings.host_summary (and probe.json; a run of profiles only: its profile rows)
 
 
 @per_run
