@@ -436,6 +436,10 @@ def projection_range(central: dict, table: list[dict], seed: dict | None = None)
             if seed and seed.get(who):
                 row["seed_tok_s"] = seed[who]
                 row["seed_inside"] = row["low_tok_s"] <= seed[who] <= row["high_tok_s"]
+                # how far outside: the seed's time per token past the range's slow end (+) or before its fast end (-)
+                row["seed_ms"] = 1e3 / seed[who]
+                row["seed_beyond_ms"] = (0.0 if row["seed_inside"] else row["seed_ms"] - row["high_ms"]
+                                         if row["seed_ms"] > row["high_ms"] else row["seed_ms"] - row["low_ms"])
         elif seed and seed.get("sglang") and seed.get("vllm"):
             row["seed_gap_ms"] = 1e3 / seed["sglang"] - 1e3 / seed["vllm"]
             row["seed_inside"] = row["low_ms"] <= row["seed_gap_ms"] <= row["high_ms"]

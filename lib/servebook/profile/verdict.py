@@ -99,9 +99,7 @@ def _range_line(tables: dict) -> str:
         f"{t('seed_range', v, 'seed_tok_s', '.1f')}); SGLang slower by {t('seed_range', g, 'point_ms', '.2f')} ms per token "
         f"({t('seed_range', g, 'low_ms', '.2f')} to {t('seed_range', g, 'high_ms', '.2f')}; the seed's "
         f"{t('seed_range', g, 'seed_gap_ms', '.2f')})."
-        + "".join(f" The seed's {prose_name(e)} rate lies outside that engine's range: the ends of the assumptions here do not "
-                  "reach it." for e, r in (("sglang", s), ("vllm", v))
-                  if r.get("seed_inside") is False)
+        + "".join(_outside(prose_name(e), r) for e, r in (("sglang", s), ("vllm", v)) if r.get("seed_inside") is False)
         + " The point takes every assumption at its central value; the range takes "
         "all of them together at the ends that shorten or lengthen the time (table `seed_assumptions` moves each alone). "
         "Host time follows one rule, the one the whole models of "
@@ -110,6 +108,24 @@ def _range_line(tables: dict) -> str:
         + _units_words(tot, days, ref)
         + (" Taken across machines, since no pair of one machine exists (a measurement on one machine settles them): "
            + "; ".join(f"`{c}`" for c in cross) + "." if cross else ""))
+
+
+def _outside(name: str, r: dict) -> str:
+    """The seed's rate outside an engine's projected range: by how much, and that nothing here says where it goes."""
+    if r.get("seed_beyond_ms") is None:   # a table recorded before the field: only that it is outside
+        return f" The seed's {name} rate lies outside that engine's range: the ends of the assumptions here do not reach it."
+    slow = r["seed_beyond_ms"] > 0
+    return (f" The seed's {name} rate lies outside that engine's range: its {t('seed_range', r, 'seed_ms', '.2f')} ms per token "
+            f"is {q_abs(r)} ms {'longer than the slow' if slow else 'shorter than the fast'} end, so at every assumption's "
+            f"{'slow' if slow else 'fast'} end the projection still {'misses a part' if slow else 'adds time'} of {name}'s step "
+            "on that host that this book does not locate (a hypothesis until a decode-step profile of that engine on the seed's "
+            "host shows where the time goes).")
+
+
+def q_abs(r: dict) -> str:
+    from ..stated.tags import q
+
+    return q("seed_table_abs", abs(r["seed_beyond_ms"]), ".2f", of=f"seed_range | {r['key']} | seed_beyond_ms")
 
 
 def _units_words(tot: dict, days: list, ref: str) -> str:
