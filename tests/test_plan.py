@@ -8,6 +8,7 @@ code in its prepared environment (built by ``servebook engines add``, or here).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -133,6 +134,36 @@ def test_the_chapter_03_plan_lists_only_what_sglang_accepts_on_capability_12(sgl
     line = next(l for l in whatif_found(whatif, facts, whatif.table("plan_commands").query("chapter == '03'")).splitlines()
                 if l.startswith("- Left out"))
     assert f'data-v="{len(out)}"' in line and "AMD specific" in line and "`trtllm_mha`" in line
+
+
+def test_the_page_says_how_many_were_left_out_and_why_each_figure_recomputed(tmp_path):
+    """Chapter 03's what-if line from ``plan_left_out`` rows (as ``accepted_here`` writes them): the count and the list's
+    size tagged and recomputed by the registry, each reason once with the backends it covers, a reading that could not be
+    made said as such."""
+    import pandas as pd
+
+    from servebook.backends.report import whatif_found
+    from servebook.quantities import QUANTITIES, pick
+    from servebook.stated import stated_on
+
+    store = RunStore.at(tmp_path / "run")
+    at = "sglang/srt/server_args.py"
+    left = [{"attention": "aiter", "rule": "platform", "reason": 'listed under "AMD specific"', "where": f"{at}:138"},
+            {"attention": "wave", "rule": "platform", "reason": 'listed under "AMD specific"', "where": f"{at}:139"},
+            {"attention": "trtllm_mha", "rule": "validation", "reason": "refused by its ServerArgs under the faked GPU",
+             "error": "ValueError: only SM100", "where": "ServerArgs.__post_init__"},
+            {"attention": None, "rule": "not read", "reason": "no headers here"}]
+    plan._supersede(store, "plan_left_out", "03", [{"chapter": "03", "of": 17, **r} for r in left])
+    facts = {"engine": SGLANG, "model": "kimi-k2.5", "gpus": 8, "profile": "rtx-pro-6000", "capability": "12.0"}
+    text = whatif_found(store, facts, pd.DataFrame([{"command": "a"}, {"command": "b"}]))
+    line = next(l for l in text.splitlines() if l.startswith("- Left out"))
+    plain = re.sub(r"<[^>]+>", "", line)
+    assert plain.startswith("- Left out of the plan: 3 of the 17 backends in its list, by its own code: `aiter`, `wave` "
+                            f'(listed under "AMD specific" at `{at}:138-139`); `trtllm_mha` (refused by its ServerArgs '
+                            "under the faked GPU: `ValueError: only SM100`).")
+    assert plain.endswith(" no headers here.")
+    for s in stated_on(line):
+        assert pick(QUANTITIES[s.name], QUANTITIES[s.name].compute(store), s.of) == s.value, s
 
 
 # -- 3. one nccl-tests command ------------------------------------------------------------------------------------------
