@@ -84,8 +84,8 @@ def _validation(engine: str, model: str, profile: str, names: list[str], tp_size
 
     env, _hw, _libs, _reading, request = _setup(engine, profile, None, None, None, None, tp_size)
     if env.engine != "sglang":
-        return {}, {"reason": f"{env.engine}'s validation of a forced backend needs its GPU (its backends' own checks): not "
-                              "asked here, so every backend its list names on this platform is planned"}
+        return {}, {"reason": f"only SGLang's ServerArgs is asked under a faked GPU here; {env.engine}'s own checks of a "
+                              "forced backend were not asked, so every backend its list names on this platform is planned"}
     cases = [_case(model, {"attention_backend": n} if n else {}, tp_size)[1] for n in [None, *names]]
     r = _run(env, request | {"cases": cases}, 900)
     answers = r.get("cases") if r.get("ok") else None
