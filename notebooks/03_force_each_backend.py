@@ -59,10 +59,10 @@ measure: bool = True  # False: start nothing, re-read this run's tables (servebo
 # %% [markdown] tags=["whatif"]
 # ## What-if: the plan for the real host
 # `profile` (a hardware profile) is set, so there is no such GPU here and nothing below is measured. What chapter 03 measures on
-# the real host: each attention backend the engine accepts, forced in turn with the engine's own flag,
-# checked three ways (the backend the engine reports loading, greedy tokens against the default's, decode
+# the real host: each attention backend the engine's own code accepts on that GPU, forced in turn with its own flag,
+# checked three ways (the backend the engine reports loading, its decode-path token ids against the default's, decode
 # rate). The commands are the engine's own launch lines for the profiled host, recorded in the table
-# `plan_commands`, ready to paste there.
+# `plan_commands`, ready to paste there; the backends left out, and why, in `plan_left_out`.
 
 # %% tags=["whatif"]
 import pandas as pd

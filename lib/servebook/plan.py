@@ -2,7 +2,7 @@
 
     from servebook import plan
     facts = plan.host_facts(store, engine="sglang==0.5.9", model="kimi-k2.5", profile="rtx-pro-6000")
-    plan.plan_backends(store, facts)     # 03: one forced launch per backend the engine accepts (its own flag)
+    plan.plan_backends(store, facts)     # 03: one forced launch per backend the engine's code accepts on that GPU
     plan.plan_nccl(store, facts)         # 04: decode all-reduce sizes, the communication floor, the grid command
     plan.plan_bench(store, facts)        # 05: the roofline from the profile and the card, the benchmark commands
     plan.recommended_launch(facts, "flashinfer")   # the engine's launch line with that backend forced
@@ -55,20 +55,44 @@ def _adapter(facts: dict):
     return get_engine(facts["engine"], python=facts.get("engine_python"))
 
 
-def recommended_launch(facts: dict, attention: str | None, env: dict | None = None) -> str:
-    """The engine's launch command on the profiled host with ``attention`` forced (None: the engine's default),
-    from :func:`servebook.engines.user_command`, checked against the prepared environment's own parser."""
+def recommended_launch(facts: dict, attention: str | None, env: dict | None = None, address: bool = False) -> str:
+    """The engine's launch command on the profiled host with ``attention`` forced (None: the engine's default): the one
+    builder of every launch the plan shows, :func:`servebook.engines.user_command` with the arguments the seed verdict's
+    ``seed_fixes`` (``profile.fixes``) and chapter 06's recommended launches give it (model, TP size, the forced backend,
+    ``env``), so one fix reads the same on every page; checked against the prepared environment's own parser.
+    ``address``: also ``--host 127.0.0.1 --port {_PORT}``, for the launch a command beside it talks to (chapter 05's
+    benchmark names that URL)."""
     from .engines import user_command
 
+    where = {"host": "127.0.0.1", "port": _PORT} if address else {}
     return user_command(facts["engine"], facts["model_ref"], attention=attention, tp=facts["gpus"], env=env,
-                        host="127.0.0.1", port=_PORT, python=facts.get("engine_python"), check=True)
+                        python=facts.get("engine_python"), check=True, **where)
 
 
-def _cmd(store, chapter: str, purpose: str, command: str, **extra: Any) -> dict:
-    row = {"chapter": chapter, "purpose": purpose, "command": command, "source": "plan: not run (what-if)", **extra}
-    if not store.done("plan_commands", chapter=chapter, purpose=purpose, command=command):
-        store.append("plan_commands", row)
-    return row
+_PLAN_SOURCE = "plan: not run (what-if)"
+
+
+def _cmd(chapter: str, purpose: str, command: str, **extra: Any) -> dict:
+    return {"chapter": chapter, "purpose": purpose, "command": command, "source": _PLAN_SOURCE, **extra}
+
+
+def _supersede(store, table: str, chapter: str, rows: list[dict], source: str | None = None) -> list[dict]:
+    """Chapter ``chapter``'s rows of ``table`` (of ``source``, where given: the rows of that kind) replaced by ``rows``,
+    the chapters in order: a plan or prediction is computed again whole at each execution, so a row whose words changed
+    (a purpose renamed, a backend no longer planned) supersedes the earlier one instead of standing beside it. A row
+    computed again with the same values keeps its earlier stamps, and where every value is the same the file is left as it
+    was (no new ``recorded_at``: a what-if executed again changes no file)."""
+    from .executions import execution_id, values_of
+
+    held = store.rows(table, withdrawn=True, executions="all")
+    mine = lambda r: r.get("chapter") == chapter and (source is None or r.get("source") == source)  # noqa: E731
+    if not rows and not any(mine(r) for r in held):
+        return held  # nothing planned, nothing to supersede: no file written
+    earlier = {values_of(r): r for r in held if mine(r)}
+    stamp = {"execution": store.execution.get("id") or 1, "execution_id": execution_id()}
+    new = [earlier.get(values_of(r)) or {**r, **stamp} for r in rows]
+    others = [r for r in held if not mine(r)]
+    return store.replace(table, sorted(others + new, key=lambda r: str(r.get("chapter"))), unchanged="keep")
 
 
 def _book_cmd(facts: dict, only: str, extra: str = "") -> str:
@@ -100,31 +124,45 @@ def _attention_choices(eng) -> list[str]:
 
 
 def plan_backends(store, facts: dict) -> list[dict]:
-    """Chapter 03's plan: the engine's own list of attention backends, one forced launch each, and the book command."""
+    """Chapter 03's plan: the backends of the engine's own list that its own code accepts on the profiled GPU
+    (:func:`servebook.selection.accepts.accepted_here`), one forced launch each, and the book command. The backends left
+    out, each with its reason and where the engine's code says it, go to table ``plan_left_out``."""
     eng = _adapter(facts)
-    rows = []
     try:
         choices = _attention_choices(eng)
     except ServebookError as exc:
         store.record_failure("plan: attention choices", exc, engine=facts["engine"])
         choices = []
-    # First the backends chapter 02's what-if says a hardware helper kept from this GPU (if any), then the rest.
+    from .selection.accepts import accepted_here
+
+    kept, left = accepted_here(facts["engine"], facts["model"], facts["profile"], choices, tp_size=facts["gpus"]) \
+        if choices else ([], [])
+    missed = _missed_here(store, facts, eng.name)
+    rows = [_cmd("03", "the engine's default (reference for decode-path agreement)", recommended_launch(facts, None),
+                 attention="auto")]
+    for name in sorted(kept, key=lambda b: (b not in missed, b)):
+        why = f": first, {missed[name]}" if name in missed else ""
+        rows.append(_cmd("03", f"force {eng.attention_flag} {name}{why}", recommended_launch(facts, name), attention=name,
+                         flag=eng.attention_flag))
+    rows.append(_cmd("03", "the whole sweep, checked (reported backend, decode-path agreement with the default, decode rate)",
+                     _book_cmd(facts, "01,02,03")))
+    _supersede(store, "plan_commands", "03", rows, source=_PLAN_SOURCE)
+    _supersede(store, "plan_left_out", "03", [{"chapter": "03", "engine": facts["engine"], "of": len(choices), **r}
+                                              for r in left])
+    return rows
+
+
+def _missed_here(store, facts: dict, engine: str) -> dict[str, str]:
+    """The backends chapter 02's what-if says a hardware helper kept from this GPU (planned first), with why."""
     from .selection.rootcause import root_causes
 
-    missed = {}
+    missed: dict[str, str] = {}
     for c in root_causes(store):
-        if c["decision"] in ("fallback", "hypothesis") and c["gpu"] == facts["profile"] and c["engine"] == eng.name:
+        if c["decision"] in ("fallback", "hypothesis") and c["gpu"] == facts["profile"] and c["engine"] == engine:
             for m in c["missed"]:
                 for b in m["would_write"]:
                     missed.setdefault(b, f"{m['helper']} kept it from this GPU ({', '.join(m['at'])})")
-    rows.append(_cmd(store, "03", "the engine's default (reference for token agreement)", recommended_launch(facts, None), attention="auto"))
-    for name in sorted(choices, key=lambda b: (b not in missed, b)):
-        why = f": first, {missed[name]}" if name in missed else ""
-        rows.append(_cmd(store, "03", f"force {eng.attention_flag} {name}{why}", recommended_launch(facts, name), attention=name,
-                         flag=eng.attention_flag))
-    rows.append(_cmd(store, "03", "the whole sweep, checked (reported backend, greedy agreement, decode rate)",
-                     _book_cmd(facts, "01,02,03")))
-    return rows
+    return missed
 
 
 def seed_first(facts: dict, fixes: list[dict]) -> list[dict]:
@@ -214,7 +252,7 @@ def _floor_latencies(facts: dict, message_bytes: int) -> list[dict]:
 
 def plan_nccl(store, facts: dict) -> list[dict]:
     """Chapter 04's plan: decode all-reduce sizes, the communication floor per token, and the grid command."""
-    from .nccl import model_dims
+    from .nccl import model_dims, nccl_tests_command
 
     dims = model_dims(facts["card"])
     per_token = _collectives(facts)
@@ -232,20 +270,14 @@ def plan_nccl(store, facts: dict) -> list[dict]:
             "source": "prediction: card"}
     rows.append(sens)
     # derived from data files and published figures: computed again whole, superseding an older count or latency rule
-    _replace_rows(store, "04", rows)
-    _cmd(store, "04", "NCCL grid at the model's decode sizes (graph-replayed, sums checked)",
-         f"python -m servebook.nccl --model {facts['model']} --out runs/nccl-{facts['profile']}")
-    _cmd(store, "04", "nccl-tests reference at the batch-1 size (graph mode, as engines issue it)",
-         f"all_reduce_perf -b {dims['hidden_size'] * 2} -e {dims['hidden_size'] * 2 * 64} -f 2 -g {facts['gpus']} -G 20")
-    _cmd(store, "04", "the chapter, with the book's checks", _book_cmd(facts, "04"))
+    _supersede(store, "roofline", "04", rows)
+    _supersede(store, "plan_commands", "04", [
+        _cmd("04", "NCCL grid at the model's decode sizes (graph-replayed, sums checked)",
+             f"python -m servebook.nccl --model {facts['model']} --out runs/nccl-{facts['profile']}"),
+        _cmd("04", "nccl-tests reference at the model's decode sizes, batch 1 to 64 (graph mode, as engines issue it)",
+             nccl_tests_command(facts["card"], facts["gpus"])),
+        _cmd("04", "the chapter, with the book's checks", _book_cmd(facts, "04"))], source=_PLAN_SOURCE)
     return rows
-
-
-def _replace_rows(store, chapter: str, rows: list[dict]) -> None:
-    """Chapter ``chapter``'s rows of table ``roofline`` replaced by ``rows``, the chapters in order; computed again with
-    the same values, the table is left as it was (no new ``recorded_at``: a what-if executed again changes no file)."""
-    others = [r for r in store.rows("roofline") if r.get("chapter") != chapter]
-    store.replace("roofline", sorted(others + rows, key=lambda r: str(r.get("chapter"))), unchanged="keep")
 
 
 def plan_bench(store, facts: dict) -> list[dict]:
@@ -273,10 +305,12 @@ def plan_bench(store, facts: dict) -> list[dict]:
                "bytes_method": arch["method"], "source": f"prediction: data/models/{facts['model']}.json x data/hardware/{facts['profile']}.json"}
         rows.append(row)
     # derived from data files and chapter 04's floor: computed again whole, superseding an older floor
-    _replace_rows(store, "05", rows)
-    _cmd(store, "05", "start the engine as it would run by default", recommended_launch(facts, None), attention="auto")
-    _cmd(store, "05", "single stream and concurrency sweep against it (same client for every engine)",
-         f"servebook bench --url http://127.0.0.1:{_PORT} --engine {facts['engine'].split('==')[0]} --concurrency 1,2,4,8,16,32,64 "
-         f"--out runs/bench-{facts['profile']}")
-    _cmd(store, "05", "the chapter, with the roofline against what was measured", _book_cmd(facts, "05"))
+    _supersede(store, "roofline", "05", rows)
+    _supersede(store, "plan_commands", "05", [
+        _cmd("05", "start the engine as it would run by default, at the address the benchmark below names",
+             recommended_launch(facts, None, address=True), attention="auto"),
+        _cmd("05", "single stream and concurrency sweep against it (same client for every engine)",
+             f"servebook bench --url http://127.0.0.1:{_PORT} --engine {facts['engine'].split('==')[0]} --concurrency "
+             f"1,2,4,8,16,32,64 --out runs/bench-{facts['profile']}"),
+        _cmd("05", "the chapter, with the roofline against what was measured", _book_cmd(facts, "05"))], source=_PLAN_SOURCE)
     return rows

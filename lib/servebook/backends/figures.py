@@ -113,3 +113,16 @@ def plan_launches(store) -> dict[None, int]:
     """The what-if's planned launches (table ``plan_commands``, chapter 03), the closing sweep line not counted."""
     n = sum(1 for r in store.rows("plan_commands") if r.get("chapter") == "03")
     return {None: n - 1} if n else {}
+
+
+def plan_left_out(store) -> dict[None, int]:
+    """The backends of the engine's list that the what-if's chapter 03 plan leaves out (table ``plan_left_out``: the
+    engine's own code does not accept them on the profiled GPU)."""
+    rows = [r for r in store.rows("plan_left_out") if r.get("chapter") == "03"]
+    return {None: sum(1 for r in rows if r.get("attention"))} if rows else {}
+
+
+def plan_choices(store) -> dict[None, int]:
+    """How many backends the engine's list holds, as the what-if's chapter 03 plan read it (``plan_left_out.of``)."""
+    of = {r.get("of") for r in store.rows("plan_left_out") if r.get("chapter") == "03" and r.get("of") is not None}
+    return {None: of.pop()} if len(of) == 1 else {}

@@ -66,6 +66,10 @@ register(
              tables=("backends",)),
     Quantity("plan_launches", "launches the what-if plans for chapter 03 on the real host", figures.plan_launches,
              tables=("plan_commands",)),
+    Quantity("plan_left_out", "backends of the engine's list the what-if's chapter 03 plan leaves out: its own code does not "
+             "accept them on the profiled GPU (table plan_left_out)", figures.plan_left_out, tables=("plan_left_out",)),
+    Quantity("plan_choices", "backends in the engine's list, as the what-if's chapter 03 plan read it (plan_left_out.of)",
+             figures.plan_choices, tables=("plan_left_out",)),
     # each start against its engine's default, as the sayers state it
     Quantity("vs_default_pct", "a start's rate against its engine's default in the same mode, signed % (engine | attention | mode)",
              _vs_default, tables=("backends",)),

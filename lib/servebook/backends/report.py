@@ -333,7 +333,10 @@ def whatif_found(store, facts: dict, cmds) -> str:
 
     lines = [f"- Planned, not measured: {q('plan_launches', len(cmds) - 1, 'd')} launches of {facts['engine']} for {facts['model']} "
              f"on {facts['gpus']}x {facts['profile']} (capability {facts['capability']}), the default plus one per backend its own "
-             "parser accepts."]
+             "parser lists and its own code accepts on this GPU."]
+    left = _left_out_line(store)
+    if left:
+        lines.append(left)
     last = _prediction_for(store, facts)
     if last is not None:
         lines.append(f"- Chapter 02 predicts {last['engine']} {last['version']}'s default resolves to "
@@ -344,6 +347,36 @@ def whatif_found(store, facts: dict, cmds) -> str:
         lines.append(f"- {q('failed_steps', len(fails), 'd')} recorded failure(s) so far, e.g. {fails[-1].get('step')}: "
                      f"{_failure_of(fails[-1], code=True)}")
     return "\n".join(lines)
+
+
+def _left_out_line(store) -> str:
+    """One line: how many backends of the engine's list the plan leaves out and why, in the engine's own words and places
+    (table ``plan_left_out``); and any reading that could not be made."""
+    rows = [r for r in store.rows("plan_left_out") if r.get("chapter") == "03"]
+    if not rows:
+        return ""
+    by: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("attention"):
+            by.setdefault((r.get("reason"), r.get("error")), []).append(r)
+    parts = [", ".join(f"`{r['attention']}`" for r in rs) + f" ({why}"
+             + (f" at `{_lines_at([r.get('where') for r in rs])}`" if rs[0].get("rule") == "platform" else "")
+             + (f": `{err}`" if err else "") + ")" for (why, err), rs in by.items()]
+    n, of = fig.plan_left_out(store).get(None, 0), fig.plan_choices(store).get(None)
+    line = (f"- Left out of the plan: {q('plan_left_out', n, 'd')}"
+            + (f" of the {q('plan_choices', of, 'd')} backends in its list" if of is not None else "")
+            + (", by its own code: " + "; ".join(parts) if parts else ""))
+    notes = [str(r.get("reason")) + (f" (`{r['error']}`)" if r.get("error") else "") for r in rows if not r.get("attention")]
+    return line + "." + (" " + "; ".join(notes) + "." if notes else "")
+
+
+def _lines_at(wheres: list) -> str:
+    """``file:138`` and ``file:139`` as ``file:138-139`` (one file's lines, first to last)."""
+    files = {str(w).rsplit(":", 1)[0] for w in wheres if w}
+    lines = sorted(int(str(w).rsplit(":", 1)[1]) for w in wheres if w)
+    if len(files) != 1 or not lines:
+        return ", ".join(str(w) for w in wheres if w)
+    return f"{files.pop()}:{lines[0]}" + (f"-{lines[-1]}" if lines[-1] != lines[0] else "")
 
 
 def _prediction_for(store, facts: dict) -> dict | None:

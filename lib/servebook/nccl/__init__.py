@@ -53,10 +53,10 @@ from .launch import (allreduce_bench, available_backend, find_all_reduce_perf, p
                      single_process_bench)
 from .predict import env_block, per_token_prediction, recommend
 from .runner import run_grid
-from .sizes import STANDARD_SWEEP, decode_message_sizes, message_sizes, model_dims
+from .sizes import STANDARD_SWEEP, decode_message_sizes, message_sizes, model_dims, nccl_tests_command
 
 __all__ = [
-    "decode_message_sizes", "message_sizes", "model_dims", "available_backend", "allreduce_bench",
+    "decode_message_sizes", "message_sizes", "model_dims", "nccl_tests_command", "available_backend", "allreduce_bench",
     "parse_grid", "builtin_grid", "Setting", "parse_nccl_debug", "run_grid", "find_all_reduce_perf",
     "run_all_reduce_perf", "per_token_prediction", "recommend", "env_block", "STANDARD_SWEEP",
     "single_process_bench", "parse_all_reduce_perf", "debug_excerpt", "KNOWN_VARS", "SEED_RECIPE", "main",
