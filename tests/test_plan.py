@@ -199,3 +199,18 @@ def test_a_fix_reads_the_same_in_the_plan_and_in_the_seed_verdict(sglang_env, wh
     first = plan.seed_first(facts, RunStore(WHATIF).rows("seed_fixes"))
     assert "--host" not in first[0]["launch"] and "--host" not in tried[0]["launch"]
     assert json.dumps(plan.recommended_launch(facts, None, address=True)).count("--host 127.0.0.1 --port") == 1
+
+
+def test_chapters_04_and_06_print_one_nccl_tests_command(whatif):
+    """What-if chapter 04's plan and chapter 06's seed verdict (its "what settles it", and ``seed_fixes``' basis) name the
+    same command for the same check."""
+    from servebook.profile.fixes import ranked_fixes
+    from servebook.profile.verdict import _cause
+
+    plan.plan_nccl(whatif, _facts(whatif))
+    (ch04,) = [r["command"] for r in _rows(whatif, "plan_commands", "04") if "all_reduce_perf" in r["command"]]
+    tables = {t: RunStore(WHATIF).rows(t) for t in ("seed_comm", "seed_fixes")}
+    assert f"`{ch04}`" in _cause(tables)
+    rows = RunStore(WHATIF).rows("seed_projection")
+    basis = [f["basis"] for f in ranked_fixes(rows) if f["change"].startswith("the seed's NCCL block")]
+    assert basis and all(b.endswith(ch04) for b in basis), basis

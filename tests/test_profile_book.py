@@ -163,9 +163,11 @@ def test_the_first_rendering_of_the_reference_book_is_the_reference_and_a_profil
 
 
 def test_the_front_page_answer_of_a_profiles_only_run_is_its_ladders(tmp_path):
-    from servebook.frontpage import _answer
+    from servebook.frontpage import _units_answer
 
-    text = re.sub(r"<[^>]+>", "", _answer(RunStore(_copy(tmp_path)), None))
+    store = RunStore(_copy(tmp_path))
+    assert _units_answer(RunStore(BOOK)) == ""
+    text = re.sub(r"<[^>]+>", "", _units_answer(store))
     assert text.startswith("Decode-step profiles only (chapter 06)")
     assert "SGLang (triton, INT4 experts" in text and "vLLM (TRITON_MLA, INT4 experts" in text
     assert "No measurement succeeded" not in text

@@ -116,16 +116,21 @@ def _none_studied(h: dict) -> str | None:
     return "none: profiles only" if any(e.get("source") == "profile_runs" for e in h.get("engines", [])) else None
 
 
+def _units_answer(store) -> str:
+    """A reference recording of units (a run of profiles only): its depth ladders and the engines compared through
+    the anchor, as chapter 06 states them; "" for any other run."""
+    from nbconvert.filters.markdown import markdown2html
+
+    from .profile.units import units_markdown
+
+    units = units_markdown(store)
+    return "Decode-step profiles only (chapter 06): " + markdown2html(units) if units else ""
+
+
 def _answer(store, profile: str | None) -> str:
     """The run's answer in one line, HTML, every figure tagged: computed from its tables, never typed in."""
     from .findings import backends, throughput
-    from .profile.units import units_markdown
-    from nbconvert.filters.markdown import markdown2html
     from .stated import q, selection_of
-
-    units = units_markdown(store) if not profile else ""
-    if units:   # a reference recording of units: its depth ladders and the engines through the anchor (chapter 06)
-        return "Decode-step profiles only (chapter 06): " + markdown2html(units)
 
     code = lambda t: f"<code>{html.escape(str(t))}</code>"  # noqa: E731
     if profile:
@@ -265,7 +270,7 @@ def book_summary(render: str | os.PathLike, runs_dir: str | os.PathLike | None =
         "whatif": bool(params.get("profile")), "engine": params.get("engine") or _none_studied(h), "engines": ran, "read": read,
         "model": (_model_text(params.get("model"), store.path) if params.get("model") or not h.get("model") else h["model"])
                  + _weights_by_chapter(ran_as), "date": str(m.get("started") or h.get("date") or "?")[:10],
-        "answer": _answer(store, params.get("profile")), "pages": pages, "configs": configs, "store": store,
+        "answer": (not params.get("profile") and _units_answer(store)) or _answer(store, params.get("profile")), "pages": pages, "configs": configs, "store": store,
     }
 
 

@@ -258,8 +258,7 @@ def render_book(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             pages.append((chapter, executed))
     exporter = _exporter()
     boxes = answer_boxes(store)
-    by = shelf.superseded_by(out, whatif=bool((manifest.get("parameters") or {}).get("profile")),
-                             profiles="parameters" not in manifest and not manifest.get("probe"))
+    by = shelf.superseded_by(out, bool((manifest.get("parameters") or {}).get("profile")), shelf.profiles_manifest(manifest))
     superseded = pages_frame.banner_html(by, shelf.only_here(out, {c.number for c, _ in pages}) if by else [])
     glossary.write_glossary(out.parent)  # beside the book, as rendered/glossary.html: every page links ../glossary.html
     shelved = (out.parent / "index.html").exists()  # a front page beside the book (rendered/): the pages link it
@@ -383,6 +382,16 @@ def _book_name(store: RunStore) -> str:
     return name if not rid or rid == name else f"{name} (recorded under the run_id {rid})"
 
 
+def _gpus_text(h: dict, manifest: dict) -> str:
+    """The index card's GPUs: count, name, capability, links; the machines of a recording made of units."""
+    if not h.get("gpu"):
+        return ", ".join((manifest.get("host_fingerprint") or {}).get("gpus") or []) or "no GPU"
+    return (f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability') or 'not recorded'}"
+            + (f", {'/'.join(h['links'])}" if h.get("links") else "")
+            + (f"; {len(h['machines'])} machines, one per recording unit: {', '.join(h['machines'])}"
+               if len(h.get("machines") or []) > 1 else ""))
+
+
 def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     from .profile.book import not_run_line
     from .findings import host_summary, versions_read
@@ -391,13 +400,7 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
     params = manifest.get("parameters", {})
     versions = manifest.get("versions", {})
     h = host_summary(store)
-    if h.get("gpu"):
-        gpus = (f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability') or 'not recorded'}"
-                + (f", {'/'.join(h['links'])}" if h.get("links") else "")
-                + (f"; {len(h['machines'])} machines, one per recording unit: {', '.join(h['machines'])}"
-                   if len(h.get("machines") or []) > 1 else ""))
-    else:
-        gpus = ", ".join((manifest.get("host_fingerprint") or {}).get("gpus") or []) or "no GPU"
+    gpus = _gpus_text(h, manifest)
     engines = ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("transformers", "sglang", "vllm") and v)
     studied = ", ".join(f"{e['engine']} {e.get('version')}" for e in h.get("engines", []) if e.get("status") == "ok")
     profiled = any(e.get("source") == "profile_runs" for e in h.get("engines", []))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["REFERENCE_BOOKS", "books", "reference", "role", "superseded_by", "only_here", "profiles_only"]
+__all__ = ["REFERENCE_BOOKS", "books", "reference", "role", "superseded_by", "only_here", "profiles_only", "profiles_manifest"]
 
 # The project's reference H200 recording, in order of preference: the first of these the shelf has rendered that served
 # configurations (not a run of profiles only) is the reference book. h200x1-ref is the reference recording of the
@@ -42,10 +42,15 @@ def _is_whatif(book: Path) -> bool:
 
 
 def profiles_only(book: Path) -> bool:
-    """Whether a rendered book is a run of profiles only (``servebook profile run``): its manifest holds no book
-    parameters and no probe (``profile.book.profiles_only``'s rule, read from the book's ``run.json``)."""
+    """Whether a rendered book is a run of profiles only (``servebook profile run``), read from its ``run.json``."""
     m = _manifest(book)
-    return m is not None and "parameters" not in m and not m.get("probe")
+    return m is not None and profiles_manifest(m)
+
+
+def profiles_manifest(manifest: dict) -> bool:
+    """Whether a run's manifest is a profile run's: no book parameters and no probe (``profile.book.profiles_only``'s
+    rule)."""
+    return "parameters" not in manifest and not manifest.get("probe")
 
 
 def reference(shelf: Path) -> str | None:

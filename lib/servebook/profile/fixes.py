@@ -183,8 +183,12 @@ def _comm_fixes(ctx: dict, comm: dict, cust_given: float | None, ll_given: float
                  f"{n} collectives x ({cur:.2f} - {cust_us:.2f}) us; {cust_label}; availability: {avail}; the switch is "
                  f"{pr}'s", _launch(eng, tp, vers, env=env), label=label)]
     # the seed's NCCL block: a gain only from two figures of one machine
-    nccl_basis = ("; confirm the protocol NCCL picks with NCCL_DEBUG=INFO; nccl-tests on the host: NCCL_PROTO=LL "
-                  f"all_reduce_perf -b 8K -e 32K -f 2 -g {tp} -G 20 -d bfloat16")
+    from ..cards import load_card
+    from ..nccl import nccl_tests_command
+    from ..stated.figures import seed_case
+
+    nccl_basis = ("; confirm the protocol NCCL picks with NCCL_DEBUG=INFO; nccl-tests on the host, with and without "
+                  f"NCCL_PROTO=LL: {nccl_tests_command(load_card(seed_case()['model']), tp)}")
     cmd = _launch(eng, tp, vers, env=SEED_ENV)
     change = "the seed's NCCL block (" + ", ".join(f"{k}={v}" for k, v in SEED_ENV.items()) + ")"
     if seed_env:

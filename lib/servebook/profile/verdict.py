@@ -41,6 +41,9 @@ def _first(fixes: list[dict]) -> dict | None:
 
 
 def _cause(tables: dict) -> str:
+    from ..cards import load_card
+    from ..nccl import nccl_tests_command
+    from ..stated.figures import seed_case
     from ..nccl.e2e import SEED_ENV
     from ..stated.tags import q
 
@@ -67,7 +70,7 @@ def _cause(tables: dict) -> str:
         f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
         "whose NCCL already picks LL by itself to one like the published two-socket host). How sure: a hypothesis - the "
         "latencies are other hosts' published figures. What settles it on the seed's host: `NCCL_DEBUG=INFO` in SGLang's "
-        "launch log (the protocol NCCL picks), and `all_reduce_perf -b 14336 -e 14336 -g 8 -G 20 -d bfloat16` run with and "
+        f"launch log (the protocol NCCL picks), and `{nccl_tests_command(load_card(seed_case()['model']), seed_case()['tp'])}` run with and "
         "without `NCCL_PROTO=LL` (chapter 04 with `tp_seed_block` measures the same inside the engines).",
     ]
     if s.get("implied_us") is not None:
