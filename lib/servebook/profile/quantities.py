@@ -213,7 +213,7 @@ _SEED = [  # the seed case projected from the H200 profiles, and its verdict (ta
     Quantity("seed_table_abs", "seed case: the size of a signed figure of the seed verdict's tables, its sign said in "
              "words (table | key | field)", lambda store: {k: abs(v) for k, v in _seed_table_figures(store).items()
                                                           if isinstance(v, (int, float)) and not isinstance(v, bool)},
-             tables=("seed_range",)),
+             tables=("seed_assumptions", "seed_attention_12", "seed_collectives", "seed_comm", "seed_fixes", "seed_latency_sweep", "seed_projection", "seed_range")),
     Quantity("seed_fix_alternative_ms", "seed case: the projected attention (ms per token) of the alternative backend a fix "
              "names, from its measured H200 profile (engine | backend; seed_fixes)",
              lambda store: {f"{f['engine']} | {f['alternative_backend']}": f.get("alternative_ms") for f in store.rows("seed_fixes")
