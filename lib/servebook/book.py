@@ -33,7 +33,7 @@ from .secret_refs import hide_secrets
 from .chapters import Chapter, _coerce_declared, _execute, chapters, notebook_parameters
 from .render import render_book
 
-__all__ = ["BookResult", "run_book", "refresh_findings", "refresh_chapter"]
+__all__ = ["BookResult", "run_book", "refresh_findings", "refresh_chapter", "recorded_parameters"]
 
 
 @dataclass
@@ -219,7 +219,7 @@ def _run_chapters(selected: list[Chapter], declared: dict, values: dict, extra: 
             status, error = _execute(chapter, declared[chapter.stem], values, mine, store, executed_dir, cell_timeout)
             seconds = round(time.monotonic() - t0, 1)
             results.append({"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error, "seconds": seconds})
-            store.append("chapters", results[-1])
+            store.append("chapters", {**results[-1], "parameters": _ran_with(declared[chapter.stem], values, mine)})
         say(f"      {status} in {seconds}s" + (f": {error}" if error else ""))
     return results
 
@@ -248,13 +248,16 @@ def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_ti
     return refresh_chapter(run_dir, "06", {"compare_with": compare_with} if compare_with else {}, cell_timeout)
 
 
-def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None = None, cell_timeout: int | None = 600) -> dict:
-    """Execute a chapter again on a recorded run; ``extra``: chapter parameters (``-p``).
+def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None = None, cell_timeout: int | None = 600,
+                    progress: Callable[[str], None] | None = print) -> dict:
+    """Execute a chapter again on a recorded run; ``extra``: chapter parameters (``-p``), over the ones the chapter's
+    recorded execution used (:func:`recorded_parameters`, reused and said through ``progress``).
 
     Its executed notebook replaces ``run_dir/notebooks/<chapter>.ipynb``; the outcome is appended to
     the run's ``chapters`` table. Chapters 01, 03, 04 and 05 measure nothing then (``measure=False``): their prose and
     verdicts are computed again from what the host recorded (chapter 01 from its ``probe.json`` and tables).
     """
+    say = progress or (lambda _m: None)
     store = RunStore(Path(run_dir))
     if not store.manifest_path.exists():
         raise ParameterError("run_dir", str(run_dir), "a run directory with manifest.json (servebook book writes one)")
@@ -268,8 +271,13 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     unknown = sorted(set(extra or {}) - set(declared))
     if unknown:
         raise ParameterError(unknown[0], (extra or {})[unknown[0]], f"chapter {number} declares {', '.join(sorted(declared))}")
-    extra = {k: _coerce_declared(k, v, declared[k]) for k, v in (extra or {}).items() if v != ""}
-    extra = {**(store.manifest.get("chapter_defaults") or {}).get(chapter.stem, {}), **extra}  # as the run measured
+    given = {k: _coerce_declared(k, v, declared[k]) for k, v in (extra or {}).items() if v != ""}
+    reused, source = recorded_parameters(store, chapter, declared)
+    reused = {k: v for k, v in reused.items() if k not in given}
+    if reused:
+        say(f"chapter {number}: reusing the parameters {source} used: " + ", ".join(f"{k}={v!r}" for k, v in sorted(reused.items()))
+            + " (-p NAME=VALUE overrides)")
+    extra = {**(store.manifest.get("chapter_defaults") or {}).get(chapter.stem, {}), **reused, **given}  # as the run measured
     extra.update(_OFFLINE_FIXED.get(number, {}))
     executed_dir = store.path / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
@@ -283,6 +291,67 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     with executing():  # an execution of its own: what it records again is told from what it repeats within itself
         status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout, run_dir_arg)
         row = {"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error,
-               "seconds": round(time.monotonic() - t0, 1), "refreshed": True, "git_revision": record_code(store)}
+               "seconds": round(time.monotonic() - t0, 1), "refreshed": True, "git_revision": record_code(store),
+               "parameters": _ran_with(declared, values, extra)}
         store.append("chapters", row)
     return row
+
+
+# What a refresh sets itself, never reused from a recorded execution: where the run is, and that nothing is measured.
+_SET_BY_REFRESH = ("run_dir", "measure")
+
+
+def _ran_with(declared: dict, values: dict, extra: dict) -> dict:
+    """The parameters a chapter's execution was given (its ``chapters`` row records them: a refresh reuses them)."""
+    return {k: v for k, v in {**values, **extra}.items() if k in declared and k not in _SET_BY_REFRESH}
+
+
+def _invocation_before(manifest: dict, at: str) -> dict | None:
+    """The parameters of the ``servebook book`` invocation that ran a chapter finished at ``at``: the run's first
+    (``parameters``, from ``started``) or a resumption's, the last one started before ``at``."""
+    starts = [(str(manifest.get("started") or ""), manifest.get("parameters"))]
+    starts += [(str(r.get("at") or ""), r.get("parameters")) for r in manifest.get("resumptions") or []]
+    before = [p for t, p in starts if t and t <= at and isinstance(p, dict)]
+    return before[-1] if before else None
+
+
+def _notebook_parameters(store: RunStore, stem: str) -> dict:
+    """The parameters papermill recorded in the chapter's executed notebook (its last execution), {} without one."""
+    import json
+
+    from .chapters import partial_notebook
+
+    path = store.path / "notebooks" / f"{stem}.ipynb"
+    path = path if path.exists() else partial_notebook(store.path / "notebooks", stem)
+    try:
+        return dict(((json.loads(path.read_text()).get("metadata") or {}).get("papermill") or {}).get("parameters") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _here(store: RunStore, params: dict) -> dict:
+    """``params`` with a model path recorded on the measuring host that does not exist here read from the copy the run
+    holds (``models/<name>``, where the staging put it): the same model, where this machine has it."""
+    model = params.get("model")
+    if isinstance(model, str) and "/" in model and not Path(model).exists() and (store.path / "models" / Path(model).name).is_dir():
+        return {**params, "model": str(store.path / "models" / Path(model).name)}
+    return params
+
+
+def recorded_parameters(store: RunStore, chapter: Chapter, declared: dict) -> tuple[dict, str]:
+    """The parameters ``chapter``'s recorded execution used, and where they were read (for the line that says so):
+    the executed notebook's (its last execution), and over them, for a chapter that measures (01, 03-05), those of the
+    execution that measured it: its ``chapters`` row's ``parameters``, or for a row from before rows recorded them, the
+    ``servebook book`` invocation that ran it (the manifest's ``parameters`` or ``resumptions``). A model path of the
+    measuring host reads the run's copy (``models/<name>``). What a refresh sets itself (run_dir, measure) is left out."""
+    found = _notebook_parameters(store, chapter.stem)
+    source = "its last execution (the executed notebook)"
+    if chapter.number in _OFFLINE_FIXED:
+        measured = [r for r in store.rows("chapters") if r.get("chapter") == chapter.stem and not r.get("refreshed")]
+        last = measured[-1] if measured else {}
+        mine = last.get("parameters")
+        if mine is None and last.get("recorded_at"):
+            mine = {k: v for k, v in (_invocation_before(store.manifest, str(last["recorded_at"])) or {}).items() if k in declared}
+        if mine:
+            found, source = {**found, **mine}, f"the execution that measured it ({last.get('recorded_at')})"
+    return _here(store, {k: v for k, v in found.items() if k in declared and k not in _SET_BY_REFRESH}), source
