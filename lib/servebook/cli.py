@@ -62,7 +62,8 @@ def _add_book(sub) -> None:
                    help="execute chapter 06 again on the recorded tables first (it measures nothing)")
     h.add_argument("--compare-with", default="", help="with --refresh-findings: other run dirs for 06's comparison, comma separated")
     h.add_argument("--refresh", default="", metavar="01[,02,...,06]",
-                   help="execute these chapters again on the recorded run first (nothing is measured: 01, 03, 04 and 05 re-read what the host recorded)")
+                   help="execute these chapters again on the recorded run first (nothing is measured: 01, 03, 04 and 05 re-read what the host recorded), "
+                        "each with the parameters its recorded execution used (said as it starts; -p overrides)")
     h.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="a parameter of a refreshed chapter")
     h.add_argument("--cell-timeout", type=int, default=600,
                    help="seconds one cell of a refreshed chapter may run (default 600; chapter 02's matrix over many cached engine versions can need more)")
