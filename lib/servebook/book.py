@@ -274,8 +274,9 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     given = {k: _coerce_declared(k, v, declared[k]) for k, v in (extra or {}).items() if v != ""}
     reused, source = recorded_parameters(store, chapter, declared)
     reused = {k: v for k, v in reused.items() if k not in given}
-    if reused:
-        say(f"chapter {number}: reusing the parameters {source} used: " + ", ".join(f"{k}={v!r}" for k, v in sorted(reused.items()))
+    said = {k: v for k, v in reused.items() if values.get(k, object()) != v}  # the run's own engine, model ... go without saying
+    if said:
+        say(f"chapter {number}: reusing the parameters {source} used: " + ", ".join(f"{k}={v!r}" for k, v in sorted(said.items()))
             + " (-p NAME=VALUE overrides)")
     extra = {**(store.manifest.get("chapter_defaults") or {}).get(chapter.stem, {}), **reused, **given}  # as the run measured
     extra.update(_OFFLINE_FIXED.get(number, {}))
