@@ -1,6 +1,6 @@
 """``servebook html --refresh NN`` executes a chapter with the parameters its recorded execution used (the execution
 that measured it, else its executed notebook), says which it reused, and an explicit ``-p`` wins
-(servebook.book.recorded_parameters)."""
+(servebook.recorded.recorded_parameters)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from servebook.book import recorded_parameters
+from servebook.recorded import recorded_parameters
 from servebook.chapters import chapters, notebook_parameters
 from servebook.cli import main
 from servebook.paths import data_dir
@@ -85,3 +85,11 @@ def test_refresh_reuses_the_recorded_parameters_and_an_explicit_one_wins(tmp_pat
     assert (ran["requests_per_level"], ran["level_time_budget_s"], ran["saturation_patience"], ran["measure"]) == (3, 15, 2, False)
     row = RunStore(run).rows("chapters")[-1]
     assert row["refreshed"] and row["parameters"]["requests_per_level"] == 3 and "measure" not in row["parameters"]
+    # the page's "run this yourself" command executes it again without the reused ones, with the one given
+    import nbformat
+
+    from servebook.pages import commands
+
+    nb = nbformat.read(run / "notebooks" / "05_benchmark_single_stream.ipynb", as_version=4)
+    (again,) = commands(nb, RunStore(run).manifest, "05", run)["tables"]
+    assert "-p saturation_patience=2" in again and "requests_per_level" not in again and "level_time_budget_s" not in again, again

@@ -30,7 +30,7 @@ BOOKS=(h200x1-live h200x2-live h200x1-trust h200x1-book h200x2-book $WHATIF)
 out_of() { case $1 in h200x1-book|h200x2-book) echo "rendered/${1%-book}";; *) echo "rendered/$1";; esac; }
 
 # The parameters of each chapter are the ones its recorded execution used: `servebook html --refresh` reads them from
-# the run (servebook.book.recorded_parameters: the execution that measured the chapter, else its executed notebook) and
+# the run (servebook.recorded.recorded_parameters: the execution that measured the chapter, else its executed notebook) and
 # says which it reused. chapter_args BOOK CHAPTER holds, into A, only what the run does not record in one place:
 chapter_args() {
   case $1:$2 in

@@ -31,9 +31,10 @@ from .provenance import host_fingerprint, record_code, software_versions
 from .results import RunStore, _now
 from .secret_refs import hide_secrets
 from .chapters import Chapter, _coerce_declared, _execute, chapters, notebook_parameters
+from .recorded import MEASURING, ran_with, recorded_parameters
 from .render import render_book
 
-__all__ = ["BookResult", "run_book", "refresh_findings", "refresh_chapter", "recorded_parameters"]
+__all__ = ["BookResult", "run_book", "refresh_findings", "refresh_chapter"]
 
 
 @dataclass
@@ -219,7 +220,7 @@ def _run_chapters(selected: list[Chapter], declared: dict, values: dict, extra: 
             status, error = _execute(chapter, declared[chapter.stem], values, mine, store, executed_dir, cell_timeout)
             seconds = round(time.monotonic() - t0, 1)
             results.append({"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error, "seconds": seconds})
-            store.append("chapters", {**results[-1], "parameters": _ran_with(declared[chapter.stem], values, mine)})
+            store.append("chapters", {**results[-1], "parameters": ran_with(declared[chapter.stem], values, mine)})
         say(f"      {status} in {seconds}s" + (f": {error}" if error else ""))
     return results
 
@@ -240,7 +241,7 @@ _OFFLINE = {"01": "detect_capabilities", "02": "read_backend_selection", "03": "
             "05": "benchmark_single_stream", "06": "findings"}
 
 
-_OFFLINE_FIXED = {n: {"measure": False} for n in ("01", "03", "04", "05")}  # they measure; executed again, they re-read the tables
+_OFFLINE_FIXED = {n: {"measure": False} for n in MEASURING}  # they measure; executed again, they re-read the tables
 
 
 def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_timeout: int | None = 600) -> dict:
@@ -293,66 +294,6 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
         status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout, run_dir_arg)
         row = {"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error,
                "seconds": round(time.monotonic() - t0, 1), "refreshed": True, "git_revision": record_code(store),
-               "parameters": _ran_with(declared, values, extra)}
+               "parameters": ran_with(declared, values, extra)}
         store.append("chapters", row)
     return row
-
-
-# What a refresh sets itself, never reused from a recorded execution: where the run is, and that nothing is measured.
-_SET_BY_REFRESH = ("run_dir", "measure")
-
-
-def _ran_with(declared: dict, values: dict, extra: dict) -> dict:
-    """The parameters a chapter's execution was given (its ``chapters`` row records them: a refresh reuses them)."""
-    return {k: v for k, v in {**values, **extra}.items() if k in declared and k not in _SET_BY_REFRESH}
-
-
-def _invocation_before(manifest: dict, at: str) -> dict | None:
-    """The parameters of the ``servebook book`` invocation that ran a chapter finished at ``at``: the run's first
-    (``parameters``, from ``started``) or a resumption's, the last one started before ``at``."""
-    starts = [(str(manifest.get("started") or ""), manifest.get("parameters"))]
-    starts += [(str(r.get("at") or ""), r.get("parameters")) for r in manifest.get("resumptions") or []]
-    before = [p for t, p in starts if t and t <= at and isinstance(p, dict)]
-    return before[-1] if before else None
-
-
-def _notebook_parameters(store: RunStore, stem: str) -> dict:
-    """The parameters papermill recorded in the chapter's executed notebook (its last execution), {} without one."""
-    import json
-
-    from .chapters import partial_notebook
-
-    path = store.path / "notebooks" / f"{stem}.ipynb"
-    path = path if path.exists() else partial_notebook(store.path / "notebooks", stem)
-    try:
-        return dict(((json.loads(path.read_text()).get("metadata") or {}).get("papermill") or {}).get("parameters") or {})
-    except (OSError, ValueError):
-        return {}
-
-
-def _here(store: RunStore, params: dict) -> dict:
-    """``params`` with a model path recorded on the measuring host that does not exist here read from the copy the run
-    holds (``models/<name>``, where the staging put it): the same model, where this machine has it."""
-    model = params.get("model")
-    if isinstance(model, str) and "/" in model and not Path(model).exists() and (store.path / "models" / Path(model).name).is_dir():
-        return {**params, "model": str(store.path / "models" / Path(model).name)}
-    return params
-
-
-def recorded_parameters(store: RunStore, chapter: Chapter, declared: dict) -> tuple[dict, str]:
-    """The parameters ``chapter``'s recorded execution used, and where they were read (for the line that says so):
-    the executed notebook's (its last execution), and over them, for a chapter that measures (01, 03-05), those of the
-    execution that measured it: its ``chapters`` row's ``parameters``, or for a row from before rows recorded them, the
-    ``servebook book`` invocation that ran it (the manifest's ``parameters`` or ``resumptions``). A model path of the
-    measuring host reads the run's copy (``models/<name>``). What a refresh sets itself (run_dir, measure) is left out."""
-    found = _notebook_parameters(store, chapter.stem)
-    source = "its last execution (the executed notebook)"
-    if chapter.number in _OFFLINE_FIXED:
-        measured = [r for r in store.rows("chapters") if r.get("chapter") == chapter.stem and not r.get("refreshed")]
-        last = measured[-1] if measured else {}
-        mine = last.get("parameters")
-        if mine is None and last.get("recorded_at"):
-            mine = {k: v for k, v in (_invocation_before(store.manifest, str(last["recorded_at"])) or {}).items() if k in declared}
-        if mine:
-            found, source = {**found, **mine}, f"the execution that measured it ({last.get('recorded_at')})"
-    return _here(store, {k: v for k, v in found.items() if k in declared and k not in _SET_BY_REFRESH}), source
