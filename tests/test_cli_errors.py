@@ -20,6 +20,7 @@ CASES = [
     ("book", ["book", "--host", "replay:NOWHERE"], "no cassette.jsonl"),
     ("html", ["html", "NOWHERE"], "it does not exist"),
     ("html", ["html", "RUN", "--refresh", "09"], "'09'"),
+    ("html", ["html", "RUN", "--refresh", "06,09"], "'09'"),  # before 06 runs (the run's manifest is left as it was)
     ("html", ["html", "RUN", "--refresh", "06", "-p", "nope=1"], "no chapter of --refresh 06 declares it"),
     ("html", ["html", "RUN", "-p", "max_tokens=3"], "add --refresh NN"),
     ("probe", ["probe", "--host", "replay:NOWHERE"], "no cassette.jsonl"),
@@ -63,6 +64,7 @@ def test_a_wrong_path_chapter_or_parameter_is_one_line(tmp_path, capsys, command
     assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert words in lines[0], lines[0]
     assert not (tmp_path / "nowhere").exists(), "a wrong path is not created"
+    assert not (run / "notebooks").exists() and not (run / "chapters.jsonl").exists(), "no chapter was executed"
     assert json.loads((run / "manifest.json").read_text()) == json.loads((TRUST / "manifest.json").read_text())
 
 

@@ -149,9 +149,13 @@ def _cmd_html(args) -> int:
 
 
 def _check_refresh_params(extra: dict, todo: list[str], declared: dict[str, dict]) -> None:
-    """``-p`` of ``servebook html``: each must be a parameter of a chapter it executes again (one line naming them)."""
+    """``--refresh`` and ``-p`` of ``servebook html``: each chapter one of the book's, each ``-p`` a parameter of a chapter it
+    executes again (one line naming them), said before any chapter runs."""
     from .errors import ParameterError
 
+    unknown = [n for n in todo if n not in declared]
+    if unknown:  # before any chapter runs: --refresh 06,09 executes nothing
+        raise ParameterError("chapter", unknown[0], "one of 01, 02, 03, 04, 05, 06 (a comma list, e.g. --refresh 03,05)")
     if extra and not todo:
         name = next(iter(extra))
         raise ParameterError(name, extra[name], "-p takes effect on a chapter executed again: add --refresh NN")
