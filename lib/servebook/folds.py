@@ -69,7 +69,7 @@ class FoldIndex:
         return groups
 
     def find(self, path: Path, row: dict, current: str) -> tuple[int, int, dict] | None:
-        """Where execution ``current`` recording ``row`` again is folded (``executions.fold_at``'s rule): the offset and
+        """Where execution ``current`` recording ``row`` again is folded (the rule of ``executions.FOLD_AGAIN``): the offset and
         length of the last line with ``row``'s values and the row it holds; None where none has them or ``current``
         first recorded them (a repeat within it stands: append). A line that no longer holds what the index says
         (another process rewrote the table) is looked up again from a fresh read."""
