@@ -200,3 +200,35 @@ def test_a_measurement_taken_again_by_the_other_rule_names_the_rule_of_each_take
     assert pair["after_method"] == "1 warm-up request(s), 3 runs, decode timed to the last token"
     (same,) = remeasured([{**base, "recorded_at": "1"}, {**base, "recorded_at": "2"}])
     assert same["before_method"] == same["after_method"] == "1 warm-up request(s), 3 runs"
+
+
+def test_starts_of_two_rules_in_one_execution_are_never_pooled_and_each_is_stated(tmp_path):
+    """A partial run of the earlier rule resumed (rows from before ``execution``: one execution): start 0 timed to the
+    stream's end, starts 1 and 2 to the last token. The configuration's interval pools starts 1 and 2 only (the rule is
+    part of the method, ``runs._single_method``); start 0 stands apart, stated on the page with its own figure, and its
+    requests are not read with the standing ones."""
+    import re
+
+    from servebook.bench.decode_rule import say_decode_rule
+    from servebook.bench.runs import current, over_starts, set_apart
+    from servebook.quantities import expected
+    from servebook.results import RunStore
+    from servebook.stated import stated_on
+
+    store = RunStore.at(tmp_path / "run")
+    base = {"label": "a", "phase": "single", "concurrency": 1, "max_tokens": 32, "warmup": 2, "runs": 5, "input_tokens": 32}
+    for start, rate, rule in ((0, 90.0, {}), (1, 100.0, {"decode_timed_to": "last token"}), (2, 102.0, {"decode_timed_to": "last token"})):
+        store.append("bench_requests", {**base, "start": start, "run": 0, "ok": True, "decode_tok_s": rate, **rule})
+        store.append("bench_summary", {**base, "start": start, "decode_tok_s_mean": rate, "decode_tok_s_ci95": 1.0, **rule})
+    summary, requests = current(store.rows("bench_summary"), store.rows("bench_requests"))
+    assert [r["start"] for r in summary] == [1, 2] and [q["start"] for q in requests] == [1, 2]
+    pooled = over_starts(summary)
+    assert pooled["starts"] == 2 and pooled["mean"] == 101.0
+    (apart,) = set_apart(store.rows("bench_summary"))
+    assert (apart["label"], apart["starts"], apart["mean"], apart["decode_timed_to"]) == ("a", 1, 90.0, "stream end")
+    text = say_decode_rule(store)
+    plain = re.sub(r"<[^>]+>", "", text)
+    assert "- a: 1 start(s) measured another way (2 warm-up request(s), 5 runs, decode timed to the stream's end) are set " \
+           "apart, not pooled into its interval: 90.0 ± 1.0 tok/s (one start: interval within a start only)." in plain, plain
+    tags = [t for t in stated_on(text) if t.name.startswith("set_apart")]
+    assert len(tags) == 2 and all(abs(expected(store, t.name, t.of) - t.value) < 1e-9 for t in tags)

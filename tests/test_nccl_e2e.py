@@ -39,6 +39,7 @@ def test_one_restart_per_setting_measured_and_resumable(embedded_model, tmp_path
                            concurrency=2, progress=None)
     assert [r["outcome"] for r in rows] == ["ok", "ok"]
     assert all(r["decode_tok_s"] > 0 and r["c2_throughput_tok_s"] > 0 for r in rows)
+    assert {r["decode_timed_to"] for r in store.rows("tp_e2e")} == {"last token"}  # the rule each row was timed by
     assert " NCCL_PROTO=LL " in " " + rows[1]["launch"] and "NCCL_PROTO" not in rows[0]["launch"]  # it reached the server's environment
     again = tp_decode_check(get_engine("transformers"), embedded_model, RunStore.at(store.path), sets, tp=1, progress=None)
     assert len(store.rows("tp_e2e")) == 2 and [r["setting"] for r in again] == ["engine default", "with an env"]

@@ -247,3 +247,67 @@ def test_a_failure_folded_in_an_again_execution_counts_as_its_own_for_resuming(t
         store.record_failure("nccl-tests", "exit 1", setting="NCCL_ALGO=Ring")
     assert len(store.rows("failures", executions="all")) == 1
     assert store.done("failures", setting="NCCL_ALGO=Ring"), "execution 2 recorded it (folded): a resumption skips it"
+
+
+def _count_writes(monkeypatch) -> list[int]:
+    """Bytes written to disk by the run store from now on (appends, in-place writes, whole rewrites)."""
+    import os
+
+    from servebook import folds, results
+
+    written: list[int] = []
+    for mod in (os,):
+        for name in ("write", "pwrite"):
+            real = getattr(mod, name)
+            monkeypatch.setattr(mod, name, lambda fd, data, *a, _real=real: written.append(len(data)) or _real(fd, data, *a))
+    real_write = results.RunStore._write
+    monkeypatch.setattr(results.RunStore, "_write", lambda self, path, text, mode: written.append(len(text.encode()))
+                        or real_write(self, path, text, mode))
+    assert folds.os is os
+    return written
+
+
+def test_a_rehit_is_one_bounded_write_whatever_the_tables_size(tmp_path, monkeypatch):
+    """Priority 3 of session 18: a failure recorded again by a later execution writes its one line in place (no read
+    and rewrite of the whole table): with 2,000 failures on disk, each re-hit writes at most one line's bytes, and
+    what readers see is the fold as before."""
+    store = RunStore.at(tmp_path / "run")
+    with executing() as first:
+        for i in range(2000):
+            store.record_failure(f"step {i}", f"error {i}")
+    size = store.table_path("failures").stat().st_size
+    line = max(len(x) for x in store.table_path("failures").read_bytes().splitlines(keepends=True))
+    written = _count_writes(monkeypatch)
+    for n in range(1, 4):
+        with executing() as again:
+            store.record_failure("step 0", "error 0")
+            store.record_failure("step 1999", "error 1999")
+        assert sum(written) <= 2 * line, written  # two lines, not two tables (before: 2 x 200 kB)
+        written.clear()
+        assert store.table_path("failures").stat().st_size == size, "nothing appended, nothing moved"
+        rows = store.rows("failures")
+        assert len(rows) == 2000 and (rows[0]["execution_id"], rows[0]["recorded_again"], rows[0]["last_execution_id"]) == (first, n, again)
+        assert rows[-1]["recorded_again"] == n and "recorded_again" not in rows[1]
+    fresh = RunStore(store.path)  # another process's store: its index is read from the file
+    with executing() as later:
+        fresh.record_failure("step 5", "error 5")
+    assert sum(written) <= line and fresh.rows("failures")[5]["last_execution_id"] == later
+
+
+def test_a_row_from_before_lines_had_room_is_rewritten_once_then_in_place(tmp_path, monkeypatch):
+    """A committed run's failure line has no room for the fold's fields: its first re-hit rewrites the table (as before
+    this change), the line gains room, and every later re-hit writes that line alone."""
+    store = RunStore.at(tmp_path / "run")
+    old = [json.dumps({"step": f"s{i}", "error": "e", "recorded_at": "2026-11-30T23:39:25+00:00"}) for i in range(300)]
+    store.table_path("failures").write_text("\n".join(old) + "\n")
+    written = _count_writes(monkeypatch)
+    with executing():
+        store.record_failure("s0", "e")
+    assert sum(written) > 300 * 40, "the first fold of a line without room rewrites its table"
+    written.clear()
+    with executing() as again:
+        store.record_failure("s0", "e")
+    assert 0 < sum(written) < 400
+    lines = store.table_path("failures").read_text().splitlines()
+    assert lines[1:] == old[1:] and json.loads(lines[0])["recorded_again"] == 2
+    assert store.rows("failures")[0]["last_execution_id"] == again

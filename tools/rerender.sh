@@ -10,8 +10,8 @@
 #                                      05 (chapter 05 of every book, then the front page: after a change to chapter 05 alone)
 #                                      front (the front page alone)
 #                                      --dry: print each command, one a line, and run nothing
-# Each book's parameters are the ones it was recorded with (its RECORDED.md), and live in one place: book_args and
-# chapter_args below; every phase renders through `render BOOK CHAPTERS`. Commit the code first, so the runs record a
+# Each book's parameters are the ones it was recorded with, read from the run (see chapter_args below); every phase
+# renders through `render BOOK CHAPTERS`. Commit the code first, so the runs record a
 # clean revision.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,6 @@ case $phase in 02|rest|all|trust|rest-live|rest-book|06|05|front) ;;
   *) echo "tools/rerender.sh: unknown phase '$phase'; phases: 02 rest all trust rest-live rest-book 06 05 front (optionally after --dry)" >&2
      exit 2;;
 esac
-EA='sglang: --cuda-graph-max-bs 16 --sampling-backend pytorch; vllm: --max-num-seqs 16'
 WHATIF=whatif-rtx-pro-6000-sglang-0.5.9
 # every book, in the order the one-chapter phases (05, 06) render them
 BOOKS=(h200x1-live h200x2-live h200x1-trust h200x1-book h200x2-book $WHATIF)
@@ -30,40 +29,18 @@ BOOKS=(h200x1-live h200x2-live h200x1-trust h200x1-book h200x2-book $WHATIF)
 # The rendered folder of a book (data/runs/BOOK).
 out_of() { case $1 in h200x1-book|h200x2-book) echo "rendered/${1%-book}";; *) echo "rendered/$1";; esac; }
 
-# book_args BOOK: the parameters of every chapter of BOOK, into A.
-book_args() {
-  case $1 in
-    "$WHATIF") A=(-p engine=sglang==0.5.9 -p model=kimi-k2.5 -p profile=rtx-pro-6000);;
-    *) A=();;
-  esac
-}
-
-# chapter_args BOOK CHAPTER: the parameters of BOOK's CHAPTER beyond book_args, into A.
+# The parameters of each chapter are the ones its recorded execution used: `servebook html --refresh` reads them from
+# the run (servebook.recorded.recorded_parameters: the execution that measured the chapter, else its executed notebook) and
+# says which it reused. chapter_args BOOK CHAPTER holds, into A, only what the run does not record in one place:
 chapter_args() {
-  local R=data/runs/$1
-  local trust=(-p engine=sglang -p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA")
   case $1:$2 in
-    # "this host" of the embedded H200 books is the H200 host's transformers 5.17.0 (TF_HOST_PYTHON, checked below)
-    h200x1-book:02|h200x2-book:02) A=(-p engine_python="${TF_HOST_PYTHON:-}" -p vllm_versions=0.26.0 -p matrix_profiles=b200,rtx-pro-6000);;
-    h200x1-book:06) A=(--compare-with data/runs/h200x2-book,data/runs/h200x1-compile);;
-    h200x2-book:06) A=(--compare-with data/runs/h200x2-probe/1gpu,data/runs/h200x2-probe/2gpu);;
-    h200x1-live:02|h200x2-live:02) A=(-p engine=sglang==0.5.16 -p model=kimi-k2.5 -p profile=h200 -p compare_versions=0.5.9,0.5.16
-                                      -p vllm_versions=0.26.0 -p matrix_profiles=h200,b200,rtx-pro-6000 -p matrix_models=kimi-k2.5,llama-3.1-8b);;
-    h200x1-live:03) A=(-p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA"
-                       -p "backends=sglang: ; vllm: FLASHMLA,TRITON_MLA,FLASH_ATTN_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
-    h200x1-live:05) A=(-p compare_engines=vllm -p "engine_args=$EA" -p max_tokens=128 -p input_len=128 -p ceiling_sglang_version=0.5.16);;
-    h200x1-live:06) A=(--compare-with data/runs/h200x2-live);;
-    h200x2-live:03) A=(-p compare_engines=vllm -p model=$R/models/kimi-slice -p "engine_args=$EA"
-                       -p "backends=sglang: triton,flashinfer,flashmla,cutlass_mla; vllm: FLASH_ATTN_MLA,FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
-    h200x2-live:05) A=(-p compare_engines=vllm -p "engine_args=$EA");;
-    h200x2-live:06) A=(--compare-with data/runs/h200x1-book);;
-    h200x1-trust:03) A=("${trust[@]}" -p modes=graph -p runs=3 -p starts=2 -p max_tokens=64
-                        -p "backends=sglang: triton,flashmla,flashinfer; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
-    h200x1-trust:05) A=("${trust[@]}" -p starts=2 -p max_tokens=64 -p input_len=32 -p profile_steps=0 -p max_concurrency=16
-                        -p requests_per_level=3 -p level_time_budget_s=15 -p saturation_patience=1
-                        -p ceiling_sglang_version=0.5.16);;
-    h200x1-trust:06) A=(--compare-with data/runs/h200x1-live);;
-    "$WHATIF":02) A=(-p matrix_models=kimi-k2.5,deepseek-v3,llama-3.1-8b,gpt-oss-120b);;
+    # "this host" of the embedded H200 books is the H200 host's transformers 5.17.0: an interpreter of this machine
+    h200x1-book:02|h200x2-book:02) A=(-p engine_python="${TF_HOST_PYTHON:-}");;
+    # chapter 03 measured over several resumptions, each with its own list: the union of the backends they measured
+    h200x1-live:03) A=(-p "backends=sglang: ; vllm: FLASHMLA,TRITON_MLA,FLASH_ATTN_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
+    h200x1-trust:03) A=(-p "backends=sglang: triton,flashmla,flashinfer; vllm: FLASHMLA,TRITON_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
+    # the last resumption that measured chapter 05 measured SGLang alone (compare_engines empty); vLLM's rows are earlier
+    h200x1-live:05) A=(-p compare_engines=vllm);;
     *) A=();;
   esac
 }
@@ -78,7 +55,6 @@ step() {
 render() {
   local book=$1 chapters=$2 c args
   case $book:$chapters in h200x1-book:06|h200x2-book:06) args=(--refresh-findings);; *) args=(--refresh "$chapters");; esac
-  book_args "$book"; args+=("${A[@]}")
   for c in ${chapters//,/ }; do chapter_args "$book" "$c"; args+=("${A[@]}"); done
   step "data/runs/$book" "${args[@]}" --out "$(out_of "$book")"
 }

@@ -31,6 +31,7 @@ from .provenance import host_fingerprint, record_code, software_versions
 from .results import RunStore, _now
 from .secret_refs import hide_secrets
 from .chapters import Chapter, _coerce_declared, _execute, chapters, notebook_parameters
+from .recorded import MEASURING, ran_with, recorded_parameters
 from .render import render_book
 
 __all__ = ["BookResult", "run_book", "refresh_findings", "refresh_chapter"]
@@ -219,7 +220,7 @@ def _run_chapters(selected: list[Chapter], declared: dict, values: dict, extra: 
             status, error = _execute(chapter, declared[chapter.stem], values, mine, store, executed_dir, cell_timeout)
             seconds = round(time.monotonic() - t0, 1)
             results.append({"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error, "seconds": seconds})
-            store.append("chapters", results[-1])
+            store.append("chapters", {**results[-1], "parameters": ran_with(declared[chapter.stem], values, mine)})
         say(f"      {status} in {seconds}s" + (f": {error}" if error else ""))
     return results
 
@@ -240,7 +241,7 @@ _OFFLINE = {"01": "detect_capabilities", "02": "read_backend_selection", "03": "
             "05": "benchmark_single_stream", "06": "findings"}
 
 
-_OFFLINE_FIXED = {n: {"measure": False} for n in ("01", "03", "04", "05")}  # they measure; executed again, they re-read the tables
+_OFFLINE_FIXED = {n: {"measure": False} for n in MEASURING}  # they measure; executed again, they re-read the tables
 
 
 def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_timeout: int | None = 600) -> dict:
@@ -248,13 +249,16 @@ def refresh_findings(run_dir: str | os.PathLike, compare_with: str = "", cell_ti
     return refresh_chapter(run_dir, "06", {"compare_with": compare_with} if compare_with else {}, cell_timeout)
 
 
-def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None = None, cell_timeout: int | None = 600) -> dict:
-    """Execute a chapter again on a recorded run; ``extra``: chapter parameters (``-p``).
+def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None = None, cell_timeout: int | None = 600,
+                    progress: Callable[[str], None] | None = print) -> dict:
+    """Execute a chapter again on a recorded run; ``extra``: chapter parameters (``-p``), over the ones the chapter's
+    recorded execution used (:func:`recorded_parameters`, reused and said through ``progress``).
 
     Its executed notebook replaces ``run_dir/notebooks/<chapter>.ipynb``; the outcome is appended to
     the run's ``chapters`` table. Chapters 01, 03, 04 and 05 measure nothing then (``measure=False``): their prose and
     verdicts are computed again from what the host recorded (chapter 01 from its ``probe.json`` and tables).
     """
+    say = progress or (lambda _m: None)
     store = RunStore(Path(run_dir))
     if not store.manifest_path.exists():
         raise ParameterError("run_dir", str(run_dir), "a run directory with manifest.json (servebook book writes one)")
@@ -268,8 +272,14 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     unknown = sorted(set(extra or {}) - set(declared))
     if unknown:
         raise ParameterError(unknown[0], (extra or {})[unknown[0]], f"chapter {number} declares {', '.join(sorted(declared))}")
-    extra = {k: _coerce_declared(k, v, declared[k]) for k, v in (extra or {}).items() if v != ""}
-    extra = {**(store.manifest.get("chapter_defaults") or {}).get(chapter.stem, {}), **extra}  # as the run measured
+    given = {k: _coerce_declared(k, v, declared[k]) for k, v in (extra or {}).items() if v != ""}
+    reused, source = recorded_parameters(store, chapter, declared)
+    reused = {k: v for k, v in reused.items() if k not in given}
+    said = {k: v for k, v in reused.items() if values.get(k, object()) != v}  # the run's own engine, model ... go without saying
+    if said:
+        say(f"chapter {number}: reusing the parameters {source} used: " + ", ".join(f"{k}={v!r}" for k, v in sorted(said.items()))
+            + " (-p NAME=VALUE overrides)")
+    extra = {**(store.manifest.get("chapter_defaults") or {}).get(chapter.stem, {}), **reused, **given}  # as the run measured
     extra.update(_OFFLINE_FIXED.get(number, {}))
     executed_dir = store.path / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
@@ -283,6 +293,7 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     with executing():  # an execution of its own: what it records again is told from what it repeats within itself
         status, error = _execute(chapter, declared, values, extra, store, executed_dir, cell_timeout, run_dir_arg)
         row = {"chapter": chapter.stem, "title": chapter.title, "status": status, "error": error,
-               "seconds": round(time.monotonic() - t0, 1), "refreshed": True, "git_revision": record_code(store)}
+               "seconds": round(time.monotonic() - t0, 1), "refreshed": True, "git_revision": record_code(store),
+               "parameters": ran_with(declared, values, extra)}
         store.append("chapters", row)
     return row

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 
 from .errors import ServebookError
@@ -61,7 +62,8 @@ def _add_book(sub) -> None:
                    help="execute chapter 06 again on the recorded tables first (it measures nothing)")
     h.add_argument("--compare-with", default="", help="with --refresh-findings: other run dirs for 06's comparison, comma separated")
     h.add_argument("--refresh", default="", metavar="01[,02,...,06]",
-                   help="execute these chapters again on the recorded run first (nothing is measured: 01, 03, 04 and 05 re-read what the host recorded)")
+                   help="execute these chapters again on the recorded run first (nothing is measured: 01, 03, 04 and 05 re-read what the host recorded), "
+                        "each with the parameters its recorded execution used (said as it starts; -p overrides)")
     h.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE", help="a parameter of a refreshed chapter")
     h.add_argument("--cell-timeout", type=int, default=600,
                    help="seconds one cell of a refreshed chapter may run (default 600; chapter 02's matrix over many cached engine versions can need more)")
@@ -130,12 +132,12 @@ def _cmd_html(args) -> int:
         todo, extra = plan[0], {**plan[1], **extra}
     if args.refresh_findings and "06" not in todo:
         todo.append("06")
+    declared = {n: notebook_parameters(c.source) for n in todo for c in chapters() if c.number == n}  # none: refresh_chapter names the valid ones
+    _check_refresh_params(extra, todo, declared)
     failed = 0
     for number in sorted(todo):
         mine = dict(extra, **({"compare_with": args.compare_with} if number == "06" and args.compare_with else {}))
-        chapter = next((c for c in chapters() if c.stem.startswith(number)), None)  # none: refresh_chapter names the valid ones
-        declared = notebook_parameters(chapter.source) if chapter else {}
-        row = refresh_chapter(args.run_dir, number, {k: v for k, v in mine.items() if k in declared}, args.cell_timeout)
+        row = refresh_chapter(args.run_dir, number, {k: v for k, v in mine.items() if k in declared.get(number, {})}, args.cell_timeout)
         if row["status"] != "ok":
             print(f"servebook: chapter {number} failed: {row['error']}; its page shows where", file=sys.stderr)
             failed += 1
@@ -144,6 +146,37 @@ def _cmd_html(args) -> int:
                                                       "run its chapters (servebook book --run-id ID) or add --refresh 06")
     print(render_book(run_dir, args.out).resolve())
     return 1 if failed or damaged else 0
+
+
+def _check_refresh_params(extra: dict, todo: list[str], declared: dict[str, dict]) -> None:
+    """``--refresh`` and ``-p`` of ``servebook html``: each chapter one of the book's, each ``-p`` a parameter of a chapter it
+    executes again (one line naming them), said before any chapter runs."""
+    from .errors import ParameterError
+
+    unknown = [n for n in todo if n not in declared]
+    if unknown:  # before any chapter runs: --refresh 06,09 executes nothing
+        raise ParameterError("chapter", unknown[0], "one of 01, 02, 03, 04, 05, 06 (a comma list, e.g. --refresh 03,05)")
+    if extra and not todo:
+        name = next(iter(extra))
+        raise ParameterError(name, extra[name], "-p takes effect on a chapter executed again: add --refresh NN")
+    known = {k for d in declared.values() for k in d} - {"run_dir", "measure"}
+    for name, value in extra.items():
+        if declared and name not in known:
+            raise ParameterError(name, value, f"no chapter of --refresh {','.join(sorted(todo))} declares it; their parameters: "
+                                              f"{', '.join(sorted(known))}")
+
+
+def _check_paths(args) -> None:
+    """A subcommand's run directories (``run_dir``, ``unit_dir``) must be recorded runs, and ``servebook front --runs``
+    an existing folder, before the command reads them: a wrong path is one line, never an empty result or a traceback."""
+    from .errors import ParameterError
+    from .render import check_run_dir
+
+    for name in ("run_dir", "unit_dir"):
+        if isinstance(getattr(args, name, None), str) and args.command != "html":  # html checks its own, after its -p
+            check_run_dir(getattr(args, name))
+    if args.command == "front" and args.runs and not os.path.isdir(args.runs):
+        raise ParameterError("runs", args.runs, "not a folder; give the folder of the run directories, e.g. data/runs")
 
 
 def _chapter_commands() -> tuple:
@@ -167,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A path a user gave that is missing, or a folder where a file must be (or the reverse), or unreadable: one line.
+_PATH_ERRORS = (errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EACCES)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -174,11 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     # on the front page too, a name that no chapter recomputes
     from . import quantities as _every_quantity  # noqa: F401
     try:
+        _check_paths(args)
         return int(args.func(args) or 0)
     except ServebookError as exc:
         print(f"servebook: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
+        if exc.errno in _PATH_ERRORS and exc.filename:  # a path given that is not there, or not what it must be
+            print(f"servebook: error: {exc.filename}: {exc.strerror}; check the path given (servebook {args.command} --help)",
+                  file=sys.stderr)
+            return 2
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         where = exc.filename or (f"the book under {args.out}" if getattr(args, "out", None) else "a result file")

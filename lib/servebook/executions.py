@@ -4,7 +4,8 @@
         papermill.execute_notebook(...)  # processes it starts (the notebook's kernel), carries one ``execution_id``
     execution_id()                    # the id rows written now carry: the chapter's, else this process's (a CLI command)
     standing_rows("failures", rows)   # each distinct failure as its first execution recorded it, later ones folded in
-    fold_at(rows, row, execution_id())  # the row a failure recorded again by a later execution is folded into (or None)
+    folded(row, again)                # a failure's row with one more recording by a later execution (folds.FoldIndex
+                                      # finds the line, in place on disk)
 
 Two stamps say when a row was written. ``execution`` numbers the invocations of ``servebook book`` on one run id (the
 manifest's ``execution``; ``--again`` measures again with a new number): what the resume logic compares. ``execution_id``
@@ -20,14 +21,14 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["EXECUTION_ID_ENV", "FOLDED", "STAMPS", "execution_id", "executing", "fold_at", "folded", "last_recorded",
+__all__ = ["EXECUTION_ID_ENV", "FOLDED", "STAMPS", "execution_id", "executing", "folded", "last_recorded",
            "standing_rows", "values_of"]
 
 # The id of the chapter execution in progress, set by ``executing`` in the book's process; the notebook's kernel and every
 # process started from it inherit it (jupyter_client starts the kernel with a copy of ``os.environ``).
 EXECUTION_ID_ENV = "SERVEBOOK_EXECUTION_ID"
 
-# What a failure's standing row says of the later executions that recorded it again (``fold_at``, ``folded``): how many
+# What a failure's standing row says of the later executions that recorded it again (``folded``): how many
 # recordings, the last one's time and execution; ``recorded_again_at`` (the view only, never written): the known times of
 # those recordings (each earlier row of the same failure, and every ``last_recorded_at``), so a page that quoted one of
 # them still names this row.
@@ -92,7 +93,8 @@ ONE_ROW_PER = {"backends": ("engine", "attention", "mode"), "backends_not_run": 
 # ``failures`` (``FOLD_AGAIN``): the row(s) of the execution that first recorded it, its stamps as recorded (the
 # ``step | recorded_at`` a page quotes stays true), the later executions' recordings folded into it (``FOLDED``). A
 # re-execution that hits the same failure (chapter 02 asking again a what-if that fails the same way) appends nothing:
-# ``RunStore.append`` folds it into that failure's last row on disk (``fold_at``). Within the execution that first
+# ``RunStore.append`` folds it into that failure's last row on disk (``folds``: the last line with its values, unless the
+# execution recording it is the one that first recorded it). Within the execution that first
 # recorded it a repeat is appended and stands (a step that failed twice failed twice).
 EACH_ONCE = {"seed_comparison"}
 FOLD_AGAIN = {"failures"}
@@ -119,22 +121,6 @@ def _each_once(rows: list) -> list:
         if i == at or (ident is not None and _id(r) == ident):
             keep.append(r)
     return keep
-
-
-def _group_of(rows: list, row) -> list[int]:
-    """Indices of the rows (dicts, not withdrawn) that hold ``row``'s values, in file order."""
-    v = values_of(row)
-    return [i for i, r in enumerate(rows) if isinstance(r, dict) and not r.get("withdrawn") and values_of(r) == v]
-
-
-def fold_at(rows: list, row: dict, current: str) -> int | None:
-    """Where execution ``current`` recording ``row`` again is folded: the index of the last row of ``rows`` (the table
-    as on disk; None for an unreadable line) with the same values, unless none has them or ``current`` is the execution
-    that first recorded them (a repeat within it stands: None, append)."""
-    group = _group_of(rows, row)
-    if not group or _id(rows[group[0]]) == current:
-        return None
-    return group[-1]
 
 
 def folded(into: dict, again: dict) -> dict:

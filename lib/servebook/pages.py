@@ -17,11 +17,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from .recorded import SET_BY_REFRESH
+
 __all__ = ["parameters_used", "merge_parameters", "verdict_first", "run_yourself", "commands", "banner_html", "figure_alts", "index_frame",
            "link_present_chapters", "GIVEN_ONLY"]
 
 # Parameters servebook gives every chapter itself: never part of a command a reader types.
-GIVEN_ONLY = ("run_dir", "measure")
+GIVEN_ONLY = SET_BY_REFRESH
 
 
 def _tagged(nb, tag: str):
@@ -184,13 +186,28 @@ def commands(nb, manifest: dict, number: str, run_dir: Path) -> dict[str, list[s
         shown_dir = str(run_dir)
     again = ["servebook", "html", shown_dir, "--refresh", number]
     recorded = manifest.get("parameters") or {}
+    reused = _reused(run_dir, number)
     for name, value in injected.items():  # the run's own parameters come from its manifest; the others as the page ran
-        if name in GIVEN_ONLY or value == "" or (name in PARAMS and recorded.get(name) == value) or defaults.get(name) == value:
+        if name in GIVEN_ONLY or value == "" or (name in PARAMS and recorded.get(name) == value):
+            continue
+        if reused.get(name, defaults.get(name)) == value:  # what --refresh uses unasked: the run's own (recorded), else the default
             continue
         if name in PARAMS and name != "model":
             continue
         again += ["-p", f"{name}={value}"]
     return {"measure": before + [shlex.join(argv)], "tables": [shlex.join(again + ["--out", f"build/{Path(run_dir).name}"])]}
+
+
+def _reused(run_dir: Path, number: str) -> dict:
+    """The parameters ``servebook html RUN --refresh NUMBER`` reuses from the run without being given them."""
+    from .chapters import chapters, notebook_parameters
+    from .recorded import recorded_parameters
+    from .results import RunStore
+
+    chapter = next((c for c in chapters() if c.number == number), None)
+    if chapter is None or not (Path(run_dir) / "manifest.json").exists():
+        return {}
+    return recorded_parameters(RunStore(Path(run_dir)), chapter, notebook_parameters(chapter.source))[0]
 
 
 def run_yourself(nb, manifest: dict, number: str, run_dir: Path, whatif: bool):

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ResultsError
-from .executions import FOLD_AGAIN, execution_id, fold_at, folded, standing_rows, values_of
+from .executions import FOLD_AGAIN, execution_id, folded, standing_rows, values_of
+from .folds import ROOM, FoldIndex, write_at
 from .secrets import mask_value
 
 __all__ = ["RunStore", "new_run_id", "find_runs", "derived_from", "standing", "Correction", "corrections", "say_corrections",
@@ -79,6 +80,7 @@ class RunStore:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._execution_seen: tuple[int, dict] | None = None  # (manifest mtime, its "execution") read by ``execution``
+        self._folds = FoldIndex()  # where each failure's line is: a re-hit is one write (folds)
 
     # -- opening ---------------------------------------------------------------
     @classmethod
@@ -138,8 +140,8 @@ class RunStore:
         first, so a table never holds two rows fused into one line. ``unchanged="keep"``: where the table's last row
         holds the same values (``executions.STAMPS`` aside), nothing is appended and that row is returned (a verdict
         computed again by a re-execution, not a measurement: chapter 02's ``seed_comparison``). A failure a later
-        execution records again is not appended: it is folded into that failure's row (``executions.fold_at``), and that
-        row is returned.
+        execution records again is not appended: it is folded into that failure's line in place (one write, ``folds``),
+        and that row is returned.
         """
         row = _jsonable(mask_value(dict(row)))
         if unchanged == "keep":
@@ -154,19 +156,28 @@ class RunStore:
         with _APPEND_LOCK:  # parallel sweeps (one engine per GPU) append from threads
             held = self._fold(table, row) if table in FOLD_AGAIN else None
             if held is None:
-                self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + "\n")
+                room = ROOM if table in FOLD_AGAIN else ""  # a failure's line: room for the fields a fold adds (folds)
+                self._append_line(self.table_path(table), json.dumps(row, sort_keys=True) + room + "\n")
         return held or row
 
     def _fold(self, table: str, row: dict) -> dict | None:
-        """``row`` recorded again by a later execution, folded into the row on disk it repeats (that line alone is
-        rewritten, every other line as it was, an unreadable one too); None where it is to be appended."""
+        """``row`` recorded again by a later execution, folded into the line on disk it repeats, in place (one write of
+        that line: ``folds``); None where it is to be appended. A line appended before lines had room: the table once."""
         path = self.table_path(table)
-        lines = path.read_text().splitlines(keepends=True) if path.exists() else []
-        at = fold_at([_parsed(line) for line in lines], row, row["execution_id"])
-        if at is None:
+        hit = self._folds.find(path, row, row["execution_id"])
+        if hit is None:
             return None
-        lines[at] = json.dumps(held := folded(json.loads(lines[at]), row), sort_keys=True) + "\n"
-        self._write_whole(path, "".join(lines))
+        offset, length, old = hit
+        line = json.dumps(held := folded(old, row), sort_keys=True).encode()
+        if len(line) < length:
+            try:
+                write_at(path, offset, line.ljust(length - 1) + b"\n")
+            except OSError as exc:
+                raise self._error(path, exc) from exc
+        else:
+            data = path.read_bytes()
+            self._write_whole(path, (data[:offset] + line + ROOM.encode() + b"\n" + data[offset + length:]).decode())
+            self._folds.forget(path)
         return held
 
     def replace(self, table: str, rows: Iterable[dict], unchanged: str = "write") -> list[dict]:
@@ -369,14 +380,6 @@ class RunStore:
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.path)!r})"
-
-
-def _parsed(line: str):
-    """A table's line as a row, None where it is not one (blank, torn)."""
-    try:
-        return json.loads(line) if line.strip() else None
-    except json.JSONDecodeError:
-        return None
 
 
 def _last_byte(path: Path, size: int) -> bytes:

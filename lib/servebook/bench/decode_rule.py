@@ -1,15 +1,19 @@
 """Chapter 05's words on the rule that timed each decode rate, and the wait after the last token it leaves out.
 
-    Markdown(say_decode_rule(store))   # the rule of this run's rows (each row's where two stand side by side), tagged
+    Markdown(say_decode_rule(store))   # the rule of this run's rows (each row's where two stand side by side), tagged,
+                                       # and the starts of another rule set apart, each stated on its own
 
 A decode rate runs from the read that carried a request's first token to the last read that carried tokens
 (``sse.DECODE_TIMED_TO``); rows recorded before timed it to the stream's end (``sse.EARLIER_RULE``) and keep their
-values. The wait between the two (``tail_s``) is stated per configuration (``figures.decode_tails``) either way.
+values. The wait between the two (``tail_s``) is stated per configuration (``figures.decode_tails``) either way. Starts
+of one configuration timed by the two rules (a partial run of the earlier rule resumed) are never pooled into one
+interval: the standing rule's starts make the configuration's interval, the others are stated apart (``runs.set_apart``).
 """
 
 from __future__ import annotations
 
 from .figures import decode_tails
+from .runs import set_apart
 from .sse import DECODE_TIMED_TO
 
 __all__ = ["say_decode_rule"]
@@ -26,7 +30,8 @@ def _rule(rules: list[str]) -> str:
     if rules == [DECODE_TIMED_TO]:
         return "timed to the last token"
     if DECODE_TIMED_TO in rules:
-        return "its rows were timed by both rules (to the last token, and to the stream's end before that rule), and its interval pools them"
+        return ("its rows were timed by both rules (to the last token, and to the stream's end before that rule), its single "
+                "stream and its sweep each by one: no interval pools the two")
     return _OLD
 
 
@@ -57,4 +62,17 @@ def say_decode_rule(store) -> str:
         head = f"This run's decode rates are {_OLD}."
     else:
         head = (f"Rows of two rules stand side by side here, each named below. {_NEW} Rows recorded before were {_OLD}.")
-    return "\n".join([head, "", *(_bullet(t, len(rules) > 1) for t in tails)])
+    return "\n".join([head, "", *(_bullet(t, len(rules) > 1) for t in tails), *_apart(store)])
+
+
+def _apart(store) -> list[str]:
+    """A bullet per configuration's starts of another method (decode rule) than its interval's: stated on their own."""
+    from ..stated import q
+
+    out = []
+    for r in set_apart(store.rows("bench_summary")):
+        of = f"{r['label']} | {r['decode_timed_to']}"
+        out.append(f"- {r['label']}: {r['starts']} start(s) measured another way ({r['method']}) are set apart, not pooled "
+                   f"into its interval: {q('set_apart_decode_tok_s', r['mean'], '.1f', of=of)} ± "
+                   f"{q('set_apart_decode_ci95', r['ci95'], '.1f', of=of)} tok/s ({r['over']}).")
+    return out

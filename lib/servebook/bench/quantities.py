@@ -11,7 +11,7 @@ from ..stated.registry import Quantity, per_run, register
 from ..stated.text import MISSING, plain
 from . import figures
 from .ceiling import ceiling_check, ceiling_verdict
-from .runs import current, remeasured, remeasured_subject, sweep_stalls
+from .runs import current, remeasured, remeasured_subject, set_apart, sweep_stalls
 
 
 @per_run
@@ -212,6 +212,13 @@ _SWEEP = [  # the single stream and the sweep as they ran, latencies, time split
     Quantity("decode_tail_rate_pct", "what that wait moves a request's decode rate by: the rate timed to the last token over "
              "the rate timed to the stream's end, - 1, median (%; label; bench.figures.decode_tails)",
              lambda store: {t["label"]: t["rate_pct"] for t in figures.decode_tails(store)}, tables=("bench_summary", "bench_requests")),
+    Quantity("set_apart_decode_tok_s", "single-stream decode tok/s (mean over its starts) of a configuration's starts of "
+             "another method than its standing one, stated apart, never pooled (label | decode rule; bench.runs.set_apart)",
+             lambda store: {f"{r['label']} | {r['decode_timed_to']}": r["mean"] for r in set_apart(store.rows("bench_summary"))},
+             tables=("bench_summary",)),
+    Quantity("set_apart_decode_ci95", "its 95% interval's half-width (tok/s): over those starts, or within its one start",
+             lambda store: {f"{r['label']} | {r['decode_timed_to']}": r["ci95"] for r in set_apart(store.rows("bench_summary"))},
+             tables=("bench_summary",)),
     Quantity("tokens_per_chunk", "tokens per streamed chunk of a configuration's last single-stream measurement",
              lambda store: {k: r.get("tokens_per_chunk") for k, r in _single(store).items()}, tables=("bench_summary",)),
     Quantity("sweep_throughput_tok_s", "throughput (tok/s) of one sweep level (label | C=n)", _sweep("throughput_tok_s"),

@@ -19,7 +19,7 @@ from .sse import DECODE_TIMED_TO, RequestResult, timed_to, untimed_of
 from .stats import mean_ci, percentile
 
 __all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
-           "requests_of", "prompts_sha", "over_starts", "record_start", "start_measured", "first_start"]
+           "requests_of", "prompts_sha", "over_starts", "record_start", "start_measured", "first_start", "set_apart"]
 
 
 def start_measured(store, label: str, start: int, max_tokens: int, warmup: int) -> dict | None:
@@ -396,39 +396,62 @@ def requests_of(summary: Iterable[dict], requests: Iterable[dict]) -> list[tuple
 
 def current(summary: Iterable[dict], requests: Iterable[dict] = ()) -> tuple[list[dict], list[dict]]:
     """The rows of ``bench_summary`` and ``bench_requests`` that stand: for each measurement (label, phase, concurrency,
-    max_tokens) the last one recorded, and the requests recorded after any earlier summary of it (a resumed run that
-    measured again with another method, e.g. more warm-up requests or each sweep level warmed first, keeps the older rows
-    in its tables; :func:`remeasured` pairs them)."""
+    max_tokens) the last one recorded of its configuration's method (:func:`_latest_method`), and the requests recorded
+    for that take (after the take of it before, over every take; a resumed run that measured again with another method,
+    e.g. more warm-up requests or each sweep level warmed first, keeps the older rows in its tables; :func:`remeasured`
+    pairs them, :func:`set_apart` names the starts of another method)."""
     everything = list(summary)
     summary = _latest_method(everything)
-    last = {k: takes[-1] for k, takes in _takes(summary).items()}
-    keep = {id(row) for row, _ in last.values()}
-    cut = {k: prev for k, (_, prev) in last.items() if prev is not None}
+    last = {k: takes[-1][0] for k, takes in _takes(summary).items()}
+    keep = {id(row) for row in last.values()}
+    window: dict = {}  # the standing take's requests: after the take before it, and up to it unless it is the last take
+    for k, takes in _takes(everything).items():
+        for i, (row, prev) in enumerate(takes):
+            if k in last and row is last[k]:
+                window[k] = (prev or "", None if i == len(takes) - 1 else str(row.get("recorded_at") or ""))
     superseded = {_key(r) for r in everything} - set(last)  # starts of an earlier method: their requests go with them
 
     def stands(q: dict) -> bool:
-        k = _key(q)
-        return k not in superseded and (k not in cut or str(q.get("recorded_at") or "") > cut[k])
+        k, at = _key(q), str(q.get("recorded_at") or "")
+        if k in superseded:
+            return False
+        after, upto = window.get(k, ("", None))
+        return at > after and (upto is None or at <= upto)
 
     return [r for r in summary if id(r) in keep], [q for q in requests if stands(q)]
 
 
 def _single_method(r: dict) -> tuple:
-    """What makes two executions' single streams one method: their counts and tokens, and the rule that timed the decode."""
+    """What makes two single streams of a configuration one method, pooled into one interval over starts: their counts
+    and tokens, and the rule that timed the decode (``sse.timed_to``)."""
     return (*(r.get(k) for k in ("max_tokens", "warmup", "runs", "requests_per_run", "input_tokens")), timed_to(r))
 
 
 def _latest_method(summary: list[dict]) -> list[dict]:
-    """``summary`` without the single-stream rows that executions before the last (``execution``, ``servebook book
-    --again``) recorded with another method than the last execution's: its starts pool with earlier starts of the same
-    method only. Rows of one execution are all kept (what a resumed run measured again stands by :func:`current`)."""
+    """``summary`` without the single-stream rows of another method than its configuration's last one (the last single
+    row of the latest execution, ``execution``): a configuration's starts pool with starts of the same method only, also
+    within one execution (a partial run of the earlier decode rule resumed, each start of another rule). What is left out
+    is named by :func:`set_apart` (other starts) or :func:`remeasured` (the same start taken again)."""
     ex = lambda r: r.get("execution") or 1  # noqa: E731
     latest: dict = {}
     for r in summary:
         if r.get("phase") == "single" and ex(r) >= latest.get(r.get("label"), (0, None))[0]:
             latest[r.get("label")] = (ex(r), _single_method(r))
-    return [r for r in summary if r.get("phase") != "single" or ex(r) == latest[r.get("label")][0]
-            or _single_method(r) == latest[r.get("label")][1]]
+    return [r for r in summary if r.get("phase") != "single" or _single_method(r) == latest[r.get("label")][1]]
+
+
+def set_apart(summary: Iterable[dict]) -> list[dict]:
+    """Per configuration, the starts of another method than its standing one that no standing row took again (a
+    start timed by the earlier decode rule beside starts timed by the new one): never pooled with them, stated apart.
+    Rows: label, method (:func:`_method`, with its decode rule), decode_timed_to, and :func:`over_starts` of those starts."""
+    everything = list(summary)
+    kept = {_key(r) for r in _latest_method(everything)}
+    groups: dict = {}
+    for r in everything:
+        if r.get("phase") == "single" and _key(r) not in kept:
+            groups.setdefault((r.get("label"), _single_method(r)), []).append(r)
+    return [{"label": label, "method": _method(rows[-1], True), "decode_timed_to": timed_to(rows[-1]), **over_starts(rows)}
+            for (label, _m), rows in groups.items()]
 
 
 def remeasured(summary: Iterable[dict]) -> list[dict]:

@@ -4,7 +4,8 @@
 
 A microbenchmark of all-reduce predicts a change in time per token; this measures it. For each setting the
 server is started with ``--tensor-parallel-size tp`` and the setting's flags and environment, warmed up, and
-measured with chapter 05's client: single-stream decode (mean and 95% interval over runs) and the
+measured with chapter 05's client: single-stream decode (mean and 95% interval over runs, timed by the rule each row
+records, ``decode_timed_to``: rows without it, from before that rule, were timed to the stream's end) and the
 throughput of one batch at ``concurrency``. Which all-reduce path the engine used is read from the engine
 itself: its resolved settings (SGLang's ``/server_info`` ``disable_custom_all_reduce``) and the lines its own
 log writes about all-reduce. An engine's custom all-reduce serves small messages without NCCL, so NCCL
@@ -111,7 +112,8 @@ def tp_decode_check(engine, model_dir: str | Path, store: RunStore, settings: li
                 single = bench.single_stream(srv.base_url, name, prompts, tokenizer=tokenizer, engine=engine.name, label=label,
                                              max_tokens=max_tokens, runs=runs, warmup=warmup, progress=False)
                 row.update(decode_tok_s=single["decode_tok_s_mean"], decode_tok_s_ci95=single["decode_tok_s_ci95"],
-                           decode_tok_s_runs=single["decode_tok_s_runs"], itl_ms_p50=single.get("itl_ms_p50"), failed=single["failed"])
+                           decode_tok_s_runs=single["decode_tok_s_runs"], itl_ms_p50=single.get("itl_ms_p50"), failed=single["failed"],
+                           decode_timed_to=single.get("decode_timed_to"))  # the rule (bench.sse); a row without it: the stream's end
                 res = bench.run_requests(srv.base_url, name, prompts[: concurrency * 2], max_tokens=max_tokens, concurrency=concurrency,
                                          engine=engine.name, tokenizer=tokenizer, desc=f"C={concurrency}")
                 lvl = bench.summarize_level(res)
