@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..bench.sse import DECODE_TIMED_TO
 from ..errors import ServebookError
 from .capture import ProfilerUnavailable, capture, keep_trace, profiler_launch
 from .kernels import TraceError, kernel_events, load_trace, trace_slug
@@ -212,7 +213,7 @@ def _measure(store, s: dict, srv, *, tpot_runs: int, tpot_tokens: int, warmup: i
         return _fail_row(store, row, "measure", "no request of the unprofiled timing succeeded")
     ci = mean_ci(tpots)
     row.update({"tpot_ms": statistics.fmean(tpots), "tpot_ci_ms": ci.get("half_width") if isinstance(ci, dict) else None,
-                "tpot_runs": len(tpots), "tpot_tokens": tpot_tokens})
+                "tpot_runs": len(tpots), "tpot_tokens": tpot_tokens, "decode_timed_to": DECODE_TIMED_TO})
     say(f"  {s['label']}: unprofiled {row['tpot_ms']:.3f} ms per token ({1e3 / row['tpot_ms']:.1f} tok/s)")
     slug = trace_slug(s["label"])
     if isinstance(trace_dir, ProfilerUnavailable):
