@@ -24,7 +24,7 @@ case $phase in 02|rest|all|trust|rest-live|rest-book|06|05|front) ;;
 esac
 WHATIF=whatif-rtx-pro-6000-sglang-0.5.9
 # every book, in the order the one-chapter phases (05, 06) render them
-BOOKS=(h200x1-live h200x2-live h200x1-trust h200x1-book h200x2-book $WHATIF)
+BOOKS=(h200x1-live h200x2-live h200x1-trust h200x1-book h200x2-book $WHATIF h200x1-ref)
 
 # The rendered folder of a book (data/runs/BOOK).
 out_of() { case $1 in h200x1-book|h200x2-book) echo "rendered/${1%-book}";; *) echo "rendered/$1";; esac; }
@@ -83,6 +83,7 @@ fi
 if [ -n "$books" ]; then
   for b in h200x1-book h200x2-book; do render $b 01,03,04,05; render $b 06; done
   render $WHATIF 01,03,04,05,06
+  render h200x1-ref 05,06      # the profile run: a run of profiles only has chapters 05 and 06 (servebook.profile.book)
 fi
 if [ "$phase" = 05 ] || [ "$phase" = 06 ]; then
   for b in "${BOOKS[@]}"; do render "$b" "$phase"; done
