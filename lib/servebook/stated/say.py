@@ -143,7 +143,7 @@ def say_throughput(t: dict, runs: int | None = None) -> list[str]:
     if t.get("single_tok_s") is None:
         return [f"- **{label}**: no single-stream measurement succeeded."]
     n_runs = int(t["runs"]) if t.get("runs") is not None else None
-    kept = (f"; measured before this page's runs={runs}: the run resumed and kept that measurement"
+    kept = (f"; measured before this page's `runs={runs}`: the run resumed and kept that measurement"
             if runs is not None and n_runs is not None and n_runs != runs else "")
     n_starts = int(t.get("starts") or 1)
     if n_starts >= 2:
