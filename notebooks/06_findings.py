@@ -75,7 +75,7 @@ pd.DataFrame([
 # ## The verdict
 # What is slow, by how much, and why - each statement says whether it is measured, read from an engine's code, or
 # predicted - and what to run next. For the seed case (the what-if book on the RTX PRO 6000) the numbers are a
-# projection of this book's H200 decode-step profiles; for a live run they are that run's own (chapter 05).
+# projection of the profile run's H200 decode-step profiles (named below); for a live run they are its own (chapter 05).
 
 # %%
 from servebook import profile as sbprof
@@ -250,7 +250,8 @@ Markdown("Shown in the what-if book of the seed case. Each category of the H200 
 if seed_rows:
     display(sbseed.projection_frame(seed_rows))
     display(pd.DataFrame(seed_tabs["seed_range"])[[c for c in ["who", "point_ms", "low_ms", "high_ms", "point_tok_s", "low_tok_s",
-                                                               "high_tok_s", "seed_tok_s", "seed_gap_ms", "seed_inside"]
+                                                               "high_tok_s", "seed_tok_s", "seed_ms", "seed_beyond_ms",
+                                                               "seed_gap_ms", "seed_inside"]
                                                    if c in pd.DataFrame(seed_tabs["seed_range"])]].round(2))
 else:
     print("not the seed case's what-if book: no projection here")

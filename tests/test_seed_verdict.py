@@ -161,3 +161,23 @@ def test_the_whatif_chapters_state_one_count_and_one_latency_rule():
     assert {r["collectives"] for r in lat.values()} == {n}
     us = sorted(r["allreduce_us"] for r in floor if not r["latency_source"].startswith("1 us"))
     assert us == pytest.approx(sorted(r["central_us"] for r in lat.values()))
+
+
+def test_chapter_06_shows_every_seed_range_field_its_verdict_quotes_and_names_whose_profiles_it_projects():
+    """The verdict quoted the seed's SGLang time (seed_ms) and how far past the range's slow end it lies
+    (seed_beyond_ms: 1.42 ms), while the seed_range table under it showed neither; and its opening called the projected
+    profiles "this book's", in a what-if book that holds none (they are the profile run's)."""
+    import re
+
+    from servebook.paths import book_root
+    from servebook.profile.seed import REFERENCE_PROFILE_RUN
+
+    verdict = (book_root() / "lib" / "servebook" / "profile" / "verdict.py").read_text()
+    quoted = set(re.findall(r"t\('seed_range', \w+, '(\w+)'", verdict)) | set(re.findall(r"seed_range \| \{r\['key'\]\} \| (\w+)", verdict))
+    assert {"seed_ms", "seed_beyond_ms", "seed_gap_ms"} <= quoted
+    nb = (book_root() / "notebooks" / "06_findings.py").read_text()
+    shown = re.search(r'seed_tabs\["seed_range"\]\)\[\[c for c in \[(.*?)\]', nb, re.S).group(1)
+    assert quoted <= set(re.findall(r'"(\w+)"', shown)), quoted - set(re.findall(r'"(\w+)"', shown))
+    head = nb.split("## The verdict", 1)[1].split("# %%", 1)[0]
+    assert "this book's H200 decode-step profiles" not in head and "the profile run's H200 decode-step profiles" in head
+    assert REFERENCE_PROFILE_RUN != WHATIF.name
