@@ -208,25 +208,44 @@ def findings(store) -> list[str]:
         lines.append(f"- {name}: {q('profile_step_ms', r['step_ms'], '.3f', of=r['label'])} ms per profiled step "
                      f"against {q('profile_tpot_ms', r['tpot_ms'], '.3f', of=r['label'])} ms per token without the profiler; "
                      f"the largest parts: {parts}.")
-    for p in store.rows("prediction_check"):
-        subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
-        text = (f"- {p['card']} with {p['engine']} ({p['backend']}): predicted from the "
-                f"{q('prediction_layers', p['layers_measured'], of=subject + ' | measured')}-layer slices "
-                f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all "
-                f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers, on one GPU as the slices ran "
-                "(`servebook profile run` starts each server on one GPU: no tensor parallelism, so no all-reduce term)")
-        if p.get("measured_ms") is not None:
-            text += (f"; measured {q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms, error "
-                     f"{q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%"
-                     + (" (inside the predicted interval)" if p.get("within_interval") else " (outside the predicted interval)"))
-        else:
-            text += " (the whole model was not run here: a prediction only)"
-        if "in process" in str(p["engine"]):
-            text += (". In process, the framework's own work between operators grows with every layer and nothing runs beside "
-                     "it, while the rule is made for servers whose host work is per step and hidden behind the GPU: the error "
-                     "above measures how far that assumption is from this host")
-        lines.append(text + ".")
+    lines += [_prediction_line(p, store) for p in store.rows("prediction_check")]
     return lines
+
+
+def _prediction_line(p: dict, store) -> str:
+    """One full-model prediction in a sentence: its card's quantisation named (a card predicted in bf16 and with INT4
+    experts reads as one prediction stated twice otherwise), and where its two slices came from two profile jobs of
+    machines without identity, that the subtraction may cross machines (``machines.unidentified_hours_apart``)."""
+    from ..stated import q
+    from .machines import unidentified_hours_apart
+
+    quant = p.get("quant", "bf16")
+    subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {quant}"
+    prof = {r["label"]: r for r in latest_ok(store.rows("profile_runs"))}
+    used = [prof.get(lab) for lab in (p.get("from_labels") or [])[:2]]
+    text = (f"- {p['card']} ({'INT4 experts' if quant == 'card' else quant}) with {p['engine']} ({p['backend']}): predicted from the "
+            f"{q('prediction_layers', p['layers_measured'], of=subject + ' | measured')}-layer slices "
+            f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all "
+            f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers, on one GPU as the slices ran "
+            "(`servebook profile run` starts each server on one GPU: no tensor parallelism, so no all-reduce term)")
+    if p.get("measured_ms") is not None:
+        text += (f"; measured {q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms, error "
+                 f"{q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%"
+                 + (" (inside the predicted interval)" if p.get("within_interval") else " (outside the predicted interval)"))
+    else:
+        text += " (the whole model was not run here: a prediction only)"
+    if "in process" in str(p["engine"]):
+        text += (". In process, the framework's own work between operators grows with every layer and nothing runs beside "
+                 "it, while the rule is made for servers whose host work is per step and hidden behind the GPU: the error "
+                 "above measures how far that assumption is from this host")
+    if any(u is not None and u.get("quant", "bf16") != quant for u in used):
+        text += "; its shallower slice holds no routed expert, so its bf16 profile stands for the quantised card's"
+    if None not in used and unidentified_hours_apart(used) is not None:
+        text += ("; **its two slices were profiled in two jobs more than an hour apart, by rows that carry no machine "
+                 "identity**: possibly two machines, whose per-step kernels differ (`servebook.profile.machines`), so the "
+                 "per-layer difference may hold the machines' difference - a hypothesis-grade prediction until both "
+                 "depths are profiled in one job")
+    return text + "."
 
 
 def where_time_goes(store) -> str:
