@@ -435,16 +435,16 @@ def test_the_live_run_holds_the_profile_run_tables():
         assert live.rows(t, withdrawn=True) == prof.rows(t, withdrawn=True), t
 
 
-def test_each_prediction_line_names_its_quantisation_and_flags_slices_of_two_profile_jobs():
+def test_each_prediction_line_names_its_quantisation_and_flags_slices_of_two_recording_units():
     """h200x1-live's chapter 05 said "kimi-k2.5 with vllm (auto): predicted ... 19.702 ms" and, in the same words,
     "... 12.701 ms" (bf16 and INT4 experts). And the Triton rows subtract a 1-layer slice profiled on 2026-12-02 from a
-    2-layer one of 2026-12-01: two jobs, by rows without machine identity (h200x1-prof's RECORDED.md: two machines).
-    Each line now names its quantisation; the two-job lines say the subtraction may cross machines; the others do not."""
+    2-layer one of 2026-12-01: two recording units, by rows without machine identity (h200x1-prof's RECORDED.md: two machines).
+    Each line now names its quantisation; those lines say the subtraction crosses recording units; the others do not."""
     import re
 
     from servebook.paths import book_root
     from servebook.profile.chapter import findings
-    from servebook.profile.machines import SESSION_GAP_S
+    from servebook.profile.slices import recording_unit
     from servebook.results import RunStore
 
     store = RunStore(book_root() / "data" / "runs" / "h200x1-live")
@@ -454,9 +454,8 @@ def test_each_prediction_line_names_its_quantisation_and_flags_slices_of_two_pro
     prof = {p["label"]: p for p in store.rows("profile_runs") if p.get("ok")}
     for p, line in zip(preds, lines):
         assert line.startswith(f"- {p['card']} ({'INT4 experts' if p['quant'] == 'card' else p['quant']}) with {p['engine']} ")
-        taken = [prof[lab]["taken_at"] for lab in p["from_labels"][:2]]
-        apart = abs(taken[0] - taken[1]) > SESSION_GAP_S
-        assert ("profiled in two jobs more than an hour apart" in line) == apart, line
-    crossed = [p["backend"] for p, line in zip(preds, lines) if "two jobs" in line]
+        apart = len({recording_unit(prof[lab]) for lab in p["from_labels"][:2]}) > 1
+        assert ("profiled on two days, by rows that carry no machine identity" in line) == apart, line
+    crossed = [p["backend"] for p, line in zip(preds, lines) if "two recording units" in line]
     assert sorted(crossed) == ["TRITON_MLA", "triton"]
     assert sum("holds no routed expert" in x for x in lines) == 1

@@ -215,9 +215,10 @@ def findings(store) -> list[str]:
 def _prediction_line(p: dict, store) -> str:
     """One full-model prediction in a sentence: its card's quantisation named (a card predicted in bf16 and with INT4
     experts reads as one prediction stated twice otherwise), and where its two slices came from two profile jobs of
-    machines without identity, that the subtraction may cross machines (``machines.unidentified_hours_apart``)."""
+    machines without identity, that the subtraction crosses recording units (``slices.recording_unit``: the machine,
+    else the UTC day; the projection never subtracts across them, ``prediction_rows`` groups by machine only)."""
     from ..stated import q
-    from .machines import unidentified_hours_apart
+    from .slices import recording_unit
 
     quant = p.get("quant", "bf16")
     subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {quant}"
@@ -240,11 +241,11 @@ def _prediction_line(p: dict, store) -> str:
                  "above measures how far that assumption is from this host")
     if any(u is not None and u.get("quant", "bf16") != quant for u in used):
         text += "; its shallower slice holds no routed expert, so its bf16 profile stands for the quantised card's"
-    if None not in used and unidentified_hours_apart(used) is not None:
-        text += ("; **its two slices were profiled in two jobs more than an hour apart, by rows that carry no machine "
-                 "identity**: possibly two machines, whose per-step kernels differ (`servebook.profile.machines`), so the "
-                 "per-layer difference may hold the machines' difference - a hypothesis-grade prediction until both "
-                 "depths are profiled in one job")
+    if None not in used and len({recording_unit(u) for u in used}) > 1:
+        text += ("; **its two slices were profiled on two days, by rows that carry no machine identity**: two recording "
+                 "units (`servebook.profile.slices.recording_unit`), possibly two machines, whose per-step kernels differ "
+                 "(`servebook.profile.machines`), so the per-layer difference may hold the machines' difference - a "
+                 "hypothesis until both depths are profiled in one unit")
     return text + "."
 
 

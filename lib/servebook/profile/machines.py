@@ -19,12 +19,7 @@ from typing import Iterable, Sequence
 
 from ..errors import ServebookError
 
-__all__ = ["MachineMismatch", "machine_identity", "identity_of_uuids", "require_one_machine", "relative_to_reference",
-           "unidentified_hours_apart", "SESSION_GAP_S"]
-
-# rows taken further apart than this came from two profile jobs: one job's servers are profiled back to back (the
-# longest recorded job, h200x1-ref's unit 1, took 21 minutes from its first profile to its last)
-SESSION_GAP_S = 3600.0
+__all__ = ["MachineMismatch", "machine_identity", "identity_of_uuids", "require_one_machine", "relative_to_reference"]
 
 
 class MachineMismatch(ServebookError):
@@ -106,16 +101,3 @@ def relative_to_reference(rows: Iterable[dict], *, value: str, is_reference=lamb
         out.append({**r, f"{value}_ratio": float(r[value]) / ref if r.get(value) is not None else None,
                     "reference_value": ref})
     return out
-
-
-def unidentified_hours_apart(rows: Iterable[dict]) -> float | None:
-    """Hours between the first and the last of ``rows`` (their ``taken_at``, epoch seconds) where none carries a machine
-    identity and they span more than ``SESSION_GAP_S``: two profile jobs, so possibly two machines, which the rows cannot
-    show (``require_one_machine`` accepts them within one run). ``None`` where a row names its machine, a row lacks its
-    time, or the rows fall within one job."""
-    rows = [r for r in rows if r is not None]
-    if not rows or any(r.get("machine") for r in rows) or any(r.get("taken_at") is None for r in rows):
-        return None
-    times = [float(r["taken_at"]) for r in rows]
-    span = max(times) - min(times)
-    return span / 3600 if span > SESSION_GAP_S else None
