@@ -376,7 +376,7 @@ found += ([f"- {b['engine']}: {say_backends(b)}" for b in f.backends if b.get("c
           or ["- No backend was forced in this run, or none served correct output."])
 found += ["", "**All-reduce** (chapter 04)", "", f"- {say_allreduce(f.nccl)}"]
 found += ["", "**Throughput and the roofline** (chapter 05)", ""]
-found += [line for t in f.throughput for line in say_throughput(t)] or ["- No benchmark was recorded in this run."]
+found += [line for t in f.throughput for line in say_throughput(t)] or [f"- {c.markdown()}" for c in by_chapter.get("05", [])[-1:]]
 found += ["", "**What to run**", ""]
 found += [f"- {lc['engine']}: `{lc['command']}` — " + "; ".join(lc["why"]) + "." for lc in f.launch if lc.get("command")]
 for a in across:
