@@ -315,7 +315,23 @@ def _host_bound(store, r: dict, single: list) -> str:
     if sa is not None and sb is not None:
         return head + _over_starts(sa, sb, q) + noise
     single.append(r)
-    return head + noise
+    return head + noise + _elsewhere(ok, r)
+
+
+def _elsewhere(ok: list[dict], r: dict) -> str:
+    """Where a pair's servers have other starts only in another recording unit (``slices.recording_unit``: rows without
+    machine identity taken on another day), that those are no start spread: another machine's profile differs by more."""
+    from .slices import recording_unit
+    from .tables import _server
+
+    last = {p["label"]: p for p in ok}
+    other = [p["label"] for lab in (r["a"], r["b"]) if lab in last for p in ok if p["label"] != lab
+             and _server(p) == _server(last[lab]) and "repeat" in (p.get("role"), last[lab].get("role"))
+             and recording_unit(p) != recording_unit(last[lab])]
+    one = len(other) == 1
+    return ("; " + ", ".join(f"`{x}`" for x in other) + f" ({'another server start' if one else 'other server starts'} of "
+            f"the same configuration) {'was' if one else 'were'} profiled in another recording unit, possibly on another "
+            f"machine, so {'it is' if one else 'they are'} no start-to-start spread here" if other else "")
 
 
 def _inverted(ok: list[dict], r: dict, q) -> list[str]:
