@@ -90,7 +90,9 @@ def test_servebook_html_renders_the_reference_run_without_refresh(tmp_path):
     assert "nothing measured" not in text and "This chapter failed" not in text
     assert "timed by the profile run" in text and "busy share of the served time" in text
     # chapter 06's "What we found" says what chapter 05 says of a run of profiles (it said "No benchmark was recorded")
-    found = re.sub(r"<[^>]+>", "", (tmp_path / "out" / "06_findings.html").read_text()).split("What we found", 1)[-1]
+    page06 = re.sub(r"<[^>]+>", "", (tmp_path / "out" / "06_findings.html").read_text())
+    assert "None — None CPUs" not in page06 and "not in this run's manifest (a run of profiles only" in page06  # "This run"
+    found = page06.split("What we found", 1)[-1]
     assert "No benchmark was recorded in this run" not in found and "No client benchmark in this run (a run of profiles only)" in found
 
 
