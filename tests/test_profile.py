@@ -400,7 +400,7 @@ def test_the_recorded_second_starts_and_what_they_say():
     the first (2026-12-01; its RECORDED.md): rows without machine identity of two recording units are no start spread
     (that would book two machines' difference as the start-to-start spread). Within one unit the spread is computed from
     every start (h200x1-ref: SGLang's 1-MoE-layer slice over its 4 starts)."""
-    from servebook.profile.slices import recording_unit
+    from servebook.profile.machines import recording_unit
     from servebook.profile.tables import start_spread, starts_of
     from servebook.results import RunStore
 
@@ -451,7 +451,7 @@ def test_each_prediction_line_names_its_quantisation_and_flags_slices_of_two_rec
 
     from servebook.paths import book_root
     from servebook.profile.chapter import findings
-    from servebook.profile.slices import recording_unit
+    from servebook.profile.machines import recording_unit
     from servebook.results import RunStore
 
     store = RunStore(book_root() / "data" / "runs" / "h200x1-live")

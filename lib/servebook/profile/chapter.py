@@ -215,10 +215,10 @@ def findings(store) -> list[str]:
 def _prediction_line(p: dict, store) -> str:
     """One full-model prediction in a sentence: its card's quantisation named (a card predicted in bf16 and with INT4
     experts reads as one prediction stated twice otherwise), and where its two slices came from two profile jobs of
-    machines without identity, that the subtraction crosses recording units (``slices.recording_unit``: the machine,
+    machines without identity, that the subtraction crosses recording units (``machines.recording_unit``: the machine,
     else the UTC day; the projection never subtracts across them, ``prediction_rows`` groups by machine only)."""
     from ..stated import q
-    from .slices import recording_unit
+    from .machines import recording_unit
 
     quant = p.get("quant", "bf16")
     subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {quant}"
@@ -243,7 +243,7 @@ def _prediction_line(p: dict, store) -> str:
         text += "; its shallower slice holds no routed expert, so its bf16 profile stands for the quantised card's"
     if None not in used and len({recording_unit(u) for u in used}) > 1:
         text += ("; **its two slices were profiled on two days, by rows that carry no machine identity**: two recording "
-                 "units (`servebook.profile.slices.recording_unit`), possibly two machines, whose per-step kernels differ "
+                 "units (`servebook.profile.machines.recording_unit`), possibly two machines, whose per-step kernels differ "
                  "(`servebook.profile.machines`), so the per-layer difference may hold the machines' difference - a "
                  "hypothesis until both depths are profiled in one unit")
     return text + "."
@@ -319,9 +319,9 @@ def _host_bound(store, r: dict, single: list) -> str:
 
 
 def _elsewhere(ok: list[dict], r: dict) -> str:
-    """Where a pair's servers have other starts only in another recording unit (``slices.recording_unit``: rows without
+    """Where a pair's servers have other starts only in another recording unit (``machines.recording_unit``: rows without
     machine identity taken on another day), that those are no start spread: another machine's profile differs by more."""
-    from .slices import recording_unit
+    from .machines import recording_unit
     from .tables import _server
 
     last = {p["label"]: p for p in ok}
