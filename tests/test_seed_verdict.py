@@ -181,3 +181,20 @@ def test_chapter_06_shows_every_seed_range_field_its_verdict_quotes_and_names_wh
     head = nb.split("## The verdict", 1)[1].split("# %%", 1)[0]
     assert "this book's H200 decode-step profiles" not in head and "the profile run's H200 decode-step profiles" in head
     assert REFERENCE_PROFILE_RUN != WHATIF.name
+
+
+def test_what_the_seed_tried_with_flashinfer_is_read_from_its_file():
+    """The ranked flashinfer change said "the seed already tried it: it relaunched SGLang with --attention-backend
+    flashinfer together with the NCCL block", typed in: the seed's file says that launch changed two more options at
+    once, so flashinfer was never tried alone. The note now lists every option of the file's next launch."""
+    from servebook.stated.figures import seed_case
+
+    launch = seed_case()["next_sglang_launch"]
+    base = {"gain_ms_per_token": 0.4, "basis": "b", "check_command": "c", "label": "predicted"}
+    rows = [{"engine": e, "category": "total", "predicted_ms": 15.0} for e in ("sglang", "vllm")]
+    out = gains.rank_by_expected_gain([{**base, "engine": "sglang", "change": "attention backend flashinfer"}], rows,
+                                      comm.engine_latencies(), 124)
+    note = out[0]["note"]
+    assert "already tried it, not alone" in note and "NCCL block" in note and "seed-case.json" in note
+    assert all(o in note for o in launch["options"]) and len(launch["options"]) > 1
+    assert (launch.get("rate_note") or "") in note
