@@ -198,3 +198,23 @@ def test_what_the_seed_tried_with_flashinfer_is_read_from_its_file():
     assert "already tried it, not alone" in note and "NCCL block" in note and "seed-case.json" in note
     assert all(o in note for o in launch["options"]) and len(launch["options"]) > 1
     assert (launch.get("rate_note") or "") in note
+
+
+def test_the_serial_end_says_its_idles_come_from_slices_of_two_depths():
+    """The host-rule row's serial end adds SGLang's 12-MoE-layer slice's idle (GPU-bound) and vLLM's 4-MoE-layer one's
+    (host-bound): its gap, -0.9 ms of the range's -0.97 low end, sets two depths side by side. The basis says so,
+    each slice's kind recomputed here from its busy share."""
+    from servebook.profile.depths import HOST_BOUND_SHARE
+    from servebook.profile.ranges import _deep_slices_words
+    from servebook.profile.seed import REFERENCE_PROFILE_RUN
+    from servebook.profile.slices import select_slices
+
+    src = RunStore.at(data_dir() / "runs" / REFERENCE_PROFILE_RUN)
+    kinds = {}
+    for eng, be in ranges.SEED_BACKENDS.items():
+        deep = select_slices(src.rows("profile_runs"), eng, backend=be)["deep"]
+        kinds[eng] = "GPU-bound" if deep["busy_ms"] / deep["tpot_ms"] > HOST_BOUND_SHARE else "host-bound"
+    assert kinds == {"sglang": "GPU-bound", "vllm": "host-bound"}
+    words = _deep_slices_words(src)
+    assert "SGLang's: 13 layers, GPU-bound" in words and "vLLM's: 5 layers, host-bound" in words
+    assert "slices of two depths" in words and "slices of two depths" not in _deep_slices_words(RunStore.at(REF))
