@@ -61,13 +61,13 @@ from servebook.provenance import describe_revision
 
 params = manifest.get("parameters", {})
 versions = manifest.get("versions", {})
-fp = manifest.get("host_fingerprint", {})
+fp, _unrec = manifest.get("host_fingerprint", {}), "not in this run's manifest (a run of profiles only keeps its host in its profile rows: \"The host\" below)"
 pd.DataFrame([
-    {"what": "host", "value": f"{fp.get('hostname')} — {fp.get('cpu_count')} CPUs, {fp.get('memory_gib')} GiB, GPUs: {', '.join(fp.get('gpus') or []) or 'none'}"},
-    {"what": "engine under study", "value": params.get("engine")},
-    {"what": "model", "value": params.get("model")},
+    {"what": "host", "value": f"{fp.get('hostname')} — {fp.get('cpu_count')} CPUs, {fp.get('memory_gib')} GiB, GPUs: {', '.join(fp.get('gpus') or []) or 'none'}" if fp else _unrec},
+    {"what": "engine under study", "value": params.get("engine") or _unrec},
+    {"what": "model", "value": params.get("model") or _unrec},
     {"what": "versions of the kernel that executed this page (each engine's own: chapter 01's engines table)",
-     "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v)},
+     "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v) or _unrec},
     {"what": "code", "value": describe_revision(manifest.get("git_revision"))},
 ])
 
@@ -75,7 +75,7 @@ pd.DataFrame([
 # ## The verdict
 # What is slow, by how much, and why - each statement says whether it is measured, read from an engine's code, or
 # predicted - and what to run next. For the seed case (the what-if book on the RTX PRO 6000) the numbers are a
-# projection of this book's H200 decode-step profiles; for a live run they are that run's own (chapter 05).
+# projection of the profile run's H200 decode-step profiles (named below); for a live run they are its own (chapter 05).
 
 # %%
 from servebook import profile as sbprof
@@ -250,7 +250,8 @@ Markdown("Shown in the what-if book of the seed case. Each category of the H200 
 if seed_rows:
     display(sbseed.projection_frame(seed_rows))
     display(pd.DataFrame(seed_tabs["seed_range"])[[c for c in ["who", "point_ms", "low_ms", "high_ms", "point_tok_s", "low_tok_s",
-                                                               "high_tok_s", "seed_tok_s", "seed_gap_ms", "seed_inside"]
+                                                               "high_tok_s", "seed_tok_s", "seed_ms", "seed_beyond_ms",
+                                                               "seed_gap_ms", "seed_inside"]
                                                    if c in pd.DataFrame(seed_tabs["seed_range"])]].round(2))
 else:
     print("not the seed case's what-if book: no projection here")
@@ -375,7 +376,7 @@ found += ([f"- {b['engine']}: {say_backends(b)}" for b in f.backends if b.get("c
           or ["- No backend was forced in this run, or none served correct output."])
 found += ["", "**All-reduce** (chapter 04)", "", f"- {say_allreduce(f.nccl)}"]
 found += ["", "**Throughput and the roofline** (chapter 05)", ""]
-found += [line for t in f.throughput for line in say_throughput(t)] or ["- No benchmark was recorded in this run."]
+found += [line for t in f.throughput for line in say_throughput(t)] or [f"- {c.markdown()}" for c in by_chapter.get("05", [])[-1:]]
 found += ["", "**What to run**", ""]
 found += [f"- {lc['engine']}: `{lc['command']}` — " + "; ".join(lc["why"]) + "." for lc in f.launch if lc.get("command")]
 for a in across:

@@ -236,3 +236,19 @@ def test_a_chapter_the_reference_book_lacks_is_superseded_by_none(tmp_path):
          "run": "h200x2-book", "pages": {c: f"h200x2/{c}_x.html" for c in ("01", "02", "03", "04", "05", "06")}}
     line = re.sub(r"<[^>]+>", "", _earlier(b, "h200x1-trust", {c: "" for c in ("01", "03", "05", "06")}))
     assert "Superseded by h200x1-trust in what both measured; its chapters 02, 04, not in the reference book, superseded by none" in line
+
+
+def test_the_glossary_names_the_run_that_validated_the_host_rule_and_what_a_slice_difference_gives():
+    """The glossary said the profile run's whole models validated the host rule: the profile run (h200x1-ref) is slices
+    only; h200x1-prof's whole models did (predict.HOST_RULE_RUN). It said the difference of a 1- and a 2-layer slice is
+    one layer's time: of their GPU-busy times, not of their served times (h200x1-ref's 2-MoE-layer slice served faster
+    than its 1-layer one)."""
+    from servebook.profile.predict import HOST_RULE_RUN
+    from servebook.profile.seed import REFERENCE_PROFILE_RUN
+
+    rule = re.sub(r"<[^>]+>", "", glossary.TERMS["host-rule"].text)
+    assert f"the whole models of {HOST_RULE_RUN} validated it" in rule
+    assert (REFERENCE_PROFILE_RUN == HOST_RULE_RUN) or "the whole models of the profile run" not in rule
+    sl = re.sub(r"<[^>]+>", "", glossary.TERMS["slice"].text)
+    assert "is one layer's time" not in sl and "GPU-busy times per decode step, divided by the layers between them" in sl
+    assert "the difference of their served times does not" in sl

@@ -396,15 +396,22 @@ def test_a_host_bound_difference_over_two_starts_is_a_finding_only_beyond_each_s
 
 
 def test_the_recorded_second_starts_and_what_they_say():
-    """h200x1-prof: each of the four 2-layer Kimi slices has a second start; the spread is computed from both."""
-    from servebook.profile.tables import start_spread
+    """h200x1-prof: each of the four 2-layer Kimi slices has a second start, taken on 2026-12-02 on another machine than
+    the first (2026-12-01; its RECORDED.md): rows without machine identity of two recording units are no start spread
+    (that would book two machines' difference as the start-to-start spread). Within one unit the spread is computed from
+    every start (h200x1-ref: SGLang's 1-MoE-layer slice over its 4 starts)."""
+    from servebook.profile.machines import recording_unit
+    from servebook.profile.tables import start_spread, starts_of
     from servebook.results import RunStore
 
     rows = RunStore.at(_RUN).rows("profile_runs")
+    ok = {p["label"]: p for p in rows if p.get("ok")}
     for label in ("sglang kimi-2L", "vllm kimi-2L", "sglang kimi-2L triton", "vllm kimi-2L TRITON_MLA"):
-        sp = start_spread(rows, label)
-        assert sp["starts"] == 2 and sp["labels"] == [label, label + " start 2"], label
-        assert sp["busy_spread_ms"] < 0.05 and sp["tpot_spread_ms"] > 0
+        assert recording_unit(ok[label]) != recording_unit(ok[label + " start 2"])
+        assert start_spread(rows, label) is None and [p["label"] for p in starts_of(rows, label)] == [label], label
+    ref = RunStore.at(_RUN.parent / "h200x1-ref").rows("profile_runs")
+    sp = start_spread(ref, "sglang kimi-2L int4 triton")
+    assert sp["starts"] == 4 and sp["labels"][0] == "sglang kimi-2L int4 triton" and sp["busy_spread_ms"] < 0.01
 
 
 def test_copy_profile_tables_copies_every_row_as_stored(tmp_path):
@@ -433,3 +440,29 @@ def test_the_live_run_holds_the_profile_run_tables():
     prof = RunStore.at(_RUN)
     for t in PROFILE_TABLES:
         assert live.rows(t, withdrawn=True) == prof.rows(t, withdrawn=True), t
+
+
+def test_each_prediction_line_names_its_quantisation_and_flags_slices_of_two_recording_units():
+    """h200x1-live's chapter 05 said "kimi-k2.5 with vllm (auto): predicted ... 19.702 ms" and, in the same words,
+    "... 12.701 ms" (bf16 and INT4 experts). And the Triton rows subtract a 1-layer slice profiled on 2026-12-02 from a
+    2-layer one of 2026-12-01: two recording units, by rows without machine identity (h200x1-prof's RECORDED.md: two machines).
+    Each line now names its quantisation; those lines say the subtraction crosses recording units; the others do not."""
+    import re
+
+    from servebook.paths import book_root
+    from servebook.profile.chapter import findings
+    from servebook.profile.machines import recording_unit
+    from servebook.results import RunStore
+
+    store = RunStore(book_root() / "data" / "runs" / "h200x1-live")
+    lines = [re.sub(r"<span[^>]*>|</span>", "", x) for x in findings(store) if "-layer slices" in x]
+    preds = store.rows("prediction_check")
+    assert len(lines) == len(preds) and len(set(lines)) == len(lines)
+    prof = {p["label"]: p for p in store.rows("profile_runs") if p.get("ok")}
+    for p, line in zip(preds, lines):
+        assert line.startswith(f"- {p['card']} ({'INT4 experts' if p['quant'] == 'card' else p['quant']}) with {p['engine']} ")
+        apart = len({recording_unit(prof[lab]) for lab in p["from_labels"][:2]}) > 1
+        assert ("profiled on two days, by rows that carry no machine identity" in line) == apart, line
+    crossed = [p["backend"] for p, line in zip(preds, lines) if "two recording units" in line]
+    assert sorted(crossed) == ["TRITON_MLA", "triton"]
+    assert sum("holds no routed expert" in x for x in lines) == 1

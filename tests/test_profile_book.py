@@ -89,6 +89,11 @@ def test_servebook_html_renders_the_reference_run_without_refresh(tmp_path):
     text = re.sub(r"<[^>]+>", "", page)
     assert "nothing measured" not in text and "This chapter failed" not in text
     assert "timed by the profile run" in text and "busy share of the served time" in text
+    # chapter 06's "What we found" says what chapter 05 says of a run of profiles (it said "No benchmark was recorded")
+    page06 = re.sub(r"<[^>]+>", "", (tmp_path / "out" / "06_findings.html").read_text())
+    assert "None — None CPUs" not in page06 and "not in this run's manifest (a run of profiles only" in page06  # "This run"
+    found = page06.split("What we found", 1)[-1]
+    assert "No benchmark was recorded in this run" not in found and "No client benchmark in this run (a run of profiles only)" in found
 
 
 def test_each_line_is_one_engine_configuration_of_one_card(tmp_path):
@@ -171,3 +176,32 @@ def test_the_front_page_answer_of_a_profiles_only_run_is_its_ladders(tmp_path):
     assert text.startswith("Decode-step profiles only (chapter 06)")
     assert "SGLang (triton, INT4 experts" in text and "vLLM (TRITON_MLA, INT4 experts" in text
     assert "No measurement succeeded" not in text
+
+
+def test_each_served_time_line_names_its_machine_and_the_anchor_only_line_says_so():
+    """The anchor configuration measured again on unit 2's machine (3.410 ms) beside unit 1's (3.382 ms) read as one
+    configuration stated twice with two values: each line names its machine, and a group of anchor rows only says so;
+    rows with neither machine nor unit say that, not ``run `None```."""
+    lines = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(REF))]
+    machines = sorted({p["machine"] for p in RunStore(REF).rows("profile_runs") if p.get("ok")})
+    assert len(lines) == 3 and all(sum(f"machine `{m}`" in x for m in machines) == 1 for x in lines)
+    again = [x for x in lines if "(the anchor configuration only" in x]
+    assert len(again) == 1 and again[0].startswith("- SGLang") and f"machine `{machines[1]}`" in again[0]
+    assert "12 MoE layers 3.410" in again[0]
+    old = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(data_dir() / "runs" / "h200x1-prof"))]
+    assert old and all("run `None`" not in x and "machine not recorded" in x for x in old)
+
+
+def test_the_engines_line_states_the_difference_and_the_margin_it_was_decided_against():
+    """At 4 MoE layers the engines' ratios differ by 2.01% of their mean against the 2% margin: "vLLM lower" alone hid
+    that the verdict sits at the margin's edge. Both figures recomputed here from the starts rule."""
+    from servebook.profile import units
+    from servebook.profile.ranges import SEED_BACKENDS
+    from servebook.profile.starts import compare
+
+    r = units.deepest_ratios(RunStore(REF).rows("profile_runs"), SEED_BACKENDS)
+    c = compare(r["sglang"], r["vllm"])
+    mid = (c["a_mean"] + c["b_mean"]) / 2
+    md = re.sub(r"<[^>]+>", "", units.units_markdown(RunStore(REF)))
+    assert (f"vLLM lower (they differ by {100 * abs(c['diff']) / mid:.2f}% of their mean, against a margin of "
+            f"{100 * c['margin'] / mid:.2f}%)") in md

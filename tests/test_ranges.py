@@ -116,4 +116,5 @@ def test_the_version_words_read_vllm_s_tiles_and_splits():
 def test_the_serial_rule_names_the_depth_of_the_slices_it_reads():
     assert "each engine's 2-layer slice's H200 idle per token" in ranges._host_rule_words(RunStore.at(REF))
     words = ranges._host_rule_words(RunStore.at(data_dir() / "runs" / "h200x1-ref"))
-    assert "each engine's deeper slice's (SGLang's: 13 layers, vLLM's: 5 layers) H200 idle" in words
+    assert "each engine's deeper slice's (SGLang's: 13 layers, GPU-bound, vLLM's: 5 layers, host-bound; slices of two depths" in words
+    assert "not the engines at one depth) H200 idle" in words

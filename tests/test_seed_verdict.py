@@ -161,3 +161,60 @@ def test_the_whatif_chapters_state_one_count_and_one_latency_rule():
     assert {r["collectives"] for r in lat.values()} == {n}
     us = sorted(r["allreduce_us"] for r in floor if not r["latency_source"].startswith("1 us"))
     assert us == pytest.approx(sorted(r["central_us"] for r in lat.values()))
+
+
+def test_chapter_06_shows_every_seed_range_field_its_verdict_quotes_and_names_whose_profiles_it_projects():
+    """The verdict quoted the seed's SGLang time (seed_ms) and how far past the range's slow end it lies
+    (seed_beyond_ms: 1.42 ms), while the seed_range table under it showed neither; and its opening called the projected
+    profiles "this book's", in a what-if book that holds none (they are the profile run's)."""
+    import re
+
+    from servebook.paths import book_root
+    from servebook.profile.seed import REFERENCE_PROFILE_RUN
+
+    verdict = (book_root() / "lib" / "servebook" / "profile" / "verdict.py").read_text()
+    quoted = set(re.findall(r"t\('seed_range', \w+, '(\w+)'", verdict)) | set(re.findall(r"seed_range \| \{r\['key'\]\} \| (\w+)", verdict))
+    assert {"seed_ms", "seed_beyond_ms", "seed_gap_ms"} <= quoted
+    nb = (book_root() / "notebooks" / "06_findings.py").read_text()
+    shown = re.search(r'seed_tabs\["seed_range"\]\)\[\[c for c in \[(.*?)\]', nb, re.S).group(1)
+    assert quoted <= set(re.findall(r'"(\w+)"', shown)), quoted - set(re.findall(r'"(\w+)"', shown))
+    head = nb.split("## The verdict", 1)[1].split("# %%", 1)[0]
+    assert "this book's H200 decode-step profiles" not in head and "the profile run's H200 decode-step profiles" in head
+    assert REFERENCE_PROFILE_RUN != WHATIF.name
+
+
+def test_what_the_seed_tried_with_flashinfer_is_read_from_its_file():
+    """The ranked flashinfer change said "the seed already tried it: it relaunched SGLang with --attention-backend
+    flashinfer together with the NCCL block", typed in: the seed's file says that launch changed two more options at
+    once, so flashinfer was never tried alone. The note now lists every option of the file's next launch."""
+    from servebook.stated.figures import seed_case
+
+    launch = seed_case()["next_sglang_launch"]
+    base = {"gain_ms_per_token": 0.4, "basis": "b", "check_command": "c", "label": "predicted"}
+    rows = [{"engine": e, "category": "total", "predicted_ms": 15.0} for e in ("sglang", "vllm")]
+    out = gains.rank_by_expected_gain([{**base, "engine": "sglang", "change": "attention backend flashinfer"}], rows,
+                                      comm.engine_latencies(), 124)
+    note = out[0]["note"]
+    assert "already tried it, not alone" in note and "NCCL block" in note and "seed-case.json" in note
+    assert all(o in note for o in launch["options"]) and len(launch["options"]) > 1
+    assert (launch.get("rate_note") or "") in note
+
+
+def test_the_serial_end_says_its_idles_come_from_slices_of_two_depths():
+    """The host-rule row's serial end adds SGLang's 12-MoE-layer slice's idle (GPU-bound) and vLLM's 4-MoE-layer one's
+    (host-bound): its gap, -0.9 ms of the range's -0.97 low end, sets two depths side by side. The basis says so,
+    each slice's kind recomputed here from its busy share."""
+    from servebook.profile.depths import HOST_BOUND_SHARE
+    from servebook.profile.ranges import _deep_slices_words
+    from servebook.profile.seed import REFERENCE_PROFILE_RUN
+    from servebook.profile.slices import select_slices
+
+    src = RunStore.at(data_dir() / "runs" / REFERENCE_PROFILE_RUN)
+    kinds = {}
+    for eng, be in ranges.SEED_BACKENDS.items():
+        deep = select_slices(src.rows("profile_runs"), eng, backend=be)["deep"]
+        kinds[eng] = "GPU-bound" if deep["busy_ms"] / deep["tpot_ms"] > HOST_BOUND_SHARE else "host-bound"
+    assert kinds == {"sglang": "GPU-bound", "vllm": "host-bound"}
+    words = _deep_slices_words(src)
+    assert "SGLang's: 13 layers, GPU-bound" in words and "vLLM's: 5 layers, host-bound" in words
+    assert "slices of two depths" in words and "slices of two depths" not in _deep_slices_words(RunStore.at(REF))

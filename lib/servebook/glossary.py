@@ -70,8 +70,10 @@ _LIST = [
        "A model directory made by <code>servebook model build CARD</code>: the card's real architecture and full width with "
        "fewer layers (default: the dense layers plus one MoE layer; &ldquo;kimi-2L&rdquo; is the 2-layer Kimi-K2.5 slice), "
        "with seeded random bf16 weights or none (<em>dummy</em>: the engine starts with <code>--load-format dummy</code>). "
-       "Its rates are the slice's, never the full model's; the difference between a 1-layer and a 2-layer slice is one layer's "
-       "time."),
+       "Its rates are the slice's, never the full model's. Two slices of one card, engine and machine that differ in their "
+       "repeated layers give one layer's GPU time: the difference of their GPU-busy times per decode step, divided by the layers "
+       "between them (<code>slice_linearity</code>); the difference of their served times does not, where the host sets a "
+       "shallow slice's step (<a href=\"#host-bound\">host-bound</a>)."),
     _t("seed", "seed (the seed case)", "SEED"),  # filled from data/reference/seed-case.json (_seed_text)
     _t("graph", "graph / eager (CUDA graphs)",
        "With CUDA graphs the engine records a decode step's kernel launches once per batch size and replays the whole step "
@@ -98,7 +100,8 @@ _LIST = [
        "<code>rtx-pro-6000</code>): datasheet facts about a GPU and host (capability, memory, bandwidth, links) that a "
        "what-if fakes; nothing in it was measured. A <em>trace profile</em> (a decode-step profile) is a torch-profiler trace "
        "of real decode steps on a real GPU, its kernels sorted into categories (attention, MoE experts, communication ...) "
-       "with their times (chapter 05; the recording <code>h200x1-prof</code>)."),
+       f"with their times (chapter 05; the recordings <code>h200x1-prof</code> and <code>{REFERENCE_PROFILE_RUN}</code>, the "
+       "<a href=\"#profile-run\">profile run</a>)."),
     _t("what-if", "what-if",
        "A book run with <code>--profile NAME</code>: no GPU is used. Chapter 02 runs each engine's own backend-selection code "
        "with the GPU faked from the hardware profile; chapters 03 to 05 plan rather than measure; chapter 06 projects decode "
@@ -190,12 +193,15 @@ def _seed_block_text() -> str:
 
 def _host_rule_text() -> str:
     """The host rule's definition, from ``servebook.profile.predict`` (the rule the projection uses and its alternative)."""
-    from .profile.predict import HOST_RULE, HOST_RULES
+    from .profile.predict import HOST_RULE, HOST_RULE_RUN, HOST_RULES
 
     other = "; ".join(f"&ldquo;{k}&rdquo;: {html.escape(v)}" for k, v in HOST_RULES.items() if k != HOST_RULE)
     return ("How the what-if projection combines the host's time per decode step with the GPU's time: the rule "
-            f"&ldquo;{HOST_RULE}&rdquo;, {html.escape(HOST_RULES[HOST_RULE])}; the whole models of the "
-            f"<a href=\"#profile-run\">profile run</a> validated it (<code>servebook.profile.predict.HOST_RULE</code>). The "
+            f"&ldquo;{HOST_RULE}&rdquo;, {html.escape(HOST_RULES[HOST_RULE])}; the whole models of "
+            f"<code>{HOST_RULE_RUN}</code> validated it (<code>servebook.profile.predict.HOST_RULE_RUN</code>"
+            + ("" if HOST_RULE_RUN != REFERENCE_PROFILE_RUN else ", the <a href=\"#profile-run\">profile run</a>")
+            + ("; the <a href=\"#profile-run\">profile run</a> is another recording, of slices" if HOST_RULE_RUN != REFERENCE_PROFILE_RUN
+               else "") + "). The "
             f"bound beside it is {other}. The projection's row &ldquo;host beyond the GPU (host rule)&rdquo; is what the "
             "rule adds to the GPU's time.")
 

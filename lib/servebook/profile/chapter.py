@@ -208,25 +208,45 @@ def findings(store) -> list[str]:
         lines.append(f"- {name}: {q('profile_step_ms', r['step_ms'], '.3f', of=r['label'])} ms per profiled step "
                      f"against {q('profile_tpot_ms', r['tpot_ms'], '.3f', of=r['label'])} ms per token without the profiler; "
                      f"the largest parts: {parts}.")
-    for p in store.rows("prediction_check"):
-        subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
-        text = (f"- {p['card']} with {p['engine']} ({p['backend']}): predicted from the "
-                f"{q('prediction_layers', p['layers_measured'], of=subject + ' | measured')}-layer slices "
-                f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all "
-                f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers, on one GPU as the slices ran "
-                "(`servebook profile run` starts each server on one GPU: no tensor parallelism, so no all-reduce term)")
-        if p.get("measured_ms") is not None:
-            text += (f"; measured {q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms, error "
-                     f"{q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%"
-                     + (" (inside the predicted interval)" if p.get("within_interval") else " (outside the predicted interval)"))
-        else:
-            text += " (the whole model was not run here: a prediction only)"
-        if "in process" in str(p["engine"]):
-            text += (". In process, the framework's own work between operators grows with every layer and nothing runs beside "
-                     "it, while the rule is made for servers whose host work is per step and hidden behind the GPU: the error "
-                     "above measures how far that assumption is from this host")
-        lines.append(text + ".")
+    lines += [_prediction_line(p, store) for p in store.rows("prediction_check")]
     return lines
+
+
+def _prediction_line(p: dict, store) -> str:
+    """One full-model prediction in a sentence: its card's quantisation named (a card predicted in bf16 and with INT4
+    experts reads as one prediction stated twice otherwise), and where its two slices came from two profile jobs of
+    machines without identity, that the subtraction crosses recording units (``machines.recording_unit``: the machine,
+    else the UTC day; the projection never subtracts across them, ``prediction_rows`` groups by machine only)."""
+    from ..stated import q
+    from .machines import recording_unit
+
+    quant = p.get("quant", "bf16")
+    subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {quant}"
+    prof = {r["label"]: r for r in latest_ok(store.rows("profile_runs"))}
+    used = [prof.get(lab) for lab in (p.get("from_labels") or [])[:2]]
+    text = (f"- {p['card']} ({'INT4 experts' if quant == 'card' else quant}) with {p['engine']} ({p['backend']}): predicted from the "
+            f"{q('prediction_layers', p['layers_measured'], of=subject + ' | measured')}-layer slices "
+            f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all "
+            f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers, on one GPU as the slices ran "
+            "(`servebook profile run` starts each server on one GPU: no tensor parallelism, so no all-reduce term)")
+    if p.get("measured_ms") is not None:
+        text += (f"; measured {q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms, error "
+                 f"{q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%"
+                 + (" (inside the predicted interval)" if p.get("within_interval") else " (outside the predicted interval)"))
+    else:
+        text += " (the whole model was not run here: a prediction only)"
+    if "in process" in str(p["engine"]):
+        text += (". In process, the framework's own work between operators grows with every layer and nothing runs beside "
+                 "it, while the rule is made for servers whose host work is per step and hidden behind the GPU: the error "
+                 "above measures how far that assumption is from this host")
+    if any(u is not None and u.get("quant", "bf16") != quant for u in used):
+        text += "; its shallower slice holds no routed expert, so its bf16 profile stands for the quantised card's"
+    if None not in used and len({recording_unit(u) for u in used}) > 1:
+        text += ("; **its two slices were profiled on two days, by rows that carry no machine identity**: two recording "
+                 "units (`servebook.profile.machines.recording_unit`), possibly two machines, whose per-step kernels differ "
+                 "(`servebook.profile.machines`), so the per-layer difference may hold the machines' difference - a "
+                 "hypothesis until both depths are profiled in one unit")
+    return text + "."
 
 
 def where_time_goes(store) -> str:
@@ -295,7 +315,23 @@ def _host_bound(store, r: dict, single: list) -> str:
     if sa is not None and sb is not None:
         return head + _over_starts(sa, sb, q) + noise
     single.append(r)
-    return head + noise
+    return head + noise + _elsewhere(ok, r)
+
+
+def _elsewhere(ok: list[dict], r: dict) -> str:
+    """Where a pair's servers have other starts only in another recording unit (``machines.recording_unit``: rows without
+    machine identity taken on another day), that those are no start spread: another machine's profile differs by more."""
+    from .machines import recording_unit
+    from .tables import _server
+
+    last = {p["label"]: p for p in ok}
+    other = [p["label"] for lab in (r["a"], r["b"]) if lab in last for p in ok if p["label"] != lab
+             and _server(p) == _server(last[lab]) and "repeat" in (p.get("role"), last[lab].get("role"))
+             and recording_unit(p) != recording_unit(last[lab])]
+    one = len(other) == 1
+    return ("; " + ", ".join(f"`{x}`" for x in other) + f" ({'another server start' if one else 'other server starts'} of "
+            f"the same configuration) {'was' if one else 'were'} profiled in another recording unit, possibly on another "
+            f"machine, so {'it is' if one else 'they are'} no start-to-start spread here" if other else "")
 
 
 def _inverted(ok: list[dict], r: dict, q) -> list[str]:

@@ -105,7 +105,7 @@ def depth_markdown(store) -> str:
     for (eng, be, quant, mode, card, machine, run), mine in _groups(store).items():
         if len(mine) < 2:
             continue
-        where = f"machine `{machine}`" if machine else f"run `{run}`"
+        where = _where(machine, run)
         gpu = [r for r in mine if r["busy_share"] > HOST_BOUND_SHARE]
         host = [r for r in mine if r["busy_share"] <= HOST_BOUND_SHARE]
         said = []
@@ -129,6 +129,11 @@ _METHOD = ("Per slice depth, over its server starts: the served time per token i
            "starts); the busy share is the one over the other.")
 
 
+def _where(machine: str | None, run: str | None) -> str:
+    """Where one configuration's rows were measured: its machine, else its unit (run), else that neither was recorded."""
+    return f"machine `{machine}`" if machine else f"run `{run}`" if run else "machine not recorded"
+
+
 def _depths(rows: list[dict], q) -> str:
     words = [q("depth_moe_layers", r["moe_layers"], "d", of=r["label"]) for r in rows]
     return (words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]) + f" {_layers_word(rows[0]['card'])}s"
@@ -144,15 +149,22 @@ def found_lines(store) -> list[str]:
     if not profiles_only(store.path):
         return []
     out = []
+    anchors = {r["label"] for r in store.rows("profile_runs") if r.get("reference")}
     for key, rows in _groups(store).items():
         word = _layers_word(key[4])
+        machine, run = key[5], key[6]
+        # one configuration measured on two machines reads as two rates of one thing unless each line names its own
+        where = _where(machine, run)
+        if all(lab in anchors for r in rows for lab in r["labels"]):
+            where += (" (the anchor configuration only, measured again there to compare that machine's profiles with "
+                      "the others' through it; not a depth ladder)")
         each = "; ".join(
             f"{q('depth_moe_layers', r['moe_layers'], 'd', of=r['label'])} {word}{'s' * (r['moe_layers'] != 1)} "
             f"{q('depth_tpot_mean_ms', r['tpot_mean_ms'], '.3f', of=r['label'])}"
             + (f" ± {q('depth_tpot_ci95_ms', r['tpot_ci95_ms'], '.3f', of=r['label'])}" if r["starts"] > 1 else "")
             + f" ms ({q('depth_starts', r['starts'], 'd', of=r['label'])} start{'s' * (r['starts'] != 1)}, GPU busy "
             f"{q('depth_busy_share_pct', 100 * r['busy_share'], '.0f', of=r['label'])}%)" for r in rows)
-        out.append(f"- {_what(*key[:5])}, served time per token per slice depth, mean and 95% interval over server "
+        out.append(f"- {_what(*key[:5])}, {where}, served time per token per slice depth, mean and 95% interval over server "
                    "starts, timed by the profile run (greedy requests without the profiler; this chapter's own client "
                    f"measured nothing here): {each}.")
     return out

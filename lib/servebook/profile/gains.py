@@ -16,10 +16,25 @@ from __future__ import annotations
 from .comm import SEED_NCCL_ENGINES, custom_latency
 from .fixes import NOT_IN_VERSION, _launch
 
-__all__ = ["NEEDS_VERSION", "KIND_ORDER", "SEED_TRIED", "rank_by_expected_gain"]
+__all__ = ["NEEDS_VERSION", "KIND_ORDER", "seed_tried", "rank_by_expected_gain"]
 
-SEED_TRIED = ("the seed already tried it: it relaunched SGLang with --attention-backend flashinfer together with the NCCL "
-              "block (shared/seeds); the rate of that launch is not in the seed's figures")
+
+
+def seed_tried(option: str = "--attention-backend flashinfer") -> str:
+    """What the seed did with ``option``, from ``data/reference/seed-case.json`` (``next_sglang_launch``): its next SGLang
+    launch changed it together with the NCCL block and the other options, so it was never tried alone; that launch's
+    rate, where the seed recorded one. The file, not a sentence typed here: it said "together with the NCCL block" and
+    left out the two other options the launch changed at once."""
+    from ..stated.figures import seed_case
+
+    launch = seed_case()["next_sglang_launch"]
+    others = [o for o in launch["options"] if o != option]
+    rate = launch.get("single_stream_tok_s")
+    return (f"the seed already tried it, not alone: its next SGLang launch changed {option} together with the NCCL block"
+            + "".join(f", {o}" for o in others[:-1]) + (f" and {others[-1]}" if others else "")
+            + " at once (data/reference/seed-case.json, from shared/seeds); "
+            + (f"that launch ran {rate} tok/s, all of them together" if rate is not None
+               else f"that launch's rate is {launch.get('rate_note') or 'not recorded'}"))
 
 NEEDS_VERSION = "predicted, needs another version"
 KIND_ORDER = {"flag": 0, "environment": 0, "version": 1}
@@ -86,7 +101,7 @@ def _attention(f: dict, total: float, served: str) -> dict:
     why = ("high: the alternative's attention measured on the H200 and carried by the attention rule; low: 0, since no "
            "served measurement on the H200 found it faster (" + served + ") and no code read here says its MLA kernels run "
            "on capability 12.0; expected: the middle")
-    return _with_range({**f, "note": SEED_TRIED, "served": served}, total, 0.0 if g is not None else None, g, "flag", why)
+    return _with_range({**f, "note": seed_tried(), "served": served}, total, 0.0 if g is not None else None, g, "flag", why)
 
 
 def rank_by_expected_gain(fixes: list[dict], rows: list[dict], lat: dict, n: int, decode_path: list[dict] = (),

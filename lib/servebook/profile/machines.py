@@ -19,7 +19,8 @@ from typing import Iterable, Sequence
 
 from ..errors import ServebookError
 
-__all__ = ["MachineMismatch", "machine_identity", "identity_of_uuids", "require_one_machine", "relative_to_reference"]
+__all__ = ["MachineMismatch", "machine_identity", "identity_of_uuids", "require_one_machine", "relative_to_reference",
+           "recorded_day", "recording_unit"]
 
 
 class MachineMismatch(ServebookError):
@@ -101,3 +102,21 @@ def relative_to_reference(rows: Iterable[dict], *, value: str, is_reference=lamb
         out.append({**r, f"{value}_ratio": float(r[value]) / ref if r.get(value) is not None else None,
                     "reference_value": ref})
     return out
+
+
+def recorded_day(row: dict | None) -> str | None:
+    """The UTC day a profile was taken (``taken_at``, epoch seconds): the recording session it belongs to. The lent
+    machines of one profile run change between days, so two slices are subtracted only where their days agree."""
+    from datetime import datetime, timezone
+
+    if not row or row.get("taken_at") is None:
+        return None
+    return datetime.fromtimestamp(float(row["taken_at"]), tz=timezone.utc).date().isoformat()
+
+
+def recording_unit(row: dict | None) -> str | None:
+    """What two slices must share to be subtracted: the machine a profile was measured on where the row names it
+    (``machine``, a hash of its GPUs' UUIDs), else the UTC day it was taken (one lent machine per day in the older runs)."""
+    if not row:
+        return None
+    return row.get("machine") or recorded_day(row)

@@ -260,6 +260,14 @@ def _reference_ratios(store, field_: str = "mean") -> dict:
             for eng, r in deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS).items()}
 
 
+def _ratio_gap(store, field_: str) -> dict:
+    from .ranges import SEED_BACKENDS
+    from .units import deepest_ratios, ratio_gap
+
+    r = deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS)
+    return {"engines": ratio_gap(*r.values())[field_]} if len(r) == 2 else {}
+
+
 def _ratio_depth(store) -> dict:
     from .ranges import SEED_BACKENDS
     from .tables import latest_ok
@@ -308,6 +316,11 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
              tables=("profile_runs",)),
     Quantity("reference_ratio_starts", "the starts of an engine's INT4 slice that ratio is taken over (engine)",
              lambda store: _reference_ratios(store, "starts"), tables=("profile_runs",)),
+    Quantity("reference_ratio_diff_pct", "the engines' reference ratios' difference, % of the mean of the two (engines; "
+             "units.ratio_gap)", lambda store: _ratio_gap(store, "diff_pct"), tables=("profile_runs",)),
+    Quantity("reference_ratio_margin_pct", "the margin starts.compare decided the engines' reference ratios against, % of "
+             "the mean of the two (engines; units.ratio_gap)", lambda store: _ratio_gap(store, "margin_pct"),
+             tables=("profile_runs",)),
     Quantity("reference_ratio_depth", "the MoE layers of the slices the engines' reference ratios are taken at: the "
              "deepest depth both engines' INT4 ladders have (engines; units.common_depth)", _ratio_depth,
              tables=("profile_runs",)),

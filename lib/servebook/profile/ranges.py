@@ -184,20 +184,28 @@ def _deep_slices_words(src, backends: dict = SEED_BACKENDS) -> str:
     the profile run's rows: "2-layer slice's" where every engine's is that deep, else each engine's depth."""
     from ..engines import prose_name
     from .machines import MachineMismatch
+    from .depths import HOST_BOUND_SHARE
     from .slices import select_slices
 
-    rows, depth = src.rows("profile_runs"), {}
+    rows, depth, bound = src.rows("profile_runs"), {}, {}
     for eng, be in backends.items():
         try:
             deep = select_slices(rows, eng, backend=be)["deep"]
         except MachineMismatch:
             deep = None
         depth[eng] = None if deep is None else deep.get("layers")
+        if deep is not None and deep.get("busy_ms") and deep.get("tpot_ms"):
+            bound[eng] = "GPU-bound" if deep["busy_ms"] / deep["tpot_ms"] > HOST_BOUND_SHARE else "host-bound"
     if None not in depth.values() and len(set(depth.values())) == 1:
         return f"{next(iter(depth.values()))}-layer slice's"
     known = {e: n for e, n in depth.items() if n is not None}
-    return "deeper slice's" + (" (" + ", ".join(f"{prose_name(e)}'s: {n} layers" if n is not None else
-                                                f"{prose_name(e)}'s: none profiled" for e, n in depth.items()) + ")"
+    # two depths: the gap at the serial end sets the engines' idles at two depths side by side; say which kind each is
+    mixed = len(set(bound.values())) > 1 and len(known) == len(depth)
+    return "deeper slice's" + (" (" + ", ".join(f"{prose_name(e)}'s: {n} layers" + (f", {bound[e]}" if mixed else "")
+                                                if n is not None else f"{prose_name(e)}'s: none profiled"
+                                                for e, n in depth.items())
+                               + ("; slices of two depths, so the gap at this end sets a GPU-bound slice's idle against a "
+                                  "host-bound one's, not the engines at one depth" if mixed else "") + ")"
                                if known else "")
 
 

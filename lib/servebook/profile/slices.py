@@ -9,28 +9,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Iterable
 
-from .machines import require_one_machine
+from .machines import recorded_day, recording_unit, require_one_machine
 from .tables import latest_ok
 
 __all__ = ["recorded_day", "recording_unit", "select_slices"]
-
-
-def recorded_day(row: dict | None) -> str | None:
-    """The UTC day a profile was taken (``taken_at``, epoch seconds): the recording session it belongs to. The lent
-    machines of one profile run change between days, so two slices are subtracted only where their days agree."""
-    from datetime import datetime, timezone
-
-    if not row or row.get("taken_at") is None:
-        return None
-    return datetime.fromtimestamp(float(row["taken_at"]), tz=timezone.utc).date().isoformat()
-
-
-def recording_unit(row: dict | None) -> str | None:
-    """What two slices must share to be subtracted: the machine a profile was measured on where the row names it
-    (``machine``, a hash of its GPUs' UUIDs), else the UTC day it was taken (one lent machine per day in the older runs)."""
-    if not row:
-        return None
-    return row.get("machine") or recorded_day(row)
 
 
 def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "auto", mode: str = "graph",

@@ -205,16 +205,20 @@ def starts_of(profile_rows: Iterable[dict], label: str) -> list[dict]:
     """Every ok profile of the server ``label`` was taken on, one per server start, in the order taken: the rows of that
     label (a profile taken again under its label is another start) and, of the same engine, model slice, mode and
     backend, those of role "repeat" (``... start 2``) or, where ``label`` is a repeat, the first start's, all of
-    ``label``'s unit (``run_id``). Empty where
+    ``label``'s unit (``run_id``) and recording unit (``machines.recording_unit``: its machine, else its UTC day). Empty where
     ``label`` has no ok row."""
+    from .machines import recording_unit
+
     ok = [p for p in profile_rows if p.get("ok")]
     me = next((p for p in reversed(ok) if p["label"] == label), None)
     if me is None:
         return []
     # a start of this server was recorded in its unit (run_id): another unit's profile of the same slice (its reference
     # configuration, merged under another label: servebook.profile.units) is another machine's server, compared only
-    # through its unit's reference; a start of another machine within one unit is refused where it is subtracted
-    return [p for p in ok if p.get("run_id") == me.get("run_id") and
+    # through its unit's reference; a start of another machine within one unit is refused where it is subtracted. Rows
+    # without machine identity are one unit only within one recording unit (``machines.recording_unit``: the UTC day):
+    # h200x1-prof's second starts (2026-12-02) ran on another machine than its first (2026-12-01)
+    return [p for p in ok if p.get("run_id") == me.get("run_id") and recording_unit(p) == recording_unit(me) and
             (p["label"] == label or (_server(p) == _server(me) and "repeat" in (p.get("role"), me.get("role"))))]
 
 

@@ -24,7 +24,7 @@ from ..errors import ServebookError
 from .kernels import trace_slug
 from .machines import MachineMismatch, relative_to_reference
 
-__all__ = ["LADDER_PLANS", "UNIT_TABLES", "merge_unit", "on_anchor_machine", "OnAnchor", "labels_on_two_machines",
+__all__ = ["LADDER_PLANS", "UNIT_TABLES", "merge_unit", "on_anchor_machine", "OnAnchor", "labels_on_two_machines", "ratio_gap",
            "units_markdown", "anchor_times", "deepest_ratios"]
 
 # the committed plan that records each engine's INT4 depth ladder on the H200 (tools/gpu-stage/, issue #39)
@@ -274,6 +274,16 @@ def units_markdown(store) -> str:
     return "\n".join(lines)
 
 
+def ratio_gap(ra, rb) -> dict:
+    """The engines' reference ratios' difference and the margin ``starts.compare`` decides it against, each in % of the
+    mean of the two means (``diff_pct``: absolute; ``margin_pct``), so a verdict at the margin's edge reads as one."""
+    from .starts import compare
+
+    c = compare(ra, rb)
+    mid = (c["a_mean"] + c["b_mean"]) / 2
+    return {"diff_pct": 100 * abs(c["diff"]) / mid, "margin_pct": 100 * c["margin"] / mid, "verdict": c["verdict"]}
+
+
 def _engines_line(prof: list[dict], deep: dict, compare, depth: int | None) -> str:
     """The engines' slices at the deepest depth both have (``depth`` MoE layers), each as a ratio to its own machine's
     reference configuration, decided by the starts rule over those ratios."""
@@ -291,6 +301,9 @@ def _engines_line(prof: list[dict], deep: dict, compare, depth: int | None) -> s
     c = compare(ra, rb)
     said = {"no difference": "no difference beyond the starts' spread", "undecided": "undecided (one start on a side)",
             "a lower": f"{prose_name(a)} lower", "b lower": f"{prose_name(b)} lower"}[c["verdict"]]
+    gap = ratio_gap(ra, rb)   # the difference and the margin it was decided against, both in % of the pair's mean
+    said += (f" (they differ by {q('reference_ratio_diff_pct', gap['diff_pct'], '.2f', of='engines')}% of their mean, "
+             f"against a margin of {q('reference_ratio_margin_pct', gap['margin_pct'], '.2f', of='engines')}%)")
     return (f"- Between the engines, measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
             f", only through each machine's anchor configuration, at the deepest depth both engines have "
             f"({q('reference_ratio_depth', depth, 'd', of='engines')} MoE layers): the slice's GPU busy time is "
