@@ -205,3 +205,22 @@ def test_the_engines_line_states_the_difference_and_the_margin_it_was_decided_ag
     md = re.sub(r"<[^>]+>", "", units.units_markdown(RunStore(REF)))
     assert (f"vLLM lower (they differ by {100 * abs(c['diff']) / mid:.2f}% of their mean, against a margin of "
             f"{100 * c['margin'] / mid:.2f}%)") in md
+
+
+def test_a_profiles_only_run_says_what_it_is_where_a_book_would_say_nothing_was_measured(tmp_path):
+    """Chapter 06's check-yourself, its "Run this yourself" command and the index's software line of a run of profiles
+    only: what the run is and how it was made, not "chapters 03 to 05 recorded no measurement" or `servebook book`."""
+    import nbformat
+
+    from servebook import pages, render
+    from servebook.findings import check_yourself, host_summary
+
+    ref = RunStore(_copy(tmp_path))
+    said = " ".join(a for _, a in check_yourself(ref, "06"))
+    assert "run of profiles only" in said and "recorded no measurement" not in said
+    nb = nbformat.v4.new_notebook()
+    cell = pages.run_yourself(nb, ref.manifest, "06", ref.path, whatif=False)
+    assert "servebook profile run --plan PLAN.json --runs runs --run-id h200x1-ref" in cell.source
+    assert "servebook book" not in cell.source
+    assert render._software_row(host_summary(ref), {}) == "<tr><th>software</th><td>not recorded in this run</td></tr>"
+    assert "driver" in render._software_row(host_summary(RunStore(BOOK)), RunStore(BOOK).manifest.get("versions") or {})

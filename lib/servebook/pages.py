@@ -214,11 +214,19 @@ def run_yourself(nb, manifest: dict, number: str, run_dir: Path, whatif: bool):
     """The Markdown cell that ends a chapter's page: the commands for the reader's host (``commands``)."""
     import nbformat
 
+    from .shelf import profiles_manifest
+
     cmds = commands(nb, manifest, number, run_dir)
     uses_tp = "tp" in defaults_of(nb)
     where = ("with no GPU (a what-if: the hardware profile stands in for the GPU)" if whatif else
              "on your own host, with this run's parameters (its engines installed; the model built first where the run used "
              "a slice)")
+    if profiles_manifest(manifest):   # a run of profiles only: measured by `servebook profile run`, not by the book
+        where = ("on a GPU host, where this run's rows come from: a profile run of a plan of servers (this run's plans: "
+                 "`tools/gpu-stage/ref-plan*.json`, one per recording unit; its RECORDED.md says which ran where), then "
+                 "the tables derived again")
+        cmds["measure"] = [f"servebook profile run --plan PLAN.json --runs runs --run-id {manifest.get('run_id') or 'ID'}",
+                           "servebook profile linearity runs/HOST/RUN_ID && servebook profile predict runs/HOST/RUN_ID"]
     text = (f"## Run this yourself\n\nChapter {number} {where}:\n\n```bash\n" + "\n".join(cmds["measure"]) + "\n```\n\n"
             + ("`tp=0` (the default) runs the end-to-end check at tensor parallelism over every GPU of your host; add "
                "`-p tp=2` for two.\n\n" if uses_tp else "")

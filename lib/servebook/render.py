@@ -382,6 +382,14 @@ def _book_name(store: RunStore) -> str:
     return name if not rid or rid == name else f"{name} (recorded under the run_id {rid})"
 
 
+def _software_row(h: dict, versions: dict) -> str:
+    """The index card's software line; "not recorded" where the run holds none of it (a run of profiles only)."""
+    got = {"driver": h.get("driver"), "CUDA": h.get("cuda"), "torch": h.get("torch") or versions.get("torch"), "NCCL": h.get("nccl")}
+    if not any(got.values()):
+        return "<tr><th>software</th><td>not recorded in this run</td></tr>"
+    return "<tr><th>software</th><td>" + " &middot; ".join(f"{k} {html.escape(str(v))}" for k, v in got.items()) + "</td></tr>"
+
+
 def _gpus_text(h: dict, manifest: dict) -> str:
     """The index card's GPUs: count, name, capability, links; the machines of a recording made of units."""
     if not h.get("gpu"):
@@ -431,12 +439,13 @@ def _index_html(store: RunStore, pages, status: dict, errors: dict) -> str:
             " (each engine environment's own version, chapter 01's engines table; the chapters' versions line is the "
             "kernel's that executed them)") if studied else "") + "</td></tr>"
         + (f"<tr><th>code read</th><td>chapter 02 read {html.escape(', '.join(read))} (their selection code, read and run on this CPU with GPU-only libraries stubbed - the [run] of chapter 02; no server of them was started)</td></tr>"
-           if read else "") +
-        f"<tr><th>software</th><td>driver {html.escape(str(h.get('driver')))} &middot; CUDA {html.escape(str(h.get('cuda')))} &middot; "
-        f"torch {html.escape(str(h.get('torch') or versions.get('torch')))} &middot; NCCL {html.escape(str(h.get('nccl')))}</td></tr>"
-        f"<tr><th>date</th><td>{html.escape(date)} (finished {html.escape(str(manifest.get('finished')))})</td></tr>"
-        f"<tr><th>run</th><td>{html.escape(_book_name(store))} &middot; servebook "
-        f"{html.escape(str(manifest.get('servebook_version')))}</td></tr>"
+           if read else "")
+        + _software_row(h, versions)
+        + f"<tr><th>date</th><td>{html.escape(date)}"
+        + (f" (finished {html.escape(str(manifest.get('finished')))})" if manifest.get("finished") else "") + "</td></tr>"
+        f"<tr><th>run</th><td>{html.escape(_book_name(store))}"
+        + (f" &middot; servebook {html.escape(str(manifest.get('servebook_version')))}" if manifest.get("servebook_version") else "")
+        + "</td></tr>"
         f"<tr><th>code</th><td>{_code_cell(manifest, status)}</td></tr></table>"
     )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>servebook: {html.escape(store.path.name or str(manifest.get('run_id') or ''))}</title>

@@ -157,9 +157,10 @@ def say_prediction_tok_s(store) -> list[str]:
         lo, hi = p.get("low_ms"), p.get("high_ms")
         text = (f"- {p['card']} with {p['engine']} ({p['backend']}, {p.get('quant', 'bf16')}): predicted "
                 f"{q('predicted_tok_s', 1e3 / p['predicted_ms'], ',.0f', of=subject)} tok/s single stream")
-        if lo and hi:
-            text += (f" (between {q('predicted_tok_s_low', 1e3 / hi, ',.0f', of=subject)} and "
-                     f"{q('predicted_tok_s_high', 1e3 / lo, ',.0f', of=subject)})")
+        if lo and hi:   # ends that round to one whole rate are given to a tenth
+            f = ",.0f" if round(1e3 / hi) != round(1e3 / lo) else ",.1f"
+            text += (f" (between {q('predicted_tok_s_low', 1e3 / hi, f, of=subject)} and "
+                     f"{q('predicted_tok_s_high', 1e3 / lo, f, of=subject)})")
         text += (", on one GPU with TP=1 and no all-reduce, from the per-layer GPU time between the two slices' profiles with "
                  "the rest counted once")
         if p.get("measured_ms"):

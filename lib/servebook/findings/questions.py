@@ -142,6 +142,13 @@ def _questions_06(store: RunStore) -> list[tuple[str, str]]:
                    f"({q('single_tok_s', t['single_tok_s'], ',.1f', of=t['label'])} of "
                    f"{q('roofline_tok_s', t['roofline_tok_s'], ',.0f', of=t['label'])} tok/s): "
                    + _roofline_reading(t, profiled=bool(store.rows("decode_breakdown")))))
+    from ..profile.book import served_by_profiles
+
+    if not qa and served_by_profiles(store):
+        qa.append(("Why does this chapter recommend nothing for this run?",
+                   "It is a run of profiles only: it measured where each engine's decode step spends its GPU time, slice by "
+                   "slice (chapter 05's table and the ladders above), and served no launch option to compare; the what-if "
+                   "book's chapter 06 turns these profiles into changes for the seed case."))
     if not qa:
         qa.append(("Why does this chapter recommend nothing for this run?",
                    "Chapters 03 to 05 recorded no measurement here (see the failures and each chapter's page); a recommendation "
