@@ -188,6 +188,14 @@ def test_the_roofline_note_gives_both_bandwidths_and_the_reference_gap():
     assert "read bandwidth was not measured in this run" in note
 
 
+def test_a_run_that_served_no_local_model_says_why_it_has_no_roofline():
+    """h200x1-ref is a run of profiles (its model a card): the roofline cell says there is none and why, instead of an
+    empty output under "the cell below says which one this run used"."""
+    store = RunStore(book_root() / "data" / "runs" / "h200x1-ref")
+    roof = ch05.host_roofline(store, None, ch05.measured(store)["single_cfg"], measure=False, w=ch05.Workload())
+    assert roof["rows"] == [] and roof["note"].startswith("No roofline of this host: this run served no local model")
+
+
 def test_each_full_model_prediction_states_its_method_gpus_and_why_the_two_differ():
     """h200x1-live predicts the whole bf16 Kimi-K2.5 twice (bytes rule 39.8 tok/s, slope rule 48): each states its method
     and that it assumes one GPU (TP=1, no all-reduce), the page says why the two differ, and that the weights need at

@@ -45,6 +45,8 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
 
     out = {"rows": [], "roof": None, "weights": None, "note": "", "sources": {}}
     if model_dir is None:
+        out["note"] = ("No roofline of this host: this run served no local model (its `model` is a model card, read from "
+                       "data files only), so there is no measured rate to hold against a bandwidth.")
         return out
     # derived rows are keyed by the measurement they derive from (its method included): taken again, it supersedes them
     sources, stands = _derived_sources(store, single_cfg)
@@ -58,6 +60,8 @@ def host_roofline(store, model_dir, single_cfg, *, measure: bool, w: Workload) -
 
             out["note"] = (f"Bandwidth for this run's roofline: **{q('roofline_bandwidth_gbs', r0['bandwidth_tbs'] * 1e3, ',.1f', of=r0['case'])} "
                            f"GB/s**, the {r0['bandwidth_source']} (as recorded on the host)." + _bandwidth_note(store, out["rows"]))
+        else:
+            out["note"] = "No roofline of this host: this run recorded no served rate against one (table `bench_roofline`)."
         return out
     if list(model_dir.glob("*.safetensors")):
         weights = roofline.weight_bytes(model_dir)
