@@ -35,6 +35,7 @@ out_of() { case $1 in h200x1-book|h200x2-book) echo "rendered/${1%-book}";; *) e
 chapter_args() {
   case $1:$2 in
     # "this host" of the embedded H200 books is the H200 host's transformers 5.17.0: an interpreter of this machine
+    # (a path relative to the repository, so the page names no folder of the machine that rendered it)
     h200x1-book:02|h200x2-book:02) A=(-p engine_python="${TF_HOST_PYTHON:-}");;
     # chapter 03 measured over several resumptions, each with its own list: the union of the backends they measured
     h200x1-live:03) A=(-p "backends=sglang: ; vllm: FLASHMLA,TRITON_MLA,FLASH_ATTN_MLA,FLASHINFER_MLA,CUTLASS_MLA");;
@@ -63,11 +64,13 @@ if [ "$phase" = 02 ] || [ "$phase" = all ]; then
   # the embedded books' matrix sized as the embedded book now asks it (servebook.params.MODEL_DEFAULTS)
   # "this host" of the embedded H200 books is the H200 host's transformers 5.17.0: read it from an interpreter that has that
   # version (TF_HOST_PYTHON), never this machine's own transformers
-  if [ -x "${TF_HOST_PYTHON:-}" ] && "$TF_HOST_PYTHON" -c "import transformers as t; assert t.__version__ == '5.17.0'"; then
+  TF_HOST_PYTHON=${TF_HOST_PYTHON:-.venv-host-tf/bin/python}
+  if [ -x "$TF_HOST_PYTHON" ] && "$TF_HOST_PYTHON" -c "import transformers as t; assert t.__version__ == '5.17.0'"; then
     for b in h200x1 h200x2; do render $b-book 02; done
   else
-    echo "[rerender] h200x1-book, h200x2-book chapter 02 skipped: set TF_HOST_PYTHON to a python with transformers==5.17.0 and torch"
-    echo "           (python3 -m venv V && V/bin/pip install transformers==5.17.0 torch), the H200 host's version"
+    echo "[rerender] h200x1-book, h200x2-book chapter 02 skipped: no python with transformers==5.17.0 and torch at $TF_HOST_PYTHON"
+    echo "           (python3 -m venv .venv-host-tf && .venv-host-tf/bin/pip install transformers==5.17.0 torch: the H200 host's"
+    echo "           version, at a path relative to the repository, which the page shows; TF_HOST_PYTHON names another)"
   fi
   for b in h200x1-live h200x2-live $WHATIF; do render $b 02; done
 fi
