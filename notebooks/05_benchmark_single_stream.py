@@ -314,8 +314,7 @@ x.round(3) if x is not None else "no slice of a larger model here: nothing to ex
 # in-process decode is compute and framework overhead.
 
 # %%
-ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single_df, engines, prompts, measure=measure, w=w) if roof_rows else \
-    "no roofline row in this run (above): no served token to break down"
+ch05.inprocess_breakdown(store, model_dir, host_roof["roof"], single_cfg, single_df, engines, prompts, measure=measure, w=w) if roof_rows else "no roofline row above: nothing to break down"
 
 # %% [markdown]
 # Shares of one served token's time; a negative "unexplained" share means the parts overlap (e.g. the server computes while streaming).
