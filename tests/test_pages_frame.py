@@ -152,6 +152,61 @@ def test_each_page_ends_with_the_command_to_run_it_yourself(shelf_dir):
     assert cmds["tables"] == ["servebook html data/runs/h200x2-live --refresh 04 --out build/h200x2-live"]
 
 
+_HOST = {"engine": "sglang", "host": "local", "model": "/tmp/models/kimi-slice", "profile": "", "smoke": False}
+# chapter 05 measured in the first resumption (2 of its own parameters); the second, richer in 05's parameters (5), ran
+# chapter 03 only
+_SWEEP = {**_HOST, "requests_per_level": 3, "level_time_budget_s": 15}
+_BACKENDS = {**_HOST, "backends": "vllm: FLASHMLA", "compare_engines": "vllm", "engine_args": "vllm: --max-num-seqs 16",
+             "runs": 3, "max_tokens": 64, "starts": 1}
+
+
+def _resumed_run(tmp_path, rows: str):
+    """A run resumed twice: the manifest, the ``chapters`` rows (``rows``: "parameters" records them, "before" is a row
+    from before rows recorded them, "none" is a run without rows), chapter 05's executed notebook (what its measuring
+    execution injected) and the built slice the run keeps."""
+    import nbformat
+
+    from servebook.chapters import chapters, notebook_parameters
+    from servebook.results import RunStore
+
+    run = tmp_path / "resumed"
+    (run / "notebooks").mkdir(parents=True)
+    (run / "models" / "kimi-slice").mkdir(parents=True)
+    (run / "models" / "kimi-slice" / "servebook_model.json").write_text(json.dumps({"card": "kimi-k2.5", "layers": 2, "weights": "random"}))
+    (run / "manifest.json").write_text(json.dumps({"run_id": "resumed", "started": "2026-12-01T10:00:00+00:00", "parameters": _HOST,
+                                                   "resumptions": [{"at": "2026-12-01T10:05:00+00:00", "parameters": _SWEEP},
+                                                                   {"at": "2026-12-01T11:00:00+00:00", "parameters": _BACKENDS}]}))
+    store = RunStore(run)
+    for stem, at, params in (("05_benchmark_single_stream", "2026-12-01T10:20:00+00:00", _SWEEP),
+                             ("03_force_each_backend", "2026-12-01T11:10:00+00:00", _BACKENDS)):
+        if rows != "none":
+            store.append("chapters", {"chapter": stem, "status": "ok", "recorded_at": at,
+                                      **({"parameters": params} if rows == "parameters" else {})})
+    chapter = next(c for c in chapters() if c.number == "05")
+    injected = {**_SWEEP, "run_dir": str(run), "measure": True}
+    nb = nbformat.v4.new_notebook(metadata={"papermill": {"parameters": injected}}, cells=[
+        nbformat.v4.new_code_cell("\n".join(f"{n} = {d['default']}" for n, d in notebook_parameters(chapter.source).items()),
+                                  metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("\n".join(f"{n} = {v!r}" for n, v in injected.items()), metadata={"tags": ["injected-parameters"]})])
+    nbformat.write(nb, run / "notebooks" / f"{chapter.stem}.ipynb")
+    return run, nb
+
+
+@pytest.mark.parametrize("rows", ["parameters", "before", "none"])
+def test_the_measure_command_is_the_execution_that_measured_the_chapter(tmp_path, rows):
+    """The page's command follows the execution that measured chapter 05 (servebook.recorded.recorded_parameters, as
+    ``--refresh`` reads it), not the resumption that gave the most of 05's parameters; a run without ``chapters`` rows
+    follows its executed notebook. The slice it measured is built first and named where the build puts it."""
+    from servebook.pages import commands
+    from servebook.results import RunStore
+
+    run, nb = _resumed_run(tmp_path, rows)
+    build, measure = commands(nb, RunStore(run).manifest, "05", run)["measure"]
+    assert build == "servebook model build kimi-k2.5 --layers 2 --weights random --out models/kimi-slice"
+    assert measure == ("servebook book --only 05 --model models/kimi-slice --engine sglang -p level_time_budget_s=15 "
+                       "-p requests_per_level=3"), measure
+
+
 def test_figures_get_own_alt_text_caption_and_no_interval_below_zero():
     import matplotlib
 

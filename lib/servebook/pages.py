@@ -124,17 +124,6 @@ def verdict_first(nb) -> bool:
     return True
 
 
-def _recorded_invocation(manifest: dict, declared: set[str]) -> dict:
-    """The recorded invocation (the manifest's parameters or a resumption's) that gave this chapter the most of its own
-    parameters: what the chapter measured with."""
-    from .params import PARAMS
-
-    own = declared - set(PARAMS)
-    calls = [manifest.get("parameters") or {}] + [r.get("parameters") or {} for r in manifest.get("resumptions") or []]
-    best = max(reversed(calls), key=lambda p: len(own & set(p)), default={})
-    return {k: v for k, v in best.items() if k in declared}
-
-
 def _model_arg(model: str, run_dir: Path) -> tuple[str, list[str]]:
     """The ``--model`` a reader gives, and the command that makes it first where the run's model is a built slice."""
     import json
@@ -159,20 +148,24 @@ def _model_arg(model: str, run_dir: Path) -> tuple[str, list[str]]:
 
 def commands(nb, manifest: dict, number: str, run_dir: Path) -> dict[str, list[str]]:
     """``{"measure": [...], "tables": [...]}``: the commands that run chapter ``number`` on the reader's host as this run
-    did (its recorded parameters, the page's values over them; defaults left out), and that execute it again on these
-    recorded tables (no GPU)."""
+    did, and that execute it again on these recorded tables (no GPU). The measure command gives the parameters of the
+    execution that measured the chapter (``servebook.recorded.recorded_parameters``, the one reading ``--refresh`` reuses:
+    for 01 and 03-05 its ``chapters`` row, else the invocation before it; the executed notebook for the others and for a
+    run without rows), the page's values over them (what a refresh was given, such as the union of the backends several
+    executions measured); defaults left out, a built slice named ``models/<name>`` with the command that builds it."""
     from .params import PARAMS
     from .paths import book_root
 
     defaults, injected = defaults_of(nb), injected_of(nb)
-    values = {**_recorded_invocation(manifest, set(defaults) | set(PARAMS)), **injected}
+    reused = _reused(run_dir, number)
+    values = {**reused, **injected}
     values = {k: v for k, v in values.items() if k not in GIVEN_ONLY and (k in defaults or k in PARAMS)}
     model, before = _model_arg(str(values.pop("model", "embedded")), run_dir)
     host = str(values.pop("host", "local"))
     argv = ["servebook", "book", "--only", number]
     if model != "embedded":
         argv += ["--model", model]
-    for name, value in sorted(values.items(), key=lambda kv: kv[0] not in PARAMS):  # --engine, --profile first
+    for name, value in sorted(values.items(), key=lambda kv: (kv[0] not in PARAMS, kv[0])):  # --engine, --profile first
         if name in PARAMS:
             if value not in ("", False, None) and PARAMS[name].default != value:
                 argv += [f"--{name.replace('_', '-')}"] + ([] if value is True else [str(value)])
@@ -186,7 +179,6 @@ def commands(nb, manifest: dict, number: str, run_dir: Path) -> dict[str, list[s
         shown_dir = str(run_dir)
     again = ["servebook", "html", shown_dir, "--refresh", number]
     recorded = manifest.get("parameters") or {}
-    reused = _reused(run_dir, number)
     for name, value in injected.items():  # the run's own parameters come from its manifest; the others as the page ran
         if name in GIVEN_ONLY or value == "" or (name in PARAMS and recorded.get(name) == value):
             continue

@@ -1,5 +1,5 @@
-"""What a chapter's recorded execution used: the parameters ``servebook html --refresh`` reuses (``book.refresh_chapter``)
-and the page's "run this yourself" command leaves out (``pages.commands``).
+"""What a chapter's recorded execution used: the parameters ``servebook html --refresh`` reuses (``book.refresh_chapter``),
+the page's "run this yourself" measure command gives and its refresh command leaves out (``pages.commands``).
 
     params, source = recorded_parameters(store, chapter, notebook_parameters(chapter.source))
     ran_with(declared, values, extra)   # what a chapter's execution was given: its ``chapters`` row records it
