@@ -17,6 +17,7 @@ from typing import Any
 
 from . import measured
 from .errors import ServebookError
+from .pagefigures import install as _figures_install
 from .params import coerce
 from .paths import book_root, notebooks_dir
 from .results import RunStore
@@ -98,11 +99,12 @@ def notebook_parameters(path: Path) -> dict[str, dict]:
 # whole, so no table on a page is cut with "..." mid-word (the one place the book sets display options). It does not
 # gather the stated-number registry (``servebook.quantities``, every chapter's quantities): a name a chapter states
 # literally is checked against it by tests/test_stated_names.py, any other when the page is rendered (render_book).
-_SETUP = """import pandas as _pd
+# The kernel imports the figure hook by the module's own name (imported above, so the edge is one the tools see).
+_SETUP = f"""import pandas as _pd
 _pd.set_option("display.max_colwidth", None)
 del _pd
-try:  # every figure: its own alt text and caption, intervals cut at zero (servebook.pagefigures)
-    from servebook.pagefigures import install as _sb_figures
+try:  # every figure: its own alt text and caption, intervals cut at zero ({_figures_install.__module__})
+    from {_figures_install.__module__} import install as _sb_figures
     _sb_figures()
     del _sb_figures
 except ImportError:
