@@ -366,14 +366,14 @@ ch05.plot_graph_vs_eager(store) or print("no configuration measured both with CU
 
 # %% [markdown]
 # ### The whole model, predicted from two slices
-# Two slices of the same card that differ only in their repeated layers give the GPU time of one more layer (busy time
-# per step, deeper minus shallower) and the rest (embedding, dense layers, LM head, sampling). The full model's time per
-# token is the larger of the deeper slice's unprofiled time and the full model's GPU time (point: the host prepares the
-# next step while the GPU runs this one, so a step takes whichever is longer), with that slice's time plus the missing
-# layers' GPU time as the high end (host work kept, serial). The serial rule was the first point estimate; where whole
-# models were measured, the errors below show how far each rule is from them. Where the whole model was run too, its
-# measured time and the signed error stand beside it; the bytes rule (bytes read per token over the bandwidth,
-# datasheet and measured) is the roofline bound, not a prediction.
+# Two slices of the same card and of one recording unit (one machine; rows without machine identity: one UTC day; column
+# `unit`) that differ only in their repeated layers give the GPU time of one more layer (busy time per step, deeper minus
+# shallower) and the rest (embedding, dense layers, LM head, sampling); depths found only in different units are listed,
+# not predicted. The full model's time per token is the larger of the deeper slice's unprofiled time and the full model's
+# GPU time (point: the host prepares the next step while the GPU runs this one, so a step takes whichever is longer), with
+# that slice's time plus the missing layers' GPU time as the high end (host work kept, serial: the first point estimate).
+# Where the whole model ran in the same unit, its measured time and signed error stand beside it (how far the rule is from
+# it); the bytes rule (bytes per token over the bandwidth, datasheet and measured) is the roofline bound, not a prediction.
 
 # %%
 display(prof["bandwidth"][["device", "read_tbs", "copy_tbs", "method"]] if len(prof["bandwidth"]) else "GPU memory bandwidth not measured in this run")

@@ -442,11 +442,13 @@ def test_the_live_run_holds_the_profile_run_tables():
         assert live.rows(t, withdrawn=True) == prof.rows(t, withdrawn=True), t
 
 
-def test_each_prediction_line_names_its_quantisation_and_flags_slices_of_two_recording_units():
+def test_each_prediction_line_names_its_quantisation_and_its_one_recording_unit():
     """h200x1-live's chapter 05 said "kimi-k2.5 with vllm (auto): predicted ... 19.702 ms" and, in the same words,
-    "... 12.701 ms" (bf16 and INT4 experts). And the Triton rows subtract a 1-layer slice profiled on 2026-12-02 from a
-    2-layer one of 2026-12-01: two recording units, by rows without machine identity (h200x1-prof's RECORDED.md: two machines).
-    Each line now names its quantisation; those lines say the subtraction crosses recording units; the others do not."""
+    "... 12.701 ms" (bf16 and INT4 experts): each line now names its quantisation. And the Triton rows subtracted a
+    1-layer slice profiled on 2026-12-02 from a 2-layer one of 2026-12-01: two recording units, by rows without machine
+    identity (h200x1-prof's RECORDED.md: two machines), flagged on the page (23.484 and 20.679 ms). No prediction pairs
+    across units now: the Triton rows pair the 1-layer slice with the 2-layer slice's second start, both of 2026-12-02,
+    and name the first start of 2026-12-01 as left out; every line names its unit."""
     import re
 
     from servebook.paths import book_root
@@ -461,8 +463,11 @@ def test_each_prediction_line_names_its_quantisation_and_flags_slices_of_two_rec
     prof = {p["label"]: p for p in store.rows("profile_runs") if p.get("ok")}
     for p, line in zip(preds, lines):
         assert line.startswith(f"- {p['card']} ({'INT4 experts' if p['quant'] == 'card' else p['quant']}) with {p['engine']} ")
-        apart = len({recording_unit(prof[lab]) for lab in p["from_labels"][:2]}) > 1
-        assert ("profiled on two days, by rows that carry no machine identity" in line) == apart, line
-    crossed = [p["backend"] for p, line in zip(preds, lines) if "two recording units" in line]
-    assert sorted(crossed) == ["TRITON_MLA", "triton"]
+        assert {recording_unit(prof[lab]) for lab in p["from_labels"]} == {p["unit"]}, line
+        assert f"both slices from one recording unit, `{p['unit']}`" in line
+    triton = {p["backend"]: (p, line) for p, line in zip(preds, lines) if p["backend"] in ("triton", "TRITON_MLA")}
+    assert sorted(triton) == ["TRITON_MLA", "triton"]
+    for p, line in triton.values():
+        assert p["unit"] == "2026-12-02" and p["from_labels"][1].endswith(" start 2")
+        assert f"`2026-12-01` holds `{p['from_labels'][1][:-len(' start 2')]}`" in line and "left out" in line
     assert sum("holds no routed expert" in x for x in lines) == 1

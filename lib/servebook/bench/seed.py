@@ -147,15 +147,17 @@ def _seed_lines(seed_model: str, seed_profile: str, seed_tp: int, *, arch: dict,
 def say_prediction_tok_s(store) -> list[str]:
     """The full-model predictions of ``prediction_check`` in tok/s (1000 / predicted ms per token), with the interval's
     ends, tagged; the measured rate beside it where the whole model ran."""
+    from ..profile.tables import prediction_subject
     from ..stated import q
 
     lines = []
     for p in store.rows("prediction_check"):
         if not p.get("predicted_ms"):
             continue
-        subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
+        subject = prediction_subject(p)
         lo, hi = p.get("low_ms"), p.get("high_ms")
-        text = (f"- {p['card']} with {p['engine']} ({p['backend']}, {p.get('quant', 'bf16')}): predicted "
+        unit = f", recording unit `{p['unit']}`" if p.get("unit") and subject.endswith(f" | {p['unit']}") else ""
+        text = (f"- {p['card']} with {p['engine']} ({p['backend']}, {p.get('quant', 'bf16')}{unit}): predicted "
                 f"{q('predicted_tok_s', 1e3 / p['predicted_ms'], ',.0f', of=subject)} tok/s single stream")
         if lo and hi:   # ends that round to one whole rate are given to a tenth
             f = ",.0f" if round(1e3 / hi) != round(1e3 / lo) else ",.1f"

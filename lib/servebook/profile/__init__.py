@@ -104,7 +104,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"slice_linearity not derived: {type(exc).__name__}: {exc}")
     for row in write_predictions(store):
         err = f", measured {row['measured_ms']:.3f} ms, error {row['error_pct']:+.1f}%" if row["measured_ms"] else ""
-        print(f"prediction {row['card']} {row['engine']} {row['backend']}: {row['predicted_ms']:.3f} ms per token{err}")
+        print(f"prediction {row['card']} {row['engine']} {row['backend']} ({row.get('unit')}): " +
+              (f"{row['predicted_ms']:.3f} ms per token{err}" if row["predicted_ms"] is not None else
+               f"none, {row.get('reason')}"))
     return 0
 
 

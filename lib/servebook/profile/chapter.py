@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..stated.intervals import _overlap
 from .kernels import CATEGORIES, rules_table
-from .tables import latest_breakdown, latest_ok, prediction_rows, starts_of
+from .tables import latest_breakdown, latest_ok, prediction_rows, prediction_subject, starts_of
 
 __all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "show_breakdown", "prediction_table", "findings", "record_inprocess",
            "where_time_goes"]
@@ -171,7 +171,7 @@ def show_breakdown(t: dict) -> None:
             f"{r['label']}: {r.get('error')}" for _, r in t["failed"].iterrows())))
 
 
-_PREDICTION_COLS = ["card", "engine", "backend", "quant", "layers_measured", "predicted_ms", "low_ms", "high_ms", "measured_ms", "error_pct",
+_PREDICTION_COLS = ["card", "engine", "backend", "quant", "unit", "layers_measured", "predicted_ms", "low_ms", "high_ms", "measured_ms", "error_pct",
                     "within_interval", "slope_ms_per_layer", "fixed_ms", "roofline_ms_datasheet", "roofline_ms_measured"]
 
 
@@ -214,17 +214,23 @@ def findings(store) -> list[str]:
 
 def _prediction_line(p: dict, store) -> str:
     """One full-model prediction in a sentence: its card's quantisation named (a card predicted in bf16 and with INT4
-    experts reads as one prediction stated twice otherwise), and where its two slices came from two profile jobs of
-    machines without identity, that the subtraction crosses recording units (``machines.recording_unit``: the machine,
-    else the UTC day; the projection never subtracts across them, ``prediction_rows`` groups by machine only)."""
+    experts reads as one prediction stated twice otherwise), the recording unit its two slices share
+    (``machines.recording_unit``: the machine, else the UTC day; ``prediction_rows`` never pairs slices of two), and
+    the profiles of the same configuration other units hold, left out. A configuration recorded only in slices of
+    different units: that it was recorded, which unit holds which, and what settles it."""
     from ..stated import q
-    from .machines import recording_unit
 
     quant = p.get("quant", "bf16")
-    subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {quant}"
+    subject = prediction_subject(p)
+    head = f"- {p['card']} ({'INT4 experts' if quant == 'card' else quant}) with {p['engine']} ({p['backend']})"
+    if p.get("predicted_ms") is None:
+        return (head + ": recorded but not predicted: its slice depths lie only in different recording units ("
+                + _held_words(p.get("unpaired") or []) + "), and a difference across units may book two machines' per-step "
+                "kernels as a layer (`servebook.profile.machines`), so none is taken; both depths profiled in one unit "
+                "(one machine) settle it.")
     prof = {r["label"]: r for r in latest_ok(store.rows("profile_runs"))}
     used = [prof.get(lab) for lab in (p.get("from_labels") or [])[:2]]
-    text = (f"- {p['card']} ({'INT4 experts' if quant == 'card' else quant}) with {p['engine']} ({p['backend']}): predicted from the "
+    text = (f"{head}: predicted from the "
             f"{q('prediction_layers', p['layers_measured'], of=subject + ' | measured')}-layer slices "
             f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all "
             f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers, on one GPU as the slices ran "
@@ -241,12 +247,29 @@ def _prediction_line(p: dict, store) -> str:
                  "above measures how far that assumption is from this host")
     if any(u is not None and u.get("quant", "bf16") != quant for u in used):
         text += "; its shallower slice holds no routed expert, so its bf16 profile stands for the quantised card's"
-    if None not in used and len({recording_unit(u) for u in used}) > 1:
-        text += ("; **its two slices were profiled on two days, by rows that carry no machine identity**: two recording "
-                 "units (`servebook.profile.machines.recording_unit`), possibly two machines, whose per-step kernels differ "
-                 "(`servebook.profile.machines`), so the per-layer difference may hold the machines' difference - a "
-                 "hypothesis until both depths are profiled in one unit")
-    return text + "."
+    return text + _unit_words(p, used) + "."
+
+
+def _unit_words(p: dict, used: list) -> str:
+    """The recording unit a prediction's slices share, a second start used where the first was taken in another unit,
+    and the profiles of the same configuration other units hold (left out)."""
+    if p.get("unit") is None:
+        return ""
+    text = ("; both slices from one machine, `" + str(p["unit"]) + "`" if p.get("machine") else
+            "; both slices from one recording unit, `" + str(p["unit"]) + "` (a UTC day: these rows carry no machine "
+            "identity)")
+    again = [u["label"] for u in used if u is not None and u.get("role") == "repeat"]
+    if again:
+        text += " (" + ", ".join(f"`{x}`" for x in again) + ": another server start, its first taken in another unit)"
+    if p.get("unpaired"):
+        text += ("; left out, as another recording unit's (a unit's slices are subtracted, and its whole model compared, "
+                 "only within it): " + _held_words(p["unpaired"]))
+    return text
+
+
+def _held_words(held: list[dict]) -> str:
+    """Which unit holds which profiles (``prediction_rows``' ``unpaired``), labels and units as code."""
+    return "; ".join(f"`{h['unit']}` holds " + ", ".join(f"`{lab}`" for lab in h["labels"]) for h in held)
 
 
 def where_time_goes(store) -> str:
@@ -289,9 +312,10 @@ def where_time_goes(store) -> str:
     for p in store.rows("prediction_check"):
         if p.get("measured_ms") is None:
             continue
-        subject = f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
-        lines.append(f"- {p['card']} whole, {p['engine']}: predicted from two slices "
-                     f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token, measured "
+        subject = prediction_subject(p)
+        lines.append(f"- {p['card']} whole, {p['engine']}" + (f" (slices and whole model of one recording unit, "
+                                                                 f"`{p['unit']}`)" if p.get("unit") else "")
+                     + f": predicted from two slices {q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token, measured "
                      f"{q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms "
                      f"({q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%).")
     return "\n".join(lines + ([units] if units else []))

@@ -7,7 +7,7 @@ its own) and the kernel excerpts of the slices the projection subtracts (what-if
 ``slices``: for each engine's Triton MLA projection, every slice ``slices.select_slices`` picks (its role in the
 subtraction, its unprofiled time per token, its GPU-busy time per step, its recording unit); ``breakdown``: those
 slices' kernel time per step by category (``decode_breakdown``); ``checks``: the whole-model checks of the host rule
-(``prediction_check``); ``kernels``: each picked slice's longest kernels of one decode step, from its trace excerpt
+(``prediction_check``: slices and whole model of one recording unit each); ``kernels``: each picked slice's longest kernels of one decode step, from its trace excerpt
 (``traces/<label>.excerpt.json``), names cut between words (``stated.text.clip``).
 """
 
@@ -105,7 +105,7 @@ def _checks(store, run: Path) -> list[dict]:
     from ..results import RunStore
     from .predict import HOST_RULE_RUN
 
-    keys = ("card", "engine", "backend", "mode", "layers_measured", "full_layers", "predicted_ms", "measured_ms",
+    keys = ("card", "engine", "backend", "mode", "unit", "layers_measured", "full_layers", "predicted_ms", "measured_ms",
             "error_pct", "within_interval")
     rows = store.rows("prediction_check")
     if not any(r.get("measured_ms") is not None for r in rows):

@@ -19,8 +19,8 @@ from typing import Iterable, Sequence
 
 from ..errors import ServebookError
 
-__all__ = ["MachineMismatch", "machine_identity", "identity_of_uuids", "require_one_machine", "relative_to_reference",
-           "recorded_day", "recording_unit"]
+__all__ = ["MachineMismatch", "machine_identity", "identity_of_uuids", "require_one_machine", "require_one_unit",
+           "relative_to_reference", "recorded_day", "recording_unit"]
 
 
 class MachineMismatch(ServebookError):
@@ -80,6 +80,20 @@ def require_one_machine(rows: Iterable[dict], what: str) -> str | None:
                                   "recorded before identities were kept are subtracted only within their own run")
         return None
     return next(iter(known))
+
+
+def require_one_unit(rows: Iterable[dict], what: str) -> str | None:
+    """:func:`require_one_machine`, and for rows without machine identity one recording unit too (:func:`recording_unit`:
+    the UTC day they were taken; the older runs had one lent machine per day): what two slices must share to be
+    subtracted. Rows without ``taken_at`` name no day and are not refused for it. Returns the machine (None without)."""
+    rows = [r for r in rows if r is not None]
+    machine = require_one_machine(rows, what)
+    days = {recording_unit(r) for r in rows} - {None}
+    if machine is None and len(days) > 1:
+        by = {d: [_describe(r) for r in rows if recording_unit(r) == d][:2] for d in sorted(days)}
+        raise MachineMismatch(f"{what}: rows without machine identity taken on {len(days)} days ({by}), possibly on as "
+                              "many lent machines, whose per-step kernels differ: profile both in one unit (one machine)")
+    return machine
 
 
 def relative_to_reference(rows: Iterable[dict], *, value: str, is_reference=lambda r: bool(r.get("reference"))) -> list[dict]:

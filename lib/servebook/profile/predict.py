@@ -1,4 +1,5 @@
-"""The full model's decode step predicted from two slices of the same card, measured on the same GPU.
+"""The full model's decode step predicted from two slices of the same card, measured on the same GPU (one recording
+unit: ``machines.require_one_unit`` refuses two).
 
     p = predict_full(shallow, deep, full_layers=27, dense_layers=1, moe=True)
     p["predicted_ms"], p["low_ms"], p["high_ms"], p["slope_ms"], p["fixed_ms"]
@@ -61,9 +62,9 @@ def predict_full(shallow: dict, deep: dict, *, full_layers: int, dense_layers: i
     ``shallow``/``deep``: rows of the table ``profile_runs`` (``layers``, ``busy_ms``, ``tpot_ms``, ``step_ms``).
     Returns predicted/low/high ms per token and the parts they come from (all in ms per step).
     """
-    from .machines import require_one_machine
+    from .machines import require_one_unit
 
-    require_one_machine([shallow, deep], "the full model predicted from two slices")
+    require_one_unit([shallow, deep], "the full model predicted from two slices")
     x1 = varying_layers(int(shallow["layers"]), dense_layers, moe)
     x2 = varying_layers(int(deep["layers"]), dense_layers, moe)
     x_full = varying_layers(int(full_layers), dense_layers, moe)

@@ -13,7 +13,7 @@ from ..stated.registry import Quantity, per, register
 from ..stated.text import MISSING, plain
 from .comm import collectives_per_token, engine_latencies
 from .seed import SEED_TABLES, gap_by_category
-from .tables import engine_difference, latest_breakdown, latest_ok, start_spread
+from .tables import engine_difference, latest_breakdown, latest_ok, prediction_subject, start_spread
 
 
 def _profiles(store) -> dict:
@@ -49,7 +49,7 @@ def _start_spreads(field: str) -> Callable[[Any], dict]:
 
 
 def _subject(p: dict) -> str:
-    return f"{p['card']} | {p['engine']} | {p['backend']} | {p['mode']} | {p.get('quant', 'bf16')}"
+    return prediction_subject(p)   # card | engine | backend | mode | quant (| unit, where predicted in several)
 
 
 def _predictions(field_: str) -> Callable[[Any], dict]:
@@ -152,7 +152,8 @@ _PROFILES = [  # where a decode step's time goes, each profiled server
 ]
 
 _PREDICTIONS = [  # the full model predicted from two slices, and measured
-    Quantity("predicted_ms", "full model's time per token (ms) predicted from two slices (card | engine | backend | mode | quant)",
+    Quantity("predicted_ms", "full model's time per token (ms) predicted from two slices of one recording unit (card | engine | backend | mode | "
+             "quant, and | unit where predicted in several: profile.tables.prediction_subject)",
              _predictions("predicted_ms"), ("05",), tables=("prediction_check",)),
     Quantity("measured_full_ms", "full model's measured time per token (ms)", _predictions("measured_ms"),
              tables=("prediction_check",)),

@@ -13,10 +13,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
-from .machines import require_one_machine
+from .machines import recording_unit, require_one_machine
 from .predict import predict_full
 
-__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "breakdown_check", "engine_difference", "write_predictions",
+__all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "prediction_subject", "breakdown_check", "engine_difference", "write_predictions",
            "reclassify_breakdown", "start_spread", "starts_of", "copy_profile_tables", "PROFILE_TABLES"]
 
 PROFILE_TABLES = ("profile_runs", "decode_breakdown", "prediction_check", "memory_bandwidth")
@@ -51,51 +51,130 @@ def _card_full(card: str) -> dict:
             "bytes_card": facts["full_bytes_per_token_card"]}
 
 
+def prediction_subject(p: dict) -> str:
+    """What a ``prediction_check`` row's stated figures are tagged with (``of=``): "card | engine | backend | mode |
+    quant", with " | <recording unit>" where the configuration was predicted in more than one unit (the row's
+    ``subject``, set by :func:`prediction_rows`)."""
+    return p.get("subject") or " | ".join(str(p.get(k, "bf16" if k == "quant" else None)) for k in _CONFIG)
+
+
 def prediction_rows(profile_rows: Iterable[dict], bandwidth_rows: Iterable[dict] = (), datasheet_tbs: float | None = None) -> list[dict]:
-    """One row per (card, engine, backend, mode, quant) with two slice depths: the full model predicted from them
-    (:func:`predict_full`), the full model's measured time per token where it was run, the error with its sign,
-    and the bytes rule (roofline bound) at the datasheet's and at the measured bandwidth."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in latest_ok(profile_rows):   # one machine per group: slices are never subtracted across machines
-        groups[(r["card"], r["engine"], r["backend"], r["mode"], r.get("quant", "bf16"), r.get("machine"))].append(r)
+    """One row per configuration (card, engine, backend, mode, quant) and recording unit (``machines.recording_unit``:
+    the machine, else the UTC day of rows without machine identity) holding two slice depths: the full model predicted
+    from them (:func:`predict_full`), the full model's measured time per token where it was run in the same unit, the
+    error with its sign, and the bytes rule (roofline bound) at the datasheet's and at the measured bandwidth. Slices
+    are never paired across units: a configuration whose depths lie only in different units gets one row with
+    ``predicted_ms`` None and ``reason``; ``unpaired`` lists, per other unit, the profiles no prediction used."""
+    configs: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in latest_ok(profile_rows):   # one unit per prediction: slices are never subtracted across machines
+        configs[tuple(r.get(k, "bf16") if k == "quant" else r[k] for k in _CONFIG)][_unit_name(r)].append(r)
     measured_bw = None
     for b in bandwidth_rows:
         if b.get("read_tbs"):
             measured_bw = float(b["read_tbs"])
+    bw = {"datasheet": datasheet_tbs, "measured": measured_bw}
     out = []
-    for (card, engine, backend, mode, quant, machine), rows in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        slices = sorted((r for r in rows if r.get("role") == "slice"), key=lambda r: int(r["layers"]))
-        fulls = [r for r in rows if r.get("role") == "full"]
-        info = _card_full(card)
-        if quant != "bf16" and len(slices) == 1:
-            # a slice of the dense layers only holds no routed expert: its bf16 profile is the quantized card's too
-            dense_only = [r for r in groups.get((card, engine, backend, mode, "bf16", machine), [])
-                          if r.get("role") == "slice" and int(r["layers"]) <= info["dense"] < int(slices[0]["layers"])]
-            slices = dense_only[:1] + slices
-        if len(slices) < 2:
-            continue
-        shallow, deep = slices[0], slices[-1]
-        p = predict_full(shallow, deep, full_layers=info["layers"], dense_layers=info["dense"], moe=info["moe"])
-        full_bytes = info["bytes_card"] if quant == "card" else info["bytes_bf16"]
-        row = {"card": card, "engine": engine, "backend": backend, "mode": mode, "quant": quant, "machine": machine,
-               "layers_measured": p["layers_measured"], "full_layers": info["layers"],
-               "predicted_ms": p["predicted_ms"], "low_ms": p["low_ms"], "high_ms": p["high_ms"],
-               "slope_ms_per_layer": p["slope_ms"], "fixed_ms": p["fixed_ms"], "gpu_full_ms": p["gpu_full_ms"],
-               "host_ms": p["host_ms"], "predicted_tok_s": 1e3 / p["predicted_ms"],
-               "measured_ms": None, "measured_ci_ms": None, "error_pct": None, "within_interval": None,
-               "full_bytes_per_token": full_bytes,
-               "roofline_ms_datasheet": full_bytes / (datasheet_tbs * 1e12) * 1e3 if datasheet_tbs else None,
-               "roofline_ms_measured": full_bytes / (measured_bw * 1e12) * 1e3 if measured_bw else None,
-               "method": p["method"], "from_labels": [shallow["label"], deep["label"]]}
-        if fulls:
-            f = fulls[-1]
-            m = float(f["tpot_ms"])
-            row.update({"measured_ms": m, "measured_ci_ms": f.get("tpot_ci_ms"), "measured_tok_s": 1e3 / m,
-                        "error_pct": 100 * (p["predicted_ms"] - m) / m,
-                        "within_interval": p["low_ms"] - (f.get("tpot_ci_ms") or 0) <= m <= p["high_ms"] + (f.get("tpot_ci_ms") or 0),
-                        "from_labels": row["from_labels"] + [f["label"]]})
-        out.append(row)
+    for config, units in sorted(configs.items(), key=lambda kv: str(kv[0])):
+        info = _card_full(config[0])
+        bf16 = configs.get(config[:4] + ("bf16",), {}) if config[4] != "bf16" else {}
+        pairs = {u: _pair(_depths(rows), _depths(bf16.get(u, [])), info) for u, rows in units.items()}
+        made = {u: pair for u, pair in pairs.items() if pair is not None}
+        # another unit's first starts and whole models no prediction used: named beside each unit's prediction
+        elsewhere = _held({u: rows for u, rows in units.items() if u not in made and
+                           any(r.get("role") in ("slice", "full") for r in rows)})
+        rows = [_prediction_row(config, u, *made[u], [r for r in units[u] if r.get("role") == "full"], info, bw, elsewhere)
+                for u in sorted(made)]
+        if len(rows) > 1:   # predicted in several units: each unit's figures are tagged with it
+            rows = [{**r, "subject": f"{prediction_subject({**r, 'subject': None})} | {r['unit']}"} for r in rows]
+        if not rows:
+            rows = _unpaired_row(config, units, bf16, info)
+        out += rows
     return out
+
+
+_CONFIG = ("card", "engine", "backend", "mode", "quant")
+
+
+def _unit_name(r: dict) -> str:
+    """The recording unit a profile's slices may be subtracted within: its machine, else its UTC day (and its run,
+    where a row without machine identity names one: such rows are subtracted only within their run)."""
+    unit = str(recording_unit(r))
+    return unit + (f" of {r['run_id']}" if not r.get("machine") and r.get("run_id") else "")
+
+
+def _depths(rows: list[dict]) -> list[dict]:
+    """One profile per slice depth of one unit's rows, shallowest first: the first start (role "slice"), else another
+    start of it (role "repeat": the first was taken in another unit)."""
+    by: dict[int, dict] = {}
+    for role in ("slice", "repeat"):
+        for r in rows:
+            if r.get("role") == role:
+                by.setdefault(int(r["layers"]), r)
+    return [by[n] for n in sorted(by)]
+
+
+def _pair(slices: list[dict], bf16: list[dict], info: dict) -> tuple[dict, dict] | None:
+    """The shallowest and the deepest of one unit's slices, or None. A quantized card with one depth borrows the bf16
+    slice of the dense layers only (``bf16``: the same unit's), which holds no routed expert: its profile is the
+    quantized card's too."""
+    if bf16 and len(slices) == 1:
+        slices = [r for r in bf16 if int(r["layers"]) <= info["dense"] < int(slices[0]["layers"])][:1] + slices
+    return (slices[0], slices[-1]) if len(slices) >= 2 else None
+
+
+def _held(units: dict[str, list[dict]]) -> list[dict]:
+    """Per unit: the slices (every start) and whole models it holds, their labels and depths."""
+    mine = {u: [r for r in rows if r.get("role") in ("slice", "repeat", "full")] for u, rows in sorted(units.items())}
+    return [{"unit": u, "labels": [r["label"] for r in rows], "layers": sorted({int(r["layers"]) for r in rows})}
+            for u, rows in mine.items() if rows]
+
+
+def _prediction_row(config: tuple, unit: str, shallow: dict, deep: dict, fulls: list[dict], info: dict, bw: dict,
+                    unpaired: list[dict]) -> dict:
+    """One unit's prediction of the full model from ``shallow`` and ``deep``, checked against its own full model."""
+    card, engine, backend, mode, quant = config
+    p = predict_full(shallow, deep, full_layers=info["layers"], dense_layers=info["dense"], moe=info["moe"])
+    full_bytes = info["bytes_card"] if quant == "card" else info["bytes_bf16"]
+    row = {"card": card, "engine": engine, "backend": backend, "mode": mode, "quant": quant, "machine": deep.get("machine"),
+           "unit": unit, "layers_measured": p["layers_measured"], "full_layers": info["layers"],
+           "predicted_ms": p["predicted_ms"], "low_ms": p["low_ms"], "high_ms": p["high_ms"],
+           "slope_ms_per_layer": p["slope_ms"], "fixed_ms": p["fixed_ms"], "gpu_full_ms": p["gpu_full_ms"],
+           "host_ms": p["host_ms"], "predicted_tok_s": 1e3 / p["predicted_ms"],
+           "measured_ms": None, "measured_ci_ms": None, "error_pct": None, "within_interval": None,
+           "full_bytes_per_token": full_bytes,
+           "roofline_ms_datasheet": full_bytes / (bw["datasheet"] * 1e12) * 1e3 if bw["datasheet"] else None,
+           "roofline_ms_measured": full_bytes / (bw["measured"] * 1e12) * 1e3 if bw["measured"] else None,
+           "method": p["method"], "from_labels": [shallow["label"], deep["label"]], "unpaired": unpaired}
+    if fulls:
+        f = fulls[-1]
+        m, ci = float(f["tpot_ms"]), f.get("tpot_ci_ms") or 0
+        row.update({"measured_ms": m, "measured_ci_ms": f.get("tpot_ci_ms"), "measured_tok_s": 1e3 / m,
+                    "error_pct": 100 * (p["predicted_ms"] - m) / m,
+                    "within_interval": p["low_ms"] - ci <= m <= p["high_ms"] + ci,
+                    "from_labels": row["from_labels"] + [f["label"]]})
+    return row
+
+
+def _unpaired_row(config: tuple, units: dict, bf16: dict, info: dict) -> list[dict]:
+    """A configuration whose slice depths lie only in different units: one row with no prediction, ``unpaired`` naming
+    which unit holds which profiles, and ``reason``; none where it holds one depth in all (nothing to pair)."""
+    slices = [r for rows in units.values() for r in _depths(rows)]
+    if not slices:
+        return []
+    top = min(int(r["layers"]) for r in slices)
+    dense = {u: [r for r in _depths(rows) if int(r["layers"]) <= info["dense"] < top] for u, rows in bf16.items()}
+    if len({int(r["layers"]) for r in slices} | {int(r["layers"]) for rows in dense.values() for r in rows}) < 2:
+        return []
+    held = _held({u: units.get(u, []) + dense.get(u, []) for u in set(units) | set(dense)})
+    card, engine, backend, mode, quant = config
+    return [{"card": card, "engine": engine, "backend": backend, "mode": mode, "quant": quant, "machine": None,
+             "unit": None, "layers_measured": None, "full_layers": info["layers"], "predicted_ms": None, "low_ms": None,
+             "high_ms": None, "predicted_tok_s": None, "measured_ms": None, "measured_ci_ms": None, "error_pct": None,
+             "within_interval": None, "from_labels": [lab for h in held for lab in h["labels"]], "unpaired": held,
+             "reason": "its slice depths lie only in different recording units ("
+                       + "; ".join(f"{h['unit']}: {', '.join(h['labels'])}" for h in held) + "): a difference across units "
+                       "may book two machines' per-step kernels as a layer (servebook.profile.machines), so none is taken; "
+                       "both depths profiled in one unit (one machine) settle it"}]
 
 
 def breakdown_check(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict], tol_ms: float = 1e-6) -> list[dict]:
