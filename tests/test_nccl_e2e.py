@@ -43,3 +43,27 @@ def test_one_restart_per_setting_measured_and_resumable(embedded_model, tmp_path
     assert " NCCL_PROTO=LL " in " " + rows[1]["launch"] and "NCCL_PROTO" not in rows[0]["launch"]  # it reached the server's environment
     again = tp_decode_check(get_engine("transformers"), embedded_model, RunStore.at(store.path), sets, tp=1, progress=None)
     assert len(store.rows("tp_e2e")) == 2 and [r["setting"] for r in again] == ["engine default", "with an env"]
+
+
+def test_rows_timed_by_two_decode_rules_are_never_compared(tmp_path):
+    """A resumed run: "engine default" timed by the earlier rule (to the stream's end, no decode_timed_to), the other two
+    settings by today's (to the last token). Chapter 04 and the findings pair only rows of one rule: the default is not
+    a reference for "custom all-reduce off", which is then no supported change, and both pages say why."""
+    from servebook.findings import tp_end_to_end
+    from servebook.nccl import figures
+    from servebook.nccl.report import _e2e_line
+
+    store = RunStore.at(tmp_path / "run")
+    for setting, rate, rule in (("engine default", 40.0, None), ("custom all-reduce off", 60.0, "last token"),
+                                ("custom all-reduce off + NCCL_PROTO=LL", 61.0, "last token")):
+        store.append("tp_e2e", {"engine": "sglang", "tp": 2, "setting": setting, "decode_tok_s": rate, "decode_tok_s_ci95": 1.0,
+                                "env": {}, "args": [], "outcome": "ok", **({"decode_timed_to": rule} if rule else {})})
+    rows = {r["setting"]: r for r in figures.e2e_rows(store)}
+    off = rows["custom all-reduce off"]
+    assert off["vs"] is None and off["measured_ms_per_token"] is None
+    assert "timed to the stream's end, this one's to the last token" in off["not_compared"]
+    ll = rows["custom all-reduce off + NCCL_PROTO=LL"]   # one rule: compared as before
+    assert ll["vs"] == "custom all-reduce off" and ll["not_compared"] is None and ll["measured_ms_per_token"] is not None
+    found = {x["setting"]: x for x in tp_end_to_end(store)}
+    assert not found["custom all-reduce off"]["supported"] and found["custom all-reduce off"]["verdict"] is None
+    assert "never compared" in _e2e_line({**off, "verdict": None})

@@ -224,9 +224,10 @@ def _nccl_claims(f: Findings) -> list[Claim]:
                            f"{nf('predicted_delta_ms', ',.3f')} ms per token ({nf('allreduces_per_token', 'd')} all-reduces per token, "
                            f"{nf('layers', 'd')} layers of {n.get('model')})", H_NCCL_PRED))
         for x in n.get("measured_effect") or []:
-            if x["vs"]:
+            if x["vs"] or x.get("not_compared"):
+                against = f"{x['verdict']} against {x['vs']}" if x["vs"] else x["not_compared"]
                 c.append(Claim("04", f"End to end, {x['engine']} at TP={x['tp']}, {x['setting']}: "
-                               + (f"{_fmt(x['tok_s'])} ± {_fmt(x['ci95'])} tok/s, {x['verdict']} against {x['vs']}"
+                               + (f"{_fmt(x['tok_s'])} ± {_fmt(x['ci95'])} tok/s, {against}"
                                   if x["tok_s"] else f"{x['outcome']}"), H_NCCL_PRED, x["supported"]))
         if not n.get("measured_effect"):
             c.append(Claim("04", "Measured end-to-end effect: not measured in this run (chapter 04's tp_check restarts an engine at "

@@ -267,23 +267,21 @@ def _spread(store: RunStore, out: dict) -> dict[str, Any]:
 
 
 def tp_end_to_end(store: RunStore) -> list[dict]:
-    """Chapter 04's end-to-end rows (table ``tp_e2e``), each compared with its reference: "custom all-reduce off" with
-    the engine's default, every NCCL setting with "custom all-reduce off" (the path NCCL variables reach).
-    ``supported`` is True only where the setting is faster and the 95% intervals separate."""
-    rows = store.rows("tp_e2e")
+    """Chapter 04's end-to-end rows (table ``tp_e2e``), each compared with its reference as chapter 04 pairs them
+    (``nccl.figures.e2e_rows``: "custom all-reduce off" with the engine's default, every NCCL setting with "custom
+    all-reduce off", never two decode rules: ``not_compared`` says why). ``supported`` is True only where the setting is
+    faster and the 95% intervals separate."""
+    from ..nccl.figures import e2e_rows
+
     out = []
-    for r in rows:
-        ref_name = None if r.get("setting") == "engine default" else (
-            "engine default" if r.get("setting") == "custom all-reduce off" else "custom all-reduce off")
-        ref = next((x for x in rows if x.get("engine") == r.get("engine") and x.get("tp") == r.get("tp")
-                    and x.get("setting") == ref_name), None) if ref_name else None
-        a, b = _num(r.get("decode_tok_s")), _num((ref or {}).get("decode_tok_s"))
-        item = {"engine": r.get("engine"), "tp": r.get("tp"), "setting": r.get("setting"), "outcome": r.get("outcome"),
-                "tok_s": a, "ci95": _num(r.get("decode_tok_s_ci95")), "env": r.get("env") or {}, "args": r.get("args") or [],
-                "vs": ref_name, "vs_tok_s": b, "vs_ci95": _num((ref or {}).get("decode_tok_s_ci95")),
-                "allreduce_log": r.get("allreduce_log") or [], "from_grid": r.get("from_grid")}
-        item["verdict"] = separated(a, item["ci95"], b, item["vs_ci95"]) if ref else None
-        item["supported"] = bool(ref and a and b and a > b and not _overlap(a, item["ci95"] or 0, b, item["vs_ci95"] or 0))
+    for r, e in zip(store.rows("tp_e2e"), e2e_rows(store)):
+        a, b = e["decode_tok_s"], e["vs_tok_s"]
+        item = {"engine": e["engine"], "tp": e["tp"], "setting": e["setting"], "outcome": e["outcome"], "tok_s": a,
+                "ci95": e["ci95"], "env": r.get("env") or {}, "args": r.get("args") or [], "vs": e["vs"], "vs_tok_s": b,
+                "vs_ci95": e["vs_ci95"], "allreduce_log": r.get("allreduce_log") or [], "from_grid": r.get("from_grid"),
+                "not_compared": e["not_compared"]}
+        item["verdict"] = separated(a, item["ci95"], b, item["vs_ci95"]) if e["vs"] else None
+        item["supported"] = bool(e["vs"] and a and b and a > b and not _overlap(a, item["ci95"] or 0, b, item["vs_ci95"] or 0))
         out.append(item)
     return out
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..bench.sse import DECODE_TIMED_TO, timed_to
 from ..paths import data_dir
 from ..results import RunStore
 
@@ -184,13 +185,22 @@ def e2e_rows(store: RunStore, pred_here=None, layers: int | None = None) -> list
     """Chapter 04's end-to-end rows (table ``tp_e2e``), each against its reference row (``vs``): "custom all-reduce off"
     against the engine's default, every NCCL setting against "custom all-reduce off". ``predicted_ms_per_token``: the
     grid's change at batch 1 for a setting that came from it (``pred_here``, ``per_token_prediction``'s frame);
-    ``measured_ms_per_token``: the change in time per token against ``vs``; ``vs_tok_s``, ``vs_ci95``: that row's rate."""
+    ``measured_ms_per_token``: the change in time per token against ``vs``; ``vs_tok_s``, ``vs_ci95``: that row's rate. A row
+    whose decode was timed by another rule than its reference's (``bench.sse.timed_to``: a resumed run of an older
+    execution) is not compared with it: ``vs`` None, ``not_compared`` says why (two rules are never pooled or subtracted)."""
     rows = store.rows("tp_e2e")
     out = []
     for r in rows:
         name = r.get("setting")
         vs = None if name == "engine default" else ("engine default" if name == "custom all-reduce off" else "custom all-reduce off")
         ref = next((x for x in rows if x.get("engine") == r.get("engine") and x.get("tp") == r.get("tp") and x.get("setting") == vs), None)
+        apart = None
+        if ref is not None and timed_to(r) != timed_to(ref):
+            said = {True: "the last token", False: "the stream's end"}
+            apart = (f"not compared with {vs}: that row's decode was timed to {said[timed_to(ref) == DECODE_TIMED_TO]}, this "
+                     f"one's to {said[timed_to(r) == DECODE_TIMED_TO]} (two rules are never compared); measure both settings "
+                     "again in one execution")
+            ref = None
         pred = None
         if r.get("from_grid") and pred_here is not None and len(pred_here):
             p = pred_here[(pred_here["setting"] == r["from_grid"]) & (pred_here["batch"] == 1)]
@@ -202,5 +212,5 @@ def e2e_rows(store: RunStore, pred_here=None, layers: int | None = None) -> list
                     "vs": vs if ref else None, "vs_tok_s": b, "vs_ci95": _num((ref or {}).get("decode_tok_s_ci95")),
                     "predicted_ms_per_token": pred,
                     "measured_ms_per_token": 1000 / a - 1000 / b if ref and a and b else None,
-                    "allreduce_path": "; ".join(log)[:300] if isinstance(log, list) else None})
+                    "allreduce_path": "; ".join(log)[:300] if isinstance(log, list) else None, "not_compared": apart})
     return out

@@ -371,8 +371,9 @@ def e2e_view(store: RunStore, pred_here=None):
 
 def _e2e_line(r) -> str:
     key = f"{r['engine']} | {r['tp']} | {r['setting']}"
+    against = f"{r['verdict']} against {r['vs']}" if r["vs"] else r.get("not_compared")
     rate = (f"{q('tp_e2e_tok_s', r['decode_tok_s'], '.1f', of=key)} ± {q('tp_e2e_ci95', r['ci95'] or 0, '.1f', of=key)} tok/s, "
-            f"{r['verdict']} against {r['vs']}" if r["decode_tok_s"] else f"{r['outcome']}")
+            f"{against}" if r["decode_tok_s"] else f"{r['outcome']}")
     delta = ""
     if r["predicted_ms_per_token"] is not None and r["measured_ms_per_token"] is not None:
         delta = (f"; predicted {r['predicted_ms_per_token']:+.3f} ms/token, measured "
@@ -386,7 +387,7 @@ def found_lines(store: RunStore, answer: str, e2e, r: Reference, pred_tbl, rec_p
 
     lines = ["**This run**", "", answer]
     if len(e2e):
-        lines += [_e2e_line(x) for _, x in e2e.iterrows() if x["vs"]]
+        lines += [_e2e_line(x) for _, x in e2e.iterrows() if x["vs"] or x.get("not_compared")]
     else:
         lines.append("- Not measured here: the end-to-end engine confirmation (`tp_check` names the engines to restart at TP>1).")
     for c in store.rows("chapters"):
