@@ -56,20 +56,21 @@ def prediction_rows(profile_rows: Iterable[dict], bandwidth_rows: Iterable[dict]
     (:func:`predict_full`), the full model's measured time per token where it was run, the error with its sign,
     and the bytes rule (roofline bound) at the datasheet's and at the measured bandwidth."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in latest_ok(profile_rows):   # one machine per group: slices are never subtracted across machines
-        groups[(r["card"], r["engine"], r["backend"], r["mode"], r.get("quant", "bf16"), r.get("machine"))].append(r)
+    for r in latest_ok(profile_rows):   # one machine and one unit per group: never subtracted across machines or units
+        groups[(r["card"], r["engine"], r["backend"], r["mode"], r.get("quant", "bf16"), r.get("machine"),
+                r.get("run_id"))].append(r)
     measured_bw = None
     for b in bandwidth_rows:
         if b.get("read_tbs"):
             measured_bw = float(b["read_tbs"])
     out = []
-    for (card, engine, backend, mode, quant, machine), rows in sorted(groups.items(), key=lambda kv: str(kv[0])):
+    for (card, engine, backend, mode, quant, machine, run_id), rows in sorted(groups.items(), key=lambda kv: str(kv[0])):
         slices = sorted((r for r in rows if r.get("role") == "slice"), key=lambda r: int(r["layers"]))
         fulls = [r for r in rows if r.get("role") == "full"]
         info = _card_full(card)
         if quant != "bf16" and len(slices) == 1:
             # a slice of the dense layers only holds no routed expert: its bf16 profile is the quantized card's too
-            dense_only = [r for r in groups.get((card, engine, backend, mode, "bf16", machine), [])
+            dense_only = [r for r in groups.get((card, engine, backend, mode, "bf16", machine, run_id), [])
                           if r.get("role") == "slice" and int(r["layers"]) <= info["dense"] < int(slices[0]["layers"])]
             slices = dense_only[:1] + slices
         if len(slices) < 2:
@@ -123,11 +124,11 @@ def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dic
     latest = [p for p in latest_ok(profile_rows) if p.get("role", "slice") != "repeat"]  # a second start is no other server
     rows = latest_breakdown(breakdown_rows, profile_rows)
     by: dict[tuple, dict] = {}
-    for p in latest:   # engines compared on one machine only
-        key = (p["card"], p["layers"], p["mode"], p.get("quant", "bf16"), p.get("machine"))
+    for p in latest:   # engines compared on one machine, within one unit (run) only
+        key = (p["card"], p["layers"], p["mode"], p.get("quant", "bf16"), p.get("machine"), p.get("run_id"))
         by.setdefault(key, {}).setdefault(p["engine"], []).append(p)
     out = []
-    for (card, layers, mode, quant, _machine), engines in sorted(by.items(), key=lambda kv: str(kv[0])):
+    for (card, layers, mode, quant, _machine, _run), engines in sorted(by.items(), key=lambda kv: str(kv[0])):
         if a not in engines or b not in engines:
             continue
         pa = next((p for p in engines[a] if p["backend"] == "auto"), engines[a][0])
