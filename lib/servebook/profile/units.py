@@ -25,6 +25,7 @@ Nothing is subtracted across machines.
 
 from __future__ import annotations
 
+import filecmp
 import json
 import shutil
 from pathlib import Path
@@ -62,26 +63,28 @@ def _renamed(unit: str, label: str, taken: set) -> str:
 
 def merge_unit(dest, unit) -> dict:
     """Append ``unit``'s recorded tables (RunStores) to ``dest``'s, with its trace files and logs; labels ``dest``
-    already holds get `` (<unit run id>)``. Rows ``dest`` already holds (same label after renaming and ``taken_at``) are
-    not added again. Refuses a unit without a reference row or without a machine on every profile. Returns
-    ``{table: rows added, "renamed": {old: new}}``."""
-    name = Path(unit.path).name
+    already holds (another unit's: the anchor configuration, or an engine's ladder recorded again) get
+    `` (<unit id>)``, the unit id being its run id (``_unit_id``). Rows ``dest`` already holds (same label after
+    renaming and ``taken_at``) are not added again; a trace file or log of another unit is never replaced. Refuses a
+    unit without a reference row or without a machine on every profile. Returns ``{table: rows added, "renamed": {old:
+    new}, "unit": id}``."""
     prof = unit.rows("profile_runs")
+    name = Path(unit.path).name
     if not any(r.get("reference") and r.get("ok") for r in prof):
         raise ServebookError(f"unit {name}: no ok profile of the anchor configuration (rows marked reference): units "
                              "are compared only through it; profile it in that unit before merging")
     if any(r.get("machine") is None for r in prof):
         raise ServebookError(f"unit {name}: profiles without a machine identity cannot join a reference run")
-    taken = {r["label"] for r in dest.rows("profile_runs", withdrawn=True)
-             if not (r.get("run_id") == name)}
-    renamed = {r["label"]: _renamed(name, r["label"], taken) for r in prof}
-    out: dict = {"renamed": {k: v for k, v in renamed.items() if k != v}}
+    recorded, uid = _unit_id(dest, unit)
+    taken = {r["label"] for r in dest.rows("profile_runs", withdrawn=True) if r.get("run_id") != uid}
+    renamed = {r["label"]: _renamed(uid, r["label"], taken) for r in prof}
+    out: dict = {"renamed": {k: v for k, v in renamed.items() if k != v}, "unit": uid}
     have = {(r["label"], r.get("taken_at")) for r in dest.rows("profile_runs", withdrawn=True)}
     held_bw = {json.dumps(r, sort_keys=True, default=str) for r in dest.rows("memory_bandwidth", withdrawn=True)}
     for table in UNIT_TABLES:
         rows = []
         for r in unit.rows(table, withdrawn=True, executions="all"):
-            r = {**r, "run_id": r.get("run_id") or name}
+            r = {**r, "run_id": uid, **({"recorded_run_id": recorded} if uid != recorded else {})}
             if "label" in r:
                 old = r["label"]
                 r["label"] = renamed.get(old, old)
@@ -95,29 +98,69 @@ def merge_unit(dest, unit) -> dict:
         if rows:
             dest.replace(table, dest.rows(table, withdrawn=True, executions="all") + rows)
         out[table] = len(rows)
-    _copy_logs(unit.path, dest.path, name)
+    _copy_logs(unit.path, dest.path, uid)
     return out
 
 
+def _unit_id(dest, unit) -> tuple[str, str]:
+    """(the run id the unit was recorded under, the id it is merged under): its rows' ``run_id`` (its folder's name
+    where they carry none), or, where ``dest`` holds another unit's rows under that id (a later loan recorded with the
+    same ``RUN_ID``: its labels, traces and logs would land on the earlier unit's), that id with the UTC day of the
+    unit's first profile (``-YYYYMMDD``; the rows keep the recorded one as ``recorded_run_id``). The same unit merged
+    again gets the same id. Refuses a unit of several run ids, and one whose dated id is another unit's too."""
+    from datetime import datetime, timezone
+
+    prof = unit.rows("profile_runs", withdrawn=True)
+    ids = {r.get("run_id") or Path(unit.path).name for r in prof}
+    if len(ids) != 1:
+        raise ServebookError(f"unit {Path(unit.path).name}: its profiles name {len(ids)} runs ({sorted(map(str, ids))}): "
+                             "a unit is one run of one machine; merge each run as a unit of its own")
+    recorded = ids.pop()
+    mine = {(r.get("machine"), r.get("taken_at")) for r in prof}
+    held = dest.rows("profile_runs", withdrawn=True)
+
+    def another(uid: str) -> bool:   # rows of that id in dest that are not this unit's
+        return any(r.get("run_id") == uid and (r.get("machine"), r.get("taken_at")) not in mine for r in held)
+
+    if not another(recorded):
+        return recorded, recorded
+    first = min(float(r["taken_at"]) for r in prof if r.get("taken_at") is not None)
+    uid = f"{recorded}-{datetime.fromtimestamp(first, tz=timezone.utc):%Y%m%d}"
+    if another(uid):
+        raise ServebookError(f"unit {Path(unit.path).name}: {Path(dest.path).name} holds other units' profiles under "
+                             f"run ids {recorded} and {uid}: record the unit under a RUN_ID of its own and merge that")
+    return recorded, uid
+
+
 def _copy_traces(src: Path, dst: Path, row: dict, old_slug: str) -> dict:
-    """Copy a profile's trace files (``traces/<old_slug>.*``) under its label's slug; the row's fields that name them."""
+    """Copy a profile's trace files (``traces/<old_slug>.*``) under its label's slug, never over another unit's file of
+    other content; the row's fields that name them (a file the unit does not hold: named under the new slug, or None
+    where another unit's file has that name)."""
     fields, new_slug = {}, trace_slug(row["label"])
     (Path(dst) / "traces").mkdir(parents=True, exist_ok=True)
     for key, suffix in (("trace", ".trace.json.gz"), ("kernel_table", ".kernels.json"), (None, ".excerpt.json")):
         rel = row.get(key) if key else f"traces/{old_slug}{suffix}"
-        if not rel or not (Path(src) / rel).is_file():
+        if not rel:
             continue
         new = f"traces/{new_slug}{suffix}" if rel.endswith(suffix) else rel
-        if (Path(dst) / new).exists() and new_slug == old_slug and Path(dst).resolve() != Path(src).resolve():
-            raise ServebookError(f"{new} is already in {Path(dst).name}: a unit's trace would replace another's")
-        shutil.copyfile(Path(src) / rel, Path(dst) / new)
+        there = Path(dst) / new
+        if not (Path(src) / rel).is_file():   # not carried: the row must not name another unit's file of that name
+            if key:
+                fields[key] = None if there.exists() else new
+            continue
+        if there.exists() and there.resolve() != (Path(src) / rel).resolve() and not filecmp.cmp(there, Path(src) / rel,
+                                                                                                  shallow=False):
+            raise ServebookError(f"{new} is already in {Path(dst).name}, with other content: a unit's trace would "
+                                 "replace another's (each unit merges under an id of its own: units._unit_id)")
+        shutil.copyfile(Path(src) / rel, there)
         if key:
             fields[key] = new
     return fields
 
 
 def _copy_logs(src: Path, dst: Path, unit: str) -> None:
-    """The unit's logs under ``logs/<unit>/`` (two units' servers of one label write logs of one name)."""
+    """The unit's logs under ``logs/<unit id>/`` (two units' servers of one label write logs of one name; each unit's id
+    is its own, ``_unit_id``)."""
     if (Path(src) / "logs").is_dir():
         shutil.copytree(Path(src) / "logs", Path(dst) / "logs" / unit, dirs_exist_ok=True)
 
