@@ -151,7 +151,7 @@ def test_engines_of_two_units_are_carried_by_the_reference_ratio(tmp_path):
 
 
 def test_the_page_s_ratio_is_the_carried_time_over_the_anchor_machine_s_reference(tmp_path):
-    """The carry factor (on_anchor_machine) and chapter 06's reference_ratio read one anchor time per machine: vLLM's
+    """The carry factor (on_anchor_machine) and chapter 06's reference_ratio read one anchor time per unit: vLLM's
     deepest slice carried to gpu-a, over gpu-a's anchor, is the ratio the page prints. A superseded anchor row (a label
     profiled again) and a third machine's anchor are there to pull the two apart if either read them differently."""
     from servebook.profile.quantities import _reference_ratios
@@ -164,11 +164,12 @@ def test_the_page_s_ratio_is_the_carried_time_over_the_anchor_machine_s_referenc
         _prof("vllm", 12, "gpu-b", run="unit-b", start=2, scale=0.9 * 1.05 * 1.02)]))
     src, (note,) = units.on_anchor_machine(store, seed.SEED_BACKENDS)
     anchor = units.anchor_times(store.rows("profile_runs"))
-    assert note["carried_factor"] == pytest.approx(anchor["gpu-a"] / anchor["gpu-b"])
-    assert anchor["gpu-b"] == pytest.approx(1.05 * (0.9 + 0.2 * 12))   # the latest row of the label, not the stale one
+    a, b = anchor[("gpu-a", "unit-a")], anchor[("gpu-b", "unit-b")]   # a unit: (machine, run_id)
+    assert note["carried_factor"] == pytest.approx(a / b)
+    assert b == pytest.approx(1.05 * (0.9 + 0.2 * 12))   # the latest row of the label, not the stale one
     deep = [p["busy_ms"] for p in src.rows("profile_runs") if p["engine"] == "vllm" and p["layers"] == 13]
     page = _reference_ratios(store)
-    assert page["vllm"] == pytest.approx(sum(deep) / len(deep) / anchor["gpu-a"])
+    assert page["vllm"] == pytest.approx(sum(deep) / len(deep) / a)
     assert page["vllm"] == pytest.approx(0.9 * 1.01) and _reference_ratios(store, "starts") == {"sglang": 2, "vllm": 2}
 
 

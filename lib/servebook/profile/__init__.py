@@ -153,6 +153,7 @@ def _cmd_merge_unit(args: argparse.Namespace) -> int:
     got = merge_unit(RunStore.at(args.run_dir), RunStore.at(args.unit_dir))
     for old, new in got.pop("renamed").items():
         print(f"renamed: {old!r} -> {new!r}")
+    print(f"unit id: {got.pop('unit')} (its rows' run_id, its logs under logs/ of that name)")
     print("added: " + ", ".join(f"{t} {n}" for t, n in got.items()) + "; now derive again: servebook profile linearity "
           f"{args.run_dir} && servebook profile predict {args.run_dir}")
     return 0

@@ -238,22 +238,44 @@ _SEED = [  # the seed case projected from the H200 profiles, and its verdict (ta
 ]
 
 def _linearity(field_: str) -> Callable[[Any], dict]:
-    return lambda store: {f"{r['engine']} | {r.get('backend')} | {r.get('machine')} | {r['depths']}": r.get(field_)
-                          for r in store.rows("slice_linearity")}
+    def compute(store) -> dict:
+        from ._ladder_unit import linearity_key
+
+        lin = store.rows("slice_linearity")
+        return {f"{linearity_key(r, lin)} | {r['depths']}": r.get(field_) for r in lin}
+    return compute
 
 
 def _linearity_layers(store) -> dict:
-    out = {}
-    for r in store.rows("slice_linearity"):
-        key = f"{r['engine']} | {r.get('backend')} | {r.get('machine')} | {r['depths']}"
+    from ._ladder_unit import linearity_key
+
+    out, lin = {}, store.rows("slice_linearity")
+    for r in lin:
+        key = f"{linearity_key(r, lin)} | {r['depths']}"
         out.update({f"{key} | from": r.get("moe_from"), f"{key} | to": r.get("moe_to")})
     return out
 
 
+def _other_units(store) -> dict:
+    """Each engine's other units (``units.other_units``): the depth shared with the unit read, and both ratios."""
+    from .ranges import SEED_BACKENDS
+    from .units import other_units
+
+    out = {}
+    for o in other_units(store.rows("profile_runs"), SEED_BACKENDS):
+        out[("depth", o["key"])] = o["depth"]
+        out[("ratio", o["key"])], out[("ratio", o["key"] + " | read")] = o["ratio"], o["read_ratio"]
+    return out
+
+
+def _of_other_units(what: str) -> Callable[[Any], dict]:
+    return lambda store: {k: v for (w, k), v in _other_units(store).items() if w == what}
+
+
 def _reference_ratios(store, field_: str = "mean") -> dict:
-    """Each engine's INT4 slice's GPU busy time, at the deepest depth both engines have, over its machine's reference
-    configuration, mean over starts: ``units.deepest_ratios``, over the anchor times the carry factor reads
-    (``units.anchor_times``)."""
+    """Each engine's INT4 slice's GPU busy time, at the deepest depth both engines have, over its unit's reference
+    configuration (the unit its ladder is read from), mean over starts: ``units.deepest_ratios``, over the anchor times
+    the carry factor reads (``units.anchor_times``)."""
     from .ranges import SEED_BACKENDS
     from .units import deepest_ratios
 
@@ -325,6 +347,12 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
     Quantity("reference_ratio_depth", "the MoE layers of the slices the engines' reference ratios are taken at: the "
              "deepest depth both engines' INT4 ladders have (engines; units.common_depth)", _ratio_depth,
              tables=("profile_runs",)),
+    Quantity("other_unit_moe_layers", "the deepest MoE depth an engine's other unit (one its ladder is not read from) "
+             "shares with the unit read (engine | machine | run id of the other unit; units.other_units)",
+             _of_other_units("depth"), tables=("profile_runs",)),
+    Quantity("other_unit_ratio", "at that depth, the other unit's INT4 slice's GPU busy time over its own unit's anchor "
+             "configuration, mean over its starts (engine | machine | run id), and the unit read's (... | read)",
+             _of_other_units("ratio"), tables=("profile_runs",)),
 ]
 
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)

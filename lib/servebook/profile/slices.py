@@ -1,5 +1,6 @@
 """Which recorded profiles the seed case's projection subtracts: the 1- and 2-layer slices of one engine, from one
-recording unit (the machine a profile names, else the UTC day it was taken), never across machines.
+recording unit (the machine a profile names, else the UTC day it was taken), never across machines; of an INT4 depth
+ladder, the slices of the one unit ``_ladder_unit``'s rule reads.
 
     s = select_slices(store.rows("profile_runs"), "sglang", backend="triton")   # shallow, deep, int4, int4_base, notes
 """
@@ -23,8 +24,10 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
     is never taken across machines); the 1-layer slice of the default backend where ``backend`` has none (said in
     ``notes``), and the INT4 2-layer slice with the 1-layer slice of its own unit (``int4_base``: the experts of one
     layer are their difference). A run of INT4 slices only (a depth ladder, as ``h200x1-ref``): the shallowest and the
-    deepest INT4 slice with ``backend`` on the shallowest's machine (``ladder``: their MoE layers, ``(from, to)``; the
-    projection divides their difference by the layers between them, ``_int4_ladder``). ``same_day=False``: the old choice (first starts only, any unit). Missing ones are
+    deepest INT4 first start with ``backend`` of the one unit the engine's ladder is read from (``_ladder_unit``: a run
+    of units may hold two ladders of one engine; the one reaching the most MoE layers is read, the other named in
+    ``notes``) (``ladder``: their MoE layers, ``(from, to)``; the projection divides their difference by the layers
+    between them, ``_int4_ladder``). ``same_day=False``: the old choice (first starts only, any unit). Missing ones are
     None; ``cross_day`` lists pairs that could only be taken across units.
     """
     rows = [r for r in latest_ok(profile_rows) if r["engine"] == engine and r.get("card") == card
@@ -34,7 +37,7 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
     shallow, deep = _bf16_pair(pick, backend, mode, same_day, notes, cross)
     ladder = None
     if shallow is None and deep is None:
-        shallow, deep, ladder = _int4_ladder(rows, backend, mode, notes)
+        shallow, deep, ladder = _int4_ladder(rows, engine, backend, mode, card, notes)
     int4, int4_base = _int4_pair(pick, backend, mode, same_day, shallow, notes, cross) if ladder is None else (None, None)
     deep_same = _deep_same(pick, mode, same_day, shallow, deep, notes)
     require_one_machine([shallow, deep, int4, int4_base, deep_same], f"the {engine} projection's slice subtraction")
@@ -111,22 +114,28 @@ def _deep_same(pick, mode: str, same_day: bool, shallow: dict | None, deep: dict
     return deep_same
 
 
-def _int4_ladder(rows: list[dict], backend: str, mode: str, notes: list) -> tuple[dict | None, dict | None, tuple | None]:
-    """A run of INT4 slices only (no 1-layer bf16 slice): the shallowest first start of ``backend`` (mode ``mode``) and
-    the deepest of the same recording unit, and their MoE layers. (None, None, None) where fewer than two depths."""
+def _int4_ladder(rows: list[dict], engine: str, backend: str, mode: str, card: str,
+                 notes: list) -> tuple[dict | None, dict | None, tuple | None]:
+    """A run of INT4 slices only (no 1-layer bf16 slice): the shallowest and the deepest first start of ``backend``
+    (mode ``mode``) in the one unit the engine's ladder is read from (``_ladder_unit``: the unit reaching the most MoE
+    layers, never two units pooled), and their MoE layers. (None, None, None) where that unit has fewer than two depths."""
+    from ._ladder_unit import RULE, ladder_units, unit_of
     from .linearity import moe_layers_of
 
-    mine = [r for r in rows if r.get("quant", "bf16") == "card" and r.get("mode") == mode and r.get("role", "slice") == "slice"
-            and r.get("backend", "auto") == backend and r.get("layers") is not None]
-    if not mine:
+    ranked = ladder_units(rows, engine, backend, mode=mode, card=card)
+    if not ranked:
         return None, None, None
-    shallow = min(mine, key=moe_layers_of)
-    same = [r for r in mine if recording_unit(r) == recording_unit(shallow) and moe_layers_of(r) > moe_layers_of(shallow)]
-    if not same:
+    mine = [r for r in ranked[0]["rows"] if r.get("role", "slice") == "slice"]
+    if len({moe_layers_of(r) for r in mine}) < 2:
         return None, None, None
-    deep = max(same, key=moe_layers_of)
+    shallow, deep = min(mine, key=moe_layers_of), max(mine, key=moe_layers_of)
     ladder = (moe_layers_of(shallow), moe_layers_of(deep))
     notes.append(f"INT4 depth ladder: one MoE layer = ({deep['label']} - {shallow['label']}) / {ladder[1] - ladder[0]} "
                  f"(MoE layers {ladder[0]} -> {ladder[1]}, one machine); the fixed part = {shallow['label']} less its "
                  f"{ladder[0]} MoE layer{'s' * (ladder[0] != 1)}; the experts are INT4 in both slices")
+    others = [u for u in ranked[1:] if not u["anchor_only"]]
+    if others:
+        notes.append(f"INT4 ladder read from unit {unit_of(shallow)[1]} (machine {shallow.get('machine')}), by the rule: "
+                     f"{RULE}; not pooled with " + ", ".join(f"unit {u['run_id']} (machine {u['machine']}, MoE layers "
+                                                              f"{'/'.join(map(str, u['depths']))})" for u in others))
     return shallow, deep, ladder
