@@ -1,6 +1,6 @@
 """A second recording unit of one engine in the reference run (issue #39's next loan: vLLM's whole ladder recorded again,
 merged beside the partial unit 2). Every reader of an engine's INT4 ladder reads one unit, the one the rule picks
-(``servebook.profile._ladder_unit``: the unit reaching the most MoE layers), and never pools starts of two units; chapter
+(``servebook.profile.ladders``: the unit reaching the most MoE layers), and never pools starts of two units; chapter
 06 lists the other unit as evidence. A scratch copy of data/runs/h200x1-ref's tables (no traces) and a SYNTHETIC unit 3
 built from unit 2's own rows (below): no committed file is written."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from servebook.paths import data_dir
 from servebook.profile import seed, units
-from servebook.profile._ladder_unit import ladder_units
+from servebook.profile.ladders import ladder_units
 from servebook.profile.linearity import moe_layers_of, write_linearity
 from servebook.profile.slices import select_slices
 from servebook.profile.tables import latest_ok, starts_of

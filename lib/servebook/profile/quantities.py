@@ -239,7 +239,7 @@ _SEED = [  # the seed case projected from the H200 profiles, and its verdict (ta
 
 def _linearity(field_: str) -> Callable[[Any], dict]:
     def compute(store) -> dict:
-        from ._ladder_unit import linearity_key
+        from .ladders import linearity_key
 
         lin = store.rows("slice_linearity")
         return {f"{linearity_key(r, lin)} | {r['depths']}": r.get(field_) for r in lin}
@@ -247,7 +247,7 @@ def _linearity(field_: str) -> Callable[[Any], dict]:
 
 
 def _linearity_layers(store) -> dict:
-    from ._ladder_unit import linearity_key
+    from .ladders import linearity_key
 
     out, lin = {}, store.rows("slice_linearity")
     for r in lin:

@@ -1,6 +1,6 @@
 """Which recorded profiles the seed case's projection subtracts: the 1- and 2-layer slices of one engine, from one
 recording unit (the machine a profile names, else the UTC day it was taken), never across machines; of an INT4 depth
-ladder, the slices of the one unit ``_ladder_unit``'s rule reads.
+ladder, the slices of the one unit ``ladders``'s rule reads.
 
     s = select_slices(store.rows("profile_runs"), "sglang", backend="triton")   # shallow, deep, int4, int4_base, notes
 """
@@ -24,7 +24,7 @@ def select_slices(profile_rows: Iterable[dict], engine: str, *, backend: str = "
     is never taken across machines); the 1-layer slice of the default backend where ``backend`` has none (said in
     ``notes``), and the INT4 2-layer slice with the 1-layer slice of its own unit (``int4_base``: the experts of one
     layer are their difference). A run of INT4 slices only (a depth ladder, as ``h200x1-ref``): the shallowest and the
-    deepest INT4 first start with ``backend`` of the one unit the engine's ladder is read from (``_ladder_unit``: a run
+    deepest INT4 first start with ``backend`` of the one unit the engine's ladder is read from (``ladders``: a run
     of units may hold two ladders of one engine; the one reaching the most MoE layers is read, the other named in
     ``notes``) (``ladder``: their MoE layers, ``(from, to)``; the projection divides their difference by the layers
     between them, ``_int4_ladder``). ``same_day=False``: the old choice (first starts only, any unit). Missing ones are
@@ -117,9 +117,9 @@ def _deep_same(pick, mode: str, same_day: bool, shallow: dict | None, deep: dict
 def _int4_ladder(rows: list[dict], engine: str, backend: str, mode: str, card: str,
                  notes: list) -> tuple[dict | None, dict | None, tuple | None]:
     """A run of INT4 slices only (no 1-layer bf16 slice): the shallowest and the deepest first start of ``backend``
-    (mode ``mode``) in the one unit the engine's ladder is read from (``_ladder_unit``: the unit reaching the most MoE
+    (mode ``mode``) in the one unit the engine's ladder is read from (``ladders``: the unit reaching the most MoE
     layers, never two units pooled), and their MoE layers. (None, None, None) where that unit has fewer than two depths."""
-    from ._ladder_unit import RULE, ladder_units, unit_of
+    from .ladders import RULE, ladder_units, unit_of
     from .linearity import moe_layers_of
 
     ranked = ladder_units(rows, engine, backend, mode=mode, card=card)

@@ -12,7 +12,7 @@ files copied under that name: the last row of a label is the one a reader takes,
 another unit's (they would silently move an engine's depth ladder). Merging a unit twice adds nothing.
 
 A run may so hold two units of one engine's ladder. Every reader here reads the one unit the rule of
-``_ladder_unit`` picks (the unit whose ladder reaches the most MoE layers; ties: more depths, more starts, the later
+``ladders`` picks (the unit whose ladder reaches the most MoE layers; ties: more depths, more starts, the later
 recording): its ladder, its deepest starts (never pooled across units), the engines' common depth and their ratios;
 a later unit of one engine supersedes an earlier one by that rule, and the earlier stays in the run as evidence
 (``other_units``, listed by ``units_markdown``).
@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import ServebookError
-from ._ladder_unit import RULE, ladder_units, linearity_key, unit_of
+from .ladders import RULE, ladder_units, linearity_key, unit_of
 from .kernels import trace_slug
 from .machines import MachineMismatch, relative_to_reference
 
@@ -188,7 +188,7 @@ class OnAnchor:
 
 
 def anchor_times(profiles) -> dict:
-    """``{unit: the anchor configuration's GPU busy time}``, a unit being (machine, run_id) (``_ladder_unit.unit_of``):
+    """``{unit: the anchor configuration's GPU busy time}``, a unit being (machine, run_id) (``ladders.unit_of``):
     the mean over each anchor label's latest ok row (a label profiled again counts once) of the unit's rows marked
     ``reference`` (two units of one lent machine are not pooled). The one computation both the carry factor
     (``on_anchor_machine``: the anchor unit's time / the other unit's) and chapter 06's ratio (``deepest_ratios``: a
@@ -205,7 +205,7 @@ def anchor_times(profiles) -> dict:
 def deepest_ratios(profiles, backends: dict) -> dict:
     """``{engine: [ratio per start]}``: each start of the engine's INT4 slice (``backends[engine]``) at the deepest
     depth every engine of ``backends`` with such slices has (``common_depth``: slices of one depth, never one engine's
-    12 MoE layers against another's 4), all of the one unit its ladder is read from (``_ladder_unit``), its GPU busy
+    12 MoE layers against another's 4), all of the one unit its ladder is read from (``ladders``), its GPU busy
     time over its own unit's anchor time (``anchor_times``); an engine whose unit measured no anchor configuration, or
     without such a slice, is left out."""
     from .tables import latest_ok
@@ -221,7 +221,7 @@ def deepest_ratios(profiles, backends: dict) -> dict:
 
 def common_depth(prof: list[dict], backends: dict) -> int | None:
     """The deepest MoE-layer depth at which every engine of ``backends`` that has INT4 slices has one in the unit its
-    ladder is read from (``_ladder_unit``; None: no depth in common, or no slices)."""
+    ladder is read from (``ladders``; None: no depth in common, or no slices)."""
     from .linearity import moe_layers_of
 
     have = [{moe_layers_of(p) for p in _int4(prof, eng, be)} for eng, be in backends.items()]
@@ -276,14 +276,14 @@ def on_anchor_machine(src, backends: dict) -> tuple:
 
 def _int4(prof: list[dict], engine: str, backend: str) -> list[dict]:
     """The INT4 profiles (every start) of the one unit ``engine``'s ladder with ``backend`` is read from
-    (``_ladder_unit``), with a GPU busy time."""
+    (``ladders``), with a GPU busy time."""
     ranked = ladder_units(prof, engine, backend)
     return [p for p in ranked[0]["rows"] if p.get("busy_ms") is not None] if ranked else []
 
 
 def _deepest_starts(prof: list[dict], engine: str, backend: str, depth: int | None = None) -> list[dict]:
     """Every start of an engine's INT4 slice with ``backend`` at ``depth`` MoE layers (None: its deepest), of the one
-    unit its ladder is read from (``_ladder_unit``: starts are never pooled across units)."""
+    unit its ladder is read from (``ladders``: starts are never pooled across units)."""
     from .linearity import moe_layers_of
 
     mine = _int4(prof, engine, backend)
@@ -297,7 +297,7 @@ def _deepest_starts(prof: list[dict], engine: str, backend: str, depth: int | No
 
 def units_markdown(store) -> str:
     """Chapter 06's account of a reference recording made of units (rows with a machine identity; "" otherwise): per
-    engine its depth ladder (table slice_linearity) of the one unit it is read from (``_ladder_unit``'s rule; where the
+    engine its depth ladder (table slice_linearity) of the one unit it is read from (``ladders``'s rule; where the
     engine has other units, the rule in words and each other unit listed beside it as evidence, never pooled) or the
     plan that records it, and the engines' deepest slices compared only through their own unit's reference
     configuration (``relative_to_reference``, decided by ``starts.compare``)."""

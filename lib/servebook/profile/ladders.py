@@ -24,7 +24,7 @@ __all__ = ["unit_of", "int4_rows", "ladder_units", "ladder_unit", "linearity_key
 
 # the rule in words, as chapter 06 states it
 RULE = ("the unit whose ladder reaches the most MoE layers; ties -> more depths, then more starts, then the later "
-        "recording (`servebook.profile._ladder_unit`)")
+        "recording (`servebook.profile.ladders`)")
 
 
 def unit_of(row: dict | None) -> tuple | None:
