@@ -432,3 +432,17 @@ def test_the_seeds_rate_at_the_edge_of_a_range_says_so():
     assert _where_seed({"seed_tok_s": 82.5, "low_tok_s": 83.08, "high_tok_s": 102.7, "seed_inside": False}) == \
         "outside it, just below its slow end"
     assert _where_seed({"seed_tok_s": 75.0, "low_tok_s": 63.55, "high_tok_s": 93.5, "seed_inside": True}) == "inside it"
+
+
+def test_a_hardware_profiles_links_are_said_to_be_assumed_and_the_terms_are_defined():
+    """A what-if book's host card: its links come from servebook.probe.collect's assumption (SYS for PCIe-only GPUs), not
+    from a datasheet, and says so; the words the seed verdict and the profile run use are in the glossary."""
+    from servebook.glossary import TERMS, USES
+
+    text = frontpage._host_text({"gpu": "NVIDIA RTX PRO 6000", "gpu_count": 8, "capability": "12.0", "links": ["SYS"]},
+                                "rtx-pro-6000")
+    assert "links SYS (hardware profile rtx-pro-6000: datasheet facts and assumed links, nothing measured)" in text
+    for term, used in (("gpu-busy", "GPU busy"), ("starts-rule", "equivalence margin"), ("kv-splits", "KV splits"),
+                       ("custom-all-reduce", "custom PCIe all-reduce"), ("floors", "communication floor"),
+                       ("links", "links SYS"), ("attention-backend", "attention backend")):
+        assert term in TERMS and re.search(USES[term], used), term

@@ -77,8 +77,9 @@ def _host_text(h: dict, profile: str | None) -> str:
     text = f"{h.get('gpu_count')} x {h['gpu']}, capability {h.get('capability') or 'not recorded'}"
     if h.get("links"):
         text += f", links {'/'.join(h['links'])}"
-    if profile:
-        text += f" (hardware profile {profile}: datasheet facts, nothing measured)"
+    if profile:   # a profile's links are assumed (servebook.probe.collect: NVLink as on a baseboard, else SYS)
+        text += (f" (hardware profile {profile}: datasheet facts{' and assumed links' if h.get('links') else ''}, "
+                 "nothing measured)")
     if len(h.get("machines") or []) > 1:
         text += f"; {len(h['machines'])} machines, one per recording unit"
     return text

@@ -90,6 +90,10 @@ _LIST = [
        "<code>servebook.profile.steps</code>; the category &ldquo;gpu idle&rdquo; of a decode-step breakdown). Time per token "
        "measured without the profiler minus the profiled kernels' time is a different quantity (what the host adds beyond "
        "the GPU); a page that gives it names it so."),
+    _t("gpu-busy", "GPU busy",
+       "The time inside a profiled decode step during which at least one kernel runs on the GPU (<code>busy_ms</code>, "
+       "<code>servebook.profile.steps</code>): the step's time is GPU busy plus <a href=\"#gpu-idle\">GPU idle</a>. Kernels "
+       "that overlap on two streams count once, so the kernels of a layer can sum to more than its GPU-busy time."),
     _t("teacher-forced", "teacher-forced (check)",
        "An output check on the prefill path: the default's tokens are fed in as the prompt and, at each position, the forced "
        "backend's top-1 next token is compared with the default's (<code>tf_top1_agreement</code>). It exercises the prefill "
@@ -159,6 +163,40 @@ _LIST = [
        "all-reduce is a few kB, so latency decides."),
     _t("seed-block", "seed block (the seed's NCCL block)", "SEED_BLOCK"),  # filled from servebook.nccl.e2e.SEED_ENV
     _t("host-rule", "host rule", "HOST_RULE"),  # filled from servebook.profile.predict.HOST_RULES
+    _t("starts-rule", "starts rule, equivalence margin, start-to-start spread",
+       "How the reference recording decides between two profiled configurations (<code>servebook.profile.starts</code>): 2 "
+       "server starts for slices of 4 or more MoE layers, 3 for shallower ones, one more (at most 4) where the first two differ "
+       "by more than the difference being decided. The <em>start-to-start spread</em> of a configuration is its largest minus "
+       "its smallest per-start value; the <em>equivalence margin</em> is the larger of 2% of the mean and that spread, and a "
+       "difference below it is &ldquo;no difference&rdquo;. Not the <a href=\"#restart-spread\">restart spread</a>, which "
+       "compares served rates by their 95% intervals over starts."),
+    _t("kv-splits", "KV splits (split grid)",
+       "A decode attention kernel with one query per sequence splits the sequence's KV cache into chunks, each read by its "
+       "own thread block, and a second kernel combines the partial results; the number of chunks is the split count, and "
+       "with the heads and sequences it sets the kernel's grid. Each engine decides the count by its own rule, read from "
+       "its code in the what-if book's table <code>seed_attention_12</code>."),
+    _t("custom-all-reduce", "custom all-reduce",
+       "An engine's own all-reduce kernel (SGLang's and vLLM's <code>custom_all_reduce</code>): each GPU writes into its "
+       "peers' buffers directly, used instead of NCCL for small messages where the engine's own checks allow it (chapter 04 "
+       "reads which). NCCL's variables do not reach an all-reduce this kernel serves; "
+       "<code>--disable-custom-all-reduce</code> hands those all-reduces to NCCL."),
+    _t("floors", "communication floor, kernel floor",
+       "Two lower bounds. The <em>communication floor</em> of a TP=N decode step is its collectives per token times one "
+       "all-reduce's latency: the least time a token spends in all-reduces (chapter 05's seed case on paper, chapter 06's "
+       "communication row), beside the bandwidth floor of the <a href=\"#roofline\">roofline</a>. The <em>kernel floor</em> "
+       "is the projection's rule that a weights-bound kernel carried to another GPU is never made shorter than the shortest "
+       "such kernel measured, which no longer shrinks with fewer bytes (<code>servebook.profile.projection.kernel_floors</code>)."),
+    _t("links", "links (NV18, PIX, NODE, SYS)",
+       "The path between two GPUs as <code>nvidia-smi topo -m</code> names it: NV<em>n</em>, <em>n</em> NVLinks; PIX and PXB, "
+       "PCIe through one or several switches; PHB and NODE, through the CPU's PCIe host bridges within one socket; SYS, "
+       "across the link between CPU sockets, the slowest. Chapter 01 reads it on a real host; a hardware profile's links are "
+       "assumed (<code>servebook.probe.collect</code>: every pair on NVLink as on a baseboard, else SYS for PCIe-only GPUs)."),
+    _t("attention-backend", "attention backend (triton, flashinfer, fa3, flashmla; TRITON_MLA, FLASHMLA ...)",
+       "The kernels an engine runs for attention, chosen by its own code unless forced: SGLang's names are lower case "
+       "(<code>triton</code>, <code>flashinfer</code>, <code>fa3</code> = FlashAttention 3, <code>flashmla</code>, "
+       "<code>cutlass_mla</code>), vLLM's upper case (<code>TRITON_MLA</code>, <code>FLASHMLA</code>, "
+       "<code>FLASH_ATTN_MLA</code> = FlashAttention's MLA, <code>FLASHINFER_MLA</code>, <code>CUTLASS_MLA</code>). Chapter "
+       "02 reads which one each engine picks and why; chapter 03 forces each and checks it ran."),
     _t("restart-spread", "restart spread",
        "How far a rate moves from one <a href=\"#start\">server start</a> to the next, which is more than it moves within one "
        "start. &ldquo;No difference beyond the restart spread&rdquo; says that two configurations' 95% intervals over server "
@@ -251,6 +289,10 @@ USES = {
     "roofline": r"\broofline\b", "tp": r"\btensor[- ]parallel(?:ism)?\b", "all-reduce": r"\ball-reduces?\b",
     "nccl": r"\bNCCL\b", "nccl-protocols": r"\bLL128\b",
     "host-rule": r"\bhost rule\b", "restart-spread": r"\brestart spread\b",
+    "gpu-busy": r"\b[Gg][Pp][Uu][- ]busy\b", "starts-rule": r"\bstarts rule\b|\bequivalence margin\b|\bstart-to-start spread\b",
+    "kv-splits": r"\bKV splits?\b|\bsplit grid\b", "custom-all-reduce": r"\bcustom (?:PCIe )?all-reduce\b",
+    "floors": r"\bcommunication floor\b|\bkernel floors?\b", "links": r"\blinks (?:SYS|NV\d+)\b",
+    "attention-backend": r"\battention[- ]backends?\b",
 }
 _USE = re.compile("|".join(f"(?P<{k.replace('-', '_')}>{v})" for k, v in USES.items()))
 # Text inside these elements is never linked: code, preformatted output, links, headings, the page's head, folded summaries.
