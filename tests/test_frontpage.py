@@ -446,3 +446,18 @@ def test_a_hardware_profiles_links_are_said_to_be_assumed_and_the_terms_are_defi
                        ("custom-all-reduce", "custom PCIe all-reduce"), ("floors", "communication floor"),
                        ("links", "links SYS"), ("attention-backend", "attention backend")):
         assert term in TERMS and re.search(USES[term], used), term
+
+
+def test_a_served_row_of_the_same_configuration_names_the_flags_it_ran_with():
+    """Chapter 05 served the engines' default backend with flags set by hand (a sampling backend, the graph batch sizes):
+    the configuration cell says so instead of calling the launch the default."""
+    from servebook.frontpage_same import table_html
+
+    row = {"engine": "sglang", "version": "0.5.16", "model": "kimi-k2.5 2-layer slice", "method": "05", "value": 524.3,
+           "ci95": 507.9, "starts": 2, "weights": "random", "machine": "1 x NVIDIA H200", "tokens": "", "differs": "",
+           "launch": "sglang/default --cuda-graph-max-bs 16 --sampling-backend pytorch",
+           "tag": ("single_tok_s", "single_ci95", "sglang/default --cuda-graph-max-bs 16 --sampling-backend pytorch")}
+    page = table_html([{**row, "book": "ref"}, {**row, "book": "other"}], reference="ref")
+    cell = re.search(r"<td>(.*?)</td>", page).group(1)
+    assert cell == ("sglang 0.5.16 default backend, launched with <code>--cuda-graph-max-bs 16 --sampling-backend "
+                    "pytorch</code>, kimi-k2.5 2-layer slice")

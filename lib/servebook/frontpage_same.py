@@ -94,6 +94,14 @@ def _differs(r: dict, base: dict | None, is_ref: bool) -> str:
     return "; ".join(why) or "the same method and setup, another recording (another day and lent machine)"
 
 
+def _flags(r: dict) -> str:
+    """The launch flags a served row ran with beyond the engine's default backend (its label after the first word):
+    the configuration is the default backend, not every default (e.g. a sampling backend set by hand)."""
+    launch = str(r.get("launch") or "")
+    flags = launch.split(" ", 1)[1].strip() if " " in launch else ""
+    return f" backend, launched with <code>{html.escape(flags)}</code>" if flags else ""
+
+
 def _starts(n: int) -> str:
     return "one server start" if n < 2 else f"{n} server starts"
 
@@ -109,7 +117,7 @@ def table_html(rows: list[dict], reference: str | None) -> str:
     for r in rows:
         name, ci, of = r["tag"]
         body.append(f'<tr data-book="{e(r["book"])}"{" class=sb-ref" if r["book"] == reference else ""}>'
-                    f'<td>{e(r["engine"])} {e(r["version"])} default, {e(r["model"])}</td>'
+                    f'<td>{e(r["engine"])} {e(r["version"])} default{_flags(r)}, {e(r["model"])}</td>'
                     f'<td><a href="{e(r["book"])}/index.html">{e(r["book"])}</a></td><td>{e(METHODS[r["method"]])}</td>'
                     f'<td>{q(name, r["value"], ",.1f", of=of)} &plusmn; {q(ci, r["ci95"], ",.1f", of=of)}</td>'
                     f'<td>{e(_starts(r["starts"]))}</td><td>{e(r["weights"])}</td><td>{e(r["machine"])}</td>'
