@@ -44,24 +44,46 @@ def likely_cause(projection: list[dict]) -> dict | None:
 
 
 def _cause_text(cause: dict, rng: dict, comm_rows: list[dict]) -> str:
-    """The likely cause: the part whose projected time differs most, its share of the projected gap, and (for
-    communication) the NCCL settings the projection gives each engine."""
-    from .profile.verdict import t
+    """The likely cause: the part whose projected time differs most; how much of the seed's gap the projection places
+    (its range, and whether it holds no difference or the seed's gap); for communication, the NCCL protocol its figure
+    follows from; and the part of the seed's gap the projection does not locate (``profile.verdict.unlocated``)."""
+    from .profile.verdict import t, unlocated
     from .stated import q
 
     e = html.escape
+    part = q('seed_projected_part_ms', cause['diff_ms'], '.2f', of=cause['category'])
+    text = (f"<b>A hypothesis:</b> the <i>{e(cause['category'])}</i> part of each decode step, the part whose projected time "
+            f"differs most between the engines: SGLang's takes {part} ms per token longer than vLLM's")
+    g = rng.get("gap")
+    if g is None:
+        return text + "."
+    seed_gap = t('seed_range', g, 'seed_gap_ms', '.2f')
+    lo, hi = g.get("low_ms"), g.get("high_ms")
+    zero = isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo <= 0 <= hi
+    text += (f". The projection places {t('seed_range', g, 'point_ms', '.2f')} ms per token of the seed's {seed_gap} ms gap "
+             f"(every assumption at either end: {t('seed_range', g, 'low_ms', '.2f')} to {t('seed_range', g, 'high_ms', '.2f')}"
+             + (", a range that includes zero: it does not rule out no gap at all" if zero else "")
+             + f"; the seed's {seed_gap} lies {'inside' if g.get('seed_inside') else 'outside'} it); the {e(cause['category'])} "
+             "part is the largest of the parts it places (the others: chapter 06's table seed_projection)")
     comm = {r["engine"]: r for r in comm_rows}
-    env = (f" The NCCL settings the projection gives each engine's all-reduce, as the seed launched them: SGLang "
-           f"{e(str(comm['sglang'].get('env')))}, vLLM {e(str(comm['vllm'].get('env')))}."
-           if cause["category"] == "communication" and {"sglang", "vllm"} <= set(comm) else "")
-    share = (f", of a projected gap of {t('seed_range', rng['gap'], 'point_ms', '.2f')} ms per token "
-             f"({t('seed_range', rng['gap'], 'low_ms', '.2f')} to {t('seed_range', rng['gap'], 'high_ms', '.2f')}; the "
-             f"seed's {t('seed_range', rng['gap'], 'seed_gap_ms', '.2f')}): the largest part, not all of it; the other "
-             "parts are in chapter 06's table seed_projection" if "gap" in rng else "")
-    return (f"<b>A hypothesis:</b> the <i>{e(cause['category'])}</i> part of each decode step, the part whose projected time "
-            f"differs most between the engines: SGLang's takes "
-            f"{q('seed_projected_part_ms', cause['diff_ms'], '.2f', of=cause['category'])} ms per token longer than vLLM's"
-            f"{share}.{env}")
+    if cause["category"] == "communication" and {"sglang", "vllm"} <= set(comm):
+        s, v = comm["sglang"], comm["vllm"]
+        text += (f". That {part} ms follows from the NCCL protocol assumed for each engine as the seed launched it (table "
+                 f"seed_comm): SGLang (NCCL: {e(str(s.get('env')))}) the middle of {t('seed_comm', s, 'low_us', '.2f')} to "
+                 f"{t('seed_comm', s, 'high_us', '.2f')} us per all-reduce, whose top is the figure of a host with "
+                 f"{e(str(s.get('high_host')))}; vLLM (NCCL: {e(str(v.get('env')))}) {t('seed_comm', v, 'low_us', '.2f')} to "
+                 f"{t('seed_comm', v, 'high_us', '.2f')} us ({e(str(v.get('high_host')))} at the top)")
+    un = unlocated(rng)
+    if "gap" in un and "sglang" in rng and "vllm" in rng:
+        s, v = rng["sglang"], rng["vllm"]
+        text += (f". The other {q('seed_unlocated_ms', un['gap'], '.2f', of='gap')} ms of the seed's gap is not located: "
+                 f"the seed's SGLang step, {t('seed_range', s, 'seed_ms', '.2f')} ms, is "
+                 f"{q('seed_unlocated_ms', un['sglang'], '.2f', of='sglang')} ms longer than its projected "
+                 f"{t('seed_range', s, 'point_ms', '.2f')}, vLLM's, {t('seed_range', v, 'seed_ms', '.2f')} ms, "
+                 f"{q('seed_unlocated_ms', un['vllm'], '.2f', of='vllm')} ms longer than its projected "
+                 f"{t('seed_range', v, 'point_ms', '.2f')}; "
+                 "where that time goes is a hypothesis until a decode-step profile of SGLang on the seed's host shows it")
+    return text + "."
 
 
 def _where_seed(r: dict) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..engines import prose_name
 from .predict import HOST_RULE_RUN
 
-__all__ = ["verdict_markdown", "verdict", "t"]
+__all__ = ["verdict_markdown", "verdict", "t", "unlocated"]
 
 
 def t(table: str, row: dict, field: str, fmt: str) -> str:
@@ -19,6 +19,17 @@ def t(table: str, row: dict, field: str, fmt: str) -> str:
     from ..stated.tags import q
 
     return q("seed_table", row.get(field), fmt, of=f"{table} | {row['key']} | {field}")
+
+
+def unlocated(rng: dict) -> dict:
+    """Milliseconds per token the projection does not locate, from ``seed_range`` rows by ``who``: each engine's seed
+    step minus its projected point, and the seed's gap minus the projected gap (the two engines' difference)."""
+    out = {w: r["seed_ms"] - r["point_ms"] for w, r in rng.items()
+           if w != "gap" and isinstance(r.get("seed_ms"), (int, float)) and isinstance(r.get("point_ms"), (int, float))}
+    g = rng.get("gap") or {}
+    if isinstance(g.get("seed_gap_ms"), (int, float)) and isinstance(g.get("point_ms"), (int, float)):
+        out["gap"] = g["seed_gap_ms"] - g["point_ms"]
+    return out
 
 
 def _where(us: float | None, ref_us: float, name: str) -> str:

@@ -1,0 +1,56 @@
+"""The front page's answer for the seed case (``servebook.frontpage_answer``) read from the committed what-if book's
+tables: what the likely cause says of the seed's gap, and what settles the first change."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from servebook import frontpage_answer
+from servebook.paths import book_root
+from servebook.results import RunStore
+
+WHATIF = "whatif-rtx-pro-6000-sglang-0.5.9"
+
+
+def _store():
+    return RunStore.at(book_root() / "data" / "runs" / WHATIF)
+
+
+def _row(answer: str, field: str) -> str:
+    """One row of the answer's table as plain text (tags dropped, entities read)."""
+    cell = re.search(rf"<tr><th>{re.escape(field)}</th><td>(.*?)</td></tr>", answer, flags=re.S).group(1)
+    return html.unescape(re.sub(r"<[^>]+>", "", cell))
+
+
+def _answer(store=None) -> str:
+    return frontpage_answer.seed_answer([{"store": store or _store(), "name": WHATIF}])
+
+
+def test_the_likely_cause_states_the_part_of_the_seeds_gap_the_projection_does_not_locate():
+    """The projection places only part of the seed's gap; the rest (the seed's gap minus the projected gap, which is
+    SGLang's remainder minus vLLM's) is stated, computed from seed_range, as not located, with the profile that settles
+    it; "outside" follows the seed's gap where seed_range says so, and a range across zero is said to include zero."""
+    rng = {r["who"]: r for r in _store().rows("seed_range")}
+    g, s, v = rng["gap"], rng["sglang"], rng["vllm"]
+    cause = _row(_answer(), "likely cause")
+    rest = g["seed_gap_ms"] - g["point_ms"]
+    assert abs(rest - ((s["seed_ms"] - s["point_ms"]) - (v["seed_ms"] - v["point_ms"]))) < 1e-9
+    assert f"The other {rest:.2f} ms of the seed's gap is not located" in cause, cause
+    assert f"{s['seed_ms'] - s['point_ms']:.2f} ms longer than its projected {s['point_ms']:.2f}" in cause, cause
+    assert f"{v['seed_ms'] - v['point_ms']:.2f} ms longer than its projected {v['point_ms']:.2f}" in cause, cause
+    assert "hypothesis until a decode-step profile of SGLang on the seed's host" in cause
+    assert f"places {g['point_ms']:.2f} ms per token of the seed's {g['seed_gap_ms']:.2f} ms gap" in cause, cause
+    where = "outside" if g["seed_inside"] is False else "inside"
+    assert f"the seed's {g['seed_gap_ms']:.2f} lies {where} it" in cause, cause
+    assert ("includes zero" in cause) == (g["low_ms"] <= 0 <= g["high_ms"]), cause
+
+
+def test_the_unlocated_part_follows_the_table():
+    """Other recorded figures give other words: the numbers are read from seed_range, never typed."""
+    from servebook.profile.verdict import unlocated
+
+    rows = {"sglang": {"seed_ms": 20.0, "point_ms": 14.5}, "vllm": {"seed_ms": 12.0, "point_ms": 11.0},
+            "gap": {"seed_gap_ms": 8.0, "point_ms": 3.5}}
+    assert unlocated(rows) == {"sglang": 5.5, "vllm": 1.0, "gap": 4.5}
+    assert unlocated({"gap": {"seed_gap_ms": None, "point_ms": 1.0}}) == {}
