@@ -54,3 +54,24 @@ def test_the_unlocated_part_follows_the_table():
             "gap": {"seed_gap_ms": 8.0, "point_ms": 3.5}}
     assert unlocated(rows) == {"sglang": 5.5, "vllm": 1.0, "gap": 4.5}
     assert unlocated({"gap": {"seed_gap_ms": None, "point_ms": 1.0}}) == {}
+
+
+def test_what_settles_the_nccl_change_names_the_debug_subsystems_the_book_captures_with(tmp_path):
+    """NCCL prints its per-collective choice (``AllReduce: N Bytes -> Algo X proto Y``) in the log the book captures
+    with its own debug variables (``nccl.launch``): the front page and chapter 06 give those same variables (with
+    TUNING or COLL among the subsystems), what to look for, and the rate check with its deciding rule."""
+    from servebook.nccl.launch import _nccl_env
+    from servebook.profile.seed import SEED_TABLES
+    from servebook.profile.verdict import verdict_markdown
+
+    env = _nccl_env(None, tmp_path, {})
+    subsys = env["NCCL_DEBUG_SUBSYS"]
+    assert {"TUNING", "COLL"} & set(subsys.split(","))
+    store = _store()
+    settle = _row(_answer(store), "what settles it")
+    chapter = verdict_markdown({t: store.rows(t) for t in SEED_TABLES})
+    for text in (settle, chapter):
+        assert f"NCCL_DEBUG={env['NCCL_DEBUG']} NCCL_DEBUG_SUBSYS={subsys}" in text, text
+        assert "Bytes -> Algo" in text and "proto" in text
+        assert "servebook book --only 05" in text and "starts=2" in text
+        assert "95% intervals of the single-stream rate do not overlap" in text

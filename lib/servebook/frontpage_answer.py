@@ -145,9 +145,11 @@ def seed_answer(whatifs: list[dict]) -> str:
     if f0 and f0.get("engine") == "sglang" and "NCCL" in str(f0.get("change")):
         rows.append(("not yet tried alone", seed_next_launch()))
     if f0:
-        rows.append(("what settles it", f"On the seed's host, the change's own check, compared with the launch without it: "
-                     f"<code>{e(f0['check_command'])}</code>; with <code>NCCL_DEBUG=INFO</code> the launch log names the protocol "
-                     "NCCL picked."))
+        from .profile.verdict import settle_words
+
+        settle = settle_words(f0, proj, lambda s: f"<code>{e(s)}</code>")
+        rows.append(("what settles it", f"The change's own launch: <code>{e(f0['check_command'])}</code>. "
+                     + settle[:1].upper() + settle[1:]))
     body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in rows)
     return (f'<h2>The answer so far</h2><section class="sb-seed" id="answer" data-book="{e(book["name"])}"><table>{body}</table>'
             f'<p>From the tables of the what-if book <a href="{e(book["name"])}/index.html">{e(book["name"])}</a>; its '

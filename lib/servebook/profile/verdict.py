@@ -8,10 +8,12 @@ Every figure is tagged with ``servebook.stated.q`` as the recorded row it comes 
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ..engines import prose_name
 from .predict import HOST_RULE_RUN
 
-__all__ = ["verdict_markdown", "verdict", "t", "unlocated"]
+__all__ = ["verdict_markdown", "verdict", "t", "unlocated", "settle_words"]
 
 
 def t(table: str, row: dict, field: str, fmt: str) -> str:
@@ -30,6 +32,37 @@ def unlocated(rng: dict) -> dict:
     if isinstance(g.get("seed_gap_ms"), (int, float)) and isinstance(g.get("point_ms"), (int, float)):
         out["gap"] = g["seed_gap_ms"] - g["point_ms"]
     return out
+
+
+def settle_words(f0: dict, projection: list[dict], code: Callable[[str], str]) -> str:
+    """What settles the first change on the seed's host (``code`` writes a command as code): for an NCCL setting, the
+    protocol NCCL picks, read from the log lines the book's own NCCL captures print (``nccl.launch.DEBUG_ENV``); then the
+    rate, chapter 05 with and without the change, decided by chapter 05's rule (the 95% intervals do not overlap)."""
+    from ..nccl.launch import DEBUG_ENV
+    from ..stated.figures import seed_case
+    from ..stated.tags import q
+
+    seed, engine = seed_case(), f0["engine"]
+    version = str(seed["engines"].get(engine, "")).split(" ")[0]
+    spec = f"{engine}=={version}" if version[:1].isdigit() else engine
+    out = []
+    if "NCCL" in str(f0.get("change")):
+        msg = next((r for r in projection if r.get("engine") == engine and r.get("category") == "communication"
+                    and r.get("message_bytes")), None)
+        size = (f" at the decode step's {q('seed_message_bytes', msg['message_bytes'], 'd', of=engine)} B message"
+                if msg else "")
+        out.append(f"which protocol NCCL picks: the launch as the seed ran it, with "
+                   f"{code(' '.join(f'{k}={v}' for k, v in DEBUG_ENV.items()))} added (the variables the book's own NCCL "
+                   f"captures set, servebook.nccl.launch; their logs hold these lines, e.g. "
+                   f"{code('data/runs/h200x2-nccl/nccl_debug_excerpt.log')}), and in its log the lines {code('AllReduce: ... Bytes -> Algo ... proto ...')}{size}: the word "
+                   f"after {code('proto')} is the protocol")
+    rate = (f"servebook book --only 05 --engine {spec} --model {seed['model']} -p starts=2 "
+            f"-p engine_args='--tensor-parallel-size {seed['tp']}'")
+    out.append(f"the rate: {code(rate)} "
+               "once with the change and once without (" + ("its variables set in the environment" if f0.get("kind") == "environment"
+                                                           else "its setting in the launch")
+               + "), two server starts or more each: decided when the two 95% intervals of the single-stream rate do not overlap")
+    return "on the seed's host, " + "; ".join(f"({i}) {w}" for i, w in enumerate(out, 1)) + "."
 
 
 def _where(us: float | None, ref_us: float, name: str) -> str:
@@ -80,8 +113,9 @@ def _cause(tables: dict) -> str:
         f"gain {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per "
         f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
         "whose NCCL already picks LL by itself to one like the published two-socket host). How sure: a hypothesis - the "
-        "latencies are other hosts' published figures. What settles it on the seed's host: `NCCL_DEBUG=INFO` in SGLang's "
-        f"launch log (the protocol NCCL picks), and `{nccl_tests_command(load_card(seed_case()['model']), seed_case()['tp'])}` run with and "
+        "latencies are other hosts' published figures. What settles it, "
+        + settle_words(f0, tables["seed_projection"], lambda c: f"`{c}`")
+        + f" The latency alone: `{nccl_tests_command(load_card(seed_case()['model']), seed_case()['tp'])}` run with and "
         "without `NCCL_PROTO=LL` (chapter 04 with `tp_seed_block` measures the same inside the engines).",
     ]
     if s.get("implied_us") is not None:
