@@ -75,3 +75,28 @@ def test_what_settles_the_nccl_change_names_the_debug_subsystems_the_book_captur
         assert "Bytes -> Algo" in text and "proto" in text
         assert "servebook book --only 05" in text and "starts=2" in text
         assert "95% intervals of the single-stream rate do not overlap" in text
+
+
+def test_how_sure_names_the_versions_machines_and_the_host_rules_checks():
+    """What the projection rests on beyond the H200 profiles: the engine version profiled in place of the seed's, the
+    two machines where the profiles come from two, and the run and models the host rule was checked on, with how many
+    checks fell outside the predicted interval - each read from the tables."""
+    from servebook.frontpage_answer import _host_rule_checks
+    from servebook.profile.predict import HOST_RULE_RUN
+
+    store = _store()
+    sure = _row(_answer(store), "how sure")
+    tot = {r["engine"]: r for r in store.rows("seed_projection") if r["category"] == "total"}
+    for eng, r in tot.items():
+        assert f"{r['measured_version']}'s kernels stand in for the seed's" in sure, sure
+        if r["studied_version"] != r["measured_version"]:
+            assert f"the seed's {r['studied_version']} (an assumption" in sure
+    if len({r["machine"] for r in tot.values()}) > 1:
+        assert all(r["machine"] in sure for r in tot.values()) and "two H200 machines" in sure
+    checks, tps = _host_rule_checks(HOST_RULE_RUN)
+    assert checks and tps, "the host rule's run holds its whole-model checks and server launches"
+    assert f"data/runs/{HOST_RULE_RUN}" in sure and all(c["card"] in sure for c in checks)
+    assert all(f"--tensor-parallel-size {x}" in sure for x in tps)
+    words = {1: "one", 2: "two", 3: "three", 4: "four"}
+    outside = sum(c.get("within_interval") is False for c in checks)
+    assert f"{words.get(outside, 'none')} of its {words[len(checks)]} checks outside the predicted interval" in sure, sure

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 
 from .engines import prose_name
+from .paths import book_root
 
 __all__ = ["seed_answer", "likely_cause"]
 
@@ -101,6 +102,79 @@ def _where_seed(r: dict) -> str:
     return where
 
 
+def _rests_on(tot: dict) -> str:
+    """What else the projection rests on, from its total rows (``seed_projection``) and the run that validated the host
+    rule: the engine versions profiled in place of the seed's, the machines the profiles come from, and the models the
+    host rule was checked on (their tensor parallel sizes read from that run's server launches)."""
+    from .profile.predict import HOST_RULE_RUN
+    from .profile.verdict import t
+    from .stated import q
+
+    e, out = html.escape, []
+    for eng, r in tot.items():
+        name, measured, studied = prose_name(eng), r.get("measured_version"), r.get("studied_version")
+        if measured is None:
+            continue
+        said = f"{name} {q('seed_profile_version', measured, of=eng)}'s kernels stand in for "
+        seed_version = str(_seed_engines().get(eng, ""))
+        if studied and studied != measured:
+            out.append(said + f"the seed's {q('seed_studied_version', studied, of=eng)} (an assumption, settled by profiling "
+                       f"{q('seed_studied_version', studied, of=eng)} on the same slices)")
+        elif not seed_version[:1].isdigit():
+            out.append(said + "the seed's, whose version the seed's records do not state ("
+                       f"<code>data/reference/seed-case.json</code>: {e(seed_version or 'not recorded')})")
+    machines = {eng: r.get("machine") for eng, r in tot.items() if r.get("machine")}
+    carried = next((r for r in tot.values() if r.get("carried_factor") is not None), None)
+    if len(set(machines.values())) > 1 and carried:
+        out.append("the engines' profiles come from two H200 machines (" + "; ".join(
+            f"{prose_name(eng)} <code>{e(m)}</code>" for eng, m in machines.items()) + "), compared through the anchor "
+            f"configuration both measured (x {t('seed_projection', carried, 'carried_factor', '.4f')}: an assumption that "
+            "the machines differ by one factor in every kernel)")
+    checks, tps = _host_rule_checks(HOST_RULE_RUN)
+    if checks:
+        outside = [c for c in checks if c.get("within_interval") is False]
+        tp = (" served at <code>" + e(", ".join(f"--tensor-parallel-size {x}" for x in tps)) + "</code> in every launch"
+              if tps else "")
+        out.append(f"the host rule was validated on whole models of <code>data/runs/{e(HOST_RULE_RUN)}</code> ("
+                   + ", ".join(sorted({e(str(c['card'])) for c in checks})) + f"{tp}, where the seed runs at tensor parallel "
+                   f"{e(str(_seed_tp()))}), {_WORDS.get(len(outside), len(outside)) if outside else 'none'} of its "
+                   f"{_WORDS.get(len(checks), len(checks))} checks outside the predicted interval"
+                   + ("" if (book_root() / "rendered" / HOST_RULE_RUN).is_dir() else "; that run is not a rendered book"))
+    return (" It rests also on these: " + "; ".join(out) + ".") if out else ""
+
+
+def _seed_engines() -> dict:
+    from .stated.figures import seed_case
+
+    return seed_case().get("engines") or {}
+
+
+def _seed_tp():
+    from .stated.figures import seed_case
+
+    return seed_case().get("tp")
+
+
+def _host_rule_checks(run: str) -> tuple[list[dict], list[str]]:
+    """The whole-model checks of the host rule (``prediction_check`` rows with a measured time) in ``run``, and the
+    tensor parallel sizes its server launches used (``servers.jsonl``)."""
+    import json
+    import re
+
+    from .results import RunStore
+
+    where = book_root() / "data" / "runs" / run
+    if not (where / "prediction_check.jsonl").is_file():
+        return [], []
+    checks = [r for r in RunStore.at(where).rows("prediction_check") if r.get("measured_ms") is not None]
+    tps: set[str] = set()
+    if (where / "servers.jsonl").is_file():
+        for line in (where / "servers.jsonl").read_text().splitlines():
+            cmd = json.loads(line).get("cmd") if line.strip() else None
+            tps |= set(re.findall(r"--tensor-parallel-size (\d+)", cmd or ""))
+    return checks, sorted(tps)
+
+
 def seed_answer(whatifs: list[dict]) -> str:
     """The question and the answer, from the first what-if book that recorded the seed verdict; a line saying so where
     none did."""
@@ -141,7 +215,8 @@ def seed_answer(whatifs: list[dict]) -> str:
             for w in ("sglang", "vllm") if w in rng) + "."))
     rows.append(("how sure", f"A hypothesis, {e(str((f0 or {}).get('label') or 'predicted'))}: trace profiles of both engines "
                  f"recorded on an H200 (<code>data/runs/{e(str(ref))}</code>) carried to the seed's GPUs by datasheet ratios, and "
-                 "all-reduce latencies published for other eight-GPU PCIe hosts; nothing was measured on the seed's host."))
+                 "all-reduce latencies published for other eight-GPU PCIe hosts; nothing was measured on the seed's host."
+                 + _rests_on(tot)))
     if f0 and f0.get("engine") == "sglang" and "NCCL" in str(f0.get("change")):
         rows.append(("not yet tried alone", seed_next_launch()))
     if f0:
