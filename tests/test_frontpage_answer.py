@@ -4,6 +4,7 @@ tables: what the likely cause says of the seed's gap, and what settles the first
 from __future__ import annotations
 
 import html
+from pathlib import Path
 import re
 
 from servebook import frontpage_answer
@@ -100,3 +101,28 @@ def test_how_sure_names_the_versions_machines_and_the_host_rules_checks():
     words = {1: "one", 2: "two", 3: "three", 4: "four"}
     outside = sum(c.get("within_interval") is False for c in checks)
     assert f"{words.get(outside, 'none')} of its {words[len(checks)]} checks outside the predicted interval" in sure, sure
+
+
+def test_the_step_handoff_locations_hold_what_the_verdict_says():
+    """The code locations the verdict cites for each engine's per-step hand-off to its ranks (SGLang's gloo broadcast,
+    vLLM's shared-memory queue) hold the named code in the cached studied versions' source; the verdict says them."""
+    import glob
+
+    import pytest
+
+    from servebook.engines.envs import engines_root
+    from servebook.profile.seed import SEED_TABLES
+    from servebook.profile.verdict import STEP_HANDOFF, verdict_markdown
+
+    store = _store()
+    chapter = verdict_markdown({t: store.rows(t) for t in SEED_TABLES})
+    assert "waiting for the slowest one" in chapter and "per-rank trace of each decode step's first all-reduce" in chapter
+    for engine, (version, locs) in STEP_HANDOFF.items():
+        roots = glob.glob(str(engines_root() / f"{engine}-{version}-py*" / "lib" / "python*" / "site-packages"))
+        if not roots:
+            pytest.skip(f"{engine} {version} is not prepared here (servebook engines add {engine}=={version})")
+        for where, holds in locs:
+            path, line = where.rsplit(":", 1)
+            text = (Path(roots[0]) / path).read_text().splitlines()[int(line) - 1]
+            assert holds in text, (where, text)
+            assert f"`{where}`" in chapter

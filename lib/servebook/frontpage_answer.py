@@ -216,7 +216,11 @@ def seed_answer(whatifs: list[dict]) -> str:
     rows.append(("how sure", f"A hypothesis, {e(str((f0 or {}).get('label') or 'predicted'))}: trace profiles of both engines "
                  f"recorded on an H200 (<code>data/runs/{e(str(ref))}</code>) carried to the seed's GPUs by datasheet ratios, and "
                  "all-reduce latencies published for other eight-GPU PCIe hosts; nothing was measured on the seed's host."
-                 + _rests_on(tot)))
+                 + _rests_on(tot)
+                 + (" And on SGLang's all-reduce time being transfer, which the block shortens, not each rank's wait for "
+                    "the slowest, which it would not (a hypothesis: chapter 06 cites each engine's per-step hand-off to its "
+                    "ranks and the per-rank trace on the seed's host that settles it)."
+                    if f0 and f0.get("engine") == "sglang" and "NCCL" in str(f0.get("change")) else "")))
     if f0 and f0.get("engine") == "sglang" and "NCCL" in str(f0.get("change")):
         rows.append(("not yet tried alone", seed_next_launch()))
     if f0:

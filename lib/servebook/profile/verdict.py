@@ -23,6 +23,36 @@ def t(table: str, row: dict, field: str, fmt: str) -> str:
     return q("seed_table", row.get(field), fmt, of=f"{table} | {row['key']} | {field}")
 
 
+# How each engine hands a decode step's work to its tensor-parallel ranks, read in the studied versions' code (engine:
+# version, [(file:line, what the line holds)]); tests/test_frontpage_answer.py checks each line in the cached source.
+STEP_HANDOFF = {
+    "sglang": ("0.5.9", [("sglang/srt/managers/scheduler.py:1301", "broadcast_pyobj"),
+                         ("sglang/srt/utils/common.py:1268", "def broadcast_pyobj"),
+                         ("sglang/srt/distributed/parallel_state.py:283", "gloo")]),
+    "vllm": ("0.26.0", [("vllm/v1/executor/multiproc_executor.py:377", "rpc_broadcast_mq.enqueue"),
+                        ("vllm/v1/executor/multiproc_executor.py:990", "rpc_broadcast_mq.dequeue")]),
+}
+
+
+def _wait_words(tables: dict) -> str:
+    """The alternative to a protocol cost: SGLang's all-reduce kernel time holding each rank's wait for the slowest,
+    which the NCCL block would not remove; said where the studied versions are those whose hand-off code was read."""
+    from ..stated.tags import q
+
+    tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
+    if any(tot.get(e, {}).get("studied_version") != v for e, (v, _) in STEP_HANDOFF.items()):
+        return ""
+    loc = {e: [f"`{w}`" for w, _ in locs] for e, (_, locs) in STEP_HANDOFF.items()}
+    ver = {e: q("seed_studied_version", tot[e]["studied_version"], of=e) for e in STEP_HANDOFF}
+    return (" Part of SGLang's all-reduce kernel time may be each rank waiting for the slowest one rather than the "
+            "transfer, and `NCCL_PROTO=LL` does not remove a wait (a hypothesis: each scheduler iteration of SGLang "
+            f"{ver['sglang']} first broadcasts the new requests from rank 0 to the other ranks over a gloo CPU group ("
+            + ", ".join(loc["sglang"]) + ") and every rank then schedules its own step, where vLLM "
+            f"{ver['vllm']} hands each step to its workers through a shared-memory message queue ("
+            + ", ".join(loc["vllm"]) + "); settled by a per-rank trace of each decode step's first all-reduce on the "
+            "seed's host: how long each rank waits for the last one to arrive, against the transfer itself).")
+
+
 def unlocated(rng: dict) -> dict:
     """Milliseconds per token the projection does not locate, from ``seed_range`` rows by ``who``: each engine's seed
     step minus its projected point, and the seed's gap minus the projected gap (the two engines' difference)."""
@@ -113,7 +143,9 @@ def _cause(tables: dict) -> str:
         f"gain {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per "
         f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
         "whose NCCL already picks LL by itself to one like the published two-socket host). How sure: a hypothesis - the "
-        "latencies are other hosts' published figures. What settles it, "
+        "latencies are other hosts' published figures." + (_wait_words(tables) if f0.get("engine") == "sglang"
+                                                            and "NCCL" in str(f0.get("change")) else "")
+        + " What settles it, "
         + settle_words(f0, tables["seed_projection"], lambda c: f"`{c}`")
         + f" The latency alone: `{nccl_tests_command(load_card(seed_case()['model']), seed_case()['tp'])}` run with and "
         "without `NCCL_PROTO=LL` (chapter 04 with `tp_seed_block` measures the same inside the engines).",
