@@ -126,3 +126,24 @@ def test_the_step_handoff_locations_hold_what_the_verdict_says():
             text = (Path(roots[0]) / path).read_text().splitlines()[int(line) - 1]
             assert holds in text, (where, text)
             assert f"`{where}`" in chapter
+
+
+def test_the_nccl_blocks_gain_is_said_as_its_two_cases_over_the_seeds_rate_too():
+    """The NCCL block's expected gain is the middle of an either-or (NCCL already picks LL: the low end; picks SIMPLE:
+    the high end, from one published host named with its NCCL version): both cases are said, in ms and over the seed's
+    own rate as well as the projected one, computed from seed_fixes and seed_range; the middle is said to be no outcome."""
+    from servebook.profile.seed import SEED_TABLES
+    from servebook.profile.verdict import verdict_markdown
+
+    store = _store()
+    f0 = next(f for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None)
+    assert "NCCL" in f0["change"]
+    seed = {r["who"]: r for r in store.rows("seed_range")}[f0["engine"]]
+    chapter = html.unescape(re.sub(r"<[^>]+>", "", verdict_markdown({t: store.rows(t) for t in SEED_TABLES})))
+    for text in (_row(_answer(store), "first change"), chapter):
+        for end in ("low", "high"):
+            assert f"{f0[f'gain_{end}_ms']:.2f} ms per token: the seed's SGLang {seed['seed_tok_s']:.1f} tok/s would become " \
+                   f"{1e3 / (seed['seed_ms'] - f0[f'gain_{end}_ms']):.1f}" in text, text
+            assert f"would gain {f0[f'gain_{end}_tok_s']:+.1f}" in text
+        assert "picks SIMPLE" in text and "NCCL 2." in text, "the high end's host is named with its NCCL version"
+        assert "not an outcome either gives" in text

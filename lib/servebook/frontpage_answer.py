@@ -205,9 +205,10 @@ def seed_answer(whatifs: list[dict]) -> str:
     if cause:
         rows.append(("likely cause", _cause_text(cause, rng, store.rows("seed_comm"))))
     if f0:
-        rows.append(("first change", f"{e(f0['change'])} for {e(prose_name(f0['engine']))}: expected, over the projected rate, "
-                     f"{t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per token; "
-                     f"{t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms)."))
+        from .profile.verdict import gain_cases
+
+        cases = gain_cases(f0, {"seed_range": store.rows("seed_range"), "seed_comm": store.rows("seed_comm")}, e)
+        rows.append(("first change", f"{e(f0['change'])} for {e(prose_name(f0['engine']))}: {cases}."))
     if rng:
         rows.append(("range", "Projected single stream, every assumption at either end: " + "; ".join(
             f"{prose_name(w)} {t('seed_range', rng[w], 'point_tok_s', '.1f')} tok/s ({t('seed_range', rng[w], 'low_tok_s', '.1f')} "

@@ -13,7 +13,7 @@ from typing import Callable
 from ..engines import prose_name
 from .predict import HOST_RULE_RUN
 
-__all__ = ["verdict_markdown", "verdict", "t", "unlocated", "settle_words"]
+__all__ = ["verdict_markdown", "verdict", "t", "unlocated", "settle_words", "over_seed", "gain_cases"]
 
 
 def t(table: str, row: dict, field: str, fmt: str) -> str:
@@ -51,6 +51,54 @@ def _wait_words(tables: dict) -> str:
             f"{ver['vllm']} hands each step to its workers through a shared-memory message queue ("
             + ", ".join(loc["vllm"]) + "); settled by a per-rank trace of each decode step's first all-reduce on the "
             "seed's host: how long each rank waits for the last one to arrive, against the transfer itself).")
+
+
+def over_seed(r: dict | None, gain_ms: float | None) -> float | None:
+    """The single-stream tok/s of the seed's own step (a ``seed_range`` engine row's ``seed_ms``) shortened by
+    ``gain_ms``: what a change's gain would give over the rate the seed measured, not over the projection's."""
+    if not r or not isinstance(r.get("seed_ms"), (int, float)) or not isinstance(gain_ms, (int, float)):
+        return None
+    return 1e3 / (r["seed_ms"] - gain_ms) if r["seed_ms"] > gain_ms else None
+
+
+def _published(figure_id: str | None) -> str | None:
+    """A published all-reduce figure's hardware, in its own words (``data/reference/allreduce-pcie-published.json``)."""
+    from .comm import load_allreduce_reference
+
+    return next((f.get("hardware") for f in load_allreduce_reference().get("figures", []) if f.get("id") == figure_id), None)
+
+
+def gain_cases(f0: dict, tables: dict, esc: Callable[[str], str] = str) -> str:
+    """The first change's gain as the cases it is, where it is the NCCL block: NCCL on the seed's host already picks LL
+    (the low end) or picks SIMPLE as the one published host where it did (the high end, that host named in its own
+    words), each in ms per token and over the seed's own rate and the projected one; the middle, the ranking's expected
+    gain, is no outcome of either. Other changes: their expected gain and range."""
+    from ..stated.tags import q
+
+    rng = {r["who"]: r for r in tables["seed_range"]}
+    comm = {r["engine"]: r for r in tables["seed_comm"]}
+    r, c = rng.get(f0["engine"]), comm.get(f0["engine"], {})
+    name = prose_name(f0["engine"])
+    if "NCCL" not in str(f0.get("change")) or r is None or f0.get("pair_ms_per_token") is None:
+        return (f"expected, over the projected rate, {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s "
+                f"({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} "
+                f"to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms)")
+
+    def case(end: str) -> str:
+        rate = q("seed_fix_seed_tok_s", over_seed(r, f0[f"gain_{end}_ms"]), ".1f", of=f"{f0['key']} | {end}")
+        return (f"{t('seed_fixes', f0, f'gain_{end}_ms', '.2f')} ms per token: the seed's {name} "
+                f"{t('seed_range', r, 'seed_tok_s', '.1f')} tok/s would become {rate} (were its step shorter by as much), "
+                f"the projected {t('seed_range', r, 'point_tok_s', '.1f')} tok/s would gain "
+                f"{t('seed_fixes', f0, f'gain_{end}_tok_s', '+.1f')}")
+
+    host = _published(c.get("published_high_figure"))
+    return (f"the gain depends on the protocol NCCL picks on the seed's host (the log line that settles it is named below): "
+            f"where NCCL already picks LL, or a protocol as fast (so the published host with {esc(str(c.get('low_host')))}: "
+            f"the same latency without the block as with it), {case('low')}; where it picks SIMPLE, as on the one published host where it did ("
+            + (esc(f"{c['published_high_figure']}: {host}") if host else esc(str(c.get("high_host"))))
+            + f"), {case('high')}. The expected {t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms "
+            f"({t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s over the projected rate) is the middle of these two "
+            "cases, which the ranking uses, not an outcome either gives")
 
 
 def unlocated(rng: dict) -> dict:
@@ -93,6 +141,10 @@ def settle_words(f0: dict, projection: list[dict], code: Callable[[str], str]) -
                                                            else "its setting in the launch")
                + "), two server starts or more each: decided when the two 95% intervals of the single-stream rate do not overlap")
     return "on the seed's host, " + "; ".join(f"({i}) {w}" for i, w in enumerate(out, 1)) + "."
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _where(us: float | None, ref_us: float, name: str) -> str:
@@ -139,10 +191,8 @@ def _cause(tables: dict) -> str:
         f"protocol) and {t('seed_comm', v, 'low_us', '.2f')} to {t('seed_comm', v, 'high_us', '.2f')} us with LL: "
         + _where(s["matching_us"], s["high_us"], "that default") + " for SGLang, "
         + _where(v["matching_us"], v["high_us"], "the highest LL figure") + " for vLLM.",
-        f"**First change:** {_change(f0)} for {prose_name(f0['engine'])} - `{f0['check_command']}`. Expected "
-        f"gain {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per "
-        f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
-        "whose NCCL already picks LL by itself to one like the published two-socket host). How sure: a hypothesis - the "
+        f"**First change:** {_change(f0)} for {prose_name(f0['engine'])} - `{f0['check_command']}`. "
+        + _sentence(gain_cases(f0, tables)) + ". How sure: a hypothesis - the "
         "latencies are other hosts' published figures." + (_wait_words(tables) if f0.get("engine") == "sglang"
                                                             and "NCCL" in str(f0.get("change")) else "")
         + " What settles it, "
