@@ -46,7 +46,7 @@ def _wait_words(tables: dict) -> str:
     ver = {e: q("seed_studied_version", tot[e]["studied_version"], of=e) for e in STEP_HANDOFF}
     return (" Part of SGLang's all-reduce kernel time may be each rank waiting for the slowest one rather than the "
             "transfer, and `NCCL_PROTO=LL` does not remove a wait (a hypothesis: each scheduler iteration of SGLang "
-            f"{ver['sglang']} first broadcasts the new requests from rank 0 to the other ranks over a gloo CPU group ("
+            f"{ver['sglang']} first broadcasts the new requests from the first rank to the others over a gloo CPU group ("
             + ", ".join(loc["sglang"]) + ") and every rank then schedules its own step, where vLLM "
             f"{ver['vllm']} hands each step to its workers through a shared-memory message queue ("
             + ", ".join(loc["vllm"]) + "); settled by a per-rank trace of each decode step's first all-reduce on the "
@@ -129,7 +129,7 @@ def settle_words(f0: dict, projection: list[dict], code: Callable[[str], str]) -
                     and r.get("message_bytes")), None)
         size = (f" at the decode step's {q('seed_message_bytes', msg['message_bytes'], 'd', of=engine)} B message"
                 if msg else "")
-        out.append(f"which protocol NCCL picks: the launch as the seed ran it, with "
+        out.append(f"first, the protocol NCCL picks: the launch as the seed ran it, with "
                    f"{code(' '.join(f'{k}={v}' for k, v in DEBUG_ENV.items()))} added (the variables the book's own NCCL "
                    f"captures set, servebook.nccl.launch; their logs hold these lines, e.g. "
                    f"{code('data/runs/h200x2-nccl/nccl_debug_excerpt.log')}), and in its log the lines {code('AllReduce: ... Bytes -> Algo ... proto ...')}{size}: the word "
@@ -140,7 +140,7 @@ def settle_words(f0: dict, projection: list[dict], code: Callable[[str], str]) -
                "once with the change and once without (" + ("its variables set in the environment" if f0.get("kind") == "environment"
                                                            else "its setting in the launch")
                + "), two server starts or more each: decided when the two 95% intervals of the single-stream rate do not overlap")
-    return "on the seed's host, " + "; ".join(f"({i}) {w}" for i, w in enumerate(out, 1)) + "."
+    return "on the seed's host, " + "; then ".join(out) + "."
 
 
 def _sentence(text: str) -> str:
