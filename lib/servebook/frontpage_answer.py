@@ -71,9 +71,9 @@ def _cause_text(cause: dict, rng: dict, comm_rows: list[dict]) -> str:
         s, v = comm["sglang"], comm["vllm"]
         text += (f". That {part} ms follows from the NCCL protocol assumed for each engine as the seed launched it (table "
                  f"seed_comm): SGLang (NCCL: {e(str(s.get('env')))}) the middle of {t('seed_comm', s, 'low_us', '.2f')} to "
-                 f"{t('seed_comm', s, 'high_us', '.2f')} us per all-reduce, whose top is the figure of a host with "
+                 f"{t('seed_comm', s, 'high_us', '.2f')} us per all-reduce, whose top is the figure published for "
                  f"{e(str(s.get('high_host')))}; vLLM (NCCL: {e(str(v.get('env')))}) {t('seed_comm', v, 'low_us', '.2f')} to "
-                 f"{t('seed_comm', v, 'high_us', '.2f')} us ({e(str(v.get('high_host')))} at the top)")
+                 f"{t('seed_comm', v, 'high_us', '.2f')} us (the top published for {e(str(v.get('high_host')))})")
     un = unlocated(rng)
     if "gap" in un and "sglang" in rng and "vllm" in rng:
         s, v = rng["sglang"], rng["vllm"]

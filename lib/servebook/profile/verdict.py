@@ -93,8 +93,9 @@ def gain_cases(f0: dict, tables: dict, esc: Callable[[str], str] = str) -> str:
 
     host = _published(c.get("published_high_figure"))
     return (f"the gain depends on the protocol NCCL picks on the seed's host (the log line that settles it is named below): "
-            f"where NCCL already picks LL, or a protocol as fast (so the published host with {esc(str(c.get('low_host')))}: "
-            f"the same latency without the block as with it), {case('low')}; where it picks SIMPLE, as on the one published host where it did ("
+            f"where NCCL already picks LL, or a protocol as fast, by itself (the low end takes the one NCCL figure published "
+            f"for a host with {esc(str(c.get('low_host')))} for both launches: the block assumed to change nothing there), "
+            f"{case('low')}; where it picks SIMPLE, as on the one published host where it did ("
             + (esc(f"{c['published_high_figure']}: {host}") if host else esc(str(c.get("high_host"))))
             + f"), {case('high')}. The expected {t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms "
             f"({t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s over the projected rate) is the middle of these two "
