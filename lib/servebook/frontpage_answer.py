@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 
 from .engines import prose_name
+from .paths import book_root
 
 __all__ = ["seed_answer", "likely_cause"]
 
@@ -44,24 +45,46 @@ def likely_cause(projection: list[dict]) -> dict | None:
 
 
 def _cause_text(cause: dict, rng: dict, comm_rows: list[dict]) -> str:
-    """The likely cause: the part whose projected time differs most, its share of the projected gap, and (for
-    communication) the NCCL settings the projection gives each engine."""
-    from .profile.verdict import t
+    """The likely cause: the part whose projected time differs most; how much of the seed's gap the projection places
+    (its range, and whether it holds no difference or the seed's gap); for communication, the NCCL protocol its figure
+    follows from; and the part of the seed's gap the projection does not locate (``profile.verdict.unlocated``)."""
+    from .profile.verdict import t, unlocated
     from .stated import q
 
     e = html.escape
+    part = q('seed_projected_part_ms', cause['diff_ms'], '.2f', of=cause['category'])
+    text = (f"<b>A hypothesis:</b> the <i>{e(cause['category'])}</i> part of each decode step, the part whose projected time "
+            f"differs most between the engines: SGLang's takes {part} ms per token longer than vLLM's")
+    g = rng.get("gap")
+    if g is None:
+        return text + "."
+    seed_gap = t('seed_range', g, 'seed_gap_ms', '.2f')
+    lo, hi = g.get("low_ms"), g.get("high_ms")
+    zero = isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo <= 0 <= hi
+    text += (f". The projection places {t('seed_range', g, 'point_ms', '.2f')} ms per token of the seed's {seed_gap} ms gap "
+             f"(every assumption at either end: {t('seed_range', g, 'low_ms', '.2f')} to {t('seed_range', g, 'high_ms', '.2f')}"
+             + (", a range that includes zero: it does not rule out no gap at all" if zero else "")
+             + f"; the seed's {seed_gap} lies {'inside' if g.get('seed_inside') else 'outside'} it); the {e(cause['category'])} "
+             "part is the largest of the parts it places (the others: chapter 06's table seed_projection)")
     comm = {r["engine"]: r for r in comm_rows}
-    env = (f" The NCCL settings the projection gives each engine's all-reduce, as the seed launched them: SGLang "
-           f"{e(str(comm['sglang'].get('env')))}, vLLM {e(str(comm['vllm'].get('env')))}."
-           if cause["category"] == "communication" and {"sglang", "vllm"} <= set(comm) else "")
-    share = (f", of a projected gap of {t('seed_range', rng['gap'], 'point_ms', '.2f')} ms per token "
-             f"({t('seed_range', rng['gap'], 'low_ms', '.2f')} to {t('seed_range', rng['gap'], 'high_ms', '.2f')}; the "
-             f"seed's {t('seed_range', rng['gap'], 'seed_gap_ms', '.2f')}): the largest part, not all of it; the other "
-             "parts are in chapter 06's table seed_projection" if "gap" in rng else "")
-    return (f"<b>A hypothesis:</b> the <i>{e(cause['category'])}</i> part of each decode step, the part whose projected time "
-            f"differs most between the engines: SGLang's takes "
-            f"{q('seed_projected_part_ms', cause['diff_ms'], '.2f', of=cause['category'])} ms per token longer than vLLM's"
-            f"{share}.{env}")
+    if cause["category"] == "communication" and {"sglang", "vllm"} <= set(comm):
+        s, v = comm["sglang"], comm["vllm"]
+        text += (f". That {part} ms follows from the NCCL protocol assumed for each engine as the seed launched it (table "
+                 f"seed_comm): SGLang (NCCL: {e(str(s.get('env')))}) the middle of {t('seed_comm', s, 'low_us', '.2f')} to "
+                 f"{t('seed_comm', s, 'high_us', '.2f')} us per all-reduce, whose top is the figure published for "
+                 f"{e(str(s.get('high_host')))}; vLLM (NCCL: {e(str(v.get('env')))}) {t('seed_comm', v, 'low_us', '.2f')} to "
+                 f"{t('seed_comm', v, 'high_us', '.2f')} us (the top published for {e(str(v.get('high_host')))})")
+    un = unlocated(rng)
+    if "gap" in un and "sglang" in rng and "vllm" in rng:
+        s, v = rng["sglang"], rng["vllm"]
+        text += (f". The other {q('seed_unlocated_ms', un['gap'], '.2f', of='gap')} ms of the seed's gap is not located: "
+                 f"the seed's SGLang step, {t('seed_range', s, 'seed_ms', '.2f')} ms, is "
+                 f"{q('seed_unlocated_ms', un['sglang'], '.2f', of='sglang')} ms longer than its projected "
+                 f"{t('seed_range', s, 'point_ms', '.2f')}, vLLM's, {t('seed_range', v, 'seed_ms', '.2f')} ms, "
+                 f"{q('seed_unlocated_ms', un['vllm'], '.2f', of='vllm')} ms longer than its projected "
+                 f"{t('seed_range', v, 'point_ms', '.2f')}; "
+                 "where that time goes is a hypothesis until a decode-step profile of SGLang on the seed's host shows it")
+    return text + "."
 
 
 def _where_seed(r: dict) -> str:
@@ -77,6 +100,79 @@ def _where_seed(r: dict) -> str:
         elif abs(seed - hi) <= 0.01 * seed:
             where += ", at its fast end" if inside else ", just above its fast end"
     return where
+
+
+def _rests_on(tot: dict) -> str:
+    """What else the projection rests on, from its total rows (``seed_projection``) and the run that validated the host
+    rule: the engine versions profiled in place of the seed's, the machines the profiles come from, and the models the
+    host rule was checked on (their tensor parallel sizes read from that run's server launches)."""
+    from .profile.predict import HOST_RULE_RUN
+    from .profile.verdict import t
+    from .stated import q
+
+    e, out = html.escape, []
+    for eng, r in tot.items():
+        name, measured, studied = prose_name(eng), r.get("measured_version"), r.get("studied_version")
+        if measured is None:
+            continue
+        said = f"{name} {q('seed_profile_version', measured, of=eng)}'s kernels stand in for "
+        seed_version = str(_seed_engines().get(eng, ""))
+        if studied and studied != measured:
+            out.append(said + f"the seed's {q('seed_studied_version', studied, of=eng)} (an assumption, settled by profiling "
+                       f"{q('seed_studied_version', studied, of=eng)} on the same slices)")
+        elif not seed_version[:1].isdigit():
+            out.append(said + "the seed's, whose version the seed's records do not state ("
+                       f"<code>data/reference/seed-case.json</code>: {e(seed_version or 'not recorded')})")
+    machines = {eng: r.get("machine") for eng, r in tot.items() if r.get("machine")}
+    carried = next((r for r in tot.values() if r.get("carried_factor") is not None), None)
+    if len(set(machines.values())) > 1 and carried:
+        out.append("the engines' profiles come from two H200 machines (" + "; ".join(
+            f"{prose_name(eng)} <code>{e(m)}</code>" for eng, m in machines.items()) + "), compared through the anchor "
+            f"configuration both measured (x {t('seed_projection', carried, 'carried_factor', '.4f')}: an assumption that "
+            "the machines differ by one factor in every kernel)")
+    checks, tps = _host_rule_checks(HOST_RULE_RUN)
+    if checks:
+        outside = [c for c in checks if c.get("within_interval") is False]
+        tp = (" served at <code>" + e(", ".join(f"--tensor-parallel-size {x}" for x in tps)) + "</code> in every launch"
+              if tps else "")
+        out.append(f"the host rule was validated on whole models of <code>data/runs/{e(HOST_RULE_RUN)}</code> ("
+                   + ", ".join(sorted({e(str(c['card'])) for c in checks})) + f"{tp}, where the seed runs at tensor parallel "
+                   f"{e(str(_seed_tp()))}), {_WORDS.get(len(outside), len(outside)) if outside else 'none'} of its "
+                   f"{_WORDS.get(len(checks), len(checks))} checks outside the predicted interval"
+                   + ("" if (book_root() / "rendered" / HOST_RULE_RUN).is_dir() else "; that run is not a rendered book"))
+    return (" It rests also on these: " + "; ".join(out) + ".") if out else ""
+
+
+def _seed_engines() -> dict:
+    from .stated.figures import seed_case
+
+    return seed_case().get("engines") or {}
+
+
+def _seed_tp():
+    from .stated.figures import seed_case
+
+    return seed_case().get("tp")
+
+
+def _host_rule_checks(run: str) -> tuple[list[dict], list[str]]:
+    """The whole-model checks of the host rule (``prediction_check`` rows with a measured time) in ``run``, and the
+    tensor parallel sizes its server launches used (``servers.jsonl``)."""
+    import json
+    import re
+
+    from .results import RunStore
+
+    where = book_root() / "data" / "runs" / run
+    if not (where / "prediction_check.jsonl").is_file():
+        return [], []
+    checks = [r for r in RunStore.at(where).rows("prediction_check") if r.get("measured_ms") is not None]
+    tps: set[str] = set()
+    if (where / "servers.jsonl").is_file():
+        for line in (where / "servers.jsonl").read_text().splitlines():
+            cmd = json.loads(line).get("cmd") if line.strip() else None
+            tps |= set(re.findall(r"--tensor-parallel-size (\d+)", cmd or ""))
+    return checks, sorted(tps)
 
 
 def seed_answer(whatifs: list[dict]) -> str:
@@ -109,9 +205,10 @@ def seed_answer(whatifs: list[dict]) -> str:
     if cause:
         rows.append(("likely cause", _cause_text(cause, rng, store.rows("seed_comm"))))
     if f0:
-        rows.append(("first change", f"{e(f0['change'])} for {e(prose_name(f0['engine']))}: expected, over the projected rate, "
-                     f"{t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per token; "
-                     f"{t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms)."))
+        from .profile.verdict import gain_cases
+
+        cases = gain_cases(f0, {"seed_range": store.rows("seed_range"), "seed_comm": store.rows("seed_comm")}, e)
+        rows.append(("first change", f"{e(f0['change'])} for {e(prose_name(f0['engine']))}: {cases}."))
     if rng:
         rows.append(("range", "Projected single stream, every assumption at either end: " + "; ".join(
             f"{prose_name(w)} {t('seed_range', rng[w], 'point_tok_s', '.1f')} tok/s ({t('seed_range', rng[w], 'low_tok_s', '.1f')} "
@@ -119,13 +216,20 @@ def seed_answer(whatifs: list[dict]) -> str:
             for w in ("sglang", "vllm") if w in rng) + "."))
     rows.append(("how sure", f"A hypothesis, {e(str((f0 or {}).get('label') or 'predicted'))}: trace profiles of both engines "
                  f"recorded on an H200 (<code>data/runs/{e(str(ref))}</code>) carried to the seed's GPUs by datasheet ratios, and "
-                 "all-reduce latencies published for other eight-GPU PCIe hosts; nothing was measured on the seed's host."))
+                 "all-reduce latencies published for other eight-GPU PCIe hosts; nothing was measured on the seed's host."
+                 + _rests_on(tot)
+                 + (" And on SGLang's all-reduce time being transfer, which the block shortens, not each rank's wait for "
+                    "the slowest, which it would not (a hypothesis: chapter 06 cites each engine's per-step hand-off to its "
+                    "ranks and the per-rank trace on the seed's host that settles it)."
+                    if f0 and f0.get("engine") == "sglang" and "NCCL" in str(f0.get("change")) else "")))
     if f0 and f0.get("engine") == "sglang" and "NCCL" in str(f0.get("change")):
         rows.append(("not yet tried alone", seed_next_launch()))
     if f0:
-        rows.append(("what settles it", f"On the seed's host, the change's own check, compared with the launch without it: "
-                     f"<code>{e(f0['check_command'])}</code>; with <code>NCCL_DEBUG=INFO</code> the launch log names the protocol "
-                     "NCCL picked."))
+        from .profile.verdict import settle_words
+
+        settle = settle_words(f0, proj, lambda s: f"<code>{e(s)}</code>")
+        rows.append(("what settles it", f"The change's own launch: <code>{e(f0['check_command'])}</code>. "
+                     + settle[:1].upper() + settle[1:]))
     body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in rows)
     return (f'<h2>The answer so far</h2><section class="sb-seed" id="answer" data-book="{e(book["name"])}"><table>{body}</table>'
             f'<p>From the tables of the what-if book <a href="{e(book["name"])}/index.html">{e(book["name"])}</a>; its '

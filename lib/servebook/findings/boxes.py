@@ -26,8 +26,28 @@ def _answers(store: RunStore) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for c in found.claims:
         out.setdefault(c.chapter, []).append(c.plain())  # the box is checked whole: its figures are not tagged
-    out["06"] = [f"Launch for {lc['engine']}: {lc['command']}" for lc in found.launch] + out.get("06", [])
+    out["06"] = [_launch_line(lc) for lc in found.launch] + out.get("06", [])
     return out
+
+
+def _launch_line(lc: dict) -> str:
+    """A launch to try on the real host, said with what it is (its decision in ``recommended_launch``: predicted or a
+    hypothesis; a what-if book's launches carry it), its expected gain and rank among the seed verdict's changes (``seed_fixes``), and, where the seed
+    already tried it, that it did so together with other changes (the row's note, up to its colon)."""
+    if "decision" not in lc or not lc.get("command"):   # a book's own launch, measured on its host: as chapter 06 gives it
+        return f"Launch for {lc['engine']}: {lc['command']}"
+    said = [str(lc.get("decision") or "hypothesis")]
+    fix, ranked = lc.get("fix") or {}, lc.get("rank")
+    if fix.get("expected_gain_ms") is not None:
+        said.append(f"expected gain {fix['expected_gain_ms']:.2f} ms per token ({fix['gain_low_ms']:.2f} to "
+                    f"{fix['gain_high_ms']:.2f})")
+    elif fix:
+        said.append("no expected gain in `seed_fixes`")
+    if ranked:
+        said.append(f"ranked {ranked['rank']} of {lc.get('ranked')} by expected gain")
+    if fix.get("note"):
+        said.append(str(fix["note"]).split(":")[0])
+    return f"Launch for {lc['engine']} ({'; '.join(said)}): `{lc['command']}`"
 
 
 def answer_boxes(store: RunStore) -> dict[str, str]:

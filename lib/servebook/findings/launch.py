@@ -40,14 +40,20 @@ def ranked_fixes(store: RunStore) -> list[dict]:
             for i, f in enumerate(fixes)]
 
 
+def _fix_of(fixes: list[dict], launch: str) -> dict | None:
+    """The row of ``fixes`` (``seed_fixes`` rows) a launch tries: the one whose check command it is, or that forces the
+    attention backend it forces."""
+    m = re.search(r"--attention-backend (\S+)", launch or "")
+    return next((f for f in fixes if f.get("check_command") == launch
+                 or (m and f.get("change") == f"attention backend {m.group(1)}")), None)
+
+
 def _rank(store: RunStore, launch: str) -> str:
     """Where a what-if launch stands among the seed verdict's changes ranked by expected gain (:func:`ranked_fixes`), and
     why the changes ranked above it are not launches to try here (another version of the engine), so that "first" and
     "next" are not read as that ranking: "" where the launch is no row of it."""
     fixes = ranked_fixes(store)
-    m = re.search(r"--attention-backend (\S+)", launch or "")
-    f = next((f for f in fixes if f.get("check_command") == launch
-              or (m and f.get("change") == f"attention backend {m.group(1)}")), None)
+    f = _fix_of(fixes, launch)
     if f is None:
         return ""
     of = f.get("change")
@@ -96,7 +102,10 @@ def _whatif_commands(store: RunStore, params: dict) -> list[dict]:
     engine = str(params.get("engine") or "").split("==")[0]
     rec = store.rows("recommended_launch")
     if rec:
-        return [{"engine": engine, "command": r["launch"], "env": {},
+        fixes = ranked_fixes(store)
+        return [{"engine": engine, "command": r["launch"], "env": {}, "decision": r.get("decision"),
+                 "fix": _fix_of(store.rows("seed_fixes"), r["launch"]), "rank": _fix_of(fixes, r["launch"]),
+                 "ranked": len(fixes),
                  "why": [f"what-if on the {params['profile']} hardware profile: {code_locations(r['why'])}; try it "
                          + ("first" if i == 0 else "next") + " on the real host, then check it there with "
                          + ("chapter 04 (all-reduce with and without the setting) and chapter 05 (decode rate)"

@@ -22,7 +22,7 @@ from ..errors import ServebookError
 from ..hosts import host_policy_env
 from ..processes import free_port, run_bounded
 
-__all__ = ["available_backend", "allreduce_bench", "single_process_bench", "find_all_reduce_perf", "parse_all_reduce_perf",
+__all__ = ["DEBUG_ENV", "available_backend", "allreduce_bench", "single_process_bench", "find_all_reduce_perf", "parse_all_reduce_perf",
            "run_all_reduce_perf", "launch"]
 
 _WORKERS = Path(__file__).parent / "workers"
@@ -43,13 +43,17 @@ def available_backend(host=None) -> tuple[str, int]:
 
 
 
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING,COLL"}
+"""NCCL's debug output the book captures: its version, the settings it read, and per collective the algorithm and
+protocol it picked (``AllReduce: N Bytes -> Algo X proto Y``, parsed by ``nccl.debug.parse_nccl_debug``)."""
+
+
 def _nccl_env(env: dict | None, debug_dir: Path | None, policy_env: dict | None = None) -> dict:
     """The launch's environment: the setting under the host's policy (``policy_env``, default this host's), NCCL's debug files."""
     run_env = {"OMP_NUM_THREADS": "1", **(env or {})}
     run_env.update(host_policy_env() if policy_env is None else policy_env)
     if debug_dir is not None:
-        run_env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV,TUNING,COLL",
-                       NCCL_DEBUG_FILE=str(debug_dir / "nccl.%h.%p.log"))
+        run_env.update(DEBUG_ENV, NCCL_DEBUG_FILE=str(debug_dir / "nccl.%h.%p.log"))
     return run_env
 
 

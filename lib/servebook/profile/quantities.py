@@ -120,6 +120,24 @@ def _seed_table_figures(store) -> dict:
             for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def _seed_unlocated(store) -> dict:
+    """What the projection does not locate (``profile.verdict.unlocated``): each engine's seed step minus its projected
+    point (engine), and the seed's gap minus the projected gap (gap), from ``seed_range``."""
+    from .verdict import unlocated
+
+    return unlocated({r["who"]: r for r in store.rows("seed_range")})
+
+
+def _seed_fix_rates(store) -> dict:
+    """Each ranked change's single-stream rate over the seed's own step (``profile.verdict.over_seed``), at the low and
+    high end of its gain (``seed_fixes`` key | low or high)."""
+    from .verdict import over_seed
+
+    rng = {r["who"]: r for r in store.rows("seed_range")}
+    return {f"{f['key']} | {end}": over_seed(rng.get(f["engine"]), f.get(f"gain_{end}_ms"))
+            for f in store.rows("seed_fixes") if f.get("expected_gain_ms") is not None for end in ("low", "high")}
+
+
 def _first_fix(field_: str) -> Callable[[Any], dict]:
     return lambda store: {"first": store.rows("seed_fixes")[0].get(field_)} if store.rows("seed_fixes") else {}
 
@@ -215,6 +233,12 @@ _SEED = [  # the seed case projected from the H200 profiles, and its verdict (ta
              "words (table | key | field)", lambda store: {k: abs(v) for k, v in _seed_table_figures(store).items()
                                                           if isinstance(v, (int, float)) and not isinstance(v, bool)},
              tables=("seed_assumptions", "seed_attention_12", "seed_collectives", "seed_comm", "seed_fixes", "seed_latency_sweep", "seed_projection", "seed_range")),
+    Quantity("seed_unlocated_ms", "seed case: ms per token the projection does not locate: an engine's seed step minus its "
+             "projected point (engine), the seed's gap minus the projected gap (gap; seed_range)", _seed_unlocated,
+             tables=("seed_range",)),
+    Quantity("seed_fix_seed_tok_s", "seed case: a ranked change's single-stream tok/s over the seed's own step, shortened "
+             "by the change's gain at one end (seed_fixes key | low or high; seed_range's seed_ms)", _seed_fix_rates,
+             tables=("seed_fixes", "seed_range")),
     Quantity("seed_fix_alternative_ms", "seed case: the projected attention (ms per token) of the alternative backend a fix "
              "names, from its measured H200 profile (engine | backend; seed_fixes)",
              lambda store: {f"{f['engine']} | {f['alternative_backend']}": f.get("alternative_ms") for f in store.rows("seed_fixes")

@@ -8,10 +8,12 @@ Every figure is tagged with ``servebook.stated.q`` as the recorded row it comes 
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ..engines import prose_name
 from .predict import HOST_RULE_RUN
 
-__all__ = ["verdict_markdown", "verdict", "t"]
+__all__ = ["verdict_markdown", "verdict", "t", "unlocated", "settle_words", "over_seed", "gain_cases"]
 
 
 def t(table: str, row: dict, field: str, fmt: str) -> str:
@@ -19,6 +21,131 @@ def t(table: str, row: dict, field: str, fmt: str) -> str:
     from ..stated.tags import q
 
     return q("seed_table", row.get(field), fmt, of=f"{table} | {row['key']} | {field}")
+
+
+# How each engine hands a decode step's work to its tensor-parallel ranks, read in the studied versions' code (engine:
+# version, [(file:line, what the line holds)]); tests/test_frontpage_answer.py checks each line in the cached source.
+STEP_HANDOFF = {
+    "sglang": ("0.5.9", [("sglang/srt/managers/scheduler.py:1301", "broadcast_pyobj"),
+                         ("sglang/srt/utils/common.py:1268", "def broadcast_pyobj"),
+                         ("sglang/srt/distributed/parallel_state.py:283", "gloo")]),
+    "vllm": ("0.26.0", [("vllm/v1/executor/multiproc_executor.py:377", "rpc_broadcast_mq.enqueue"),
+                        ("vllm/v1/executor/multiproc_executor.py:990", "rpc_broadcast_mq.dequeue")]),
+}
+
+
+def _wait_words(tables: dict) -> str:
+    """The alternative to a protocol cost: SGLang's all-reduce kernel time holding each rank's wait for the slowest,
+    which the NCCL block would not remove; said where the studied versions are those whose hand-off code was read."""
+    from ..stated.tags import q
+
+    tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
+    if any(tot.get(e, {}).get("studied_version") != v for e, (v, _) in STEP_HANDOFF.items()):
+        return ""
+    loc = {e: [f"`{w}`" for w, _ in locs] for e, (_, locs) in STEP_HANDOFF.items()}
+    ver = {e: q("seed_studied_version", tot[e]["studied_version"], of=e) for e in STEP_HANDOFF}
+    return (" Part of SGLang's all-reduce kernel time may be each rank waiting for the slowest one rather than the "
+            "transfer, and `NCCL_PROTO=LL` does not remove a wait (a hypothesis: each scheduler iteration of SGLang "
+            f"{ver['sglang']} first broadcasts the new requests from the first rank to the others over a gloo CPU group ("
+            + ", ".join(loc["sglang"]) + ") and every rank then schedules its own step, where vLLM "
+            f"{ver['vllm']} hands each step to its workers through a shared-memory message queue ("
+            + ", ".join(loc["vllm"]) + "); settled by a per-rank trace of each decode step's first all-reduce on the "
+            "seed's host: how long each rank waits for the last one to arrive, against the transfer itself).")
+
+
+def over_seed(r: dict | None, gain_ms: float | None) -> float | None:
+    """The single-stream tok/s of the seed's own step (a ``seed_range`` engine row's ``seed_ms``) shortened by
+    ``gain_ms``: what a change's gain would give over the rate the seed measured, not over the projection's."""
+    if not r or not isinstance(r.get("seed_ms"), (int, float)) or not isinstance(gain_ms, (int, float)):
+        return None
+    return 1e3 / (r["seed_ms"] - gain_ms) if r["seed_ms"] > gain_ms else None
+
+
+def _published(figure_id: str | None) -> str | None:
+    """A published all-reduce figure's hardware, in its own words (``data/reference/allreduce-pcie-published.json``)."""
+    from .comm import load_allreduce_reference
+
+    return next((f.get("hardware") for f in load_allreduce_reference().get("figures", []) if f.get("id") == figure_id), None)
+
+
+def gain_cases(f0: dict, tables: dict, esc: Callable[[str], str] = str) -> str:
+    """The first change's gain as the cases it is, where it is the NCCL block: NCCL on the seed's host already picks LL
+    (the low end) or picks SIMPLE as the one published host where it did (the high end, that host named in its own
+    words), each in ms per token and over the seed's own rate and the projected one; the middle, the ranking's expected
+    gain, is no outcome of either. Other changes: their expected gain and range."""
+    from ..stated.tags import q
+
+    rng = {r["who"]: r for r in tables["seed_range"]}
+    comm = {r["engine"]: r for r in tables["seed_comm"]}
+    r, c = rng.get(f0["engine"]), comm.get(f0["engine"], {})
+    name = prose_name(f0["engine"])
+    if "NCCL" not in str(f0.get("change")) or r is None or f0.get("pair_ms_per_token") is None:
+        return (f"expected, over the projected rate, {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s "
+                f"({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} "
+                f"to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms)")
+
+    def case(end: str) -> str:
+        rate = q("seed_fix_seed_tok_s", over_seed(r, f0[f"gain_{end}_ms"]), ".1f", of=f"{f0['key']} | {end}")
+        return (f"{t('seed_fixes', f0, f'gain_{end}_ms', '.2f')} ms per token: the seed's {name} "
+                f"{t('seed_range', r, 'seed_tok_s', '.1f')} tok/s would become {rate} (were its step shorter by as much), "
+                f"the projected {t('seed_range', r, 'point_tok_s', '.1f')} tok/s would gain "
+                f"{t('seed_fixes', f0, f'gain_{end}_tok_s', '+.1f')}")
+
+    host = _published(c.get("published_high_figure"))
+    return (f"the gain depends on the protocol NCCL picks on the seed's host (the log line that settles it is named below): "
+            f"where NCCL already picks LL, or a protocol as fast, by itself (the low end takes the one NCCL figure published "
+            f"for a host with {esc(str(c.get('low_host')))} for both launches: the block assumed to change nothing there), "
+            f"{case('low')}; where it picks SIMPLE, as on the one published host where it did ("
+            + (esc(f"{c['published_high_figure']}: {host}") if host else esc(str(c.get("high_host"))))
+            + f"), {case('high')}. The expected {t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms "
+            f"({t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s over the projected rate) is the middle of these two "
+            "cases, which the ranking uses, not an outcome either gives")
+
+
+def unlocated(rng: dict) -> dict:
+    """Milliseconds per token the projection does not locate, from ``seed_range`` rows by ``who``: each engine's seed
+    step minus its projected point, and the seed's gap minus the projected gap (the two engines' difference)."""
+    out = {w: r["seed_ms"] - r["point_ms"] for w, r in rng.items()
+           if w != "gap" and isinstance(r.get("seed_ms"), (int, float)) and isinstance(r.get("point_ms"), (int, float))}
+    g = rng.get("gap") or {}
+    if isinstance(g.get("seed_gap_ms"), (int, float)) and isinstance(g.get("point_ms"), (int, float)):
+        out["gap"] = g["seed_gap_ms"] - g["point_ms"]
+    return out
+
+
+def settle_words(f0: dict, projection: list[dict], code: Callable[[str], str]) -> str:
+    """What settles the first change on the seed's host (``code`` writes a command as code): for an NCCL setting, the
+    protocol NCCL picks, read from the log lines the book's own NCCL captures print (``nccl.launch.DEBUG_ENV``); then the
+    rate, chapter 05 with and without the change, decided by chapter 05's rule (the 95% intervals do not overlap)."""
+    from ..nccl.launch import DEBUG_ENV
+    from ..stated.figures import seed_case
+    from ..stated.tags import q
+
+    seed, engine = seed_case(), f0["engine"]
+    version = str(seed["engines"].get(engine, "")).split(" ")[0]
+    spec = f"{engine}=={version}" if version[:1].isdigit() else engine
+    out = []
+    if "NCCL" in str(f0.get("change")):
+        msg = next((r for r in projection if r.get("engine") == engine and r.get("category") == "communication"
+                    and r.get("message_bytes")), None)
+        size = (f" at the decode step's {q('seed_message_bytes', msg['message_bytes'], 'd', of=engine)} B message"
+                if msg else "")
+        out.append(f"first, the protocol NCCL picks: the launch as the seed ran it, with "
+                   f"{code(' '.join(f'{k}={v}' for k, v in DEBUG_ENV.items()))} added (the variables the book's own NCCL "
+                   f"captures set, servebook.nccl.launch; their logs hold these lines, e.g. "
+                   f"{code('data/runs/h200x2-nccl/nccl_debug_excerpt.log')}), and in its log the lines {code('AllReduce: ... Bytes -> Algo ... proto ...')}{size}: the word "
+                   f"after {code('proto')} is the protocol")
+    rate = (f"servebook book --only 05 --engine {spec} --model {seed['model']} -p starts=2 "
+            f"-p engine_args='--tensor-parallel-size {seed['tp']}'")
+    out.append(f"the rate: {code(rate)} "
+               "once with the change and once without (" + ("its variables set in the environment" if f0.get("kind") == "environment"
+                                                           else "its setting in the launch")
+               + "), two server starts or more each: decided when the two 95% intervals of the single-stream rate do not overlap")
+    return "on the seed's host, " + "; then ".join(out) + "."
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _where(us: float | None, ref_us: float, name: str) -> str:
@@ -65,12 +192,13 @@ def _cause(tables: dict) -> str:
         f"protocol) and {t('seed_comm', v, 'low_us', '.2f')} to {t('seed_comm', v, 'high_us', '.2f')} us with LL: "
         + _where(s["matching_us"], s["high_us"], "that default") + " for SGLang, "
         + _where(v["matching_us"], v["high_us"], "the highest LL figure") + " for vLLM.",
-        f"**First change:** {_change(f0)} for {prose_name(f0['engine'])} - `{f0['check_command']}`. Expected "
-        f"gain {t('seed_fixes', f0, 'gain_tok_s', '+.1f')} tok/s ({t('seed_fixes', f0, 'expected_gain_ms', '.2f')} ms per "
-        f"token; {t('seed_fixes', f0, 'gain_low_ms', '.2f')} to {t('seed_fixes', f0, 'gain_high_ms', '.2f')} ms, from a host "
-        "whose NCCL already picks LL by itself to one like the published two-socket host). How sure: a hypothesis - the "
-        "latencies are other hosts' published figures. What settles it on the seed's host: `NCCL_DEBUG=INFO` in SGLang's "
-        f"launch log (the protocol NCCL picks), and `{nccl_tests_command(load_card(seed_case()['model']), seed_case()['tp'])}` run with and "
+        f"**First change:** {_change(f0)} for {prose_name(f0['engine'])} - `{f0['check_command']}`. "
+        + _sentence(gain_cases(f0, tables)) + ". How sure: a hypothesis - the "
+        "latencies are other hosts' published figures." + (_wait_words(tables) if f0.get("engine") == "sglang"
+                                                            and "NCCL" in str(f0.get("change")) else "")
+        + " What settles it, "
+        + settle_words(f0, tables["seed_projection"], lambda c: f"`{c}`")
+        + f" The latency alone: `{nccl_tests_command(load_card(seed_case()['model']), seed_case()['tp'])}` run with and "
         "without `NCCL_PROTO=LL` (chapter 04 with `tp_seed_block` measures the same inside the engines).",
     ]
     if s.get("implied_us") is not None:
