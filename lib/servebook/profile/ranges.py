@@ -19,6 +19,7 @@ code once per (engine, version, environment), again only when a file it read cha
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .projection import project
@@ -283,33 +284,68 @@ def _attention_move(att: list[dict], backends: dict, src=None) -> tuple[dict, st
     else:
         head = (f"the Triton MLA decode kernel takes the same tile, warp and stage constants on {_and(caps)} in every "
                 "version read (table seed_attention_12)")
-    capped = [a for a, r in zip(att, recorded_attention()) if not r.get("split_caps_are_default")]
+    recs = {(r["engine"], r["version"]): r for r in recorded_attention()}
+    capped = [a for a in att if not recs.get((a["engine"], a["version"]), {}).get("split_caps_are_default")]
     split = (f"; the split count keys on the SM count only where {_and([_who(a, att) for a in capped])} cap it"
-             + _cap_words(capped, att, backends, src)) if capped else "; no version read caps the split count by the SM count"
+             + _cap_words(capped, att, backends, src, recs)) if capped else "; no version read caps the split count by the SM count"
     measured_on, target = _gpus()
     return moves, head + split + "; " + _smem(target, measured_on)
 
 
-def _cap_words(capped: list[dict], att: list[dict], backends: dict, src) -> str:
+def _cap_words(capped: list[dict], att: list[dict], backends: dict, src, recs: dict | None = None) -> str:
     """Whether the SM caps of ``capped`` (rows of seed_attention_12) change this context's launch between the two GPUs:
     each version's profiled split count (its kept trace's grid, ``launches.profiled_launch``) against its cap on the
-    GPU it ran on and on the seed's (``launches.launch_unchanged``)."""
+    GPU it ran on and on the seed's (``launches.launch_unchanged``). A version whose recorded row says its count is fixed
+    at CUDA-graph capture from another length (``split_count_at`` in ``recs``, the recorded rows by (engine, version))
+    is said apart (``_capture_words``): its count on the seed follows that length, not the GPU."""
     from .launches import launch_unchanged, profiled_launch, split_words
 
+    recs = recs or {}
     here, there = split_gpus()
-    unread, changed = [], []
+    unread, changed, kept, fixed = [], [], [], []
     for a in capped:
         got = profiled_launch(src, a["engine"], backends.get(a["engine"]), a["version"]) if src is not None else None
+        at = recs.get((a["engine"], a["version"]), {}).get("split_count_at")
         if got is None:
             unread.append(_who(a, att))
+        elif at:
+            fixed.append(_capture_words(a, att, got["splits"], at, there))
         elif not launch_unchanged(got["splits"], a[here], a[there]):
             changed.append(f"{_who(a, att)} ({split_words(got['splits'])} profiled, caps {a[here]} and {a[there]})")
+        else:
+            kept.append(_who(a, att))
     if changed:
-        return ", which changes this context's launch of " + _and(changed)
-    if unread:
-        return (f"; whether that changes this context's launch is not read for {_and(unread)}: no kept trace of its "
-                "profiled launch")
-    return ", which leaves this context's launch unchanged"
+        out = ", which changes this context's launch of " + _and(changed)
+    elif unread:
+        out = (f"; whether that changes this context's launch is not read for {_and(unread)}: no kept trace of its "
+               "profiled launch")
+    else:
+        out = f", which leaves {_and(kept)}'s launch at this context unchanged" if kept else ""
+    return out + "".join("; " + f for f in fixed)
+
+
+def _capture_words(a: dict, att: list[dict], splits: int, at: dict, there: str) -> str:
+    """A version whose split count is computed at CUDA-graph capture (``at``: the recorded ``split_count_at``): its
+    profiled count is the slices' length's, the seed's count is its own, up to the cap on the seed's GPU (``there``).
+    The slices' length from ``models.slice_config`` of the seed model's card; the full model's from the card."""
+    from ..cards import load_card
+    from ..models import slice_config
+    from ..stated.figures import seed_case
+    from .comm import _text
+    from .launches import split_words
+
+    card = load_card(seed_case()["model"])
+    sliced, full = slice_config(card)["max_position_embeddings"], _text(card).get("max_position_embeddings")
+    full_words = f"the full model's {full:,}" if full else "the model's card records no max_position_embeddings"
+    who, gpu = _who(a, att), _short(split_gpus()[there])
+    cites = re.sub(r" \([^)]*\)", "", at["where"])
+    return (f"{who}'s split count is not this context's: it is computed when the decode CUDA graph is captured, from "
+            f"{at['what'].split(',')[0]} ({cites}, read {at['read'].split(' in ')[0]}), so its profiled "
+            f"{split_words(splits)} are those of the slices' max_model_len, {sliced:,} (servebook.models.slice_config), "
+            f"and the seed's {who} launched the count of its own "
+            f"max_model_len (not recorded: the full model's unless --max-model-len set it lower; {full_words}), at most "
+            f"its cap of {a[there]} on the {gpu}. {who}'s attention is kept as profiled at {split_words(splits)}: a "
+            f"hypothesis, settled by profiling {who}'s slice with max_model_len at the full model's")
 
 
 def _grid(row: dict, here: bool = True) -> str:
