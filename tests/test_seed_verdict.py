@@ -64,6 +64,21 @@ def test_each_engine_latency_from_its_nccl_environment():
     assert both["sglang"]["high_us"] == pytest.approx(26.20)                          # with the block, SGLang's is vLLM's
 
 
+def test_the_two_socket_end_is_labelled_as_one_published_host_from_its_figure():
+    """The high end read "two CPU sockets, no switches, NCCL's default (SIMPLE)", as if every such host picked SIMPLE: it
+    is one published host, whose NCCL version and platform picked it. The label now names that figure and quotes its
+    system's hardware line and path from data/reference/allreduce-pcie-published.json."""
+    figs = {f["id"]: f for f in comm.load_allreduce_reference()["figures"]}
+    lat = comm.engine_latencies()
+    for L in lat.values():
+        fig = figs[L["high_figure"]]
+        system = figs[fig["hardware"].split("same system as ", 1)[1].split()[0]] if fig["hardware"].startswith("same system") else fig
+        assert L["high_host"].startswith("two CPU sockets, no switches")
+        assert f"one published host ({L['high_figure']}: {system['hardware']}; {fig['path']})" in L["high_host"]
+    assert "NCCL 2.28.3" in lat["sglang"]["high_host"] and "(SIMPLE)" not in lat["sglang"]["high_host"]
+    assert lat["sglang"]["low_host"] == "one CPU, PCIe switches"
+
+
 def test_the_seed_share_implies_a_latency_above_the_published_figures():
     imp = comm.implied_latency(124, 0.515, 63.6)
     assert imp["ms_per_token"] == pytest.approx(0.515 * 1e3 / 63.6)
