@@ -168,3 +168,34 @@ def test_the_serial_rule_names_the_depth_of_the_slices_it_reads():
     words = ranges._host_rule_words(RunStore.at(data_dir() / "runs" / "h200x1-ref"))
     assert "each engine's deeper slice's (SGLang's: 13 layers, GPU-bound, vLLM's: 5 layers, host-bound; slices of two depths" in words
     assert "not the engines at one depth) H200 idle" in words
+
+
+def test_the_slow_side_row_says_the_range_is_one_sided_and_where_the_seed_rates_sit():
+    """The range's per-kernel ends only shorten the step, and both seed rates sit at or past the slow ends: the last
+    row of seed_assumptions says which rows lengthen nothing, names the slow-side ends no row models, and places each
+    seed rate from the range itself (a hypothesis of a common fast bias, with its settling profile); it moves nothing."""
+    from servebook.profile import comm
+    from servebook.profile.projection import seed_figures
+
+    src = RunStore.at(data_dir() / "runs" / "h200x1-ref")
+    lat = comm.engine_latencies()
+    central = ranges.central_projection(src, lat)
+    table = ranges.assumption_table(src, central, lat, 124)
+    row = table[-1]
+    assert row["assumption"] == "slow-side ends" and row["sglang_ms"] is row["vllm_ms"] is row["gap_ms"] is None
+    body = table[:-1]
+    assert ranges.projection_range(central, table, seed_figures()) == ranges.projection_range(central, body, seed_figures())
+    longer = {r["assumption"] for r in body if any((r[c] or 0) > 0 for c in ("sglang_ms", "vllm_ms"))}
+    assert longer == {"host rule", "all-reduce latency"}
+    assert "the ends of attention on capability 12.0, shard shapes at TP=8, engine version, bandwidth ratio only shorten" in row["basis"]
+    assert "only the host rule and the all-reduce latency have an end that lengthens it" in row["basis"]
+    assert "achievable read bandwidth below its datasheet" in row["basis"] and "reading 1/8 of the bytes" in row["basis"]
+    rng = {r["who"]: r for r in ranges.projection_range(central, body, seed_figures())}
+    s, v = rng["sglang"], rng["vllm"]
+    assert f"SGLang's 63.6 tok/s lies {s['seed_ms'] - s['high_ms']:.2f} ms per token past its slow end" in row["basis"]
+    share = (v["seed_ms"] - v["low_ms"]) / (v["high_ms"] - v["low_ms"])
+    assert f"vLLM's 82.5 tok/s lies {v['high_ms'] - v['seed_ms']:.2f} ms per token short of its slow end, {share:.0%}" in row["basis"]
+    assert "hypothesis of a common fast bias" in row["basis"] and "decode-step profile of each engine on the seed's host" in row["basis"]
+    # a seed rate in the middle of its range: no common-bias sentence
+    mid = {"sglang": 1e3 / s["point_ms"], "vllm": 82.5}
+    assert "common fast bias" not in ranges.assumption_table(src, central, lat, 124, seed=mid)[-1]["basis"]

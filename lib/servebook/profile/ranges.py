@@ -9,7 +9,9 @@ Each assumption is moved alone to each of its ends, the others at their central 
 each engine's ms per token and of the gap, SGLang minus vLLM); the range is all of them together at the ends that
 lengthen or shorten the total (``seed_range``: the sum of the moves, exact here because the categories add up and the
 host rule's maximum is decided by the GPU time, several ms above the host's). An end that moves both engines (a kind of
-host, a bandwidth) moves them together, so the gap's range is not the difference of the engines' ranges.
+host, a bandwidth) moves them together, so the gap's range is not the difference of the engines' ranges. The last row
+(``_slow_side``) moves nothing: it says which ends lengthen nothing, the slow-side ends no row models, and where the seed's
+rates sit in the range.
 
 Every figure the rows' words state comes from data: the versions, launches and split caps from ``attention_12()``, the
 GPUs' capabilities, SM counts and bandwidths from data/hardware (``projection.MEASURED_ON``, ``TARGET``), the host rule's
@@ -432,9 +434,10 @@ def _moved(src, central: dict, lat: dict, backends: dict, **change) -> dict:
     return out
 
 
-def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEED_BACKENDS) -> list[dict]:
+def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEED_BACKENDS, seed: dict | None = None) -> list[dict]:
     """One row per end of each assumption: how far it moves each engine's ms per token and the gap (table
-    ``seed_assumptions``). ``n``: collectives per token."""
+    ``seed_assumptions``), and last the slow-side ends no row models (``_slow_side``, no moves). ``n``: collectives per
+    token; ``seed``: the seed's tok/s per engine (default ``projection.seed_figures()``)."""
     rows = [_row("host rule", "serial (host idle added)",
                  {e: (r[-1].get("serial_ms") or r[-1]["predicted_ms"]) - r[-1]["predicted_ms"] for e, r in central.items()},
                  _host_rule_words(src))]
@@ -457,7 +460,10 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     rows.append(_row("engine version", end, sg, basis))
     end, basis = _bandwidth_words()
     rows.append(_row("bandwidth ratio", end, _moved(src, central, lat, backends, bandwidth="measured"), basis))
-    return rows
+    from ._slow_side import slow_side_row
+    from .projection import seed_figures
+
+    return rows + [slow_side_row(rows, central, seed_figures() if seed is None else seed, tp)]
 
 
 def projection_range(central: dict, table: list[dict], seed: dict | None = None) -> list[dict]:
@@ -474,7 +480,8 @@ def projection_range(central: dict, table: list[dict], seed: dict | None = None)
         lo = sum(min([0.0] + [r[col] for r in rs if r[col] is not None]) for rs in by.values())
         hi = sum(max([0.0] + [r[col] for r in rs if r[col] is not None]) for rs in by.values())
         row = {"who": who, "point_ms": point, "low_ms": point + lo, "high_ms": point + hi, "key": who,
-               "how": "all assumptions together at the ends that shorten (low) or lengthen (high) it: the sum of their moves"}
+               "how": "all assumptions together at the ends that shorten (low) or lengthen (high) it: the sum of their "
+                      "moves; one-sided where no end lengthens a part (table seed_assumptions, row 'slow-side ends')"}
         if who != "gap":
             row.update({"point_tok_s": 1e3 / point, "low_tok_s": 1e3 / row["high_ms"], "high_tok_s": 1e3 / row["low_ms"]})
             if seed and seed.get(who):
