@@ -64,6 +64,21 @@ def test_each_engine_latency_from_its_nccl_environment():
     assert both["sglang"]["high_us"] == pytest.approx(26.20)                          # with the block, SGLang's is vLLM's
 
 
+def test_the_two_socket_end_is_labelled_as_one_published_host_from_its_figure():
+    """The high end read "two CPU sockets, no switches, NCCL's default (SIMPLE)", as if every such host picked SIMPLE: it
+    is one published host, whose NCCL version and platform picked it. The label now names that figure and quotes its
+    system's hardware line and path from data/reference/allreduce-pcie-published.json."""
+    figs = {f["id"]: f for f in comm.load_allreduce_reference()["figures"]}
+    lat = comm.engine_latencies()
+    for L in lat.values():
+        fig = figs[L["high_figure"]]
+        system = figs[fig["hardware"].split("same system as ", 1)[1].split()[0]] if fig["hardware"].startswith("same system") else fig
+        assert L["high_host"].startswith("two CPU sockets, no switches")
+        assert f"one published host ({L['high_figure']}: {system['hardware']}; {fig['path']})" in L["high_host"]
+    assert "NCCL 2.28.3" in lat["sglang"]["high_host"] and "(SIMPLE)" not in lat["sglang"]["high_host"]
+    assert lat["sglang"]["low_host"] == "one CPU, PCIe switches"
+
+
 def test_the_seed_share_implies_a_latency_above_the_published_figures():
     imp = comm.implied_latency(124, 0.515, 63.6)
     assert imp["ms_per_token"] == pytest.approx(0.515 * 1e3 / 63.6)
@@ -87,8 +102,8 @@ def test_the_range_adds_the_moves_and_holds_the_point():
         assert r["low_ms"] <= r["point_ms"] <= r["high_ms"]
         col = f"{who}_ms"
         by = {}
-        for x in table:
-            by.setdefault(x["assumption"], []).append(x[col])
+        for x in table:   # a row that models no move (the slow-side ends) adds nothing
+            by.setdefault(x["assumption"], []).extend([x[col]] if x[col] is not None else [])
         assert r["high_ms"] - r["point_ms"] == pytest.approx(sum(max([0.0] + v) for v in by.values()))
     host = next(x for x in table if x["assumption"] == "host rule")
     assert host["sglang_ms"] > 0 and host["vllm_ms"] > 0                              # serial adds the slices' idle
@@ -111,14 +126,33 @@ def test_fixes_rank_by_expected_gain_flags_before_versions():
     custom = next(f for f in out if f["change"].startswith("custom"))
     assert custom["label"] == gains.NEEDS_VERSION and custom["kind"] == "version" and custom["expected_gain_ms"] > 0
     vblock = next(f for f in out if f["engine"] == "vllm")
-    assert vblock["expected_gain_ms"] is None and out[-1] is vblock
     gained = [f["expected_gain_ms"] for f in out if f.get("expected_gain_ms") is not None]
     assert gained == sorted(gained, reverse=True)
+    assert vblock["expected_gain_ms"] is None and out.index(vblock) >= len(gained)   # after every change with a gain
     # at equal expected gain a flag or environment change ranks before one that needs another version
     tie = [{**base, "engine": "sglang", "change": "custom PCIe all-reduce instead of NCCL", "label": "not in this version"},
-           {**base, "engine": "sglang", "change": "attention backend flashinfer", "gain_ms_per_token": 2 * custom["expected_gain_ms"]}]
+           {**base, "engine": "sglang", "change": "MoE expert kernel at the bandwidth roofline",
+            "gain_ms_per_token": 2 * custom["expected_gain_ms"]}]
     ranked = gains.rank_by_expected_gain(tie, rows, lat, 124)
-    assert ranked[0]["change"].startswith("attention") and ranked[1]["change"].startswith("custom")
+    assert ranked[0]["change"].startswith("MoE") and ranked[1]["change"].startswith("custom")
+
+
+def test_the_attention_alternative_is_a_check_of_unknown_sign_ranked_after_the_gains():
+    """The flashinfer row said "low: 0, since no served measurement on the H200 found it faster" and ranked by the
+    middle of 0 and its profile's gain, while the one served start found it slower: its low end is not known, so it
+    carries no expected gain, is labelled a check of unknown sign, and ranks after every change with a gain."""
+    base = {"basis": "b", "check_command": "c", "label": "predicted"}
+    rows = [{"engine": e, "category": "total", "predicted_ms": 15.0} for e in ("sglang", "vllm")]
+    fixes = [{**base, "engine": "sglang", "change": "attention backend flashinfer", "gain_ms_per_token": 5.0},
+             {**base, "engine": "sglang", "change": "the seed's NCCL block (...)", "gain_ms_per_token": None}]
+    out = gains.rank_by_expected_gain(fixes, rows, comm.engine_latencies(), 124, served_note="one start: slower")
+    fi = next(f for f in out if f["change"].startswith("attention"))
+    assert fi["label"] == gains.SIGN_UNKNOWN and fi["label"] != "predicted"
+    assert fi["expected_gain_ms"] is None and fi["gain_ms_per_token"] is None and fi["gain_tok_s"] is None
+    assert fi["gain_low_ms"] is None and fi["gain_high_ms"] == 5.0
+    assert out[-1] is fi and out[0]["expected_gain_ms"] is not None    # after the NCCL block despite a larger high end
+    assert "low: 0" not in fi["range_basis"] and "sign of the gain is unknown" in fi["range_basis"]
+    assert "(one start: slower)" in fi["range_basis"] and "at least 2 starts each" in fi["range_basis"]
 
 
 def _plain(rows):

@@ -149,13 +149,26 @@ def _at(fig_id: str, message_bytes: int, field: str = "us_by_bytes") -> tuple[fl
 
 
 # The figures each NCCL environment's range is taken over (ids in data/reference/allreduce-pcie-published.json), with
-# the host kind each stands for: the ends of the range are the two kinds of host.
+# the host kind each stands for: the ends of the range are the two kinds of host. The two-socket end is one published
+# host, whose NCCL version and platform decide its protocol: its label says so from the figure's own fields (_one_host).
 _RANGES = {
     "default": (("rtx6kpro-8gpu-switch-nccl", "one CPU, PCIe switches"),
-                ("rtx6kpro-8gpu-dual-turin-default", "two CPU sockets, no switches, NCCL's default (SIMPLE)")),
+                ("rtx6kpro-8gpu-dual-turin-default", "two CPU sockets, no switches, NCCL's default")),
     "seed block": (("rtx6kpro-8gpu-switch-nccl", "one CPU, PCIe switches"),
                    ("rtx6kpro-8gpu-dual-turin-tuned", "two CPU sockets, no switches, LL")),
 }
+_ONE_HOST = ("two CPU sockets",)   # the host kinds that stand on one published host's figure
+
+
+def _one_host(kind: str, fig_id: str) -> str:
+    """``kind`` with the one published host it stands on, from the figure's fields (its system's ``hardware``, where the
+    figure says "same system as ID", and its ``path``): e.g. that host's NCCL version and what it picks by default."""
+    figs = {f["id"]: f for f in load_allreduce_reference()["figures"]}
+    fig, hw = figs[fig_id], figs[fig_id]["hardware"]
+    if hw.startswith("same system as "):
+        base = hw.split("same system as ", 1)[1].split()[0].rstrip(";,.")
+        hw = figs[base]["hardware"]
+    return f"{kind}: one published host ({fig_id}: {hw}; {fig['path']})"
 
 
 def engine_latencies(message_bytes: int = 14336, seed_env_engines: tuple[str, ...] = SEED_NCCL_ENGINES,
@@ -166,6 +179,7 @@ def engine_latencies(message_bytes: int = 14336, seed_env_engines: tuple[str, ..
     for eng in engines:
         env = "seed block" if eng in seed_env_engines else "default"
         (lo_id, lo_host), (hi_id, hi_host) = _RANGES[env]
+        lo_host, hi_host = (_one_host(k, i) if k.startswith(_ONE_HOST) else k for k, i in ((lo_host, lo_id), (hi_host, hi_id)))
         lo, lo_fig = _at(lo_id, message_bytes)
         hi, hi_fig = _at(hi_id, message_bytes)
         lo, hi = min(lo, hi), max(lo, hi)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from .comm import SEED_NCCL_ENGINES, custom_latency
 from .fixes import NOT_IN_VERSION, _launch
 
-__all__ = ["NEEDS_VERSION", "KIND_ORDER", "seed_tried", "rank_by_expected_gain"]
+__all__ = ["NEEDS_VERSION", "SIGN_UNKNOWN", "KIND_ORDER", "seed_tried", "rank_by_expected_gain"]
 
 
 
@@ -37,6 +37,8 @@ def seed_tried(option: str = "--attention-backend flashinfer") -> str:
                else f"that launch's rate is {launch.get('rate_note') or 'not recorded'}"))
 
 NEEDS_VERSION = "predicted, needs another version"
+# a change whose gain may be either sign (an alternative attention backend): a check to run, no expected gain
+SIGN_UNKNOWN = "a check: sign unknown"
 KIND_ORDER = {"flag": 0, "environment": 0, "version": 1}
 _PCIE_ENV = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "sglang", "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC": "vllm"}
 
@@ -97,11 +99,17 @@ def _custom(f: dict, total: float, lat: dict, n: int, decode_path: list[dict], v
 
 
 def _attention(f: dict, total: float, served: str) -> dict:
+    """An alternative attention backend: a check, not a predicted change. Its high end is its H200 profile carried by the
+    attention rule; its low end is not known: the served measurements on the H200 (``served``) did not find it faster
+    (one start found it slower, which bounds nothing on the seed's GPU) and no code read says its MLA kernels run on
+    capability 12.0, so the sign of its gain is unknown and it carries no expected gain (ranked after those that do)."""
     g = f.get("gain_ms_per_token")
-    why = ("high: the alternative's attention measured on the H200 and carried by the attention rule; low: 0, since no "
-           "served measurement on the H200 found it faster (" + served + ") and no code read here says its MLA kernels run "
-           "on capability 12.0; expected: the middle")
-    return _with_range({**f, "note": seed_tried(), "served": served}, total, 0.0 if g is not None else None, g, "flag", why)
+    why = ("high: the alternative's attention measured on the H200 and carried by the attention rule; low: not known, "
+           "so the sign of the gain is unknown and no expected gain is given: the served measurements on the H200 did not "
+           "find it faster (" + served + ") and no code read here says its MLA kernels run on capability 12.0; settled by "
+           "serving the seed's host with this option alone against the default, at least 2 starts each (chapter 03)")
+    row = _with_range({**f, "label": SIGN_UNKNOWN, "note": seed_tried(), "served": served}, total, None, g, "flag", why)
+    return {**row, "gain_ms_per_token": None, "gain_tok_s": None}
 
 
 def rank_by_expected_gain(fixes: list[dict], rows: list[dict], lat: dict, n: int, decode_path: list[dict] = (),

@@ -9,7 +9,9 @@ Each assumption is moved alone to each of its ends, the others at their central 
 each engine's ms per token and of the gap, SGLang minus vLLM); the range is all of them together at the ends that
 lengthen or shorten the total (``seed_range``: the sum of the moves, exact here because the categories add up and the
 host rule's maximum is decided by the GPU time, several ms above the host's). An end that moves both engines (a kind of
-host, a bandwidth) moves them together, so the gap's range is not the difference of the engines' ranges.
+host, a bandwidth) moves them together, so the gap's range is not the difference of the engines' ranges. The last row
+(``_slow_side``) moves nothing: it says which ends lengthen nothing, the slow-side ends no row models, and where the seed's
+rates sit in the range.
 
 Every figure the rows' words state comes from data: the versions, launches and split caps from ``attention_12()``, the
 GPUs' capabilities, SM counts and bandwidths from data/hardware (``projection.MEASURED_ON``, ``TARGET``), the host rule's
@@ -19,6 +21,7 @@ code once per (engine, version, environment), again only when a file it read cha
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .projection import project
@@ -283,33 +286,68 @@ def _attention_move(att: list[dict], backends: dict, src=None) -> tuple[dict, st
     else:
         head = (f"the Triton MLA decode kernel takes the same tile, warp and stage constants on {_and(caps)} in every "
                 "version read (table seed_attention_12)")
-    capped = [a for a, r in zip(att, recorded_attention()) if not r.get("split_caps_are_default")]
+    recs = {(r["engine"], r["version"]): r for r in recorded_attention()}
+    capped = [a for a in att if not recs.get((a["engine"], a["version"]), {}).get("split_caps_are_default")]
     split = (f"; the split count keys on the SM count only where {_and([_who(a, att) for a in capped])} cap it"
-             + _cap_words(capped, att, backends, src)) if capped else "; no version read caps the split count by the SM count"
+             + _cap_words(capped, att, backends, src, recs)) if capped else "; no version read caps the split count by the SM count"
     measured_on, target = _gpus()
     return moves, head + split + "; " + _smem(target, measured_on)
 
 
-def _cap_words(capped: list[dict], att: list[dict], backends: dict, src) -> str:
+def _cap_words(capped: list[dict], att: list[dict], backends: dict, src, recs: dict | None = None) -> str:
     """Whether the SM caps of ``capped`` (rows of seed_attention_12) change this context's launch between the two GPUs:
     each version's profiled split count (its kept trace's grid, ``launches.profiled_launch``) against its cap on the
-    GPU it ran on and on the seed's (``launches.launch_unchanged``)."""
+    GPU it ran on and on the seed's (``launches.launch_unchanged``). A version whose recorded row says its count is fixed
+    at CUDA-graph capture from another length (``split_count_at`` in ``recs``, the recorded rows by (engine, version))
+    is said apart (``_capture_words``): its count on the seed follows that length, not the GPU."""
     from .launches import launch_unchanged, profiled_launch, split_words
 
+    recs = recs or {}
     here, there = split_gpus()
-    unread, changed = [], []
+    unread, changed, kept, fixed = [], [], [], []
     for a in capped:
         got = profiled_launch(src, a["engine"], backends.get(a["engine"]), a["version"]) if src is not None else None
+        at = recs.get((a["engine"], a["version"]), {}).get("split_count_at")
         if got is None:
             unread.append(_who(a, att))
+        elif at:
+            fixed.append(_capture_words(a, att, got["splits"], at, there))
         elif not launch_unchanged(got["splits"], a[here], a[there]):
             changed.append(f"{_who(a, att)} ({split_words(got['splits'])} profiled, caps {a[here]} and {a[there]})")
+        else:
+            kept.append(_who(a, att))
     if changed:
-        return ", which changes this context's launch of " + _and(changed)
-    if unread:
-        return (f"; whether that changes this context's launch is not read for {_and(unread)}: no kept trace of its "
-                "profiled launch")
-    return ", which leaves this context's launch unchanged"
+        out = ", which changes this context's launch of " + _and(changed)
+    elif unread:
+        out = (f"; whether that changes this context's launch is not read for {_and(unread)}: no kept trace of its "
+               "profiled launch")
+    else:
+        out = f", which leaves {_and(kept)}'s launch at this context unchanged" if kept else ""
+    return out + "".join("; " + f for f in fixed)
+
+
+def _capture_words(a: dict, att: list[dict], splits: int, at: dict, there: str) -> str:
+    """A version whose split count is computed at CUDA-graph capture (``at``: the recorded ``split_count_at``): its
+    profiled count is the slices' length's, the seed's count is its own, up to the cap on the seed's GPU (``there``).
+    The slices' length from ``models.slice_config`` of the seed model's card; the full model's from the card."""
+    from ..cards import load_card
+    from ..models import slice_config
+    from ..stated.figures import seed_case
+    from .comm import _text
+    from .launches import split_words
+
+    card = load_card(seed_case()["model"])
+    sliced, full = slice_config(card)["max_position_embeddings"], _text(card).get("max_position_embeddings")
+    full_words = f"the full model's {full:,}" if full else "the model's card records no max_position_embeddings"
+    who, gpu = _who(a, att), _short(split_gpus()[there])
+    cites = re.sub(r" \([^)]*\)", "", at["where"])
+    return (f"{who}'s split count is not this context's: it is computed when the decode CUDA graph is captured, from "
+            f"{at['what'].split(',')[0]} ({cites}, read {at['read'].split(' in ')[0]}), so its profiled "
+            f"{split_words(splits)} are those of the slices' max_model_len, {sliced:,} (servebook.models.slice_config), "
+            f"and the seed's {who} launched the count of its own "
+            f"max_model_len (not recorded: the full model's unless --max-model-len set it lower; {full_words}), at most "
+            f"its cap of {a[there]} on the {gpu}. {who}'s attention is kept as profiled at {split_words(splits)}: a "
+            f"hypothesis, settled by profiling {who}'s slice with max_model_len at the full model's")
 
 
 def _grid(row: dict, here: bool = True) -> str:
@@ -396,9 +434,10 @@ def _moved(src, central: dict, lat: dict, backends: dict, **change) -> dict:
     return out
 
 
-def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEED_BACKENDS) -> list[dict]:
+def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEED_BACKENDS, seed: dict | None = None) -> list[dict]:
     """One row per end of each assumption: how far it moves each engine's ms per token and the gap (table
-    ``seed_assumptions``). ``n``: collectives per token."""
+    ``seed_assumptions``), and last the slow-side ends no row models (``_slow_side``, no moves). ``n``: collectives per
+    token; ``seed``: the seed's tok/s per engine (default ``projection.seed_figures()``)."""
     rows = [_row("host rule", "serial (host idle added)",
                  {e: (r[-1].get("serial_ms") or r[-1]["predicted_ms"]) - r[-1]["predicted_ms"] for e, r in central.items()},
                  _host_rule_words(src))]
@@ -421,7 +460,10 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     rows.append(_row("engine version", end, sg, basis))
     end, basis = _bandwidth_words()
     rows.append(_row("bandwidth ratio", end, _moved(src, central, lat, backends, bandwidth="measured"), basis))
-    return rows
+    from ._slow_side import slow_side_row
+    from .projection import seed_figures
+
+    return rows + [slow_side_row(rows, central, seed_figures() if seed is None else seed, tp)]
 
 
 def projection_range(central: dict, table: list[dict], seed: dict | None = None) -> list[dict]:
@@ -438,7 +480,8 @@ def projection_range(central: dict, table: list[dict], seed: dict | None = None)
         lo = sum(min([0.0] + [r[col] for r in rs if r[col] is not None]) for rs in by.values())
         hi = sum(max([0.0] + [r[col] for r in rs if r[col] is not None]) for rs in by.values())
         row = {"who": who, "point_ms": point, "low_ms": point + lo, "high_ms": point + hi, "key": who,
-               "how": "all assumptions together at the ends that shorten (low) or lengthen (high) it: the sum of their moves"}
+               "how": "all assumptions together at the ends that shorten (low) or lengthen (high) it: the sum of their "
+                      "moves; one-sided where no end lengthens a part (table seed_assumptions, row 'slow-side ends')"}
         if who != "gap":
             row.update({"point_tok_s": 1e3 / point, "low_tok_s": 1e3 / row["high_ms"], "high_tok_s": 1e3 / row["low_ms"]})
             if seed and seed.get(who):
