@@ -239,6 +239,26 @@ def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_c
     assert units.ratio_gap(r["sglang"], r["vllm"], 0.0)["verdict"] == "b lower"   # one machine: compare's verdict
 
 
+def test_a_model_that_does_not_fit_one_gpu_gets_a_per_gpu_time_and_no_single_stream_rate():
+    """h200x1-ref's Kimi-K2.5 predictions are one GPU's compute time of a model one H200 cannot hold: chapter 05 says
+    so with the GPUs its weights need (roofline.weights_on_gpus), states no tok/s for it, and says the table's two
+    predictions come from two machines."""
+    from servebook.bench.seed import say_prediction_tok_s
+    from servebook.profile import findings
+    from servebook.roofline import weights_on_gpus
+
+    store = RunStore(REF)
+    need = weights_on_gpus("kimi-k2.5", "card", "h200")["gpus_to_hold"]
+    assert need > 1
+    said = [re.sub(r"<[^>]+>", "", x) for x in findings(store) + say_prediction_tok_s(store)]
+    kimi = [x for x in said if x.startswith("- kimi-k2.5")]
+    assert len(kimi) == 4 and all("per-GPU compute time only" in x and f"the model does not fit one GPU (needs {need}:" in x
+                                  and "tok/s" not in x for x in kimi)
+    machines = sorted({p["machine"] for p in store.rows("prediction_check") if p.get("predicted_ms")})
+    two = [x for x in said if x.startswith("- The predictions above come from two machines")]
+    assert len(machines) == 2 and len(two) == 1 and all(f"`{m}`" in two[0] for m in machines)
+
+
 def test_a_profiles_only_run_says_what_it_is_where_a_book_would_say_nothing_was_measured(tmp_path):
     """Chapter 06's check-yourself, its "Run this yourself" command and the index's software line of a run of profiles
     only: what the run is and how it was made, not "chapters 03 to 05 recorded no measurement" or `servebook book`."""
