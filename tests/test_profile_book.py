@@ -94,6 +94,14 @@ def test_servebook_html_renders_the_reference_run_without_refresh(tmp_path):
     assert "None — None CPUs" not in page06 and "not in this run's manifest (a run of profiles only" in page06  # "This run"
     found = page06.split("What we found", 1)[-1]
     assert "No benchmark was recorded in this run" not in found and "No client benchmark in this run (a run of profiles only)" in found
+    # no template residue: the host's versions not recorded (not "None"), and no section over nothing recorded
+    host = re.search(r"Host: [^\n]*", page06).group(0)
+    assert "None" not in host and "not probed" not in host
+    assert "driver, CUDA and NCCL not recorded in this run" in page06 and "not probed" not in page06
+    for gone in ("Root causes", "What each engine picks, and why", "The fastest backend against the default",
+                 "NCCL for decode-sized all-reduces", "The seed case in numbers", "Recommended launch commands"):
+        assert f"{gone}¶" not in page06 and gone in page06.split("Left out of this page:", 1)[1]
+    assert "A run of profiles only (servebook profile run) records none of what they read" in page06
 
 
 def test_each_line_is_one_engine_configuration_of_one_card(tmp_path):
