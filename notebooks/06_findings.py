@@ -96,7 +96,7 @@ else:
     display(Markdown("**Verdict:** no decode-step profile in this run (chapter 05 records one where the engine has a profiler "
                      "endpoint), so this chapter can say how fast each configuration was, not where its time went."))
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # ## Root causes
 # Why the engine chose what it chose, from chapter 02's what-if answers: the rule that wrote the choice
 # (file:line in the engine's code), the engine's own answers to the hardware helpers on the path to it,
@@ -106,7 +106,7 @@ else:
 # says which measurement on the real host settles it. Chapter 01's verdict on each helper answer is shown
 # as context, not as evidence. Stored as the table `root_causes`; the launch to try first forces the missed backend.
 
-# %%
+# %% tags=["not-for-profiles"]
 from servebook.selection.rootcause import record_root_causes
 
 causes = record_root_causes(store)
@@ -170,41 +170,41 @@ show("01")
 # The capability and the links are the two facts every later decision depends on: the engines
 # branch on the first, all-reduce latency depends on the second.
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # ## What each engine picks, and why
 
-# %%
+# %% tags=["not-for-profiles"]
 sel = pd.DataFrame(f.selection)
 display(sel[[c for c in ["case", "engine", "version", "model", "gpu", "backend", "method", "where", "kinds", "sites"] if c in sel]]
         if len(sel) else Markdown("_No selection recorded._"))
 show("02")
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # `where` is the line of the engine's code that wrote the choice; `kinds` says whether the conditions
 # on the way were about the hardware, the model, an installed kernel library or a user flag.
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # ## The fastest backend against the default
 
-# %%
+# %% tags=["not-for-profiles"]
 bk = pd.DataFrame(f.backends)
 display(bk[[c for c in ["engine", "tried", "correct", "server_starts", "best", "best_tok_s", "best_ci95", "default_reported", "default_tok_s",
                         "default_ci95", "change_supported"] if c in bk]] if len(bk) else Markdown("_No backend was forced._"))
 show_corrections(store, "backends", "backends_preflight", "backends_not_run")  # rows changed after they were recorded
 show("03")
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # `tried` and `correct` count configurations (a backend, forced or the default, in one mode); `server_starts` counts the
 # server starts they took. `change_supported` is true only when the fastest backend's interval lies wholly above the
 # default's and its greedy output agreed with the default's.
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # ## NCCL for decode-sized all-reduces
 
-# %%
+# %% tags=["not-for-profiles"]
 show("04")
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # The prediction multiplies the measured latency by the all-reduces a token makes in its layers (two per layer; a whole
 # model's count, read in the engines' code, adds the embedding's all-reduce and the logits' all-gather: the what-if
 # book's table `seed_collectives`);
@@ -224,10 +224,10 @@ show("05")
 # `pct_of_roofline` compares single-stream decode with the bandwidth bound: every token reads every
 # active weight once, so it cannot beat bytes per token / memory bandwidth.
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # ## The seed case in numbers
 
-# %%
+# %% tags=["not-for-profiles"]
 # The seed's figures, tagged (servebook.stated): its profile's compute capability and its tensor-parallel size
 from servebook.profiles import load_profile
 from servebook.stated import q, seed_case
@@ -246,7 +246,7 @@ Markdown("Shown in the what-if book of the seed case. Each category of the H200 
          "what the host's time per step adds beyond the projected GPU time (not chapter 05's \"gpu idle\", the time inside a "
          "profiled step when no kernel runs).")
 
-# %%
+# %% tags=["not-for-profiles"]
 if seed_rows:
     display(sbseed.projection_frame(seed_rows))
     display(pd.DataFrame(seed_tabs["seed_range"])[[c for c in ["who", "point_ms", "low_ms", "high_ms", "point_tok_s", "low_tok_s",
@@ -256,14 +256,14 @@ if seed_rows:
 else:
     print("not the seed case's what-if book: no projection here")
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # ### The evidence: the profile run's decode-step profiles
 # The projection's inputs as the profile run recorded them (`servebook.profile.seed.REFERENCE_PROFILE_RUN`, named below;
 # the rows the projection uses are shown here; its own book, of profiles only, has chapters 05 and 06): the slices each engine's projection subtracts (one MoE layer =
 # the deeper slice minus the shallower one over the MoE layers between them, both taken on one machine), their kernel time per decode step by category ("gpu idle": the time inside a profiled step
 # when no kernel runs), the whole-model checks of the host rule, and each slice's longest kernels in its trace excerpt.
 
-# %%
+# %% tags=["not-for-profiles"]
 from servebook.profile.evidence import reference_evidence
 
 if seed_rows:
@@ -275,59 +275,59 @@ if seed_rows:
     display(pd.DataFrame(_ev["kernels"]))
     print("\n".join(_ev["notes"]))
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # The assumptions, each moved alone to its end (the others central): how many ms per token it adds to (or takes from) each
 # engine and the gap (SGLang minus vLLM). The range above is all of them together. Table `seed_assumptions`.
 
-# %%
+# %% tags=["not-for-profiles"]
 pd.DataFrame(seed_tabs["seed_assumptions"])[["assumption", "end", "sglang_ms", "vllm_ms", "gap_ms", "basis"]].round(3) if seed_rows else None
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # Communication per engine (table `seed_comm`): the collectives per token (the sites in table `seed_collectives`, read in each
 # engine's code), each engine's all-reduce latency range by the NCCL environment it ran with in the seed, the latency at which
 # the projection meets the seed's rate, and the latency the seed's own all-reduce share implies.
 
-# %%
+# %% tags=["not-for-profiles"]
 if seed_rows:
     display(pd.DataFrame(seed_tabs["seed_comm"])[[c for c in ["engine", "env", "collectives", "low_us", "central_us", "high_us",
                                                               "low_ms", "central_ms", "high_ms", "matching_us", "implied_us",
                                                               "published_high_us"] if c in pd.DataFrame(seed_tabs["seed_comm"])]].round(2))
     display(pd.DataFrame(seed_tabs["seed_collectives"])[["engine", "site", "kind", "per", "count", "message_bytes", "where"]])
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # Each engine's projected rate against one all-reduce's latency (every other part at its central value), the seed's two rates
 # marked: where each engine's line crosses its seed rate is the latency at which the projection meets it (table
 # `seed_latency_sweep`).
 
-# %%
+# %% tags=["not-for-profiles"]
 if seed_rows:
     sbseed.plot_latency_sweep(seed_tabs, _seed)
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # The Triton MLA decode kernel's launch on the seed's GPUs against the H200, read in each version's code (table
 # `seed_attention_12`): block sizes, warps, stages, and how the KV split count is decided.
 
-# %%
+# %% tags=["not-for-profiles"]
 pd.DataFrame(seed_tabs["seed_attention_12"])[["engine", "version", "role", "block_n", "block_h", "block_dmodel", "block_dpe",
                                               "num_warps", "num_stages", "capability_key", "split_cap_9_0", "split_cap_12_0",
                                               "splits", "where"]] if seed_rows else None
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # Candidate changes, ranked by their expected gain (the middle of each change's range; a flag or environment change before one
 # that needs another version at equal gain); each is a prediction with the command that checks it on the real host.
 
-# %%
+# %% tags=["not-for-profiles"]
 pd.DataFrame(seed_fixes)[[c for c in ["engine", "change", "expected_gain_ms", "gain_low_ms", "gain_high_ms", "gain_tok_s", "label",
                                       "kind", "check_command", "range_basis", "note"] if c in pd.DataFrame(seed_fixes)]].round(2) if seed_fixes else "no candidate changes: not the seed case"
 
-# %% [markdown]
+# %% [markdown] tags=["not-for-profiles"]
 # ## Recommended launch commands
 
-# %%
+# %% tags=["not-for-profiles"]
 Markdown("\n\n".join(f"**{lc['engine']}**\n\n```\n{lc['command']}\n```\n\n" + "\n".join(f"- {w}" for w in lc["why"])
                      for lc in f.launch) or "No engine was studied in this run, so there is nothing to recommend.")
 
-# %%
+# %% tags=["not-for-profiles"]
 Markdown(f"This is a what-if run on the `{params['profile']}` profile: nothing was measured, so a launch above is a hypothesis "
          "to try first on the real host (it comes from the root causes above), not a measured recommendation; chapter 03 run "
          "there settles it." if params.get("profile") else

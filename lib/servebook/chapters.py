@@ -136,7 +136,10 @@ def _execute(chapter: Chapter, declared: dict, values: dict, extra: dict, store:
     source = executed_dir / f"{chapter.stem}.source.ipynb"
     target = executed_dir / f"{chapter.stem}.ipynb"
     partial = partial_notebook(executed_dir, chapter.stem)  # papermill writes here; moved over ``target`` when it ends
-    nbformat.write(_with_setup(_select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile")))), source)
+    from .profile.book import leave_out_for_profiles
+
+    nb = _select_cells(_read_notebook(chapter.source), whatif=bool(values.get("profile")))
+    nbformat.write(_with_setup(leave_out_for_profiles(nb, store.path)), source)   # a run of profiles only: no empty sections
     given = {"run_dir": run_dir_arg or str(store.path.resolve()), **values, **extra}
     parameters = {k: v for k, v in given.items() if k in declared}
     failures_before = measured.failures_so_far(store)

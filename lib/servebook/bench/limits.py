@@ -265,24 +265,42 @@ def inprocess_breakdown(store, model_dir, roof, single_cfg, single_df, engines, 
                          for _, rows in breakdowns(store) for r in rows])
 
 
+_BEYOND = "time beyond the two floors"   # the page's name of time_breakdown's "unexplained" part (its stored name)
+
+
+def _part_said(part: str) -> str:
+    """A part's name on the page: the remainder after the bandwidth and communication floors is named for what it is
+    (the table keeps ``roofline.time_breakdown``'s "unexplained ..."), so it is not read as chapter 06's projection's."""
+    return _BEYOND + part[len("unexplained"):] if part.startswith("unexplained") else part
+
+
 def say_breakdown(store) -> list[str]:
-    """Per label of ``bench_breakdown``: the time per token, its largest part named from the table, and each part."""
+    """Per label of ``bench_breakdown``: the time per token, its largest part named from the table, and each part. The
+    seed's rows say that the time beyond the two floors is not the what-if projection's remainder, and give the seed's
+    all-reduce share in the format chapter 06 gives it (``profile.verdict``: one decimal)."""
     from ..stated import q, seed_case
 
     lines = []
     for label, parts in breakdowns(store):
         top = max(parts, key=lambda r: r["ms_per_token"])
         total = sum(r["ms_per_token"] for r in parts)
-        text = (f"- {label}: {q('breakdown_total_ms', total, '.2f', of=label)} ms per token, of which the largest part is {top['part']} "
+        text = (f"- {label}: {q('breakdown_total_ms', total, '.2f', of=label)} ms per token, of which the largest part is "
+                f"{'the ' * top['part'].startswith('unexplained')}{_part_said(top['part'])} "
                 f"({q('breakdown_share', top['share'], '.0%', of=label + ' | ' + top['part'])}); "
-                + ", ".join(f"{r['part'].split(' (')[0]} {q('breakdown_ms', r['ms_per_token'], '.2f', of=label + ' | ' + r['part'])} ms"
+                + ", ".join(f"{_part_said(r['part']).split(' (')[0]} {q('breakdown_ms', r['ms_per_token'], '.2f', of=label + ' | ' + r['part'])} ms"
                             for r in parts if r["ms_per_token"]) + ".")
-        if "reported by the seed" in label and "sglang" in label and top["part"].startswith("unexplained"):
-            share = seed_case().get("allreduce_share_of_sglang_decode")
-            text += (" The unexplained part is what is left after the two floors, not a measured part; the communication floor "
-                     "counts all-reduce at the latency named above, not the seed's own PCIe all-reduce, which its profile puts at "
-                     + (f"{q('seed_allreduce_share', share, '.0%')} of SGLang's decode time" if share is not None else "an unknown share")
-                     + " (data/reference/seed-case.json): this split cannot separate that from the rest of the remainder.")
+        if "reported by the seed" in label and any(r["part"].startswith("unexplained") for r in parts):
+            text += (f" The {_BEYOND} is what is left of the seed's time after the bandwidth and communication floors, not "
+                     "a measured part, and not the projection's remainder (the seed's time less the time projected from "
+                     "decode-step profiles), which chapter 06 of the what-if book states")
+            if "sglang" in label:
+                share = seed_case().get("allreduce_share_of_sglang_decode")
+                text += ("; the communication floor counts all-reduce at the latency named above, not the seed's own PCIe "
+                         "all-reduce, which its profile puts at "
+                         + (f"{q('seed_allreduce_share', share, '.1%')} of SGLang's decode time" if share is not None
+                            else "an unknown share")
+                         + " (data/reference/seed-case.json): this split cannot separate that from the rest of it")
+            text += "."
         lines.append(text)
     return lines
 

@@ -146,18 +146,27 @@ def _seed_lines(seed_model: str, seed_profile: str, seed_tp: int, *, arch: dict,
 
 def say_prediction_tok_s(store) -> list[str]:
     """The full-model predictions of ``prediction_check`` in tok/s (1000 / predicted ms per token), with the interval's
-    ends, tagged; the measured rate beside it where the whole model ran."""
+    ends, tagged; the measured rate beside it where the whole model ran. A model that does not fit one GPU
+    (``profile.chapter.weights_need``) gets no rate: its prediction is one GPU's compute time, and the GPUs it needs."""
+    from ..profile.chapter import not_on_one_gpu, weights_need
     from ..profile.tables import prediction_subject
     from ..stated import q
 
-    lines = []
+    lines, devices = [], [r.get("device") for r in store.rows("memory_bandwidth")]
     for p in store.rows("prediction_check"):
         if not p.get("predicted_ms"):
             continue
         subject = prediction_subject(p)
         lo, hi = p.get("low_ms"), p.get("high_ms")
         unit = f", recording unit `{p['unit']}`" if p.get("unit") and subject.endswith(f" | {p['unit']}") else ""
-        text = (f"- {p['card']} with {p['engine']} ({p['backend']}, {p.get('quant', 'bf16')}{unit}): predicted "
+        head = f"- {p['card']} with {p['engine']} ({p['backend']}, {p.get('quant', 'bf16')}{unit})"
+        need = None if p.get("measured_ms") else weights_need(p, devices)
+        if need and need["gpus_to_hold"] > 1:   # one GPU's compute time of a model one GPU cannot hold: no rate
+            lines.append(f"{head}: per-GPU compute time only, {q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} "
+                         "ms per token on one GPU with TP=1 and no all-reduce (predicted above from the two slices' profiles); "
+                         + not_on_one_gpu(p, need) + ".")
+            continue
+        text = (f"{head}: predicted "
                 f"{q('predicted_tok_s', 1e3 / p['predicted_ms'], ',.0f', of=subject)} tok/s single stream")
         if lo and hi:   # ends that round to one whole rate are given to a tenth
             f = ",.0f" if round(1e3 / hi) != round(1e3 / lo) else ",.1f"

@@ -66,9 +66,14 @@ def _host_text(h: dict, tagged: bool = True) -> str:
     p2p = f" ({q('p2p_gbs', h['p2p_gbs'], '.0f', of='max')} GB/s measured peer copies)" if h.get("p2p_gbs") else ""
 
     cap = (f"compute capability {q('host_capability', h.get('capability'))} ({h.get('family')})" if h.get("capability")
-           else "compute capability not probed in this run")
-    return (f"{q('host_gpu_count', h.get('gpu_count'), 'd')} x {h['gpu']}, {cap}{links}{p2p}; "
-            f"driver {h.get('driver')}, CUDA {q('host_cuda', h['cuda'], of='host') if h.get('cuda') is not None else None}, NCCL {h.get('nccl')}")
+           else "compute capability not recorded in this run")
+    sw = {"driver": h.get("driver"), "CUDA": q("host_cuda", h["cuda"], of="host") if h.get("cuda") is not None else None,
+          "NCCL": h.get("nccl")}
+    said = ", ".join(f"{k} {v}" for k, v in sw.items() if v is not None)   # a version not recorded is said so, never "None"
+    lack = [k for k, v in sw.items() if v is None]
+    return (f"{q('host_gpu_count', h.get('gpu_count'), 'd')} x {h['gpu']}, {cap}{links}{p2p}; " + said
+            + ("; " if said and lack else "") + (" and ".join([", ".join(lack[:-1]), lack[-1]] if len(lack) > 1 else lack)
+                                                 + " not recorded in this run" if lack else ""))
 
 
 def _claims(f: Findings, store: RunStore) -> list[Claim]:

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CHAPTERS", "profiles_only", "served_by_profiles", "html_plan", "not_run_line", "profiled_host"]
+__all__ = ["CHAPTERS", "profiles_only", "served_by_profiles", "html_plan", "not_run_line", "profiled_host", "NOT_FOR_PROFILES",
+           "leave_out_for_profiles"]
 
 # the chapters that read a profile run's tables (executed with measure=False by ``servebook html``)
 CHAPTERS = ("05", "06")
+# the tag of chapter 06's cells that read what only a book's chapters 01 to 04 or the seed's what-if record (root causes,
+# selection, forced backends, NCCL, the seed case, launch commands): left out of a run of profiles only
+NOT_FOR_PROFILES = "not-for-profiles"
 # what fills each chapter a profile run has no page of: the chapter's own measurement on a GPU host
 _FILLS = {
     "01": "the host's probe (GPUs, links, engines): `servebook book --run-id ID` on the GPU host",
@@ -94,3 +98,24 @@ def profiled_host(store) -> dict:
             "machines": sorted({r.get("machine") for r in rows if r.get("machine")}),
             "engines": [{"engine": e, "version": v, "status": "ok", "source": "profile_runs"} for e, v in engines],
             "model": model or None, "date": min((str(r.get("recorded_at")) for r in rows if r.get("recorded_at")), default=None)}
+
+
+def leave_out_for_profiles(nb, run_dir):
+    """``nb`` (a chapter's notebook, before execution) without its cells tagged ``NOT_FOR_PROFILES`` where ``run_dir``
+    is a run of profiles only (their sections would each be a heading over "nothing recorded"), one markdown line in
+    place of the first naming the sections left out and why; ``nb`` as is for any other run."""
+    import nbformat
+
+    tagged = [i for i, c in enumerate(nb.cells) if NOT_FOR_PROFILES in c.metadata.get("tags", [])]
+    if not tagged or not profiles_only(run_dir):
+        return nb
+    heads = [c.source.lstrip("# ").splitlines()[0] for c in (nb.cells[i] for i in tagged)
+             if c.cell_type == "markdown" and c.source.startswith("## ")]
+    line = nbformat.v4.new_markdown_cell(
+        "Left out of this page: " + "; ".join(f"*{h}*" for h in heads) + ". A run of profiles only (`servebook profile "
+        "run`) records none of what they read (chapters 01 to 04 of a book on the GPU host, or the seed case's what-if "
+        "book); the index names what fills each chapter.", metadata={"tags": ["sb-left-out"]})
+    keep = [c for i, c in enumerate(nb.cells) if i not in tagged]
+    keep.insert(tagged[0], line)
+    nb.cells = keep
+    return nb

@@ -16,7 +16,7 @@ from .kernels import CATEGORIES, rules_table
 from .tables import latest_breakdown, latest_ok, prediction_rows, prediction_subject, starts_of
 
 __all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "show_breakdown", "prediction_table", "findings", "record_inprocess",
-           "where_time_goes"]
+           "where_time_goes", "weights_need", "not_on_one_gpu"]
 
 
 def record_inprocess(store, model_dir, depths, *, steps: int, card: str = "embedded", say=print) -> list[dict]:
@@ -177,13 +177,32 @@ _PREDICTION_COLS = ["card", "engine", "backend", "quant", "unit", "layers_measur
 
 def prediction_table(t: dict):
     """``prediction_check`` as the chapter shows it, with the predicted time also in tok/s (``predicted_tok_s``, 1000 /
-    ``predicted_ms``; a display column, not stored), or a sentence when no two slice depths were profiled."""
+    ``predicted_ms``; a display column, not stored; none for a model that does not fit one GPU, ``weights_need``: its
+    time is one GPU's compute, no rate it is served at), or a sentence when no two slice depths were profiled."""
     p = t["predictions"]
     if not len(p):
         return "no two slice depths profiled: no prediction"
+    devices = [r.get("device") for r in t["bandwidth"].to_dict("records")] if len(t["bandwidth"]) else []
+    fits = [(weights_need(r, devices) or {}).get("gpus_to_hold", 1) <= 1 for r in p.to_dict("records")]
     p = p[[c for c in _PREDICTION_COLS if c in p]].copy()
-    p.insert(p.columns.get_loc("predicted_ms") + 1, "predicted_tok_s", [1e3 / x if x else None for x in p["predicted_ms"]])
+    p.insert(p.columns.get_loc("predicted_ms") + 1, "predicted_tok_s",
+             [1e3 / x if x and ok else None for x, ok in zip(p["predicted_ms"], fits)])
     return p.round(3)
+
+
+def weights_need(p: dict, devices: list) -> dict | None:
+    """``roofline.weights_on_gpus`` for a prediction row's card and quantisation on the GPU its run measured
+    (``devices``: the ``device`` of its memory_bandwidth rows, the last one named; None where no hardware profile
+    matches it or the card is not known), with ``profile`` the hardware profile's name."""
+    from .. import roofline
+    from ..errors import ServebookError
+
+    profile = roofline.gpu_profile_named(next((d for d in reversed(devices) if d), None))
+    try:
+        need = roofline.weights_on_gpus(p["card"], p.get("quant") or "bf16", profile) if profile else None
+    except (ServebookError, KeyError, TypeError, FileNotFoundError):
+        return None
+    return {**need, "profile": profile} if need else None
 
 
 def findings(store) -> list[str]:
@@ -208,7 +227,17 @@ def findings(store) -> list[str]:
         lines.append(f"- {name}: {q('profile_step_ms', r['step_ms'], '.3f', of=r['label'])} ms per profiled step "
                      f"against {q('profile_tpot_ms', r['tpot_ms'], '.3f', of=r['label'])} ms per token without the profiler; "
                      f"the largest parts: {parts}.")
-    lines += [_prediction_line(p, store) for p in store.rows("prediction_check")]
+    preds = store.rows("prediction_check")
+    lines += [_prediction_line(p, store) for p in preds]
+    machines = {p["machine"]: [] for p in preds if p.get("predicted_ms") is not None and p.get("machine")}
+    for p in preds:
+        if p.get("machine") in machines and p.get("predicted_ms") is not None:
+            machines[p["machine"]].append(p["engine"])
+    if len(machines) > 1:   # one table, two machines: its rows are no comparison of the engines
+        lines.append("- The predictions above come from " + ("two" if len(machines) == 2 else str(len(machines)))
+                     + " machines (" + "; ".join(f"`{m}`: {', '.join(dict.fromkeys(e))}" for m, e in machines.items())
+                     + "), each from its own machine's slices and not carried to one: their difference is not the "
+                     "engines'; chapter 06 compares the engines only through each machine's anchor configuration.")
     return lines
 
 
@@ -230,11 +259,14 @@ def _prediction_line(p: dict, store) -> str:
                 "(one machine) settle it.")
     prof = {r["label"]: r for r in latest_ok(store.rows("profile_runs"))}
     used = [prof.get(lab) for lab in (p.get("from_labels") or [])[:2]]
-    text = (f"{head}: predicted from the "
+    need = None if p.get("measured_ms") is not None else weights_need(p, [r.get("device") for r in store.rows("memory_bandwidth")])
+    text = (f"{head}: {'per-GPU compute time only, ' if need and need['gpus_to_hold'] > 1 else ''}predicted from the "
             f"{q('prediction_layers', p['layers_measured'], of=subject + ' | measured')}-layer slices "
             f"{q('predicted_ms', p['predicted_ms'], '.3f', of=subject)} ms per token for all "
             f"{q('prediction_layers', p['full_layers'], 'd', of=subject + ' | full')} layers, on one GPU as the slices ran "
             "(`servebook profile run` starts each server on one GPU: no tensor parallelism, so no all-reduce term)")
+    if need and need["gpus_to_hold"] > 1:
+        text += "; " + not_on_one_gpu(p, need)
     if p.get("measured_ms") is not None:
         text += (f"; measured {q('measured_full_ms', p['measured_ms'], '.3f', of=subject)} ms, error "
                  f"{q('prediction_error_pct', p['error_pct'], '+.1f', of=subject)}%"
@@ -248,6 +280,18 @@ def _prediction_line(p: dict, store) -> str:
     if any(u is not None and u.get("quant", "bf16") != quant for u in used):
         text += "; its shallower slice holds no routed expert, so its bf16 profile stands for the quantised card's"
     return text + _unit_words(p, used) + "."
+
+
+def not_on_one_gpu(p: dict, need: dict) -> str:
+    """Why a prediction of a model that does not fit one GPU is no served rate, the GPUs its weights need tagged."""
+    from ..stated import q
+
+    of = f"{p['card']} | {p.get('quant') or 'bf16'} | {need['profile']}"
+    return (f"the model does not fit one GPU (needs {q('full_model_weights', need['gpus_to_hold'], 'd', of=of + ' | gpus_to_hold')}: "
+            f"its weights, {q('full_model_weights', need['weights_gib'], ',.0f', of=of + ' | weights_gib')} GiB, on GPUs of "
+            f"{q('full_model_weights', need['gpu_memory_gib'], 'g', of=of + ' | gpu_memory_gib')} GiB), so no single-stream "
+            "rate is predicted: tensor-parallel over them, each GPU reads its share of the bytes and every layer adds "
+            "all-reduces (chapter 04's floor), which this time does not include")
 
 
 def _unit_words(p: dict, used: list) -> str:

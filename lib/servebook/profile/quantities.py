@@ -380,3 +380,31 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
 ]
 
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)
+
+
+def _carry_spread(store, field_: str) -> dict:
+    """The carry's per-category spread (``units.carry_spread``) and the margin it widens (``units.ratio_gap``)."""
+    from .ranges import SEED_BACKENDS
+    from .units import carry_spread, deepest_ratios, ratio_gap
+
+    sp = carry_spread(store, SEED_BACKENDS)
+    if sp is None:
+        return {}
+    if field_ == "factors":
+        return dict(sp["factors"])
+    r = deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS)
+    gap = ratio_gap(*r.values(), sp["spread_pct"]) if len(r) == 2 else {}
+    return {"engines": sp["spread_pct"] if field_ == "spread_pct" else gap.get(field_)}
+
+
+register(
+    Quantity("carry_spread_pct", "where the engines' slices come from two machines, the max - min (in %) of the anchor "
+             "configuration's per-kernel-category factors between them (engines; units.carry_spread)",
+             lambda store: _carry_spread(store, "spread_pct"), tables=("profile_runs", "decode_breakdown")),
+    Quantity("carry_category_factor", "a kernel category's time in the anchor configuration on the second engine's machine "
+             "over the first's (category; units.carry_spread)", lambda store: _carry_spread(store, "factors"),
+             tables=("profile_runs", "decode_breakdown")),
+    Quantity("reference_ratio_widened_pct", "the engines' margin widened by the carry's per-category spread, % of the "
+             "mean of the two ratios (engines; units.ratio_gap)", lambda store: _carry_spread(store, "widened_pct"),
+             tables=("profile_runs", "decode_breakdown")),
+)

@@ -34,9 +34,10 @@ from ..errors import ServebookError
 from .ladders import RULE, ladder_units, linearity_key, unit_of
 from .kernels import trace_slug
 from .machines import MachineMismatch, relative_to_reference
+from .tables import latest_ok
 
 __all__ = ["LADDER_PLANS", "UNIT_TABLES", "merge_unit", "on_anchor_machine", "OnAnchor", "labels_on_two_machines", "ratio_gap",
-           "units_markdown", "anchor_times", "deepest_ratios", "common_depth", "other_units"]
+           "units_markdown", "anchor_times", "deepest_ratios", "common_depth", "other_units", "carry_spread"]
 
 # the committed plan that records each engine's INT4 depth ladder on the H200 (tools/gpu-stage/, issue #39)
 LADDER_PLANS = {"sglang": "tools/gpu-stage/ref-plan.json", "vllm": "tools/gpu-stage/ref-plan-vllm.json"}
@@ -193,7 +194,6 @@ def anchor_times(profiles) -> dict:
     ``reference`` (two units of one lent machine are not pooled). The one computation both the carry factor
     (``on_anchor_machine``: the anchor unit's time / the other unit's) and chapter 06's ratio (``deepest_ratios``: a
     slice's time / its own unit's) read, so a carried time over the anchor equals the page's ratio."""
-    from .tables import latest_ok
 
     by: dict = {}
     for p in latest_ok(profiles):
@@ -208,7 +208,6 @@ def deepest_ratios(profiles, backends: dict) -> dict:
     12 MoE layers against another's 4), all of the one unit its ladder is read from (``ladders``), its GPU busy
     time over its own unit's anchor time (``anchor_times``); an engine whose unit measured no anchor configuration, or
     without such a slice, is left out."""
-    from .tables import latest_ok
 
     per, prof, out = anchor_times(profiles), latest_ok(profiles), {}
     depth = common_depth(prof, backends)
@@ -303,8 +302,6 @@ def units_markdown(store) -> str:
     configuration (``relative_to_reference``, decided by ``starts.compare``)."""
     from ..engines import prose_name
     from .ranges import SEED_BACKENDS
-    from .starts import compare
-    from .tables import latest_ok
 
     prof = latest_ok(store.rows("profile_runs"))
     # a recording of units: every row names its machine and the run holds the anchor configuration (a live book's
@@ -336,7 +333,7 @@ def units_markdown(store) -> str:
     if len(deep) == 2 and all(deep.values()):
         depth = common_depth(prof, {e: ps[0]["backend"] for e, ps in deep.items()})
         deep = {e: _deepest_starts(prof, e, ps[0]["backend"], depth) for e, ps in deep.items()}
-        lines.append(_engines_line(prof, deep, compare, depth))
+        lines.append(_engines_line(prof, deep, depth, carry_spread(store, {e: ps[0]["backend"] for e, ps in deep.items()})))
     return "\n".join(lines)
 
 
@@ -372,7 +369,6 @@ def other_units(profiles, backends: dict) -> list[dict]:
     depth it shares with the unit read and ``ratio`` / ``read_ratio`` each unit's slice there over its own unit's anchor,
     mean over that unit's starts (None where no depth is shared or a unit measured no anchor). Evidence, never pooled."""
     from .linearity import moe_layers_of
-    from .tables import latest_ok
 
     prof, per, out = latest_ok(profiles), anchor_times(profiles), []
     for eng, be in backends.items():
@@ -405,19 +401,68 @@ def _other_unit_line(o: dict, steps: list[dict], lin: list[dict]) -> str:
             f"`{o['read_run_id']}`.")
 
 
-def ratio_gap(ra, rb) -> dict:
+def ratio_gap(ra, rb, spread_pct: float = 0.0) -> dict:
     """The engines' reference ratios' difference and the margin ``starts.compare`` decides it against, each in % of the
-    mean of the two means (``diff_pct``: absolute; ``margin_pct``), so a verdict at the margin's edge reads as one."""
+    mean of the two means (``diff_pct``: absolute; ``margin_pct``), so a verdict at the margin's edge reads as one; with
+    ``spread_pct`` (``carry_spread``: the ratios come from two machines) the margin widened by it (``widened_pct``), and
+    a difference within that is ``verdict`` "not decided" (compare's own verdict kept as ``compared``)."""
     from .starts import compare
 
     c = compare(ra, rb)
     mid = (c["a_mean"] + c["b_mean"]) / 2
-    return {"diff_pct": 100 * abs(c["diff"]) / mid, "margin_pct": 100 * c["margin"] / mid, "verdict": c["verdict"]}
+    out = {"diff_pct": 100 * abs(c["diff"]) / mid, "margin_pct": 100 * c["margin"] / mid, "compared": c["verdict"]}
+    out["widened_pct"] = out["margin_pct"] + spread_pct
+    out["verdict"] = ("not decided" if c["verdict"] in ("a lower", "b lower") and out["diff_pct"] < out["widened_pct"]
+                      else c["verdict"])
+    return out
 
 
-def _engines_line(prof: list[dict], deep: dict, compare, depth: int | None) -> str:
+_CARRY_SHARE = 0.05   # a kernel category counts in the carry's spread from 5% of the anchor's GPU busy time on
+
+
+def carry_spread(store, backends: dict) -> dict | None:
+    """How far "the machines differ by one factor in every kernel" fails, where the engines' deepest slices (those
+    ``deepest_ratios`` reads) come from two machines: the anchor configuration measured on both, per kernel category
+    holding at least 5% of its GPU busy time (table decode_breakdown, GPU idle left out), the category's time on the
+    second engine's unit over the first's, each a mean over that unit's anchor starts. ``{"factors": {category:
+    factor}, "spread_pct": 100 x (max - min) of the factors, "machines": (first, second)}``; None where the slices
+    come from one machine or either unit's anchor has no breakdown."""
+    prof = latest_ok(store.rows("profile_runs"))
+    depth = common_depth(prof, backends)
+    units = [unit_of(ps[0]) for ps in (_deepest_starts(prof, e, b, depth) for e, b in backends.items()) if ps]
+    if len(units) != 2 or units[0][0] == units[1][0]:
+        return None
+    refs = {(p["label"], p.get("taken_at")): unit_of(p) for p in prof if p.get("reference")}
+    per: dict = {u: {} for u in units}
+    for r in store.rows("decode_breakdown"):
+        u = refs.get((r.get("label"), r.get("taken_at")))
+        if u in per and r.get("category") != "gpu idle" and isinstance(r.get("ms_per_step"), (int, float)):
+            per[u].setdefault(r["category"], []).append(r["ms_per_step"])
+    mean = [{k: sum(v) / len(v) for k, v in per[u].items()} for u in units]
+    busy = sum(mean[0].values())
+    factors = {k: mean[1][k] / v for k, v in mean[0].items() if v >= _CARRY_SHARE * busy and mean[1].get(k)}
+    if len(factors) < 2:
+        return None
+    return {"factors": factors, "spread_pct": 100 * (max(factors.values()) - min(factors.values())),
+            "machines": (units[0][0], units[1][0])}
+
+
+def _spread_words(sp: dict, gap: dict) -> str:
+    """The carry's per-category spread and the margin it widens, every figure tagged."""
+    from ..stated import q
+
+    lo, hi = (min(sp["factors"], key=sp["factors"].get), max(sp["factors"], key=sp["factors"].get))
+    return (f", widened by the carry's per-category spread of {q('carry_spread_pct', sp['spread_pct'], '.2f', of='engines')}% "
+            f"to {q('reference_ratio_widened_pct', gap['widened_pct'], '.2f', of='engines')}%: the anchor configuration's "
+            f"kernel categories of at least {_CARRY_SHARE:.0%} of its GPU busy time take from "
+            + " to ".join(f"{q('carry_category_factor', sp['factors'][k], '.3f', of=k)} x ({k})" for k in (lo, hi))
+            + f" on machine `{sp['machines'][1]}` what they take on `{sp['machines'][0]}`")
+
+
+def _engines_line(prof: list[dict], deep: dict, depth: int | None, spread: dict | None = None) -> str:
     """The engines' slices at the deepest depth both have (``depth`` MoE layers), each as a ratio to its own machine's
-    reference configuration, decided by the starts rule over those ratios."""
+    reference configuration, decided by the starts rule over those ratios, its margin widened by ``spread``
+    (``carry_spread``) where they come from two machines."""
     from ..engines import prose_name
     from ..stated import q
 
@@ -429,12 +474,14 @@ def _engines_line(prof: list[dict], deep: dict, compare, depth: int | None) -> s
         return (f"- The engines are not compared: no anchor configuration measured on machine {', '.join(lack)}; a unit "
                 "without its anchor row cannot be compared with other units.")
     (a, ra), (b, rb) = ratio.items()
-    c = compare(ra, rb)
+    # the difference and the margin it was decided against (widened by the carry's spread), in % of the pair's mean
+    gap = ratio_gap(ra, rb, spread["spread_pct"] if spread else 0.0)
     said = {"no difference": "no difference beyond the starts' spread", "undecided": "undecided (one start on a side)",
-            "a lower": f"{prose_name(a)} lower", "b lower": f"{prose_name(b)} lower"}[c["verdict"]]
-    gap = ratio_gap(ra, rb)   # the difference and the margin it was decided against, both in % of the pair's mean
+            "a lower": f"{prose_name(a)} lower", "b lower": f"{prose_name(b)} lower",
+            "not decided": "not decided: within the carry's per-category spread"}[gap["verdict"]]
     said += (f" (they differ by {q('reference_ratio_diff_pct', gap['diff_pct'], '.2f', of='engines')}% of their mean, "
-             f"against a margin of {q('reference_ratio_margin_pct', gap['margin_pct'], '.2f', of='engines')}%)")
+             f"against a margin of {q('reference_ratio_margin_pct', gap['margin_pct'], '.2f', of='engines')}%"
+             + (_spread_words(spread, gap) if spread else "") + ")")
     return (f"- Between the engines, measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
             f", only through each machine's anchor configuration, at the deepest depth both engines have "
             f"({q('reference_ratio_depth', depth, 'd', of='engines')} MoE layers): the slice's GPU busy time is "
@@ -442,5 +489,8 @@ def _engines_line(prof: list[dict], deep: dict, compare, depth: int | None) -> s
                            f"{prose_name(e)} ({q('reference_ratio_starts', len(r), 'd', of=e)} start{'s' * (len(r) != 1)})"
                            for e, r in ratio.items())
             + f": {said}, decided by `servebook.profile.starts.compare` (a difference below the starts rule's equivalence "
-            "margin or the start-to-start spread, whichever is larger, is no difference). That the two machines differ "
-            "by one factor in every kernel is an assumption; both engines profiled in one unit settle it.")
+            "margin or the start-to-start spread, whichever is larger, is no difference"
+            + ("; across two machines, one within that margin plus the carry's per-category spread is not decided"
+               if spread else "") + "). That the two machines differ by one factor in every kernel is an assumption"
+            + ("; the spread above measures how far it fails on the anchor" if spread else "")
+            + "; both engines profiled in one unit settle it.")
