@@ -2,7 +2,7 @@
 assumptions have an end that lengthens the step, the slow-side ends no row models, and where the seed's own rates sit in
 the range (a hypothesis of a common fast bias, with the measurement that settles it).
 
-    slow_side_row(table, central, seed)   # {"assumption": "slow-side ends", "end": "not modelled", moves None, "basis": ...}
+    slow_side_row(table, central, seed, tp, row=_row, projection_range=projection_range)   # {"assumption": "slow-side ends", "end": "not modelled", moves None, "basis": ...}
 
 Its moves are None (nothing is modelled), so ``ranges.projection_range`` leaves the range as the other rows make it.
 """
@@ -30,11 +30,11 @@ def _moves(rows: list[dict]) -> list[float]:
     return [r[c] for r in rows for c in ("sglang_ms", "vllm_ms") if r.get(c) is not None]
 
 
-def slow_side_row(table: list[dict], central: dict, seed: dict | None, tp: int) -> dict:
+def slow_side_row(table: list[dict], central: dict, seed: dict | None, tp: int, *, row, projection_range) -> dict:
     """The row saying the range is one-sided where it is: computed from ``table`` (the assumption rows so far),
-    ``central`` (``{engine: project rows}``) and ``seed`` (the seed's tok/s per engine, ``projection.seed_figures``)."""
+    ``central`` (``{engine: project rows}``) and ``seed`` (the seed's tok/s per engine, ``projection.seed_figures``);
+    ``row`` and ``projection_range``: ranges' own (handed in, so this module imports nothing of ranges)."""
     from ..engines import prose_name
-    from .ranges import _row, projection_range
 
     by: dict = {}
     for r in table:
@@ -68,4 +68,4 @@ def slow_side_row(table: list[dict], central: dict, seed: dict | None, tp: int) 
                   "the slow ends is a hypothesis of a common fast bias of the projection (a slow-side end above, or one not "
                   "listed), not a located cause: a decode-step profile of each engine on the seed's host (each category's "
                   "ms per token against its projected row) settles it")
-    return _row(SLOW_SIDE, "not modelled", {e: None for e in central}, basis.rstrip(". ") + ".")
+    return row(SLOW_SIDE, "not modelled", {e: None for e in central}, basis.rstrip(". ") + ".")

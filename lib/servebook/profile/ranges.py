@@ -463,7 +463,8 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     from ._slow_side import slow_side_row
     from .projection import seed_figures
 
-    return rows + [slow_side_row(rows, central, seed_figures() if seed is None else seed, tp)]
+    return rows + [slow_side_row(rows, central, seed_figures() if seed is None else seed, tp, row=_row,
+                                 projection_range=projection_range)]
 
 
 def projection_range(central: dict, table: list[dict], seed: dict | None = None) -> list[dict]:
