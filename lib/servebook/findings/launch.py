@@ -28,7 +28,10 @@ def _tried(store: RunStore, launch: str) -> str:
     if row is None:
         return ""
     served = served_words(served_alternative(m.group(1)))
-    return f" ({row['note']}" + (f"; {served}" if served else "") + "; the seed verdict ranks it by its expected gain, above)"
+    ranked = row.get("expected_gain_ms") is not None
+    return (f" ({row['note']}" + (f"; {served}" if served else "")
+            + ("; the seed verdict ranks it by its expected gain, above)" if ranked else
+               f"; the seed verdict gives it no expected gain ({row.get('label')}), so it is a check, not a ranked change)"))
 
 
 def ranked_fixes(store: RunStore) -> list[dict]:

@@ -454,7 +454,7 @@ def _spread_words(sp: dict, gap: dict) -> str:
     lo, hi = (min(sp["factors"], key=sp["factors"].get), max(sp["factors"], key=sp["factors"].get))
     return (f", widened by the carry's per-category spread of {q('carry_spread_pct', sp['spread_pct'], '.2f', of='engines')}% "
             f"to {q('reference_ratio_widened_pct', gap['widened_pct'], '.2f', of='engines')}%: the anchor configuration's "
-            f"kernel categories of at least {_CARRY_SHARE:.0%} of its GPU busy time take from "
+            f"kernel categories of at least `{_CARRY_SHARE:.0%}` of its GPU busy time take from "
             + " to ".join(f"{q('carry_category_factor', sp['factors'][k], '.3f', of=k)} x ({k})" for k in (lo, hi))
             + f" on machine `{sp['machines'][1]}` what they take on `{sp['machines'][0]}`")
 
