@@ -215,7 +215,7 @@ def test_chapters_04_and_06_print_one_nccl_tests_command(whatif):
 
     plan.plan_nccl(whatif, _facts(whatif))
     (ch04,) = [r["command"] for r in _rows(whatif, "plan_commands", "04") if "all_reduce_perf" in r["command"]]
-    tables = {t: RunStore(WHATIF).rows(t) for t in ("seed_comm", "seed_fixes")}
+    tables = {t: RunStore(WHATIF).rows(t) for t in ("seed_comm", "seed_fixes", "seed_range", "seed_projection")}
     assert f"`{ch04}`" in _cause(tables)
     rows = RunStore(WHATIF).rows("seed_projection")
     basis = [f["basis"] for f in ranked_fixes(rows) if f["change"].startswith("the seed's NCCL block")]
