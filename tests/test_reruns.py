@@ -152,6 +152,15 @@ def _start_book(root: Path, env: dict) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
+def _slow_kernel(root: Path, env: dict) -> dict:
+    """``env`` whose notebook kernel sleeps 2 s after every cell (an IPython startup file): the embedded chapter 06
+    runs in about 3 s, so without it the chapter could finish between the test seeing it start and the signal."""
+    startup = root / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-slow.py").write_text("import time\nget_ipython().events.register('post_run_cell', lambda *_: time.sleep(2))\n")
+    return {**env, "IPYTHONDIR": str(root / "ipython")}
+
+
 def _when_running(proc: subprocess.Popen, partial: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not partial.exists():
@@ -170,7 +179,7 @@ def test_an_interrupted_chapter_keeps_its_finished_notebook_and_says_interrupted
     partial = run / "notebooks" / "06_findings.partial.ipynb"
 
     for sig, status in ((signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)):
-        proc = _start_book(tmp_path, env)
+        proc = _start_book(tmp_path, _slow_kernel(tmp_path, env))
         _when_running(proc, partial)
         os.kill(proc.pid, sig)
         assert proc.wait(timeout=120) == status, proc.stdout.read()
