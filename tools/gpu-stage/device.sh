@@ -243,10 +243,24 @@ export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k2.5 --layers \$n --weights dummy --quant card --out /tmp/models/kimi-\${n}L-int4 & done; wait"
     fi
     [ -f /tmp/jobs/ref.pid ] && return 0
-    engines_in sglang || { echo "[device.sh] SGLang not unpacked yet"; return 0; }
+    engines_in ${REF_TOGETHER:+both} sglang || { echo "[device.sh] engines not unpacked yet"; return 0; }
     [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     local cache="${TVMFFI_CACHE:-${STAGE_DIR:-.stage}/cache/tvmffi.tgz}"   # carry .stage/cache in the call that starts the job
     [ -n "$DRY" ] || [ ! -f "$cache" ] || { mkdir -p ~/.cache && tar xzf "$cache" -C ~/.cache && echo "[device.sh] SGLang's JIT cache carried in ($cache)"; }
+    # REF_TOGETHER=1: the whole plan in one pass once both engines are in, batches in the plan's order with the engines
+    # mixed (ref-plan-vllm2.json: SGLang's JIT warm-up on a small slice beside vLLM's first starts, which compile too)
+    if [ -n "${REF_TOGETHER:-}" ]; then
+      job ref "cd /tmp/sbtree   # not the tree: the device tool replaces it under a running job (a process whose directory vanished failed to load torch)
+while [ ! -f /tmp/jobs/rmodels.done ]; do sleep 2; done
+export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
+export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
+$P run --plan /tmp/ref-plan.json $runs --budget-gb 150 --ready-timeout 900
+RD=\$(ls -d /tmp/runs/*/$RUN_ID | head -1)
+$P more-starts --plan /tmp/ref-plan.json --run-dir \$RD --decided-pct 5 --out /tmp/ref-more.json
+$P run --plan /tmp/ref-more.json $runs --ready-timeout 600
+du -sh ~/.cache/* 2>/dev/null; (cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz"
+      return 0
+    fi
     job ref "cd /tmp/sbtree   # not the tree: the device tool replaces it under a running job (a process whose directory vanished failed to load torch)
 while [ ! -f /tmp/jobs/rmodels.done ]; do sleep 2; done
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
