@@ -15,7 +15,7 @@ from .client import run_requests
 from .payload import bench_config
 from .prompts import Prompt
 from .saturation import FELL, SATURATION_GROWTH, fell, grew, stop_words, sweep_stalls  # noqa: F401 (the page names bench.runs.SATURATION_GROWTH)
-from .sse import DECODE_TIMED_TO, RequestResult, timed_to, untimed_of
+from .sse import DECODE_TIMED_TO, RequestResult, timed_to, timed_to_words, untimed_of
 from .stats import mean_ci, percentile
 
 __all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
@@ -487,5 +487,4 @@ def _method(r: dict, rule: bool = False) -> str:
     """A measurement's method in words; ``rule``: with the rule that timed its decode (where the two takes differ in it)."""
     said = (f"{r.get('warmup')} warm-up request(s), {r.get('runs')} runs" if r.get("phase") == "single" else
             "each level warmed first" if r.get("level_warmup") else "no warm-up per level")
-    timed = "the last token" if timed_to(r) == DECODE_TIMED_TO else "the stream's end"
-    return said + (f", decode timed to {timed}" if rule else "")
+    return said + (f", decode timed to {timed_to_words(r)}" if rule else "")

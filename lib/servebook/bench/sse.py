@@ -31,7 +31,7 @@ from .stats import percentile
 from .transport import RawStream
 
 __all__ = ["RequestResult", "finish", "split_events", "untimed_of", "implausible", "MIN_READ_GAPS", "ONE_GAP_MAX_TOK_S",
-           "DECODE_TIMED_TO", "EARLIER_RULE", "timed_to"]
+           "DECODE_TIMED_TO", "EARLIER_RULE", "timed_to", "timed_to_words"]
 
 # Which read ends a request's decode interval: the last that carried tokens. Until session 17 it was the stream's end, so
 # a server writing [DONE] (or a usage-only event) well after its last token had that wait timed as decoding. A row says
@@ -44,6 +44,11 @@ def timed_to(row: dict) -> str:
     """The rule that timed a row's decode rate (a request row, a ``bench_summary`` row): ``DECODE_TIMED_TO``, or
     ``EARLIER_RULE`` for a row recorded before rows said which."""
     return row.get("decode_timed_to") or EARLIER_RULE
+
+
+def timed_to_words(row: dict) -> str:
+    """:func:`timed_to` in the book's words: "the last token" or "the stream's end"."""
+    return "the last token" if timed_to(row) == DECODE_TIMED_TO else "the stream's end"
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..bench.sse import DECODE_TIMED_TO, timed_to
+from ..bench.sse import timed_to, timed_to_words
 from ..paths import data_dir
 from ..results import RunStore
 
@@ -196,9 +196,8 @@ def e2e_rows(store: RunStore, pred_here=None, layers: int | None = None) -> list
         ref = next((x for x in rows if x.get("engine") == r.get("engine") and x.get("tp") == r.get("tp") and x.get("setting") == vs), None)
         apart = None
         if ref is not None and timed_to(r) != timed_to(ref):
-            said = {True: "the last token", False: "the stream's end"}
-            apart = (f"not compared with {vs}: that row's decode was timed to {said[timed_to(ref) == DECODE_TIMED_TO]}, this "
-                     f"one's to {said[timed_to(r) == DECODE_TIMED_TO]} (two rules are never compared); measure both settings "
+            apart = (f"not compared with {vs}: that row's decode was timed to {timed_to_words(ref)}, this "
+                     f"one's to {timed_to_words(r)} (two rules are never compared); measure both settings "
                      "again in one execution")
             ref = None
         pred = None
