@@ -163,13 +163,7 @@ _LIST = [
        "all-reduce is a few kB, so latency decides."),
     _t("seed-block", "seed block (the seed's NCCL block)", "SEED_BLOCK"),  # filled from servebook.nccl.e2e.SEED_ENV
     _t("host-rule", "host rule", "HOST_RULE"),  # filled from servebook.profile.predict.HOST_RULES
-    _t("starts-rule", "starts rule, equivalence margin, start-to-start spread",
-       "How the reference recording decides between two profiled configurations (<code>servebook.profile.starts</code>): 2 "
-       "server starts for slices of 4 or more MoE layers, 3 for shallower ones, one more (at most 4) where the first two differ "
-       "by more than the difference being decided. The <em>start-to-start spread</em> of a configuration is its largest minus "
-       "its smallest per-start value; the <em>equivalence margin</em> is the larger of 2% of the mean and that spread, and a "
-       "difference below it is &ldquo;no difference&rdquo;. Not the <a href=\"#restart-spread\">restart spread</a>, which "
-       "compares served rates by their 95% intervals over starts."),
+    _t("starts-rule", "starts rule, equivalence margin, start-to-start spread", "STARTS_RULE"),  # from servebook.profile.starts
     _t("kv-splits", "KV splits (split grid)",
        "A decode attention kernel with one query per sequence splits the sequence's KV cache into chunks, each read by its "
        "own thread block, and a second kernel combines the partial results; the number of chunks is the split count, and "
@@ -244,7 +238,21 @@ def _host_rule_text() -> str:
             "rule adds to the GPU's time.")
 
 
-_FILL = {"SEED": _seed_text, "SEED_BLOCK": _seed_block_text, "HOST_RULE": _host_rule_text}
+def _starts_rule_text() -> str:
+    """The starts rule's definition, its numbers read from ``servebook.profile.starts`` (the rule the recording runs)."""
+    from .profile.starts import DEEP_MOE_LAYERS, EQUIVALENCE_PCT, MAX_STARTS, starts_required
+
+    deep, shallow = starts_required(DEEP_MOE_LAYERS), starts_required(DEEP_MOE_LAYERS - 1)
+    return ("How the reference recording decides between two profiled configurations (<code>servebook.profile.starts</code>): "
+            f"{deep} server starts for slices of {DEEP_MOE_LAYERS} or more MoE layers, {shallow} for shallower ones, one more "
+            f"(at most {MAX_STARTS}) where the first two differ by more than the difference being decided. The <em>start-to-start "
+            "spread</em> of a configuration is its largest minus its smallest per-start value; the <em>equivalence margin</em> "
+            f"is the larger of {EQUIVALENCE_PCT:g}% of the mean and that spread, and a difference below it is &ldquo;no "
+            "difference&rdquo;. Not the <a href=\"#restart-spread\">restart spread</a>, which compares served rates by their "
+            "95% intervals over starts.")
+
+
+_FILL = {"SEED": _seed_text, "SEED_BLOCK": _seed_block_text, "HOST_RULE": _host_rule_text, "STARTS_RULE": _starts_rule_text}
 _LIST = [Term(t.key, t.name, _FILL[t.text]()) if t.text in _FILL else t for t in _LIST]
 TERMS: dict[str, Term] = {t.key: t for t in _LIST}
 
