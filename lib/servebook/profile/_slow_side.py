@@ -2,12 +2,14 @@
 assumptions have an end that lengthens the step, the slow-side ends no row models, and where the seed's own rates sit in
 the range (a hypothesis of a common fast bias, with the measurement that settles it).
 
-    slow_side_row(table, central, seed, tp, row=_row, projection_range=projection_range)   # {"assumption": "slow-side ends", "end": "not modelled", moves None, "basis": ...}
+    slow_side_row(table, central, seed, tp)   # {"assumption": "slow-side ends", "end": "not modelled", moves None, "basis": ...}
 
 Its moves are None (nothing is modelled), so ``ranges.projection_range`` leaves the range as the other rows make it.
 """
 
 from __future__ import annotations
+
+from ._range_rows import projection_range, row
 
 __all__ = ["SLOW_SIDE", "slow_side_row"]
 
@@ -30,10 +32,9 @@ def _moves(rows: list[dict]) -> list[float]:
     return [r[c] for r in rows for c in ("sglang_ms", "vllm_ms") if r.get(c) is not None]
 
 
-def slow_side_row(table: list[dict], central: dict, seed: dict | None, tp: int, *, row, projection_range) -> dict:
+def slow_side_row(table: list[dict], central: dict, seed: dict | None, tp: int) -> dict:
     """The row saying the range is one-sided where it is: computed from ``table`` (the assumption rows so far),
-    ``central`` (``{engine: project rows}``) and ``seed`` (the seed's tok/s per engine, ``projection.seed_figures``);
-    ``row`` and ``projection_range``: ranges' own (handed in, so this module imports nothing of ranges)."""
+    ``central`` (``{engine: project rows}``) and ``seed`` (the seed's tok/s per engine, ``projection.seed_figures``)."""
     from ..engines import prose_name
 
     by: dict = {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ._range_rows import projection_range, row as _row, total as _total
 from .projection import project
 
 __all__ = ["SEED_BACKENDS", "central_projection", "assumption_table", "projection_range", "attention_12", "recorded_attention",
@@ -410,19 +411,8 @@ def central_projection(src, lat: dict, n: int | None = None, backends: dict = SE
             for e, b in backends.items()}
 
 
-def _total(rows: list[dict]) -> float | None:
-    return rows[-1]["predicted_ms"]
-
-
 def _cat(rows: list[dict], cat: str) -> float | None:
     return next((r["ms_per_token"] for r in rows if r["category"] == cat), None)
-
-
-def _row(assumption: str, end: str, moves: dict, basis: str) -> dict:
-    s, v = moves.get("sglang"), moves.get("vllm")
-    gap = None if s is None or v is None else s - v
-    return {"assumption": assumption, "end": end, "sglang_ms": s, "vllm_ms": v, "gap_ms": gap, "basis": basis,
-            "key": f"{assumption} | {end}"}
 
 
 def _moved(src, central: dict, lat: dict, backends: dict, **change) -> dict:
@@ -463,37 +453,4 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     from ._slow_side import slow_side_row
     from .projection import seed_figures
 
-    return rows + [slow_side_row(rows, central, seed_figures() if seed is None else seed, tp, row=_row,
-                                 projection_range=projection_range)]
-
-
-def projection_range(central: dict, table: list[dict], seed: dict | None = None) -> list[dict]:
-    """Per engine and for the gap: the point (every assumption central) and the range, all assumptions together at the
-    ends that shorten (low) or lengthen (high) the ms per token: the sum of the moves below / above 0 (table
-    ``seed_range``). ``seed``: the seed's tok/s per engine, set beside the range (never an input)."""
-    out = []
-    by = {}
-    for r in table:
-        by.setdefault(r["assumption"], []).append(r)
-    for who in ("sglang", "vllm", "gap"):
-        col = f"{who}_ms"
-        point = (_total(central["sglang"]) - _total(central["vllm"])) if who == "gap" else _total(central[who])
-        lo = sum(min([0.0] + [r[col] for r in rs if r[col] is not None]) for rs in by.values())
-        hi = sum(max([0.0] + [r[col] for r in rs if r[col] is not None]) for rs in by.values())
-        row = {"who": who, "point_ms": point, "low_ms": point + lo, "high_ms": point + hi, "key": who,
-               "how": "all assumptions together at the ends that shorten (low) or lengthen (high) it: the sum of their "
-                      "moves; one-sided where no end lengthens a part (table seed_assumptions, row 'slow-side ends')"}
-        if who != "gap":
-            row.update({"point_tok_s": 1e3 / point, "low_tok_s": 1e3 / row["high_ms"], "high_tok_s": 1e3 / row["low_ms"]})
-            if seed and seed.get(who):
-                row["seed_tok_s"] = seed[who]
-                row["seed_inside"] = row["low_tok_s"] <= seed[who] <= row["high_tok_s"]
-                # how far outside: the seed's time per token past the range's slow end (+) or before its fast end (-)
-                row["seed_ms"] = 1e3 / seed[who]
-                row["seed_beyond_ms"] = (0.0 if row["seed_inside"] else row["seed_ms"] - row["high_ms"]
-                                         if row["seed_ms"] > row["high_ms"] else row["seed_ms"] - row["low_ms"])
-        elif seed and seed.get("sglang") and seed.get("vllm"):
-            row["seed_gap_ms"] = 1e3 / seed["sglang"] - 1e3 / seed["vllm"]
-            row["seed_inside"] = row["low_ms"] <= row["seed_gap_ms"] <= row["high_ms"]
-        out.append(row)
-    return out
+    return rows + [slow_side_row(rows, central, seed_figures() if seed is None else seed, tp)]
