@@ -302,7 +302,8 @@ def _parts_line(tables: dict) -> str:
                if moved else "")
     if att and att.get("diff_ms"):
         out.append(f"**The other parts.** Attention: on the H200 SGLang {tot['sglang'].get('measured_version')}'s Triton "
-                   "MLA decode takes " + _q_ratio(att) + f" as long per layer as vLLM's (`decode_breakdown`{carried}), the same kernel constants on "
+                   "MLA decode takes " + _q_ratio(att) + f" as long per layer as vLLM's (`decode_breakdown`{carried})"
+                   + _grids_words(tot) + ". The kernel constants are the same on "
                    "the H200's capability and the seed's GPUs' in every version read (table `seed_attention_12`); SGLang 0.5.9, the studied "
                    f"version, launches a split grid of {_grid(tables, '0.5.9')} where the profiled 0.5.16 launches "
                    f"{_grid(tables, '0.5.16')}, so at the version end "
@@ -310,6 +311,21 @@ def _parts_line(tables: dict) -> str:
                       if version and version.get("sglang_ms") is not None else "it moves SGLang")
                    + " (a hypothesis: profiling 0.5.9's triton backend on the same slices settles it).")
     return " ".join(out)
+
+
+def _grids_words(tot: dict) -> str:
+    """Which engine's profiled split count was fixed at CUDA-graph capture (the recorded ``split_count_at`` of
+    data/reference/attention-12.json): the ratio is then of two launches as profiled, not of the kernels at one grid."""
+    from .ranges import recorded_attention
+
+    fixed = [(r["engine"], r["version"]) for r in recorded_attention() if r.get("split_count_at")
+             and tot.get(r["engine"], {}).get("measured_version") in (None, r["version"])]
+    if not fixed:
+        return ""
+    who = " and ".join(f"{prose_name(e)} {v}'s" for e, v in fixed)
+    return (", each at the split grid its engine launched there (" + who + " fixed when the decode CUDA graph was captured, "
+            "from the slices' max_model_len: the attention row of `seed_assumptions`): a ratio of two launches as profiled, "
+            "not of the kernels at one grid")
 
 
 def _grid(tables: dict, version: str) -> str:
