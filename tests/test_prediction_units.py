@@ -97,3 +97,16 @@ def test_the_page_states_a_configuration_recorded_but_not_predicted(tmp_path):
     assert "recorded but not predicted" in sg and "`2026-12-01` holds `sg 2L`" in sg and "`2026-12-02` holds `sg 5L`" in sg
     assert "both depths profiled in one unit" in sg
     assert "predicted from the 2,5-layer slices" in vl and "one recording unit, `2026-12-01`" in vl
+
+
+def test_two_runs_on_one_machine_are_two_units():
+    """A second loan can land on the same GPUs: rows of two runs (``run_id``) of one machine are never paired."""
+    one = {"machine": "gpu-same", "run_id": "unit-a"}
+    two = {"machine": "gpu-same", "run_id": "unit-b"}
+    rows = [{**_row("t 2L", 2, 1.0, DAY1), **one}, {**_row("t 5L", 5, 1.6, DAY1), **two}]
+    (r,) = prediction_rows(rows)
+    assert r["predicted_ms"] is None
+    assert [h["unit"] for h in r["unpaired"]] == ["gpu-same of unit-a", "gpu-same of unit-b"]
+    rows.append({**_row("t 5L b", 5, 1.6, DAY1), **one})     # the same run's deeper slice pairs
+    (r,) = prediction_rows(rows)
+    assert r["unit"] == "gpu-same of unit-a" and r["from_labels"] == ["t 2L", "t 5L b"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .machines import recording_unit
+from .machines import unit_of
 from .tables import latest_ok
 
 __all__ = ["unit_of", "int4_rows", "ladder_units", "ladder_unit", "linearity_key", "RULE"]
@@ -25,11 +25,6 @@ __all__ = ["unit_of", "int4_rows", "ladder_units", "ladder_unit", "linearity_key
 # the rule in words, as chapter 06 states it
 RULE = ("the unit whose ladder reaches the most MoE layers; ties -> more depths, then more starts, then the later "
         "recording (`servebook.profile.ladders`)")
-
-
-def unit_of(row: dict | None) -> tuple | None:
-    """A row's unit: (its recording unit: machine, else UTC day; its ``run_id``)."""
-    return None if row is None else (recording_unit(row), row.get("run_id"))
 
 
 def int4_rows(rows: Iterable[dict], engine: str, backend: str, *, mode: str | None = "graph",

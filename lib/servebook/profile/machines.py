@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 
 from ..errors import ServebookError
 
-__all__ = ["MachineMismatch", "machine_identity", "identity_of_uuids", "require_one_machine", "require_one_unit",
+__all__ = ["unit_of", "MachineMismatch", "machine_identity", "identity_of_uuids", "require_one_machine", "require_one_unit",
            "relative_to_reference", "recorded_day", "recording_unit"]
 
 
@@ -134,3 +134,9 @@ def recording_unit(row: dict | None) -> str | None:
     if not row:
         return None
     return row.get("machine") or recorded_day(row)
+
+
+def unit_of(row: dict | None) -> tuple | None:
+    """A row's unit: (its recording unit: machine, else UTC day; its ``run_id``). Two runs on one machine (a second loan
+    of the same GPUs) are two units: every reader that subtracts, pairs or ranks profiles keys on this."""
+    return None if row is None else (recording_unit(row), row.get("run_id"))

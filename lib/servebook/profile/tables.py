@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
-from .machines import recording_unit, require_one_machine
+from .machines import recording_unit, require_one_machine, unit_of
 from .predict import predict_full
 
 __all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "prediction_subject", "breakdown_check", "engine_difference", "write_predictions",
@@ -96,10 +96,10 @@ _CONFIG = ("card", "engine", "backend", "mode", "quant")
 
 
 def _unit_name(r: dict) -> str:
-    """The recording unit a profile's slices may be subtracted within: its machine, else its UTC day (and its run,
-    where a row without machine identity names one: such rows are subtracted only within their run)."""
-    unit = str(recording_unit(r))
-    return unit + (f" of {r['run_id']}" if not r.get("machine") and r.get("run_id") else "")
+    """The unit a profile's slices may be subtracted within, named: ``machines.unit_of`` (its machine, else its UTC day,
+    and its run where it names one: two units recorded on one machine, a second loan of the same GPUs, stay two)."""
+    unit, run = unit_of(r)
+    return str(unit) + (f" of {run}" if run else "")
 
 
 def _depths(rows: list[dict]) -> list[dict]:
