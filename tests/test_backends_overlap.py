@@ -23,6 +23,13 @@ from servebook.servers import leftover_servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
+# What each start's rate is taken over: 2 timed requests of 32 tokens (max_tokens x 2), as in tests/test_starts.py. With
+# 1 request of 8 tokens, CI on 2 loaded cores once got all 8 in one network read (transformers serve writes what its
+# generation thread queued since its last write at once): no time to take a rate by, and the start was `ok` with
+# decode_tok_s None (now `no rate`, tests/test_drills.py). Here, 4 busy loops and the client and server at nice 15 left
+# untimed 29 of 80 requests of 8 tokens, 12 of 80 of 16, none of 80 of 32.
+RATE = dict(max_tokens=16, runs=2)
+
 
 def _events(registry) -> list[dict]:
     return [json.loads(line) for line in open(registry)] if os.path.exists(registry) else []
@@ -105,7 +112,7 @@ def test_cpu_sweep_starts_its_servers_together_and_measures_them_one_at_a_time(o
     registry = store.path / "servers.jsonl"
     turns = _watch_turns(monkeypatch, registry)
     said: list[str] = []
-    rows = force_each_backend(eng, embedded_model, [None, "sdpa", "eager"], store, max_tokens=4, runs=1, ready_timeout=240,
+    rows = force_each_backend(eng, embedded_model, [None, "sdpa", "eager"], store, **RATE, ready_timeout=240,
                               progress=said.append, preflight=False)
     assert [r["attention"] for r in rows] == ["auto", "sdpa", "eager"]
     for r in rows:
@@ -148,7 +155,7 @@ def test_cpu_sweep_records_a_crash_stops_everything_on_an_exception_and_resumes(
 
     turns = _watch_turns(monkeypatch, registry, fault)
     with pytest.raises(RuntimeError, match="mid-sweep failure"):
-        force_each_backend(eng, embedded_model, [None, "sdpa", "eager"], store, max_tokens=4, runs=1, ready_timeout=240,
+        force_each_backend(eng, embedded_model, [None, "sdpa", "eager"], store, **RATE, ready_timeout=240,
                            progress=None, preflight=False)
     assert [t["label"] for t in turns] == ["auto", "sdpa", "eager"]
     assert [(r["attention"], r["outcome"]) for r in store.rows("backends")] == [("auto", "ok"), ("sdpa", "crashed")]
@@ -157,7 +164,7 @@ def test_cpu_sweep_records_a_crash_stops_everything_on_an_exception_and_resumes(
 
     monkeypatch.undo()  # the same run again: the two recorded are skipped, only eager starts (alone)
     said: list[str] = []
-    rows = force_each_backend(eng, embedded_model, [None, "sdpa", "eager"], RunStore.at(store.path), max_tokens=4, runs=1,
+    rows = force_each_backend(eng, embedded_model, [None, "sdpa", "eager"], RunStore.at(store.path), **RATE,
                               ready_timeout=240, progress=said.append, preflight=False)
     assert [r["outcome"] for r in rows] == ["ok", "crashed", "ok"] and "started_with" not in rows[2]
     assert sum("already measured" in m for m in said) == 2
@@ -175,7 +182,7 @@ def test_an_interrupt_while_the_servers_start_stops_them_all(on_cpu, embedded_mo
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        force_each_backend(eng, embedded_model, [None, "sdpa", "eager"], store, max_tokens=4, runs=1, ready_timeout=240,
+        force_each_backend(eng, embedded_model, [None, "sdpa", "eager"], store, **RATE, ready_timeout=240,
                            progress=progress, preflight=False)
     assert len([e for e in _events(registry) if e["event"] == "started"]) == 3
     assert not store.rows("backends")

@@ -329,6 +329,52 @@ def test_server_crash_during_a_backend_run_is_a_finding_of_chapter_03(embedded_m
     assert not leftover_servers(registry)
 
 
+@pytest.mark.timeout(300)
+def test_a_start_whose_tokens_all_came_in_one_read_is_no_rate_not_ok(embedded_model, tmp_path, monkeypatch):
+    """CI (2 loaded cores): transformers serve sent all 8 tokens of the default's one timed request in one write, so the
+    client had no time between the first token and the last; the row said ``ok`` with ``decode_tok_s`` None. Provoked
+    here: every read of the default's rate requests stamped at its last read, as when they all come in one."""
+    from servebook import bench
+    from servebook.backends import force_each_backend
+    from servebook.backends.serve import NO_RATE
+    from servebook.engines import get_engine
+    from servebook.measured import nothing_measured
+
+    real_stream, real_finish = bench.single_stream, bench.client.finish
+    in_one_read = threading.Event()
+
+    def single_stream(*a, **kw):
+        (in_one_read.set if kw.get("attention") == "auto" else in_one_read.clear)()
+        try:
+            return real_stream(*a, **kw)
+        finally:
+            in_one_read.clear()
+
+    def finish(raw, *a, **kw):
+        if in_one_read.is_set() and raw.stamps:
+            raw.stamps = [raw.stamps[-1]] * len(raw.stamps)
+        return real_finish(raw, *a, **kw)
+
+    monkeypatch.setattr(bench, "single_stream", single_stream)
+    monkeypatch.setattr(bench.client, "finish", finish)
+    store = RunStore.at(tmp_path / "run")
+    rows = force_each_backend(get_engine("transformers"), embedded_model, [None, "eager"], store, max_tokens=8, runs=1,
+                              ready_timeout=240, progress=None, preflight=False, overlap_starts=False, starts=2)
+    auto, eager = rows
+    assert auto["outcome"] == NO_RATE and auto["decode_tok_s"] is None, (auto["outcome"], auto.get("error"))
+    assert auto["error"].startswith("its output passed every check; no decode rate: 1 of 1 served requests untimed (all 16 "
+                                    "tokens arrived in one network read"), auto["error"]
+    assert "starts" not in auto and auto["port_free_after"] is True  # not started again: a start with no rate
+    # its outputs stay the reference: eager is compared with them, measured, and started twice
+    assert eager["outcome"] == "ok" and eager["decode_tok_s"] > 0 and eager.get("agreement") is not None, eager.get("error")
+    assert [s["start"] for s in eager["starts"]] == [0, 1]
+    assert nothing_measured(store, "03") is None
+    alone = RunStore.at(tmp_path / "alone")
+    alone.append("backends", auto)
+    assert nothing_measured(alone, "03") == f"nothing measured: no backend produced a decode rate; first cause: transformers auto: {auto['error']}"
+    assert not leftover_servers(store.path / "servers.jsonl")
+
+
 # ---------------------------------------------------------------------------------------------
 # servers that cannot start: each a clear recorded error
 # ---------------------------------------------------------------------------------------------

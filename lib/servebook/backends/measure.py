@@ -7,8 +7,9 @@ For each backend: start the server with it forced, read the engine's own report 
 it loaded, run greedy completions of a fixed prompt set and compare their tokens with the
 engine's default, compare its decode-step token ids with the default's (``agreement.py``: the
 check that runs the forced decode kernel), take a short single-stream measurement, stop the
-server, and check the port is free again. Each outcome (ok, rejected, failed to start, crashed, wrong output)
-is a row in the run's ``backends`` table; a failure never stops the sweep.
+server, and check the port is free again. Each outcome (ok, rejected, failed to start, crashed, wrong output, and no
+rate: every check passed but no decode rate was timed, with why) is a row in the run's ``backends`` table; "ok" means
+measured; a failure never stops the sweep.
 
 With a ``host`` that is not this process (``servebook.hosts``: SSH, or a recording) every server
 starts on the host (``host.serve``), and everything that talks to it runs there too: the greedy
@@ -38,7 +39,7 @@ from .agreement import prompt_ids
 from .checks import _remote
 from .outputs import PROBE_PROMPTS
 from .restarts import _overlapped, _restarts
-from .serve import _mode_args, _record_row, _run_one, _Sweep
+from .serve import NO_RATE, _mode_args, _record_row, _run_one, _Sweep
 
 __all__ = ["force_each_backend"]
 
@@ -117,9 +118,12 @@ def force_each_backend(
 
 
 def _references(ctx: _Sweep) -> None:
-    """The prompts' token ids, and the default's outputs where this run already measured it (the reference of the rest)."""
+    """The prompts' token ids, and the default's outputs where this run already checked them (the reference of the rest:
+    a default whose rate was not timed, ``NO_RATE``, served them all the same)."""
     ctx.prompt_ids = prompt_ids(ctx.tokenizer, PROBE_PROMPTS)
-    for prior in ctx.store.find("backends", engine=ctx.engine.name, attention="auto", outcome="ok"):
+    for prior in ctx.store.find("backends", engine=ctx.engine.name, attention="auto"):
+        if prior.get("outcome") not in ("ok", NO_RATE):
+            continue
         ctx.reference = prior.get("completions")
         ctx.reference_lp = prior.get("teacher_forced")
         ctx.reference_decode = prior.get("decode_reference")

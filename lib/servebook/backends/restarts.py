@@ -163,6 +163,8 @@ def _one_more_start(ctx: _Sweep, backend: str | None, mode: str, row: dict, k: i
             r = _decode_rate(srv.base_url, engine.served_model_name(ctx.served_from), engine.name, label, ctx.max_tokens * 2, ctx.runs,
                              ctx.tokenizer, host=ctx.host)
             out.update(decode_tok_s=r["decode_tok_s"], decode_tok_s_ci95=r["decode_tok_s_ci95"])
+            if r.get("bench_error"):
+                out["error"] = r["bench_error"]
     except (EngineError, ServebookError) as exc:
         out["error"] = str(exc)[:400]
         ctx.store.record_failure(f"backend {engine.name} {label} ({mode}) start {k}", exc, engine=engine.name)

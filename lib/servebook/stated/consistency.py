@@ -53,7 +53,7 @@ def _tagged(pages: dict[str, str]) -> list[Contradiction]:
 # Words a status cell holds, with their opposites. A cell is read whole (lower case, stripped).
 _POSITIVE = {"ok": "ok", "true": "true", "supported": "supported", "agrees": "agrees", "yes": "yes", "passed": "passed",
              "confirmed": "confirmed", "loaded": "loaded"}
-_NEGATIVE = {"failed": "ok", "error": "ok", "crashed": "ok", "refused": "ok", "rejected": "ok", "false": "true",
+_NEGATIVE = {"failed": "ok", "error": "ok", "crashed": "ok", "refused": "ok", "rejected": "ok", "no rate": "ok", "false": "true",
              "not supported": "supported", "disagrees": "agrees", "mismatch": "agrees", "no": "yes", "overridden": "confirmed"}
 _STATUS_COLS = {"outcome", "status", "ok", "change_supported", "verdict", "resolved", "sum_ok", "within_interval", "supported",
                 "port_free_after", "result"}
