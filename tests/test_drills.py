@@ -248,7 +248,7 @@ def test_a_timed_out_launch_leaves_no_worker_of_another_session(tmp_path):
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.timeout(400)
 def test_server_crash_mid_benchmark_is_a_finding_of_chapter_05(embedded_model, tmp_path, no_engine_envs):
-    """Chapter 05 run by the book; its engine server is SIGKILLed right after the warm-up request. The book runs as on CI
+    """Chapter 05 run by the book; its engine server is SIGKILLed as it answers the first warm-up request. The book runs as on CI
     (no_engine_envs): where SGLang 0.5.9 is cached, its client ceiling would add sglang.bench_serving, not what this drills."""
     from servebook.book import run_book
 
@@ -257,8 +257,14 @@ def test_server_crash_mid_benchmark_is_a_finding_of_chapter_05(embedded_model, t
     registry = run_dir / "servers.jsonl"
     killed: list[dict] = []
 
+    def first_request_served() -> bool:
+        # the server's own access line for the first POST: a warm-up request (the model list before it is a GET). The
+        # warm-up rows are written only after all warm-ups ended, so waiting for them raced the single stream on CI.
+        log = run_dir / "server-transformers.log"
+        return log.exists() and "POST /v1/" in log.read_text(errors="replace")
+
     def kill_after_warmup():
-        if _wait(lambda: any(r.get("phase") == "warmup" for r in RunStore(run_dir).rows("bench_requests")), 300, 0.05):
+        if _wait(first_request_served, 300, 0.02):
             server = [e for e in _events(registry) if e["event"] == "started"][0]
             os.killpg(server["pgid"], signal.SIGKILL)  # the engine dies as under the OOM killer
             killed.append(server)
@@ -266,9 +272,8 @@ def test_server_crash_mid_benchmark_is_a_finding_of_chapter_05(embedded_model, t
     killer = threading.Thread(target=kill_after_warmup, daemon=True)
     killer.start()
     result = run_book({"smoke": True}, out=root / "site", runs_root=root / "runs", run_id="crash05", only=["05"],
-                      # no profile: the drill is the crash; six warm-up requests, so the kill after the first lands before
-                      # the single stream begins even on a loaded host (with two, one single-stream request once finished
-                      # between the first warm-up row and the kill, on CI)
+                      # no profile: the drill is the crash; six warm-up requests, so the kill at the first one's access
+                      # line lands before the single stream begins even on a loaded host
                       extra={"max_tokens": 8, "profile_steps": 0, "warmup": 6}, progress=None)
     killer.join(5)
     assert killed, "the server was never killed"
