@@ -226,7 +226,7 @@ def test_transformers_serve_default_eager_and_a_broken_decode_kernel(embedded_mo
     eng.launch = launch_with_noisy
     eng.same_backend = lambda asked, reported: asked == reported or (asked == "noisy_decode" and reported == "sdpa")
     store = RunStore.at(tmp_path / "run")
-    rows = force_each_backend(eng, embedded_model, [None, "eager", "noisy_decode"], store, max_tokens=8, runs=1,
+    rows = force_each_backend(eng, embedded_model, [None, "eager", "noisy_decode"], store, max_tokens=8, runs=2,
                               ready_timeout=240, progress=None, preflight=False)
     by = {r["attention"]: r for r in rows}
     auto, eager, noisy = by["auto"], by["eager"], by["noisy_decode"]

@@ -94,7 +94,7 @@ def killed_and_resumed(tmp_path_factory, embedded_model):
     root = tmp_path_factory.mktemp("kill9")
     run_id = "drill-kill9"
     cmd = SERVEBOOK + ["book", "--smoke", "--run-id", run_id, "--runs", str(root / "runs"), "--out", str(root / "site"),
-                       "-p", "max_tokens=8", "-p", "runs=1"]
+                       "-p", "max_tokens=8", "-p", "runs=2"]
     env = _env(**SECRETS)
     log1 = open(root / "book-killed.log", "w")
     book = subprocess.Popen(cmd + ["--only", "03"], stdout=log1, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
@@ -322,7 +322,7 @@ def test_server_crash_during_a_backend_run_is_a_finding_of_chapter_03(embedded_m
     killer.start()
     # one server at a time (as on a GPU): the first is killed once ready, during its own requests; the sweep with its
     # servers started together (a CPU host) has its own crash drill in tests/test_backends_overlap.py
-    rows = force_each_backend(eng, embedded_model, [None, "eager"], store, max_tokens=8, runs=1, ready_timeout=240,
+    rows = force_each_backend(eng, embedded_model, [None, "eager"], store, max_tokens=8, runs=2, ready_timeout=240,
                               progress=progress, overlap_starts=False)
     killer.join(5)
     assert [r["attention"] for r in rows] == ["auto", "eager"]
@@ -363,11 +363,11 @@ def test_a_start_whose_tokens_all_came_in_one_read_is_no_rate_not_ok(embedded_mo
     monkeypatch.setattr(bench, "single_stream", single_stream)
     monkeypatch.setattr(bench.client, "finish", finish)
     store = RunStore.at(tmp_path / "run")
-    rows = force_each_backend(get_engine("transformers"), embedded_model, [None, "eager"], store, max_tokens=8, runs=1,
+    rows = force_each_backend(get_engine("transformers"), embedded_model, [None, "eager"], store, max_tokens=8, runs=2,
                               ready_timeout=240, progress=None, preflight=False, overlap_starts=False, starts=2)
     auto, eager = rows
     assert auto["outcome"] == NO_RATE and auto["decode_tok_s"] is None, (auto["outcome"], auto.get("error"))
-    assert auto["error"].startswith("its output passed every check; no decode rate: 1 of 1 served requests untimed (all 16 "
+    assert auto["error"].startswith("its output passed every check; no decode rate: 2 of 2 served requests untimed (all 16 "
                                     "tokens arrived in one network read"), auto["error"]
     assert "starts" not in auto and auto["port_free_after"] is True  # not started again: a start with no rate
     # its outputs stay the reference: eager is compared with them, measured, and started twice

@@ -450,7 +450,7 @@ def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model):
     from servebook.results import RunStore
 
     spec = f"ssh://sbtest?python={os.sys.executable}"
-    res = _run_book(tmp_path, spec, ["03", "04"], "ssh34", record=True, backends="sdpa,eager", runs=1, max_tokens=8)
+    res = _run_book(tmp_path, spec, ["03", "04"], "ssh34", record=True, backends="sdpa,eager", runs=2, max_tokens=8)
     assert [c["status"] for c in res.chapters] == ["ok", "ok"], res.chapters
     store = RunStore.at(res.run_dir)
     rows = {r["attention"]: r for r in store.rows("backends")}
@@ -473,7 +473,7 @@ def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model):
     ar = store.table("allreduce")
     assert len(ar) and ar["sum_ok"].all(), store.rows("failures")
     # the recording rebuilds both chapters here with no host: the same rows, interaction for interaction
-    rep = _run_book(tmp_path, f"replay:{res.run_dir}", ["03", "04"], "ssh34-replay", backends="sdpa,eager", runs=1, max_tokens=8)
+    rep = _run_book(tmp_path, f"replay:{res.run_dir}", ["03", "04"], "ssh34-replay", backends="sdpa,eager", runs=2, max_tokens=8)
     assert [c["status"] for c in rep.chapters] == ["ok", "ok"], rep.chapters
     again = RunStore.at(rep.run_dir)
     drop = lambda r: {k: v for k, v in r.items() if k not in (*STAMPS, "seconds")}  # noqa: E731
@@ -481,7 +481,7 @@ def test_book_chapters_03_and_04_over_ssh(ssh_env, tmp_path, embedded_model):
     assert [drop(r) for r in again.rows("allreduce")] == [drop(r) for r in store.rows("allreduce")]
     # the same sweep run here: the recorded rows have the same shape
     local = RunStore.open(tmp_path / "runs", run_id="local34")
-    force_each_backend(get_engine("transformers"), embedded_model, [None], local, max_tokens=8, runs=1, progress=None)
+    force_each_backend(get_engine("transformers"), embedded_model, [None], local, max_tokens=8, runs=2, progress=None)
     (mine,) = local.rows("backends")
     assert mine["outcome"] == "ok" and mine["reported"] == rows["auto"]["reported"]
     assert set(mine) == set(rows["auto"]), set(mine) ^ set(rows["auto"])
