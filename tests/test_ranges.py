@@ -165,9 +165,9 @@ def test_the_version_words_read_vllm_s_tiles_and_splits():
 
 def test_the_serial_rule_names_the_depth_of_the_slices_it_reads():
     assert "each engine's 2-layer slice's H200 idle per token" in ranges._host_rule_words(RunStore.at(REF))
+    # since unit 3, both engines' deeper slices are 12-MoE-layer ones (the two-depth wording: test_seed_verdict)
     words = ranges._host_rule_words(RunStore.at(data_dir() / "runs" / "h200x1-ref"))
-    assert "each engine's deeper slice's (SGLang's: 13 layers, GPU-bound, vLLM's: 5 layers, host-bound; slices of two depths" in words
-    assert "not the engines at one depth) H200 idle" in words
+    assert "each engine's 13-layer slice's H200 idle per token" in words and "slices of two depths" not in words
 
 
 def test_the_slow_side_row_says_the_range_is_one_sided_and_where_the_seed_rates_sit():
@@ -193,8 +193,10 @@ def test_the_slow_side_row_says_the_range_is_one_sided_and_where_the_seed_rates_
     rng = {r["who"]: r for r in ranges.projection_range(central, body, seed_figures())}
     s, v = rng["sglang"], rng["vllm"]
     assert f"SGLang's 63.6 tok/s lies {s['seed_ms'] - s['high_ms']:.2f} ms per token past its slow end" in row["basis"]
-    share = (v["seed_ms"] - v["low_ms"]) / (v["high_ms"] - v["low_ms"])
-    assert f"vLLM's 82.5 tok/s lies {v['high_ms'] - v['seed_ms']:.2f} ms per token short of its slow end, {share:.0%}" in row["basis"]
+    # since unit 3 (vLLM's deeper slice GPU-bound, its serial end no longer adding a host-bound slice's idle) vLLM's rate
+    # lies past its slow end too; the wording for a rate short of it ("short of its slow end, N%") stays in the code
+    assert v["seed_ms"] > v["high_ms"]
+    assert f"vLLM's 82.5 tok/s lies {v['seed_ms'] - v['high_ms']:.2f} ms per token past its slow end" in row["basis"]
     assert "hypothesis of a common fast bias" in row["basis"] and "decode-step profile of each engine on the seed's host" in row["basis"]
     # a seed rate in the middle of its range: no common-bias sentence
     mid = {"sglang": 1e3 / s["point_ms"], "vllm": 82.5}

@@ -234,21 +234,32 @@ def test_what_the_seed_tried_with_flashinfer_is_read_from_its_file():
     assert (launch.get("rate_note") or "") in note
 
 
-def test_the_serial_end_says_its_idles_come_from_slices_of_two_depths():
-    """The host-rule row's serial end adds SGLang's 12-MoE-layer slice's idle (GPU-bound) and vLLM's 4-MoE-layer one's
-    (host-bound): its gap, -0.9 ms of the range's -0.97 low end, sets two depths side by side. The basis says so,
-    each slice's kind recomputed here from its busy share."""
+def test_the_serial_end_says_its_idles_come_from_slices_of_two_depths(tmp_path):
+    """The host-rule row's serial end adds each engine's deeper slice's idle. Since unit 3 both are 12-MoE-layer slices,
+    GPU-bound (one depth: the basis says "13-layer slice's"); with unit 3 left out, vLLM's deeper slice is unit 2's
+    4-MoE-layer one, host-bound, and the basis sets the two depths side by side. Each slice's kind is recomputed here
+    from its busy share."""
     from servebook.profile.depths import HOST_BOUND_SHARE
     from servebook.profile.ranges import _deep_slices_words
     from servebook.profile.seed import REFERENCE_PROFILE_RUN
     from servebook.profile.slices import select_slices
 
     src = RunStore.at(data_dir() / "runs" / REFERENCE_PROFILE_RUN)
-    kinds = {}
-    for eng, be in ranges.SEED_BACKENDS.items():
-        deep = select_slices(src.rows("profile_runs"), eng, backend=be)["deep"]
-        kinds[eng] = "GPU-bound" if deep["busy_ms"] / deep["tpot_ms"] > HOST_BOUND_SHARE else "host-bound"
-    assert kinds == {"sglang": "GPU-bound", "vllm": "host-bound"}
-    words = _deep_slices_words(src)
+
+    def kinds_of(store):
+        out = {}
+        for eng, be in ranges.SEED_BACKENDS.items():
+            deep = select_slices(store.rows("profile_runs"), eng, backend=be)["deep"]
+            out[eng] = (deep["layers"], "GPU-bound" if deep["busy_ms"] / deep["tpot_ms"] > HOST_BOUND_SHARE else "host-bound")
+        return out
+
+    assert kinds_of(src) == {"sglang": (13, "GPU-bound"), "vllm": (13, "GPU-bound")}
+    assert _deep_slices_words(src) == "13-layer slice's"
+    before = RunStore.at(tmp_path / "before-unit-3")   # the reference as it stood with units 1 and 2
+    for r in src.rows("profile_runs"):
+        if r.get("run_id") != "h200x1-ref-vllm2":
+            before.append("profile_runs", r)
+    assert kinds_of(before) == {"sglang": (13, "GPU-bound"), "vllm": (5, "host-bound")}
+    words = _deep_slices_words(before)
     assert "SGLang's: 13 layers, GPU-bound" in words and "vLLM's: 5 layers, host-bound" in words
     assert "slices of two depths" in words and "slices of two depths" not in _deep_slices_words(RunStore.at(REF))
