@@ -379,6 +379,36 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
              _of_other_units("ratio"), tables=("profile_runs",)),
 ]
 
+def _same_machine(store, field_: str) -> dict:
+    """The engines at their common depth within one unit (``same_machine.same_machine``), by the subjects its line tags."""
+    from .ranges import SEED_BACKENDS
+    from .same_machine import MEASURES, same_machine
+    from .units import common_depth
+
+    rows = store.rows("profile_runs")
+    out: dict = {}
+    for u in same_machine(rows, SEED_BACKENDS, common_depth(latest_ok(rows), SEED_BACKENDS)):
+        k, c = u["key"], u["compare"]
+        if field_ in ("ms", "starts"):
+            out.update({f"{e} | {k} | {m}": u["mean"][e][m] for e in u["starts"] for m in MEASURES} if field_ == "ms"
+                       else {f"{e} | {k}": n for e, n in u["starts"].items()})
+        elif field_ == "moe_layers":
+            out[k] = u["depth"]
+        else:
+            out.update({f"{k} | {m}": c[m]["diff_pct"] if field_ == "diff_pct" else 100 * c[m]["margin"] / c[m]["b_mean"]
+                        for m in MEASURES})
+    return out
+
+
+_UNITS += [Quantity(f"same_machine_{f}", f"the engines at their common depth within one recording unit (one machine; "
+                    f"same_machine.same_machine): {what}", lambda store, f=f: _same_machine(store, f), tables=("profile_runs",))
+           for f, what in (("ms", "an engine's mean GPU busy per step or served time per token (engine | machine | run id | "
+                                  "busy_ms or tpot_ms)"),
+                           ("starts", "an engine's starts there (engine | machine | run id)"),
+                           ("moe_layers", "the MoE layers compared (machine | run id)"),
+                           ("diff_pct", "the first engine's mean minus the second's, % of the second's (machine | run id | measure)"),
+                           ("margin_pct", "the starts rule's margin, % of the second engine's mean (machine | run id | measure)"))]
+
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)
 
 

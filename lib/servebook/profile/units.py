@@ -302,6 +302,7 @@ def units_markdown(store) -> str:
     configuration (``relative_to_reference``, decided by ``starts.compare``)."""
     from ..engines import prose_name
     from .ranges import SEED_BACKENDS
+    from .same_machine import same_machine, same_machine_line
 
     prof = latest_ok(store.rows("profile_runs"))
     # a recording of units: every row names its machine and the run holds the anchor configuration (a live book's
@@ -334,7 +335,8 @@ def units_markdown(store) -> str:
         depth = common_depth(prof, {e: ps[0]["backend"] for e, ps in deep.items()})
         deep = {e: _deepest_starts(prof, e, ps[0]["backend"], depth) for e, ps in deep.items()}
         lines.append(_engines_line(prof, deep, depth, carry_spread(store, {e: ps[0]["backend"] for e, ps in deep.items()})))
-    return "\n".join(lines)
+        lines.append(same_machine_line(same_machine(prof, SEED_BACKENDS, depth)))   # a unit with both engines at that depth
+    return "\n".join(ln for ln in lines if ln)
 
 
 def _q(name: str, value, fmt: str, of: str) -> str:

@@ -1,0 +1,42 @@
+"""The engines compared within one recording unit (one machine, no carry): h200x1-ref's unit 3 measured vLLM's
+12-MoE-layer slice beside SGLang's (the anchor configuration); chapter 06 states that comparison beside the one through
+each unit's anchor."""
+
+from __future__ import annotations
+
+from servebook.paths import data_dir
+from servebook.profile.ranges import SEED_BACKENDS
+from servebook.profile.same_machine import same_machine as _same, same_machine_line
+from servebook.profile.tables import latest_ok
+from servebook.profile.units import common_depth
+from servebook.results import RunStore
+
+REF = data_dir() / "runs" / "h200x1-ref"
+
+
+def same_machine(rows, backends):
+    return _same(rows, backends, common_depth(latest_ok(rows), backends))
+
+
+def test_unit_3_compares_the_engines_on_one_machine():
+    rows = RunStore.at(REF).rows("profile_runs")
+    (u,) = same_machine(rows, SEED_BACKENDS)     # units 1 and 2 hold one engine's 12-layer slice only
+    assert (u["run_id"], u["depth"], u["starts"]) == ("h200x1-ref-vllm2", 12, {"sglang": 1, "vllm": 2})
+    mine = [r for r in rows if r.get("run_id") == "h200x1-ref-vllm2" and r.get("layers") == 13 and r.get("ok")]
+    assert {r["machine"] for r in mine} == {u["machine"]}
+    vllm = [r["busy_ms"] for r in mine if r["engine"] == "vllm"]
+    assert abs(u["mean"]["vllm"]["busy_ms"] - sum(vllm) / len(vllm)) < 1e-12
+    for m in ("busy_ms", "tpot_ms"):       # one SGLang start: undecided by the rule, each difference under the 2% margin
+        c = u["compare"][m]
+        assert c["verdict"] == "undecided" and abs(c["diff_pct"]) < 2.0, (m, c)
+    line = same_machine_line([u])
+    assert "undecided by the rule (one start on a side)" in line and "No carry between machines" in line
+    # a second SGLang start in the unit (as unit 1's two agreed, within 0.06%) decides it: no difference
+    sg = next(r for r in mine if r["engine"] == "sglang")
+    again = dict(sg, label=sg["label"].replace(" (h200x1-ref-vllm2)", " start 2 (h200x1-ref-vllm2)"), start=2,
+                 busy_ms=sg["busy_ms"] * 1.0006, tpot_ms=sg["tpot_ms"] * 0.9994, taken_at=float(sg["taken_at"]) + 60)
+    (u2,) = same_machine(rows + [again], SEED_BACKENDS)
+    assert u2["starts"]["sglang"] == 2 and {c["verdict"] for c in u2["compare"].values()} == {"no difference"}
+    assert "no difference beyond the margin" in same_machine_line([u2])
+    # without unit 3 no unit holds both engines at 12 MoE layers
+    assert same_machine([r for r in rows if r.get("run_id") != "h200x1-ref-vllm2"], SEED_BACKENDS) == []
