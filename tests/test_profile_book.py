@@ -29,6 +29,18 @@ def _copy(tmp_path, src=REF):
     return dest
 
 
+def _before_unit_3(tmp_path):
+    """The reference run as it stood with units 1 and 2 (unit 3's rows, run id h200x1-ref-vllm2, left out of every
+    table): the state where vLLM's ladder ended at 4 MoE layers on another machine than SGLang's, which the tests of the
+    carry between two machines read."""
+    dest = _copy(tmp_path)
+    dest = dest.rename(dest.with_name("h200x1-ref-before-unit-3"))
+    for t in dest.glob("*.jsonl"):
+        lines = t.read_text().splitlines()
+        t.write_text("".join(ln + "\n" for ln in lines if ln.strip() and json.loads(ln).get("run_id") != "h200x1-ref-vllm2"))
+    return dest
+
+
 def test_a_profiles_only_run_gets_its_profile_chapters_and_a_book_run_none(tmp_path):
     ref = _copy(tmp_path)
     assert book.html_plan(ref) == (["05", "06"], {"engine": "sglang", "model": "kimi-k2.5"})
@@ -47,9 +59,11 @@ def test_the_depths_are_the_recorded_starts_of_each_slice(tmp_path):
     """Each depth's figures recomputed here from the raw rows: the ok profiles of one server, by MoE layers."""
     rows = RunStore(REF).rows("profile_runs")
     every = depths.depth_rows(rows)
-    # unit 1: SGLang's ladder; unit 2 (another machine): vLLM's to 4 MoE layers and SGLang's reference again
+    # unit 1: SGLang's ladder; unit 2 (another machine): vLLM's to 4 MoE layers and SGLang's reference again; unit 3 (a
+    # third machine): vLLM's at 1, 2 and 12 MoE layers beside SGLang's 1 and 12
     assert sorted((r["engine"], r["machine"][:8], r["moe_layers"]) for r in every) == sorted(
-        [("sglang", "gpu-4538", m) for m in (1, 2, 4, 12)] + [("vllm", "gpu-da94", m) for m in (1, 2, 4)] + [("sglang", "gpu-da94", 12)])
+        [("sglang", "gpu-4538", m) for m in (1, 2, 4, 12)] + [("vllm", "gpu-da94", m) for m in (1, 2, 4)] + [("sglang", "gpu-da94", 12)]
+        + [("vllm", "gpu-8ecf", m) for m in (1, 2, 12)] + [("sglang", "gpu-8ecf", m) for m in (1, 12)])
     for r in every:
         mine = [p for p in rows if p.get("ok") and p["layers"] - p["dense_layers"] == r["moe_layers"]
                 and (p["engine"], p["machine"]) == (r["engine"], r["machine"])]
@@ -125,7 +139,7 @@ def test_a_profiles_only_run_says_its_host_and_engines_from_its_rows(tmp_path):
     h = host_summary(ref)
     rows = [r for r in ref.rows("profile_runs") if r.get("ok")]
     assert h["gpu"] == "NVIDIA H200" and h["gpu_count"] == 1
-    assert h["machines"] == sorted({r["machine"] for r in rows}) and len(h["machines"]) == 2
+    assert h["machines"] == sorted({r["machine"] for r in rows}) and len(h["machines"]) == 3
     assert {(e["engine"], e["version"]) for e in h["engines"]} == {(r["engine"], r["version"]) for r in rows}
     assert "INT4 experts" in h["model"] and h["capability"] is None
     assert host_summary(RunStore(BOOK))["machines"] == [] and book.profiled_host(RunStore(BOOK)) == {}
@@ -133,15 +147,17 @@ def test_a_profiles_only_run_says_its_host_and_engines_from_its_rows(tmp_path):
     assert said and said[-1].supported and said[-1].text.startswith("No client benchmark in this run (a run of profiles only)")
 
 
-def test_the_engines_are_compared_at_the_deepest_depth_both_have():
-    """vLLM's ladder ends at 4 MoE layers (unit 2), SGLang's at 12: the engines' ratios to their own machine's anchor
-    are taken at 4 MoE layers for both, never SGLang's 12 against vLLM's 4."""
+def test_the_engines_are_compared_at_the_deepest_depth_both_have(tmp_path):
+    """With units 1 and 2, vLLM's ladder ended at 4 MoE layers, SGLang's at 12: the engines' ratios to their own
+    machine's anchor are taken at 4 MoE layers for both, never SGLang's 12 against vLLM's 4. Since unit 3 both reach 12."""
     from servebook.profile import units
     from servebook.profile.linearity import moe_layers_of
     from servebook.profile.ranges import SEED_BACKENDS
     from servebook.profile.tables import latest_ok
 
-    prof = latest_ok(RunStore(REF).rows("profile_runs"))
+    assert units.common_depth(latest_ok(RunStore(REF).rows("profile_runs")), SEED_BACKENDS) == 12
+    before = _before_unit_3(tmp_path)
+    prof = latest_ok(RunStore(before).rows("profile_runs"))
     assert units.common_depth(prof, SEED_BACKENDS) == 4
     anchors = units.anchor_times(prof)
     got = units.deepest_ratios(prof, SEED_BACKENDS)
@@ -149,7 +165,7 @@ def test_the_engines_are_compared_at_the_deepest_depth_both_have():
         mine = [p for p in prof if p["engine"] == eng and p.get("backend") == be and p.get("quant") == "card"
                 and moe_layers_of(p) == 4 and p["run_id"] == next(x["run_id"] for x in prof if x["engine"] == eng)]
         assert got[eng] == pytest.approx([p["busy_ms"] / anchors[(p["machine"], p["run_id"])] for p in mine])   # own unit's
-    md = units.units_markdown(RunStore(REF))
+    md = units.units_markdown(RunStore(before))
     assert "at the deepest depth both engines have" in re.sub(r"<[^>]+>", "", md)
     assert units.common_depth(prof, {"sglang": "triton"}) == 12
 
@@ -192,9 +208,9 @@ def test_each_served_time_line_names_its_machine_and_the_anchor_only_line_says_s
     rows with neither machine nor unit say that, not ``run `None```."""
     lines = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(REF))]
     machines = sorted({p["machine"] for p in RunStore(REF).rows("profile_runs") if p.get("ok")})
-    assert len(lines) == 3 and all(sum(f"machine `{m}`" in x for m in machines) == 1 for x in lines)
-    again = [x for x in lines if "(the anchor configuration only" in x]
-    assert len(again) == 1 and again[0].startswith("- SGLang") and f"machine `{machines[1]}`" in again[0]
+    assert len(lines) == 5 and all(sum(f"machine `{m}`" in x for m in machines) == 1 for x in lines)
+    again = [x for x in lines if "(the anchor configuration only" in x]   # unit 2's; unit 3 has SGLang's 1-layer slice too
+    assert len(again) == 1 and again[0].startswith("- SGLang") and "machine `gpu-da945170f2a21b70`" in again[0]
     assert "12 MoE layers 3.410" in again[0]
     old = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(data_dir() / "runs" / "h200x1-prof"))]
     assert old and all("run `None`" not in x and "machine not recorded" in x for x in old)
@@ -215,7 +231,7 @@ def test_the_engines_line_states_the_difference_and_the_margin_it_was_decided_ag
             f"{100 * c['margin'] / mid:.2f}%, widened by") in md
 
 
-def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_carrys_per_category_spread():
+def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_carrys_per_category_spread(tmp_path):
     """The engines' slices come from two machines, carried by one factor; the anchor configuration measured on both
     shows its kernel categories move by different factors (attention ~1.000, dense GEMM ~1.016): "vLLM lower" at 2.01%
     against a 2.00% margin is within that spread, so not decided. The factors recomputed here from decode_breakdown."""
@@ -223,7 +239,7 @@ def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_c
     from servebook.profile.ranges import SEED_BACKENDS
     from servebook.profile.tables import latest_ok
 
-    store = RunStore(REF)
+    store = RunStore(_before_unit_3(tmp_path))   # units 1 and 2: vLLM's slices at 4 MoE layers on another machine
     refs = [p for p in latest_ok(store.rows("profile_runs")) if p.get("reference")]
     machines = sorted({p["machine"] for p in refs})
     cat: dict = {}
@@ -249,8 +265,8 @@ def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_c
 
 def test_a_model_that_does_not_fit_one_gpu_gets_a_per_gpu_time_and_no_single_stream_rate():
     """h200x1-ref's Kimi-K2.5 predictions are one GPU's compute time of a model one H200 cannot hold: chapter 05 says
-    so with the GPUs its weights need (roofline.weights_on_gpus), states no tok/s for it, and says the table's two
-    predictions come from two machines."""
+    so with the GPUs its weights need (roofline.weights_on_gpus), states no tok/s for it, and says which machines the table's
+    predictions come from (three since unit 3)."""
     from servebook.bench.seed import say_prediction_tok_s
     from servebook.profile import findings
     from servebook.roofline import weights_on_gpus
@@ -260,11 +276,12 @@ def test_a_model_that_does_not_fit_one_gpu_gets_a_per_gpu_time_and_no_single_str
     assert need > 1
     said = [re.sub(r"<[^>]+>", "", x) for x in findings(store) + say_prediction_tok_s(store)]
     kimi = [x for x in said if x.startswith("- kimi-k2.5")]
-    assert len(kimi) == 4 and all("per-GPU compute time only" in x and f"the model does not fit one GPU (needs {need}:" in x
+    preds = [p for p in store.rows("prediction_check") if p.get("predicted_ms") and p.get("card") == "kimi-k2.5"]
+    assert len(kimi) == 2 * len(preds) == 8 and all("per-GPU compute time only" in x and f"the model does not fit one GPU (needs {need}:" in x
                                   and "tok/s" not in x for x in kimi)
     machines = sorted({p["machine"] for p in store.rows("prediction_check") if p.get("predicted_ms")})
-    two = [x for x in said if x.startswith("- The predictions above come from two machines")]
-    assert len(machines) == 2 and len(two) == 1 and all(f"`{m}`" in two[0] for m in machines)
+    three = [x for x in said if x.startswith("- The predictions above come from three machines")]
+    assert len(machines) == 3 and len(three) == 1 and all(f"`{m}`" in three[0] for m in machines)
 
 
 def test_a_profiles_only_run_says_what_it_is_where_a_book_would_say_nothing_was_measured(tmp_path):

@@ -30,10 +30,15 @@ UNIT2_LOG = REF / "logs" / UNIT2 / "device-ref.log"
 
 
 def _scratch(path):
-    """The reference run's recorded tables (no traces, no logs but unit 2's device log): a copy to merge into."""
+    """The reference run's recorded tables as they stood before the real unit 3 was merged (its rows, run id
+    h200x1-ref-vllm2, left out; no traces, no logs but unit 2's device log): a copy to merge the synthetic unit 3 into."""
     path.mkdir()
-    for name in ("manifest.json", "profile_runs.jsonl", "decode_breakdown.jsonl", "memory_bandwidth.jsonl"):
-        shutil.copyfile(REF / name, path / name)
+    shutil.copyfile(REF / "manifest.json", path / "manifest.json")
+    for name in ("profile_runs.jsonl", "decode_breakdown.jsonl", "memory_bandwidth.jsonl"):
+        lines = (REF / name).read_text().splitlines()
+        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("run_id") != UNIT3]
+        assert len(kept) < len(lines)          # the real unit 3 is in the reference run
+        (path / name).write_text("".join(ln + "\n" for ln in kept))
     (path / "logs" / UNIT2).mkdir(parents=True)
     shutil.copyfile(UNIT2_LOG, path / "logs" / UNIT2 / "device-ref.log")
     (path / "traces").mkdir()

@@ -75,7 +75,7 @@ def same_machine_line(rows: list[dict]) -> str:
                      f"{q('same_machine_moe_layers', u['depth'], 'd', of=k)} MoE layers, with "
                      + " and ".join(f"{q('same_machine_starts', n, 'd', of=f'{e} | {k}')} start{'s' * (n != 1)} of "
                                     f"{prose_name(e)}" for e, n in u["starts"].items())
-                     + ": " + "; ".join(parts) + " (`servebook.profile.starts.compare`: a difference below 2% of the "
-                     "mean or the start-to-start spread, whichever is larger, is no difference). No carry between "
-                     "machines enters this comparison.")
+                     + ": " + "; ".join(parts) + " (`servebook.profile.starts.compare`: a difference below the starts "
+                     "rule's equivalence margin or the start-to-start spread, whichever is larger, is no difference). No "
+                     "carry between machines enters this comparison.")
     return "\n".join(lines)
