@@ -29,18 +29,6 @@ def _copy(tmp_path, src=REF):
     return dest
 
 
-def _before_unit_3(tmp_path):
-    """The reference run as it stood with units 1 and 2 (unit 3's rows, run id h200x1-ref-vllm2, left out of every
-    table): the state where vLLM's ladder ended at 4 MoE layers on another machine than SGLang's, which the tests of the
-    carry between two machines read."""
-    dest = _copy(tmp_path)
-    dest = dest.rename(dest.with_name("h200x1-ref-before-unit-3"))
-    for t in dest.glob("*.jsonl"):
-        lines = t.read_text().splitlines()
-        t.write_text("".join(ln + "\n" for ln in lines if ln.strip() and json.loads(ln).get("run_id") != "h200x1-ref-vllm2"))
-    return dest
-
-
 def test_a_profiles_only_run_gets_its_profile_chapters_and_a_book_run_none(tmp_path):
     ref = _copy(tmp_path)
     assert book.html_plan(ref) == (["05", "06"], {"engine": "sglang", "model": "kimi-k2.5"})
@@ -147,7 +135,7 @@ def test_a_profiles_only_run_says_its_host_and_engines_from_its_rows(tmp_path):
     assert said and said[-1].supported and said[-1].text.startswith("No client benchmark in this run (a run of profiles only)")
 
 
-def test_the_engines_are_compared_at_the_deepest_depth_both_have(tmp_path):
+def test_the_engines_are_compared_at_the_deepest_depth_both_have(ref_before_unit_3):
     """With units 1 and 2, vLLM's ladder ended at 4 MoE layers, SGLang's at 12: the engines' ratios to their own
     machine's anchor are taken at 4 MoE layers for both, never SGLang's 12 against vLLM's 4. Since unit 3 both reach 12."""
     from servebook.profile import units
@@ -156,7 +144,7 @@ def test_the_engines_are_compared_at_the_deepest_depth_both_have(tmp_path):
     from servebook.profile.tables import latest_ok
 
     assert units.common_depth(latest_ok(RunStore(REF).rows("profile_runs")), SEED_BACKENDS) == 12
-    before = _before_unit_3(tmp_path)
+    before = ref_before_unit_3
     prof = latest_ok(RunStore(before).rows("profile_runs"))
     assert units.common_depth(prof, SEED_BACKENDS) == 4
     anchors = units.anchor_times(prof)
@@ -231,7 +219,7 @@ def test_the_engines_line_states_the_difference_and_the_margin_it_was_decided_ag
             f"{100 * c['margin'] / mid:.2f}%, widened by") in md
 
 
-def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_carrys_per_category_spread(tmp_path):
+def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_carrys_per_category_spread(ref_before_unit_3):
     """The engines' slices come from two machines, carried by one factor; the anchor configuration measured on both
     shows its kernel categories move by different factors (attention ~1.000, dense GEMM ~1.016): "vLLM lower" at 2.01%
     against a 2.00% margin is within that spread, so not decided. The factors recomputed here from decode_breakdown."""
@@ -239,7 +227,7 @@ def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_c
     from servebook.profile.ranges import SEED_BACKENDS
     from servebook.profile.tables import latest_ok
 
-    store = RunStore(_before_unit_3(tmp_path))   # units 1 and 2: vLLM's slices at 4 MoE layers on another machine
+    store = RunStore(ref_before_unit_3)   # units 1 and 2: vLLM's slices at 4 MoE layers on another machine
     refs = [p for p in latest_ok(store.rows("profile_runs")) if p.get("reference")]
     machines = sorted({p["machine"] for p in refs})
     cat: dict = {}

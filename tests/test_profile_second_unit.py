@@ -29,16 +29,13 @@ DAY = 86400.0
 UNIT2_LOG = REF / "logs" / UNIT2 / "device-ref.log"
 
 
-def _scratch(path):
-    """The reference run's recorded tables as they stood before the real unit 3 was merged (its rows, run id
-    h200x1-ref-vllm2, left out; no traces, no logs but unit 2's device log): a copy to merge the synthetic unit 3 into."""
+def _scratch(path, before):
+    """The reference run's recorded tables as they stood before the real unit 3 was merged (``before``: the
+    ref_before_unit_3 fixture's copy; no traces, no logs but unit 2's device log): a copy to merge the synthetic unit 3
+    into."""
     path.mkdir()
-    shutil.copyfile(REF / "manifest.json", path / "manifest.json")
-    for name in ("profile_runs.jsonl", "decode_breakdown.jsonl", "memory_bandwidth.jsonl"):
-        lines = (REF / name).read_text().splitlines()
-        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("run_id") != UNIT3]
-        assert len(kept) < len(lines)          # the real unit 3 is in the reference run
-        (path / name).write_text("".join(ln + "\n" for ln in kept))
+    for name in ("manifest.json", "profile_runs.jsonl", "decode_breakdown.jsonl", "memory_bandwidth.jsonl"):
+        shutil.copyfile(before / name, path / name)
     (path / "logs" / UNIT2).mkdir(parents=True)
     shutil.copyfile(UNIT2_LOG, path / "logs" / UNIT2 / "device-ref.log")
     (path / "traces").mkdir()
@@ -97,8 +94,8 @@ def _unit3(path, run_id=UNIT3, machine=MACHINE3, factor=1.02):
 
 
 @pytest.fixture
-def merged(tmp_path):
-    dest = _scratch(tmp_path / "h200x1-ref")
+def merged(tmp_path, ref_before_unit_3):
+    dest = _scratch(tmp_path / "h200x1-ref", ref_before_unit_3)
     got = units.merge_unit(dest, _unit3(tmp_path / UNIT3))
     write_linearity(dest)
     return dest, got
@@ -199,8 +196,8 @@ def test_merging_unit_3_twice_adds_nothing_and_replaces_no_other_unit_s_file(mer
     assert got["unit"] == UNIT3
 
 
-def test_a_later_unit_recorded_under_unit_2_s_run_id_merges_under_a_dated_id(tmp_path):
-    dest = _scratch(tmp_path / "h200x1-ref")
+def test_a_later_unit_recorded_under_unit_2_s_run_id_merges_under_a_dated_id(tmp_path, ref_before_unit_3):
+    dest = _scratch(tmp_path / "h200x1-ref", ref_before_unit_3)
     unit = _unit3(tmp_path / "again" / UNIT2, run_id=UNIT2)   # the plan's RUN_ID used again on the next loan
     got = units.merge_unit(dest, unit)
     assert got["unit"] == f"{UNIT2}-20261206" and got["profile_runs"] == 12

@@ -234,7 +234,7 @@ def test_what_the_seed_tried_with_flashinfer_is_read_from_its_file():
     assert (launch.get("rate_note") or "") in note
 
 
-def test_the_serial_end_says_its_idles_come_from_slices_of_two_depths(tmp_path):
+def test_the_serial_end_says_its_idles_come_from_slices_of_two_depths(ref_before_unit_3):
     """The host-rule row's serial end adds each engine's deeper slice's idle. Since unit 3 both are 12-MoE-layer slices,
     GPU-bound (one depth: the basis says "13-layer slice's"); with unit 3 left out, vLLM's deeper slice is unit 2's
     4-MoE-layer one, host-bound, and the basis sets the two depths side by side. Each slice's kind is recomputed here
@@ -255,10 +255,7 @@ def test_the_serial_end_says_its_idles_come_from_slices_of_two_depths(tmp_path):
 
     assert kinds_of(src) == {"sglang": (13, "GPU-bound"), "vllm": (13, "GPU-bound")}
     assert _deep_slices_words(src) == "13-layer slice's"
-    before = RunStore.at(tmp_path / "before-unit-3")   # the reference as it stood with units 1 and 2
-    for r in src.rows("profile_runs"):
-        if r.get("run_id") != "h200x1-ref-vllm2":
-            before.append("profile_runs", r)
+    before = RunStore.at(ref_before_unit_3)   # the reference as it stood with units 1 and 2
     assert kinds_of(before) == {"sglang": (13, "GPU-bound"), "vllm": (5, "host-bound")}
     words = _deep_slices_words(before)
     assert "SGLang's: 13 layers, GPU-bound" in words and "vLLM's: 5 layers, host-bound" in words

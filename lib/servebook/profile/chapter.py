@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from ..stated.intervals import _overlap
+from ..stated.text import number_word
 from .kernels import CATEGORIES, rules_table
 from .tables import latest_breakdown, latest_ok, prediction_rows, prediction_subject, starts_of
 
@@ -234,7 +235,7 @@ def findings(store) -> list[str]:
         if p.get("machine") in machines and p.get("predicted_ms") is not None:
             machines[p["machine"]].append(p["engine"])
     if len(machines) > 1:   # one table, two machines: its rows are no comparison of the engines
-        lines.append("- The predictions above come from " + ({2: "two", 3: "three", 4: "four"}.get(len(machines)) or "several")
+        lines.append("- The predictions above come from " + number_word(len(machines))
                      + " machines (" + "; ".join(f"`{m}`: {', '.join(dict.fromkeys(e))}" for m, e in machines.items())
                      + "), each from its own machine's slices and not carried to one: their difference is not the "
                      "engines'; chapter 06 compares the engines only through each machine's anchor configuration.")

@@ -388,15 +388,17 @@ def _same_machine(store, field_: str) -> dict:
     rows = store.rows("profile_runs")
     out: dict = {}
     for u in same_machine(rows, SEED_BACKENDS, common_depth(latest_ok(rows), SEED_BACKENDS)):
-        k, c = u["key"], u["compare"]
-        if field_ in ("ms", "starts"):
-            out.update({f"{e} | {k} | {m}": u["mean"][e][m] for e in u["starts"] for m in MEASURES} if field_ == "ms"
-                       else {f"{e} | {k}": n for e, n in u["starts"].items()})
+        k = u["key"]
+        if field_ == "ms":
+            out.update({f"{e} | {k} | {m}": u["mean"][e][m] for e in u["starts"] for m in MEASURES})
+        elif field_ == "starts":
+            out.update({f"{e} | {k}": n for e, n in u["starts"].items()})
         elif field_ == "moe_layers":
             out[k] = u["depth"]
+        elif field_ == "diff_pct":
+            out.update({f"{k} | {m}": u["compare"][m]["diff_pct"] for m in MEASURES})
         else:
-            out.update({f"{k} | {m}": c[m]["diff_pct"] if field_ == "diff_pct" else 100 * c[m]["margin"] / c[m]["b_mean"]
-                        for m in MEASURES})
+            out.update({f"{k} | {m}": u["margin_pct"][m] for m in MEASURES})
     return out
 
 

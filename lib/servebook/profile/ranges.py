@@ -218,9 +218,6 @@ def _whole_models(src) -> bool:
     return any(r.get("measured_ms") for r in src.rows("prediction_check"))
 
 
-_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-
-
 def _shard_words(att: list[dict]) -> tuple[int, str]:
     """The seed's TP and the shard-shapes assumption's basis: the attention grid's head blocks per rank from the seed
     model's heads (its card) and the kernels' BLOCK_H (table seed_attention_12)."""
@@ -236,8 +233,7 @@ def _shard_words(att: list[dict]) -> tuple[int, str]:
     bh, per_rank = block.pop(), heads // tp
     shard, whole = -(-per_rank // bh), -(-heads // bh)   # head blocks of the grid per rank at the seed's TP and at TP=1
 
-    def word(k: int) -> str:
-        return _WORDS[k] if k < len(_WORDS) else str(k)
+    from ..stated.text import number_word as word
 
     return tp, ("central: each memory-bound kernel kept at least as long as the shortest such kernel on the "
                 f"{_short(_gpus()[0])} (it reads 1/{tp} of the bytes per rank but keeps its launch and latency); the end: "

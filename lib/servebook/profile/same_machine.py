@@ -2,7 +2,7 @@
 engines are compared at (``units.common_depth``), their GPU busy times and served times compared directly, with no carry
 between machines (chapter 06, beside the comparison through each unit's anchor).
 
-    depth = units.common_depth(latest_ok(profile_rows), backends)          # the depth the engines are compared at
+    depth = units.common_depth(tables.latest_ok(profile_rows), backends)          # the depth the engines are compared at
     rows = same_machine(profile_rows, {"sglang": "triton", "vllm": "TRITON_MLA"}, depth)   # one row per such unit
     line = same_machine_line(rows)                                                # chapter 06's sentence, figures tagged
 
@@ -15,7 +15,6 @@ on a side is "undecided", and the sentence says how far under the margin the dif
 from __future__ import annotations
 
 from .ladders import int4_rows, unit_of
-from .tables import latest_ok
 
 __all__ = ["same_machine", "same_machine_line", "MEASURES"]
 
@@ -26,27 +25,28 @@ MEASURES = {"busy_ms": "GPU busy per step", "tpot_ms": "time per token served"}
 def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
     """Per unit holding an INT4 slice (graph mode, the seed's card) of every engine of ``backends`` at ``depth`` MoE
     layers (the engines' common depth, ``units.common_depth``): ``{"machine", "run_id", "depth", "key", "starts": {engine: n}, "mean": {engine: {measure: ms}},
-    "compare": {measure: starts.compare(first engine, second engine)}}``; [] where no unit holds them all."""
+    "compare": {measure: starts.compare(first engine, second engine)}, "margin_pct": {measure: the rule's margin, % of
+    the second engine's mean}}``; [] where no unit holds them all."""
     from .linearity import moe_layers_of
     from .starts import compare
 
-    prof = latest_ok(profile_rows)
     if depth is None or len(backends) != 2:
         return []
+    a, b = backends
     at: dict = {}
     for eng, be in backends.items():
-        for r in int4_rows(prof, eng, be):
+        for r in int4_rows(profile_rows, eng, be):   # the latest ok row of each label
             if moe_layers_of(r) == depth and r.get("machine") and all(r.get(m) is not None for m in MEASURES):
                 at.setdefault(unit_of(r), {}).setdefault(eng, []).append(r)
     out = []
     for unit, by in at.items():
         if set(by) != set(backends):
             continue
-        a, b = backends
+        c = {m: compare([r[m] for r in by[a]], [r[m] for r in by[b]]) for m in MEASURES}
         out.append({"machine": unit[0], "run_id": unit[1], "depth": depth, "key": f"{unit[0]} | {unit[1]}",
                     "starts": {e: len(by[e]) for e in backends},
                     "mean": {e: {m: sum(r[m] for r in by[e]) / len(by[e]) for m in MEASURES} for e in backends},
-                    "compare": {m: compare([r[m] for r in by[a]], [r[m] for r in by[b]]) for m in MEASURES}})
+                    "compare": c, "margin_pct": {m: 100 * c[m]["margin"] / c[m]["b_mean"] for m in MEASURES}})
     return out
 
 
@@ -70,7 +70,7 @@ def same_machine_line(rows: list[dict]) -> str:
             parts.append(f"{words} {prose_name(a)} {q('same_machine_ms', u['mean'][a][m], '.3f', of=f'{a} | {k} | {m}')} ms "
                          f"against {prose_name(b)} {q('same_machine_ms', u['mean'][b][m], '.3f', of=f'{b} | {k} | {m}')} ms, "
                          f"{q('same_machine_diff_pct', c['diff_pct'], '+.2f', of=f'{k} | {m}')}% against a margin of "
-                         f"{q('same_machine_margin_pct', 100 * c['margin'] / c['b_mean'], '.2f', of=f'{k} | {m}')}%: {said}")
+                         f"{q('same_machine_margin_pct', u['margin_pct'][m], '.2f', of=f'{k} | {m}')}%: {said}")
         lines.append(f"- On one machine (unit `{u['run_id']}`, machine `{u['machine']}`), at "
                      f"{q('same_machine_moe_layers', u['depth'], 'd', of=k)} MoE layers, with "
                      + " and ".join(f"{q('same_machine_starts', n, 'd', of=f'{e} | {k}')} start{'s' * (n != 1)} of "

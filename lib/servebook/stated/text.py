@@ -15,11 +15,19 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MISSING", "plain", "text_of", "code", "code_locations", "clip", "cut_word", "marked", "ELLIPSIS"]
+__all__ = ["MISSING", "plain", "text_of", "code", "code_locations", "clip", "cut_word", "marked", "ELLIPSIS", "number_word"]
 
 ELLIPSIS = "…"
 
 MISSING = object()  # a quantity the run's tables do not give
+
+_NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def number_word(k: int) -> str:
+    """A count in prose, as a word below ten ("no", "one", ... "nine"; a figure in words is no stated quantity), else
+    its digits."""
+    return _NUMBER_WORDS[k] if 0 <= k < len(_NUMBER_WORDS) else str(k)
 
 
 def plain(value: Any) -> Any:
