@@ -40,8 +40,9 @@
 #               triton at 1, 2, 4 and 12 MoE layers with the starts the starts rule gives, a lead start that fills SGLang's
 #               JIT cache first), then the extra starts the rule asks for (servebook profile more-starts), then the plan's
 #               vLLM servers once vLLM is unpacked; slices built (REF_LAYERS) as soon as the notebook tools are in. Every
-#               row carries the machine's identity. SGLang's JIT cache (~/.cache/tvm-ffi) is packed to tvmffi.tgz (back in
-#               $OUT under 16 MiB) and unpacked from STAGE_DIR/cache/tvmffi.tgz (TVMFFI_CACHE) where the call carries one
+#               row carries the machine's identity. The JIT caches (~/.cache/tvm-ffi, ~/.cache/flashinfer) are packed to
+#               tvmffi.tgz once the plan's first batch is through (back in $OUT as 15 MB pieces, tvmffi.tgz.partNN; join
+#               them with cat) and unpacked from STAGE_DIR/cache/tvmffi.tgz (TVMFFI_CACHE) where the call carries one
 # The part folders are read from STAGE_DIR (default .stage beside this repository; a copy of the tree run from another
 # checkout names the checkout's own).
 set -u
@@ -89,7 +90,13 @@ snap() {
   (cd /tmp/runs && find . -path '*/traces/*' -not -path '*/traces/raw/*' -type f | tar czf "$OUT/traces.tgz" -T - 2>/dev/null)
   for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
-  [ -f /tmp/tvmffi.tgz ] && [ "$(stat -c %s /tmp/tvmffi.tgz)" -lt 16000000 ] && cp /tmp/tvmffi.tgz "$OUT/"
+  # the JIT caches (SGLang's tvm-ffi, flashinfer's) once a plan's first batch is through: a later unit carries them in
+  # (TVMFFI_CACHE) instead of compiling ~400 s again; sent once, in 15 MB pieces (a file back is at most 16 MiB)
+  [ -f /tmp/tvmffi.tgz ] || ! grep -q '^profile: batch 2' /tmp/jobs/ref.log 2>/dev/null || \
+    (cd ~/.cache && tar czf /tmp/tvmffi.tgz $(ls -d tvm-ffi flashinfer 2>/dev/null))
+  [ -f /tmp/tvmffi.tgz ] && [ ! -f /tmp/tvmffi.sent ] && echo "[device.sh] JIT caches: $(du -h /tmp/tvmffi.tgz | cut -f1)" \
+    && [ "$(stat -c %s /tmp/tvmffi.tgz)" -lt 45000000 ] && split -b 15000000 -d /tmp/tvmffi.tgz "$OUT/tvmffi.tgz.part" \
+    && touch /tmp/tvmffi.sent
   echo "[device.sh] $(date -u +%T) snapshot: $(du -sh "$OUT/runs.tgz" | cut -f1) in runs.tgz ($(( $(date +%s) - T0 ))s this call)"
 }
 job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this call
