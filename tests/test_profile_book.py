@@ -31,7 +31,7 @@ def _copy(tmp_path, src=REF):
 
 def test_a_profiles_only_run_gets_its_profile_chapters_and_a_book_run_none(tmp_path):
     ref = _copy(tmp_path)
-    assert book.html_plan(ref) == (["05", "06"], {"engine": "sglang", "model": "kimi-k2.5"})
+    assert book.html_plan(ref) == (["05", "06"], {"engine": "sglang", "compare_engines": "vllm", "model": "kimi-k2.5"})
     assert book.served_by_profiles(RunStore(ref))
     line = book.not_run_line(ref, "03_force_each_backend")
     assert line.startswith("not run: a run of profiles only") and "--only 03` fills it" in line

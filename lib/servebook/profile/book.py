@@ -1,6 +1,6 @@
 """A run of profiles only (``servebook profile run``: the H200 reference recording, h200x1-ref) rendered as a book.
 
-    plan = html_plan(run_dir)          # (["05", "06"], {"engine": "sglang", "model": "kimi-k2.5"}) or None
+    plan = html_plan(run_dir)          # (["05", "06"], {"engine": "sglang", "compare_engines": "vllm", "model": "kimi-k2.5"}) or None
     line = not_run_line(run_dir, "03_force_each_backend")   # the index's one line for a chapter such a run has no page of
 
 Such a run recorded profiles of servers and nothing a chapter measures on its host: no probe, no backend reading, no
@@ -46,7 +46,8 @@ def profiles_only(run_dir) -> bool:
 
 def html_plan(run_dir) -> tuple[list[str], dict] | None:
     """``(chapters, parameters)`` that ``servebook html`` executes on a profiles-only run that has no executed chapter
-    yet: ``CHAPTERS`` with the engine and model card of its profiles (the first engine profiled, the card they share);
+    yet: ``CHAPTERS`` with the engine and model card of its profiles (the first engine profiled, the others as
+    ``compare_engines``, the card they share);
     None for any other run (its chapters were executed where it was measured, or ``--refresh`` names them)."""
     from ..results import RunStore
 
@@ -55,7 +56,10 @@ def html_plan(run_dir) -> tuple[list[str], dict] | None:
         return None
     rows = [r for r in RunStore(run_dir).rows("profile_runs") if r.get("ok")]
     cards = {r.get("card") for r in rows if r.get("card")}
-    params = {"engine": rows[0]["engine"]}
+    engines = list(dict.fromkeys(r["engine"] for r in rows))
+    params = {"engine": engines[0]}
+    if len(engines) > 1:      # chapter 05 names every engine profiled (chapter 06 declares no such parameter)
+        params["compare_engines"] = ",".join(engines[1:])
     if len(cards) == 1:
         params["model"] = cards.pop()
     return list(CHAPTERS), params
