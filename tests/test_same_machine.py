@@ -28,7 +28,8 @@ def test_unit_3_compares_the_engines_on_one_machine():
     assert abs(u["mean"]["vllm"]["busy_ms"] - sum(vllm) / len(vllm)) < 1e-12
     for m in ("busy_ms", "tpot_ms"):       # one SGLang start: undecided by the rule, each difference under the 2% margin
         c = u["compare"][m]
-        assert c["verdict"] == "undecided" and abs(c["diff_pct"]) < 2.0, (m, c)
+        assert c["verdict"] == "undecided" and abs(u["diff_pct"][m]) < 2.0, (m, c)
+        assert abs(u["diff_pct"][m] - 100 * c["diff"] / ((c["a_mean"] + c["b_mean"]) / 2)) < 1e-12   # ratio_gap's basis
     line = same_machine_line([u])
     assert "undecided by the rule (one start on a side)" in line and "No carry between machines" in line
     # a second SGLang start in the unit (as unit 1's two agreed, within 0.06%) decides it: no difference

@@ -395,10 +395,8 @@ def _same_machine(store, field_: str) -> dict:
             out.update({f"{e} | {k}": n for e, n in u["starts"].items()})
         elif field_ == "moe_layers":
             out[k] = u["depth"]
-        elif field_ == "diff_pct":
-            out.update({f"{k} | {m}": u["compare"][m]["diff_pct"] for m in MEASURES})
-        else:
-            out.update({f"{k} | {m}": u["margin_pct"][m] for m in MEASURES})
+        else:               # diff_pct, margin_pct
+            out.update({f"{k} | {m}": u[field_][m] for m in MEASURES})
     return out
 
 
@@ -408,8 +406,8 @@ _UNITS += [Quantity(f"same_machine_{f}", f"the engines at their common depth wit
                                   "busy_ms or tpot_ms)"),
                            ("starts", "an engine's starts there (engine | machine | run id)"),
                            ("moe_layers", "the MoE layers compared (machine | run id)"),
-                           ("diff_pct", "the first engine's mean minus the second's, % of the second's (machine | run id | measure)"),
-                           ("margin_pct", "the starts rule's margin, % of the second engine's mean (machine | run id | measure)"))]
+                           ("diff_pct", "the first engine's mean minus the second's, % of the mean of the two (machine | run id | measure)"),
+                           ("margin_pct", "the starts rule's margin, % of the mean of the two (machine | run id | measure)"))]
 
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)
 

@@ -25,8 +25,9 @@ MEASURES = {"busy_ms": "GPU busy per step", "tpot_ms": "time per token served"}
 def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
     """Per unit holding an INT4 slice (graph mode, the seed's card) of every engine of ``backends`` at ``depth`` MoE
     layers (the engines' common depth, ``units.common_depth``): ``{"machine", "run_id", "depth", "key", "starts": {engine: n}, "mean": {engine: {measure: ms}},
-    "compare": {measure: starts.compare(first engine, second engine)}, "margin_pct": {measure: the rule's margin, % of
-    the second engine's mean}}``; [] where no unit holds them all."""
+    "compare": {measure: starts.compare(first engine, second engine)}, "diff_pct" and "margin_pct": {measure: the first
+    engine's mean minus the second's, and the rule's margin, each in % of the mean of the two means, the basis of
+    ``units.ratio_gap``}}``; [] where no unit holds them all."""
     from .linearity import moe_layers_of
     from .starts import compare
 
@@ -43,10 +44,12 @@ def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
         if set(by) != set(backends):
             continue
         c = {m: compare([r[m] for r in by[a]], [r[m] for r in by[b]]) for m in MEASURES}
+        mid = {m: (c[m]["a_mean"] + c[m]["b_mean"]) / 2 for m in MEASURES}
         out.append({"machine": unit[0], "run_id": unit[1], "depth": depth, "key": f"{unit[0]} | {unit[1]}",
                     "starts": {e: len(by[e]) for e in backends},
                     "mean": {e: {m: sum(r[m] for r in by[e]) / len(by[e]) for m in MEASURES} for e in backends},
-                    "compare": c, "margin_pct": {m: 100 * c[m]["margin"] / c[m]["b_mean"] for m in MEASURES}})
+                    "compare": c, "diff_pct": {m: 100 * c[m]["diff"] / mid[m] for m in MEASURES},
+                    "margin_pct": {m: 100 * c[m]["margin"] / mid[m] for m in MEASURES}})
     return out
 
 
@@ -56,7 +59,7 @@ _SAID = {"no difference": "no difference beyond the margin", "undecided": "undec
 def same_machine_line(rows: list[dict]) -> str:
     """Chapter 06's bullet for each unit of ``same_machine``: both engines' means, starts and each measure's verdict,
     every figure tagged (``same_machine_ms``, ``same_machine_starts``, ``same_machine_diff_pct``,
-    ``same_machine_margin_pct``); "" where there is none."""
+    ``same_machine_margin_pct``: % of the mean of the two means); "" where there is none."""
     from ..engines import prose_name
     from ..stated import q
 
@@ -69,7 +72,7 @@ def same_machine_line(rows: list[dict]) -> str:
             said = _SAID.get(c["verdict"]) or f"{prose_name(a if c['verdict'] == 'a lower' else b)} lower"
             parts.append(f"{words} {prose_name(a)} {q('same_machine_ms', u['mean'][a][m], '.3f', of=f'{a} | {k} | {m}')} ms "
                          f"against {prose_name(b)} {q('same_machine_ms', u['mean'][b][m], '.3f', of=f'{b} | {k} | {m}')} ms, "
-                         f"{q('same_machine_diff_pct', c['diff_pct'], '+.2f', of=f'{k} | {m}')}% against a margin of "
+                         f"{q('same_machine_diff_pct', u['diff_pct'][m], '+.2f', of=f'{k} | {m}')}% against a margin of "
                          f"{q('same_machine_margin_pct', u['margin_pct'][m], '.2f', of=f'{k} | {m}')}%: {said}")
         lines.append(f"- On one machine (unit `{u['run_id']}`, machine `{u['machine']}`), at "
                      f"{q('same_machine_moe_layers', u['depth'], 'd', of=k)} MoE layers, with "
