@@ -57,18 +57,16 @@ print("tables recorded:", ", ".join(store.tables()) or "none")
 # ## This run
 
 # %%
-from servebook.profile.book import profiled_host
+from servebook.profile.book import profiled_words   # a run of profiles only: its engines and slices (not the engine parameter)
 from servebook.provenance import describe_revision
 
 params = manifest.get("parameters", {})
 versions = manifest.get("versions", {})
 fp, _unrec = manifest.get("host_fingerprint", {}), "not in this run's manifest (a run of profiles only keeps its host in its profile rows: \"The host\" below)"
-_prof = profiled_host(store)   # a run of profiles only: its engines and slices from its profile rows (the `engine` parameter above is not read here)
 pd.DataFrame([
     {"what": "host", "value": f"{fp.get('hostname')} — {fp.get('cpu_count')} CPUs, {fp.get('memory_gib')} GiB, GPUs: {', '.join(fp.get('gpus') or []) or 'none'}" if fp else _unrec},
-    {"what": "engine under study", "value": params.get("engine") or ", ".join(f"{e['engine']} {e['version']}" for e in _prof.get("engines", []))
-     + (" (each profiled in this run)" if _prof.get("engines") else "") or _unrec},
-    {"what": "model", "value": params.get("model") or _prof.get("model") or _unrec},
+    {"what": "engine under study", "value": params.get("engine") or profiled_words(store, "engines") or _unrec},
+    {"what": "model", "value": params.get("model") or profiled_words(store, "model") or _unrec},
     {"what": "versions of the kernel that executed this page (each engine's own: chapter 01's engines table)",
      "value": ", ".join(f"{k} {v}" for k, v in versions.items() if v) or _unrec},
     {"what": "code", "value": describe_revision(manifest.get("git_revision"))},

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CHAPTERS", "profiles_only", "served_by_profiles", "html_plan", "not_run_line", "profiled_host", "NOT_FOR_PROFILES",
+__all__ = ["CHAPTERS", "profiles_only", "served_by_profiles", "html_plan", "not_run_line", "profiled_host", "profiled_words", "NOT_FOR_PROFILES",
            "leave_out_for_profiles"]
 
 # the chapters that read a profile run's tables (executed with measure=False by ``servebook html``)
@@ -102,6 +102,16 @@ def profiled_host(store) -> dict:
             "machines": sorted({r.get("machine") for r in rows if r.get("machine")}),
             "engines": [{"engine": e, "version": v, "status": "ok", "source": "profile_runs"} for e, v in engines],
             "model": model or None, "date": min((str(r.get("recorded_at")) for r in rows if r.get("recorded_at")), default=None)}
+
+
+def profiled_words(store, what: str) -> str:
+    """Chapter 06's facts for a run of profiles only, from :func:`profiled_host`: ``what`` "engines" (each engine and
+    version, "... (each profiled in this run)") or "model" (the card and the slices' depths); "" for any other run."""
+    host = profiled_host(store)
+    if what == "engines":
+        names = ", ".join(f"{e['engine']} {e['version']}" for e in host.get("engines", []))
+        return f"{names} (each profiled in this run)" if names else ""
+    return host.get("model") or ""
 
 
 def leave_out_for_profiles(nb, run_dir):
