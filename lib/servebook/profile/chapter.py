@@ -321,12 +321,15 @@ def where_time_goes(store) -> str:
     """Chapter 06's account of the profiles of a live run: per model both engines ran, their GPU time per step, what
     the difference between them consists of, and the full-model checks (Markdown; figures tagged)."""
     from ..stated import q
+    from .backends_at_depth import backend_comparisons, backends_markdown
     from .depths import HOST_BOUND_SHARE
     from .tables import engine_difference
     from .units import units_markdown
 
     rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
     units = units_markdown(store)   # a reference recording of units: each engine's ladder, compared through the reference
+    backs = backends_markdown(backend_comparisons(store.rows("profile_runs")))   # backends within one unit (if measured)
+    units += ("\n\n" + backs) if backs else ""   # a blank line first: a paragraph and table, not a list item's
     if not rows:
         return units
     recorded = {p["label"]: p.get("busy_ms") for p in latest_ok(store.rows("profile_runs"))}  # the GPU time each profile recorded

@@ -409,6 +409,28 @@ _UNITS += [Quantity(f"same_machine_{f}", f"the engines at their common depth wit
                            ("diff_pct", "the first engine's mean minus the second's, % of the mean of the two (machine | run id | measure)"),
                            ("margin_pct", "the starts rule's margin, % of the mean of the two (machine | run id | measure)"))]
 
+
+def _backends_at_depth(store, name: str) -> dict:
+    """Each backend against its engine's seed backend within one unit (``backends_at_depth``), by the subjects it tags."""
+    from .backends_at_depth import _figures, backend_comparisons
+
+    return _figures(backend_comparisons(store.rows("profile_runs")))[name]
+
+
+_UNITS += [Quantity(f"slice_backend_{f}", "a backend against its engine's seed backend within one recording unit, at the "
+                    f"engines' common depth (backends_at_depth.backend_comparisons): {what}",
+                    lambda store, f=f: _backends_at_depth(store, f"slice_backend_{f}"), tables=("profile_runs",))
+           for f, what in (("ms", "a backend's mean served time per token or GPU busy per step (engine / backend / machine "
+                                  "/ run id / tpot_ms or busy_ms)"),
+                           ("starts", "a backend's starts there (engine / backend / machine / run id)"),
+                           ("gap_ms", "a backend's mean served time per token minus its mean GPU busy per step (engine / "
+                                      "backend / machine / run id)"),
+                           ("diff_pct", "the backend's mean minus the seed backend's, % of the mean of the two (engine / "
+                                        "backend / machine / run id / measure)"),
+                           ("margin_pct", "the starts rule's margin, % of the mean of the two (engine / backend / machine / "
+                                          "run id / measure)"),
+                           ("moe_layers", "the MoE layers compared (machine / run id)"))]
+
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)
 
 

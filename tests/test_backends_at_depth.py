@@ -1,0 +1,143 @@
+"""The backends on the deepest slice (issue #39 item 6), each against its engine's seed backend within one recording
+unit: built from h200x1-ref's real rows (unit 3, ``h200x1-ref-vllm2``, its 12-MoE-layer slices) altered into a SYNTHETIC
+backends unit, since no unit of the reference recording holds another backend at that depth yet."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from servebook.paths import data_dir
+from servebook.profile.backends_at_depth import backend_comparisons, backends_markdown
+from servebook.profile.ranges import SEED_BACKENDS
+from servebook.profile.tables import latest_ok
+from servebook.profile.units import common_depth
+from servebook.results import RunStore
+from servebook.stated.text import MISSING
+
+REF = data_dir() / "runs" / "h200x1-ref"
+UNIT3, OTHER = "h200x1-ref-vllm2", "h200x1-ref"   # OTHER: unit 1, another machine
+
+
+def _real():
+    return RunStore.at(REF).rows("profile_runs")
+
+
+def _like(r: dict, backend, start: int, busy: float, tpot: float, *, reported="same", at: float = 0.0) -> dict:
+    """A SYNTHETIC start made from real row ``r``: another backend, start, GPU busy and served time (factors of r's)."""
+    be = "default" if backend is None else backend
+    base = re.sub(r" start \d+| \(h200x1-ref[-\w]*\)", "", r["label"]).replace(r["backend"], be)
+    label = base + (f" start {start}" if start > 1 else "") + f" ({r['run_id']}, synthetic)"
+    return {**r, "backend": backend, "label": label, "start": start, "role": "slice" if start == 1 else "repeat",
+            "busy_ms": r["busy_ms"] * busy, "tpot_ms": r["tpot_ms"] * tpot, "taken_at": float(r["taken_at"]) + 60 + at,
+            "reported_backend": backend if reported == "same" else reported}
+
+
+def _synthetic() -> list[dict]:
+    rows = _real()
+    deep = {(r["engine"], r["run_id"]): r for r in rows if r.get("layers") == 13 and r.get("ok") and r.get("start") == 1}
+    sg, vl, vl_other = deep[("sglang", UNIT3)], deep[("vllm", UNIT3)], deep[("sglang", OTHER)]
+    return rows + [
+        _like(sg, "triton", 2, 1.0006, 0.9994),                       # the seed's second start in unit 3
+        _like(sg, "flashinfer", 1, 0.95, 1.001, at=1), _like(sg, "flashinfer", 2, 0.9502, 0.9995, at=2),  # kernels only
+        _like(vl, "FLASHMLA", 1, 0.93, 0.93, at=3),                   # one start: undecided
+        _like(vl, None, 1, 0.90, 0.90, reported="FLASHMLA", at=4), _like(vl, None, 2, 0.901, 0.899, reported="FLASHMLA", at=5),
+        # vLLM FLASHMLA in unit 1 too, another machine with no vLLM seed slice at 12 MoE layers: never compared, not pooled
+        {**_like(vl, "FLASHMLA", 1, 0.80, 0.80, at=6), "run_id": OTHER, "machine": vl_other["machine"],
+         "label": f"vllm kimi-13L int4 FLASHMLA ({OTHER}, synthetic)"},
+        {**_like(vl, "FLASHMLA", 2, 0.80, 0.80, at=7), "run_id": OTHER, "machine": vl_other["machine"],
+         "label": f"vllm kimi-13L int4 FLASHMLA start 2 ({OTHER}, synthetic)"},
+    ]
+
+
+def _by(rows):
+    return {(c["run_id"], c["engine"], c["word"]): c for c in rows}
+
+
+def test_the_real_reference_has_no_other_backend_at_the_common_depth():
+    rows = _real()
+    assert common_depth(latest_ok(rows), SEED_BACKENDS) == 12
+    assert backend_comparisons(rows) == [] and backends_markdown([]) == ""   # the rendered pages stay as they are
+
+
+def test_each_backend_against_its_seed_backend_within_one_unit():
+    rows = _synthetic()
+    assert common_depth(latest_ok(rows), SEED_BACKENDS) == 12
+    got = _by(backend_comparisons(rows))
+    assert set(got) == {(UNIT3, "sglang", "flashinfer"), (UNIT3, "vllm", "FLASHMLA"), (UNIT3, "vllm", "default")}
+    fi, fm, de = got[(UNIT3, "sglang", "flashinfer")], got[(UNIT3, "vllm", "FLASHMLA")], got[(UNIT3, "vllm", "default")]
+    machine = next(r["machine"] for r in rows if r.get("run_id") == UNIT3)
+    assert {c["machine"] for c in got.values()} == {machine} and fi["seed"] == "triton" and fm["seed"] == "TRITON_MLA"
+    # unit 1's FLASHMLA starts are neither compared nor pooled; the seed's starts are unit 3's only
+    assert fm["starts"] == {"backend": 1, "seed": 2} and fi["starts"] == {"backend": 2, "seed": 2}
+    seed = [r["busy_ms"] for r in rows if r.get("run_id") == UNIT3 and r.get("layers") == 13 and r["engine"] == "vllm"
+            and r.get("backend") == "TRITON_MLA" and r.get("ok")]
+    assert len(seed) == 2 and fm["mean"]["seed"]["busy_ms"] == pytest.approx(sum(seed) / 2)
+    # verdicts: flashinfer's kernels are lower, its served time is not -> disagree; default lower on both -> agree
+    assert fi["verdict"] == {"busy_ms": "a lower", "tpot_ms": "no difference"} and fi["agree"] is False
+    assert de["verdict"] == {"busy_ms": "a lower", "tpot_ms": "a lower"} and de["agree"] is True
+    assert set(fm["verdict"].values()) == {"undecided"} and fm["agree"] is None
+    for c in got.values():   # % of the mean of the two means, units.ratio_gap's basis
+        for m, x in c["compare"].items():
+            assert c["diff_pct"][m] == pytest.approx(200 * x["diff"] / (x["a_mean"] + x["b_mean"]))
+            assert c["margin_pct"][m] == pytest.approx(200 * x["margin"] / (x["a_mean"] + x["b_mean"]))
+    # the null backend: the engine's default, its raw value and what the engine's log said it used kept
+    assert de["backend"] is None and de["reported"]["backend"] == ["FLASHMLA"]
+    # without unit 3's vLLM seed slices, unit 3's vLLM backends are not compared (nor against another unit's seed)
+    no_seed = [r for r in rows if not (r.get("run_id") == UNIT3 and r.get("backend") == "TRITON_MLA")]
+    assert [(c["run_id"], c["engine"], c["word"]) for c in backend_comparisons(no_seed, 12)] == [(UNIT3, "sglang", "flashinfer")]
+
+
+def _store(tmp_path, rows) -> RunStore:
+    """A copy of the reference run's tables (no traces, no logs) with ``rows`` as its profile_runs."""
+    path = tmp_path / "h200x1-ref"
+    path.mkdir(parents=True)
+    for p in [REF / "manifest.json", *REF.glob("*.jsonl")]:
+        shutil.copyfile(p, path / p.name)
+    (path / "profile_runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return RunStore.at(path)
+
+
+def test_the_section_states_every_figure_tagged_and_recomputed(tmp_path):
+    import mistune
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    from servebook import quantities as _all  # noqa: F401  every chapter's quantities registered
+    from servebook import stated
+    from servebook.stated.registry import expected
+    from servebook.stated.tags import stated_on
+
+    store = _store(tmp_path, _synthetic())
+    md = backends_markdown(backend_comparisons(store.rows("profile_runs")))
+    words = re.sub(r"<span[^>]*>|</span>", "", md)
+    assert "`default` (the log: `FLASHMLA`) against `TRITON_MLA`" in words
+    assert "served time says no difference beyond the margin, the GPU busy time says `flashinfer` lower. Hypothesis:" in words
+    assert "`FLASHMLA` has one start" in words and words.count("Hypothesis") == 1
+    table = markdown2html_mistune(md)   # as the book renders it: one table, eight cells a row (no "|" in a tag's subject)
+    assert table.count("<table>") == 1 and table.count("<tr>") == 4 and table.count("<td>") == 3 * 8
+    page = f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown">{mistune.html(md)}</div>'
+    assert [str(u) for u in stated.untagged_numbers(page)] == []
+    tags = stated_on(md)
+    assert {t.name for t in tags} == {"slice_backend_ms", "slice_backend_starts", "slice_backend_gap_ms", "slice_backend_diff_pct",
+                                      "slice_backend_margin_pct", "slice_backend_moe_layers"}
+    for t in tags:
+        assert expected(store, t.name, t.of) == pytest.approx(t.value), (t.name, t.of)
+    # the check can fail: another value is not what the run gives, and the real tables give none of these figures
+    t = next(t for t in tags if t.name == "slice_backend_ms")
+    assert expected(store, t.name, t.of) != pytest.approx(t.value * 1.01)
+    assert expected(_store(tmp_path / "real", _real()), t.name, t.of) is MISSING
+
+
+def test_chapter_06_adds_the_section_only_where_rows_exist(tmp_path):
+    from servebook.profile.chapter import where_time_goes
+
+    real = where_time_goes(RunStore.at(REF))
+    assert real and "Backends at" not in real
+    store = _store(tmp_path, _synthetic())
+    section = backends_markdown(backend_comparisons(store.rows("profile_runs")))
+    assert section.startswith("**Backends at")
+    # after the units' list, a paragraph and table of their own (a blank line: not a list item's continuation)
+    assert where_time_goes(store).endswith("\n\n" + section)
