@@ -142,7 +142,6 @@ if params.get("profile") and (causes or seed_fixes):
         "No fallback caused by a hardware helper: keep the engine's default and measure (chapters 03 and 05)."
     display(Markdown(text))
 
-
 # %% [markdown]
 # ## How to read this chapter
 # Each statement below is computed by `servebook.findings` from the tables chapters 01-05 stored, and
