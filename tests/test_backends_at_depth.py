@@ -141,3 +141,10 @@ def test_chapter_06_adds_the_section_only_where_rows_exist(tmp_path):
     assert section.startswith("**Backends at")
     # after the units' list, a paragraph and table of their own (a blank line: not a list item's continuation)
     assert where_time_goes(store).endswith("\n\n" + section)
+
+
+def test_chapter_05_names_a_null_backend_as_the_engines_default():
+    from servebook.profile import depths
+
+    assert depths._what("vllm", None, "card", "graph", "kimi-k2.5").startswith("vLLM (its default backend, INT4 experts")
+    assert "None" not in depths._what("vllm", None, "card", "graph", "kimi-k2.5")
