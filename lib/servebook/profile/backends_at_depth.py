@@ -14,7 +14,7 @@ from __future__ import annotations
 from .ladders import int4_rows, unit_of
 from .same_machine import MEASURES
 
-__all__ = ["backend_comparisons", "backends_markdown"]
+__all__ = ["backend_comparisons", "backends_markdown", "backend_figures"]
 
 
 def _word(backend) -> str:
@@ -76,7 +76,7 @@ def _of(c: dict, side: str, *rest: str) -> str:
     return " / ".join([c["engine"], _side(c, side), c["key"], *rest])
 
 
-def _figures(rows: list[dict]) -> dict:
+def backend_figures(rows: list[dict]) -> dict:
     """Every figure ``backends_markdown`` tags, ``{quantity: {subject: value}}`` (the registry recomputes from it)."""
     out: dict = {f"slice_backend_{n}": {} for n in ("ms", "starts", "gap_ms", "diff_pct", "margin_pct", "moe_layers")}
     for c in rows:

@@ -412,9 +412,9 @@ _UNITS += [Quantity(f"same_machine_{f}", f"the engines at their common depth wit
 
 def _backends_at_depth(store, name: str) -> dict:
     """Each backend against its engine's seed backend within one unit (``backends_at_depth``), by the subjects it tags."""
-    from .backends_at_depth import _figures, backend_comparisons
+    from .backends_at_depth import backend_figures, backend_comparisons
 
-    return _figures(backend_comparisons(store.rows("profile_runs")))[name]
+    return backend_figures(backend_comparisons(store.rows("profile_runs")))[name]
 
 
 _UNITS += [Quantity(f"slice_backend_{f}", "a backend against its engine's seed backend within one recording unit, at the "
