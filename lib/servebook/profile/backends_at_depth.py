@@ -11,8 +11,7 @@ verdicts point the same way (None: undecided, one start on a side). A null backe
 
 from __future__ import annotations
 
-from .ladders import int4_rows, unit_of
-from .same_machine import MEASURES
+from .same_machine import MEASURES, decide, measured_at
 
 __all__ = ["backend_comparisons", "backends_markdown", "backend_figures"]
 
@@ -28,9 +27,7 @@ def backend_comparisons(profile_rows, depth: int | None = None, seeds: dict | No
     there in the same unit: ``{"key", "machine", "run_id", "depth", "engine", "backend" (raw, None: default), "word",
     "seed", "starts", "mean", "gap_ms", "reported": {"backend"/"seed": ...}, "compare", "verdict", "diff_pct",
     "margin_pct" ({measure: ...}; % of the mean of the two means, ``units.ratio_gap``'s basis), "agree"}``."""
-    from .linearity import moe_layers_of
     from .ranges import SEED_BACKENDS
-    from .starts import compare
     from .tables import latest_ok
     from .units import common_depth
 
@@ -41,9 +38,8 @@ def backend_comparisons(profile_rows, depth: int | None = None, seeds: dict | No
     at: dict = {}
     for eng in seeds:
         for be in sorted({r.get("backend", "auto") for r in rows if r.get("engine") == eng}, key=_word):
-            for r in int4_rows(rows, eng, be):
-                if moe_layers_of(r) == depth and r.get("machine") and all(r.get(m) is not None for m in MEASURES):
-                    at.setdefault((unit_of(r), eng), {}).setdefault(be, []).append(r)
+            for unit, mine in measured_at(rows, eng, be, depth).items():
+                at.setdefault((unit, eng), {})[be] = mine
     out = []
     for ((machine, run_id), eng), by in at.items():
         seed = seeds[eng]
@@ -51,18 +47,16 @@ def backend_comparisons(profile_rows, depth: int | None = None, seeds: dict | No
             if be == seed or seed not in by:
                 continue
             sides = {"backend": mine, "seed": by[seed]}
-            mean = {s: {m: sum(r[m] for r in x) / len(x) for m in MEASURES} for s, x in sides.items()}
-            c = {m: compare([r[m] for r in mine], [r[m] for r in by[seed]]) for m in MEASURES}
-            mid = {m: (c[m]["a_mean"] + c[m]["b_mean"]) / 2 for m in MEASURES}
-            v = {m: c[m]["verdict"] for m in MEASURES}
+            d = decide(mine, by[seed])
+            mean = {"backend": d["mean"]["a"], "seed": d["mean"]["b"]}
+            v = {m: d["compare"][m]["verdict"] for m in MEASURES}
             out.append({"key": f"{machine} / {run_id}", "machine": machine, "run_id": run_id, "depth": depth,
                         "engine": eng, "backend": be, "word": _word(be), "seed": seed,
                         "starts": {s: len(x) for s, x in sides.items()},
                         "mean": mean, "gap_ms": {s: x["tpot_ms"] - x["busy_ms"] for s, x in mean.items()},
                         "reported": {s: sorted({r["reported_backend"] for r in x if r.get("reported_backend")}) or None
                                      for s, x in sides.items()},
-                        "compare": c, "verdict": v, "diff_pct": {m: 100 * c[m]["diff"] / mid[m] for m in MEASURES},
-                        "margin_pct": {m: 100 * c[m]["margin"] / mid[m] for m in MEASURES},
+                        "compare": d["compare"], "verdict": v, "diff_pct": d["diff_pct"], "margin_pct": d["margin_pct"],
                         "agree": None if "undecided" in v.values() else len(set(v.values())) == 1})
     return sorted(out, key=lambda x: (x["key"], list(seeds).index(x["engine"]), x["word"]))
 

@@ -16,10 +16,33 @@ from __future__ import annotations
 
 from .ladders import int4_rows, unit_of
 
-__all__ = ["same_machine", "same_machine_line", "MEASURES"]
+__all__ = ["same_machine", "same_machine_line", "measured_at", "decide", "MEASURES"]
 
 # what is compared: the profile row's field, in words
 MEASURES = {"busy_ms": "GPU busy per step", "tpot_ms": "time per token served"}
+
+
+def measured_at(profile_rows, engine: str, backend, depth: int) -> dict:
+    """The latest ok INT4 rows (``ladders.int4_rows``) of ``engine`` with ``backend`` at ``depth`` MoE layers that name
+    their machine and hold both ``MEASURES``, by unit (``ladders.unit_of``: machine, run id)."""
+    from .linearity import moe_layers_of
+
+    out: dict = {}
+    for r in int4_rows(profile_rows, engine, backend):
+        if moe_layers_of(r) == depth and r.get("machine") and all(r.get(m) is not None for m in MEASURES):
+            out.setdefault(unit_of(r), []).append(r)
+    return out
+
+
+def decide(a_rows: list[dict], b_rows: list[dict]) -> dict:
+    """Both ``MEASURES`` of two sets of starts decided by ``starts.compare`` (``a_rows`` as "a"): ``{"compare", "mean"
+    ({"a"/"b": {measure: ms}}), "diff_pct", "margin_pct"}``, each ``{measure: ...}``, the % in the mean of the two means."""
+    from .starts import compare
+
+    c = {m: compare([r[m] for r in a_rows], [r[m] for r in b_rows]) for m in MEASURES}
+    return {"compare": c, "mean": {s: {m: c[m][f"{s}_mean"] for m in MEASURES} for s in ("a", "b")},
+            "diff_pct": {m: c[m]["mid_diff_pct"] for m in MEASURES},
+            "margin_pct": {m: c[m]["mid_margin_pct"] for m in MEASURES}}
 
 
 def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
@@ -28,28 +51,21 @@ def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
     "compare": {measure: starts.compare(first engine, second engine)}, "diff_pct" and "margin_pct": {measure: the first
     engine's mean minus the second's, and the rule's margin, each in % of the mean of the two means, the basis of
     ``units.ratio_gap``}}``; [] where no unit holds them all."""
-    from .linearity import moe_layers_of
-    from .starts import compare
-
     if depth is None or len(backends) != 2:
         return []
     a, b = backends
     at: dict = {}
     for eng, be in backends.items():
-        for r in int4_rows(profile_rows, eng, be):   # the latest ok row of each label
-            if moe_layers_of(r) == depth and r.get("machine") and all(r.get(m) is not None for m in MEASURES):
-                at.setdefault(unit_of(r), {}).setdefault(eng, []).append(r)
+        for unit, rows in measured_at(profile_rows, eng, be, depth).items():
+            at.setdefault(unit, {})[eng] = rows
     out = []
     for unit, by in at.items():
         if set(by) != set(backends):
             continue
-        c = {m: compare([r[m] for r in by[a]], [r[m] for r in by[b]]) for m in MEASURES}
-        mid = {m: (c[m]["a_mean"] + c[m]["b_mean"]) / 2 for m in MEASURES}
+        d = decide(by[a], by[b])
         out.append({"machine": unit[0], "run_id": unit[1], "depth": depth, "key": f"{unit[0]} | {unit[1]}",
-                    "starts": {e: len(by[e]) for e in backends},
-                    "mean": {e: {m: sum(r[m] for r in by[e]) / len(by[e]) for m in MEASURES} for e in backends},
-                    "compare": c, "diff_pct": {m: 100 * c[m]["diff"] / mid[m] for m in MEASURES},
-                    "margin_pct": {m: 100 * c[m]["margin"] / mid[m] for m in MEASURES}})
+                    "starts": {e: len(by[e]) for e in backends}, "mean": {a: d["mean"]["a"], b: d["mean"]["b"]},
+                    "compare": d["compare"], "diff_pct": d["diff_pct"], "margin_pct": d["margin_pct"]})
     return out
 
 

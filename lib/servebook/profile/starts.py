@@ -55,7 +55,8 @@ def compare(a: Sequence[float], b: Sequence[float], *, equivalence_pct: float = 
     """Decide between two configurations from their per-start values (lower is better, e.g. ms per token).
 
     ``diff`` = mean(a) - mean(b); ``margin`` = the larger of ``equivalence_pct`` % of the mean of both and the larger
-    start-to-start spread of the two. ``verdict``: "no difference" where ``|diff| < margin``, else "a lower" or
+    start-to-start spread of the two; ``mid_diff_pct`` and ``mid_margin_pct``: each in % of the mean of both (the basis
+    the pages state a comparison in; ``diff_pct`` is % of mean(b)). ``verdict``: "no difference" where ``|diff| < margin``, else "a lower" or
     "b lower"; "undecided" where either side has a single start (no spread to judge by)."""
     a, b = [float(v) for v in a], [float(v) for v in b]
     if not a or not b:
@@ -63,7 +64,7 @@ def compare(a: Sequence[float], b: Sequence[float], *, equivalence_pct: float = 
     ma, mb = sum(a) / len(a), sum(b) / len(b)
     spread = max(_spread(a), _spread(b))
     margin = max(equivalence_pct / 100 * (ma + mb) / 2, spread)
-    diff = ma - mb
+    diff, mid = ma - mb, (ma + mb) / 2
     if len(a) < 2 or len(b) < 2:
         verdict = "undecided"
     elif abs(diff) < margin:
@@ -71,7 +72,8 @@ def compare(a: Sequence[float], b: Sequence[float], *, equivalence_pct: float = 
     else:
         verdict = "a lower" if diff < 0 else "b lower"
     return {"verdict": verdict, "a_mean": ma, "b_mean": mb, "diff": diff, "diff_pct": 100 * diff / mb if mb else None,
-            "margin": margin, "spread": spread, "a_starts": len(a), "b_starts": len(b),
+            "margin": margin, "spread": spread, "mid_diff_pct": 100 * diff / mid if mid else None,
+            "mid_margin_pct": 100 * margin / mid if mid else None, "a_starts": len(a), "b_starts": len(b),
             "rule": f"no difference below {equivalence_pct:g}% of the mean or the start-to-start spread, whichever is larger"}
 
 

@@ -411,8 +411,7 @@ def ratio_gap(ra, rb, spread_pct: float = 0.0) -> dict:
     from .starts import compare
 
     c = compare(ra, rb)
-    mid = (c["a_mean"] + c["b_mean"]) / 2
-    out = {"diff_pct": 100 * abs(c["diff"]) / mid, "margin_pct": 100 * c["margin"] / mid, "compared": c["verdict"]}
+    out = {"diff_pct": abs(c["mid_diff_pct"]), "margin_pct": c["mid_margin_pct"], "compared": c["verdict"]}
     out["widened_pct"] = out["margin_pct"] + spread_pct
     out["verdict"] = ("not decided" if c["verdict"] in ("a lower", "b lower") and out["diff_pct"] < out["widened_pct"]
                       else c["verdict"])
