@@ -232,3 +232,50 @@ def test_starts_of_two_rules_in_one_execution_are_never_pooled_and_each_is_state
            "apart, not pooled into its interval: 90.0 ± 1.0 tok/s (one start: interval within a start only)." in plain, plain
     tags = [t for t in stated_on(text) if t.name.startswith("set_apart")]
     assert len(tags) == 2 and all(abs(expected(store, t.name, t.of) - t.value) < 1e-9 for t in tags)
+
+
+def test_a_one_gap_rate_far_above_the_measurements_steady_rates_is_untimed():
+    """Session 21's case: under CPU load a 16-token answer of the embedded model came in the first token's read and one
+    more 4.3 ms later (3,472 tok/s), under the one-gap bound, while the answers timed from many gaps ran near 200 tok/s."""
+    from servebook.bench.sse import ONE_GAP_SET_RATIO, against_set
+
+    steady = [bench._finish(_stream([1] * 16, [0.05 + i / 200 for i in range(16)], 16), "completions", None, None)
+              for _ in range(3)]
+    assert all(r.read_gaps == 15 and r.decode_tok_s == pytest.approx(200.0) for r in steady)
+    late = bench._finish(_stream([1, 15], [0.05, 0.05 + 15 / 3472], 16), "completions", None, None)
+    slow_split = bench._finish(_stream([1, 15], [0.05, 0.05 + 15 / 183], 16), "completions", None, None)
+    assert late.read_gaps == 1 and late.untimed is None  # alone, nothing says it is not the server's
+    out = against_set(steady + [late, slow_split])
+    assert out[3] is late and late.decode_tok_s is None and late.tpot_s is None
+    assert "3,472 tok/s" in late.untimed and f"more than {ONE_GAP_SET_RATIO:g} times the 200 tok/s" in late.untimed
+    assert slow_split.decode_tok_s == pytest.approx(183.0) and slow_split.untimed is None  # a one-gap rate near the rest stands
+    assert summarize_level(out)["per_user_tok_s"] == pytest.approx(statistics.mean([200.0] * 3 + [183.0]))
+    edge = bench._finish(_stream([1, 15], [0.05, 0.05 + 15 / (0.99 * ONE_GAP_SET_RATIO * 200)], 16), "completions", None, None)
+    assert against_set(steady + [edge])[3].untimed is None  # just under the factor: kept
+    alone = bench._finish(_stream([1, 15], [0.05, 0.05 + 15 / 3472], 16), "completions", None, None)
+    assert against_set([alone])[0].decode_tok_s == pytest.approx(3472.0)  # no steady rate to judge it by: unchanged
+
+
+def test_a_single_streams_runs_are_judged_together_and_stored_once(tmp_path, monkeypatch):
+    """One request per run: the late one-gap run is untimed against the other runs, in the stored rows and the mean."""
+    from servebook.bench import runs as runs_mod
+    from servebook.bench.prompts import Prompt
+    from servebook.results import RunStore
+
+    rates = iter([200.0, 3472.0, 190.0, 210.0])
+
+    def fake_requests(url, model, batch, **kw):
+        rate = next(rates)
+        parts = [1, 15] if rate > 1000 else [1] * 16
+        stamps = [0.05, 0.05 + 15 / rate] if rate > 1000 else [0.05 + i / rate for i in range(16)]
+        return [bench._finish(_stream(parts, stamps, 16), "completions", None, None)]
+
+    monkeypatch.setattr(runs_mod, "run_requests", fake_requests)
+    store = RunStore.at(tmp_path / "run")
+    prompts = [Prompt(text="a b c", tokens=3)]
+    s = runs_mod.single_stream("http://x", "m", prompts, store=store, engine="fake", attention="default", label="fake/default",
+                               runs=4, warmup=0, progress=False)
+    assert s["decode_tok_s_runs"][1] is None and s["untimed"] == 1
+    assert s["decode_tok_s_mean"] == pytest.approx(statistics.mean([200.0, 190.0, 210.0]))
+    rows = store.table("bench_requests")
+    assert len(rows) == 4 and rows["decode_tok_s"].isna().sum() == 1 and "3,472 tok/s" in rows["untimed"].dropna().iloc[0]

@@ -15,7 +15,7 @@ from typing import Sequence
 from ..errors import ParameterError, ServerError
 from .payload import endpoint, fixed_length_fields, request_body
 from .prompts import Prompt
-from .sse import RequestResult, finish
+from .sse import RequestResult, against_set, finish
 from .transport import RAW_FIELDS, RawStream, run_batch, run_coro
 
 __all__ = ["run_requests", "check_server"]
@@ -125,7 +125,8 @@ def run_requests(
     code, so per-request records are identical to a local run.
 
     ``ceiling_tok_s``: the hardware's ceiling for one stream, where one is known; a request timed above it is untimed
-    (``sse.implausible``), as is one whose rate comes from too few reads.
+    (``sse.implausible``), as is one whose rate comes from too few reads, alone or against the batch's other rates
+    (``sse.against_set``).
     """
     if concurrency < 1:
         raise ParameterError("concurrency", concurrency, "1 or more")
@@ -144,7 +145,7 @@ def run_requests(
     else:
         raws, _cpu = run_coro(run_batch(url, bodies, concurrency, api, arrivals, request_timeout, time_budget_s, progress, desc), pin_cpu)
     expect = max_tokens if fixed_length and fixed_length_fields(engine, max_tokens) else None
-    return [finish(r, api, tokenizer, expect, ceiling_tok_s) for r in raws]
+    return against_set([finish(r, api, tokenizer, expect, ceiling_tok_s) for r in raws])
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from .client import run_requests
 from .payload import bench_config
 from .prompts import Prompt
 from .saturation import FELL, SATURATION_GROWTH, fell, grew, stop_words, sweep_stalls  # noqa: F401 (the page names bench.runs.SATURATION_GROWTH)
-from .sse import DECODE_TIMED_TO, RequestResult, timed_to, timed_to_words, untimed_of
+from .sse import DECODE_TIMED_TO, RequestResult, against_set, timed_to, timed_to_words, untimed_of
 from .stats import mean_ci, percentile
 
 __all__ = ["single_stream", "concurrency_sweep", "concurrency_levels", "summarize_level", "sweep_stalls", "current", "remeasured",
@@ -185,32 +185,37 @@ def _check_single(prompts: Sequence[Prompt], runs: int, warmup: int, requests_pe
 
 def _single_runs(url: str, model: str, prompts: Sequence[Prompt], store, cfg: dict, common: dict, runs: int, warmup: int,
                  requests_per_run: int, progress: bool) -> tuple[list[dict], list[RequestResult]]:
-    """The timed runs at C=1, each on the next prompts after the warm-up's: every request stored (phase ``single``),
-    and each run's mean decode rate, TTFT and TPOT."""
+    """The timed runs at C=1, each on the next prompts after the warm-up's, judged together (``sse.against_set``: a rate
+    timed from one read gap against the runs' other rates): every request stored (phase ``single``; on every path, so
+    an interrupted measurement keeps the runs it made), and each run's mean decode rate, TTFT and TPOT."""
     ptoks = [p.tokens for p in prompts]
-    per_run = []
-    all_results: list[RequestResult] = []
+    by_run: list[list[RequestResult]] = []
     it = range(runs)
     if progress:
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc=f"single stream {cfg['label']}", leave=False)
     k = warmup
-    for run in it:
-        batch = [prompts[(k + j) % len(prompts)] for j in range(requests_per_run)]
-        k += requests_per_run
-        res = run_requests(url, model, batch, progress=False, desc=f"single run {run}", **common)
+    try:
+        for run in it:
+            batch = [prompts[(k + j) % len(prompts)] for j in range(requests_per_run)]
+            k += requests_per_run
+            by_run.append(run_requests(url, model, batch, progress=False, desc=f"single run {run}", **common))
+    finally:
+        against_set([r for res in by_run for r in res])
         if store is not None:
-            _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run, "max_tokens": common["max_tokens"],
-                                         "warmup": warmup}, ptoks)
+            for run, res in enumerate(by_run):
+                _store_requests(store, res, {**cfg, "phase": "single", "concurrency": 1, "run": run,
+                                             "max_tokens": common["max_tokens"], "warmup": warmup}, ptoks)
+    per_run = []
+    for res in by_run:
         ok = [r for r in res if r.ok]
-        all_results.extend(res)
         per_run.append({
             "decode_tok_s": statistics.mean([r.decode_tok_s for r in ok if r.decode_tok_s]) if any(r.decode_tok_s for r in ok) else None,
             "ttft_s": statistics.mean([r.ttft_s for r in ok]) if ok else None,
             "tpot_s": statistics.mean([r.tpot_s for r in ok if r.tpot_s]) if any(r.tpot_s for r in ok) else None,
         })
-    return per_run, all_results
+    return per_run, [r for res in by_run for r in res]
 
 
 def _single_summary(cfg: dict, prompts: Sequence[Prompt], per_run: list[dict], all_results: list[RequestResult], runs: int,
