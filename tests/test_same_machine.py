@@ -1,6 +1,6 @@
 """The engines compared within one recording unit (one machine, no carry): h200x1-ref's unit 3 measured vLLM's
-12-MoE-layer slice beside SGLang's (the anchor configuration); chapter 06 states that comparison beside the one through
-each unit's anchor."""
+12-MoE-layer slice beside SGLang's (the anchor configuration); chapter 06 leads with that comparison, the one
+through each unit's anchor after it as evidence."""
 
 from __future__ import annotations
 
@@ -41,3 +41,26 @@ def test_unit_3_compares_the_engines_on_one_machine():
     assert "no difference beyond the margin" in same_machine_line([u2])
     # without unit 3 no unit holds both engines at 12 MoE layers
     assert same_machine([r for r in rows if r.get("run_id") != "h200x1-ref-vllm2"], SEED_BACKENDS) == []
+
+
+def test_chapter_06_leads_with_the_one_machine_comparison_and_keeps_the_anchors_as_evidence(monkeypatch):
+    """Where a unit holds both engines at their common depth, that comparison is the engines' (it assumes nothing about
+    two machines); the one through each unit's anchor follows it, said to be evidence beside it. Without such a unit the
+    anchors' comparison is the engines' comparison and names what would settle it."""
+    import re
+
+    from servebook.profile import same_machine as same_machine_mod
+    from servebook.profile.units import units_markdown
+
+    def engines_lines(store):
+        md = re.sub(r"<span[^>]*>|</span>", "", units_markdown(store))
+        return [ln for ln in md.splitlines() if "between the engines" in ln.lower()]
+
+    lines = engines_lines(RunStore.at(REF))
+    assert len(lines) == 2 and lines[0].startswith("- Between the engines, on one machine (unit `h200x1-ref-vllm2`")
+    assert lines[1].startswith("- Through the anchors as well, evidence beside the comparison on one machine above")
+    assert lines[1].endswith("the comparison on one machine above needs no such assumption.")
+    monkeypatch.setattr(same_machine_mod, "same_machine", lambda *a: [])   # as before unit 3: no unit holds both
+    (only,) = engines_lines(RunStore.at(REF))
+    assert only.startswith("- Between the engines, measured on two machines, only through each machine's anchor")
+    assert only.endswith("both engines profiled in one unit settle it.")

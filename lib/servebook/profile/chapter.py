@@ -238,7 +238,8 @@ def findings(store) -> list[str]:
         lines.append("- The predictions above come from " + number_word(len(machines))
                      + " machines (" + "; ".join(f"`{m}`: {', '.join(dict.fromkeys(e))}" for m, e in machines.items())
                      + "), each from its own machine's slices and not carried to one: their difference is not the "
-                     "engines'; chapter 06 compares the engines only through each machine's anchor configuration.")
+                     "engines'; chapter 06 compares the engines within one unit where one holds both, else only through each "
+                     "machine's anchor configuration.")
     return lines
 
 

@@ -1,6 +1,7 @@
 """The engines at one depth on one machine: where one recording unit holds every engine's INT4 slice at the depth the
 engines are compared at (``units.common_depth``), their GPU busy times and served times compared directly, with no carry
-between machines (chapter 06, beside the comparison through each unit's anchor).
+between machines (chapter 06: where there is one, it is the engines' comparison, and the one through each unit's anchor is
+evidence beside it).
 
     depth = units.common_depth(tables.latest_ok(profile_rows), backends)          # the depth the engines are compared at
     rows = same_machine(profile_rows, {"sglang": "triton", "vllm": "TRITON_MLA"}, depth)   # one row per such unit
@@ -90,7 +91,7 @@ def same_machine_line(rows: list[dict]) -> str:
                          f"against {prose_name(b)} {q('same_machine_ms', u['mean'][b][m], '.3f', of=f'{b} | {k} | {m}')} ms, "
                          f"{q('same_machine_diff_pct', u['diff_pct'][m], '+.2f', of=f'{k} | {m}')}% against a margin of "
                          f"{q('same_machine_margin_pct', u['margin_pct'][m], '.2f', of=f'{k} | {m}')}%: {said}")
-        lines.append(f"- On one machine (unit `{u['run_id']}`, machine `{u['machine']}`), at "
+        lines.append(f"- Between the engines, on one machine (unit `{u['run_id']}`, machine `{u['machine']}`), at "
                      f"{q('same_machine_moe_layers', u['depth'], 'd', of=k)} MoE layers, with "
                      + " and ".join(f"{q('same_machine_starts', n, 'd', of=f'{e} | {k}')} start{'s' * (n != 1)} of "
                                     f"{prose_name(e)}" for e, n in u["starts"].items())

@@ -334,8 +334,8 @@ def units_markdown(store) -> str:
     if len(deep) == 2 and all(deep.values()):
         depth = common_depth(prof, {e: ps[0]["backend"] for e, ps in deep.items()})
         deep = {e: _deepest_starts(prof, e, ps[0]["backend"], depth) for e, ps in deep.items()}
-        lines.append(_engines_line(prof, deep, depth, carry_spread(store, {e: ps[0]["backend"] for e, ps in deep.items()})))
-        lines.append(same_machine_line(same_machine(prof, SEED_BACKENDS, depth)))   # a unit with both engines at that depth
+        one = same_machine_line(same_machine(prof, SEED_BACKENDS, depth))   # units with both engines at that depth lead
+        lines += [one, _engines_line(prof, deep, depth, carry_spread(store, {e: ps[0]["backend"] for e, ps in deep.items()}), bool(one))]
     return "\n".join(ln for ln in lines if ln)
 
 
@@ -460,10 +460,10 @@ def _spread_words(sp: dict, gap: dict) -> str:
             + f" on machine `{sp['machines'][1]}` what they take on `{sp['machines'][0]}`")
 
 
-def _engines_line(prof: list[dict], deep: dict, depth: int | None, spread: dict | None = None) -> str:
+def _engines_line(prof: list[dict], deep: dict, depth: int | None, spread: dict | None = None, beside: bool = False) -> str:
     """The engines' slices at the deepest depth both have (``depth`` MoE layers), each as a ratio to its own machine's
     reference configuration, decided by the starts rule over those ratios, its margin widened by ``spread``
-    (``carry_spread``) where they come from two machines."""
+    (``carry_spread``) where they come from two machines; ``beside``: evidence after a comparison on one machine."""
     from ..engines import prose_name
     from ..stated import q
 
@@ -483,7 +483,9 @@ def _engines_line(prof: list[dict], deep: dict, depth: int | None, spread: dict 
     said += (f" (they differ by {q('reference_ratio_diff_pct', gap['diff_pct'], '.2f', of='engines')}% of their mean, "
              f"against a margin of {q('reference_ratio_margin_pct', gap['margin_pct'], '.2f', of='engines')}%"
              + (_spread_words(spread, gap) if spread else "") + ")")
-    return (f"- Between the engines, measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
+    return (("- Through the anchors as well, evidence beside the comparison on one machine above (that one is the engines' "
+             "comparison: it assumes nothing about two machines): between the engines" if beside else "- Between the engines")
+            + f", measured on {'one machine' if len({p['machine'] for ps in deep.values() for p in ps}) == 1 else 'two machines'}"
             f", only through each machine's anchor configuration, at the deepest depth both engines have "
             f"({q('reference_ratio_depth', depth, 'd', of='engines')} MoE layers): the slice's GPU busy time is "
             + " and ".join(f"{q('reference_ratio', sum(r) / len(r), '.3f', of=e)} x its machine's anchor for "
@@ -494,4 +496,5 @@ def _engines_line(prof: list[dict], deep: dict, depth: int | None, spread: dict 
             + ("; across two machines, one within that margin plus the carry's per-category spread is not decided"
                if spread else "") + "). That the two machines differ by one factor in every kernel is an assumption"
             + ("; the spread above measures how far it fails on the anchor" if spread else "")
-            + "; both engines profiled in one unit settle it.")
+            + ("; the comparison on one machine above needs no such assumption." if beside
+               else "; both engines profiled in one unit settle it."))
