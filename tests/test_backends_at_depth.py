@@ -1,6 +1,7 @@
 """The backends on the deepest slice (issue #39 item 6), each against its engine's seed backend within one recording
-unit: built from h200x1-ref's real rows (unit 3, ``h200x1-ref-vllm2``, its 12-MoE-layer slices) altered into a SYNTHETIC
-backends unit, since no unit of the reference recording holds another backend at that depth yet."""
+unit: the real backends unit of h200x1-ref (unit 4, ``h200x1-ref-backends``), and h200x1-ref's rows before it (unit 3,
+``h200x1-ref-vllm2``, its 12-MoE-layer slices) altered into a SYNTHETIC backends unit for the cases unit 4 does not hold
+(two measures that disagree, a backend of another unit)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ from servebook.results import RunStore
 from servebook.stated.text import MISSING
 
 REF = data_dir() / "runs" / "h200x1-ref"
-UNIT3, OTHER = "h200x1-ref-vllm2", "h200x1-ref"   # OTHER: unit 1, another machine
+UNIT3, OTHER, UNIT4 = "h200x1-ref-vllm2", "h200x1-ref", "h200x1-ref-backends"   # OTHER: unit 1, another machine
 
 
 def _real():
     return RunStore.at(REF).rows("profile_runs")
+
+
+def _before_unit_4():
+    return [r for r in _real() if r.get("run_id") != UNIT4]
 
 
 def _like(r: dict, backend, start: int, busy: float, tpot: float, *, reported="same", at: float = 0.0) -> dict:
@@ -37,7 +42,7 @@ def _like(r: dict, backend, start: int, busy: float, tpot: float, *, reported="s
 
 
 def _synthetic() -> list[dict]:
-    rows = _real()
+    rows = _before_unit_4()
     deep = {(r["engine"], r["run_id"]): r for r in rows if r.get("layers") == 13 and r.get("ok") and r.get("start") == 1}
     sg, vl, vl_other = deep[("sglang", UNIT3)], deep[("vllm", UNIT3)], deep[("sglang", OTHER)]
     return rows + [
@@ -57,10 +62,21 @@ def _by(rows):
     return {(c["run_id"], c["engine"], c["word"]): c for c in rows}
 
 
-def test_the_real_reference_has_no_other_backend_at_the_common_depth():
+def test_the_real_backends_unit_decides_flashinfer_and_not_the_one_start_backends():
+    """Unit 4 (2026-12-06): SGLang flashinfer against triton, two starts each, lower on both measures beyond the 2%
+    margin; vLLM's FLASHMLA and its default one start each: undecided. Nothing is compared across units."""
     rows = _real()
     assert common_depth(latest_ok(rows), SEED_BACKENDS) == 12
-    assert backend_comparisons(rows) == [] and backends_markdown([]) == ""   # the rendered pages stay as they are
+    got = _by(backend_comparisons(rows))
+    assert set(got) == {(UNIT4, "sglang", "flashinfer"), (UNIT4, "vllm", "FLASHMLA"), (UNIT4, "vllm", "default")}
+    fi, fm, de = got[(UNIT4, "sglang", "flashinfer")], got[(UNIT4, "vllm", "FLASHMLA")], got[(UNIT4, "vllm", "default")]
+    assert fi["starts"] == {"backend": 2, "seed": 2} and fi["verdict"] == {"busy_ms": "a lower", "tpot_ms": "a lower"}
+    assert fi["agree"] is True and all(fi["diff_pct"][m] < -fi["margin_pct"][m] for m in fi["diff_pct"])
+    assert fm["starts"] == {"backend": 1, "seed": 2} and set(fm["verdict"].values()) == {"undecided"} and fm["agree"] is None
+    assert de["backend"] == "auto" and de["reported"]["backend"] == ["FLASH_ATTN_MLA"] and de["agree"] is None
+    words = re.sub(r"<span[^>]*>|</span>", "", backends_markdown(list(got.values())))
+    assert "| SGLang | `flashinfer` against `triton` | 2 / 2 |" in words and "`default` (the log: `FLASH_ATTN_MLA`)" in words
+    assert backend_comparisons(_before_unit_4()) == [] and backends_markdown([]) == ""   # units 1-3: no other backend
 
 
 def test_each_backend_against_its_seed_backend_within_one_unit():
@@ -128,14 +144,16 @@ def test_the_section_states_every_figure_tagged_and_recomputed(tmp_path):
     # the check can fail: another value is not what the run gives, and the real tables give none of these figures
     t = next(t for t in tags if t.name == "slice_backend_ms")
     assert expected(store, t.name, t.of) != pytest.approx(t.value * 1.01)
-    assert expected(_store(tmp_path / "real", _real()), t.name, t.of) is MISSING
+    assert expected(_store(tmp_path / "real", _before_unit_4()), t.name, t.of) is MISSING
 
 
 def test_chapter_06_adds_the_section_only_where_rows_exist(tmp_path):
     from servebook.profile.chapter import where_time_goes
 
     real = where_time_goes(RunStore.at(REF))
-    assert real and "Backends at" not in real
+    assert "\n\n**Backends at" in real and f"(unit `{UNIT4}`" in real
+    before = where_time_goes(_store(tmp_path / "before", _before_unit_4()))
+    assert before and "Backends at" not in before
     store = _store(tmp_path, _synthetic())
     section = backends_markdown(backend_comparisons(store.rows("profile_runs")))
     assert section.startswith("**Backends at")

@@ -48,13 +48,17 @@ def test_the_depths_are_the_recorded_starts_of_each_slice(tmp_path):
     rows = RunStore(REF).rows("profile_runs")
     every = depths.depth_rows(rows)
     # unit 1: SGLang's ladder; unit 2 (another machine): vLLM's to 4 MoE layers and SGLang's reference again; unit 3 (a
-    # third machine): vLLM's at 1, 2 and 12 MoE layers beside SGLang's 1 and 12
-    assert sorted((r["engine"], r["machine"][:8], r["moe_layers"]) for r in every) == sorted(
-        [("sglang", "gpu-4538", m) for m in (1, 2, 4, 12)] + [("vllm", "gpu-da94", m) for m in (1, 2, 4)] + [("sglang", "gpu-da94", 12)]
-        + [("vllm", "gpu-8ecf", m) for m in (1, 2, 12)] + [("sglang", "gpu-8ecf", m) for m in (1, 12)])
+    # third machine): vLLM's at 1, 2 and 12 MoE layers beside SGLang's 1 and 12; unit 4 (a fourth): the backends, each
+    # backend a depth row of its own
+    assert sorted((r["engine"], r["backend"], r["machine"][:8], r["moe_layers"]) for r in every) == sorted(
+        [("sglang", "triton", "gpu-4538", m) for m in (1, 2, 4, 12)] + [("vllm", "TRITON_MLA", "gpu-da94", m) for m in (1, 2, 4)]
+        + [("sglang", "triton", "gpu-da94", 12)]
+        + [("vllm", "TRITON_MLA", "gpu-8ecf", m) for m in (1, 2, 12)] + [("sglang", "triton", "gpu-8ecf", m) for m in (1, 12)]
+        + [(e, b, "gpu-d45a", m) for e, b in (("sglang", "triton"), ("sglang", "flashinfer"), ("vllm", "TRITON_MLA"))
+           for m in (1, 12)] + [("vllm", "FLASHMLA", "gpu-d45a", 12), ("vllm", "auto", "gpu-d45a", 12)])
     for r in every:
         mine = [p for p in rows if p.get("ok") and p["layers"] - p["dense_layers"] == r["moe_layers"]
-                and (p["engine"], p["machine"]) == (r["engine"], r["machine"])]
+                and (p["engine"], p["machine"], p.get("backend")) == (r["engine"], r["machine"], r["backend"])]
         assert r["starts"] == len(mine) and r["labels"] == [p["label"] for p in mine]
         assert r["tpot_mean_ms"] == pytest.approx(statistics.fmean(p["tpot_ms"] for p in mine))
         assert r["busy_spread_ms"] == pytest.approx(max(p["busy_ms"] for p in mine) - min(p["busy_ms"] for p in mine))
@@ -111,9 +115,9 @@ def test_each_line_is_one_engine_configuration_of_one_card(tmp_path):
     only on a card with routed experts."""
     prof = _copy(tmp_path, data_dir() / "runs" / "h200x1-prof")
     lines = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(prof))]
-    llama = next(x for x in lines if x.startswith("- SGLang (auto, bf16, CUDA graphs), llama-3.1-8b,"))
+    llama = next(x for x in lines if x.startswith("- SGLang (its default backend, bf16, CUDA graphs), llama-3.1-8b,"))
     assert "kimi" not in llama and "moonlight" not in llama and ": 2 layers " in llama and "MoE" not in llama
-    kimi = next(x for x in lines if x.startswith("- SGLang (auto, bf16, CUDA graphs), kimi-k2.5,"))
+    kimi = next(x for x in lines if x.startswith("- SGLang (its default backend, bf16, CUDA graphs), kimi-k2.5,"))
     assert ": 0 MoE layers " in kimi and "; 1 MoE layer " in kimi and "(2 starts" in kimi
 
 
@@ -127,7 +131,7 @@ def test_a_profiles_only_run_says_its_host_and_engines_from_its_rows(tmp_path):
     h = host_summary(ref)
     rows = [r for r in ref.rows("profile_runs") if r.get("ok")]
     assert h["gpu"] == "NVIDIA H200" and h["gpu_count"] == 1
-    assert h["machines"] == sorted({r["machine"] for r in rows}) and len(h["machines"]) == 3
+    assert h["machines"] == sorted({r["machine"] for r in rows}) and len(h["machines"]) == 4
     assert {(e["engine"], e["version"]) for e in h["engines"]} == {(r["engine"], r["version"]) for r in rows}
     assert "INT4 experts" in h["model"] and h["capability"] is None
     assert host_summary(RunStore(BOOK))["machines"] == [] and book.profiled_host(RunStore(BOOK)) == {}
@@ -196,7 +200,7 @@ def test_each_served_time_line_names_its_machine_and_the_anchor_only_line_says_s
     rows with neither machine nor unit say that, not ``run `None```."""
     lines = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(REF))]
     machines = sorted({p["machine"] for p in RunStore(REF).rows("profile_runs") if p.get("ok")})
-    assert len(lines) == 5 and all(sum(f"machine `{m}`" in x for m in machines) == 1 for x in lines)
+    assert len(lines) == 10 and all(sum(f"machine `{m}`" in x for m in machines) == 1 for x in lines)   # one per unit and backend
     again = [x for x in lines if "(the anchor configuration only" in x]   # unit 2's; unit 3 has SGLang's 1-layer slice too
     assert len(again) == 1 and again[0].startswith("- SGLang") and "machine `gpu-da945170f2a21b70`" in again[0]
     assert "12 MoE layers 3.410" in again[0]
@@ -254,7 +258,7 @@ def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_c
 def test_a_model_that_does_not_fit_one_gpu_gets_a_per_gpu_time_and_no_single_stream_rate():
     """h200x1-ref's Kimi-K2.5 predictions are one GPU's compute time of a model one H200 cannot hold: chapter 05 says
     so with the GPUs its weights need (roofline.weights_on_gpus), states no tok/s for it, and says which machines the table's
-    predictions come from (three since unit 3)."""
+    predictions come from (four since unit 4)."""
     from servebook.bench.seed import say_prediction_tok_s
     from servebook.profile import findings
     from servebook.roofline import weights_on_gpus
@@ -265,11 +269,11 @@ def test_a_model_that_does_not_fit_one_gpu_gets_a_per_gpu_time_and_no_single_str
     said = [re.sub(r"<[^>]+>", "", x) for x in findings(store) + say_prediction_tok_s(store)]
     kimi = [x for x in said if x.startswith("- kimi-k2.5")]
     preds = [p for p in store.rows("prediction_check") if p.get("predicted_ms") and p.get("card") == "kimi-k2.5"]
-    assert len(kimi) == 2 * len(preds) == 8 and all("per-GPU compute time only" in x and f"the model does not fit one GPU (needs {need}:" in x
+    assert len(kimi) == 2 * len(preds) == 14 and all("per-GPU compute time only" in x and f"the model does not fit one GPU (needs {need}:" in x
                                   and "tok/s" not in x for x in kimi)
     machines = sorted({p["machine"] for p in store.rows("prediction_check") if p.get("predicted_ms")})
-    three = [x for x in said if x.startswith("- The predictions above come from three machines")]
-    assert len(machines) == 3 and len(three) == 1 and all(f"`{m}`" in three[0] for m in machines)
+    four = [x for x in said if x.startswith("- The predictions above come from four machines")]
+    assert len(machines) == 4 and len(four) == 1 and all(f"`{m}`" in four[0] for m in machines)
 
 
 def test_a_profiles_only_run_says_what_it_is_where_a_book_would_say_nothing_was_measured(tmp_path):

@@ -445,10 +445,11 @@ def test_the_seed_verdict_cites_the_rule_that_skips_flashinfer(tmp_path):
             shutil.copy(src / name, run / name)
         _, fixes = record_seed(RunStore.at(run))
         att = next(f for f in fixes if f["change"] == "attention backend flashinfer")
-        # the profile run (h200x1-ref) holds no flashinfer slice yet: the gain is the labelled assumption, and what
-        # chapter 02 read of the rule that skips flashinfer is still named
-        assert "alternative_backend" not in att and "profile run h200x1-ref holds no flashinfer slice" in att["assumption"]
-        assert att["assumption"].startswith("flashinfer's MLA decode runs as fast as vllm's projected attention")
+        # the profile run (h200x1-ref) holds flashinfer's ladder (unit 4): the gain is measured, and what is still
+        # assumed (that it runs on the seed's GPU at all, and as on the H200) names the rule that skips flashinfer there
+        assert att["alternative_backend"] == "flashinfer" and "holds no flashinfer slice" not in att["assumption"]
+        assert att["assumption"].startswith("flashinfer's MLA decode runs on ")
+        assert "and as it ran on the H200 (sglang kimi-13L int4 flashinfer, SGLang 0.5.16)" in att["assumption"]
         if with_selection:
             assert "`sglang/srt/server_args.py:1824`" in att["assumption"] and "`is_sm100_supported()` holds" in att["assumption"]
             assert "capability 12.0" in att["assumption"]

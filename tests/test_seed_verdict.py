@@ -155,6 +155,59 @@ def test_the_attention_alternative_is_a_check_of_unknown_sign_ranked_after_the_g
     assert "(one start: slower)" in fi["range_basis"] and "at least 2 starts each" in fi["range_basis"]
 
 
+def test_the_attention_alternative_decided_faster_at_depth_on_one_machine_is_ranked_from_zero():
+    """Where the profile run compared the alternative with the engine's seed backend at depth on one machine and both
+    measures found it faster, its low end is 0 (kept only where the seed's host confirms it) and it is ranked by the
+    middle; a comparison undecided by the rule, or one finding it slower, leaves it a check of unknown sign."""
+    base = {"basis": "b", "check_command": "c", "label": "predicted", "alternative_backend": "flashinfer"}
+    rows = [{"engine": e, "category": "total", "predicted_ms": 15.0} for e in ("sglang", "vllm")]
+    fixes = [{**base, "engine": "sglang", "change": "attention backend flashinfer", "gain_ms_per_token": 0.8},
+             {**base, "engine": "sglang", "change": "the seed's NCCL block (...)", "gain_ms_per_token": None}]
+    deep = {"key": "gpu-x / unit-4", "run_id": "unit-4", "depth": 12, "seed": "triton", "agree": True,
+            "starts": {"backend": 2, "seed": 3}, "verdict": {"tpot_ms": "a lower", "busy_ms": "a lower"},
+            "diff_pct": {"tpot_ms": -4.27, "busy_ms": -5.52}}
+    out = gains.rank_by_expected_gain(fixes, rows, comm.engine_latencies(), 124, served_note="one start: slower",
+                                      depth={("sglang", "flashinfer"): deep})
+    fi = next(f for f in out if f["change"].startswith("attention"))
+    assert fi["label"] == "predicted" and (fi["gain_low_ms"], fi["gain_high_ms"]) == (0.0, 0.8)
+    assert fi["expected_gain_ms"] == pytest.approx(0.4) and fi["gain_tok_s"] > 0
+    assert (fi["depth_moe_layers"], fi["depth_starts"], fi["depth_tpot_ms_pct"], fi["depth_busy_ms_pct"]) == (12, 2, -4.27, -5.52)
+    assert "low: 0" in fi["range_basis"] and "unit unit-4" in fi["range_basis"] and "-4.27%" in fi["range_basis"]
+    assert "(one start: slower)" in fi["range_basis"]
+    ranked = [f for f in out if f.get("expected_gain_ms") is not None]
+    assert fi in ranked and [f["expected_gain_ms"] for f in ranked] == sorted((f["expected_gain_ms"] for f in ranked), reverse=True)
+    for verdict, agree in (({"tpot_ms": "undecided", "busy_ms": "a lower"}, None),
+                           ({"tpot_ms": "b lower", "busy_ms": "b lower"}, True),
+                           ({"tpot_ms": "a lower", "busy_ms": "no difference"}, False)):
+        other = gains.rank_by_expected_gain(fixes, rows, comm.engine_latencies(), 124, served_note="x",
+                                            depth={("sglang", "flashinfer"): {**deep, "verdict": verdict, "agree": agree}})
+        fi = next(f for f in other if f["change"].startswith("attention"))
+        assert fi["label"] == gains.SIGN_UNKNOWN and fi["expected_gain_ms"] is None, verdict
+
+
+def test_the_recorded_flashinfer_gain_is_taken_within_one_unit():
+    """The seed verdict's flashinfer row: its gain is the whole step of triton against flashinfer, both projected from
+    the slices of the one unit that measured both (h200x1-ref-backends), never triton of another machine; and that
+    unit's decided comparison at 12 MoE layers is what ranks it."""
+    from servebook.profile import seed
+    from servebook.profile.backends_at_depth import backend_comparisons
+    from servebook.profile.fixes import measured_alternative
+    from servebook.results import RunStore
+
+    ref = RunStore.at(data_dir() / "runs" / "h200x1-ref")
+    m = measured_alternative(ref, "sglang", "flashinfer", against="triton")
+    same = m["same_unit"]
+    assert (same["machine"], same["run_id"]) == ("gpu-d45a97396d7721e4", "h200x1-ref-backends")
+    assert all(lab.endswith("(h200x1-ref-backends)") for lab in same["from_labels"]["triton"])
+    assert not any("(h200x1-ref" in lab for lab in same["from_labels"]["flashinfer"])      # the unit's own labels
+    assert same["against_ms"] - same["backend_ms"] == pytest.approx(sum(same["by_category"].values()))
+    fi = next(f for f in seed.seed_tables(RunStore.at(WHATIF))["seed_fixes"] if f["change"] == "attention backend flashinfer")
+    assert fi["gain_high_ms"] == pytest.approx(same["against_ms"] - same["backend_ms"])
+    assert fi["same_unit"] == "gpu-d45a97396d7721e4 | h200x1-ref-backends" and fi["gain_low_ms"] == 0.0
+    (row,) = [r for r in backend_comparisons(ref.rows("profile_runs")) if r["backend"] == "flashinfer"]
+    assert fi["depth_tpot_ms_pct"] == row["diff_pct"]["tpot_ms"] < -2.0 and fi["depth_busy_ms_pct"] == row["diff_pct"]["busy_ms"] < -2.0
+
+
 def _plain(rows):
     # recorded_at, and where seed_attention_12 took its values (the engine code prepared on the machine that computed it)
     return [{k: v for k, v in r.items() if k not in ("recorded_at", "read")} for r in rows]
@@ -260,3 +313,36 @@ def test_the_serial_end_says_its_idles_come_from_slices_of_two_depths(ref_before
     words = _deep_slices_words(before)
     assert "SGLang's: 13 layers, GPU-bound" in words and "vLLM's: 5 layers, host-bound" in words
     assert "slices of two depths" in words and "slices of two depths" not in _deep_slices_words(RunStore.at(REF))
+
+def test_the_engines_are_projected_from_the_one_unit_that_holds_both_ladders():
+    """The review found the seed verdict's engines read from two machines and carried by one factor. Where a unit holds
+    an INT4 ladder of each engine, both projections read that unit alone (ladders.shared_unit: the deepest common
+    depth, then the thinner engine's starts there): no carry, and the verdict says so. Without such a unit the carry
+    stays (the state before unit 3)."""
+    from servebook.profile import seed
+    from servebook.profile.ladders import shared_unit
+    from servebook.profile.ranges import SEED_BACKENDS
+    from servebook.profile.verdict import verdict_markdown
+
+    rows = RunStore.at(data_dir() / "runs" / "h200x1-ref").rows("profile_runs")
+    assert shared_unit(rows, SEED_BACKENDS) == ("gpu-d45a97396d7721e4", "h200x1-ref-backends")   # 2 starts a side at 12
+    no4 = [r for r in rows if r.get("run_id") != "h200x1-ref-backends"]
+    assert shared_unit(no4, SEED_BACKENDS) == ("gpu-8ecfc16d6531c88f", "h200x1-ref-vllm2")       # SGLang's 12: 1 start
+    assert shared_unit([r for r in no4 if r.get("run_id") != "h200x1-ref-vllm2"], SEED_BACKENDS) is None
+    tables = seed.seed_tables(RunStore.at(WHATIF))
+    tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
+    for r in tot.values():
+        assert r["shared_unit"] == "h200x1-ref-backends" and r["machine"] == "gpu-d45a97396d7721e4"
+        assert r.get("carried_factor") is None and all(lab.endswith("(h200x1-ref-backends)") for lab in r["from_labels"])
+        assert (r["ladder_from"], r["ladder_to"]) == (1, 12)
+    md = verdict_markdown(tables)
+    assert "Both engines' per-layer differences are taken on one machine, `gpu-d45a97396d7721e4`" in md
+    assert "nothing is carried between machines" in md and "compared only through the anchor" not in md
+
+
+def test_without_a_shared_unit_the_engines_are_carried_through_the_anchor(ref_before_unit_3):
+    from servebook.profile import seed
+
+    tables = seed.seed_tables(RunStore.at(WHATIF), reference=ref_before_unit_3)
+    tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
+    assert tot["vllm"]["carried_factor"] is not None and "shared_unit" not in tot["vllm"]

@@ -6,7 +6,8 @@ engine was measured with at the engines' common depth (``units.common_depth``) a
     md = backends_markdown(rows)                              # chapter 06's table and sentences, figures tagged; "" if none
 
 Each measure is decided by ``starts.compare`` (the alternative as "a", the seed backend as "b"); ``agree``: both
-verdicts point the same way (None: undecided, one start on a side). A null backend is the engine's default ("default").
+verdicts point the same way (None: undecided, one start on a side). A null or "auto" backend is the engine's default
+("default").
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ __all__ = ["backend_comparisons", "backends_markdown", "backend_figures"]
 
 
 def _word(backend) -> str:
-    """A backend as the page names it: null (the engine's own choice) is "default"."""
-    return "default" if backend is None else str(backend)
+    """A backend as the page names it: null or "auto" (the engine's own choice) is "default"."""
+    return "default" if backend in (None, "auto") else str(backend)
 
 
 def backend_comparisons(profile_rows, depth: int | None = None, seeds: dict | None = None) -> list[dict]:

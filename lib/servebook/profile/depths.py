@@ -72,7 +72,7 @@ def _layers_word(card: str | None) -> str:
 def _what(eng: str, be: str, quant: str, mode: str, card: str) -> str:
     from ..engines import prose_name
 
-    return (f"{prose_name(eng)} ({'its default backend' if be is None else be}, {'INT4 experts' if quant == 'card' else quant}, "
+    return (f"{prose_name(eng)} ({'its default backend' if be in (None, 'auto') else be}, {'INT4 experts' if quant == 'card' else quant}, "
             f"{'CUDA graphs' if mode == 'graph' else mode}), {card}")
 
 

@@ -121,7 +121,33 @@ def measured_alternative(source, engine: str, backend: str, *, against: str | No
     if out["like_for_like_ms"] is not None:
         out["basis"] += (f"; {backend} has no 1-layer slice, so its attention per layer is its 2-layer slice's / 2: the same "
                          f"rule on {own['deep']['label']} (its 1-layer slice left out) gives {against} {like:.3f} ms per token")
+    out["same_unit"] = _same_unit(tables, sl, engine, backend, against, kw) if against else None
     return out
+
+
+def _same_unit(tables: dict, sl: dict, engine: str, backend: str, against: str, kw: dict) -> dict | None:
+    """Both backends projected whole from the slices of the alternative's own recording unit (one machine), where that
+    unit holds a ladder of each (INT4 depth ladders): ``{"machine", "run_id", "against_ms", "backend_ms", "by_category"
+    ({category: against's ms - backend's ms}), "from_labels" ({backend: labels})}``; else None. A backend can move
+    categories besides attention (its own rope, concatenation and metadata kernels), so the whole step's difference is
+    its gain, and no figure of another machine enters it."""
+    from .ladders import unit_of
+
+    if sl.get("ladder") is None:
+        return None
+    unit = unit_of(sl["deep"])
+    one = {**tables, "profile_runs": [p for p in tables["profile_runs"] if unit_of(p) == unit]}
+    own = select_slices(one["profile_runs"], engine, backend=against, mode=kw.get("mode", "graph"),
+                        card=kw.get("card", "kimi-k2.5"))
+    if own["deep"] is None or own["ladder"] is None:
+        return None
+    rows = {be: project(one, engine, backend=be, **kw) for be in (against, backend)}
+    cat = {be: {r["category"]: (r["predicted_ms"] if r["category"] == "total" else r["ms_per_token"]) for r in rs}
+           for be, rs in rows.items()}
+    return {"machine": unit[0], "run_id": unit[1], "against_ms": cat[against]["total"], "backend_ms": cat[backend]["total"],
+            "by_category": {c: cat[against][c] - cat[backend][c] for c in cat[against]
+                            if c != "total" and cat[against][c] is not None and cat[backend].get(c) is not None},
+            "from_labels": {be: next(r for r in rs if r["category"] == "total")["from_labels"] for be, rs in rows.items()}}
 
 
 def _attention_fix(rows: list[dict], ctx: dict, alts: dict) -> list[dict]:
@@ -134,14 +160,23 @@ def _attention_fix(rows: list[dict], ctx: dict, alts: dict) -> list[dict]:
     mine = _cat(rows, eng, "attention")
     basis, assumption = f"attention backend {backend}", None
     if info is not None and target_ms is not None:
-        assumption = info.get("assumption")
+        assumption, same = info.get("assumption"), info.get("same_unit")
         gain = None if mine is None else max(0.0, mine - target_ms)
+        words = f"projected {target_ms:.3f} ms per token from its measured profile, now {mine} ms per token; "
+        if same:   # the whole step of both backends, from one machine's slices: no figure of another machine in the gain
+            gain = max(0.0, same["against_ms"] - same["backend_ms"])
+            big = sorted(same["by_category"].items(), key=lambda kv: -abs(kv[1]))[:2]
+            words = (f"both backends projected whole from the slices of one recording unit (`{same['run_id']}`, machine "
+                     f"`{same['machine']}`): {same['backend_ms']:.3f} against {same['against_ms']:.3f} ms per token, most of "
+                     "the difference in " + " and ".join(f"{c} ({d:+.3f} ms)" for c, d in big) + "; its attention alone "
+                     f"{words}")
         return [_fix(eng, total, f"attention backend {backend}", gain,
-                     f"{basis}: projected {target_ms:.3f} ms per token from its measured profile, now {mine} ms per token; "
-                     + info.get("basis", ""), _launch(eng, tp, vers, attention=backend),
+                     f"{basis}: {words}" + info.get("basis", ""), _launch(eng, tp, vers, attention=backend),
                      alternative_backend=backend, alternative_ms=target_ms, alternative_from=info.get("from_labels"),
                      like_for_like_gain_ms=(None if info.get("like_for_like_ms") is None
                                             else max(0.0, info["like_for_like_ms"] - target_ms)),
+                     **({"same_unit_ms": {be: same[f"{be}_ms"] for be in ("against", "backend")},
+                         "same_unit": f"{same['machine']} | {same['run_id']}"} if same else {}),
                      **({"assumption": assumption} if assumption else {}))]
     if target_ms is None:
         others = [(_cat(rows, e, "attention"), e) for e in {r["engine"] for r in rows} if e != eng]

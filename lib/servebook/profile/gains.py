@@ -98,24 +98,42 @@ def _custom(f: dict, total: float, lat: dict, n: int, decode_path: list[dict], v
     return _with_range(f, total, low, high, "environment", why)
 
 
-def _attention(f: dict, total: float, served: str) -> dict:
-    """An alternative attention backend: a check, not a predicted change. Its high end is its H200 profile carried by the
-    attention rule; its low end is not known: the served measurements on the H200 (``served``) did not find it faster
-    (one start found it slower, which bounds nothing on the seed's GPU) and no code read says its MLA kernels run on
-    capability 12.0, so the sign of its gain is unknown and it carries no expected gain (ranked after those that do)."""
+def _attention(f: dict, total: float, served: str, depth: dict | None = None) -> dict:
+    """An alternative attention backend. Its high end is its H200 profile carried to the seed's GPU (the whole step of
+    both backends from one machine's slices where the profile run has them, ``fixes.measured_alternative``). Its low
+    end: 0 where the profile run compared it with the engine's seed backend at depth on one machine and both measures
+    found it faster (``depth``: that row of ``backends_at_depth.backend_comparisons``; the change is kept only where the
+    seed's host confirms it, so it costs nothing where it does not help), the middle its expected gain; otherwise not
+    known: the served measurements on the H200 (``served``) did not find it faster and no code read says its MLA kernels
+    run on capability 12.0, so the sign of its gain is unknown and it carries no expected gain (ranked after those that
+    do)."""
     g = f.get("gain_ms_per_token")
+    settle = ("settled by serving the seed's host with this option alone against the default, at least 2 starts each "
+              "(chapter 03)")
+    if depth and depth.get("agree") and set(depth["verdict"].values()) == {"a lower"} and g is not None:
+        why = (f"high: the alternative measured on the H200 and carried to the seed's GPU; low: 0, where it does not run "
+               f"faster on the seed's host and is not kept; on the H200 it is faster at {depth['depth']} MoE layers on one "
+               f"machine (unit {depth['run_id']}, {depth['starts']['backend']} and {depth['starts']['seed']} starts): "
+               f"served time per token {depth['diff_pct']['tpot_ms']:+.2f}%, GPU busy {depth['diff_pct']['busy_ms']:+.2f}% "
+               f"against {depth['seed']}, each beyond the starts rule's margin; the 2-layer slices' served measurements gave no "
+               f"verdict between them ({served}); no code read here says its MLA kernels run on capability 12.0; {settle}")
+        row = _with_range({**f, "note": seed_tried(), "served": served, "depth": depth["key"],
+                           "depth_moe_layers": depth["depth"], "depth_starts": min(depth["starts"].values()),
+                           **{f"depth_{m}_pct": v for m, v in depth["diff_pct"].items()}}, total, 0.0, g, "flag", why)
+        return row
     why = ("high: the alternative's attention measured on the H200 and carried by the attention rule; low: not known, "
            "so the sign of the gain is unknown and no expected gain is given: the served measurements on the H200 did not "
-           "find it faster (" + served + ") and no code read here says its MLA kernels run on capability 12.0; settled by "
-           "serving the seed's host with this option alone against the default, at least 2 starts each (chapter 03)")
+           "find it faster (" + served + ") and no code read here says its MLA kernels run on capability 12.0; " + settle)
     row = _with_range({**f, "label": SIGN_UNKNOWN, "note": seed_tried(), "served": served}, total, None, g, "flag", why)
     return {**row, "gain_ms_per_token": None, "gain_tok_s": None}
 
 
 def rank_by_expected_gain(fixes: list[dict], rows: list[dict], lat: dict, n: int, decode_path: list[dict] = (),
-                          versions: dict | None = None, served_note: str = "") -> list[dict]:
+                          versions: dict | None = None, served_note: str = "", depth: dict | None = None) -> list[dict]:
     """``fixes`` (``ranked_fixes``) with gain ranges and expected gains, ranked: predicted changes by expected gain (a
-    flag or environment change before another version at equal gain), then the changes that carry none, with why."""
+    flag or environment change before another version at equal gain), then the changes that carry none, with why.
+    ``depth``: ``{(engine, backend): row}`` of ``backends_at_depth.backend_comparisons`` (the alternative backends
+    compared at depth on one machine, :func:`_attention`)."""
     totals = {r["engine"]: r["predicted_ms"] for r in rows if r["category"] == "total"}
     versions = versions or {}
     out = []
@@ -126,7 +144,8 @@ def rank_by_expected_gain(fixes: list[dict], rows: list[dict], lat: dict, n: int
         elif f["change"].startswith("custom PCIe all-reduce"):
             out.append(_custom(f, total, lat, n, list(decode_path), versions))
         elif f["change"].startswith("attention backend") and f.get("label") == "predicted":
-            out.append(_attention(f, total, served_note or "a served measurement of it on the H200 is not in this run"))
+            out.append(_attention(f, total, served_note or "a served measurement of it on the H200 is not in this run",
+                                  (depth or {}).get((f["engine"], f.get("alternative_backend")))))
         else:
             g = f.get("gain_ms_per_token")
             out.append(_with_range(f, total, 0.0, g, "flag", "upper bound from the projection; low: 0") if g is not None

@@ -3,6 +3,7 @@ units merged with ``servebook profile merge-unit``; a later loan records an engi
 
     ranked = ladder_units(profile_rows, "vllm", "TRITON_MLA")   # every unit of that ladder, the one read first
     unit = ladder_unit(profile_rows, "vllm", "TRITON_MLA")      # its key (machine, run_id), or None
+    both = shared_unit(profile_rows, {"sglang": "triton", "vllm": "TRITON_MLA"})   # a unit holding every engine's ladder
 
 A unit is a recording unit and a run (``unit_of``: ``machines.recording_unit``, the row's machine or, without one, its
 UTC day; and ``run_id``). The rule, the one every reader of a ladder uses (``slices.select_slices``, the projection and
@@ -11,6 +12,11 @@ ladder (two MoE depths or more) reaches the most MoE layers; ties -> more depths
 recording (its latest ``taken_at``). A unit of one depth only (the anchor configuration measured again in another
 engine's unit, a backends unit) is read only where no unit holds a ladder. Starts are pooled within a unit, never
 across units: the other units stay evidence beside it (chapter 06 lists them).
+
+Engines compared with each other (the seed verdict's projection) are read from one unit where one holds a ladder of
+every engine (``shared_unit``, ``OneUnit``): no figure of another machine enters their difference, and no carry between
+machines is assumed. Its rule: the deepest depth every engine reaches there, then the most starts of the thinner engine
+at that depth, then the later recording.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from typing import Iterable
 from .machines import unit_of
 from .tables import latest_ok
 
-__all__ = ["unit_of", "int4_rows", "ladder_units", "ladder_unit", "linearity_key", "RULE"]
+__all__ = ["unit_of", "int4_rows", "ladder_units", "ladder_unit", "shared_unit", "OneUnit", "linearity_key", "RULE",
+           "SHARED_RULE"]
 
 # the rule in words, as chapter 06 states it
 RULE = ("the unit whose ladder reaches the most MoE layers; ties -> more depths, then more starts, then the later "
@@ -72,3 +79,40 @@ def linearity_key(row: dict, lin_rows: Iterable[dict]) -> str:
     runs = {r.get("run_id") for r in lin_rows if (r["engine"], r.get("backend"), r.get("machine"))
             == (row["engine"], row.get("backend"), row.get("machine"))}
     return base + (f" | {row.get('run_id')}" if len(runs) > 1 else "")
+
+
+SHARED_RULE = ("the unit holding a ladder of every engine; of several, the one whose common depth is deepest, then the "
+               "most starts of the thinner engine there, then the later recording (`servebook.profile.ladders.shared_unit`)")
+
+
+def shared_unit(rows: Iterable[dict], backends: dict, **kw) -> tuple | None:
+    """The unit (``unit_of``) holding an INT4 ladder (two MoE depths or more) of every engine of ``backends``
+    (``{engine: backend}``), by ``SHARED_RULE``; None where no unit holds them all."""
+    from .linearity import moe_layers_of
+
+    rows = list(rows)
+    per = {e: {u["unit"]: u for u in ladder_units(rows, e, be, **kw) if len(u["depths"]) >= 2} for e, be in backends.items()}
+    common = set.intersection(*(set(u) for u in per.values())) if per else set()
+
+    def rank(unit):
+        depth = min(per[e][unit]["depths"][-1] for e in per)
+        starts = min(sum(1 for r in per[e][unit]["rows"] if moe_layers_of(r) == depth) for e in per)
+        return depth, starts, max(per[e][unit]["taken_at"] for e in per)
+
+    return max(common, key=rank) if common else None
+
+
+class OneUnit:
+    """A RunStore's rows of one unit only (``unit_of(row) == unit``; rows that name no machine and no run id as well):
+    the engines' projections read through it take every slice from that one machine."""
+
+    def __init__(self, store, unit: tuple):
+        self.path, self._store, self.unit = store.path, store, unit
+
+    def rows(self, table: str, **kw) -> list[dict]:
+        return [r for r in self._store.rows(table, **kw)
+                if not (r.get("machine") or r.get("run_id")) or unit_of(r) == self.unit]
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+

@@ -110,13 +110,18 @@ def seed_tables(store, reference=None) -> dict:
     if gaps:
         raise MissingReferenceProfiles(f"the seed verdict is not projected from profile run {Path(str(src.path)).name}: "
                                        + "; ".join(gaps) + " (servebook.profile.seed.REFERENCE_PROFILE_RUN names the run)")
+    from .ladders import OneUnit, shared_unit
     from .machines import MachineMismatch
     from .units import on_anchor_machine
 
-    try:   # engines measured in two units (machines): compared only through each unit's reference configuration
-        src, carried = on_anchor_machine(src, SEED_BACKENDS)
-    except MachineMismatch as exc:
-        raise MissingReferenceProfiles(f"the seed verdict is not projected: {exc}") from None
+    both = shared_unit(src.rows("profile_runs"), SEED_BACKENDS)
+    if both is not None:   # a unit holding every engine's ladder: both projected from its one machine, nothing carried
+        src, carried = OneUnit(src, both), []
+    else:
+        try:   # engines measured in two units (machines): compared only through each unit's reference configuration
+            src, carried = on_anchor_machine(src, SEED_BACKENDS)
+        except MachineMismatch as exc:
+            raise MissingReferenceProfiles(f"the seed verdict is not projected: {exc}") from None
     n, lat = collectives_per_token(card, seed["tp"]), engine_latencies()
     central = central_projection(src, lat, tp=seed["tp"])
     name = Path(str(reference or _reference_dir())).name
@@ -130,7 +135,8 @@ def seed_tables(store, reference=None) -> dict:
         note = next((c for c in carried if c["engine"] == r["engine"]), None)
         if r["category"] == "total" and (note or r.get("ladder")):
             r.update({"key": f"{r['engine']} | total", **({k: v for k, v in note.items() if k != "engine"} if note else {}),
-                      **({"ladder_from": r["ladder"][0], "ladder_to": r["ladder"][1]} if r.get("ladder") else {})})
+                      **({"ladder_from": r["ladder"][0], "ladder_to": r["ladder"][1]} if r.get("ladder") else {}),
+                      **({"shared_unit": both[1]} if both is not None else {})})
     versions = _studied_versions(store, rows)
     for r in rows:
         if r["category"] == "total":
@@ -139,7 +145,7 @@ def seed_tables(store, reference=None) -> dict:
     fixes = ranked_fixes(rows, attention_alternatives=_alternatives(store, reference, versions),
                          decode_path=store.rows("decode_path"), versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
     fixes = rank_by_expected_gain(fixes, rows, lat, n, store.rows("decode_path"), versions,
-                                  served_note(served_alternative()))
+                                  served_note(served_alternative()), _at_depth(src))
     other = {e: next(r["predicted_ms"] for r in central[e] if r["category"] == "total")
              - next(r["ms_per_token"] for r in central[e] if r["category"] == "communication") for e in SEED_BACKENDS}
     return {"seed_projection": rows, "seed_fixes": fixes, "seed_assumptions": assumptions,
@@ -245,6 +251,16 @@ def record_seed(store, reference=None) -> tuple[list[dict], list[dict]]:
 
 # the attention backend each engine's fix would switch to on the seed's GPU
 _ALTERNATIVES = {"sglang": "flashinfer"}
+
+
+def _at_depth(src) -> dict:
+    """``{(engine, backend): row}``: each alternative backend compared with its engine's seed backend at depth on one
+    machine (``backends_at_depth.backend_comparisons`` of the profile run); where several units compared it, the one
+    with the most starts on its thinner side (then the run id, for a fixed choice)."""
+    from .backends_at_depth import backend_comparisons
+
+    rows = backend_comparisons(src.rows("profile_runs"))
+    return {(r["engine"], r["backend"]): r for r in sorted(rows, key=lambda r: (min(r["starts"].values()), r["run_id"]))}
 
 
 def _alternatives(store, reference, versions: dict) -> dict:

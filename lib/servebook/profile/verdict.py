@@ -262,6 +262,16 @@ def q_abs(r: dict) -> str:
 def _units_words(tot: dict, days: list, ref: str) -> str:
     """Where each engine's per-layer difference was taken: one machine per engine (named where the rows carry its
     identity), and how engines measured on two machines were compared (through the reference configuration)."""
+    shared = {r.get("shared_unit") for r in tot.values()}
+    if all(r.get("machine") for r in tot.values()) and len(shared) == 1 and None not in shared:
+        from .ladders import SHARED_RULE
+
+        (machine,), (unit,) = {r["machine"] for r in tot.values()}, shared
+        return (f"Both engines' per-layer differences are taken on one machine, `{machine}`, in the one recording unit "
+                f"`{unit}` (" + "; ".join(f"{prose_name(e)} {t('seed_projection', r, 'ladder_from', 'd')} and "
+                                          f"{t('seed_projection', r, 'ladder_to', 'd')} MoE layers" for e, r in tot.items())
+                + f"; read by the rule: {SHARED_RULE}): no figure of another machine enters their difference, and "
+                "nothing is carried between machines.")
     if all(r.get("machine") for r in tot.values()):
         words = ("Each engine's per-layer difference is taken between two of its slices measured on one machine ("
                  + "; ".join(f"{prose_name(e)}: `{r['machine']}`" + (
@@ -351,7 +361,15 @@ def _fixes_line(tables: dict) -> str:
     from .seed import served_alternative, served_words
 
     for f in ranked:
-        if f.get("served"):
+        if f.get("served") and f.get("depth"):   # decided at depth on one machine (gains._attention)
+            line += (f" {prose_name(f['engine'])}'s {f['change']}: {f.get('note')}; at "
+                     f"{t('seed_fixes', f, 'depth_moe_layers', 'd')} MoE layers on one H200 (profile run unit "
+                     f"`{f['depth'].split(' / ')[-1]}`, {t('seed_fixes', f, 'depth_starts', 'd')} starts or more a side) it "
+                     f"was faster on both measures, served time per token {t('seed_fixes', f, 'depth_tpot_ms_pct', '+.2f')}% "
+                     f"and GPU busy {t('seed_fixes', f, 'depth_busy_ms_pct', '+.2f')}%, where the 2-layer slices' served "
+                     "measurements gave no verdict (the row's `range_basis`) - ranked by its expected gain, its low end 0 as "
+                     "nothing was measured on the seed's GPUs.")
+        elif f.get("served"):
             line += (f" {prose_name(f['engine'])}'s {f['change']}: {f.get('note')}; "
                      + served_words(served_alternative(f["change"].rsplit(" ", 1)[-1]))
                      + " (the figures: the row's `range_basis`) - ranked by its expected gain all the same, as no measurement "
