@@ -366,9 +366,10 @@ def _fixes_line(tables: dict) -> str:
                      f"{t('seed_fixes', f, 'depth_moe_layers', 'd')} MoE layers on one H200 (profile run unit "
                      f"`{f['depth'].split(' / ')[-1]}`, {t('seed_fixes', f, 'depth_starts', 'd')} starts or more a side) it "
                      f"was faster on both measures, served time per token {t('seed_fixes', f, 'depth_tpot_ms_pct', '+.2f')}% "
-                     f"and GPU busy {t('seed_fixes', f, 'depth_busy_ms_pct', '+.2f')}%, where the 2-layer slices' served "
-                     "measurements gave no verdict (the row's `range_basis`) - ranked by its expected gain, its low end 0 as "
-                     "nothing was measured on the seed's GPUs.")
+                     f"and GPU busy {t('seed_fixes', f, 'depth_busy_ms_pct', '+.2f')}%; the shallow slices gave no verdict "
+                     "(" + served_words(served_alternative(f["change"].rsplit(" ", 1)[-1])) + "; the figures: the row's "
+                     "`range_basis`) - ranked by its expected gain, its low end no gain at all, as nothing was measured on "
+                     "the seed's GPUs.")
         elif f.get("served"):
             line += (f" {prose_name(f['engine'])}'s {f['change']}: {f.get('note')}; "
                      + served_words(served_alternative(f["change"].rsplit(" ", 1)[-1]))
