@@ -14,6 +14,7 @@ import html
 
 from .engines import prose_name
 from .paths import book_root
+from .stated.text import number_word
 
 __all__ = ["seed_answer", "likely_cause"]
 
@@ -31,10 +32,9 @@ def seed_next_launch() -> str:
                 else f"its rate is {html.escape(launch.get('rate_note') or 'not recorded')} (shared/seeds), so the block "
                      "has not been measured on its own")
     return (f"The seed's next SGLang launch combined this NCCL block with {listed}; {measured}, and that launch changed "
-            f"{_WORDS.get(len(opts), len(opts))} other things at once.")
+            f"{number_word(len(opts))} other things at once.")
 
 
-_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 
 
 def likely_cause(projection: list[dict]) -> dict | None:
@@ -141,8 +141,8 @@ def _rests_on(tot: dict) -> str:
               if tps else "")
         out.append(f"the host rule was validated on whole models of <code>data/runs/{e(HOST_RULE_RUN)}</code> ("
                    + ", ".join(sorted({e(str(c['card'])) for c in checks})) + f"{tp}, where the seed runs at tensor parallel "
-                   f"{e(str(_seed_tp()))}), {_WORDS.get(len(outside), len(outside)) if outside else 'none'} of its "
-                   f"{_WORDS.get(len(checks), len(checks))} checks outside the predicted interval"
+                   f"{e(str(_seed_tp()))}), {number_word(len(outside)) if outside else 'none'} of its "
+                   f"{number_word(len(checks))} checks outside the predicted interval"
                    + ("" if (book_root() / "rendered" / HOST_RULE_RUN).is_dir() else "; that run is not a rendered book"))
     return (" It rests also on these: " + "; ".join(out) + ".") if out else ""
 
