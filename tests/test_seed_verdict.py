@@ -346,3 +346,15 @@ def test_without_a_shared_unit_the_engines_are_carried_through_the_anchor(ref_be
     tables = seed.seed_tables(RunStore.at(WHATIF), reference=ref_before_unit_3)
     tot = {r["engine"]: r for r in tables["seed_projection"] if r["category"] == "total"}
     assert tot["vllm"]["carried_factor"] is not None and "shared_unit" not in tot["vllm"]
+
+
+def test_the_backends_comparison_is_read_from_the_whole_run_not_the_engines_unit(monkeypatch):
+    """The engines' projections read one unit; the alternative backend's comparison at depth may come from another (a
+    backends unit that holds no ladder of both engines): it is read from the whole profile run."""
+    from servebook.profile import ladders, seed
+
+    monkeypatch.setattr(ladders, "shared_unit", lambda rows, backends, **kw: ("gpu-8ecfc16d6531c88f", "h200x1-ref-vllm2"))
+    tables = seed.seed_tables(RunStore.at(WHATIF))
+    assert {r["shared_unit"] for r in tables["seed_projection"] if r["category"] == "total"} == {"h200x1-ref-vllm2"}
+    fi = next(f for f in tables["seed_fixes"] if f["change"] == "attention backend flashinfer")
+    assert fi["depth"].endswith("/ h200x1-ref-backends") and fi["gain_low_ms"] == 0.0 and fi["expected_gain_ms"] > 0

@@ -105,7 +105,7 @@ def seed_tables(store, reference=None) -> dict:
 
     seed = seed_case()
     card = load_card(seed["model"])
-    src = RunStore.at(reference or _reference_dir())
+    src = full = RunStore.at(reference or _reference_dir())
     gaps = missing_profiles(src)
     if gaps:
         raise MissingReferenceProfiles(f"the seed verdict is not projected from profile run {Path(str(src.path)).name}: "
@@ -145,7 +145,7 @@ def seed_tables(store, reference=None) -> dict:
     fixes = ranked_fixes(rows, attention_alternatives=_alternatives(store, reference, versions),
                          decode_path=store.rows("decode_path"), versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
     fixes = rank_by_expected_gain(fixes, rows, lat, n, store.rows("decode_path"), versions,
-                                  served_note(served_alternative()), _at_depth(src))
+                                  served_note(served_alternative()), _at_depth(full))
     other = {e: next(r["predicted_ms"] for r in central[e] if r["category"] == "total")
              - next(r["ms_per_token"] for r in central[e] if r["category"] == "communication") for e in SEED_BACKENDS}
     return {"seed_projection": rows, "seed_fixes": fixes, "seed_assumptions": assumptions,
@@ -255,7 +255,8 @@ _ALTERNATIVES = {"sglang": "flashinfer"}
 
 def _at_depth(src) -> dict:
     """``{(engine, backend): row}``: each alternative backend compared with its engine's seed backend at depth on one
-    machine (``backends_at_depth.backend_comparisons`` of the profile run); where several units compared it, the one
+    machine (``backends_at_depth.backend_comparisons`` of the whole profile run ``src``, not of the one unit the
+    engines' projections read: a backends unit need not be that unit); where several units compared it, the one
     with the most starts on its thinner side (then the run id, for a fixed choice)."""
     from .backends_at_depth import backend_comparisons
 
