@@ -107,7 +107,7 @@ def _rests_on(tot: dict) -> str:
     rule: the engine versions profiled in place of the seed's, the machines the profiles come from, and the models the
     host rule was checked on (their tensor parallel sizes read from that run's server launches)."""
     from .profile.predict import HOST_RULE_RUN
-    from .profile.verdict import t
+    from .profile.verdict import shared_unit_of, t
     from .stated import q
 
     e, out = html.escape, []
@@ -125,10 +125,10 @@ def _rests_on(tot: dict) -> str:
                        f"<code>data/reference/seed-case.json</code>: {e(seed_version or 'not recorded')})")
     machines = {eng: r.get("machine") for eng, r in tot.items() if r.get("machine")}
     carried = next((r for r in tot.values() if r.get("carried_factor") is not None), None)
-    shared = {r.get("shared_unit") for r in tot.values()}
-    if len(set(machines.values())) == 1 and len(shared) == 1 and None not in shared:
+    shared = shared_unit_of(tot)
+    if len(set(machines.values())) == 1 and shared is not None:
         out.append(f"both engines' profiles come from one H200 machine (<code>{e(next(iter(machines.values())))}</code>, "
-                   f"recording unit <code>{e(next(iter(shared)))}</code>): nothing is carried between machines")
+                   f"recording unit <code>{e(shared)}</code>): nothing is carried between machines")
     if len(set(machines.values())) > 1 and carried:
         out.append("the engines' profiles come from two H200 machines (" + "; ".join(
             f"{prose_name(eng)} <code>{e(m)}</code>" for eng, m in machines.items()) + "), compared through the anchor "

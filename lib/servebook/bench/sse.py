@@ -317,7 +317,7 @@ def implausible(r: RequestResult, raw: RawStream, ceiling_tok_s: float | None = 
     without them every read of the stream counts."""
     if r.decode_tok_s is None or r.ttft_s is None:
         return None
-    gaps = _read_gaps(r, raw, times)
+    gaps = r.read_gaps if r.read_gaps is not None else _read_gaps(r, raw, times)   # finish counted them already
     if gaps < MIN_READ_GAPS and r.decode_tok_s > ONE_GAP_MAX_TOK_S:
         apart_us = 1e6 * (r.output_tokens - 1) / r.decode_tok_s  # the first token's read -> the last token's
         return (f"{r.output_tokens - 1} tokens after the first came in one read {apart_us:,.0f} us after it "

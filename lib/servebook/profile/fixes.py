@@ -131,12 +131,12 @@ def _same_unit(tables: dict, sl: dict, engine: str, backend: str, against: str, 
     ({category: against's ms - backend's ms}), "from_labels" ({backend: labels})}``; else None. A backend can move
     categories besides attention (its own rope, concatenation and metadata kernels), so the whole step's difference is
     its gain, and no figure of another machine enters it."""
-    from .ladders import unit_of
+    from .ladders import in_unit, unit_of
 
     if sl.get("ladder") is None:
         return None
     unit = unit_of(sl["deep"])
-    one = {**tables, "profile_runs": [p for p in tables["profile_runs"] if unit_of(p) == unit]}
+    one = {**tables, "profile_runs": in_unit(tables["profile_runs"], unit)}
     own = select_slices(one["profile_runs"], engine, backend=against, mode=kw.get("mode", "graph"),
                         card=kw.get("card", "kimi-k2.5"))
     if own["deep"] is None or own["ladder"] is None:

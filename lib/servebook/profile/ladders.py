@@ -26,8 +26,8 @@ from typing import Iterable
 from .machines import unit_of
 from .tables import latest_ok
 
-__all__ = ["unit_of", "int4_rows", "ladder_units", "ladder_unit", "shared_unit", "OneUnit", "linearity_key", "RULE",
-           "SHARED_RULE"]
+__all__ = ["unit_of", "int4_rows", "ladder_units", "ladder_unit", "shared_unit", "OneUnit", "in_unit", "linearity_key",
+           "RULE", "SHARED_RULE"]
 
 # the rule in words, as chapter 06 states it
 RULE = ("the unit whose ladder reaches the most MoE layers; ties -> more depths, then more starts, then the later "
@@ -102,6 +102,11 @@ def shared_unit(rows: Iterable[dict], backends: dict, **kw) -> tuple | None:
     return max(common, key=rank) if common else None
 
 
+def in_unit(rows: Iterable[dict], unit: tuple) -> list[dict]:
+    """The rows of ``unit`` (``unit_of``), and rows that name no machine and no run id (a table not kept per unit)."""
+    return [r for r in rows if not (r.get("machine") or r.get("run_id")) or unit_of(r) == unit]
+
+
 class OneUnit:
     """A RunStore's rows of one unit only (``unit_of(row) == unit``; rows that name no machine and no run id as well):
     the engines' projections read through it take every slice from that one machine."""
@@ -110,8 +115,7 @@ class OneUnit:
         self.path, self._store, self.unit = store.path, store, unit
 
     def rows(self, table: str, **kw) -> list[dict]:
-        return [r for r in self._store.rows(table, **kw)
-                if not (r.get("machine") or r.get("run_id")) or unit_of(r) == self.unit]
+        return in_unit(self._store.rows(table, **kw), self.unit)
 
     def __getattr__(self, name):
         return getattr(self._store, name)

@@ -13,7 +13,7 @@ from typing import Callable
 from ..engines import prose_name
 from .predict import HOST_RULE_RUN
 
-__all__ = ["verdict_markdown", "verdict", "t", "unlocated", "settle_words", "over_seed", "gain_cases"]
+__all__ = ["verdict_markdown", "verdict", "t", "unlocated", "settle_words", "over_seed", "gain_cases", "shared_unit_of"]
 
 
 def t(table: str, row: dict, field: str, fmt: str) -> str:
@@ -259,14 +259,21 @@ def q_abs(r: dict) -> str:
     return q("seed_table_abs", abs(r["seed_beyond_ms"]), ".2f", of=f"seed_range | {r['key']} | seed_beyond_ms")
 
 
+def shared_unit_of(tot: dict) -> str | None:
+    """The run id of the one unit every engine's projection was read from (``seed_projection``'s total rows, field
+    ``shared_unit``: ``ladders.shared_unit``), or None where the engines come from more than one."""
+    shared = {r.get("shared_unit") for r in tot.values()}
+    return next(iter(shared)) if len(shared) == 1 and None not in shared else None
+
+
 def _units_words(tot: dict, days: list, ref: str) -> str:
     """Where each engine's per-layer difference was taken: one machine per engine (named where the rows carry its
     identity), and how engines measured on two machines were compared (through the reference configuration)."""
-    shared = {r.get("shared_unit") for r in tot.values()}
-    if all(r.get("machine") for r in tot.values()) and len(shared) == 1 and None not in shared:
+    unit = shared_unit_of(tot)
+    if all(r.get("machine") for r in tot.values()) and unit is not None:
         from .ladders import SHARED_RULE
 
-        (machine,), (unit,) = {r["machine"] for r in tot.values()}, shared
+        (machine,) = {r["machine"] for r in tot.values()}
         return (f"Both engines' per-layer differences are taken on one machine, `{machine}`, in the one recording unit "
                 f"`{unit}` (" + "; ".join(f"{prose_name(e)} {t('seed_projection', r, 'ladder_from', 'd')} and "
                                           f"{t('seed_projection', r, 'ladder_to', 'd')} MoE layers" for e, r in tot.items())
