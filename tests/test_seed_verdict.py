@@ -340,6 +340,26 @@ def test_the_engines_are_projected_from_the_one_unit_that_holds_both_ladders():
     assert "nothing is carried between machines" in md and "compared only through the anchor" not in md
 
 
+def test_of_two_shared_units_alike_at_depth_the_one_whose_shallow_slices_have_more_starts_is_read():
+    """Two units alike at the common depth (depth, starts there): the shallow slices the projection's ladder reads weigh
+    before the recording time. An earlier copy of unit 4 with a second start of each engine's 1-MoE-layer slice is read
+    in place of the later unit 4 (whose shallow slices have one start each)."""
+    from servebook.profile.ladders import shared_unit
+    from servebook.profile.linearity import moe_layers_of
+    from servebook.profile.ranges import SEED_BACKENDS
+
+    rows = RunStore.at(data_dir() / "runs" / "h200x1-ref").rows("profile_runs")
+    four = [r for r in rows if r.get("run_id") == "h200x1-ref-backends" and r.get("ok")]
+    copy = [{**r, "run_id": "earlier", "label": r["label"] + " (earlier)", "taken_at": float(r["taken_at"]) - 1e6}
+            for r in four]
+    shallow = [{**r, "label": r["label"] + " start 2", "role": "repeat", "start": 2} for r in copy
+               if moe_layers_of(r) == 1 and (r["engine"], r.get("backend")) in SEED_BACKENDS.items()]
+    assert len(shallow) == 2
+    unit4 = ("gpu-d45a97396d7721e4", "h200x1-ref-backends")
+    assert shared_unit(rows + copy, SEED_BACKENDS) == unit4                       # alike: the later recording
+    assert shared_unit(rows + copy + shallow, SEED_BACKENDS) == (unit4[0], "earlier")
+
+
 def test_without_a_shared_unit_the_engines_are_carried_through_the_anchor(ref_before_unit_3):
     from servebook.profile import seed
 

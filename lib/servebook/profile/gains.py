@@ -117,7 +117,7 @@ def _attention(f: dict, total: float, served: str, depth: dict | None = None) ->
                f"served time per token {depth['diff_pct']['tpot_ms']:+.2f}%, GPU busy {depth['diff_pct']['busy_ms']:+.2f}% "
                f"against {depth['seed']}, each beyond the starts rule's margin; the 2-layer slices' served measurements gave no "
                f"verdict between them ({served}); no code read here says its MLA kernels run on capability 12.0; {settle}")
-        row = _with_range({**f, "note": seed_tried(), "served": served, "depth": depth["key"],
+        row = _with_range({**f, "note": seed_tried(), "served": served, "depth": depth["key"], "depth_run_id": depth["run_id"],
                            "depth_moe_layers": depth["depth"], "depth_starts": min(depth["starts"].values()),
                            **{f"depth_{m}_pct": v for m, v in depth["diff_pct"].items()}}, total, 0.0, g, "flag", why)
         return row

@@ -82,7 +82,8 @@ def linearity_key(row: dict, lin_rows: Iterable[dict]) -> str:
 
 
 SHARED_RULE = ("the unit holding a ladder of every engine; of several, the one whose common depth is deepest, then the "
-               "most starts of the thinner engine there, then the later recording (`servebook.profile.ladders.shared_unit`)")
+               "most starts of the thinner engine there, then the most starts at the thinnest depth of any engine's "
+               "ladder, then the later recording (`servebook.profile.ladders.shared_unit`)")
 
 
 def shared_unit(rows: Iterable[dict], backends: dict, **kw) -> tuple | None:
@@ -94,10 +95,14 @@ def shared_unit(rows: Iterable[dict], backends: dict, **kw) -> tuple | None:
     per = {e: {u["unit"]: u for u in ladder_units(rows, e, be, **kw) if len(u["depths"]) >= 2} for e, be in backends.items()}
     common = set.intersection(*(set(u) for u in per.values())) if per else set()
 
+    def starts_at(e, unit, depth):
+        return sum(1 for r in per[e][unit]["rows"] if moe_layers_of(r) == depth)
+
     def rank(unit):
         depth = min(per[e][unit]["depths"][-1] for e in per)
-        starts = min(sum(1 for r in per[e][unit]["rows"] if moe_layers_of(r) == depth) for e in per)
-        return depth, starts, max(per[e][unit]["taken_at"] for e in per)
+        thinnest = min(starts_at(e, unit, d) for e in per for d in per[e][unit]["depths"])   # the shallow slices too
+        return (depth, min(starts_at(e, unit, depth) for e in per), thinnest,
+                max(per[e][unit]["taken_at"] for e in per))
 
     return max(common, key=rank) if common else None
 

@@ -371,7 +371,7 @@ def _fixes_line(tables: dict) -> str:
         if f.get("served") and f.get("depth"):   # decided at depth on one machine (gains._attention)
             line += (f" {prose_name(f['engine'])}'s {f['change']}: {f.get('note')}; at "
                      f"{t('seed_fixes', f, 'depth_moe_layers', 'd')} MoE layers on one H200 (profile run unit "
-                     f"`{f['depth'].split(' / ')[-1]}`, {t('seed_fixes', f, 'depth_starts', 'd')} starts or more a side) it "
+                     f"`{f['depth_run_id']}`, {t('seed_fixes', f, 'depth_starts', 'd')} starts or more a side) it "
                      f"was faster on both measures, served time per token {t('seed_fixes', f, 'depth_tpot_ms_pct', '+.2f')}% "
                      f"and GPU busy {t('seed_fixes', f, 'depth_busy_ms_pct', '+.2f')}%; the shallow slices gave no verdict "
                      "(" + served_words(served_alternative(f["change"].rsplit(" ", 1)[-1])) + "; the figures: the row's "
