@@ -12,10 +12,10 @@ import shutil
 import pytest
 
 from servebook.paths import data_dir
+from servebook.profile.anchor import common_depth
 from servebook.profile.backends_at_depth import backend_comparisons, backends_markdown
 from servebook.profile.ranges import SEED_BACKENDS
 from servebook.profile.tables import latest_ok
-from servebook.profile.units import common_depth
 from servebook.results import RunStore
 from servebook.stated.text import MISSING
 
@@ -96,7 +96,7 @@ def test_each_backend_against_its_seed_backend_within_one_unit():
     assert fi["verdict"] == {"busy_ms": "a lower", "tpot_ms": "no difference"} and fi["agree"] is False
     assert de["verdict"] == {"busy_ms": "a lower", "tpot_ms": "a lower"} and de["agree"] is True
     assert set(fm["verdict"].values()) == {"undecided"} and fm["agree"] is None
-    for c in got.values():   # % of the mean of the two means, units.ratio_gap's basis
+    for c in got.values():   # % of the mean of the two means, anchor.ratio_gap's basis
         for m, x in c["compare"].items():
             assert c["diff_pct"][m] == pytest.approx(200 * x["diff"] / (x["a_mean"] + x["b_mean"]))
             assert c["margin_pct"][m] == pytest.approx(200 * x["margin"] / (x["a_mean"] + x["b_mean"]))

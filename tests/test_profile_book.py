@@ -142,24 +142,25 @@ def test_a_profiles_only_run_says_its_host_and_engines_from_its_rows(tmp_path):
 def test_the_engines_are_compared_at_the_deepest_depth_both_have(ref_before_unit_3):
     """With units 1 and 2, vLLM's ladder ended at 4 MoE layers, SGLang's at 12: the engines' ratios to their own
     machine's anchor are taken at 4 MoE layers for both, never SGLang's 12 against vLLM's 4. Since unit 3 both reach 12."""
-    from servebook.profile import units
+    from servebook.profile.anchor import anchor_times, common_depth, deepest_ratios
     from servebook.profile.linearity import moe_layers_of
     from servebook.profile.ranges import SEED_BACKENDS
     from servebook.profile.tables import latest_ok
+    from servebook.profile.units_page import units_markdown
 
-    assert units.common_depth(latest_ok(RunStore(REF).rows("profile_runs")), SEED_BACKENDS) == 12
+    assert common_depth(latest_ok(RunStore(REF).rows("profile_runs")), SEED_BACKENDS) == 12
     before = ref_before_unit_3
     prof = latest_ok(RunStore(before).rows("profile_runs"))
-    assert units.common_depth(prof, SEED_BACKENDS) == 4
-    anchors = units.anchor_times(prof)
-    got = units.deepest_ratios(prof, SEED_BACKENDS)
+    assert common_depth(prof, SEED_BACKENDS) == 4
+    anchors = anchor_times(prof)
+    got = deepest_ratios(prof, SEED_BACKENDS)
     for eng, be in SEED_BACKENDS.items():
         mine = [p for p in prof if p["engine"] == eng and p.get("backend") == be and p.get("quant") == "card"
                 and moe_layers_of(p) == 4 and p["run_id"] == next(x["run_id"] for x in prof if x["engine"] == eng)]
         assert got[eng] == pytest.approx([p["busy_ms"] / anchors[(p["machine"], p["run_id"])] for p in mine])   # own unit's
-    md = units.units_markdown(RunStore(before))
+    md = units_markdown(RunStore(before))
     assert "at the deepest depth both engines have" in re.sub(r"<[^>]+>", "", md)
-    assert units.common_depth(prof, {"sglang": "triton"}) == 12
+    assert common_depth(prof, {"sglang": "triton"}) == 12
 
 
 def test_the_first_rendering_of_the_reference_book_is_the_reference_and_a_profile_run_is_neither(tmp_path):
@@ -211,14 +212,15 @@ def test_each_served_time_line_names_its_machine_and_the_anchor_only_line_says_s
 def test_the_engines_line_states_the_difference_and_the_margin_it_was_decided_against():
     """At 4 MoE layers the engines' ratios differ by 2.01% of their mean against the 2% margin: "vLLM lower" alone hid
     that the verdict sits at the margin's edge. Both figures recomputed here from the starts rule."""
-    from servebook.profile import units
+    from servebook.profile.anchor import deepest_ratios
     from servebook.profile.ranges import SEED_BACKENDS
     from servebook.profile.starts import compare
+    from servebook.profile.units_page import units_markdown
 
-    r = units.deepest_ratios(RunStore(REF).rows("profile_runs"), SEED_BACKENDS)
+    r = deepest_ratios(RunStore(REF).rows("profile_runs"), SEED_BACKENDS)
     c = compare(r["sglang"], r["vllm"])
     mid = (c["a_mean"] + c["b_mean"]) / 2
-    md = re.sub(r"<[^>]+>", "", units.units_markdown(RunStore(REF)))
+    md = re.sub(r"<[^>]+>", "", units_markdown(RunStore(REF)))
     assert (f"(they differ by {100 * abs(c['diff']) / mid:.2f}% of their mean, against a margin of "
             f"{100 * c['margin'] / mid:.2f}%, widened by") in md
 
@@ -227,9 +229,10 @@ def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_c
     """The engines' slices come from two machines, carried by one factor; the anchor configuration measured on both
     shows its kernel categories move by different factors (attention ~1.000, dense GEMM ~1.016): "vLLM lower" at 2.01%
     against a 2.00% margin is within that spread, so not decided. The factors recomputed here from decode_breakdown."""
-    from servebook.profile import units
+    from servebook.profile.anchor import carry_spread, deepest_ratios, ratio_gap
     from servebook.profile.ranges import SEED_BACKENDS
     from servebook.profile.tables import latest_ok
+    from servebook.profile.units_page import units_markdown
 
     store = RunStore(ref_before_unit_3)   # units 1 and 2: vLLM's slices at 4 MoE layers on another machine
     refs = [p for p in latest_ok(store.rows("profile_runs")) if p.get("reference")]
@@ -243,16 +246,16 @@ def test_engines_on_two_machines_are_decided_against_the_margin_widened_by_the_c
     busy = sum(m[machines[0]] for m in mean.values())
     factors = {k: m[machines[1]] / m[machines[0]] for k, m in mean.items() if m[machines[0]] >= 0.05 * busy}
     assert {"attention", "moe experts", "dense gemm"} <= set(factors)
-    sp = units.carry_spread(store, SEED_BACKENDS)
+    sp = carry_spread(store, SEED_BACKENDS)
     assert sp["factors"] == pytest.approx(factors)
     assert sp["spread_pct"] == pytest.approx(100 * (max(factors.values()) - min(factors.values())))
-    r = units.deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS)
-    gap = units.ratio_gap(r["sglang"], r["vllm"], sp["spread_pct"])
+    r = deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS)
+    gap = ratio_gap(r["sglang"], r["vllm"], sp["spread_pct"])
     assert gap["compared"] == "b lower" and gap["diff_pct"] < gap["widened_pct"] and gap["verdict"] == "not decided"
-    md = re.sub(r"<[^>]+>", "", units.units_markdown(store))
+    md = re.sub(r"<[^>]+>", "", units_markdown(store))
     assert "not decided: within the carry's per-category spread" in md and "vLLM lower" not in md
     assert f"spread of {sp['spread_pct']:.2f}% to {gap['widened_pct']:.2f}%" in md
-    assert units.ratio_gap(r["sglang"], r["vllm"], 0.0)["verdict"] == "b lower"   # one machine: compare's verdict
+    assert ratio_gap(r["sglang"], r["vllm"], 0.0)["verdict"] == "b lower"   # one machine: compare's verdict
 
 
 def test_a_model_that_does_not_fit_one_gpu_gets_a_per_gpu_time_and_no_single_stream_rate():

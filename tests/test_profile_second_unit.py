@@ -14,10 +14,12 @@ import pytest
 
 from servebook.paths import data_dir
 from servebook.profile import seed, units
+from servebook.profile.anchor import anchor_times, common_depth, deepest_ratios, deepest_starts
 from servebook.profile.ladders import ladder_units
 from servebook.profile.linearity import moe_layers_of, write_linearity
 from servebook.profile.slices import select_slices
 from servebook.profile.tables import latest_ok, starts_of
+from servebook.profile.units_page import units_markdown
 from servebook.results import RunStore
 
 REF = data_dir() / "runs" / "h200x1-ref"
@@ -112,11 +114,11 @@ def test_the_vllm_ladder_is_read_from_the_unit_reaching_the_most_moe_layers(merg
     sl = select_slices(prof, "vllm", backend="TRITON_MLA")
     assert (sl["shallow"]["run_id"], sl["deep"]["run_id"], sl["ladder"]) == (UNIT3, UNIT3, (1, 12))
     assert any(f"read from unit {UNIT3}" in n and f"not pooled with unit {UNIT2}" in n for n in sl["notes"])
-    deepest = units._deepest_starts(latest_ok(prof), "vllm", "TRITON_MLA")
+    deepest = deepest_starts(latest_ok(prof), "vllm", "TRITON_MLA")
     assert {(p["run_id"], moe_layers_of(p)) for p in deepest} == {(UNIT3, 12)} and len(deepest) == 2
-    assert units.common_depth(latest_ok(prof), seed.SEED_BACKENDS) == 12   # SGLang's 12 against unit 3's 12, not 4
-    anchor = units.anchor_times(prof)
-    ratios = units.deepest_ratios(prof, seed.SEED_BACKENDS)
+    assert common_depth(latest_ok(prof), seed.SEED_BACKENDS) == 12   # SGLang's 12 against unit 3's 12, not 4
+    anchor = anchor_times(prof)
+    ratios = deepest_ratios(prof, seed.SEED_BACKENDS)
     assert ratios["vllm"] == pytest.approx([p["busy_ms"] / anchor[(MACHINE3, UNIT3)] for p in deepest])
     # SGLang's ladder stays unit 1's: unit 3's anchor rows (renamed) are no second SGLang ladder
     assert select_slices(prof, "sglang", backend="triton")["deep"]["run_id"] == "h200x1-ref"
@@ -128,7 +130,7 @@ def test_the_seed_projection_reads_unit_3_carried_by_its_own_anchor(merged):
     v = next(r for r in tables["seed_projection"] if r["engine"] == "vllm" and r["category"] == "total")
     assert (v["machine"], v["ladder_from"], v["ladder_to"], v["carried_from"]) == (MACHINE3, 1, 12, MACHINE3)
     assert {_run_of(lab, dest) for lab in v["from_labels"]} == {UNIT3}
-    anchor = units.anchor_times(dest.rows("profile_runs"))
+    anchor = anchor_times(dest.rows("profile_runs"))
     assert v["carried_factor"] == pytest.approx(anchor[("gpu-4538749d407c51d4", "h200x1-ref")] / anchor[(MACHINE3, UNIT3)])
 
 
@@ -157,7 +159,7 @@ def test_chapter_06_names_unit_3_and_lists_unit_2_as_evidence_every_figure_recom
     from servebook.stated.tags import stated_on
 
     dest, _ = merged
-    md = units.units_markdown(dest)
+    md = units_markdown(dest)
     words = re.sub(r"<span[^>]*>|</span>", "", md)
     vllm = next(line for line in words.splitlines() if line.startswith("- vLLM"))
     assert f"machine `{MACHINE3}`" in vllm and f"Read from unit `{UNIT3}` by the rule" in vllm

@@ -10,10 +10,12 @@ import pytest
 
 from servebook.paths import data_dir
 from servebook.profile import seed, units
+from servebook.profile.anchor import anchor_times, on_anchor_machine
 from servebook.profile.machines import MachineMismatch
 from servebook.profile.projection import h200_parts, kernel_floors
 from servebook.profile.slices import select_slices
 from servebook.profile.tables import starts_of
+from servebook.profile.units_page import units_markdown
 from servebook.results import RunStore
 
 WHATIF = data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9"
@@ -132,7 +134,7 @@ def test_merge_unit_refuses_a_unit_without_the_reference_configuration(tmp_path)
 def test_engines_of_two_units_are_carried_by_the_reference_ratio(tmp_path):
     dest = _run(tmp_path / "ref", _ladder_a())
     units.merge_unit(dest, _run(tmp_path / "unit-b", _unit_b(ratio=1.05)))
-    src, notes = units.on_anchor_machine(dest, seed.SEED_BACKENDS)
+    src, notes = on_anchor_machine(dest, seed.SEED_BACKENDS)
     (note,) = notes
     assert "vLLM's profiles, measured on machine gpu-b, carried to gpu-a" in note["carried"]
     assert "an assumption" in note["carried"] and (note["carried_from"], note["carried_to"]) == ("gpu-b", "gpu-a")
@@ -162,8 +164,8 @@ def test_the_page_s_ratio_is_the_carried_time_over_the_anchor_machine_s_referenc
     store = _run(tmp_path / "ref", _ladder_a() + [other])
     units.merge_unit(store, _run(tmp_path / "unit-b", [stale] + _unit_b(ratio=1.05) + [
         _prof("vllm", 12, "gpu-b", run="unit-b", start=2, scale=0.9 * 1.05 * 1.02)]))
-    src, (note,) = units.on_anchor_machine(store, seed.SEED_BACKENDS)
-    anchor = units.anchor_times(store.rows("profile_runs"))
+    src, (note,) = on_anchor_machine(store, seed.SEED_BACKENDS)
+    anchor = anchor_times(store.rows("profile_runs"))
     a, b = anchor[("gpu-a", "unit-a")], anchor[("gpu-b", "unit-b")]   # a unit: (machine, run_id)
     assert note["carried_factor"] == pytest.approx(a / b)
     assert b == pytest.approx(1.05 * (0.9 + 0.2 * 12))   # the latest row of the label, not the stale one
@@ -177,7 +179,7 @@ def test_a_unit_without_its_reference_cannot_be_compared(tmp_path):
     rows = _ladder_a() + [r for r in _unit_b() if not r.get("reference")]
     _run(tmp_path / "ref", rows)
     with pytest.raises(MachineMismatch, match="no anchor configuration measured on gpu-b"):
-        units.on_anchor_machine(RunStore.at(tmp_path / "ref"), seed.SEED_BACKENDS)
+        on_anchor_machine(RunStore.at(tmp_path / "ref"), seed.SEED_BACKENDS)
     with pytest.raises(seed.MissingReferenceProfiles, match="not projected"):
         seed.seed_tables(RunStore.at(WHATIF), reference=tmp_path / "ref")
 
@@ -272,10 +274,10 @@ def test_a_slice_without_a_machine_beside_one_with_is_refused_not_taken_as_one_m
     store = RunStore.at(tmp_path / "ref")
     store.replace("profile_runs", rows)
     with pytest.raises(MachineMismatch, match="vLLM: none recorded.*cannot be compared"):
-        units.on_anchor_machine(store, seed.SEED_BACKENDS)
+        on_anchor_machine(store, seed.SEED_BACKENDS)
     old = [{k: v for k, v in p.items() if k != "machine"} for p in rows]   # rows from before identities: read as one run
     store.replace("profile_runs", old)
-    assert units.on_anchor_machine(store, seed.SEED_BACKENDS) == (store, [])
+    assert on_anchor_machine(store, seed.SEED_BACKENDS) == (store, [])
 
 
 def test_a_carried_engine_s_measured_bandwidth_is_the_anchor_machine_s(tmp_path):
@@ -287,7 +289,7 @@ def test_a_carried_engine_s_measured_bandwidth_is_the_anchor_machine_s(tmp_path)
         unit = _run(tmp_path / f"unit-b-{read_b}", _unit_b(ratio=1.1))
         unit.replace("memory_bandwidth", [{"machine": "gpu-b", "read_tbs": read_b, "run_id": "unit-b"}])
         units.merge_unit(dest, unit)
-        src, _ = units.on_anchor_machine(dest, seed.SEED_BACKENDS)
+        src, _ = on_anchor_machine(dest, seed.SEED_BACKENDS)
         assert {p.get("carried_to_machine") for p in src.rows("profile_runs") if p["engine"] == "vllm"} == {"gpu-a"}
         rows = project(src, "vllm", backend="TRITON_MLA", bandwidth="measured", allreduce_us=10.0, allreduce_source="test")
         return next(r for r in rows if r["category"] == "total")["predicted_ms"]
@@ -300,5 +302,5 @@ def test_a_live_book_s_profiles_with_machines_are_no_units_account(tmp_path):
     chapter 06 says nothing of depth ladders."""
     p = {**_prof("sglang", 1, "gpu-abc"), "label": "sglang llama-8b", "card": "llama-3.1-8b", "quant": None}
     store = _run(tmp_path / "live", [p])
-    assert units.units_markdown(store) == ""
-    assert "no depth ladder" in units.units_markdown(_run(tmp_path / "ref", _ladder_a()))
+    assert units_markdown(store) == ""
+    assert "no depth ladder" in units_markdown(_run(tmp_path / "ref", _ladder_a()))

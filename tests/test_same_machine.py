@@ -5,10 +5,10 @@ through each unit's anchor after it as evidence."""
 from __future__ import annotations
 
 from servebook.paths import data_dir
+from servebook.profile.anchor import common_depth
 from servebook.profile.ranges import SEED_BACKENDS
 from servebook.profile.same_machine import same_machine as _same, same_machine_line
 from servebook.profile.tables import latest_ok
-from servebook.profile.units import common_depth
 from servebook.results import RunStore
 
 REF = data_dir() / "runs" / "h200x1-ref"
@@ -56,7 +56,7 @@ def test_chapter_06_leads_with_the_one_machine_comparison_and_keeps_the_anchors_
     import re
 
     from servebook.profile import same_machine as same_machine_mod
-    from servebook.profile.units import units_markdown
+    from servebook.profile.units_page import units_markdown
 
     def engines_lines(store):
         md = re.sub(r"<span[^>]*>|</span>", "", units_markdown(store))

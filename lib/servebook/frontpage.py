@@ -122,7 +122,7 @@ def _units_answer(store) -> str:
     the anchor, as chapter 06 states them; "" for any other run."""
     from nbconvert.filters.markdown import markdown2html
 
-    from .profile.units import units_markdown
+    from .profile.units_page import units_markdown
 
     units = units_markdown(store)
     return "Decode-step profiles only (chapter 06): " + markdown2html(units) if units else ""

@@ -1,5 +1,5 @@
 """The backends on the deepest slice (issue #39 item 6): within one recording unit (one machine), each INT4 backend an
-engine was measured with at the engines' common depth (``units.common_depth``) against that engine's seed backend
+engine was measured with at the engines' common depth (``anchor.common_depth``) against that engine's seed backend
 (``ranges.SEED_BACKENDS``) in the same unit, never another unit's; on served time per token and GPU busy per step.
 
     rows = backend_comparisons(store.rows("profile_runs"))    # one row per (unit, engine, backend other than the seed's)
@@ -27,10 +27,10 @@ def backend_comparisons(profile_rows, depth: int | None = None, seeds: dict | No
     at ``depth`` MoE layers (default: the engines' common depth) other than the seed's, where the seed backend has rows
     there in the same unit: ``{"key", "machine", "run_id", "depth", "engine", "backend" (raw, None: default), "word",
     "seed", "starts", "mean", "gap_ms", "reported": {"backend"/"seed": ...}, "compare", "verdict", "diff_pct",
-    "margin_pct" ({measure: ...}; % of the mean of the two means, ``units.ratio_gap``'s basis), "agree"}``."""
+    "margin_pct" ({measure: ...}; % of the mean of the two means, ``anchor.ratio_gap``'s basis), "agree"}``."""
+    from .anchor import common_depth
     from .ranges import SEED_BACKENDS
     from .tables import latest_ok
-    from .units import common_depth
 
     rows, seeds = list(profile_rows), seeds or SEED_BACKENDS
     depth = common_depth(latest_ok(rows), seeds) if depth is None else depth

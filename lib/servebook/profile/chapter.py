@@ -325,7 +325,7 @@ def where_time_goes(store) -> str:
     from .backends_at_depth import backend_comparisons, backends_markdown
     from .depths import HOST_BOUND_SHARE
     from .tables import engine_difference
-    from .units import units_markdown
+    from .units_page import units_markdown
 
     rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
     units = units_markdown(store)   # a reference recording of units: each engine's ladder, compared through the reference

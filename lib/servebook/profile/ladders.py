@@ -7,9 +7,9 @@ units merged with ``servebook profile merge-unit``; a later loan records an engi
 
 A unit is a recording unit and a run (``unit_of``: ``machines.recording_unit``, the row's machine or, without one, its
 UTC day; and ``run_id``). The rule, the one every reader of a ladder uses (``slices.select_slices``, the projection and
-the seed verdict through it, ``units.common_depth``, ``units.deepest_ratios``, ``units.units_markdown``): the unit whose
-ladder (two MoE depths or more) reaches the most MoE layers; ties -> more depths, then more starts, then the later
-recording (its latest ``taken_at``). A unit of one depth only (the anchor configuration measured again in another
+the seed verdict through it, ``anchor.common_depth``, ``anchor.deepest_ratios``, ``units_page.units_markdown``): the
+unit whose ladder (two MoE depths or more) reaches the most MoE layers; ties -> more depths, then more starts, then the
+later recording (its latest ``taken_at``). A unit of one depth only (the anchor configuration measured again in another
 engine's unit, a backends unit) is read only where no unit holds a ladder. Starts are pooled within a unit, never
 across units: the other units stay evidence beside it (chapter 06 lists them).
 

@@ -315,7 +315,7 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
     out = []
     if slices["shallow"] is not None and slices["deep"] is not None:
         # the bandwidth measured on the machine the slices' times are on, where rows name it: their own, or the anchor
-        # machine a carried engine's times were scaled to (units.on_anchor_machine)
+        # machine a carried engine's times were scaled to (anchor.on_anchor_machine)
         machine = slices["deep"].get("carried_to_machine") or slices["deep"].get("machine")
         mine = [b for b in bw_rows if b.get("machine") == machine] if machine else bw_rows
         src_bw, dst_bw, bw_label = _bandwidths(profile, measured_on, mine, bandwidth)

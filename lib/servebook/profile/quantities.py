@@ -281,9 +281,9 @@ def _linearity_layers(store) -> dict:
 
 
 def _other_units(store) -> dict:
-    """Each engine's other units (``units.other_units``): the depth shared with the unit read, and both ratios."""
+    """Each engine's other units (``anchor.other_units``): the depth shared with the unit read, and both ratios."""
+    from .anchor import other_units
     from .ranges import SEED_BACKENDS
-    from .units import other_units
 
     out = {}
     for o in other_units(store.rows("profile_runs"), SEED_BACKENDS):
@@ -298,27 +298,27 @@ def _of_other_units(what: str) -> Callable[[Any], dict]:
 
 def _reference_ratios(store, field_: str = "mean") -> dict:
     """Each engine's INT4 slice's GPU busy time, at the deepest depth both engines have, over its unit's reference
-    configuration (the unit its ladder is read from), mean over starts: ``units.deepest_ratios``, over the anchor times
-    the carry factor reads (``units.anchor_times``)."""
+    configuration (the unit its ladder is read from), mean over starts: ``anchor.deepest_ratios``, over the anchor times
+    the carry factor reads (``anchor.anchor_times``)."""
+    from .anchor import deepest_ratios
     from .ranges import SEED_BACKENDS
-    from .units import deepest_ratios
 
     return {eng: sum(r) / len(r) if field_ == "mean" else len(r)
             for eng, r in deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS).items()}
 
 
 def _ratio_gap(store, field_: str) -> dict:
+    from .anchor import deepest_ratios, ratio_gap
     from .ranges import SEED_BACKENDS
-    from .units import deepest_ratios, ratio_gap
 
     r = deepest_ratios(store.rows("profile_runs"), SEED_BACKENDS)
     return {"engines": ratio_gap(*r.values())[field_]} if len(r) == 2 else {}
 
 
 def _ratio_depth(store) -> dict:
+    from .anchor import common_depth
     from .ranges import SEED_BACKENDS
     from .tables import latest_ok
-    from .units import common_depth
 
     depth = common_depth(latest_ok(store.rows("profile_runs")), SEED_BACKENDS)
     return {} if depth is None else {"engines": depth}
@@ -364,15 +364,15 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
     Quantity("reference_ratio_starts", "the starts of an engine's INT4 slice that ratio is taken over (engine)",
              lambda store: _reference_ratios(store, "starts"), tables=("profile_runs",)),
     Quantity("reference_ratio_diff_pct", "the engines' reference ratios' difference, % of the mean of the two (engines; "
-             "units.ratio_gap)", lambda store: _ratio_gap(store, "diff_pct"), tables=("profile_runs",)),
+             "anchor.ratio_gap)", lambda store: _ratio_gap(store, "diff_pct"), tables=("profile_runs",)),
     Quantity("reference_ratio_margin_pct", "the margin starts.compare decided the engines' reference ratios against, % of "
-             "the mean of the two (engines; units.ratio_gap)", lambda store: _ratio_gap(store, "margin_pct"),
+             "the mean of the two (engines; anchor.ratio_gap)", lambda store: _ratio_gap(store, "margin_pct"),
              tables=("profile_runs",)),
     Quantity("reference_ratio_depth", "the MoE layers of the slices the engines' reference ratios are taken at: the "
-             "deepest depth both engines' INT4 ladders have (engines; units.common_depth)", _ratio_depth,
+             "deepest depth both engines' INT4 ladders have (engines; anchor.common_depth)", _ratio_depth,
              tables=("profile_runs",)),
     Quantity("other_unit_moe_layers", "the deepest MoE depth an engine's other unit (one its ladder is not read from) "
-             "shares with the unit read (engine | machine | run id of the other unit; units.other_units)",
+             "shares with the unit read (engine | machine | run id of the other unit; anchor.other_units)",
              _of_other_units("depth"), tables=("profile_runs",)),
     Quantity("other_unit_ratio", "at that depth, the other unit's INT4 slice's GPU busy time over its own unit's anchor "
              "configuration, mean over its starts (engine | machine | run id), and the unit read's (... | read)",
@@ -381,9 +381,9 @@ _UNITS = [  # a reference recording made of units (issue #39): each engine's lad
 
 def _same_machine(store, field_: str) -> dict:
     """The engines at their common depth within one unit (``same_machine.same_machine``), by the subjects its line tags."""
+    from .anchor import common_depth
     from .ranges import SEED_BACKENDS
     from .same_machine import MEASURES, same_machine
-    from .units import common_depth
 
     rows = store.rows("profile_runs")
     out: dict = {}
@@ -435,9 +435,9 @@ register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)
 
 
 def _carry_spread(store, field_: str) -> dict:
-    """The carry's per-category spread (``units.carry_spread``) and the margin it widens (``units.ratio_gap``)."""
+    """The carry's per-category spread (``anchor.carry_spread``) and the margin it widens (``anchor.ratio_gap``)."""
+    from .anchor import carry_spread, deepest_ratios, ratio_gap
     from .ranges import SEED_BACKENDS
-    from .units import carry_spread, deepest_ratios, ratio_gap
 
     sp = carry_spread(store, SEED_BACKENDS)
     if sp is None:
@@ -451,12 +451,12 @@ def _carry_spread(store, field_: str) -> dict:
 
 register(
     Quantity("carry_spread_pct", "where the engines' slices come from two machines, the max - min (in %) of the anchor "
-             "configuration's per-kernel-category factors between them (engines; units.carry_spread)",
+             "configuration's per-kernel-category factors between them (engines; anchor.carry_spread)",
              lambda store: _carry_spread(store, "spread_pct"), tables=("profile_runs", "decode_breakdown")),
     Quantity("carry_category_factor", "a kernel category's time in the anchor configuration on the second engine's machine "
-             "over the first's (category; units.carry_spread)", lambda store: _carry_spread(store, "factors"),
+             "over the first's (category; anchor.carry_spread)", lambda store: _carry_spread(store, "factors"),
              tables=("profile_runs", "decode_breakdown")),
     Quantity("reference_ratio_widened_pct", "the engines' margin widened by the carry's per-category spread, % of the "
-             "mean of the two ratios (engines; units.ratio_gap)", lambda store: _carry_spread(store, "widened_pct"),
+             "mean of the two ratios (engines; anchor.ratio_gap)", lambda store: _carry_spread(store, "widened_pct"),
              tables=("profile_runs", "decode_breakdown")),
 )

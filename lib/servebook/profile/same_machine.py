@@ -1,9 +1,9 @@
 """The engines at one depth on one machine: where one recording unit holds every engine's INT4 slice at the depth the
-engines are compared at (``units.common_depth``), their GPU busy times and served times compared directly, with no carry
-between machines (chapter 06: where there is one, it is the engines' comparison, and the one through each unit's anchor is
-evidence beside it).
+engines are compared at (``anchor.common_depth``), their GPU busy times and served times compared directly, with no
+carry between machines (chapter 06: where there is one, it is the engines' comparison, and the one through each unit's
+anchor is evidence beside it).
 
-    depth = units.common_depth(tables.latest_ok(profile_rows), backends)          # the depth the engines are compared at
+    depth = anchor.common_depth(tables.latest_ok(profile_rows), backends)   # the depth the engines are compared at
     rows = same_machine(profile_rows, {"sglang": "triton", "vllm": "TRITON_MLA"}, depth)   # one row per such unit
     line = same_machine_line(rows)                                                # chapter 06's sentence, figures tagged
 
@@ -48,10 +48,10 @@ def decide(a_rows: list[dict], b_rows: list[dict]) -> dict:
 
 def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
     """Per unit holding an INT4 slice (graph mode, the seed's card) of every engine of ``backends`` at ``depth`` MoE
-    layers (the engines' common depth, ``units.common_depth``): ``{"machine", "run_id", "depth", "key", "starts": {engine: n}, "mean": {engine: {measure: ms}},
-    "compare": {measure: starts.compare(first engine, second engine)}, "diff_pct" and "margin_pct": {measure: the first
-    engine's mean minus the second's, and the rule's margin, each in % of the mean of the two means, the basis of
-    ``units.ratio_gap``}}``; [] where no unit holds them all."""
+    layers (the engines' common depth, ``anchor.common_depth``): ``{"machine", "run_id", "depth", "key", "starts":
+    {engine: n}, "mean": {engine: {measure: ms}}, "compare": {measure: starts.compare(first engine, second engine)},
+    "diff_pct" and "margin_pct": {measure: the first engine's mean minus the second's, and the rule's margin, each in %
+    of the mean of the two means, the basis of ``anchor.ratio_gap``}}``; [] where no unit holds them all."""
     if depth is None or len(backends) != 2:
         return []
     a, b = backends

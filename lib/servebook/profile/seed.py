@@ -110,9 +110,9 @@ def seed_tables(store, reference=None) -> dict:
     if gaps:
         raise MissingReferenceProfiles(f"the seed verdict is not projected from profile run {Path(str(src.path)).name}: "
                                        + "; ".join(gaps) + " (servebook.profile.seed.REFERENCE_PROFILE_RUN names the run)")
+    from .anchor import on_anchor_machine
     from .ladders import OneUnit, shared_unit
     from .machines import MachineMismatch
-    from .units import on_anchor_machine
 
     both = shared_unit(src.rows("profile_runs"), SEED_BACKENDS)
     if both is not None:   # a unit holding every engine's ladder: both projected from its one machine, nothing carried
