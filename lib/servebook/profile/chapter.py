@@ -327,13 +327,14 @@ def where_time_goes(store) -> str:
     from .tables import engine_difference
     from .units_page import units_markdown
 
-    rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    prof = store.rows("profile_runs")   # read once: every part below reads the same rows
+    rows = engine_difference(store.rows("decode_breakdown"), prof)
     units = units_markdown(store)   # a reference recording of units: each engine's ladder, compared through the reference
-    backs = backends_markdown(backend_comparisons(store.rows("profile_runs")))   # backends within one unit (if measured)
+    backs = backends_markdown(backend_comparisons(prof))   # backends within one unit (if measured)
     units += ("\n\n" + backs) if backs else ""   # a blank line first: a paragraph and table, not a list item's
     if not rows:
         return units
-    recorded = {p["label"]: p.get("busy_ms") for p in latest_ok(store.rows("profile_runs"))}  # the GPU time each profile recorded
+    recorded = {p["label"]: p.get("busy_ms") for p in latest_ok(prof)}  # the GPU time each profile recorded
     lines, single = [], []
     seen = set()
     for r in sorted(rows, key=lambda x: (x["card"], int(x["layers"] or 0), x["quant"])):
