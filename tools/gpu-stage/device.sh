@@ -97,6 +97,10 @@ snap() {
   [ -f /tmp/tvmffi.tgz ] && [ ! -f /tmp/tvmffi.sent ] && echo "[device.sh] JIT caches: $(du -h /tmp/tvmffi.tgz | cut -f1)" \
     && [ "$(stat -c %s /tmp/tvmffi.tgz)" -lt 45000000 ] && split -b 15000000 -d /tmp/tvmffi.tgz "$OUT/tvmffi.tgz.part" \
     && touch /tmp/tvmffi.sent
+  # vLLM's compile caches, sized once the first batch is through (its first start compiles ~285 s): what a later unit
+  # could carry beside the JIT caches
+  [ ! -f /tmp/tvmffi.tgz ] || [ -f /tmp/vcache.said ] || { du -sh ~/.cache/vllm ~/.triton /tmp/torchinductor_* 2>/dev/null \
+    | sed 's/^/[device.sh] compile cache: /'; touch /tmp/vcache.said; }
   echo "[device.sh] $(date -u +%T) snapshot: $(du -sh "$OUT/runs.tgz" | cut -f1) in runs.tgz ($(( $(date +%s) - T0 ))s this call)"
 }
 job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this call
@@ -267,7 +271,8 @@ $P run --plan /tmp/ref-plan.json $runs --budget-gb 150 --ready-timeout 900
 RD=\$(ls -d /tmp/runs/*/$RUN_ID | head -1)
 $P more-starts --plan /tmp/ref-plan.json --run-dir \$RD --decided-pct 5 --out /tmp/ref-more.json
 $P run --plan /tmp/ref-more.json $runs --ready-timeout 600
-du -sh ~/.cache/* 2>/dev/null; (cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz"
+du -sh ~/.cache/* ~/.triton /tmp/torchinductor_* 2>/dev/null   # what a later unit could carry (vLLM compile caches)
+(cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz"
       return 0
     fi
     job ref "cd /tmp/sbtree   # not the tree: the device tool replaces it under a running job (a process whose directory vanished failed to load torch)
