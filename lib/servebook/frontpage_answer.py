@@ -35,8 +35,6 @@ def seed_next_launch() -> str:
             f"{number_word(len(opts))} other things at once.")
 
 
-
-
 def likely_cause(projection: list[dict]) -> dict | None:
     """The category whose projected ms per token SGLang exceeds vLLM's by most (``profile.seed.gap_by_category``), or None."""
     from .profile.seed import gap_by_category

@@ -271,8 +271,7 @@ $P run --plan /tmp/ref-plan.json $runs --budget-gb 150 --ready-timeout 900
 RD=\$(ls -d /tmp/runs/*/$RUN_ID | head -1)
 $P more-starts --plan /tmp/ref-plan.json --run-dir \$RD --decided-pct 5 --out /tmp/ref-more.json
 $P run --plan /tmp/ref-more.json $runs --ready-timeout 600
-du -sh ~/.cache/* ~/.triton /tmp/torchinductor_* 2>/dev/null   # what a later unit could carry (vLLM compile caches)
-(cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz"
+du -sh ~/.cache/* 2>/dev/null; (cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz"
       return 0
     fi
     job ref "cd /tmp/sbtree   # not the tree: the device tool replaces it under a running job (a process whose directory vanished failed to load torch)
