@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the offline GPU-host payload: SGLang 0.5.16 (+ sgl-kernel FA3), vLLM 0.26.0 and servebook's notebook tools,
-# as one byte stream of xz archives split into <= 48 MiB parts, one folder per transfer: .stage/p01, .stage/p02, ...
+# as one byte stream of xz archives split into PART_MB (default 59) MiB parts, one folder per transfer: .stage/p01, .stage/p02, ...
 #   bash tools/gpu-stage/pack.sh            (from the repository root; W=scratch dir, default /work/scratch-stage)
 # Needs: python3 with pip + packaging, xz, tar, zip/unzip, PyPI through pip. Runs here (any Python: wheels are chosen
 # for cp312 / manylinux x86_64 with pip --python-version 3.12). See README.md beside it for what lands where.
@@ -8,7 +8,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 W=${W:-/work/scratch-stage}; STAGE=${STAGE:-$ROOT/.stage}; PY=${PY:-python3}
 XZ=${XZ:-xz -9 -T0}
-PART_BYTES=$((18*1024*1024))  # a call carries 64 MiB with the tracked repository (42.3 MiB on 2026-12-02, after the second profile run): 22 MiB parts no longer leave room
+PART_BYTES=$(( ${PART_MB:-59} * 1024 * 1024 ))  # a call carries 64 MiB with the tree: 59 MiB parts fit only while data/runs and rendered are parked (park.sh; ~5 MiB left); PART_MB=17 with them in
 VLLM_WHL=${VLLM_WHL:-}                           # optional: an already downloaded vllm-0.26.0 wheel
 PLAT="--platform linux_x86_64 --platform manylinux1_x86_64 --platform manylinux2010_x86_64 --platform manylinux2014_x86_64"
 for n in $(seq 5 39); do PLAT="$PLAT --platform manylinux_2_${n}_x86_64"; done

@@ -239,7 +239,7 @@ def _datasheet_tbs(device: str | None) -> float | None:
 def write_predictions(store) -> list[dict]:
     """Derive ``prediction_check`` from the run's ``profile_runs`` and ``memory_bandwidth`` (rewritten whole)."""
     bw = store.rows("memory_bandwidth")
-    rows = prediction_rows(store.rows("profile_runs"), bw, _datasheet_tbs(bw[-1]["device"] if bw else None))
+    rows = prediction_rows(store.rows("profile_runs"), bw, _datasheet_tbs(bw[-1].get("device") if bw else None))
     store.replace("prediction_check", rows)
     return rows
 
