@@ -8,7 +8,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 W=${W:-/work/scratch-stage}; STAGE=${STAGE:-$ROOT/.stage}; PY=${PY:-python3}
 XZ=${XZ:-xz -9 -T0}
-PART_BYTES=$(( ${PART_MB:-59} * 1024 * 1024 ))  # a call carries 64 MiB with the tree: 59 MiB parts fit only while data/runs and rendered are parked (park.sh; ~5 MiB left); PART_MB=17 with them in
+PART_BYTES=$(( ${PART_MB:-59} * 1024 * 1024 ))  # a call carries 64 MiB with the tree: the tracked tree is 75 MiB (2026-12-06), 4.3 MiB with data/runs and rendered parked (park.sh), so every call parks them
 VLLM_WHL=${VLLM_WHL:-}                           # optional: an already downloaded vllm-0.26.0 wheel
 PLAT="--platform linux_x86_64 --platform manylinux1_x86_64 --platform manylinux2010_x86_64 --platform manylinux2014_x86_64"
 for n in $(seq 5 39); do PLAT="$PLAT --platform manylinux_2_${n}_x86_64"; done

@@ -3,8 +3,8 @@
 #   bash tools/gpu-stage/park.sh park      data/runs -> $PARK/runs (data/runs left empty), rendered -> $PARK/rendered
 #   bash tools/gpu-stage/park.sh unpark    both back
 #   bash tools/gpu-stage/park.sh status    where they are
-# Why: a device call carries the working tree with the part (64 MiB in all); the tree is ~60 MiB with data/runs and
-# rendered, ~5 MiB without, so 59 MiB parts travel only while they are parked. The jobs read lib/, tools/ and
+# Why: a device call carries the working tree with the part (64 MiB in all); the tracked tree is 75 MiB with data/runs
+# and rendered (2026-12-06), 4.3 MiB without, so no call travels unless they are parked. The jobs read lib/, tools/ and
 # data/{models,hardware,reference}, never data/runs. Commit nothing while parked (git would see the runs as deleted).
 # PARK: a folder outside the repository (default /work/parked, or ../parked-<repo name> beside it where /work is absent).
 set -euo pipefail
