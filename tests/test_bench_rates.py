@@ -279,3 +279,35 @@ def test_a_single_streams_runs_are_judged_together_and_stored_once(tmp_path, mon
     assert s["decode_tok_s_mean"] == pytest.approx(statistics.mean([200.0, 190.0, 210.0]))
     rows = store.table("bench_requests")
     assert len(rows) == 4 and rows["decode_tok_s"].isna().sum() == 1 and "3,472 tok/s" in rows["untimed"].dropna().iloc[0]
+
+
+def test_a_single_streams_runs_are_judged_once_over_all_runs_not_run_by_run(tmp_path, monkeypatch):
+    """Two requests per run through the real ``run_requests`` (only the transport replaced): run 0's one-gap 700 tok/s
+    is more than 3 times its own run's steady 200 tok/s but not 3 times the 250 tok/s median of all runs' steady rates.
+    Judged together it stands; judged first within its run (as before), it was untimed."""
+    from servebook.bench import client
+    from servebook.bench import runs as runs_mod
+    from servebook.bench.prompts import Prompt
+    from servebook.results import RunStore
+
+    def raw(rate):
+        if rate == 700.0:
+            return _stream([1, 15], [0.05, 0.05 + 15 / rate], 16)
+        return _stream([1] * 16, [0.05 + i / rate for i in range(16)], 16)
+
+    calls = iter([[200.0, 700.0], [250.0, 250.0], [260.0, 250.0], [200.0, 700.0]])
+
+    async def fake_batch(url, bodies, *a, **kw):
+        return [raw(r) for r in next(calls)][:len(bodies)]
+
+    monkeypatch.setattr(client, "run_batch", fake_batch)
+    store = RunStore.at(tmp_path / "run")
+    prompts = [Prompt(text="a b c", tokens=3)]
+    s = runs_mod.single_stream("http://x", "m", prompts, store=store, engine="fake", attention="default", label="fake/default",
+                               runs=3, warmup=0, requests_per_run=2, progress=False)
+    assert s["untimed"] == 0, s
+    assert s["decode_tok_s_runs"][0] == pytest.approx(450.0)
+    rows = store.table("bench_requests")
+    assert len(rows) == 6 and rows["decode_tok_s"].notna().all()
+    alone = client.run_requests("http://x", "m", prompts * 2, max_tokens=16, engine="fake")  # run 0 judged by itself
+    assert alone[1].decode_tok_s is None and "more than 3 times the 200 tok/s" in alone[1].untimed

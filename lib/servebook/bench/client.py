@@ -112,6 +112,7 @@ def run_requests(
     pin_cpu: int | None = None,
     host=None,
     ceiling_tok_s: float | None = None,
+    judge_set: bool = True,
 ) -> list[RequestResult]:
     """Send one request per prompt, at most ``concurrency`` at a time, and measure each.
 
@@ -126,7 +127,8 @@ def run_requests(
 
     ``ceiling_tok_s``: the hardware's ceiling for one stream, where one is known; a request timed above it is untimed
     (``sse.implausible``), as is one whose rate comes from too few reads, alone or against the batch's other rates
-    (``sse.against_set``).
+    (``sse.against_set``). ``judge_set=False`` leaves that last judgement to the caller, for a measurement made of several
+    calls (a single stream's runs are judged once, together: ``runs._single_runs``).
     """
     if concurrency < 1:
         raise ParameterError("concurrency", concurrency, "1 or more")
@@ -145,7 +147,8 @@ def run_requests(
     else:
         raws, _cpu = run_coro(run_batch(url, bodies, concurrency, api, arrivals, request_timeout, time_budget_s, progress, desc), pin_cpu)
     expect = max_tokens if fixed_length and fixed_length_fields(engine, max_tokens) else None
-    return against_set([finish(r, api, tokenizer, expect, ceiling_tok_s) for r in raws])
+    results = [finish(r, api, tokenizer, expect, ceiling_tok_s) for r in raws]
+    return against_set(results) if judge_set else results
 
 
 # ---------------------------------------------------------------------------------------

@@ -200,7 +200,8 @@ def _single_runs(url: str, model: str, prompts: Sequence[Prompt], store, cfg: di
         for run in it:
             batch = [prompts[(k + j) % len(prompts)] for j in range(requests_per_run)]
             k += requests_per_run
-            by_run.append(run_requests(url, model, batch, progress=False, desc=f"single run {run}", **common))
+            by_run.append(run_requests(url, model, batch, progress=False, desc=f"single run {run}", judge_set=False,
+                                       **common))
     finally:
         against_set([r for res in by_run for r in res])
         if store is not None:
