@@ -1,6 +1,6 @@
 """tools/gpu-stage/park.sh and merge-unit.sh, the two steps every recording unit repeats around its device calls: the
 runs moved out of the tree and back without losing or overwriting anything, and a unit's snapshot (runs.tgz,
-traces.tgz, device logs, the JIT-cache pieces, as `device.sh` leaves them in $OUT) merged into a reference run by the
+traces.tgz, device logs, the JIT-cache pieces, made by the real `snap.sh` that `device.sh` calls) merged into a reference run by the
 real `servebook profile` commands. Small hand-built runs in tmp_path (the rows of test_reference_units)."""
 
 from __future__ import annotations
@@ -77,27 +77,41 @@ def test_park_refuses_a_park_folder_inside_the_repository_and_unknown_actions(tm
     assert bad.returncode == 1 and "unknown action 'hide'" in bad.stderr
 
 
-def _device_out(tmp_path: Path, cache: bytes) -> Path:
-    """What `device.sh ref` leaves under $OUT for unit `unit-b`: runs.tgz (no traces), traces.tgz, logs, cache pieces."""
-    unit = _run(tmp_path / "remote" / "local-vm" / "unit-b", _unit_b(), with_logs=True).path
+def _device_out(tmp_path: Path) -> tuple[Path, Path]:
+    """What `device.sh ref` leaves under $OUT for unit `unit-b`, made by the real snap.sh from device-shaped folders in
+    tmp_path (the runs, the job logs, a built model, JIT caches of more than one 15 MB piece): the snapshot folder and
+    the cache archive snap.sh packed."""
+    _run(tmp_path / "remote" / "local-vm" / "unit-b", _unit_b(), with_logs=True)
+    jobs, model, home = tmp_path / "jobs", tmp_path / "models" / "kimi-13L-int4", tmp_path / "home"
+    for d in (jobs, model, home / "tvm-ffi" / "k", home / "flashinfer", tmp_path / "state"):
+        d.mkdir(parents=True)
+    (model / "config.json").write_text('{"num_hidden_layers": 13}')
+    (model / "servebook_model.json").write_text("{}")
+    (home / "tvm-ffi" / "k" / "kernel.so").write_bytes(os.urandom(16_000_000))   # incompressible: two pieces
+    (jobs / "ref.log").write_text("profile: batch 1\n")
     files = tmp_path / "files"
-    files.mkdir()
-    with tarfile.open(files / "runs.tgz", "w:gz") as t:
-        t.add(unit, arcname="local-vm/unit-b", filter=lambda i: None if "/traces" in i.name else i)
-    with tarfile.open(files / "traces.tgz", "w:gz") as t:
-        t.add(unit / "traces", arcname="local-vm/unit-b/traces")
-    (files / "ref.log").write_text("profile: batch 1\n")
-    (files / "gpus.txt").write_text("0, 1 MiB, 0 %\n")
-    half = len(cache) // 2
-    (files / "tvmffi.tgz.part00").write_bytes(cache[:half])
-    (files / "tvmffi.tgz.part01").write_bytes(cache[half:])
-    return files
+    env = {"OUT": str(files), "RUNS": str(tmp_path / "remote"), "JOBS": str(jobs), "MODELS": str(tmp_path / "models"),
+           "CACHE_HOME": str(home), "STATE": str(tmp_path / "state")}
+    first = _sh(STAGE / "snap.sh", **env)
+    assert first.returncode == 0 and "snapshot:" in first.stdout, first.stderr
+    assert not list(files.glob("tvmffi.tgz.part*"))            # the first batch still running: no caches yet
+    (jobs / "ref.log").write_text("profile: batch 1\nprofile: batch 2\n")
+    assert "JIT caches" in _sh(STAGE / "snap.sh", **env).stdout
+    assert sorted(p.name for p in files.glob("tvmffi.tgz.part*")) == ["tvmffi.tgz.part00", "tvmffi.tgz.part01"]
+    for p in files.glob("tvmffi.tgz.part*"):
+        p.rename(tmp_path / p.name)                               # fetched; a later call does not send them again
+    assert "JIT caches" not in _sh(STAGE / "snap.sh", **env).stdout and not list(files.glob("tvmffi.tgz.part*"))
+    for p in tmp_path.glob("tvmffi.tgz.part*"):
+        p.rename(files / p.name)
+    with tarfile.open(files / "runs.tgz") as t:
+        names = t.getnames()
+    assert "./models/kimi-13L-int4/config.json" in names and not any("/traces/" in n for n in names)
+    return files, tmp_path / "state" / "tvmffi.tgz"
 
 
 def test_merge_unit_sh_merges_a_device_snapshot_and_derives_the_tables_again(tmp_path):
     dest = _run(tmp_path / "ref", _ladder_a(), with_logs=True)
-    cache = os.urandom(4096)
-    files = _device_out(tmp_path, cache)
+    files, packed = _device_out(tmp_path)
     env = {"FILES": str(files), "RUN": "unit-b", "TARGET": str(dest.path), "CACHE_OUT": str(tmp_path / "cache" / "t.tgz"),
            "SB": f"{sys.executable} -m servebook.cli"}
     out = _sh(STAGE / "merge-unit.sh", **env)
@@ -107,17 +121,19 @@ def test_merge_unit_sh_merges_a_device_snapshot_and_derives_the_tables_again(tmp
     assert {r["engine"] for r in dest.rows("slice_linearity")} == {"sglang", "vllm"}   # derived again, both engines
     assert {r["machine"] for r in dest.rows("prediction_check")} == {"gpu-a", "gpu-b"}
     logs = dest.path / "logs" / "unit-b"
-    assert (logs / "device-ref.log").read_text() == "profile: batch 1\n" and (logs / "device-gpus.txt").is_file()
+    assert (logs / "device-ref.log").read_text().endswith("profile: batch 2\n") and (logs / "device-gpus.txt").is_file()
     assert (logs / "profile-x.log").read_text() == "unit-b\n"
     assert (dest.path / "traces" / "sglang_kimi-13L_int4_triton_(unit-b).excerpt.json").is_file()
-    assert (tmp_path / "cache" / "t.tgz").read_bytes() == cache
+    assert (tmp_path / "cache" / "t.tgz").read_bytes() == packed.read_bytes()
+    with tarfile.open(tmp_path / "cache" / "t.tgz") as t:
+        assert {"tvm-ffi/k/kernel.so", "flashinfer"} <= set(t.getnames())
     again = _sh(STAGE / "merge-unit.sh", **env)   # the same snapshot merged twice adds nothing
     assert again.returncode == 0 and len(RunStore.at(dest.path).rows("profile_runs")) == 8
 
 
 def test_merge_unit_sh_names_what_is_wrong_with_its_input(tmp_path):
     dest = _run(tmp_path / "ref", _ladder_a())
-    files = _device_out(tmp_path, b"x")
+    files, _ = _device_out(tmp_path)
     base = {"TARGET": str(dest.path), "CACHE_OUT": str(tmp_path / "c.tgz"), "SB": f"{sys.executable} -m servebook.cli"}
     wrong = _sh(STAGE / "merge-unit.sh", FILES=str(files), RUN="unit-c", **base)
     assert wrong.returncode == 1 and "holds no run 'unit-c'" in wrong.stderr and "local-vm/unit-b" in wrong.stderr

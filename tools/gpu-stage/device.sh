@@ -83,26 +83,7 @@ TWO05="-p compare_engines=vllm -p level_time_budget_s=20"               # chapte
 TP04="-p tp_check=sglang,vllm -p 'tp_engine_args=$FLAGS' -p tp_runs=5"  # chapter 04's end-to-end check at TP=2
 AGAIN="-p warmup=${WARMUP:-10} -p max_tokens=128 -p input_len=128"   # chapter 05 measured again with more warm-up
 
-snap() {
-  for m in /tmp/models/*/; do [ -f "$m/config.json" ] && mkdir -p "/tmp/runs/models/$(basename "$m")" && \
-    cp "$m/config.json" "$m/servebook_model.json" "/tmp/runs/models/$(basename "$m")/" 2>/dev/null; done
-  tar czf "$OUT/runs.tgz" --exclude=traces -C /tmp/runs . 2>/dev/null
-  (cd /tmp/runs && find . -path '*/traces/*' -not -path '*/traces/raw/*' -type f | tar czf "$OUT/traces.tgz" -T - 2>/dev/null)
-  for f in /tmp/jobs/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
-  nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
-  # the JIT caches (SGLang's tvm-ffi, flashinfer's) once a plan's first batch is through: a later unit carries them in
-  # (TVMFFI_CACHE) instead of compiling ~400 s again; sent once, in 15 MB pieces (a file back is at most 16 MiB)
-  [ -f /tmp/tvmffi.tgz ] || ! grep -q '^profile: batch 2' /tmp/jobs/ref.log 2>/dev/null || \
-    (cd ~/.cache && tar czf /tmp/tvmffi.tgz $(ls -d tvm-ffi flashinfer 2>/dev/null))
-  [ -f /tmp/tvmffi.tgz ] && [ ! -f /tmp/tvmffi.sent ] && echo "[device.sh] JIT caches: $(du -h /tmp/tvmffi.tgz | cut -f1)" \
-    && [ "$(stat -c %s /tmp/tvmffi.tgz)" -lt 45000000 ] && split -b 15000000 -d /tmp/tvmffi.tgz "$OUT/tvmffi.tgz.part" \
-    && touch /tmp/tvmffi.sent
-  # vLLM's compile caches, sized once the first batch is through (its first start compiles ~285 s): what a later unit
-  # could carry beside the JIT caches
-  [ ! -f /tmp/tvmffi.tgz ] || [ -f /tmp/vcache.said ] || { du -sh ~/.cache/vllm ~/.triton /tmp/torchinductor_* 2>/dev/null \
-    | sed 's/^/[device.sh] compile cache: /'; touch /tmp/vcache.said; }
-  echo "[device.sh] $(date -u +%T) snapshot: $(du -sh "$OUT/runs.tgz" | cut -f1) in runs.tgz ($(( $(date +%s) - T0 ))s this call)"
-}
+snap() { OUT=$OUT T0=$T0 bash "$REPO/tools/gpu-stage/snap.sh"; }   # what every call sends back (snap.sh)
 job() {  # job NAME SCRIPT: run SCRIPT in its own session so it outlives this call
   [ -n "$DRY" ] && { printf '[job %s]\n%s\n' "$1" "$2"; return; }
   [ -f "/tmp/jobs/$1.pid" ] && kill -0 "$(cat /tmp/jobs/$1.pid)" 2>/dev/null && { echo "[device.sh] $1 already running"; return; }
