@@ -3,8 +3,8 @@
 #   FILES=<files_at of the last device call> RUN=<the unit's RUN_ID> bash tools/gpu-stage/merge-unit.sh
 # TARGET (default data/runs/h200x1-ref): the run the unit joins. What it does (README: "After the vLLM unit lands"):
 # unpacks runs.tgz and traces.tgz to a scratch folder, `servebook profile merge-unit` (appends the unit's tables, copies
-# its traces, puts its profile logs under logs/RUN/, renames labels the run already holds), `profile linearity` and
-# `profile predict` again, copies the device logs to logs/RUN/device-*, and joins the JIT-cache pieces (tvmffi.tgz.partNN)
+# its traces, puts its profile logs under logs/RUN/, renames labels the run already holds, derives linearity and
+# predictions again), copies the device logs to logs/RUN/device-*, and joins the JIT-cache pieces (tvmffi.tgz.partNN)
 # into $CACHE_OUT (default /work/cache/tvmffi.tgz: outside .stage/, which a re-split of the parts empties).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
@@ -20,9 +20,7 @@ tar xzf "$FILES/runs.tgz" -C "$U"
 D=$(ls -d "$U"/*/"$RUN" 2>/dev/null | head -1 || true); [ -n "$D" ] || die "runs.tgz holds no run '$RUN': $(cd "$U" && ls -d */* 2>/dev/null | tr '\n' ' ')"
 echo "unit: $D ($(wc -l < "$D/profile_runs.jsonl") profile rows)"
 export PYTHONPATH=$ROOT/lib${PYTHONPATH:+:$PYTHONPATH}
-$SB profile merge-unit "$TARGET" "$D"
-$SB profile linearity "$TARGET"
-$SB profile predict "$TARGET"
+$SB profile merge-unit "$TARGET" "$D"    # derives linearity and predictions again itself
 mkdir -p "$TARGET/logs/$RUN"
 for f in "$FILES"/*.log; do [ ! -f "$f" ] || cp "$f" "$TARGET/logs/$RUN/device-$(basename "$f")"; done
 [ ! -f "$FILES/gpus.txt" ] || cp "$FILES/gpus.txt" "$TARGET/logs/$RUN/device-gpus.txt"

@@ -57,7 +57,8 @@ def register(sub) -> None:
     lin.add_argument("run_dir")
     lin.set_defaults(func=_cmd_linearity)
     mu = ps.add_parser("merge-unit", help="append a unit of a reference recording (its own run) to the reference run, "
-                                          "renaming labels the run already holds (servebook.profile.units)")
+                                          "renaming labels the run already holds (servebook.profile.units), then derive "
+                                          "its linearity and predictions again")
     mu.add_argument("run_dir", help="the reference run (data/runs/h200x1-ref)")
     mu.add_argument("unit_dir", help="the unit's run directory (runs/local-.../h200x1-ref-vllm)")
     mu.set_defaults(func=_cmd_merge_unit)
@@ -92,6 +93,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             store.record_failure("memory bandwidth", exc)
             print(f"memory bandwidth not measured: {exc}")
     run_plan(store, specs, budget_gb=args.budget_gb, steps=args.steps, tpot_runs=args.tpot_runs, ready_timeout=args.ready_timeout)
+    _derive(store)
+    return 0
+
+
+def _derive(store) -> None:
+    """The tables derived from a run's profiles written again (``slice_linearity``, ``layer_kernels``,
+    ``prediction_check``), each line printed; after ``profile run`` and after a unit is merged."""
     try:
         from .linearity import write_linearity
 
@@ -107,7 +115,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"prediction {row['card']} {row['engine']} {row['backend']} ({row.get('unit')}): " +
               (f"{row['predicted_ms']:.3f} ms per token{err}" if row["predicted_ms"] is not None else
                f"none, {row.get('reason')}"))
-    return 0
 
 
 def _cmd_more_starts(args: argparse.Namespace) -> int:
@@ -154,8 +161,8 @@ def _cmd_merge_unit(args: argparse.Namespace) -> int:
     for old, new in got.pop("renamed").items():
         print(f"renamed: {old!r} -> {new!r}")
     print(f"unit id: {got.pop('unit')} (its rows' run_id, its logs under logs/ of that name)")
-    print("added: " + ", ".join(f"{t} {n}" for t, n in got.items()) + "; now derive again: servebook profile linearity "
-          f"{args.run_dir} && servebook profile predict {args.run_dir}")
+    print("added: " + ", ".join(f"{t} {n}" for t, n in got.items()))
+    _derive(RunStore.at(args.run_dir))   # the merged run's linearity and predictions read both machines' rows again
     return 0
 
 
