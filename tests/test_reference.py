@@ -107,6 +107,47 @@ def test_extra_starts_plan_asks_only_what_the_rule_wants():
     assert [e["label"] for e in extra] == ["d start 3"] and extra[0]["start"] == 3 and "lead" not in extra[0]
 
 
+def test_more_starts_with_required_only_leaves_the_plans_optional_entries_out(tmp_path):
+    """The CLI's plan filter (``--required-only``, shared by ``profile run``): both groups want a third start, the
+    optional one only without the flag."""
+    import sys
+
+    from servebook.results import RunStore
+
+    plan = [{"label": "d", "engine": "sglang", "model_dir": "/m/13", "backend": "triton", "start": 1},
+            {"label": "d start 2", "engine": "sglang", "model_dir": "/m/13", "backend": "triton", "start": 2},
+            {"label": "s", "engine": "sglang", "model_dir": "/m/2", "backend": "triton", "start": 1, "optional": "warm-up"},
+            {"label": "s start 2", "engine": "sglang", "model_dir": "/m/2", "backend": "triton", "start": 2,
+             "optional": "warm-up"}]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    store = RunStore.at(tmp_path / "run")
+    for r in ({**_row("d", 13, 4.0), "tpot_ms": 5.0}, {**_row("d start 2", 13, 4.0), "tpot_ms": 5.6},
+              {**_row("s", 2, 2.0), "tpot_ms": 3.0}, {**_row("s start 2", 2, 2.0), "tpot_ms": 3.05}):
+        store.append("profile_runs", r)
+
+    def wanted(*flag):
+        out = subprocess.run([sys.executable, "-m", "servebook.cli", "profile", "more-starts", "--plan",
+                              str(tmp_path / "plan.json"), "--run-dir", str(store.path), "--out", str(tmp_path / "o.json"),
+                              *flag], capture_output=True, text=True, timeout=120, env=os.environ | {"PYTHONPATH": str(ROOT / "lib")})
+        assert out.returncode == 0, out.stderr
+        return [e["label"] for e in json.loads((tmp_path / "o.json").read_text())]
+
+    assert wanted() == ["d start 3", "s start 3"]
+    assert wanted("--required-only") == ["d start 3"]
+
+
+def test_device_sh_ref_step_passes_required_only_to_the_plans_runs(tmp_path):
+    env = os.environ | {"DRY": "1", "OUT": str(tmp_path), "REF_REQUIRED_ONLY": "1"}
+    out = subprocess.run(["bash", str(ROOT / "tools" / "gpu-stage" / "device.sh"), "ref"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if "--plan /tmp/ref-plan.json" in ln]
+    assert len(lines) == 4 and all("--plan /tmp/ref-plan.json --required-only " in ln for ln in lines)
+    plain = subprocess.run(["bash", str(ROOT / "tools" / "gpu-stage" / "device.sh"), "ref"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60, env=os.environ | {"DRY": "1", "OUT": str(tmp_path)})
+    assert "--required-only" not in plain.stdout
+
+
 # -- kernels matched between depths, linearity -------------------------------------------------------------------
 def _trace(n_moe: int, steps: int = 6, layer_us: float = 100.0) -> list[Kernel]:
     """Synthetic decode steps: embedding, a dense layer, n_moe MoE layers, LM head, argmax."""

@@ -42,7 +42,8 @@
 #               vLLM servers once vLLM is unpacked; slices built (REF_LAYERS) as soon as the notebook tools are in. Every
 #               row carries the machine's identity. The JIT caches (~/.cache/tvm-ffi, ~/.cache/flashinfer) are packed to
 #               tvmffi.tgz once the plan's first batch is through (back in $OUT as 15 MB pieces, tvmffi.tgz.partNN; join
-#               them with cat) and unpacked from STAGE_DIR/cache/tvmffi.tgz (TVMFFI_CACHE) where the call carries one
+#               them with cat) and unpacked from STAGE_DIR/cache/tvmffi.tgz (TVMFFI_CACHE) where the call carries one;
+#               REF_REQUIRED_ONLY=1 leaves the plan's optional entries out (a loan too short for its warm-up batch)
 # The part folders are read from STAGE_DIR (default .stage beside this repository; a copy of the tree run from another
 # checkout names the checkout's own).
 set -u
@@ -228,6 +229,8 @@ $steps"
 REF_PLAN=${REF_PLAN:-tools/gpu-stage/ref-plan.json}
 do_ref() {  # slices as soon as the notebook tools are in; the plan's SGLang servers once SGLang is; its vLLM ones after
     local P="python3 -m servebook.cli profile" runs="--runs /tmp/runs --run-id $RUN_ID"
+    # REF_REQUIRED_ONLY=1: the plan's entries marked optional left out (a loan too short for the warm-up batch)
+    local plan="/tmp/ref-plan.json${REF_REQUIRED_ONLY:+ --required-only}"
     if [ ! -f /tmp/jobs/rmodels.pid ]; then
       have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 0; }
       # a copy (lib and data: the cards live in data/models): the device tool re-copies the tree under a running job
@@ -248,9 +251,9 @@ for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k
 while [ ! -f /tmp/jobs/rmodels.done ]; do sleep 2; done
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
 export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-$P run --plan /tmp/ref-plan.json $runs --budget-gb 150 --ready-timeout 900
+$P run --plan $plan $runs --budget-gb 150 --ready-timeout 900
 RD=\$(ls -d /tmp/runs/*/$RUN_ID | head -1)
-$P more-starts --plan /tmp/ref-plan.json --run-dir \$RD --decided-pct 5 --out /tmp/ref-more.json
+$P more-starts --plan $plan --run-dir \$RD --decided-pct 5 --out /tmp/ref-more.json
 $P run --plan /tmp/ref-more.json $runs --ready-timeout 600
 du -sh ~/.cache/* 2>/dev/null; (cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz"
       return 0
@@ -258,16 +261,16 @@ du -sh ~/.cache/* 2>/dev/null; (cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi);
     job ref "cd /tmp/sbtree   # not the tree: the device tool replaces it under a running job (a process whose directory vanished failed to load torch)
 while [ ! -f /tmp/jobs/rmodels.done ]; do sleep 2; done
 export PYTHONPATH=/tmp/sbtree/lib:\$PYTHONPATH SERVEBOOK_HOME=/tmp/sbtree
-$P run --plan /tmp/ref-plan.json --engines sglang $runs --budget-gb 150 --ready-timeout 900
+$P run --plan $plan --engines sglang $runs --budget-gb 150 --ready-timeout 900
 RD=\$(ls -d /tmp/runs/*/$RUN_ID | head -1)
-$P more-starts --plan /tmp/ref-plan.json --engines sglang --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-sglang.json
+$P more-starts --plan $plan --engines sglang --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-sglang.json
 $P run --plan /tmp/ref-more-sglang.json --engines sglang $runs --ready-timeout 600
 du -sh ~/.cache/* ~/.triton 2>/dev/null; (cd ~/.cache && tar czf /tmp/tvmffi.tgz tvm-ffi); ls -l /tmp/tvmffi.tgz
 if grep -q '\"engine\": \"vllm\"' /tmp/ref-plan.json; then   # the plan's vLLM servers once vLLM is unpacked
   while [ ! -x /tmp/py-vllm ]; do sleep 5; done
   export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
-  $P run --plan /tmp/ref-plan.json --engines vllm $runs --budget-gb 150 --ready-timeout 600
-  $P more-starts --plan /tmp/ref-plan.json --engines vllm --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-vllm.json
+  $P run --plan $plan --engines vllm $runs --budget-gb 150 --ready-timeout 600
+  $P more-starts --plan $plan --engines vllm --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-vllm.json
   $P run --plan /tmp/ref-more-vllm.json --engines vllm $runs --ready-timeout 600
 fi"
 }

@@ -20,7 +20,7 @@ tar czf "$OUT/runs.tgz" --exclude=traces -C "$RUNS" . 2>/dev/null
 for f in "$JOBS"/*.log; do [ -f "$f" ] && tail -c 2000000 "$f" > "$OUT/$(basename "$f")"; done
 nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpus.txt" 2>&1
 # the JIT caches once a plan's first batch is through: a later unit carries them in (TVMFFI_CACHE) instead of compiling
-# ~400 s again (they are keyed by architecture, arch_9.0a: an H100's serve an H200)
+# ~400 s again (keyed by architecture, arch_9.0a: an H100's should serve an H200, untested: README)
 [ -f "$STATE/tvmffi.tgz" ] || ! grep -q '^profile: batch 2' "$JOBS/ref.log" 2>/dev/null || \
   (cd "$CACHE_HOME" && tar czf "$STATE/tvmffi.tgz" $(ls -d tvm-ffi flashinfer 2>/dev/null))
 [ -f "$STATE/tvmffi.tgz" ] && [ ! -f "$STATE/tvmffi.sent" ] && echo "[device.sh] JIT caches: $(du -h "$STATE/tvmffi.tgz" | cut -f1)" \

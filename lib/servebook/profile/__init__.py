@@ -42,6 +42,8 @@ def register(sub) -> None:
     r.add_argument("--ready-timeout", type=float, default=600.0)
     r.add_argument("--only", default="", help="comma-separated labels of the plan to run (default: all)")
     r.add_argument("--engines", default="", help="comma-separated engines of the plan to run (default: all)")
+    r.add_argument("--required-only", action="store_true",
+                   help="leave out the plan's entries marked optional (a loan too short for a warm-up batch)")
     r.set_defaults(func=_cmd_run)
     q = ps.add_parser("predict", help="recompute the table prediction_check of a run from its profiles")
     q.add_argument("run_dir")
@@ -52,6 +54,8 @@ def register(sub) -> None:
     ex.add_argument("--decided-pct", type=float, default=5.0, help="the difference being decided, in %% of the mean (default 5)")
     ex.add_argument("--out", required=True)
     ex.add_argument("--engines", default="", help="comma-separated engines of the plan to consider (default: all)")
+    ex.add_argument("--required-only", action="store_true",
+                    help="leave out the plan's entries marked optional (a loan too short for a warm-up batch)")
     ex.set_defaults(func=_cmd_more_starts)
     lin = ps.add_parser("linearity", help="recompute the tables slice_linearity and layer_kernels of a run from its profiles")
     lin.add_argument("run_dir")
@@ -67,15 +71,9 @@ def register(sub) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from ..results import RunStore
     from ..roofline import measure_gpu_bandwidth
-    from .run import load_plan, run_plan
+    from .run import run_plan
 
-    specs = load_plan(args.plan)
-    if args.only:
-        want = {s.strip() for s in args.only.split(",") if s.strip()}
-        specs = [s for s in specs if s["label"] in want]
-    if args.engines:
-        engines = {e.strip() for e in args.engines.split(",") if e.strip()}
-        specs = [s for s in specs if s["engine"] in engines]
+    specs = _chosen(args)
     store = RunStore.open(args.runs, run_id=args.run_id)
     print(f"run directory: {store.path}")
     if not store.rows("memory_bandwidth"):
@@ -95,6 +93,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     run_plan(store, specs, budget_gb=args.budget_gb, steps=args.steps, tpot_runs=args.tpot_runs, ready_timeout=args.ready_timeout)
     _derive(store)
     return 0
+
+
+def _chosen(args: argparse.Namespace) -> list[dict]:
+    """The plan's entries that ``--only`` (labels), ``--engines`` and ``--required-only`` (entries not marked
+    ``optional``) leave."""
+    from .run import load_plan
+
+    specs = load_plan(args.plan)
+    for flag, key in (("only", "label"), ("engines", "engine")):
+        want = {w.strip() for w in (getattr(args, flag, "") or "").split(",") if w.strip()}
+        if want:
+            specs = [s for s in specs if s[key] in want]
+    return [s for s in specs if not s.get("optional")] if args.required_only else specs
 
 
 def _derive(store) -> None:
@@ -121,12 +132,9 @@ def _cmd_more_starts(args: argparse.Namespace) -> int:
     import json
 
     from ..results import RunStore
-    from .run import load_plan
     from .starts import extra_starts_plan
 
-    specs = load_plan(args.plan)
-    if args.engines:
-        specs = [s for s in specs if s["engine"] in {e.strip() for e in args.engines.split(",")}]
+    specs = _chosen(args)
     extra = extra_starts_plan(specs, RunStore.at(args.run_dir).rows("profile_runs"), decided_pct=args.decided_pct)
     with open(args.out, "w") as f:
         json.dump(extra, f, indent=1)
