@@ -297,15 +297,19 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
             profile: str = TARGET, measured_on: str = MEASURED_ON, tp: int = 8, allreduce_us: float | None = None,
             allreduce_source: str | None = None, bandwidth: str = "datasheet", floor_us: float | None = None,
             clock_ratio: float = 1.0, seed_tok_s: float | None = None, attention_rule: str = "latency",
-            host_rule: str | None = None, attention_ms: float | None = None, attention_source: str | None = None) -> list[dict]:
+            host_rule: str | None = None, attention_ms: float | None = None, attention_source: str | None = None,
+            moe_layers: int | None = None) -> list[dict]:
     """Rows of the table ``seed_projection`` for ``engine``: one per category (engine, backend, category,
     ms_per_token, source, rule) and a total (predicted_ms, predicted_tok_s, seed_tok_s, error_pct = 100 x
     (predicted - seed) / seed tok/s, positive where the projection is faster than the seed's figure).
-    ``allreduce_us`` None: the published 8-rank RTX PRO 6000 NCCL series at the decode message (labelled)."""
+    ``allreduce_us`` None: the published 8-rank RTX PRO 6000 NCCL series at the decode message (labelled).
+    ``moe_layers``: a model of that many MoE layers instead of the card's (a slice carried to another GPU:
+    ``servebook.profile.cross_gpu``)."""
     from ..cards import load_card
 
     c = load_card(card)
     facts = _card_facts(c)
+    n_moe = facts["moe_layers"] if moe_layers is None else int(moe_layers)
     profiles, breakdown, bw_rows, excerpts = _tables(source)
     slices = select_slices(profiles, engine, backend=backend, mode=mode, card=card)
     bd = latest_breakdown(breakdown, profiles)
@@ -328,14 +332,14 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
         elif slices["shallow"] is None or slices["deep"] is None:
             row = {"ms_per_token": None, "source": parts[cat]["how"], "rule": "unknown: the slice profiles are missing"}
         elif cat == "attention" and attention_rule == "latency":
-            row = _latency_row(cat, parts[cat], facts["moe_layers"], clock_ratio)
+            row = _latency_row(cat, parts[cat], n_moe, clock_ratio)
             row["rule"] = ("latency-bound at this context (the slices decode a few hundred tokens: each layer's MLA kernel "
                            "reads ~0.2 MB of latent cache), kept as measured on the H200 - an assumption; "
                            "attention_rule='bandwidth' scales it like the weights instead. " + row.get("rule", ""))
         elif cat in MEMORY_BOUND:
-            row = _memory_row(cat, parts[cat], floors[cat], shares, ratio, facts["moe_layers"], bw_label, tp)
+            row = _memory_row(cat, parts[cat], floors[cat], shares, ratio, n_moe, bw_label, tp)
         else:
-            row = _latency_row(cat, parts[cat], facts["moe_layers"], clock_ratio)
+            row = _latency_row(cat, parts[cat], n_moe, clock_ratio)
         if cat == "attention" and attention_ms is not None and row.get("ms_per_token") is not None:
             row = {**row, "ms_per_token": attention_ms, "as_profiled_ms": row["ms_per_token"],
                    "source": (attention_source or "given by the caller") + "; as profiled: " + row["source"]}

@@ -1,0 +1,117 @@
+"""The projection's GPU rule checked on a GPU that can be measured: H200 slices carried to another GPU of the same
+architecture, against the same slices measured there.
+
+    rows = carry_check(RunStore.at("data/runs/h200x1-ref"), RunStore.at("data/runs/h100x1-xgpu"))   # table carry_check
+
+The seed projection (``servebook.profile.projection``) carries H200 profiles onto the seed's GPU by two rules: the
+memory-bound categories (attention, MoE experts, dense GEMM) take the bandwidth ratio, the latency-bound ones stay as
+measured. Nothing on the seed's host can check them. An H100 can: it is the H200's chip (132 SMs, capability 9.0,
+the same clocks) with 3.35 TB/s of HBM3 against 4.8 TB/s, so what separates the two GPUs is the bandwidth the rule is
+about. Each slice measured on the target (its first start and its repeats: ``role`` slice or repeat, ``ok``) is
+predicted by ``project`` - the same code the seed verdict runs - with the target's hardware profile, TP=1 and the
+slice's own number of MoE layers, from the reference ladder of the same engine and backend, and compared category by
+category with what the target's profiler measured (table ``decode_breakdown``).
+
+Two bounds beside the rule, computed the same way: ``kept`` (nothing scaled: the H200's own GPU time) and
+``all_scaled`` (every category x the bandwidth ratio). Where the measurement falls between them says how much of the
+step moves with memory bandwidth. The GPU-busy time is compared (the sum of the categories; the host's idle time is
+the host's, not the rule's); a prediction is a prediction, never a measurement of the seed's GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .kernels import CATEGORIES
+from .projection import MEMORY_BOUND, _tables, project
+
+__all__ = ["carry_check", "summary", "GPU_CATEGORIES"]
+
+# what the GPU does in a step at TP=1: every category but the host's idle time and the collectives
+GPU_CATEGORIES = tuple(c for c in CATEGORIES if c not in ("gpu idle", "communication"))
+
+
+def _measured(breakdown: list[dict], label: str) -> dict:
+    got = {}
+    for r in breakdown:
+        if r.get("label") == label and r.get("category") in GPU_CATEGORIES and r.get("ms_per_step") is not None:
+            got[r["category"]] = float(r["ms_per_step"])   # the last row of a label wins (a correction re-appends)
+    return got
+
+
+def carry_check(reference, target, *, engine: str = "sglang", backends: tuple[str, ...] | None = None,
+                profile: str = "h100", card: str = "kimi-k2.5", mode: str = "graph") -> list[dict]:
+    """One row per server start measured in ``target`` (``engine``, ``backends`` or every backend it holds): the
+    slice's GPU-busy time predicted from ``reference`` onto ``profile`` (``predicted_ms``), the two bounds (``kept_ms``,
+    ``all_scaled_ms``), what the target measured (``measured_ms``: the sum of its categories, ``busy_ms``: the
+    profiler's busy time), ``error_pct`` = 100 x (predicted - measured) / measured, and ``by_category``
+    ({category: (predicted, measured)}). A backend the reference holds no ladder of gets ``predicted_ms`` None and
+    the reason."""
+    profiles, breakdown, _, _ = _tables(target)
+    mine = [p for p in profiles if p.get("engine") == engine and p.get("ok", True) and p.get("busy_ms") is not None
+            and p.get("role", "slice") in ("slice", "repeat") and p.get("mode", "graph") == mode
+            and (backends is None or p.get("backend") in backends)]
+    cache: dict = {}
+    out = []
+    for p in mine:
+        n_moe = int(p["layers"]) - int(p.get("dense_layers") or 0)
+        key = (p.get("backend") or "auto", n_moe)
+        if key not in cache:
+            cache[key] = _predict(reference, engine, key[0], n_moe, profile, card, mode)
+        pred = cache[key]
+        meas = _measured(breakdown, p["label"])
+        row = {"engine": engine, "backend": key[0], "label": p["label"], "moe_layers": n_moe, "start": p.get("start", 1),
+               "target_machine": p.get("machine"), "target_gpu": p.get("machine_gpu_name"), "profile": profile,
+               "busy_ms": float(p["busy_ms"]), "measured_ms": sum(meas.values()) if meas else None,
+               "tpot_ms": p.get("tpot_ms"), **{k: v for k, v in pred.items() if k != "by_category"}}
+        row["by_category"] = {c: (pred["by_category"].get(c), meas.get(c)) for c in GPU_CATEGORIES}
+        m = row["measured_ms"]
+        for k in ("predicted", "kept", "all_scaled"):
+            v = row.get(f"{k}_ms")
+            row[f"{k}_error_pct"] = None if v is None or not m else 100 * (v - m) / m
+        row["error_pct"] = row["predicted_error_pct"]
+        out.append(row)
+    return out
+
+
+def _predict(reference, engine: str, backend: str, n_moe: int, profile: str, card: str, mode: str) -> dict:
+    try:
+        rows = project(reference, engine, backend=backend, mode=mode, card=card, profile=profile, tp=1, moe_layers=n_moe)
+    except (ValueError, KeyError, StopIteration) as exc:
+        return {"predicted_ms": None, "kept_ms": None, "all_scaled_ms": None, "by_category": {},
+                "reason": f"{type(exc).__name__}: {exc}"}
+    got = {r["category"]: r for r in rows if r["category"] in GPU_CATEGORIES}
+    if any(got[c]["ms_per_token"] is None for c in got):
+        return {"predicted_ms": None, "kept_ms": None, "all_scaled_ms": None, "by_category": {},
+                "reason": "; ".join(f"{c}: {r['source']}" for c, r in got.items() if r["ms_per_token"] is None)}
+    kept = {c: (r["h200_full_ms"] if r.get("h200_full_ms") is not None else r["ms_per_token"]) for c, r in got.items()}
+    ratio = _ratio(rows)
+    tot = next(r for r in rows if r["category"] == "total")
+    return {"predicted_ms": sum(r["ms_per_token"] for r in got.values()), "kept_ms": sum(kept.values()),
+            "all_scaled_ms": None if ratio is None else sum(kept.values()) * ratio, "bandwidth_ratio": ratio,
+            "by_category": {c: r["ms_per_token"] for c, r in got.items()}, "from_labels": tot.get("from_labels"),
+            "reference_machine": tot.get("machine"), "reason": None,
+            "rules": {c: got[c]["rule"] for c in MEMORY_BOUND if c in got}}
+
+
+def _ratio(rows: list[dict]) -> float | None:
+    """The bandwidth ratio the projection applied (read back from a memory-bound row's rule text is fragile: recomputed
+    from the row's own figures instead, MoE experts at TP=1 taking the ratio alone)."""
+    r = next((r for r in rows if r["category"] == "moe experts"), None)
+    if r is None or r.get("ms_per_token") is None or not r.get("h200_full_ms") or "floor applies" in r.get("rule", ""):
+        return None
+    return r["ms_per_token"] / r["h200_full_ms"]
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per (backend, MoE layers): the starts' measured GPU-busy mean and spread beside the prediction."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault((r["backend"], r["moe_layers"]), []).append(r)
+    res = {}
+    for k, rs in out.items():
+        m = [r["measured_ms"] for r in rs if r["measured_ms"] is not None]
+        res[k] = {"starts": len(rs), "measured_ms": statistics.mean(m) if m else None,
+                  "spread_ms": (max(m) - min(m)) if len(m) > 1 else None, "predicted_ms": rs[0]["predicted_ms"],
+                  "kept_ms": rs[0]["kept_ms"], "all_scaled_ms": rs[0]["all_scaled_ms"]}
+    return res

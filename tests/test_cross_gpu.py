@@ -1,0 +1,77 @@
+"""The projection's GPU rule carried to another GPU (``servebook.profile.cross_gpu``): checked here on the recorded
+H200 reference against itself (the ladder must give back its own slices) and against a copy of its rows read as
+another GPU's (the rule's arithmetic); the H100 measurement it exists for is recorded in data/runs when a loan brings one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from servebook.paths import data_dir
+from servebook.profile.cross_gpu import carry_check, summary
+from servebook.profile.projection import project
+from servebook.results import RunStore
+
+REF = data_dir() / "runs" / "h200x1-ref"
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return RunStore.at(REF)
+
+
+def test_the_ladder_gives_back_its_own_slices(ref):
+    rows = [r for r in carry_check(ref, ref, profile="h200", backends=("triton",)) if "(h200x1-" not in r["label"]]
+    assert {r["moe_layers"] for r in rows} == {1, 2, 4, 12}
+    for r in rows:   # unit 1's starts: the ladder is theirs; a wrong number of layers would miss by far more
+        assert abs(r["error_pct"]) < 1.0, r
+        assert r["kept_ms"] == pytest.approx(r["predicted_ms"])   # same GPU: the rule scales nothing
+
+
+def test_moe_layers_defaults_to_the_card(ref):
+    whole = project(ref, "sglang", backend="triton")
+    assert [r["ms_per_token"] for r in whole] == [r["ms_per_token"] for r in project(ref, "sglang", backend="triton",
+                                                                                         moe_layers=60)]
+    assert whole[-1]["ms_per_token"] != project(ref, "sglang", backend="triton", moe_layers=12)[-1]["ms_per_token"]
+
+
+def _copy(tmp_path, keep) -> RunStore:
+    """A SYNTHETIC target: the reference's rows that ``keep`` accepts, in a run of their own."""
+    dst = tmp_path / "runs" / "target"
+    dst.mkdir(parents=True)
+    for name in ("profile_runs", "decode_breakdown"):
+        rows = [json.loads(x) for x in (REF / f"{name}.jsonl").read_text().splitlines() if x.strip()]
+        (dst / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if keep(r)))
+    shutil.copy(REF / "manifest.json", dst / "manifest.json")
+    return RunStore.at(dst)
+
+
+def test_another_gpu_scales_the_memory_bound_categories_only(ref, tmp_path):
+    target = _copy(tmp_path, lambda r: r["label"] == "sglang kimi-5L int4 triton")
+    (row,) = carry_check(ref, target, profile="h100")
+    ratio = 4.8 / 3.35   # the two datasheets (data/hardware)
+    assert row["bandwidth_ratio"] == pytest.approx(ratio, rel=1e-3)
+    assert row["all_scaled_ms"] == pytest.approx(row["kept_ms"] * ratio)
+    assert row["kept_ms"] < row["predicted_ms"] < row["all_scaled_ms"]
+    same = carry_check(ref, target, profile="h200")[0]["by_category"]
+    for cat, (pred, _measured) in row["by_category"].items():
+        h200 = same[cat][0]
+        if cat in ("attention", "moe routing", "norm/rope/elementwise", "sampling", "other"):
+            assert pred == pytest.approx(h200), cat   # latency-bound (attention at this context too): kept
+        else:
+            assert pred > h200 * 1.2, cat            # memory-bound: x the ratio, or a floor above it
+    # measured on the H200 and read as an H100's: the rule predicts slower than what ran
+    assert row["error_pct"] > 20 and row["kept_error_pct"] == pytest.approx(0.0, abs=1.0)
+
+
+def test_a_backend_without_a_ladder_is_said_not_predicted(ref, tmp_path):
+    target = _copy(tmp_path, lambda r: r["label"] == "sglang kimi-13L int4 triton")
+    for name in ("profile_runs", "decode_breakdown"):   # the same rows under a backend the reference never ran
+        p = target.path / f"{name}.jsonl"
+        p.write_text(p.read_text().replace('"backend": "triton"', '"backend": "flashmla"'))
+    (row,) = carry_check(ref, RunStore.at(target.path), profile="h100")
+    assert row["backend"] == "flashmla" and row["predicted_ms"] is None and row["reason"]
+    assert row["measured_ms"] == pytest.approx(3.37, abs=0.02)
+    assert summary([row])[("flashmla", 12)]["predicted_ms"] is None
