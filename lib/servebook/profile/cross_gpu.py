@@ -4,11 +4,11 @@ architecture, against the same slices measured there.
     rows = carry_check(RunStore.at("data/runs/h200x1-ref"), RunStore.at("data/runs/h100x1-xgpu"))   # table carry_check
 
 The seed projection (``servebook.profile.projection``) carries H200 profiles onto the seed's GPU by two rules: the
-memory-bound categories (attention, MoE experts, dense GEMM) take the bandwidth ratio, the latency-bound ones stay as
-measured. Nothing on the seed's host can check them. An H100 can: it is the H200's chip (132 SMs, capability 9.0,
-the same clocks) with 3.35 TB/s of HBM3 against 4.8 TB/s, so what separates the two GPUs is the bandwidth the rule is
-about. Each slice measured on the target (its first start and its repeats: ``role`` slice or repeat, ``ok``) is
-predicted by ``project`` - the same code the seed verdict runs - with the target's hardware profile, TP=1 and the
+weights-bound categories (MoE experts, dense GEMM) take the bandwidth ratio, the latency-bound ones (attention at
+these contexts, routing, norms, sampling) stay as measured. Nothing on the seed's host can check them. An H100 SXM can:
+it is the H200's chip (132 SMs, capability 9.0; clocks not compared here) with 3.35 TB/s of HBM3 against 4.8 TB/s, so
+what mainly separates the two GPUs is the bandwidth the rule is about. Each slice measured on the target (its first
+start and its repeats: ``role`` slice or repeat, ``ok``) is predicted by ``project`` - the same code the seed verdict runs - with the target's hardware profile, TP=1 and the
 slice's own number of MoE layers, from the reference ladder of the same engine and backend, and compared category by
 category with what the target's profiler measured (table ``decode_breakdown``).
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 
 from .kernels import CATEGORIES
-from .projection import MEMORY_BOUND, _tables, project
+from .projection import MEASURED_ON, MEMORY_BOUND, _bandwidths, _tables, project
 
 __all__ = ["carry_check", "summary", "GPU_CATEGORIES"]
 
@@ -85,22 +85,19 @@ def _predict(reference, engine: str, backend: str, n_moe: int, profile: str, car
         return {"predicted_ms": None, "kept_ms": None, "all_scaled_ms": None, "by_category": {},
                 "reason": "; ".join(f"{c}: {r['source']}" for c, r in got.items() if r["ms_per_token"] is None)}
     kept = {c: (r["h200_full_ms"] if r.get("h200_full_ms") is not None else r["ms_per_token"]) for c, r in got.items()}
-    ratio = _ratio(rows)
+    ratio = _ratio(profile)
     tot = next(r for r in rows if r["category"] == "total")
     return {"predicted_ms": sum(r["ms_per_token"] for r in got.values()), "kept_ms": sum(kept.values()),
-            "all_scaled_ms": None if ratio is None else sum(kept.values()) * ratio, "bandwidth_ratio": ratio,
+            "all_scaled_ms": sum(kept.values()) * ratio, "bandwidth_ratio": ratio,
             "by_category": {c: r["ms_per_token"] for c, r in got.items()}, "from_labels": tot.get("from_labels"),
             "reference_machine": tot.get("machine"), "reason": None,
             "rules": {c: got[c]["rule"] for c in MEMORY_BOUND if c in got}}
 
 
-def _ratio(rows: list[dict]) -> float | None:
-    """The bandwidth ratio the projection applied (read back from a memory-bound row's rule text is fragile: recomputed
-    from the row's own figures instead, MoE experts at TP=1 taking the ratio alone)."""
-    r = next((r for r in rows if r["category"] == "moe experts"), None)
-    if r is None or r.get("ms_per_token") is None or not r.get("h200_full_ms") or "floor applies" in r.get("rule", ""):
-        return None
-    return r["ms_per_token"] / r["h200_full_ms"]
+def _ratio(profile: str) -> float:
+    """The bandwidth ratio the projection's rule applies by default: the two datasheets (``projection._bandwidths``)."""
+    src, dst, _ = _bandwidths(profile, MEASURED_ON, [], "datasheet")
+    return src / dst
 
 
 def summary(rows: list[dict]) -> dict:
