@@ -5,12 +5,13 @@ architecture, against the same slices measured there.
 
 The seed projection (``servebook.profile.projection``) carries H200 profiles onto the seed's GPU by two rules: the
 weights-bound categories (MoE experts, dense GEMM) take the bandwidth ratio, the latency-bound ones (attention at
-these contexts, routing, norms, sampling) stay as measured. Nothing on the seed's host can check them. An H100 SXM can:
-it is the H200's chip (132 SMs, capability 9.0; clocks not compared here) with 3.35 TB/s of HBM3 against 4.8 TB/s, so
-what mainly separates the two GPUs is the bandwidth the rule is about. Each slice measured on the target (its first
-start and its repeats: ``role`` slice or repeat, ``ok``) is predicted by ``project`` - the same code the seed verdict
-runs - with the target's hardware profile, TP=1 and the slice's own number of MoE layers, from the reference ladder of the same engine and backend, and compared category by
-category with what the target's profiler measured (table ``decode_breakdown``).
+these contexts, routing, norms, sampling) stay as measured. Nothing on the seed's host can check them. An H100 SXM
+can: it is the H200's chip (132 SMs, capability 9.0; clocks not compared here) with 3.35 TB/s of HBM3 against 4.8
+TB/s, so what mainly separates the two GPUs is the bandwidth the rule is about. Each slice measured on the target (its
+first start and its repeats: ``role`` slice or repeat, ``ok``) is predicted by ``project`` - the same code the seed
+verdict runs - with the target's hardware profile, TP=1 and the slice's own number of MoE layers, from the reference
+ladder of the same engine and backend, and compared category by category with what the target's profiler measured
+(table ``decode_breakdown``).
 
 Two bounds beside the rule, computed the same way: ``kept`` (nothing scaled: the H200's own GPU time) and
 ``all_scaled`` (every category x the bandwidth ratio). Where the measurement falls between them says how much of the
