@@ -75,3 +75,18 @@ def test_a_backend_without_a_ladder_is_said_not_predicted(ref, tmp_path):
     assert row["backend"] == "flashmla" and row["predicted_ms"] is None and row["reason"]
     assert row["measured_ms"] == pytest.approx(3.37, abs=0.02)
     assert summary([row])[("flashmla", 12)]["predicted_ms"] is None
+
+
+def test_the_cli_writes_the_table_into_the_target(tmp_path, capsys):
+    from servebook.cli import main
+
+    target = _copy(tmp_path, lambda r: r["label"] in ("sglang kimi-5L int4 triton", "sglang kimi-5L int4 triton start 2"))
+    assert main(["profile", "carry", str(REF), str(target.path), "--profile", "h100"]) == 0
+    rows = RunStore.at(target.path).rows("carry_check")
+    assert [r["label"] for r in rows] == ["sglang kimi-5L int4 triton", "sglang kimi-5L int4 triton start 2"]
+    assert "predicted" in capsys.readouterr().out
+    assert main(["profile", "carry", str(REF), str(target.path)]) == 0     # again: replaced, not appended
+    assert len(RunStore.at(target.path).rows("carry_check")) == 2
+    empty = _copy(tmp_path / "e", lambda r: False)
+    assert main(["profile", "carry", str(REF), str(empty.path)]) == 1
+    assert "nothing written" in capsys.readouterr().out

@@ -66,6 +66,29 @@ def register(sub) -> None:
     mu.add_argument("run_dir", help="the reference run (data/runs/h200x1-ref)")
     mu.add_argument("unit_dir", help="the unit's run directory (runs/local-.../h200x1-ref-vllm)")
     mu.set_defaults(func=_cmd_merge_unit)
+    ca = ps.add_parser("carry", help="predict a run of slices measured on another GPU from the reference's ladders by the "
+                                     "projection's rules, and write the table carry_check (servebook.profile.cross_gpu)")
+    ca.add_argument("reference", help="the H200 reference run (data/runs/h200x1-ref)")
+    ca.add_argument("target", help="the run measured on the other GPU (its rows are never merged into the reference)")
+    ca.add_argument("--profile", default="h100", help="the other GPU's hardware profile (data/hardware; default h100)")
+    ca.set_defaults(func=_cmd_carry)
+
+
+def _cmd_carry(args: argparse.Namespace) -> int:
+    from ..results import RunStore
+    from .cross_gpu import carry_check
+
+    target = RunStore.at(args.target)
+    rows = carry_check(RunStore.at(args.reference), target, profile=args.profile)
+    if not rows:
+        print(f"carry: {args.target} holds no measured slice of the engine (nothing written)")
+        return 1
+    target.replace("carry_check", rows)
+    for r in rows:
+        print(f"carry {r['label']}: measured {r['measured_ms']:.3f} ms busy, " + (
+            f"predicted {r['predicted_ms']:.3f} ({r['error_pct']:+.1f}%), kept {r['kept_ms']:.3f}, all scaled "
+            f"{r['all_scaled_ms']:.3f}" if r["predicted_ms"] is not None else f"not predicted: {r['reason']}"))
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
