@@ -90,3 +90,22 @@ def test_the_cli_writes_the_table_into_the_target(tmp_path, capsys):
     empty = _copy(tmp_path / "e", lambda r: False)
     assert main(["profile", "carry", str(REF), str(empty.path)]) == 1
     assert "nothing written" in capsys.readouterr().out
+
+
+XGPU = data_dir() / "runs" / "h100x1-xgpu"
+
+
+def test_the_recorded_h100_check_is_recomputed_from_its_tables(ref):
+    target = RunStore.at(XGPU)
+    again = carry_check(ref, target, profile="h100")
+    stored = target.rows("carry_check")
+    assert [r["label"] for r in again] == [r["label"] for r in stored] and len(stored) == 4
+    for a, s in zip(again, stored):
+        assert a["predicted_ms"] == pytest.approx(s["predicted_ms"]) and a["measured_ms"] == pytest.approx(s["measured_ms"])
+    # another GPU: none of the reference's machines, and the rows say which GPU
+    assert {r["target_machine"] for r in again}.isdisjoint({p.get("machine") for p in ref.rows("profile_runs")})
+    assert {r["target_gpu"] for r in again} == {"NVIDIA H100 80GB HBM3"}
+    for r in again:   # what RECORDED.md states: the measurement inside the two bounds, the rule above it, more with depth
+        assert r["kept_ms"] < r["measured_ms"] < r["all_scaled_ms"] and r["predicted_ms"] > r["measured_ms"]
+    tri = sorted((r["moe_layers"], r["error_pct"]) for r in again if r["backend"] == "triton")
+    assert [n for n, _ in tri] == [1, 2, 6] and tri[0][1] < tri[1][1] < tri[2][1]
