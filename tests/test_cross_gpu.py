@@ -109,3 +109,20 @@ def test_the_recorded_h100_check_is_recomputed_from_its_tables(ref):
         assert r["kept_ms"] < r["measured_ms"] < r["all_scaled_ms"] and r["predicted_ms"] > r["measured_ms"]
     tri = sorted((r["moe_layers"], r["error_pct"]) for r in again if r["backend"] == "triton")
     assert [n for n, _ in tri] == [1, 2, 6] and tri[0][1] < tri[1][1] < tri[2][1]
+
+
+def test_chapter_06_evidence_says_the_check_from_its_table():
+    from servebook.profile.evidence import reference_evidence
+
+    notes = [n for n in reference_evidence()["notes"] if "h100x1-xgpu" in n]
+    assert len(notes) == 1
+    deep = [r for r in RunStore.at(XGPU).rows("carry_check") if r["moe_layers"] == 6 and r["backend"] == "triton"]
+    assert f"{deep[0]['error_pct']:+.1f}% at 6 MoE layers (triton)" in notes[0]
+    assert "more the deeper the slice (triton)" in notes[0] and "hypothesis" in notes[0]
+
+
+def test_no_check_beside_the_reference_no_note(tmp_path):
+    from servebook.profile.evidence import reference_evidence
+
+    shutil.copytree(REF, tmp_path / "runs" / "h200x1-ref", ignore=shutil.ignore_patterns("traces", "logs"))
+    assert not any("checked on another GPU" in n for n in reference_evidence(tmp_path / "runs" / "h200x1-ref")["notes"])
