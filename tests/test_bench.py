@@ -177,8 +177,10 @@ def test_itl_per_token_is_kept_apart_from_chunk_gaps(tok):
             gap = sorted(r.chunk_gaps_ms)[7]
             assert 9 < gap < 30
             assert sorted(r.itl_ms)[30] == pytest.approx(gap / 4, rel=0.35)
-            # to the last token's read; the fake server's 10 ms after its last write, before [DONE], is the tail
-            assert r.tpot_s == pytest.approx(sum(r.chunk_gaps_ms) / 1e3 / 63, rel=1e-4) and r.tail_s > 0.009
+            # to the last token's read; the fake server's 10 ms after its last write, before [DONE], is the tail (more
+            # than 0: a loaded machine reads the last chunk late, which shortens the tail as seen by the client - CI saw
+            # 7.2 ms on 2026-12-06 - so its length is not asserted; the sum below keeps the tail out of TPOT)
+            assert r.tpot_s == pytest.approx(sum(r.chunk_gaps_ms) / 1e3 / 63, rel=1e-4) and r.tail_s > 0
             assert r.e2e_s - r.ttft_s == pytest.approx(sum(r.chunk_gaps_ms) / 1e3 + r.tail_s, abs=1e-5)
 
 
