@@ -127,8 +127,8 @@ def _workers(fault: str):
     from servebook.nccl.launch import _WORKERS
 
     ours, mark = str((_WORKERS / "allreduce_worker.py").resolve()), f'"fault": "{fault}"'
-    return [p for p in psutil.process_iter(["cmdline"])
-            if ours in " ".join(p.info["cmdline"] or []) and mark in " ".join(p.info["cmdline"] or [])]
+    cmd = {p: " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])}
+    return [p for p, line in cmd.items() if ours in line and mark in line]
 
 
 def test_hung_worker_is_killed_and_recorded():

@@ -25,6 +25,7 @@ import statistics
 
 from .kernels import CATEGORIES
 from .projection import MEASURED_ON, MEMORY_BOUND, _bandwidths, _tables, project
+from .tables import latest_breakdown, latest_ok
 
 __all__ = ["carry_check", "summary", "GPU_CATEGORIES"]
 
@@ -33,11 +34,9 @@ GPU_CATEGORIES = tuple(c for c in CATEGORIES if c not in ("gpu idle", "communica
 
 
 def _measured(breakdown: list[dict], label: str) -> dict:
-    got = {}
-    for r in breakdown:
-        if r.get("label") == label and r.get("category") in GPU_CATEGORIES and r.get("ms_per_step") is not None:
-            got[r["category"]] = float(r["ms_per_step"])   # the last row of a label wins (a correction re-appends)
-    return got
+    """``label``'s GPU categories, from ``decode_breakdown`` rows already narrowed by ``tables.latest_breakdown``."""
+    return {r["category"]: float(r["ms_per_step"]) for r in breakdown
+            if r["label"] == label and r["category"] in GPU_CATEGORIES and r.get("ms_per_step") is not None}
 
 
 def carry_check(reference, target, *, engine: str = "sglang", backends: tuple[str, ...] | None = None,
@@ -49,16 +48,19 @@ def carry_check(reference, target, *, engine: str = "sglang", backends: tuple[st
     ({category: (predicted, measured)}). A backend the reference holds no ladder of gets ``predicted_ms`` None and
     the reason."""
     profiles, breakdown, _, _ = _tables(target)
-    mine = [p for p in profiles if p.get("engine") == engine and p.get("ok", True) and p.get("busy_ms") is not None
+    breakdown = latest_breakdown(breakdown, profiles)
+    mine = [p for p in latest_ok(profiles) if p.get("engine") == engine and p.get("busy_ms") is not None
             and p.get("role", "slice") in ("slice", "repeat") and p.get("mode", "graph") == mode
             and (backends is None or p.get("backend") in backends)]
+    # the reference's tables (its trace excerpts included) read once, not once per projected slice
+    ref = dict(zip(("profile_runs", "decode_breakdown", "memory_bandwidth", "excerpts"), _tables(reference)))
     cache: dict = {}
     out = []
     for p in mine:
         n_moe = int(p["layers"]) - int(p.get("dense_layers") or 0)
         key = (p.get("backend") or "auto", n_moe)
         if key not in cache:
-            cache[key] = _predict(reference, engine, key[0], n_moe, profile, card, mode)
+            cache[key] = _predict(ref, engine, key[0], n_moe, profile, card, mode)
         pred = cache[key]
         meas = _measured(breakdown, p["label"])
         row = {"engine": engine, "backend": key[0], "label": p["label"], "moe_layers": n_moe, "start": p.get("start", 1),
@@ -75,16 +77,18 @@ def carry_check(reference, target, *, engine: str = "sglang", backends: tuple[st
     return out
 
 
+def _unknown(reason: str) -> dict:
+    return {"predicted_ms": None, "kept_ms": None, "all_scaled_ms": None, "by_category": {}, "reason": reason}
+
+
 def _predict(reference, engine: str, backend: str, n_moe: int, profile: str, card: str, mode: str) -> dict:
     try:
         rows = project(reference, engine, backend=backend, mode=mode, card=card, profile=profile, tp=1, moe_layers=n_moe)
     except (ValueError, KeyError, StopIteration) as exc:
-        return {"predicted_ms": None, "kept_ms": None, "all_scaled_ms": None, "by_category": {},
-                "reason": f"{type(exc).__name__}: {exc}"}
+        return _unknown(f"{type(exc).__name__}: {exc}")
     got = {r["category"]: r for r in rows if r["category"] in GPU_CATEGORIES}
     if any(got[c]["ms_per_token"] is None for c in got):
-        return {"predicted_ms": None, "kept_ms": None, "all_scaled_ms": None, "by_category": {},
-                "reason": "; ".join(f"{c}: {r['source']}" for c, r in got.items() if r["ms_per_token"] is None)}
+        return _unknown("; ".join(f"{c}: {r['source']}" for c, r in got.items() if r["ms_per_token"] is None))
     kept = {c: (r["h200_full_ms"] if r.get("h200_full_ms") is not None else r["ms_per_token"]) for c, r in got.items()}
     ratio = _ratio(profile)
     tot = next(r for r in rows if r["category"] == "total")
@@ -102,14 +106,17 @@ def _ratio(profile: str) -> float:
 
 
 def summary(rows: list[dict]) -> dict:
-    """Per (backend, MoE layers): the starts' measured GPU-busy mean and spread beside the prediction."""
+    """Per (backend, MoE layers), shallowest first: the starts' measured GPU-busy mean and spread beside the prediction,
+    and the starts' mean ``error_pct`` (None where nothing was predicted)."""
     out: dict = {}
     for r in rows:
         out.setdefault((r["backend"], r["moe_layers"]), []).append(r)
     res = {}
-    for k, rs in out.items():
+    for k, rs in sorted(out.items(), key=lambda kv: kv[0][1]):
         m = [r["measured_ms"] for r in rs if r["measured_ms"] is not None]
+        e = [r["error_pct"] for r in rs if r.get("error_pct") is not None]
         res[k] = {"starts": len(rs), "measured_ms": statistics.mean(m) if m else None,
                   "spread_ms": (max(m) - min(m)) if len(m) > 1 else None, "predicted_ms": rs[0]["predicted_ms"],
-                  "kept_ms": rs[0]["kept_ms"], "all_scaled_ms": rs[0]["all_scaled_ms"]}
+                  "kept_ms": rs[0]["kept_ms"], "all_scaled_ms": rs[0]["all_scaled_ms"],
+                  "error_pct": statistics.mean(e) if e else None}
     return res

@@ -103,28 +103,24 @@ def reference_evidence(reference=None, kernels_per_slice: int = 6) -> dict:
 def _carried_notes(run: Path) -> list[str]:
     """The projection's GPU rule checked on another GPU (``servebook.profile.cross_gpu``; table ``carry_check`` of a run
     beside the reference, e.g. ``h100x1-xgpu``): one line per run, each slice's error, and whether it grows with depth."""
-    import statistics
-
     from ..results import RunStore
+    from .cross_gpu import summary
 
     notes = []
     for other in sorted(p for p in run.parent.iterdir() if p != run and (p / "carry_check.jsonl").is_file()):
-        rows = [r for r in RunStore.at(other).rows("carry_check") if r.get("predicted_ms") is not None]
-        groups: dict = {}
-        for r in rows:
-            groups.setdefault((r["backend"], r["moe_layers"]), []).append(r)
-        if not groups:
+        rows = RunStore.at(other).rows("carry_check")
+        errs = {k: s for k, s in summary(rows).items() if s["error_pct"] is not None}
+        if not errs:
             continue
-        errs = {k: statistics.mean(r["error_pct"] for r in rs) for k, rs in sorted(groups.items(), key=lambda kv: kv[0][1])}
-        starts = sorted({len(rs) for rs in groups.values()})
+        starts = sorted({s["starts"] for s in errs.values()})
         trend = ""
         for be in {k[0] for k in errs}:
-            seq = [e for (b, _), e in errs.items() if b == be]
+            seq = [s["error_pct"] for (b, _), s in errs.items() if b == be]
             if len(seq) > 2 and all(e > 0 for e in seq) and all(x < y for x, y in zip(seq, seq[1:])):
                 trend = f" - above the measurement at every depth, more the deeper the slice ({be})"
         notes.append(f"the GPU rule (weights-bound categories x the bandwidth ratio, the rest kept) checked on another GPU, "
                      f"{rows[0].get('target_gpu')} ({other.name}, {'/'.join(map(str, starts))} start(s) per slice): "
-                     + ", ".join(f"{e:+.1f}% at {n} MoE layers ({be})" for (be, n), e in errs.items())
+                     + ", ".join(f"{s['error_pct']:+.1f}% at {n} MoE layers ({be})" for (be, n), s in errs.items())
                      + f" against that GPU's measured GPU time{trend}; what it does at the seed's bandwidth ratio is a "
                      f"hypothesis until slices are measured on the seed's GPU (data/runs/{other.name}/RECORDED.md)")
     return notes
