@@ -35,6 +35,8 @@ CASES = [
     ("profile", ["profile", "linearity", "NOWHERE"], "it does not exist"),
     ("profile", ["profile", "more-starts", "--plan", "NOWHERE", "--run-dir", "NOWHERE", "--out", "OUT"], "it does not exist"),
     ("profile", ["profile", "merge-unit", "NOWHERE", "RUN"], "it does not exist"),
+    ("profile", ["profile", "carry", "NOWHERE", "RUN"], "'reference_dir'"),
+    ("profile", ["profile", "carry", "RUN", "NOWHERE"], "'target_dir'"),
     ("front", ["front", "NOWHERE"], "a folder of rendered books"),
     ("front", ["front", "OUT", "--runs", "NOWHERE"], "not a folder"),
 ]

@@ -167,14 +167,14 @@ def _check_refresh_params(extra: dict, todo: list[str], declared: dict[str, dict
 
 
 def _check_paths(args) -> None:
-    """A subcommand's run directories (``run_dir``, ``unit_dir``) must be recorded runs, and ``servebook front --runs``
+    """A subcommand's run directories (``run_dir``, ``unit_dir``, ``reference_dir``, ``target_dir``) must be recorded runs, and ``servebook front --runs``
     an existing folder, before the command reads them: a wrong path is one line, never an empty result or a traceback."""
     from .errors import ParameterError
     from .render import check_run_dir
 
-    for name in ("run_dir", "unit_dir"):
+    for name in ("run_dir", "unit_dir", "reference_dir", "target_dir"):
         if isinstance(getattr(args, name, None), str) and args.command != "html":  # html checks its own, after its -p
-            check_run_dir(getattr(args, name))
+            check_run_dir(getattr(args, name), name)
     if args.command == "front" and args.runs and not os.path.isdir(args.runs):
         raise ParameterError("runs", args.runs, "not a folder; give the folder of the run directories, e.g. data/runs")
 

@@ -226,16 +226,16 @@ def _mark_error_cells(nb) -> int:
     return n
 
 
-def check_run_dir(run_dir: str | os.PathLike) -> Path:
+def check_run_dir(run_dir: str | os.PathLike, name: str = "run_dir") -> Path:
     """``run_dir`` when it is a run's directory (it holds the ``manifest.json`` that ``servebook book`` writes), else a
-    one-line ``ParameterError`` naming what is there instead."""
+    one-line ``ParameterError`` naming the parameter (``name``) and what is there instead."""
     path = Path(run_dir)
     if (path / "manifest.json").is_file():
         return path
     what = ("does not exist" if not path.exists() else "is not a directory" if not path.is_dir() else
             "holds runs, not one run" if any(path.glob("*/manifest.json")) or any(path.glob("*/*/manifest.json")) else
             "has no manifest.json")
-    raise ParameterError("run_dir", str(run_dir), f"it {what}; give one run's directory, runs/<host>/<run-id> "
+    raise ParameterError(name, str(run_dir), f"it {what}; give one run's directory, runs/<host>/<run-id> "
                                                   f"(servebook book writes it, with its manifest.json)")
 
 

@@ -68,8 +68,8 @@ def register(sub) -> None:
     mu.set_defaults(func=_cmd_merge_unit)
     ca = ps.add_parser("carry", help="predict a run of slices measured on another GPU from the reference's ladders by the "
                                      "projection's rules, and write the table carry_check (servebook.profile.cross_gpu)")
-    ca.add_argument("reference", help="the H200 reference run (data/runs/h200x1-ref)")
-    ca.add_argument("target", help="the run measured on the other GPU (its rows are never merged into the reference)")
+    ca.add_argument("reference_dir", metavar="reference", help="the H200 reference run (data/runs/h200x1-ref)")
+    ca.add_argument("target_dir", metavar="target", help="the run measured on the other GPU (its rows are never merged into the reference)")
     ca.add_argument("--profile", default="h100", help="the other GPU's hardware profile (data/hardware; default h100)")
     ca.set_defaults(func=_cmd_carry)
 
@@ -78,10 +78,10 @@ def _cmd_carry(args: argparse.Namespace) -> int:
     from ..results import RunStore
     from .cross_gpu import carry_check
 
-    target = RunStore.at(args.target)
-    rows = carry_check(RunStore.at(args.reference), target, profile=args.profile)
+    target = RunStore.at(args.target_dir)
+    rows = carry_check(RunStore.at(args.reference_dir), target, profile=args.profile)
     if not rows:
-        print(f"carry: {args.target} holds no measured slice of the engine (nothing written)")
+        print(f"carry: {args.target_dir} holds no measured slice of the engine (nothing written)")
         return 1
     target.replace("carry_check", rows)
     for r in rows:
