@@ -129,3 +129,63 @@ def test_no_check_beside_the_reference_no_note(tmp_path):
 
     shutil.copytree(REF, tmp_path / "runs" / "h200x1-ref", ignore=shutil.ignore_patterns("traces", "logs"))
     assert not any("checked on another GPU" in n for n in reference_evidence(tmp_path / "runs" / "h200x1-ref")["notes"])
+
+
+def _scaled_copy(tmp_path, factor: float) -> RunStore:
+    """A SYNTHETIC target: SGLang triton's ladder of unit 1 (2 and 13 layers, first starts) with every category's time
+    x ``factor``, as if another GPU had run each part ``factor`` times as long."""
+    got = _copy(tmp_path, lambda r: r["label"] in ("sglang kimi-2L int4 triton", "sglang kimi-13L int4 triton"))
+    p = got.path / "decode_breakdown.jsonl"
+    rows = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    p.write_text("".join(json.dumps({**r, "ms_per_step": r["ms_per_step"] * factor if r.get("ms_per_step") is not None
+                                     else None}) + "\n" for r in rows))
+    return RunStore.at(got.path)
+
+
+def test_bandwidth_shares_are_what_each_part_took_of_the_ratio(ref, tmp_path):
+    from servebook.profile.cross_gpu import _ratio, bandwidth_shares
+
+    r = _ratio("h100")
+    same = bandwidth_shares(ref, _scaled_copy(tmp_path / "a", 1.0), profile="h100")
+    whole = bandwidth_shares(ref, _scaled_copy(tmp_path / "b", r), profile="h100")
+    half = bandwidth_shares(ref, _scaled_copy(tmp_path / "c", 1 + (r - 1) / 2), profile="h100")
+    assert set(same["shares"]) == {"moe experts", "dense gemm", "attention"}
+    for cat in same["shares"]:
+        for part in ("fixed", "moe"):
+            assert same["shares"][cat][part] == pytest.approx(0.0, abs=1e-9)    # nothing moved: nothing followed bandwidth
+            assert whole["shares"][cat][part] == pytest.approx(1.0)             # the whole ratio: the rule itself
+            assert half["shares"][cat][part] == pytest.approx(0.5)
+    too_far = bandwidth_shares(ref, _scaled_copy(tmp_path / "d", 2 * r), profile="h100")
+    assert too_far["shares"]["dense gemm"]["moe"] == 1.0 and too_far["scaled"]["dense gemm"]["moe"] == pytest.approx(2 * r)
+    assert bandwidth_shares(ref, _copy(tmp_path / "e", lambda r: False), profile="h100") is None   # no ladder there
+
+
+def test_a_share_of_one_is_the_rule_and_zero_keeps_the_h200_time(ref):
+    cats = ("moe experts", "dense gemm")
+    central = project(ref, "sglang", backend="triton")
+    ones = project(ref, "sglang", backend="triton", scaled_share={c: {"fixed": 1.0, "moe": 1.0} for c in cats})
+    zeros = project(ref, "sglang", backend="triton", scaled_share={c: {"fixed": 0.0, "moe": 0.0} for c in cats})
+    by = lambda rows: {r["category"]: r["ms_per_token"] for r in rows if r["category"] != "total"}   # noqa: E731
+    assert by(ones) == pytest.approx(by(central))
+    for cat in cats:
+        assert by(zeros)[cat] < by(central)[cat] / 1.5, cat    # the seed's ratio is about 2.7: kept is far shorter
+    assert {c: v for c, v in by(zeros).items() if c not in cats} == pytest.approx(
+        {c: v for c, v in by(central).items() if c not in cats})
+
+
+def test_the_seed_range_takes_the_h100_shares_as_an_end(ref):
+    from servebook.profile import comm, ranges
+    from servebook.profile.cross_gpu import bandwidth_shares, carry_runs
+
+    (run,) = [p for p in carry_runs(ref) if p.name == "h100x1-xgpu"]
+    got = bandwidth_shares(ref, run)
+    assert got["profile"] == "h100" and got["target"]["ladder"] == (1, 6) and got["reference"]["ladder"] == (1, 12)
+    # as RECORDED.md of h100x1-xgpu says: the experts per MoE layer took about half the ratio, the LM head's step nearly all
+    assert 0.3 < got["shares"]["moe experts"]["moe"] < 0.7 and got["shares"]["dense gemm"]["fixed"] > 0.9
+    lat = comm.engine_latencies()
+    central = ranges.central_projection(ref, lat)
+    rows = {r["assumption"]: r for r in ranges.assumption_table(ref, central, lat, 124, shares=got)}
+    row = rows["bandwidth scaling"]
+    assert row["sglang_ms"] < -0.5 and row["vllm_ms"] < -0.5 and "h100x1-xgpu" in row["basis"] and "hypothesis" in row["basis"]
+    none = {r["assumption"]: r for r in ranges.assumption_table(ref, central, lat, 124)}["bandwidth scaling"]
+    assert none["sglang_ms"] is none["vllm_ms"] is None and "not measured" in none["basis"]

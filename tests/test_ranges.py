@@ -187,7 +187,7 @@ def test_the_slow_side_row_says_the_range_is_one_sided_and_where_the_seed_rates_
     assert ranges.projection_range(central, table, seed_figures()) == ranges.projection_range(central, body, seed_figures())
     longer = {r["assumption"] for r in body if any((r[c] or 0) > 0 for c in ("sglang_ms", "vllm_ms"))}
     assert longer == {"host rule", "all-reduce latency"}
-    assert "the ends of attention on capability 12.0, shard shapes at TP=8, engine version, bandwidth ratio only shorten" in row["basis"]
+    assert "the ends of attention on capability 12.0, shard shapes at TP=8, engine version, bandwidth ratio, bandwidth scaling only shorten" in row["basis"]
     assert "only the host rule and the all-reduce latency have an end that lengthens it" in row["basis"]
     assert "achievable read bandwidth below its datasheet" in row["basis"] and "reading 1/8 of the bytes" in row["basis"]
     rng = {r["who"]: r for r in ranges.projection_range(central, body, seed_figures())}

@@ -22,12 +22,13 @@ the host's, not the rule's); a prediction is a prediction, never a measurement o
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 from .kernels import CATEGORIES
 from .projection import MEASURED_ON, MEMORY_BOUND, _bandwidths, _tables, project
 from .tables import latest_breakdown, latest_ok
 
-__all__ = ["carry_check", "summary", "GPU_CATEGORIES"]
+__all__ = ["carry_check", "summary", "carry_runs", "bandwidth_shares", "shares_words", "GPU_CATEGORIES"]
 
 # what the GPU does in a step at TP=1: every category but the host's idle time and the collectives
 GPU_CATEGORIES = tuple(c for c in CATEGORIES if c not in ("gpu idle", "communication"))
@@ -120,3 +121,63 @@ def summary(rows: list[dict]) -> dict:
                   "kept_ms": rs[0]["kept_ms"], "all_scaled_ms": rs[0]["all_scaled_ms"],
                   "error_pct": statistics.mean(e) if e else None}
     return res
+
+
+def carry_runs(reference) -> list:
+    """The runs beside the reference run (its directory's siblings) that hold a table ``carry_check``, by name."""
+    run = Path(str(getattr(reference, "path", reference)))
+    return sorted(p for p in run.parent.iterdir() if p != run and (p / "carry_check.jsonl").is_file())
+
+
+def bandwidth_shares(reference, target, *, engine: str = "sglang", backend: str = "triton", profile: str | None = None,
+                     card: str = "kimi-k2.5") -> dict | None:
+    """How much of each weights-bound part followed the bandwidth ratio between the reference's GPU and the target's:
+    both runs' depth ladders of ``engine`` and ``backend`` split into a fixed and a per-MoE-layer part
+    (``projection.h200_parts``, first starts), ``scaled`` = target / reference time of each part, and ``shares`` = (scaled
+    - 1) / (ratio - 1), clipped to [0, 1], the datasheet ratio between the GPUs (``profile``: the target's hardware
+    profile, default the one its ``carry_check`` rows name): 1 where the part took the whole ratio (the projection's rule),
+    0 where it did not move. None where either run holds no such ladder."""
+    from ..cards import load_card
+    from ..results import RunStore
+    from .projection import MEMORY_BOUND, _card_facts, h200_parts
+    from .slices import select_slices
+
+    tgt = RunStore.at(target) if not hasattr(target, "rows") else target
+    profile = profile or next((r.get("profile") for r in tgt.rows("carry_check") if r.get("profile")), "h100")
+    facts, parts, ladders = _card_facts(load_card(card)), [], []
+    for src in (reference, tgt):
+        profiles, breakdown, _, _ = _tables(src)
+        sl = select_slices(profiles, engine, backend=backend, card=card)
+        if not sl.get("ladder") or sl["shallow"] is None or sl["deep"] is None:
+            return None
+        parts.append(h200_parts(latest_breakdown(breakdown, profiles), sl, facts["expert_bytes_ratio"]))
+        ladders.append({"ladder": tuple(sl["ladder"]), "machine": sl["deep"].get("machine"),
+                        "gpu": sl["deep"].get("machine_gpu_name")})
+    ratio = _ratio(profile)
+    scaled, shares = {}, {}
+    for cat in MEMORY_BOUND:
+        ref, got = parts[0].get(cat, {}), parts[1].get(cat, {})
+        if any(x.get(k) in (None, 0) for x in (ref, got) for k in ("fixed", "moe")):
+            continue
+        scaled[cat] = {k: got[k] / ref[k] for k in ("fixed", "moe")}
+        shares[cat] = {k: min(1.0, max(0.0, (v - 1) / (ratio - 1))) for k, v in scaled[cat].items()}
+    return {"engine": engine, "backend": backend, "profile": profile, "ratio": ratio, "scaled": scaled, "shares": shares,
+            "reference": ladders[0], "target": ladders[1], "target_run": Path(str(tgt.path)).name}
+
+
+def shares_words(got: dict, seed_ratio: float, categories: tuple[str, ...]) -> str:
+    """``bandwidth_shares``' result in words for the seed range's row: what each part of ``categories`` took of the ratio,
+    and the model it is carried to the seed's ratio (``seed_ratio``) by."""
+    from ..engines import prose_name
+
+    part = {"fixed": "per step", "moe": "per MoE layer"}
+    each = "; ".join(f"{cat} {part[k]} {got['scaled'][cat][k]:.2f}x (share {got['shares'][cat][k]:.2f})"
+                     for cat in categories if cat in got["shares"] for k in ("moe", "fixed"))
+    r, t = got["reference"], got["target"]
+    return (f"central: each weights-bound part takes the whole bandwidth ratio; the end: only the share of it that "
+            f"{prose_name(got['engine'])}'s {got['backend']} INT4 ladder took from the H200 ({r['machine']}, MoE layers "
+            f"{r['ladder'][0]}->{r['ladder'][1]}) to the {t['gpu']} ({got['target_run']}, {t['machine']}, MoE layers "
+            f"{t['ladder'][0]}->{t['ladder'][1]}, first starts), whose datasheet ratio is {got['ratio']:.2f}: {each}. "
+            f"Each part = (1 - share) kept + share x the seed's ratio {seed_ratio:.2f} (a part fixed in time plus one "
+            f"that follows bandwidth, fitted on two GPUs of one chip and carried to another): a hypothesis, and vLLM's "
+            f"kernels take {prose_name(got['engine'])}'s shares, not measured; settled by slices measured on the seed's GPU")

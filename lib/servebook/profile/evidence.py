@@ -104,10 +104,10 @@ def _carried_notes(run: Path) -> list[str]:
     """The projection's GPU rule checked on another GPU (``servebook.profile.cross_gpu``; table ``carry_check`` of a run
     beside the reference, e.g. ``h100x1-xgpu``): one line per run, each slice's error, and whether it grows with depth."""
     from ..results import RunStore
-    from .cross_gpu import summary
+    from .cross_gpu import carry_runs, summary
 
     notes = []
-    for other in sorted(p for p in run.parent.iterdir() if p != run and (p / "carry_check.jsonl").is_file()):
+    for other in carry_runs(run):
         rows = RunStore.at(other).rows("carry_check")
         errs = {k: s for k, s in summary(rows).items() if s["error_pct"] is not None}
         if not errs:
@@ -120,9 +120,11 @@ def _carried_notes(run: Path) -> list[str]:
                 trend = f" - above the measurement at every depth, more the deeper the slice ({be})"
         notes.append(f"the GPU rule (weights-bound categories x the bandwidth ratio, the rest kept) checked on another GPU, "
                      f"{rows[0].get('target_gpu')} ({other.name}, {'/'.join(map(str, starts))} start(s) per slice): "
-                     + ", ".join(f"{s['error_pct']:+.1f}% at {n} MoE layers ({be})" for (be, n), s in errs.items())
+                     + ", ".join(f"{s['error_pct']:+.1f}% at {n} MoE layer{'s' * (n != 1)} ({be})" for (be, n), s in errs.items())
                      + f" against that GPU's measured GPU time{trend}; what it does at the seed's bandwidth ratio is a "
-                     f"hypothesis until slices are measured on the seed's GPU (data/runs/{other.name}/RECORDED.md)")
+                     f"hypothesis until slices are measured on the seed's GPU (data/runs/{other.name}/RECORDED.md); the "
+                     "seed range takes the share of the ratio each weights-bound part took there as an end (table "
+                     "seed_assumptions, row 'bandwidth scaling')")
     return notes
 
 

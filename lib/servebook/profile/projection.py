@@ -256,12 +256,19 @@ def _bandwidths(profile_name: str, measured_on: str, bandwidth_rows: list[dict],
     return src_bw, float(dst["memory_bandwidth_tbs"]), label + f" / {profile_name} datasheet {dst['memory_bandwidth_tbs']} TB/s"
 
 
-def _memory_row(cat: str, part: dict, floor: dict, shares: dict, ratio: float, n_moe: int, bw_label: str, tp: int) -> dict:
-    """One memory-bound category on the target: each part x bandwidth ratio x TP share, floored."""
+def _memory_row(cat: str, part: dict, floor: dict, shares: dict, ratio: float, n_moe: int, bw_label: str, tp: int,
+                scaled: dict | None = None) -> dict:
+    """One memory-bound category on the target: each part x bandwidth ratio x TP share, floored. ``scaled``
+    ({"fixed", "moe"}: the share of each part that follows bandwidth, ``cross_gpu.bandwidth_shares``): that share x the
+    ratio, the rest kept, instead of the whole part x the ratio."""
     if part["fixed"] is None or part["moe"] is None:
         return {"ms_per_token": None, "source": part["how"], "rule": "memory-bound; unknown input"}
-    fx = part["fixed"] * ratio * shares["fixed"][cat]
-    mo = part["moe"] * ratio * shares["moe"][cat]
+    rf, rm = ((1 + scaled["fixed"] * (ratio - 1), 1 + scaled["moe"] * (ratio - 1)) if scaled else (ratio, ratio))
+    fx = part["fixed"] * rf * shares["fixed"][cat]
+    mo = part["moe"] * rm * shares["moe"][cat]
+    how = (f"x {ratio:.3f} (bandwidth ratio)" if not scaled else
+           f"x {rf:.3f} fixed / {rm:.3f} per MoE layer (the shares {scaled['fixed']:.2f} / {scaled['moe']:.2f} of the "
+           f"bandwidth ratio {ratio:.3f} measured on another GPU, the rest kept)")
     floored = []
     if floor["fixed_ms"] is not None:
         if floor["fixed_ms"] > fx:
@@ -271,11 +278,11 @@ def _memory_row(cat: str, part: dict, floor: dict, shares: dict, ratio: float, n
         fx, mo = max(fx, floor["fixed_ms"]), max(mo, floor["moe_ms"])
     return {"ms_per_token": fx + n_moe * mo, "h200_full_ms": part["fixed"] + n_moe * part["moe"],
             "source": f"{part['how']}; {bw_label}; {floor['how']}",
-            "rule": (f"memory-bound: x {ratio:.3f} (bandwidth ratio) x TP share {shares['fixed'][cat]:.3f} fixed / "
+            "rule": (f"memory-bound: {how} x TP share {shares['fixed'][cat]:.3f} fixed / "
                      f"{shares['moe'][cat]:.3f} per MoE layer at tp {tp}, floored" +
                      (f" (floor applies: {', '.join(floored)})" if floored else " (floor below the scaled time)")
                      if floor["fixed_ms"] is not None else
-                     f"memory-bound: x {ratio:.3f} (bandwidth ratio) x TP share {shares['fixed'][cat]:.3f} / "
+                     f"memory-bound: {how} x TP share {shares['fixed'][cat]:.3f} / "
                      f"{shares['moe'][cat]:.3f} at tp {tp}; no floor (no excerpt)")}
 
 
@@ -298,13 +305,14 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
             allreduce_source: str | None = None, bandwidth: str = "datasheet", floor_us: float | None = None,
             clock_ratio: float = 1.0, seed_tok_s: float | None = None, attention_rule: str = "latency",
             host_rule: str | None = None, attention_ms: float | None = None, attention_source: str | None = None,
-            moe_layers: int | None = None) -> list[dict]:
+            moe_layers: int | None = None, scaled_share: dict | None = None) -> list[dict]:
     """Rows of the table ``seed_projection`` for ``engine``: one per category (engine, backend, category,
     ms_per_token, source, rule) and a total (predicted_ms, predicted_tok_s, seed_tok_s, error_pct = 100 x
     (predicted - seed) / seed tok/s, positive where the projection is faster than the seed's figure).
     ``allreduce_us`` None: the published 8-rank RTX PRO 6000 NCCL series at the decode message (labelled).
     ``moe_layers``: a model of that many MoE layers instead of the card's (a slice carried to another GPU:
-    ``servebook.profile.cross_gpu``)."""
+    ``servebook.profile.cross_gpu``). ``scaled_share``: ``{category: {"fixed", "moe"}}``, the share of each memory-bound
+    part that follows the bandwidth ratio (``cross_gpu.bandwidth_shares``; default: all of it)."""
     from ..cards import load_card
 
     c = load_card(card)
@@ -337,7 +345,8 @@ def project(source, engine: str, *, backend: str = "auto", mode: str = "graph", 
                            "reads ~0.2 MB of latent cache), kept as measured on the H200 - an assumption; "
                            "attention_rule='bandwidth' scales it like the weights instead. " + row.get("rule", ""))
         elif cat in MEMORY_BOUND:
-            row = _memory_row(cat, parts[cat], floors[cat], shares, ratio, n_moe, bw_label, tp)
+            row = _memory_row(cat, parts[cat], floors[cat], shares, ratio, n_moe, bw_label, tp,
+                              (scaled_share or {}).get(cat))
         else:
             row = _latency_row(cat, parts[cat], n_moe, clock_ratio)
         if cat == "attention" and attention_ms is not None and row.get("ms_per_token") is not None:

@@ -399,6 +399,23 @@ def _bandwidth_words() -> tuple[str, str]:
     return f"{_short(src)} measured read bandwidth", basis
 
 
+def _scaling_row(src, central: dict, lat: dict, backends: dict, shares: dict | None) -> dict:
+    """The bandwidth-scaling assumption: every weights-bound part takes the whole ratio (central), or only the share of
+    it another GPU's ladder measured (``shares``; moves None where no such run is beside the reference)."""
+    from .cross_gpu import shares_words
+    from .projection import MEMORY_BOUND, _bandwidths
+
+    if not shares or not shares.get("shares"):
+        return _row("bandwidth scaling", "as measured on another GPU", {e: None for e in backends},
+                    "not measured: no run beside the reference holds a table carry_check with a depth ladder "
+                    "(servebook profile carry, tools/gpu-stage/xgpu-plan-h100.json)")
+    src_bw, dst_bw, _ = _bandwidths(_gpus()[1]["profile"], _gpus()[0]["profile"], [], "datasheet")
+    gpu = shares["target"]["gpu"] or shares["profile"]
+    return _row("bandwidth scaling", f"the shares measured on an {gpu}",
+                _moved(src, central, lat, backends, scaled_share=shares["shares"]),
+                shares_words(shares, src_bw / dst_bw, tuple(c for c in MEMORY_BOUND if c != "attention")))
+
+
 def central_projection(src, lat: dict, n: int | None = None, backends: dict = SEED_BACKENDS, **kw) -> dict:
     """``{engine: project rows}`` with every assumption at its central value: the host rule of ``predict.HOST_RULE``, the
     engine's central all-reduce latency (``lat``: ``comm.engine_latencies``), datasheet bandwidths, kernel floors."""
@@ -420,10 +437,12 @@ def _moved(src, central: dict, lat: dict, backends: dict, **change) -> dict:
     return out
 
 
-def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEED_BACKENDS, seed: dict | None = None) -> list[dict]:
+def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEED_BACKENDS, seed: dict | None = None,
+                     shares: dict | None = None) -> list[dict]:
     """One row per end of each assumption: how far it moves each engine's ms per token and the gap (table
     ``seed_assumptions``), and last the slow-side ends no row models (``_slow_side``, no moves). ``n``: collectives per
-    token; ``seed``: the seed's tok/s per engine (default ``projection.seed_figures()``)."""
+    token; ``seed``: the seed's tok/s per engine (default ``projection.seed_figures()``); ``shares``: what another GPU
+    measured of the weights-bound parts' scaling with bandwidth (``cross_gpu.bandwidth_shares``; None: not measured)."""
     rows = [_row("host rule", "serial (host idle added)",
                  {e: (r[-1].get("serial_ms") or r[-1]["predicted_ms"]) - r[-1]["predicted_ms"] for e, r in central.items()},
                  _host_rule_words(src))]
@@ -446,6 +465,7 @@ def assumption_table(src, central: dict, lat: dict, n: int, backends: dict = SEE
     rows.append(_row("engine version", end, sg, basis))
     end, basis = _bandwidth_words()
     rows.append(_row("bandwidth ratio", end, _moved(src, central, lat, backends, bandwidth="measured"), basis))
+    rows.append(_scaling_row(src, central, lat, backends, shares))
     from ._slow_side import slow_side_row
     from .projection import seed_figures
 

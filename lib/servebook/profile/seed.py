@@ -141,7 +141,7 @@ def seed_tables(store, reference=None) -> dict:
     for r in rows:
         if r["category"] == "total":
             r["studied_version"] = versions.get(r["engine"])
-    assumptions = assumption_table(src, central, lat, n)
+    assumptions = assumption_table(src, central, lat, n, shares=_measured_shares(src, full))
     fixes = ranked_fixes(rows, attention_alternatives=_alternatives(store, reference, versions),
                          decode_path=store.rows("decode_path"), versions=versions, seed_env_engines=SEED_NCCL_ENGINES)
     fixes = rank_by_expected_gain(fixes, rows, lat, n, store.rows("decode_path"), versions,
@@ -153,6 +153,19 @@ def seed_tables(store, reference=None) -> dict:
             "seed_comm": _comm_rows(lat, n, other, seed_figures()), "seed_collectives": collective_table(card, seed["tp"]),
             "seed_latency_sweep": latency_sweep(other, n),
             "seed_attention_12": [{**a, "key": f"{a['engine']} | {a['version']}"} for a in attention_12()]}
+
+
+def _measured_shares(src, full) -> dict | None:
+    """How much of the weights-bound parts followed bandwidth on another GPU: the first run beside the reference ``full``
+    with a table ``carry_check`` whose ladder gives shares against the projection's own source ``src``
+    (``cross_gpu.bandwidth_shares``), else None."""
+    from .cross_gpu import bandwidth_shares, carry_runs
+
+    for run in carry_runs(full):
+        got = bandwidth_shares(src, run)
+        if got and got["shares"]:
+            return got
+    return None
 
 
 # the runs whose chapter 03 served the SGLang attention alternative forced on an H200, against its Triton MLA backend
