@@ -189,3 +189,14 @@ def test_the_seed_range_takes_the_h100_shares_as_an_end(ref):
     assert row["sglang_ms"] < -0.5 and row["vllm_ms"] < -0.5 and "h100x1-xgpu" in row["basis"] and "hypothesis" in row["basis"]
     none = {r["assumption"]: r for r in ranges.assumption_table(ref, central, lat, 124)}["bandwidth scaling"]
     assert none["sglang_ms"] is none["vllm_ms"] is None and "not measured" in none["basis"]
+
+
+def test_recorded_md_states_the_range_row_as_the_what_if_run_holds_it():
+    """What h100x1-xgpu/RECORDED.md says the 'bandwidth scaling' end does to the seed range, from the what-if run's table."""
+    whatif = RunStore.at(data_dir() / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9")
+    (row,) = [r for r in whatif.rows("seed_assumptions") if r["assumption"] == "bandwidth scaling"]
+    text = " ".join((XGPU / "RECORDED.md").read_text().split())
+    assert (f"shortens SGLang's projected step by {-row['sglang_ms']:.2f} ms and vLLM's by {-row['vllm_ms']:.2f} ms per "
+            f"token and moves the gap by {row['gap_ms']:+.2f} ms") in text
+    assert abs(row["gap_ms"]) < 0.1 * min(-row["sglang_ms"], -row["vllm_ms"])   # "nearly unmoved" (README)
+    assert "h200x1-ref-backends" in row["basis"] or "gpu-d45a97396d7721e4" in row["basis"]   # the unit RECORDED.md names
