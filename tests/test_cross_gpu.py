@@ -92,7 +92,7 @@ def test_the_cli_writes_the_table_into_the_target(tmp_path, capsys):
     assert len(RunStore.at(target.path).rows("carry_check")) == 2
     empty = _copy(tmp_path / "e", lambda r: False)
     assert main(["profile", "carry", str(REF), str(empty.path)]) == 1
-    assert "nothing written" in capsys.readouterr().out
+    assert "no measured slice of either engine (nothing written)" in capsys.readouterr().out
 
 
 XGPU = data_dir() / "runs" / "h100x1-xgpu"
@@ -184,9 +184,17 @@ def test_the_seed_range_takes_the_h100_shares_as_an_end(ref):
     assert 0.3 < got["shares"]["moe experts"]["moe"] < 0.7 and got["shares"]["dense gemm"]["fixed"] > 0.9
     lat = comm.engine_latencies()
     central = ranges.central_projection(ref, lat)
-    rows = {r["assumption"]: r for r in ranges.assumption_table(ref, central, lat, 124, shares=got)}
+    rows = {r["assumption"]: r for r in ranges.assumption_table(ref, central, lat, 124, shares={"sglang": got})}
     row = rows["bandwidth scaling"]
     assert row["sglang_ms"] < -0.5 and row["vllm_ms"] < -0.5 and "h100x1-xgpu" in row["basis"] and "hypothesis" in row["basis"]
+    assert "vLLM's kernels take SGLang's shares, not measured for vLLM" in row["basis"]
+    # each engine its own shares where measured: vLLM's at one (the rule itself) moves vLLM by nothing
+    whole = {**got, "engine": "vllm", "backend": "TRITON_MLA",
+             "shares": {c: {"fixed": 1.0, "moe": 1.0} for c in got["shares"]}}
+    own = {r["assumption"]: r for r in ranges.assumption_table(ref, central, lat, 124, shares={"sglang": got, "vllm": whole})}
+    mine = own["bandwidth scaling"]
+    assert mine["sglang_ms"] == pytest.approx(row["sglang_ms"]) and mine["vllm_ms"] == pytest.approx(0.0, abs=1e-9)
+    assert "take SGLang's shares" not in mine["basis"] and "vLLM's TRITON_MLA INT4 ladder" in mine["basis"]
     none = {r["assumption"]: r for r in ranges.assumption_table(ref, central, lat, 124)}["bandwidth scaling"]
     assert none["sglang_ms"] is none["vllm_ms"] is None and "not measured" in none["basis"]
 

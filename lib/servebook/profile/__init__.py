@@ -78,10 +78,10 @@ def _cmd_carry(args: argparse.Namespace) -> int:
     from ..results import RunStore
     from .cross_gpu import carry_check
 
-    target = RunStore.at(args.target_dir)
-    rows = carry_check(RunStore.at(args.reference_dir), target, profile=args.profile)
+    target, reference = RunStore.at(args.target_dir), RunStore.at(args.reference_dir)
+    rows = [r for e in ("sglang", "vllm") for r in carry_check(reference, target, engine=e, profile=args.profile)]
     if not rows:
-        print(f"carry: {args.target_dir} holds no measured slice of the engine (nothing written)")
+        print(f"carry: {args.target_dir} holds no measured slice of either engine (nothing written)")
         return 1
     target.replace("carry_check", rows)
     for r in rows:

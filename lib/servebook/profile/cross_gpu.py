@@ -165,19 +165,15 @@ def bandwidth_shares(reference, target, *, engine: str = "sglang", backend: str 
             "reference": ladders[0], "target": ladders[1], "target_run": Path(str(tgt.path)).name}
 
 
-def shares_words(got: dict, seed_ratio: float, categories: tuple[str, ...]) -> str:
-    """``bandwidth_shares``' result in words for the seed range's row: what each part of ``categories`` took of the ratio,
-    and the model it is carried to the seed's ratio (``seed_ratio``) by."""
+def shares_words(got: dict, categories: tuple[str, ...]) -> str:
+    """``bandwidth_shares``' result in words: whose ladder, between which machines, and what each part of
+    ``categories`` took of the ratio."""
     from ..engines import prose_name
 
     part = {"fixed": "per step", "moe": "per MoE layer"}
     each = "; ".join(f"{cat} {part[k]} {got['scaled'][cat][k]:.2f}x (share {got['shares'][cat][k]:.2f})"
                      for cat in categories if cat in got["shares"] for k in ("moe", "fixed"))
     r, t = got["reference"], got["target"]
-    return (f"central: each weights-bound part takes the whole bandwidth ratio; the end: only the share of it that "
-            f"{prose_name(got['engine'])}'s {got['backend']} INT4 ladder took from the H200 ({r['machine']}, MoE layers "
+    return (f"{prose_name(got['engine'])}'s {got['backend']} INT4 ladder from the H200 ({r['machine']}, MoE layers "
             f"{r['ladder'][0]}->{r['ladder'][1]}) to the {t['gpu']} ({got['target_run']}, {t['machine']}, MoE layers "
-            f"{t['ladder'][0]}->{t['ladder'][1]}, first starts), whose datasheet ratio is {got['ratio']:.2f}: {each}. "
-            f"Each part = (1 - share) kept + share x the seed's ratio {seed_ratio:.2f} (a part fixed in time plus one "
-            f"that follows bandwidth, fitted on two GPUs of one chip and carried to another): a hypothesis, and vLLM's "
-            f"kernels take {prose_name(got['engine'])}'s shares, not measured; settled by slices measured on the seed's GPU")
+            f"{t['ladder'][0]}->{t['ladder'][1]}, first starts), datasheet ratio {got['ratio']:.2f}: {each}")

@@ -155,17 +155,20 @@ def seed_tables(store, reference=None) -> dict:
             "seed_attention_12": [{**a, "key": f"{a['engine']} | {a['version']}"} for a in attention_12()]}
 
 
-def _measured_shares(src, full) -> dict | None:
-    """How much of the weights-bound parts followed bandwidth on another GPU: the first run beside the reference ``full``
-    with a table ``carry_check`` whose ladder gives shares against the projection's own source ``src``
-    (``cross_gpu.bandwidth_shares``), else None."""
+def _measured_shares(src, full) -> dict:
+    """How much of the weights-bound parts followed bandwidth on another GPU, per engine of the seed: the ladders of each
+    engine's seed backend in one run beside the reference ``full`` with a table ``carry_check``, against the projection's
+    own source ``src`` (``cross_gpu.bandwidth_shares``). The run holding the most of the seed's engines is read (one
+    machine for both; ties: the later name); an engine it lacks is left out (``ranges`` lends it another's)."""
     from .cross_gpu import bandwidth_shares, carry_runs
 
+    best: dict = {}
     for run in carry_runs(full):
-        got = bandwidth_shares(src, run)
-        if got and got["shares"]:
-            return got
-    return None
+        got = {e: bandwidth_shares(src, run, engine=e, backend=b) for e, b in SEED_BACKENDS.items()}
+        got = {e: g for e, g in got.items() if g and g["shares"]}
+        if len(got) >= len(best):
+            best = got
+    return best
 
 
 # the runs whose chapter 03 served the SGLang attention alternative forced on an H200, against its Triton MLA backend
