@@ -208,3 +208,35 @@ def test_recorded_md_states_the_range_row_as_the_what_if_run_holds_it():
             f"token and moves the gap by {row['gap_ms']:+.2f} ms") in text
     assert abs(row["gap_ms"]) < 0.1 * min(-row["sglang_ms"], -row["vllm_ms"])   # "nearly unmoved" (README)
     assert "h200x1-ref-backends" in row["basis"] or "gpu-d45a97396d7721e4" in row["basis"]   # the unit RECORDED.md names
+
+
+def _ladder_run(runs, name: str, labels: tuple[str, ...], factor: float) -> None:
+    """A SYNTHETIC run beside the reference copy in ``runs``: the reference's rows of ``labels`` with every category's
+    time x ``factor`` and a carry_check table (what marks a run measured on another GPU)."""
+    dst = runs / name
+    dst.mkdir(parents=True)
+    for table in ("profile_runs", "decode_breakdown"):
+        rows = [json.loads(x) for x in (REF / f"{table}.jsonl").read_text().splitlines() if x.strip()]
+        rows = [r for r in rows if r["label"] in labels]
+        if table == "decode_breakdown":
+            rows = [{**r, "ms_per_step": r["ms_per_step"] * factor if r.get("ms_per_step") is not None else None} for r in rows]
+        (dst / f"{table}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shutil.copy(REF / "manifest.json", dst / "manifest.json")
+    (dst / "carry_check.jsonl").write_text(json.dumps({"profile": "h100"}) + "\n")
+
+
+def test_each_engine_reads_its_own_shares_from_the_run_holding_the_most_engines(tmp_path):
+    from servebook.profile.seed import _measured_shares
+
+    runs = tmp_path / "runs"
+    shutil.copytree(REF, runs / "h200x1-ref", ignore=shutil.ignore_patterns("traces", "logs"))
+    ref = RunStore.at(runs / "h200x1-ref")
+    sg = ("sglang kimi-2L int4 triton", "sglang kimi-13L int4 triton")
+    vl = ("vllm kimi-2L int4 TRITON_MLA (h200x1-ref-vllm2)", "vllm kimi-13L int4 TRITON_MLA")
+    _ladder_run(runs, "a-sglang", sg, 1.1)
+    _ladder_run(runs, "b-vllm", vl, 1.2)
+    got = _measured_shares(ref, ref)
+    assert {e: g["target_run"] for e, g in got.items()} == {"sglang": "a-sglang", "vllm": "b-vllm"}
+    assert got["vllm"]["scaled"]["moe experts"]["moe"] == pytest.approx(1.2)
+    _ladder_run(runs, "c-both", sg + vl, 1.3)   # one machine for both engines wins over a run of one engine
+    assert {e: g["target_run"] for e, g in _measured_shares(ref, ref).items()} == {"sglang": "c-both", "vllm": "c-both"}

@@ -270,6 +270,7 @@ if grep -q '\"engine\": \"vllm\"' /tmp/ref-plan.json; then   # the plan's vLLM s
   while [ ! -x /tmp/py-vllm ]; do sleep 5; done
   export SERVEBOOK_PYTHON_VLLM=/tmp/py-vllm
   $P run --plan $plan --engines vllm $runs --budget-gb 150 --ready-timeout 600
+  RD=\$(ls -d /tmp/runs/*/$RUN_ID | head -1)   # again: a plan of vLLM servers only creates the run here
   $P more-starts --plan $plan --engines vllm --run-dir \$RD --decided-pct 5 --out /tmp/ref-more-vllm.json
   $P run --plan /tmp/ref-more-vllm.json --engines vllm $runs --ready-timeout 600
 fi"

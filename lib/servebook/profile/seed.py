@@ -156,19 +156,23 @@ def seed_tables(store, reference=None) -> dict:
 
 
 def _measured_shares(src, full) -> dict:
-    """How much of the weights-bound parts followed bandwidth on another GPU, per engine of the seed: the ladders of each
-    engine's seed backend in one run beside the reference ``full`` with a table ``carry_check``, against the projection's
-    own source ``src`` (``cross_gpu.bandwidth_shares``). The run holding the most of the seed's engines is read (one
-    machine for both; ties: the later name); an engine it lacks is left out (``ranges`` lends it another's)."""
+    """How much of the weights-bound parts followed bandwidth on another GPU, per engine of the seed: the ladder of each
+    engine's seed backend in a run beside the reference ``full`` with a table ``carry_check``, against the projection's
+    own source ``src`` (``cross_gpu.bandwidth_shares``). Per engine, the run holding the most of the seed's engines is
+    read (one machine for both where one holds both; ties: the later name); an engine no run holds is left out
+    (``ranges`` lends it another's and says so)."""
     from .cross_gpu import bandwidth_shares, carry_runs
 
-    best: dict = {}
+    found = []
     for run in carry_runs(full):
         got = {e: bandwidth_shares(src, run, engine=e, backend=b) for e, b in SEED_BACKENDS.items()}
-        got = {e: g for e, g in got.items() if g and g["shares"]}
-        if len(got) >= len(best):
-            best = got
-    return best
+        found.append({e: g for e, g in got.items() if g and g["shares"]})
+    out = {}
+    for e in SEED_BACKENDS:
+        mine = [g for g in found if e in g]
+        if mine:
+            out[e] = max(enumerate(mine), key=lambda ig: (len(ig[1]), ig[0]))[1][e]
+    return out
 
 
 # the runs whose chapter 03 served the SGLang attention alternative forced on an H200, against its Triton MLA backend
