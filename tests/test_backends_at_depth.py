@@ -1,5 +1,6 @@
 """The backends on the deepest slice (issue #39 item 6), each against its engine's seed backend within one recording
-unit: the real backends unit of h200x1-ref (unit 4, ``h200x1-ref-backends``), and h200x1-ref's rows before it (unit 3,
+unit: the real backends units of h200x1-ref (unit 4, ``h200x1-ref-backends``; unit 5, ``h200x1-ref-backends2``), and
+h200x1-ref's rows before them (unit 3,
 ``h200x1-ref-vllm2``, its 12-MoE-layer slices) altered into a SYNTHETIC backends unit for the cases unit 4 does not hold
 (two measures that disagree, a backend of another unit)."""
 
@@ -21,6 +22,7 @@ from servebook.stated.text import MISSING
 
 REF = data_dir() / "runs" / "h200x1-ref"
 UNIT3, OTHER, UNIT4 = "h200x1-ref-vllm2", "h200x1-ref", "h200x1-ref-backends"   # OTHER: unit 1, another machine
+UNIT5 = "h200x1-ref-backends2"
 
 
 def _real():
@@ -28,7 +30,8 @@ def _real():
 
 
 def _before_unit_4():
-    return [r for r in _real() if r.get("run_id") != UNIT4]
+    """The reference's rows before its backends units (4 and 5)."""
+    return [r for r in _real() if r.get("run_id") not in (UNIT4, UNIT5)]
 
 
 def _like(r: dict, backend, start: int, busy: float, tpot: float, *, reported="same", at: float = 0.0) -> dict:
@@ -68,14 +71,22 @@ def test_the_real_backends_unit_decides_flashinfer_and_not_the_one_start_backend
     rows = _real()
     assert common_depth(latest_ok(rows), SEED_BACKENDS) == 12
     got = _by(backend_comparisons(rows))
-    assert set(got) == {(UNIT4, "sglang", "flashinfer"), (UNIT4, "vllm", "FLASHMLA"), (UNIT4, "vllm", "default")}
+    assert set(got) == {(UNIT4, "sglang", "flashinfer"), (UNIT4, "vllm", "FLASHMLA"), (UNIT4, "vllm", "default"),
+                        (UNIT5, "sglang", "flashmla"), (UNIT5, "sglang", "fa3")}
     fi, fm, de = got[(UNIT4, "sglang", "flashinfer")], got[(UNIT4, "vllm", "FLASHMLA")], got[(UNIT4, "vllm", "default")]
+    # unit 5 (2026-12-06, session 29): fa3 lower than triton on both measures beyond the 2% margin; flashmla within it
+    fa3, mla = got[(UNIT5, "sglang", "fa3")], got[(UNIT5, "sglang", "flashmla")]
+    assert fa3["starts"] == mla["starts"] == {"backend": 2, "seed": 2} and fa3["machine"] == mla["machine"] != fi["machine"]
+    assert fa3["verdict"] == {"busy_ms": "a lower", "tpot_ms": "a lower"} and fa3["agree"] is True
+    assert mla["verdict"] == {"busy_ms": "no difference", "tpot_ms": "no difference"} and mla["agree"] is True
+    assert all(-mla["margin_pct"][m] < mla["diff_pct"][m] < 0 for m in mla["diff_pct"])
     assert fi["starts"] == {"backend": 2, "seed": 2} and fi["verdict"] == {"busy_ms": "a lower", "tpot_ms": "a lower"}
     assert fi["agree"] is True and all(fi["diff_pct"][m] < -fi["margin_pct"][m] for m in fi["diff_pct"])
     assert fm["starts"] == {"backend": 1, "seed": 2} and set(fm["verdict"].values()) == {"undecided"} and fm["agree"] is None
     assert de["backend"] == "auto" and de["reported"]["backend"] == ["FLASH_ATTN_MLA"] and de["agree"] is None
     words = re.sub(r"<span[^>]*>|</span>", "", backends_markdown(list(got.values())))
     assert "| SGLang | `flashinfer` against `triton` | 2 / 2 |" in words and "`default` (the log: `FLASH_ATTN_MLA`)" in words
+    assert "| SGLang | `fa3` against `triton` | 2 / 2 |" in words and f"(unit `{UNIT5}`" in words
     assert backend_comparisons(_before_unit_4()) == [] and backends_markdown([]) == ""   # units 1-3: no other backend
 
 
