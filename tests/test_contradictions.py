@@ -92,6 +92,18 @@ def test_cut_listing_names_both_cuts():
     assert "'Aquil" in text and "This usuall" in text
 
 
+def test_a_numbered_name_beside_its_sibling_is_not_cut():
+    """A unit id that another one extends by a number (h200x1-ref-backends, h200x1-ref-backends2) is two names; a word
+    continued by letters elsewhere stays a cut, a number followed by more letters too."""
+    units = _p("the engines' slices: gpu-d45a97396d7721e4 of h200x1-ref-backends",
+               "the backends' slices: gpu-a792dd699a33153d of h200x1-ref-backends2")
+    assert _kinds(units, "cut off") == []
+    assert _kinds(_p("the engines' slices: gpu-d45a97396d7721e4 of h200x1-ref-backen",
+                     "the backends' slices: gpu-a792dd699a33153d of h200x1-ref-backends2"), "cut off")
+    assert _kinds(_p("the engines' slices: gpu-d45a97396d7721e4 of h200x1-ref-backends",
+                     "the backends' slices: gpu-a792dd699a33153d of h200x1-ref-backends2x"), "cut off")
+
+
 def test_the_chapters_write_the_new_text():
     """The words come from the code that writes them: the profiles' account over starts (h200x1-live's recorded
     profiles), chapter 05's sweep stop (h200x1-trust's levels) and the seed's ranked changes (the what-if run)."""

@@ -152,7 +152,9 @@ def _cut_listing(text: str, texts: list[str]) -> str | None:
         return t[-60:]
     if re.search(r"[A-Za-z_]{4,}$", t):
         tail = t[-20:]
-        if any(re.search(re.escape(tail) + r"\w", o) for o in texts if o is not text and len(o) > len(t) // 2):
+        # continued by letters elsewhere: cut; by a number alone (unit ``h200x1-ref-backends`` beside ``...-backends2``):
+        # another name of a numbered family, not a cut
+        if any(re.search(re.escape(tail) + r"(?!\d+\b)\w", o) for o in texts if o is not text and len(o) > len(t) // 2):
             return t[-60:]
     for start in re.finditer(r"(?:^|: )([a-z]{4,}[^\n]{16,40})", t):
         head = start.group(1)
