@@ -404,15 +404,14 @@ def _scaling_row(src, central: dict, lat: dict, backends: dict, shares: dict | N
     it another GPU's ladder measured (``shares``: ``{engine: cross_gpu.bandwidth_shares(...)}``, an engine without its
     own taking another's, said; moves None where no such run is beside the reference)."""
     from ..engines import prose_name
-    from .cross_gpu import shares_words
-    from .projection import MEMORY_BOUND, _bandwidths
+    from .cross_gpu import _ratio, shares_words
+    from .projection import MEMORY_BOUND, TARGET
 
     own = {e: g for e, g in (shares or {}).items() if g and g.get("shares")}
     if not own:
         return _row("bandwidth scaling", "as measured on another GPU", {e: None for e in backends},
                     "not measured: no run beside the reference holds a table carry_check with a depth ladder "
                     "(servebook profile carry, tools/gpu-stage/xgpu-plan-h100.json)")
-    src_bw, dst_bw, _ = _bandwidths(_gpus()[1]["profile"], _gpus()[0]["profile"], [], "datasheet")
     lent = next(iter(own.values()))
     use = {e: own.get(e, lent) for e in backends}
     cats = tuple(c for c in MEMORY_BOUND if c != "attention")
@@ -422,7 +421,7 @@ def _scaling_row(src, central: dict, lat: dict, backends: dict, shares: dict | N
     return _row("bandwidth scaling", f"the shares measured on an {' and an '.join(gpus)}", moves,
                 "central: each weights-bound part takes the whole bandwidth ratio; the end: only the share of it that "
                 "each part took on another GPU, " + "; ".join(shares_words(g, cats) for g in own.values())
-                + f". Each part = (1 - share) kept + share x the seed's ratio {src_bw / dst_bw:.2f} (a part fixed in "
+                + f". Each part = (1 - share) kept + share x the seed's ratio {_ratio(TARGET):.2f} (a part fixed in "
                 "time plus one that follows bandwidth, fitted on two GPUs of one chip and carried to another): a "
                 "hypothesis" + "".join(f"; {prose_name(e)}'s kernels take {prose_name(lent['engine'])}'s shares, not "
                                        f"measured for {prose_name(e)}" for e in borrowed)

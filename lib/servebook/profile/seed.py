@@ -171,7 +171,7 @@ def _measured_shares(src, full) -> dict:
     for e in SEED_BACKENDS:
         mine = [g for g in found if e in g]
         if mine:
-            out[e] = max(enumerate(mine), key=lambda ig: (len(ig[1]), ig[0]))[1][e]
+            out[e] = max(reversed(mine), key=len)[e]   # max keeps the first of ties: reversed, the later name
     return out
 
 
