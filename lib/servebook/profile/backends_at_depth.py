@@ -26,8 +26,8 @@ def backend_comparisons(profile_rows, depth: int | None = None, seeds: dict | No
     """Per unit (machine, run id) and engine of ``seeds`` (default ``SEED_BACKENDS``), each INT4 graph backend with rows
     at ``depth`` MoE layers (default: the engines' common depth) other than the seed's, where the seed backend has rows
     there in the same unit: ``{"key", "machine", "run_id", "depth", "engine", "backend" (raw, None: default), "word",
-    "seed", "starts", "mean", "gap_ms", "reported": {"backend"/"seed": ...}, "compare", "verdict", "diff_pct",
-    "margin_pct" ({measure: ...}; % of the mean of the two means, ``anchor.ratio_gap``'s basis), "agree"}``."""
+    "seed", "starts", "labels" (each side's starts), "mean", "gap_ms", "reported": {"backend"/"seed": ...}, "compare",
+    "verdict", "diff_pct", "margin_pct" ({measure: ...}; % of the mean of the two means, ``anchor.ratio_gap``'s basis), "agree"}``."""
     from .anchor import common_depth
     from .ranges import SEED_BACKENDS
     from .tables import latest_ok
@@ -54,6 +54,7 @@ def backend_comparisons(profile_rows, depth: int | None = None, seeds: dict | No
             out.append({"key": f"{machine} / {run_id}", "machine": machine, "run_id": run_id, "depth": depth,
                         "engine": eng, "backend": be, "word": _word(be), "seed": seed,
                         "starts": {s: len(x) for s, x in sides.items()},
+                        "labels": {s: [r["label"] for r in x] for s, x in sides.items()},
                         "mean": mean, "gap_ms": {s: x["tpot_ms"] - x["busy_ms"] for s, x in mean.items()},
                         "reported": {s: sorted({r["reported_backend"] for r in x if r.get("reported_backend")}) or None
                                      for s, x in sides.items()},

@@ -322,6 +322,7 @@ def where_time_goes(store) -> str:
     """Chapter 06's account of the profiles of a live run: per model both engines ran, their GPU time per step, what
     the difference between them consists of, and the full-model checks (Markdown; figures tagged)."""
     from ..stated import q
+    from .backend_kernels import kernel_shift_markdown
     from .backends_at_depth import backend_comparisons, backends_markdown
     from .depths import HOST_BOUND_SHARE
     from .tables import engine_difference
@@ -330,7 +331,9 @@ def where_time_goes(store) -> str:
     prof = store.rows("profile_runs")   # read once: every part below reads the same rows
     rows = engine_difference(store.rows("decode_breakdown"), prof)
     units = units_markdown(store)   # a reference recording of units: each engine's ladder, compared through the reference
-    backs = backends_markdown(backend_comparisons(prof))   # backends within one unit (if measured)
+    comparisons = backend_comparisons(prof)
+    # backends within one unit (if measured), then the kernels that make each difference
+    backs = "\n\n".join(x for x in (backends_markdown(comparisons), kernel_shift_markdown(store, comparisons)) if x)
     units += ("\n\n" + backs) if backs else ""   # a blank line first: a paragraph and table, not a list item's
     if not rows:
         return units

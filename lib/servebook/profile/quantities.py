@@ -431,6 +431,24 @@ _UNITS += [Quantity(f"slice_backend_{f}", "a backend against its engine's seed b
                                           "run id / measure)"),
                            ("moe_layers", "the MoE layers compared (machine / run id)"))]
 
+
+
+def _backend_kernels(store, name: str) -> dict:
+    from .backend_kernels import kernel_shift_figures
+    from .backends_at_depth import backend_comparisons
+
+    return kernel_shift_figures(store, backend_comparisons(store.rows("profile_runs")))[name]
+
+
+_UNITS += [Quantity(f"backend_kernel_{f}", "a backend and its engine's seed backend in one unit, kernel by kernel (name "
+                    f"and stream; backend_kernels.kernel_shift): {what}",
+                    lambda store, f=f: _backend_kernels(store, f"backend_kernel_{f}"), tables=("profile_runs",))
+           for f, what in (("us", "a kernel's µs per decode step (engine / backend / machine / run id / kernel / stream / side)"),
+                           ("launches", "a kernel's launches per decode step (... / kernel / stream / side)"),
+                           ("diff_us", "the backend's µs per step minus the seed backend's (... / kernel / stream)"),
+                           ("stream_diff_us", "a stream's kernels together, the difference in µs per step (... / stream)"),
+                           ("tables", "the starts' kernel tables averaged on a side (engine / backend / machine / run id / side)"))]
+
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)
 
 

@@ -1,0 +1,181 @@
+"""Which kernels make a backend's difference (issue #39 items 5 and 6): a backend and its engine's seed backend, both
+measured in one recording unit (``backends_at_depth.backend_comparisons``), matched kernel by kernel by name over a
+decode step, from each start's kernel table (``traces/<slug>.kernels.json``, ``linearity.kernel_table``).
+
+    shift = kernel_shift(tables_a, tables_b)       # per kernel name: launches and µs per step on each side, the difference
+    md = kernel_shift_markdown(store, comparisons) # chapter 06's tables under the backends' comparisons; "" if no tables
+
+A kernel's time per step is the sum over its positions in the step of the position's median duration times the share
+of steps it appears in; each side is the mean of its starts' tables. A kernel one side launches and the other does not
+shows 0 launches on the side without it: kernels are matched by name only (two backends run different code, so their
+positions in the step are not comparable).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+__all__ = ["kernel_shift", "kernel_shift_markdown", "kernel_shift_figures", "SHOWN", "MIN_US"]
+
+SHOWN = 8      # the kernels listed per comparison, largest difference first
+MIN_US = 5.0   # a kernel whose time per step moves by less is not listed (a few µs is a kernel's own jitter)
+
+_NOISE = re.compile(r"^void |\(anonymous namespace\)::|at::native::|std::|c10::")
+
+
+def short_name(name: str, width: int = 96) -> str:
+    """A kernel's name as a table shows it: ``void``, anonymous namespaces and ``at::native::``/``std::`` dropped, cut to
+    ``width`` characters (an index_put and a gather stay told apart by their template, so it is kept where it fits)."""
+    s = _NOISE.sub("", name)
+    while True:                     # the pattern drops prefixes anywhere; a second pass catches ones nested in templates
+        t = _NOISE.sub("", s)
+        if t == s:
+            break
+        s = t
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _per_step(table: dict) -> dict:
+    """``{(name, stream rank): {"count", "us", "category"}}`` of one kernel table: launches per step and µs per step
+    (median x presence)."""
+    from .kernels import classify
+
+    out: dict = defaultdict(lambda: {"count": 0.0, "us": 0.0, "category": ""})
+    for pos, i in enumerate(table["seq"]):
+        name, share = table["names"][i], float(table["present"][pos])
+        x = out[(name, int(table["stream_rank"][pos]))]
+        x["count"] += share
+        x["us"] += float(table["median_us"][pos]) * share
+        x["category"] = x["category"] or classify(name, table["cat"][pos])
+    return out
+
+
+def _mean(tables: list[dict]) -> dict:
+    """The starts' per-step kernels, averaged kernel by kernel (a kernel missing from a start counts 0 there)."""
+    each = [_per_step(t) for t in tables]
+    keys = dict.fromkeys(k for e in each for k in e)
+    return {k: {"count": sum(e[k]["count"] for e in each if k in e) / len(each),
+                "us": sum(e[k]["us"] for e in each if k in e) / len(each),
+                "category": next(e[k]["category"] for e in each if k in e)} for k in keys}
+
+
+def stream_word(rank: int) -> str:
+    """A stream rank as the table says it: 0 (the stream that runs the most kernels) is "main"."""
+    return "main" if rank == 0 else f"side {rank}"
+
+
+def kernel_shift(tables_a: list[dict], tables_b: list[dict]) -> list[dict]:
+    """Every kernel (name and stream rank) of either side: ``{"name", "short", "stream", "category", "count": {"a",
+    "b"}, "us": {"a", "b"}, "diff_us" (a - b)}``, largest ``|diff_us|`` first; [] where a side has no table."""
+    if not tables_a or not tables_b:
+        return []
+    a, b = _mean(tables_a), _mean(tables_b)
+    zero = {"count": 0.0, "us": 0.0, "category": ""}
+    out = []
+    for key in dict.fromkeys([*a, *b]):
+        x, y = a.get(key, zero), b.get(key, zero)
+        out.append({"name": key[0], "short": short_name(key[0]), "stream": stream_word(key[1]),
+                    "category": x["category"] or y["category"], "count": {"a": x["count"], "b": y["count"]},
+                    "us": {"a": x["us"], "b": y["us"]}, "diff_us": x["us"] - y["us"]})
+    seen: dict = {}
+    for r in out:   # two names cut to one short name on one stream stay two subjects
+        n = seen[(r["short"], r["stream"])] = seen.get((r["short"], r["stream"]), 0) + 1
+        r["short"] += f" #{n}" if n > 1 else ""
+    return sorted(out, key=lambda r: -abs(r["diff_us"]))
+
+
+def _tables(store, labels: list[str]) -> list[dict]:
+    import json
+    from pathlib import Path
+
+    rows = {r["label"]: r for r in store.rows("profile_runs") if r.get("ok")}
+    out = []
+    for lab in labels:
+        rel = rows.get(lab, {}).get("kernel_table")
+        if rel and (Path(store.path) / rel).is_file():
+            out.append(json.loads((Path(store.path) / rel).read_text()))
+    return out
+
+
+def _shifts(store, comparisons: list[dict]) -> list[tuple[dict, list[dict], dict]]:
+    """Per comparison with kernel tables on both sides: (comparison, its kernel shift, tables per side counted)."""
+    out = []
+    for c in comparisons:
+        ta, tb = _tables(store, c["labels"]["backend"]), _tables(store, c["labels"]["seed"])
+        shift = kernel_shift(ta, tb)
+        if shift:
+            out.append((c, shift, {"backend": len(ta), "seed": len(tb)}))
+    return out
+
+
+def _of(c: dict, *rest: str) -> str:
+    return " / ".join([c["engine"], c["word"], c["key"], *rest])
+
+
+def _kof(c: dict, k: dict, *rest: str) -> str:
+    return _of(c, k["short"], k["stream"], *rest)
+
+
+def _listed(shift: list[dict]) -> list[dict]:
+    return [k for k in shift[:SHOWN] if abs(k["diff_us"]) >= MIN_US]
+
+
+def _by_stream(shift: list[dict]) -> dict:
+    """``{stream word: the difference of all its kernels, µs per step}``, main first."""
+    out: dict = {}
+    for k in sorted(shift, key=lambda k: (k["stream"] != "main", k["stream"])):
+        out[k["stream"]] = out.get(k["stream"], 0.0) + k["diff_us"]
+    return out
+
+
+def kernel_shift_figures(store, comparisons: list[dict]) -> dict:
+    """Every figure ``kernel_shift_markdown`` tags, ``{quantity: {subject: value}}``."""
+    out: dict = {f"backend_kernel_{n}": {} for n in ("us", "launches", "diff_us", "stream_diff_us", "tables")}
+    for c, shift, n in _shifts(store, comparisons):
+        out["backend_kernel_tables"].update({_of(c, c["word"]): n["backend"], _of(c, c["seed"]): n["seed"]})
+        for k in _listed(shift):
+            out["backend_kernel_diff_us"][_kof(c, k)] = k["diff_us"]
+            for s, side in (("a", c["word"]), ("b", c["seed"])):
+                out["backend_kernel_us"][_kof(c, k, side)] = k["us"][s]
+                out["backend_kernel_launches"][_kof(c, k, side)] = k["count"][s]
+        out["backend_kernel_stream_diff_us"].update({_of(c, st): d for st, d in _by_stream(shift).items()})
+    return out
+
+
+def kernel_shift_markdown(store, comparisons: list[dict]) -> str:
+    """Chapter 06's kernel tables under the backends' comparisons: per comparison with kernel tables on both sides, the
+    kernels whose time per step moves most (at most ``SHOWN``, each by ``MIN_US`` or more), matched by name and stream,
+    with their category, launches and µs per step on each side, and each stream's kernels summed; "" where no
+    comparison has tables."""
+    from ..engines import prose_name
+    from ..stated import q
+
+    out = []
+    for c, shift, n in _shifts(store, comparisons):
+        listed = _listed(shift)
+        if not listed:
+            continue
+        a, b = c["word"], c["seed"]
+        rows = [f"| {k['category']} | `{k['short']}` | {k['stream']} | "
+                f"{q('backend_kernel_launches', k['count']['a'], '.0f', of=_kof(c, k, a))} / "
+                f"{q('backend_kernel_launches', k['count']['b'], '.0f', of=_kof(c, k, b))} | "
+                f"{q('backend_kernel_us', k['us']['a'], '.1f', of=_kof(c, k, a))} / "
+                f"{q('backend_kernel_us', k['us']['b'], '.1f', of=_kof(c, k, b))} | "
+                f"{q('backend_kernel_diff_us', k['diff_us'], '+.1f', of=_kof(c, k))} |" for k in listed]
+        streams = "; ".join(f"`{st}` {q('backend_kernel_stream_diff_us', d, '+.1f', of=_of(c, st))}"
+                            for st, d in _by_stream(shift).items())
+        out.append(
+            f"*Which kernels make it: {prose_name(c['engine'])} `{a}` against `{b}`* (unit `{c['run_id']}`; kernel tables "
+            f"of {q('backend_kernel_tables', n['backend'], 'd', of=_of(c, a))} / "
+            f"{q('backend_kernel_tables', n['seed'], 'd', of=_of(c, b))} starts, each side the mean of its starts; "
+            "kernels matched by name and stream over a decode step; those that move most, at most "
+            f"`SHOWN = {SHOWN}`, each by `MIN_US = {MIN_US:g}` µs per step or more (`servebook.profile.backend_kernels`); "
+            "launches per step rounded):\n\n"
+            f"| category | kernel | stream | launches per step (`{a}` / `{b}`) | µs per step (`{a}` / `{b}`) | difference "
+            "(µs) |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            f"All kernels of each stream together, µs per step: {streams}. Kernel times do not add up to the GPU busy "
+            "time: kernels on a side stream overlap the main stream's, and a kernel that waits for the multiprocessors "
+            "another stream holds lasts longer without doing more work (its time is contention, not work), so only the "
+            "profile's GPU busy time above, the union of the kernels' intervals, measures the step.")
+    return "\n\n".join(out)

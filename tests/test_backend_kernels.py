@@ -1,0 +1,126 @@
+"""Which kernels make a backend's difference (``servebook.profile.backend_kernels``): the real kernel tables of
+h200x1-ref's backends units (unit 4 ``h200x1-ref-backends``, unit 5 ``h200x1-ref-backends2``), and SYNTHETIC tables for
+the matching rule's edge cases."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from servebook.paths import data_dir
+from servebook.profile.backend_kernels import (MIN_US, SHOWN, kernel_shift, kernel_shift_markdown, short_name,
+                                               stream_word)
+from servebook.profile.backends_at_depth import backend_comparisons
+from servebook.results import RunStore
+
+REF = data_dir() / "runs" / "h200x1-ref"
+
+
+def _table(kernels: list[tuple[str, int, float, float]]) -> dict:
+    """A SYNTHETIC kernel table: (name, stream rank, median µs, presence) per position of the step."""
+    names = sorted({k[0] for k in kernels})
+    return {"names": names, "seq": [names.index(k[0]) for k in kernels], "stream_rank": [k[1] for k in kernels],
+            "cat": ["kernel"] * len(kernels), "median_us": [k[2] for k in kernels], "present": [k[3] for k in kernels]}
+
+
+def _real_comparisons():
+    store = RunStore.at(REF)
+    return store, {(c["engine"], c["word"]): c for c in backend_comparisons(store.rows("profile_runs"))}
+
+
+def test_kernels_match_by_name_and_stream_and_average_over_starts():
+    a1 = _table([("gemm_a", 0, 10.0, 1.0), ("gemm_a", 0, 30.0, 1.0), ("attn_new", 0, 50.0, 1.0), ("reduce", 1, 20.0, 1.0)])
+    a2 = _table([("gemm_a", 0, 10.0, 1.0), ("gemm_a", 0, 30.0, 1.0), ("reduce", 1, 40.0, 0.5)])   # attn_new missing here
+    b = _table([("gemm_a", 0, 40.0, 1.0), ("attn_old", 0, 70.0, 1.0), ("reduce", 0, 2.0, 1.0), ("reduce", 1, 2.0, 1.0)])
+    shift = {(k["name"], k["stream"]): k for k in kernel_shift([a1, a2], [b])}
+    assert shift[("gemm_a", "main")]["us"] == {"a": 40.0, "b": 40.0} and shift[("gemm_a", "main")]["count"]["a"] == 2
+    assert shift[("attn_new", "main")]["us"]["a"] == 25.0 and shift[("attn_new", "main")]["count"] == {"a": 0.5, "b": 0}
+    assert shift[("attn_old", "main")]["diff_us"] == -70.0
+    # one name on two streams: two kernels (a side stream's kernel is not the main stream's)
+    assert shift[("reduce", "side 1")]["us"] == {"a": 20.0, "b": 2.0} and shift[("reduce", "main")]["us"]["a"] == 0
+    assert [k["name"] for k in kernel_shift([a1, a2], [b])][0] == "attn_old"   # largest |difference| first
+    assert kernel_shift([], [b]) == [] and kernel_shift([a1], []) == []
+    assert stream_word(0) == "main" and stream_word(2) == "side 2"
+
+
+def test_short_names_drop_noise_and_stay_distinct():
+    assert short_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::OpaqueType<2u> >(x)") == \
+        "CatArrayBatchedCopy<OpaqueType<2u> >(x)"
+    long = ["void k<" + "a" * 100 + ">(int)", "void k<" + "a" * 100 + ">(float)"]
+    assert short_name(long[0]) == short_name(long[1]) and len(short_name(long[0])) == 96
+    shift = kernel_shift([_table([(long[0], 0, 10.0, 1.0), (long[1], 0, 20.0, 1.0)])], [_table([("x", 0, 1.0, 1.0)])])
+    assert len({k["short"] for k in shift}) == 3 and any(k["short"].endswith(" #2") for k in shift)
+
+
+def test_the_real_units_name_the_kernels_that_make_each_backends_difference():
+    store, by = _real_comparisons()
+    fa3, flashmla, flashinfer = by[("sglang", "fa3")], by[("sglang", "flashmla")], by[("sglang", "flashinfer")]
+
+    def shift(c):
+        from servebook.profile.backend_kernels import _tables
+        return {(k["short"], k["stream"]): k for k in kernel_shift(_tables(store, c["labels"]["backend"]),
+                                                                    _tables(store, c["labels"]["seed"]))}
+
+    # SGLang's triton path writes the MLA cache and builds its query with torch indexing and two concatenations, 13
+    # launches each (one per attention layer) on the main stream; fa3 and flashinfer launch none of them and write the
+    # cache with one set_mla_kv_buffer_kernel a layer; flashmla keeps triton's three
+    torch_path = [s for s in shift(fa3) if s[1] == "main" and re.match(r"index_elementwise_kernel<128, 4, gpu_index_kernel"
+                                                                           r"<index_put_kernel_impl<OpaqueType<2> |"
+                                                                           r"CatArrayBatchedCopy", s[0])]
+    assert len(torch_path) == 3
+    for c in (fa3, flashinfer):
+        s = shift(c)
+        for k in torch_path:
+            assert round(s[k]["count"]["b"]) == 13 and s[k]["count"]["a"] == 0 and s[k]["diff_us"] < -15
+        assert round(s[("set_mla_kv_buffer_kernel", "main")]["count"]["a"]) == 13
+        assert s[("set_mla_kv_buffer_kernel", "main")]["count"]["b"] == 0
+        assert -100 < sum(s[k]["diff_us"] for k in torch_path) < -70
+    s = shift(flashmla)
+    assert all(round(s[k]["count"]["a"]) == 13 and abs(s[k]["diff_us"]) < 5 for k in torch_path)
+    # flashmla's side-stream split-K reduce lasts longer while its main stream runs: contention, listed on its stream
+    red = next(k for (n, st), k in s.items() if n.startswith("cublasLt::splitKreduce") and st == "side 1")
+    assert round(red["count"]["a"]) == round(red["count"]["b"]) == 12 and red["diff_us"] > 60
+
+
+def test_the_section_states_every_figure_tagged_and_recomputed(tmp_path):
+    import mistune
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    from servebook import quantities as _all  # noqa: F401  every chapter's quantities registered
+    from servebook import stated
+    from servebook.stated.registry import expected
+    from servebook.stated.tags import stated_on
+
+    store, by = _real_comparisons()
+    comps = list(by.values())
+    md = kernel_shift_markdown(store, comps)
+    assert md.count("*Which kernels make it:") == len(comps) == 5
+    words = re.sub(r"<span[^>]*>|</span>", "", md)
+    assert "| norm/rope/elementwise | `CatArrayBatchedCopy<OpaqueType<2u>, unsigned int, 3, 64, 64>" in words
+    assert "its time is contention, not work" in words
+    html = markdown2html_mistune(md)
+    assert html.count("<table>") == 5 and html.count("<tr>") <= 5 * (SHOWN + 1)
+    page = f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown">{mistune.html(md)}</div>'
+    assert [str(u) for u in stated.untagged_numbers(page)] == []
+    tags = stated_on(md)
+    assert {t.name for t in tags} == {"backend_kernel_us", "backend_kernel_launches", "backend_kernel_diff_us",
+                                      "backend_kernel_stream_diff_us", "backend_kernel_tables"}
+    assert all(abs(t.value) >= MIN_US for t in tags if t.name == "backend_kernel_diff_us")
+    for t in tags:
+        assert expected(store, t.name, t.of) == pytest.approx(t.value), (t.name, t.of)
+    t = next(t for t in tags if t.name == "backend_kernel_diff_us")
+    assert expected(store, t.name, t.of) != pytest.approx(t.value * 1.01)
+    # a run whose kernel tables are gone states none of it (the comparisons stay, their kernels are not guessed)
+    for p in [REF / "manifest.json", *REF.glob("*.jsonl")]:
+        shutil.copyfile(p, tmp_path / p.name)
+    bare = RunStore.at(tmp_path)
+    assert backend_comparisons(bare.rows("profile_runs")) and kernel_shift_markdown(bare, comps) == ""
+
+
+def test_chapter_06_puts_the_kernels_after_the_backends_comparisons():
+    from servebook.profile.chapter import where_time_goes
+
+    page = where_time_goes(RunStore.at(REF))
+    assert page.index("**Backends at") < page.index("*Which kernels make it: SGLang `fa3` against `triton`*")
