@@ -24,16 +24,49 @@ MIN_US = 5.0   # a kernel whose time per step moves by less is not listed (a few
 _NOISE = re.compile(r"^void |\(anonymous namespace\)::|at::native::|std::|c10::")
 
 
+def _args_cut(s: str) -> str:
+    """``s`` without its argument list: from the first "(" outside every template's "<...>" on (a lambda's or a
+    signature's parentheses inside a template argument stay)."""
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0 and i > 0:
+            return s[:i]
+    return s
+
+
+_PARENS = re.compile(r"\([^()]+\)")   # a parenthesised group holding no other ("(…)" is held as one character)
+_LAMBDA = re.compile(r"::\{lambda\((?:…)?\)#\d+\}|::operator\(\)\(\)(?: const)?")
+
+
+def _innermost(s: str) -> tuple[int, int] | None:
+    """The span of the last-closing "<...>" of ``s`` among the deepest not already "<…>", or None."""
+    best, opened = None, []
+    for i, ch in enumerate(s):
+        if ch == "<":
+            opened.append(i)
+        elif ch == ">" and opened:
+            a = opened.pop()
+            if s[a + 1:i] != "…" and "<" not in s[a + 1:i].replace("<…>", ""):
+                best = (a, i)
+    return best
+
+
 def short_name(name: str, width: int = 96) -> str:
-    """A kernel's name as a table shows it: ``void``, anonymous namespaces and ``at::native::``/``std::`` dropped, cut to
-    ``width`` characters (an index_put and a gather stay told apart by their template, so it is kept where it fits)."""
-    s = _NOISE.sub("", name)
-    while True:                     # the pattern drops prefixes anywhere; a second pass catches ones nested in templates
-        t = _NOISE.sub("", s)
-        if t == s:
-            break
-        s = t
-    return s if len(s) <= width else s[: width - 1] + "…"
+    """A kernel's name as a table shows it: ``void``, anonymous namespaces and ``at::native::``/``std::`` dropped,
+    argument lists shown as ``(…)`` and lambdas dropped, then, while longer than ``width``, template arguments shown
+    as ``<…>`` from the right (never cut inside a word: the parts of the name that stay are whole)."""
+    s = name
+    while _NOISE.search(s):
+        s = _NOISE.sub("", s)
+    t = s.replace("(…)", "\0")
+    while _PARENS.search(t):
+        t = _PARENS.sub("\0", t)
+    s = t.replace("\0", "(…)")
+    s = _LAMBDA.sub("", _args_cut(s)).strip()
+    while len(s) > width and (span := _innermost(s)):
+        s = s[:span[0]] + "<…>" + s[span[1] + 1:]
+    return s
 
 
 def _per_step(table: dict) -> dict:
