@@ -136,3 +136,58 @@ def test_chapter_06_puts_the_kernels_after_the_backends_comparisons():
 
     page = where_time_goes(RunStore.at(REF))
     assert page.index("**Backends at") < page.index("*Which kernels make it: SGLang `fa3` against `triton`*")
+
+
+def test_categories_side_by_side_name_each_sides_kernels():
+    from servebook.profile.backend_kernels import category_sides
+
+    a = _table([("_fwd_kernel_stage2", 0, 13.0, 1.0), ("nvjet_gemm", 0, 40.0, 1.0), ("nvjet_gemm", 1, 5.0, 1.0)])
+    b = _table([("_fwd_kernel_stage2", 0, 5.0, 1.0), ("concat_and_cache_mla_kernel", 0, 2.0, 1.0), ("nvjet_gemm", 0, 44.0, 1.0)])
+    rows = {r["category"]: r for r in category_sides([a], [b])}
+    assert list(rows) == ["attention", "dense gemm"]   # the classifier's order, only categories either side has
+    att = rows["attention"]
+    assert att["us"] == {"a": 13.0, "b": 7.0} and att["diff_us"] == 6.0
+    assert [k["short"] for k in att["kernels"]["a"]] == ["_fwd_kernel_stage2"]          # none of b's is listed on a's side
+    assert [k["short"] for k in att["kernels"]["b"]] == ["_fwd_kernel_stage2", "concat_and_cache_mla_kernel"]
+    assert rows["dense gemm"]["us"] == {"a": 45.0, "b": 44.0}
+    assert [(k["stream"], k["us"]) for k in rows["dense gemm"]["kernels"]["a"]] == [("main", 40.0), ("side 1", 5.0)]
+    assert category_sides([], [b]) == []
+
+
+def test_the_engines_side_by_side_on_the_real_units_tagged_and_recomputed():
+    import mistune
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    from servebook import quantities as _all  # noqa: F401
+    from servebook import stated
+    from servebook.profile.backend_kernels import engine_kernels_markdown
+    from servebook.profile.same_machine import seed_units
+    from servebook.stated.registry import expected
+    from servebook.stated.tags import stated_on
+
+    store = RunStore.at(REF)
+    units = seed_units(store.rows("profile_runs"))
+    md = engine_kernels_markdown(store, units)
+    assert md.count("*The engines' kernels side by side: SGLang `triton` and vLLM `TRITON_MLA`*") == len(units) >= 2
+    words = re.sub(r"<span[^>]*>|</span>", "", md)
+    # each engine's own INT4 expert kernel named on its side of one row
+    assert re.search(r"\| moe experts \| `device::marlin_moe::Marlin<…>` \(`main`\) [\d.]+;.*\| `marlin_moe_wna16::Marlin<…>` "
+                     r"\(`main`\) [\d.]+;", words)
+    html = markdown2html_mistune(md)   # as the book renders it: a table per unit, five cells a row
+    assert html.count("<table>") == len(units) and html.count("<td>") == 5 * (html.count("<tr>") - len(units))
+    page = f'<div class="jp-RenderedMarkdown" data-mime-type="text/markdown">{mistune.html(md)}</div>'
+    assert [str(u) for u in stated.untagged_numbers(page)] == []
+    tags = stated_on(md)
+    assert {t.name for t in tags} == {"engine_kernel_us", "engine_kernel_category_us", "engine_kernel_diff_us",
+                                      "engine_kernel_tables"}
+    for t in tags:
+        assert expected(store, t.name, t.of) == pytest.approx(t.value), (t.name, t.of)
+    # the categories' kernel times are each side's table, not the busy time: the busy time decides, the page says so
+    assert "not the GPU busy time" in words
+
+
+def test_chapter_06_puts_the_engines_side_by_side_before_the_backends():
+    from servebook.profile.chapter import where_time_goes
+
+    page = where_time_goes(RunStore.at(REF))
+    assert page.index("*The engines' kernels side by side") < page.index("**Backends at")

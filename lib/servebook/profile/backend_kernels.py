@@ -1,9 +1,13 @@
-"""Which kernels make a backend's difference (issue #39 items 5 and 6): a backend and its engine's seed backend, both
-measured in one recording unit (``backends_at_depth.backend_comparisons``), matched kernel by kernel by name over a
-decode step, from each start's kernel table (``traces/<slug>.kernels.json``, ``linearity.kernel_table``).
+"""Which kernels make a backend's difference, and the engines' kernels side by side (issue #39 items 5 and 6): a
+backend and its engine's seed backend, both measured in one recording unit (``backends_at_depth.backend_comparisons``),
+matched kernel by kernel by name and stream over a decode step; the seed's two engines in one unit
+(``same_machine.same_machine``), whose kernels have other names, met by category; both from each start's kernel table
+(``traces/<slug>.kernels.json``, ``linearity.kernel_table``).
 
     shift = kernel_shift(tables_a, tables_b)       # per kernel name: launches and µs per step on each side, the difference
     md = kernel_shift_markdown(store, comparisons) # chapter 06's tables under the backends' comparisons; "" if no tables
+    sides = category_sides(tables_a, tables_b)     # per category: each side's kernels by name, µs per step, difference
+    md = engine_kernels_markdown(store, units)     # chapter 06's side by side of the engines within one unit
 
 A kernel's time per step is the sum over its positions in the step of the position's median duration times the share
 of steps it appears in; each side is the mean of its starts' tables. A kernel one side launches and the other does not
@@ -16,7 +20,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-__all__ = ["kernel_shift", "kernel_shift_markdown", "kernel_shift_figures", "SHOWN", "MIN_US"]
+__all__ = ["kernel_shift", "kernel_shift_markdown", "kernel_shift_figures", "category_sides", "engine_kernels_markdown",
+           "engine_kernel_figures", "SHOWN", "MIN_US", "NAMED"]
 
 SHOWN = 8      # the kernels listed per comparison, largest difference first
 MIN_US = 5.0   # a kernel whose time per step moves by less is not listed (a few µs is a kernel's own jitter)
@@ -211,4 +216,95 @@ def kernel_shift_markdown(store, comparisons: list[dict]) -> str:
             "time: kernels on a side stream overlap the main stream's, and a kernel that waits for the multiprocessors "
             "another stream holds lasts longer without doing more work (its time is contention, not work), so only the "
             "profile's GPU busy time above, the union of the kernels' intervals, measures the step.")
+    return "\n\n".join(out)
+
+
+# -- the engines side by side (issue #39 item 5): their kernels differ by name, so they meet by category -------------
+NAMED = 3   # each engine's kernels named per category, largest first
+
+
+def category_sides(tables_a: list[dict], tables_b: list[dict]) -> list[dict]:
+    """Per kernel category (``kernels.CATEGORIES`` order): ``{"category", "us": {"a", "b"} (all its kernels, all streams,
+    µs per step, each side the mean of its starts), "diff_us" (a - b), "kernels": {"a"/"b": [each kernel of that side
+    in the category, largest first: {"short", "stream", "us"}]}}``; [] where a side has no table."""
+    from .kernels import CATEGORIES
+
+    shift = kernel_shift(tables_a, tables_b)
+    out = []
+    for cat in [c for c in CATEGORIES if c != "gpu idle"]:
+        mine = [k for k in shift if k["category"] == cat]
+        if not mine:
+            continue
+        sides = {s: sorted(({"short": k["short"], "stream": k["stream"], "us": k["us"][s]} for k in mine if k["us"][s] > 0),
+                           key=lambda x: -x["us"]) for s in ("a", "b")}
+        us = {s: sum(k["us"][s] for k in mine) for s in ("a", "b")}
+        out.append({"category": cat, "us": us, "diff_us": us["a"] - us["b"], "kernels": sides})
+    return out
+
+
+def _eof(u: dict, *rest: str) -> str:
+    """A subject of the engines' side by side: engine pair / machine / run id (/ category / ...); " / ", as a "|" in a
+    tag would split a table's cell."""
+    return " / ".join([" and ".join(f"{e} {b}" for e, b in u["backends"].items()), u["machine"], u["run_id"], *rest])
+
+
+def _engine_sides(store, units: list[dict]) -> list[tuple[dict, list[dict], dict]]:
+    out = []
+    for u in units:
+        (a, b) = list(u["backends"])
+        ta, tb = _tables(store, u["labels"][a]), _tables(store, u["labels"][b])
+        rows = category_sides(ta, tb)
+        if rows:
+            out.append((u, rows, {a: len(ta), b: len(tb)}))
+    return out
+
+
+def engine_kernel_figures(store, units: list[dict]) -> dict:
+    """Every figure ``engine_kernels_markdown`` tags, ``{quantity: {subject: value}}``."""
+    out: dict = {f"engine_kernel_{n}": {} for n in ("us", "category_us", "diff_us", "tables")}
+    for u, rows, n in _engine_sides(store, units):
+        (a, b) = list(u["backends"])
+        out["engine_kernel_tables"].update({_eof(u, e): k for e, k in n.items()})
+        for r in rows:
+            out["engine_kernel_diff_us"][_eof(u, r["category"])] = r["diff_us"]
+            for s, e in (("a", a), ("b", b)):
+                out["engine_kernel_category_us"][_eof(u, r["category"], e)] = r["us"][s]
+                for k in r["kernels"][s][:NAMED]:
+                    out["engine_kernel_us"][_eof(u, r["category"], e, k["short"], k["stream"])] = k["us"]
+    return out
+
+
+def engine_kernels_markdown(store, units: list[dict]) -> str:
+    """Chapter 06's side by side of the engines within one unit (``same_machine.same_machine``'s rows): per kernel
+    category, each engine's kernels by name (at most ``NAMED``, largest first) and µs per step, and the category's
+    difference; "" where no unit has kernel tables for both."""
+    from ..engines import prose_name
+    from ..stated import q
+
+    out = []
+    for u, rows, n in _engine_sides(store, units):
+        (a, b) = list(u["backends"])
+
+        def cell(r, s, e):
+            ks = r["kernels"][s]
+            named = "; ".join(f"`{k['short']}` (`{k['stream']}`) {q('engine_kernel_us', k['us'], '.1f', of=_eof(u, r['category'], e, k['short'], k['stream']))}"
+                              for k in ks[:NAMED])
+            return (named + ("; and others" if len(ks) > NAMED else "")) or "none"
+
+        lines = [f"| {r['category']} | {cell(r, 'a', a)} | {cell(r, 'b', b)} | "
+                 f"{q('engine_kernel_category_us', r['us']['a'], '.1f', of=_eof(u, r['category'], a))} / "
+                 f"{q('engine_kernel_category_us', r['us']['b'], '.1f', of=_eof(u, r['category'], b))} | "
+                 f"{q('engine_kernel_diff_us', r['diff_us'], '+.1f', of=_eof(u, r['category']))} |" for r in rows]
+        pa, pb = prose_name(a), prose_name(b)
+        out.append(
+            f"*The engines' kernels side by side: {pa} `{u['backends'][a]}` and {pb} `{u['backends'][b]}`* (unit "
+            f"`{u['run_id']}`, {q('engine_kernel_tables', n[a], 'd', of=_eof(u, a))} / "
+            f"{q('engine_kernel_tables', n[b], 'd', of=_eof(u, b))} starts' kernel tables, each side the mean of its "
+            "starts; the engines run kernels of other names, so they meet by category (`servebook.profile.kernels.RULES`); "
+            f"per category each engine's largest kernels, at most `NAMED = {NAMED}`, with their stream and µs per step):\n\n"
+            f"| category | {pa}'s kernels (µs per step) | {pb}'s kernels (µs per step) | µs per step ({pa} / {pb}) | "
+            "difference (µs) |\n|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
+            "These are kernel times summed over streams (a side stream's kernels overlap the main stream's), not the GPU "
+            "busy time: the busy time compared above decides between the engines; this table says which kernels each "
+            "category holds on each side.")
     return "\n\n".join(out)

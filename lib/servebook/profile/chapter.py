@@ -322,9 +322,10 @@ def where_time_goes(store) -> str:
     """Chapter 06's account of the profiles of a live run: per model both engines ran, their GPU time per step, what
     the difference between them consists of, and the full-model checks (Markdown; figures tagged)."""
     from ..stated import q
-    from .backend_kernels import kernel_shift_markdown
+    from .backend_kernels import engine_kernels_markdown, kernel_shift_markdown
     from .backends_at_depth import backend_comparisons, backends_markdown
     from .depths import HOST_BOUND_SHARE
+    from .same_machine import seed_units
     from .tables import engine_difference
     from .units_page import units_markdown
 
@@ -332,8 +333,10 @@ def where_time_goes(store) -> str:
     rows = engine_difference(store.rows("decode_breakdown"), prof)
     units = units_markdown(store)   # a reference recording of units: each engine's ladder, compared through the reference
     comparisons = backend_comparisons(prof)
-    # backends within one unit (if measured), then the kernels that make each difference
-    backs = "\n\n".join(x for x in (backends_markdown(comparisons), kernel_shift_markdown(store, comparisons)) if x)
+    # the engines' kernels side by side within one unit, the backends within one unit (if measured), then the kernels
+    # that make each backend's difference
+    backs = "\n\n".join(x for x in (engine_kernels_markdown(store, seed_units(prof)), backends_markdown(comparisons),
+                                      kernel_shift_markdown(store, comparisons)) if x)
     units += ("\n\n" + backs) if backs else ""   # a blank line first: a paragraph and table, not a list item's
     if not rows:
         return units

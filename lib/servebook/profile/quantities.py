@@ -434,10 +434,14 @@ _UNITS += [Quantity(f"slice_backend_{f}", "a backend against its engine's seed b
 
 
 def _backend_kernels(store, name: str) -> dict:
-    from .backend_kernels import kernel_shift_figures
+    from .backend_kernels import engine_kernel_figures, kernel_shift_figures
     from .backends_at_depth import backend_comparisons
+    from .same_machine import seed_units
 
-    return kernel_shift_figures(store, backend_comparisons(store.rows("profile_runs")))[name]
+    rows = store.rows("profile_runs")
+    if name.startswith("engine_"):
+        return engine_kernel_figures(store, seed_units(rows))[name]
+    return kernel_shift_figures(store, backend_comparisons(rows))[name]
 
 
 _UNITS += [Quantity(f"backend_kernel_{f}", "a backend and its engine's seed backend in one unit, kernel by kernel (name "
@@ -448,6 +452,13 @@ _UNITS += [Quantity(f"backend_kernel_{f}", "a backend and its engine's seed back
                            ("diff_us", "the backend's µs per step minus the seed backend's (... / kernel / stream)"),
                            ("stream_diff_us", "a stream's kernels together, the difference in µs per step (... / stream)"),
                            ("tables", "the starts' kernel tables averaged on a side (engine / backend / machine / run id / side)"))]
+_UNITS += [Quantity(f"engine_kernel_{f}", "the seed's engines in one unit, their kernels side by side by category "
+                    f"(backend_kernels.category_sides): {what}",
+                    lambda store, f=f: _backend_kernels(store, f"engine_kernel_{f}"), tables=("profile_runs",))
+           for f, what in (("us", "a kernel's µs per decode step (engines / machine / run id / category / engine / kernel / stream)"),
+                           ("category_us", "a category's kernels together, µs per step (... / category / engine)"),
+                           ("diff_us", "the first engine's category minus the second's, µs per step (... / category)"),
+                           ("tables", "the starts' kernel tables averaged for an engine (... / engine)"))]
 
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)
 

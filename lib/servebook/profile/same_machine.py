@@ -49,7 +49,7 @@ def decide(a_rows: list[dict], b_rows: list[dict]) -> dict:
 def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
     """Per unit holding an INT4 slice (graph mode, the seed's card) of every engine of ``backends`` at ``depth`` MoE
     layers (the engines' common depth, ``anchor.common_depth``): ``{"machine", "run_id", "depth", "key", "starts":
-    {engine: n}, "mean": {engine: {measure: ms}}, "compare": {measure: starts.compare(first engine, second engine)},
+    {engine: n}, "labels" ({engine: its starts' labels}), "backends", "mean": {engine: {measure: ms}}, "compare": {measure: starts.compare(first engine, second engine)},
     "diff_pct" and "margin_pct": {measure: the first engine's mean minus the second's, and the rule's margin, each in %
     of the mean of the two means, the basis of ``anchor.ratio_gap``}}``; [] where no unit holds them all."""
     if depth is None or len(backends) != 2:
@@ -65,9 +65,19 @@ def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
             continue
         d = decide(by[a], by[b])
         out.append({"machine": unit[0], "run_id": unit[1], "depth": depth, "key": f"{unit[0]} | {unit[1]}",
-                    "starts": {e: len(by[e]) for e in backends}, "mean": {a: d["mean"]["a"], b: d["mean"]["b"]},
+                    "starts": {e: len(by[e]) for e in backends}, "labels": {e: [r["label"] for r in by[e]] for e in backends},
+                    "backends": dict(backends), "mean": {a: d["mean"]["a"], b: d["mean"]["b"]},
                     "compare": d["compare"], "diff_pct": d["diff_pct"], "margin_pct": d["margin_pct"]})
     return out
+
+
+def seed_units(profile_rows) -> list[dict]:
+    """``same_machine`` for the seed's engines and backends (``ranges.SEED_BACKENDS``) at their common depth."""
+    from .anchor import common_depth
+    from .ranges import SEED_BACKENDS
+    from .tables import latest_ok
+
+    return same_machine(profile_rows, SEED_BACKENDS, common_depth(latest_ok(profile_rows), SEED_BACKENDS))
 
 
 _SAID = {"no difference": "no difference beyond the margin", "undecided": "undecided by the rule (one start on a side)"}
