@@ -11,8 +11,9 @@ matched kernel by kernel by name and stream over a decode step; the seed's two e
 
 A kernel's time per step is the sum over its positions in the step of the position's median duration times the share
 of steps it appears in; each side is the mean of its starts' tables. A kernel one side launches and the other does not
-shows 0 launches on the side without it: kernels are matched by name only (two backends run different code, so their
-positions in the step are not comparable).
+shows 0 launches on the side without it: kernels are matched by name and stream, not by position (two backends run
+different code, so their positions in the step are not comparable), and a side stream's kernels are kept apart from
+the main stream's (they overlap it, and a kernel that waits there for the multiprocessors lasts longer without working).
 """
 
 from __future__ import annotations
