@@ -432,7 +432,6 @@ _UNITS += [Quantity(f"slice_backend_{f}", "a backend against its engine's seed b
                            ("moe_layers", "the MoE layers compared (machine / run id)"))]
 
 
-
 def _backend_kernels(store, name: str) -> dict:
     from .backend_kernels import engine_kernel_figures, kernel_shift_figures
     from .backends_at_depth import backend_comparisons
@@ -444,21 +443,24 @@ def _backend_kernels(store, name: str) -> dict:
     return kernel_shift_figures(store, backend_comparisons(rows))[name]
 
 
-_UNITS += [Quantity(f"backend_kernel_{f}", "a backend and its engine's seed backend in one unit, kernel by kernel (name "
-                    f"and stream; backend_kernels.kernel_shift): {what}",
-                    lambda store, f=f: _backend_kernels(store, f"backend_kernel_{f}"), tables=("profile_runs",))
-           for f, what in (("us", "a kernel's µs per decode step (engine / backend / machine / run id / kernel / stream / side)"),
-                           ("launches", "a kernel's launches per decode step (... / kernel / stream / side)"),
-                           ("diff_us", "the backend's µs per step minus the seed backend's (... / kernel / stream)"),
-                           ("stream_diff_us", "a stream's kernels together, the difference in µs per step (... / stream)"),
-                           ("tables", "the starts' kernel tables averaged on a side (engine / backend / machine / run id / side)"))]
-_UNITS += [Quantity(f"engine_kernel_{f}", "the seed's engines in one unit, their kernels side by side by category "
-                    f"(backend_kernels.category_sides): {what}",
-                    lambda store, f=f: _backend_kernels(store, f"engine_kernel_{f}"), tables=("profile_runs",))
-           for f, what in (("us", "a kernel's µs per decode step (engines / machine / run id / category / engine / kernel / stream)"),
-                           ("category_us", "a category's kernels together, µs per step (... / category / engine)"),
-                           ("diff_us", "the first engine's category minus the second's, µs per step (... / category)"),
-                           ("tables", "the starts' kernel tables averaged for an engine (... / engine)"))]
+_KERNELS = {
+    "backend_kernel": ("a backend and its engine's seed backend in one unit, kernel by kernel (name and stream; "
+                       "backend_kernels.kernel_shift)", (
+        ("us", "a kernel's µs per decode step (engine / backend / machine / run id / kernel / stream / side)"),
+        ("launches", "a kernel's launches per decode step (... / kernel / stream / side)"),
+        ("diff_us", "the backend's µs per step minus the seed backend's (... / kernel / stream)"),
+        ("stream_diff_us", "a stream's kernels together, the difference in µs per step (... / stream)"),
+        ("tables", "the starts' kernel tables averaged on a side (engine / backend / machine / run id / side)"))),
+    "engine_kernel": ("the seed's engines in one unit, their kernels side by side by category "
+                      "(backend_kernels.category_sides)", (
+        ("us", "a kernel's µs per decode step (engines / machine / run id / category / engine / kernel / stream)"),
+        ("category_us", "a category's kernels together, µs per step (... / category / engine)"),
+        ("diff_us", "the first engine's category minus the second's, µs per step (... / category)"),
+        ("tables", "the starts' kernel tables averaged for an engine (... / engine)"))),
+}
+_UNITS += [Quantity(f"{head}_{f}", f"{about}: {what}", lambda store, n=f"{head}_{f}": _backend_kernels(store, n),
+                    tables=("profile_runs",))
+           for head, (about, fields) in _KERNELS.items() for f, what in fields]
 
 register(*_PROFILES, *_PREDICTIONS, *_SEED, *_UNITS, *_DEPTHS)
 
