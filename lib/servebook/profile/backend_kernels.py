@@ -288,7 +288,8 @@ def engine_kernels_markdown(store, units: list[dict]) -> str:
 
         def cell(r, s, e):
             ks = r["kernels"][s]
-            named = "; ".join(f"`{k['short']}` (`{k['stream']}`) {q('engine_kernel_us', k['us'], '.1f', of=_eof(u, r['category'], e, k['short'], k['stream']))}"
+            named = "; ".join(f"`{k['short']}` (`{k['stream']}`) "
+                              + q("engine_kernel_us", k["us"], ".1f", of=_eof(u, r["category"], e, k["short"], k["stream"]))
                               for k in ks[:NAMED])
             return (named + ("; and others" if len(ks) > NAMED else "")) or "none"
 

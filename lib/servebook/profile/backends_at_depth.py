@@ -27,7 +27,8 @@ def backend_comparisons(profile_rows, depth: int | None = None, seeds: dict | No
     at ``depth`` MoE layers (default: the engines' common depth) other than the seed's, where the seed backend has rows
     there in the same unit: ``{"key", "machine", "run_id", "depth", "engine", "backend" (raw, None: default), "word",
     "seed", "starts", "labels" (each side's starts), "mean", "gap_ms", "reported": {"backend"/"seed": ...}, "compare",
-    "verdict", "diff_pct", "margin_pct" ({measure: ...}; % of the mean of the two means, ``anchor.ratio_gap``'s basis), "agree"}``."""
+    "verdict", "diff_pct", "margin_pct" ({measure: ...}; % of the mean of the two means, ``anchor.ratio_gap``'s basis),
+    "agree"}``."""
     from .anchor import common_depth
     from .ranges import SEED_BACKENDS
     from .tables import latest_ok

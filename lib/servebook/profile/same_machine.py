@@ -49,9 +49,10 @@ def decide(a_rows: list[dict], b_rows: list[dict]) -> dict:
 def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
     """Per unit holding an INT4 slice (graph mode, the seed's card) of every engine of ``backends`` at ``depth`` MoE
     layers (the engines' common depth, ``anchor.common_depth``): ``{"machine", "run_id", "depth", "key", "starts":
-    {engine: n}, "labels" ({engine: its starts' labels}), "backends", "mean": {engine: {measure: ms}}, "compare": {measure: starts.compare(first engine, second engine)},
-    "diff_pct" and "margin_pct": {measure: the first engine's mean minus the second's, and the rule's margin, each in %
-    of the mean of the two means, the basis of ``anchor.ratio_gap``}}``; [] where no unit holds them all."""
+    {engine: n}, "labels" ({engine: its starts' labels}), "backends", "mean": {engine: {measure: ms}}, "compare":
+    {measure: starts.compare(first engine, second engine)}, "diff_pct" and "margin_pct": {measure: the first engine's
+    mean minus the second's, and the rule's margin, each in % of the mean of the two means, the basis of
+    ``anchor.ratio_gap``}}``; [] where no unit holds them all."""
     if depth is None or len(backends) != 2:
         return []
     a, b = backends
@@ -65,8 +66,9 @@ def same_machine(profile_rows, backends: dict, depth: int | None) -> list[dict]:
             continue
         d = decide(by[a], by[b])
         out.append({"machine": unit[0], "run_id": unit[1], "depth": depth, "key": f"{unit[0]} | {unit[1]}",
-                    "starts": {e: len(by[e]) for e in backends}, "labels": {e: [r["label"] for r in by[e]] for e in backends},
-                    "backends": dict(backends), "mean": {a: d["mean"]["a"], b: d["mean"]["b"]},
+                    "starts": {e: len(by[e]) for e in backends},
+                    "labels": {e: [r["label"] for r in by[e]] for e in backends}, "backends": dict(backends),
+                    "mean": {a: d["mean"]["a"], b: d["mean"]["b"]},
                     "compare": d["compare"], "diff_pct": d["diff_pct"], "margin_pct": d["margin_pct"]})
     return out
 
