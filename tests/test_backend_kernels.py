@@ -71,9 +71,11 @@ def test_the_real_units_name_the_kernels_that_make_each_backends_difference():
     fa3, flashmla, flashinfer = by[("sglang", "fa3")], by[("sglang", "flashmla")], by[("sglang", "flashinfer")]
 
     def shift(c):
-        from servebook.profile.backend_kernels import _tables
-        return {(k["short"], k["stream"]): k for k in kernel_shift(_tables(store, c["labels"]["backend"]),
-                                                                    _tables(store, c["labels"]["seed"]))}
+        from servebook.profile.backend_kernels import _pick
+        from servebook.profile.linearity import load_kernel_tables
+        t = load_kernel_tables(store)
+        return {(k["short"], k["stream"]): k for k in kernel_shift(_pick(t, c["labels"]["backend"]),
+                                                                    _pick(t, c["labels"]["seed"]))}
 
     # SGLang's triton path writes the MLA cache and builds its query with torch indexing and two concatenations, 13
     # launches each (one per attention layer) on the main stream; fa3 and flashinfer launch none of them and write the
@@ -129,6 +131,24 @@ def test_the_section_states_every_figure_tagged_and_recomputed(tmp_path):
         shutil.copyfile(p, tmp_path / p.name)
     bare = RunStore.at(tmp_path)
     assert backend_comparisons(bare.rows("profile_runs")) and kernel_shift_markdown(bare, comps) == ""
+
+
+def test_the_registry_computes_the_kernel_figures_once_and_again_when_a_table_changes(tmp_path):
+    from servebook.profile import quantities as pq
+
+    shutil.copytree(REF, tmp_path / "ref")
+    store = RunStore.at(tmp_path / "ref")
+    before = dict(pq._backend_kernels(store, "backend_kernel_tables"))
+    assert before and str(store.path) in pq._KERNEL_FIGURES
+    pq._KERNEL_FIGURES[str(store.path)][1]["backend_kernel_tables"]["marker"] = 1   # a second call reuses the first's
+    assert pq._backend_kernels(store, "backend_kernel_tables")["marker"] == 1
+    c = next(c for c in backend_comparisons(store.rows("profile_runs")) if len(c["labels"]["backend"]) >= 2)
+    subject, n = " / ".join([c["engine"], c["word"], c["key"], c["word"]]), len(c["labels"]["backend"])
+    assert before[subject] == n
+    run = next(r for r in store.rows("profile_runs") if r["label"] == c["labels"]["backend"][0])
+    (store.path / run["kernel_table"]).unlink()   # a table gone: computed again, one start fewer where it counted
+    after = pq._backend_kernels(store, "backend_kernel_tables")
+    assert "marker" not in after and after[subject] == n - 1 and all(after[s] <= m for s, m in before.items())
 
 
 def test_chapter_06_puts_the_kernels_after_the_backends_comparisons():

@@ -124,24 +124,19 @@ def kernel_shift(tables_a: list[dict], tables_b: list[dict]) -> list[dict]:
     return sorted(out, key=lambda r: -abs(r["diff_us"]))
 
 
-def _tables(store, labels: list[str]) -> list[dict]:
-    import json
-    from pathlib import Path
-
-    rows = {r["label"]: r for r in store.rows("profile_runs") if r.get("ok")}
-    out = []
-    for lab in labels:
-        rel = rows.get(lab, {}).get("kernel_table")
-        if rel and (Path(store.path) / rel).is_file():
-            out.append(json.loads((Path(store.path) / rel).read_text()))
-    return out
+def _pick(tables: dict, labels: list[str]) -> list[dict]:
+    """The kernel tables of ``labels`` (in order) among a run's (``linearity.load_kernel_tables``); labels without one
+    are left out."""
+    return [tables[lab] for lab in labels if lab in tables]
 
 
 def _shifts(store, comparisons: list[dict]) -> list[tuple[dict, list[dict], dict]]:
     """Per comparison with kernel tables on both sides: (comparison, its kernel shift, tables per side counted)."""
-    out = []
+    from .linearity import load_kernel_tables
+
+    tables, out = load_kernel_tables(store), []
     for c in comparisons:
-        ta, tb = _tables(store, c["labels"]["backend"]), _tables(store, c["labels"]["seed"])
+        ta, tb = _pick(tables, c["labels"]["backend"]), _pick(tables, c["labels"]["seed"])
         shift = kernel_shift(ta, tb)
         if shift:
             out.append((c, shift, {"backend": len(ta), "seed": len(tb)}))
@@ -250,10 +245,12 @@ def _eof(u: dict, *rest: str) -> str:
 
 
 def _engine_sides(store, units: list[dict]) -> list[tuple[dict, list[dict], dict]]:
-    out = []
+    from .linearity import load_kernel_tables
+
+    tables, out = load_kernel_tables(store), []
     for u in units:
         (a, b) = list(u["backends"])
-        ta, tb = _tables(store, u["labels"][a]), _tables(store, u["labels"][b])
+        ta, tb = _pick(tables, u["labels"][a]), _pick(tables, u["labels"][b])
         rows = category_sides(ta, tb)
         if rows:
             out.append((u, rows, {a: len(ta), b: len(tb)}))

@@ -432,15 +432,22 @@ _UNITS += [Quantity(f"slice_backend_{f}", "a backend against its engine's seed b
                            ("moe_layers", "the MoE layers compared (machine / run id)"))]
 
 
+_KERNEL_FIGURES: dict = {}   # {run dir: (what they were computed from, figures)}: one computation per check, not nine
+
+
 def _backend_kernels(store, name: str) -> dict:
     from .backend_kernels import engine_kernel_figures, kernel_shift_figures
     from .backends_at_depth import backend_comparisons
     from .same_machine import seed_units
 
     rows = store.rows("profile_runs")
-    if name.startswith("engine_"):
-        return engine_kernel_figures(store, seed_units(rows))[name]
-    return kernel_shift_figures(store, backend_comparisons(rows))[name]
+    paths = [store.path / r["kernel_table"] for r in rows if r.get("ok") and r.get("kernel_table")]
+    key = (repr(rows), tuple((str(p), p.stat().st_mtime_ns if p.is_file() else None) for p in paths))
+    seen = _KERNEL_FIGURES.get(str(store.path))
+    if not seen or seen[0] != key:
+        seen = _KERNEL_FIGURES[str(store.path)] = (key, {**engine_kernel_figures(store, seed_units(rows)),
+                                                         **kernel_shift_figures(store, backend_comparisons(rows))})
+    return seen[1][name]
 
 
 _KERNELS = {
