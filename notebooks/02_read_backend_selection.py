@@ -169,8 +169,8 @@ if seed and seed_other:
 # %% [markdown]
 # ### Beyond attention: the rest of the seed case's decode path, from each engine's own code
 # The MoE method for the card's INT4 routed experts, the all-reduce path at the case's tensor-parallel size and the rule that decides
-# it, the PCIe all-reduce switches each version carries, the collectives a decoder layer issues, the CUDA-graph sizes and
-# the greedy sampling path. `run`: the engine's own function ran with the GPU faked and no NVLink between its GPUs;
+# it, the PCIe all-reduce switches each version carries, the collectives a decoder layer issues, the CUDA-graph sizes,
+# the greedy sampling path, and how the MLA decode step builds its query and writes the cache per attention backend. `run`: the engine's own function ran with the GPU faked and no NVLink between its GPUs;
 # `read`: read from its source (the row says why it could not run); `not read`: the row says what is missing.
 
 # %%
@@ -201,6 +201,10 @@ else:
 # Read the all-reduce row first: where an engine's own rule turns custom all-reduce off on PCIe-only GPUs, every
 # reduction of every decoder layer goes through NCCL, and the per-step cost is what chapter 04 times; the rows in table
 # `decode_path` are what chapter 05's measurements are set against.
+#
+# The MLA row says which attention backends each SGLang version hands the rope parts to apart; for every other backend
+# (its fallback `triton` among them) the model code joins q and k with `torch.cat` on every attention layer. Chapter 06 of
+# the H200 reference book shows what that path launches per layer, kernel by kernel, against `fa3` and `flashinfer`.
 
 # %% [markdown]
 # ## 3. The decision matrix: model cards x GPUs, for the engine versions to compare

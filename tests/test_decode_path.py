@@ -134,6 +134,9 @@ def test_sglang_059_decode_path_runs_its_own_code(sglang_env):
     assert "custom all-reduce (CustomAllreduce) OFF at TP=8" in ar["choice"] and "enable_flashinfer_allreduce_fusion=False" in ar["choice"]
     assert rows["CUDA-graph capture sizes"]["source"] == "run" and 1 in rows["CUDA-graph capture sizes"]["sizes"]
     assert rows["PCIe all-reduce options"]["choice"].startswith("none")
+    mla = rows["MLA query and cache write"]
+    assert mla["source"] == "read" and mla["where"] == "sglang/srt/models/deepseek_v2.py:1763"
+    assert "flashinfer" in mla["backends"] and {"triton", "flashmla"} <= set(mla["others"])
 
 
 def test_a_static_moe_reading_lists_each_method_the_branch_can_return(tmp_path):
@@ -154,3 +157,52 @@ def test_a_static_moe_reading_lists_each_method_the_branch_can_return(tmp_path):
     assert "int4 g32" in row["choice"] and "ValidationError" in row["why"]
     assert "CompressedTensorsWNA16MarlinMoEMethod if quant_config._is_wNa16_group_channel(weight_quant, input_quant) and " \
            "check_moe_marlin_supports_layer(layer, group_size)" in row["condition"]
+
+
+# -- how the MLA decode step builds its query and writes the cache -----------------------------------
+
+def test_sglang_059_mla_split_read_from_its_source():
+    """The backends that get the rope parts apart, from the module-level list the use site sees, and the torch.cat of
+    the other branch, at the wheel's own lines (the two excerpts put back at their lines)."""
+    from servebook.selection.decode_read import read_mla_core_split
+
+    lst, rel, off_l = _excerpt("sglang-0.5.9-deepseek_v2-absorb-backends.py")
+    meth, _, off_m = _excerpt("sglang-0.5.9-deepseek_v2-forward_absorb_core.py")
+    src = "\n" * off_l + lst + "\n" * (off_m - off_l - lst.count("\n")) + meth
+    split = read_mla_core_split({rel: src})
+    assert split["where"] == f"{rel}:1763" and split["function"] == "forward_absorb_core"
+    assert split["backends"] == ["fa3", "nsa", "flashinfer", "cutlass_mla", "trtllm_mla", "ascend"]
+    assert split["list_at"] == f"{rel}:205" and split["cat_at"] == [f"{rel}:1810", f"{rel}:1811"]
+    assert "triton" not in split["backends"] and "flashmla" not in split["backends"]
+
+
+def test_mla_split_binding_rules_on_synthetic_source():
+    """SYNTHETIC modules: a module's own list wins over the name it imports (the last binding); an imported name is read
+    where it is defined; a ``not in`` test or a function of another name is no split."""
+    from servebook.selection.decode_read import read_mla_cache_writes, read_mla_core_split
+
+    use = ("from pkg.utils import L\n\ndef forward_absorb_core(self, q, k):\n    if self.current_attention_backend in L:\n"
+           "        return q\n    else:\n        q = torch.cat([q, k], dim=-1)\n        return q\n")
+    utils = 'L = ["fa3", "flashinfer"]\n'
+    got = read_mla_core_split({"pkg/model.py": use, "pkg/utils.py": utils})
+    assert got["backends"] == ["fa3", "flashinfer"] and got["list_at"] == "pkg/utils.py:1" and got["cat_at"] == ["pkg/model.py:7"]
+    own = read_mla_core_split({"pkg/model.py": use + 'L = ["fa3"]\n', "pkg/utils.py": utils})
+    assert own["backends"] == ["fa3"] and own["list_at"] == "pkg/model.py:9"
+    assert read_mla_core_split({"pkg/model.py": use.replace(" in L", " not in L")}) is None
+    assert read_mla_core_split({"pkg/model.py": use.replace("forward_absorb_core", "forward_normal")}) is None
+    missing = read_mla_core_split({"pkg/model.py": use})   # the module it imports from is not given: the list is unknown
+    assert missing["backends"] is None and missing["list_at"] is None
+    writes = ("class Impl:\n    def update(self, kv):\n        ops.concat_and_cache_mla(kv)\n\n"
+              "def concat_and_cache_mla(kv):\n    return torch.ops._C.concat_and_cache_mla(kv)\n")
+    assert read_mla_cache_writes({"a/b.py": writes}) == [{"where": "a/b.py:3", "function": "Impl.update"}]
+    assert read_mla_cache_writes({"a/b.py": "x = 1\n"}) == []
+
+
+def test_the_mla_row_says_what_it_cannot_read(tmp_path):
+    from servebook.engines.envs import EngineEnv
+    from servebook.selection import decode_path as dp
+
+    for engine in ("sglang", "vllm"):
+        (tmp_path / engine).mkdir()
+        row = dp._mla_rows(EngineEnv(engine, "9.9", sys.executable, str(tmp_path / engine), "cached"), tmp_path)[0]
+        assert row["setting"] == SETTINGS[6] and row["source"] == "not read" and row["choice"] is None and row["why"]

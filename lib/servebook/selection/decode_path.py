@@ -31,7 +31,8 @@ from pathlib import Path
 from ..cards import materialize, model_config
 from ..engines.envs import resolve_engine
 from ..errors import ParameterError, ServebookError
-from .decode_read import _seg, conditions_at, read_collectives, read_custom_ar_rule, read_env_flags, read_greedy_sampling
+from .decode_read import (_seg, conditions_at, read_collectives, read_custom_ar_rule, read_env_flags, read_greedy_sampling,
+                          read_mla_cache_writes, read_mla_core_split)
 from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, _ask
 
 __all__ = ["decode_path", "decode_path_table", "SETTINGS", "conditions_at", "read_custom_ar_rule", "read_env_flags",
@@ -39,7 +40,7 @@ __all__ = ["decode_path", "decode_path_table", "SETTINGS", "conditions_at", "rea
 
 _RUNNER = Path(__file__).with_name("_decode_runner.py")
 SETTINGS = ("MoE runner", "all-reduce path", "PCIe all-reduce options", "collectives per decoder layer",
-            "CUDA-graph capture sizes", "sampling at batch 1")
+            "CUDA-graph capture sizes", "sampling at batch 1", "MLA query and cache write")
 
 # -- the engine's files ---------------------------------------------------------------------------
 _FILES = {
@@ -49,7 +50,8 @@ _FILES = {
                "communicator": [("sglang/srt/layers/communicator.py", r"AllReduce|Communicat")],
                "sampler": "sglang/srt/layers/sampler.py", "env_roots": ["sglang/srt"],
                "graph_sizes": ("sglang/srt/server_args.py", r"def _generate_cuda_graph_batch_sizes|def parse_cuda_graph_config"),
-               "graph_roots": ["sglang/srt/server_args.py", "sglang/srt/arg_groups"]},
+               "graph_roots": ["sglang/srt/server_args.py", "sglang/srt/arg_groups"],
+             "mla_roots": ["sglang/srt/models"], "registry": "sglang/srt/layers/attention/attention_registry.py"},
     "vllm": {"custom_ar": ["vllm/distributed/device_communicators/custom_all_reduce.py"],
              "dispatch": "vllm/distributed/device_communicators/cuda_communicator.py",
              "model": ["vllm/model_executor/models/deepseek_v2.py"],
@@ -57,7 +59,7 @@ _FILES = {
                               ("vllm/model_executor/layers/fused_moe/layer.py", r"FusedMoE|RoutedExperts")],
              "sampler": "vllm/v1/sample/sampler.py", "env_roots": ["vllm"],
              "graph_sizes": ("vllm/config/vllm.py", r"def _set_cudagraph_sizes|def _set_compile_ranges|cudagraph_capture_sizes ="),
-             "graph_roots": ["vllm/config/vllm.py", "vllm/config/compilation.py"]},
+             "graph_roots": ["vllm/config/vllm.py", "vllm/config/compilation.py"], "mla_roots": ["vllm/v1/attention"]},
 }
 
 
@@ -419,6 +421,30 @@ def _sampling_rows(env, root: Path, r: dict) -> list[dict]:
                  "read", why="the sampler runs on GPU tensors at decode; its greedy branch is read from the source")]
 
 
+def _mla_rows(env, root: Path) -> list[dict]:
+    """How the MLA decode step builds its query and writes the cache, per backend (read): SGLang hands the rope parts apart
+    only to the backends of one list and joins q and k with ``torch.cat`` for the rest; vLLM's cache-write call sites."""
+    roots = _FILES[env.engine]["mla_roots"]
+    if env.engine == "sglang":
+        split = read_mla_core_split(_py_files(root, roots))
+        if not split or not split["backends"]:
+            return [_row(env, SETTINGS[6], None, source="not read", why=f"no absorb-core backend split found in {roots[0]}")]
+        known = re.findall(r'register_attention_backend\(\s*"(\w+)"', _read(root, _FILES["sglang"]["registry"]) or "")
+        others = [b for b in known if b not in split["backends"]]
+        choice = (f"rope parts handed to the backend (no concatenation) for {', '.join(split['backends'])} "
+                  f"({split['name']}, {split['list_at']}); q and k joined by torch.cat ({', '.join(split['cat_at'])}) for "
+                  + (f"the other registered backends: {', '.join(others)}" if others else "every other backend"))
+        return [_row(env, SETTINGS[6], choice, split["where"], f"self.current_attention_backend in {split['name']}", "read",
+                     why="the branch is taken per layer at decode; read from the model code", backends=split["backends"],
+                     others=others)]
+    sites = read_mla_cache_writes(_py_files(root, roots))
+    if not sites:
+        return [_row(env, SETTINGS[6], None, source="not read", why=f"no concat_and_cache_mla call found in {roots[0]}")]
+    choice = "MLA cache written by concat_and_cache_mla in " + "; ".join(f"{s['function']} ({s['where']})" for s in sites)
+    return [_row(env, SETTINGS[6], choice, sites[0]["where"], None, "read",
+                 why="the cache write is read from the attention code; the backends whose impl inherits it are not listed")]
+
+
 def decode_path(engine: str, model: str = "kimi-k2.5", gpu: str | dict = "rtx-pro-6000", tp_size: int = 8,
                 timeout: int = 300) -> list[dict]:
     """The decode-path settings of one engine version for ``model`` on ``gpu`` at tensor parallel ``tp_size`` (rows:
@@ -433,7 +459,7 @@ def decode_path(engine: str, model: str = "kimi-k2.5", gpu: str | dict = "rtx-pr
     t0 = time.monotonic()
     r = _run(env, req, timeout)
     rows = (_moe_rows(env, root, r, req["quantization_config"]) + _allreduce_rows(env, root, r, tp_size) + _pcie_rows(env, root)
-            + _collective_rows(env, root) + _graph_rows(env, root, r) + _sampling_rows(env, root, r))
+            + _collective_rows(env, root) + _graph_rows(env, root, r) + _sampling_rows(env, root, r) + _mla_rows(env, root))
     common = {"model": str(model), "gpu": req["gpu"].get("profile") or req["gpu"].get("name"),
               "capability": req["gpu"].get("capability"), "tp_size": tp_size, "seconds": round(time.monotonic() - t0, 1),
               "faked": {"topology": "no NVLink (NVML P2P NVLink status: not supported); PCIe P2P OK",

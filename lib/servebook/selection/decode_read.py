@@ -15,7 +15,8 @@ import re
 
 from .static import _negate
 
-__all__ = ["conditions_at", "read_custom_ar_rule", "read_env_flags", "read_collectives", "read_greedy_sampling"]
+__all__ = ["conditions_at", "read_custom_ar_rule", "read_env_flags", "read_collectives", "read_greedy_sampling",
+           "read_mla_core_split", "read_mla_cache_writes"]
 
 _COLLECTIVE = re.compile(r"(all_reduce|all_gather|reduce_scatter)")
 # An environment variable that switches an all-reduce path for PCIe-only GPUs (its name says PCIe and all-reduce/IPC)
@@ -153,3 +154,69 @@ def read_greedy_sampling(source: str, rel: str) -> dict | None:
         return None
     _, _, line, conds, fn, call = sorted(cands)[0]
     return {"where": f"{rel}:{line}", "function": fn, "call": call, "conditions": conds}
+
+
+def _module_list(source: str, name: str) -> tuple[list[str], int] | None:
+    """The last module-level ``name = [str, ...]`` of ``source`` (the binding a use in that module sees) and its line."""
+    found = None
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets) \
+                and isinstance(node.value, (ast.List, ast.Tuple)):
+            found = ([e.value for e in node.value.elts if isinstance(e, ast.Constant)], node.lineno)
+    return found
+
+
+def _imported_from(source: str, name: str) -> str | None:
+    """The module a module-level ``from X import name`` takes ``name`` from (dotted), or None."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ImportFrom) and node.module and any(a.name == name and not a.asname for a in node.names):
+            return node.module
+    return None
+
+
+def read_mla_core_split(files: dict[str, str]) -> dict | None:
+    """SGLang's MLA decode split (``files``: relative path -> source of the model code): the ``if
+    self.current_attention_backend in NAME`` of an ``*absorb_core*`` function, the backends ``NAME`` holds where that
+    module binds it (its own module-level list, else the module it imports the name from) and the ``torch.cat`` calls the
+    other branch makes. ``{"where", "function", "name", "backends", "list_at", "cat_at"}``; None when no such branch."""
+    for rel, source in sorted(files.items()):
+        if "absorb_core" not in source:
+            continue
+        for fn in ast.walk(ast.parse(source)):
+            if not (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and "absorb_core" in fn.name):
+                continue
+            for node in ast.walk(fn):
+                t = getattr(node, "test", None)
+                if not (isinstance(node, ast.If) and isinstance(t, ast.Compare) and isinstance(t.ops[0], ast.In)
+                        and "current_attention_backend" in _seg(t.left, source) and isinstance(t.comparators[0], ast.Name)):
+                    continue
+                name = t.comparators[0].id
+                bound, at = _module_list(source, name), rel
+                if bound is None and _imported_from(source, name):
+                    at = _imported_from(source, name).replace(".", "/") + ".py"
+                    bound = _module_list(files[at], name) if at in files else None
+                cats = [n.lineno for sub in node.orelse for n in ast.walk(sub)
+                        if isinstance(n, ast.Call) and _seg(n.func, source) == "torch.cat"]
+                return {"where": f"{rel}:{node.lineno}", "function": fn.name, "name": name,
+                        "backends": bound[0] if bound else None, "list_at": f"{at}:{bound[1]}" if bound else None,
+                        "cat_at": [f"{rel}:{ln}" for ln in cats]}
+    return None
+
+
+def read_mla_cache_writes(files: dict[str, str]) -> list[dict]:
+    """vLLM's MLA cache write: each ``concat_and_cache_mla(...)`` call (``files``: relative path -> source) with its
+    class.function and line; the op's own definition and wrappers named for it are left out."""
+    out = []
+    for rel, source in sorted(files.items()):
+        if "concat_and_cache_mla" not in source:
+            continue
+        tree = ast.parse(source)
+        for cls in [None, *[n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]]:
+            for fn in (cls.body if cls else tree.body):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or "concat_and_cache_mla" in fn.name:
+                    continue
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Call) and _call_name(n) == "concat_and_cache_mla":
+                        out.append({"where": f"{rel}:{n.lineno}",
+                                    "function": f"{cls.name}.{fn.name}" if cls else fn.name})
+    return out
