@@ -211,3 +211,36 @@ def test_chapter_06_puts_the_engines_side_by_side_before_the_backends():
 
     page = where_time_goes(RunStore.at(REF))
     assert page.index("*The engines' kernels side by side") < page.index("**Backends at")
+
+
+def test_recorded_md_states_the_kernel_readings_the_tables_give():
+    """RECORDED.md of h200x1-ref states session 30's kernel readings in words; each is recomputed here from the kept
+    kernel tables (to its stated rounding; "about" within 1 µs, the flashmla reduce within 5 µs)."""
+    from servebook.profile.backend_kernels import _pick, category_sides
+    from servebook.profile.linearity import load_kernel_tables
+    from servebook.profile.same_machine import seed_units
+
+    store, by = _real_comparisons()
+    text = " ".join((REF / "RECORDED.md").read_text().split())
+    t = load_kernel_tables(store)
+
+    def sh(c, start, stream="main"):   # the kernel of that name start and stream whose time moves most
+        return max((k for k in kernel_shift(_pick(t, c["labels"]["backend"]), _pick(t, c["labels"]["seed"]))
+                    if k["short"].startswith(start) and k["stream"] == stream), key=lambda k: abs(k["diff_us"]))
+
+    fi, fm = by[("sglang", "flashinfer")], by[("sglang", "flashmla")]
+    said = re.search(r"about (\d+) µs per step\) and two `CatArrayBatchedCopy` concatenations \(about (\d+) and (\d+) µs\)",
+                     text)
+    got = [sh(fi, "index_elementwise_kernel<128, 4, gpu_index_kernel<index_put"), sh(fi, "CatArrayBatchedCopy<"),
+           sh(fi, "CatArrayBatchedCopy_vectorized<")]
+    assert said and all(abs(int(s) - k["us"]["b"]) <= 1 for s, k in zip(said.groups(), got)), (said, got)
+    red = re.search(r"`cublasLt::splitKreduce_kernel` lasting about (\d+) µs per step longer", text)
+    assert red and abs(int(red.group(1)) - sh(fm, "cublasLt::splitKreduce_kernel", "side 1")["diff_us"]) <= 5
+    unit = next(u for u in seed_units(store.rows("profile_runs")) if u["run_id"] == "h200x1-ref-backends")
+    cats = {r["category"]: r for r in category_sides(_pick(t, unit["labels"]["sglang"]), _pick(t, unit["labels"]["vllm"]))}
+    att = re.search(r"Attention: SGLang triton (\d+) against vLLM TRITON_MLA (\d+) µs per step", text)
+    assert att and [int(x) for x in att.groups()] == [round(cats["attention"]["us"][s]) for s in ("a", "b")]
+    dense = re.search(r"Dense GEMM is (\d+) µs per step shorter on SGLang's side and norm/rope/elementwise (\d+) µs longer",
+                      text)
+    assert dense and [int(x) for x in dense.groups()] == [round(-cats["dense gemm"]["diff_us"]),
+                                                         round(cats["norm/rope/elementwise"]["diff_us"])]
