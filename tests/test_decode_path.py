@@ -196,6 +196,12 @@ def test_mla_split_binding_rules_on_synthetic_source():
               "def concat_and_cache_mla(kv):\n    return torch.ops._C.concat_and_cache_mla(kv)\n")
     assert read_mla_cache_writes({"a/b.py": writes}) == [{"where": "a/b.py:3", "function": "Impl.update"}]
     assert read_mla_cache_writes({"a/b.py": "x = 1\n"}) == []
+    from servebook.selection.decode_read import read_mla_query_cats
+    backends = ("class TritonImpl:\n    def forward_mqa(self, q):\n        if type(q) is tuple:\n"
+                "            q = torch.cat(q, dim=-1)\n        return q\n\n"
+                "class FlashAttnImpl:\n    def forward_mqa(self, q):\n        return q\n\n"
+                "class Prefill:\n    def forward_mha(self, q):\n        return torch.cat(q)\n")
+    assert read_mla_query_cats({"m/t.py": backends}) == {"TritonImpl": ["m/t.py:4"], "FlashAttnImpl": []}
 
 
 def test_the_mla_row_says_what_it_cannot_read(tmp_path):

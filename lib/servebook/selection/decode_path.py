@@ -32,7 +32,7 @@ from ..cards import materialize, model_config
 from ..engines.envs import resolve_engine
 from ..errors import ParameterError, ServebookError
 from .decode_read import (_seg, conditions_at, read_collectives, read_custom_ar_rule, read_env_flags, read_greedy_sampling,
-                          read_mla_cache_writes, read_mla_core_split)
+                          read_mla_cache_writes, read_mla_core_split, read_mla_query_cats)
 from .envs import _SELECTION_LIBS, DEFAULT_KERNEL_LIBS, GPU_ONLY, _ask
 
 __all__ = ["decode_path", "decode_path_table", "SETTINGS", "conditions_at", "read_custom_ar_rule", "read_env_flags",
@@ -440,9 +440,14 @@ def _mla_rows(env, root: Path) -> list[dict]:
     sites = read_mla_cache_writes(_py_files(root, roots))
     if not sites:
         return [_row(env, SETTINGS[6], None, source="not read", why=f"no concat_and_cache_mla call found in {roots[0]}")]
-    choice = "MLA cache written by concat_and_cache_mla in " + "; ".join(f"{s['function']} ({s['where']})" for s in sites)
-    return [_row(env, SETTINGS[6], choice, sites[0]["where"], None, "read",
-                 why="the cache write is read from the attention code; the backends whose impl inherits it are not listed")]
+    cats = read_mla_query_cats(_py_files(root, roots))
+    joined, apart = sorted(c for c, w in cats.items() if w), sorted(c for c, w in cats.items() if not w)
+    choice = ("MLA cache written by concat_and_cache_mla in " + "; ".join(f"{s['function']} ({s['where']})" for s in sites)
+              + ("; q's parts joined by torch.cat in the decode function of "
+                 + ", ".join(f"{c} ({cats[c][0]})" for c in joined) if joined else "")
+              + (f"; handed on apart in {', '.join(apart)}" if apart else ""))
+    return [_row(env, SETTINGS[6], choice, sites[0]["where"], None, "read", joined=joined, apart=apart,
+                 why="the cache write and each backend's decode function are read from the attention code")]
 
 
 def decode_path(engine: str, model: str = "kimi-k2.5", gpu: str | dict = "rtx-pro-6000", tp_size: int = 8,

@@ -16,7 +16,7 @@ import re
 from .static import _negate
 
 __all__ = ["conditions_at", "read_custom_ar_rule", "read_env_flags", "read_collectives", "read_greedy_sampling",
-           "read_mla_core_split", "read_mla_cache_writes"]
+           "read_mla_core_split", "read_mla_cache_writes", "read_mla_query_cats"]
 
 _COLLECTIVE = re.compile(r"(all_reduce|all_gather|reduce_scatter)")
 # An environment variable that switches an all-reduce path for PCIe-only GPUs (its name says PCIe and all-reduce/IPC)
@@ -219,4 +219,18 @@ def read_mla_cache_writes(files: dict[str, str]) -> list[dict]:
                     if isinstance(n, ast.Call) and _call_name(n) == "concat_and_cache_mla":
                         out.append({"where": f"{rel}:{n.lineno}",
                                     "function": f"{cls.name}.{fn.name}" if cls else fn.name})
+    return out
+
+
+def read_mla_query_cats(files: dict[str, str], decode: str = r"^(forward_mqa|_forward_decode)$") -> dict[str, list[str]]:
+    """vLLM's MLA backends at decode (``files``: relative path -> source): per class with a decode function (name matching
+    ``decode``), the lines where it joins the query's parts with ``torch.cat`` ([] where it hands them on apart)."""
+    out: dict[str, list[str]] = {}
+    for rel, source in sorted(files.items()):
+        if "forward_mqa" not in source and "_forward_decode" not in source:
+            continue
+        for cls in [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)]:
+            for fn in [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and re.match(decode, f.name)]:
+                out.setdefault(cls.name, []).extend(f"{rel}:{n.lineno}" for n in ast.walk(fn)
+                                                    if isinstance(n, ast.Call) and _seg(n.func, source) == "torch.cat")
     return out
