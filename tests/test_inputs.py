@@ -218,3 +218,28 @@ def test_chapter_03_leaves_an_unknown_backend_out_with_its_reason(capsys):
 def test_again_without_a_run_id(tmp_path, capsys):
     assert main(["book", "--again", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "s")]) == 2
     _one_line(capsys, "parameter 'again'", "--run-id")
+
+
+def test_chapter_02_again_on_a_static_only_environment_is_refused_before_it_runs(tmp_path, capsys, monkeypatch):
+    """A run whose chapter 02 answered sglang==0.5.16 from the engine's code run, executed again where that version's
+    environment is a static-only build: its answers would stand over the recorded ones, so nothing runs and the error
+    names the command that builds a full one. The same run with the environment importable is not refused here."""
+    from servebook.selection.envs import weaker_here
+
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    shutil.copytree(LIVE, run, ignore=shutil.ignore_patterns("traces", "notebooks", "logs"))
+    before = (run / "selection.jsonl").read_text()
+    import sys
+
+    env = tmp_path / "cache" / "engines" / f"sglang-0.5.16-py{sys.version_info.major}{sys.version_info.minor}"
+    env.mkdir(parents=True)
+    (env / "servebook_env.json").write_text(json.dumps({"engine": "sglang", "version": "0.5.16", "importable": False,
+                                                        "requires_installed": []}))
+    assert "sglang==0.5.16" in weaker_here(RunStore.at(run))
+    assert main(["html", str(run), "--refresh", "02", "--out", str(tmp_path / "site")]) == 2
+    _one_line(capsys, "static-only build", "servebook engines add sglang==0.5.16 --force")
+    assert (run / "selection.jsonl").read_text() == before and not (tmp_path / "site" / "index.html").exists()
+    (env / "servebook_env.json").write_text(json.dumps({"engine": "sglang", "version": "0.5.16", "importable": True,
+                                                        "requires_installed": ["torch"]}))
+    assert weaker_here(RunStore.at(run)) == []

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__
-from .errors import ParameterError, ServebookError
+from .errors import EngineError, ParameterError, ServebookError
 from .executions import executing
 from .params import PARAMS, check_chapter_param, check_here, model_defaults, validate
 from .paths import book_root
@@ -157,7 +157,6 @@ def _prepare_engine(values: dict, extra: dict, say: Callable[[str], None]) -> No
     spec = values["engine"]
     if not values.get("profile") or "==" not in spec or extra.get("engine_python"):
         return
-    from .errors import EngineError
     from .engines.envs import parse_engine_spec, resolve_engine
     from .selection.envs import add_engine
 
@@ -265,6 +264,15 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
     if number not in _OFFLINE:
         raise ParameterError("chapter", number, f"one of {', '.join(_OFFLINE)}: the others measure, so they run on their host "
                                                 "(servebook book --run-id ID --only NN resumes a run there)")
+    if number == "02":
+        from .selection.envs import weaker_here
+
+        weaker = weaker_here(store)
+        if weaker:   # the chapter's later answers stand: a static reading would replace one the engine's code gave
+            raise EngineError(f"chapter 02 of {run_dir} recorded {', '.join(weaker)} answering from the engine's own code; "
+                              "this machine's environment of it is a static-only build (its source alone), whose answers "
+                              "would stand over those: build a full one (servebook engines add "
+                              f"{weaker[0]} --force) or execute chapter 02 again where one is")
     chapter = next(c for c in chapters() if c.slug == _OFFLINE[number])
     declared = notebook_parameters(chapter.source)
     params = store.manifest.get("parameters") or {}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..engines.envs import (EngineEnv, _env_dir, _meta_path, _package_dir, _wheel_requires, available_versions, engine_cuda,
-                           parse_engine_spec, resolve_engine)
+                           is_static_only, parse_engine_spec, resolve_engine)
 from ..errors import EngineError
 from ..interpreters import GPU_ONLY
 from ..interpreters import SELECTION_LIBS as _SELECTION_LIBS
@@ -36,7 +36,7 @@ from ..paths import build_lock
 from ._installer import Installer
 from .requires import _DIST_OF, install_plan
 
-__all__ = ["DEFAULT_KERNEL_LIBS", "add_engine", "probe_import"]
+__all__ = ["DEFAULT_KERNEL_LIBS", "add_engine", "probe_import", "weaker_here"]
 
 # The module whose import brings in the engine's selection logic.
 _PROBE_MODULE = {"sglang": "sglang.srt.server_args", "vllm": "vllm.platforms.cuda", "transformers": "transformers.modeling_utils"}
@@ -260,3 +260,23 @@ def _write_meta(d: Path, py: str, engine: str, t0: float, steps: dict, fields: d
             "built": time.strftime("%Y-%m-%dT%H:%M:%S")}
     _meta_path(d).write_text(json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def weaker_here(store) -> list[str]:
+    """The engine versions (``engine==version``) whose answers a run's chapter 02 recorded from the engine's code run
+    (method ``dynamic``, in table ``selection`` or ``selection_matrix``) and whose environment prepared on this machine is
+    a static-only build: executed again here, the chapter would answer them from the source alone, and a later answer
+    stands (``standing.standing_answers``), so it would replace a stronger reading with a weaker one."""
+    specs = {f"{r['engine']}=={r['version']}" for r in store.rows("selection")
+             if r.get("method") == "dynamic" and r.get("engine") and r.get("version")}
+    specs |= {r["engine_spec"] for r in store.rows("selection_matrix") if r.get("method") == "dynamic" and r.get("engine_spec")}
+    out = []
+    for spec in sorted(specs):
+        engine, version = parse_engine_spec(spec)
+        try:
+            meta = json.loads(_meta_path(_env_dir(engine, version)).read_text()) if version else None
+        except (OSError, json.JSONDecodeError):
+            meta = None
+        if meta and is_static_only(meta):
+            out.append(spec)
+    return out
