@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Execute the committed books' chapters again on their recorded tables (measure=False: nothing is started or measured)
 # and render them into rendered/, then the front page. CPU only; chapter 02 asks the prepared engine environments
-# (servebook engines add sglang==0.5.9 sglang==0.5.16 sglang==0.5.23 vllm==0.26.0 ...), the rest reads tables.
+# (servebook engines add sglang==0.5.9 sglang==0.5.16 sglang==0.5.23 vllm==0.26.0 ...), the rest reads tables; a book's
+# chapter 02 is refused where a version it answered from the engine's code has only a static-only environment here.
 #   bash tools/rerender.sh [--dry] [PHASE]
 #                                      PHASE: 02 (chapter 02 of every book), rest (01, 03-06 and the front page), all;
 #                                      trust (the h200x1-trust book alone; then `front`);
