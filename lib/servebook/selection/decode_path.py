@@ -7,7 +7,8 @@
 One row per setting: the MoE method/kernel for the card's quantized routed experts, the all-reduce path at
 ``tp_size`` (custom all-reduce, symmetric memory, FlashInfer, PyNCCL) with the condition that decides it, the PCIe
 all-reduce options the version's code carries behind environment variables, the collectives a decoder layer issues,
-the CUDA-graph capture sizes, and the sampling path at batch 1. ``source`` says how the row was established:
+the CUDA-graph capture sizes, the sampling path at batch 1, and how the MLA decode step builds its query and writes the
+cache per attention backend. ``source`` says how the row was established:
 
 - ``run``: the engine's own function ran in its interpreter (``_decode_runner.py``) with the GPU faked from the
   profile and the topology faked below the engine (NVML: no NVLink between any two GPUs; torch.distributed: rank 0 of
@@ -51,7 +52,7 @@ _FILES = {
                "sampler": "sglang/srt/layers/sampler.py", "env_roots": ["sglang/srt"],
                "graph_sizes": ("sglang/srt/server_args.py", r"def _generate_cuda_graph_batch_sizes|def parse_cuda_graph_config"),
                "graph_roots": ["sglang/srt/server_args.py", "sglang/srt/arg_groups"],
-             "mla_roots": ["sglang/srt/models"], "registry": "sglang/srt/layers/attention/attention_registry.py"},
+               "mla_roots": ["sglang/srt/models"], "registry": "sglang/srt/layers/attention/attention_registry.py"},
     "vllm": {"custom_ar": ["vllm/distributed/device_communicators/custom_all_reduce.py"],
              "dispatch": "vllm/distributed/device_communicators/cuda_communicator.py",
              "model": ["vllm/model_executor/models/deepseek_v2.py"],
@@ -431,16 +432,17 @@ def _mla_rows(env, root: Path) -> list[dict]:
             return [_row(env, SETTINGS[6], None, source="not read", why=f"no absorb-core backend split found in {roots[0]}")]
         known = re.findall(r'register_attention_backend\(\s*"(\w+)"', _read(root, _FILES["sglang"]["registry"]) or "")
         others = [b for b in known if b not in split["backends"]]
-        choice = (f"rope parts handed to the backend (no concatenation) for {', '.join(split['backends'])} "
+        choice = (f"q's and k's rope parts handed to the backend apart for {', '.join(split['backends'])} "
                   f"({split['name']}, {split['list_at']}); q and k joined by torch.cat ({', '.join(split['cat_at'])}) for "
                   + (f"the other registered backends: {', '.join(others)}" if others else "every other backend"))
         return [_row(env, SETTINGS[6], choice, split["where"], f"self.current_attention_backend in {split['name']}", "read",
                      why="the branch is taken per layer at decode; read from the model code", backends=split["backends"],
                      others=others)]
-    sites = read_mla_cache_writes(_py_files(root, roots))
+    files = _py_files(root, roots)
+    sites = read_mla_cache_writes(files)
     if not sites:
         return [_row(env, SETTINGS[6], None, source="not read", why=f"no concat_and_cache_mla call found in {roots[0]}")]
-    cats = read_mla_query_cats(_py_files(root, roots))
+    cats = read_mla_query_cats(files)
     joined, apart = sorted(c for c, w in cats.items() if w), sorted(c for c, w in cats.items() if not w)
     choice = ("MLA cache written by concat_and_cache_mla in " + "; ".join(f"{s['function']} ({s['where']})" for s in sites)
               + ("; q's parts joined by torch.cat in the decode function of "
