@@ -243,3 +243,26 @@ def test_chapter_02_again_on_a_static_only_environment_is_refused_before_it_runs
     (env / "servebook_env.json").write_text(json.dumps({"engine": "sglang", "version": "0.5.16", "importable": True,
                                                         "requires_installed": ["torch"]}))
     assert weaker_here(RunStore.at(run)) == []
+
+
+def test_resuming_chapter_02_on_a_static_only_environment_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    """The same refusal on ``servebook book --run-id ID --only 02``: a copy of the what-if book, whose chapter 02 answered
+    vllm==0.33.0 from the engine's code run, resumed where that version's environment is a static-only build."""
+    import sys
+
+    from servebook.book import run_book
+    from servebook.errors import EngineError
+
+    monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
+    env = tmp_path / "cache" / "engines" / f"vllm-0.33.0-py{sys.version_info.major}{sys.version_info.minor}"
+    env.mkdir(parents=True)
+    (env / "servebook_env.json").write_text(json.dumps({"engine": "vllm", "version": "0.33.0", "importable": False,
+                                                        "requires_installed": []}))
+    run = RunStore.open(tmp_path / "runs", run_id="w").path
+    shutil.copytree(ROOT / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9", run, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("traces", "notebooks", "logs"))
+    manifest = (run / "manifest.json").read_text()
+    with pytest.raises(EngineError, match=r"vllm==0\.33\.0 answering from the engine's own code.*engines add vllm==0\.33\.0"):
+        run_book({"profile": "rtx-pro-6000", "engine": "sglang==0.5.9", "model": "kimi-k2.5", "smoke": True},
+                 out=tmp_path / "site", runs_root=tmp_path / "runs", run_id="w", only=["02"], progress=None)
+    assert (run / "manifest.json").read_text() == manifest   # refused before the run was opened as a resumption

@@ -90,6 +90,8 @@ def run_book(
     # Check chapter-specific parameters before anything runs.
     declared = {c.stem: notebook_parameters(c.source) for c in selected}
     extra = _check_extra(dict(extra or {}), declared)
+    if run_id and any(c.number == "02" for c in selected):   # a resumed run's recorded answers (a new id has none)
+        _refuse_weaker_answers(RunStore.open(runs_root, host=values["host"], run_id=run_id))
     check_here(values, extra)  # a pinned engine version, the backends named: against this host, before anything starts
     values, extra = hide_secrets(values), hide_secrets(extra)  # a secret reaches the chapters as a reference (secret_refs)
     _prepare_engine(values, extra, say)
@@ -123,6 +125,20 @@ def _select_chapters(only: list[str] | None) -> list[Chapter]:
     if bad:
         raise ParameterError("only", bad[0], f"valid chapters: {', '.join(c.stem for c in all_chapters)}")
     return [c for c in all_chapters if {c.number, c.slug, c.stem} & wanted]
+
+
+def _refuse_weaker_answers(store: RunStore) -> None:
+    """Refuse to execute chapter 02 of a recorded run where a version it answered from the engine's code run has only a
+    static-only environment here (``selection.envs.weaker_here``): the chapter's later answers stand, so a reading of the
+    source alone would replace one the engine's code gave."""
+    from .selection.envs import weaker_here
+
+    weaker = weaker_here(store)
+    if weaker:
+        raise EngineError(f"chapter 02 of {store.path} recorded {', '.join(weaker)} answering from the engine's own code; "
+                          "this machine's environment of it is a static-only build (its source alone), whose answers "
+                          f"would stand over those: build a full one (servebook engines add {weaker[0]} --force) or "
+                          "execute chapter 02 again where one is")
 
 
 def _check_extra(extra: dict[str, Any], declared: dict[str, dict]) -> dict[str, Any]:
@@ -265,14 +281,7 @@ def refresh_chapter(run_dir: str | os.PathLike, number: str, extra: dict | None 
         raise ParameterError("chapter", number, f"one of {', '.join(_OFFLINE)}: the others measure, so they run on their host "
                                                 "(servebook book --run-id ID --only NN resumes a run there)")
     if number == "02":
-        from .selection.envs import weaker_here
-
-        weaker = weaker_here(store)
-        if weaker:   # the chapter's later answers stand: a static reading would replace one the engine's code gave
-            raise EngineError(f"chapter 02 of {run_dir} recorded {', '.join(weaker)} answering from the engine's own code; "
-                              "this machine's environment of it is a static-only build (its source alone), whose answers "
-                              "would stand over those: build a full one (servebook engines add "
-                              f"{weaker[0]} --force) or execute chapter 02 again where one is")
+        _refuse_weaker_answers(store)
     chapter = next(c for c in chapters() if c.slug == _OFFLINE[number])
     declared = notebook_parameters(chapter.source)
     params = store.manifest.get("parameters") or {}
