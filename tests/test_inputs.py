@@ -234,14 +234,14 @@ def test_chapter_02_again_on_a_static_only_environment_is_refused_before_it_runs
 
     env = tmp_path / "cache" / "engines" / f"sglang-0.5.16-py{sys.version_info.major}{sys.version_info.minor}"
     env.mkdir(parents=True)
-    (env / "servebook_env.json").write_text(json.dumps({"engine": "sglang", "version": "0.5.16", "importable": False,
-                                                        "requires_installed": []}))
+    meta = {"engine": "sglang", "version": "0.5.16", "python": str(env / "bin" / "python"), "package_dir": str(env / "sglang"),
+            "cuda": None, "cuda_source": ""}   # the fields a prepared environment's metadata carries
+    (env / "servebook_env.json").write_text(json.dumps({**meta, "importable": False, "requires_installed": []}))
     assert "sglang==0.5.16" in weaker_here(RunStore.at(run))
     assert main(["html", str(run), "--refresh", "02", "--out", str(tmp_path / "site")]) == 2
     _one_line(capsys, "static-only build", "servebook engines add sglang==0.5.16 --force")
     assert (run / "selection.jsonl").read_text() == before and not (tmp_path / "site" / "index.html").exists()
-    (env / "servebook_env.json").write_text(json.dumps({"engine": "sglang", "version": "0.5.16", "importable": True,
-                                                        "requires_installed": ["torch"]}))
+    (env / "servebook_env.json").write_text(json.dumps({**meta, "importable": True, "requires_installed": ["torch"]}))
     assert weaker_here(RunStore.at(run)) == []
 
 
@@ -256,8 +256,9 @@ def test_resuming_chapter_02_on_a_static_only_environment_is_refused_before_anyt
     monkeypatch.setenv("SERVEBOOK_CACHE", str(tmp_path / "cache"))
     env = tmp_path / "cache" / "engines" / f"vllm-0.33.0-py{sys.version_info.major}{sys.version_info.minor}"
     env.mkdir(parents=True)
-    (env / "servebook_env.json").write_text(json.dumps({"engine": "vllm", "version": "0.33.0", "importable": False,
-                                                        "requires_installed": []}))
+    (env / "servebook_env.json").write_text(json.dumps({"engine": "vllm", "version": "0.33.0", "python": str(env / "bin" / "python"),
+                                                        "package_dir": str(env / "vllm"), "cuda": None, "cuda_source": "",
+                                                        "importable": False, "requires_installed": []}))
     run = RunStore.open(tmp_path / "runs", run_id="w").path
     shutil.copytree(ROOT / "data" / "runs" / "whatif-rtx-pro-6000-sglang-0.5.9", run, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("traces", "notebooks", "logs"))

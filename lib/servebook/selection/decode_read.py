@@ -156,19 +156,19 @@ def read_greedy_sampling(source: str, rel: str) -> dict | None:
     return {"where": f"{rel}:{line}", "function": fn, "call": call, "conditions": conds}
 
 
-def _module_list(source: str, name: str) -> tuple[list[str], int] | None:
-    """The last module-level ``name = [str, ...]`` of ``source`` (the binding a use in that module sees) and its line."""
+def _module_list(tree: ast.Module, name: str) -> tuple[list[str], int] | None:
+    """The last module-level ``name = [str, ...]`` of a parsed module (the binding a use in it sees) and its line."""
     found = None
-    for node in ast.parse(source).body:
+    for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets) \
                 and isinstance(node.value, (ast.List, ast.Tuple)):
             found = ([e.value for e in node.value.elts if isinstance(e, ast.Constant)], node.lineno)
     return found
 
 
-def _imported_from(source: str, name: str) -> str | None:
-    """The module a module-level ``from X import name`` takes ``name`` from (dotted), or None."""
-    for node in ast.parse(source).body:
+def _imported_from(tree: ast.Module, name: str) -> str | None:
+    """The module a module-level ``from X import name`` of a parsed module takes ``name`` from (dotted), or None."""
+    for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and any(a.name == name and not a.asname for a in node.names):
             return node.module
     return None
@@ -182,7 +182,8 @@ def read_mla_core_split(files: dict[str, str]) -> dict | None:
     for rel, source in sorted(files.items()):
         if "absorb_core" not in source:
             continue
-        for fn in ast.walk(ast.parse(source)):
+        tree = ast.parse(source)
+        for fn in ast.walk(tree):
             if not (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and "absorb_core" in fn.name):
                 continue
             for node in ast.walk(fn):
@@ -191,10 +192,10 @@ def read_mla_core_split(files: dict[str, str]) -> dict | None:
                         and "current_attention_backend" in _seg(t.left, source) and isinstance(t.comparators[0], ast.Name)):
                     continue
                 name = t.comparators[0].id
-                bound, at = _module_list(source, name), rel
-                if bound is None and _imported_from(source, name):
-                    at = _imported_from(source, name).replace(".", "/") + ".py"
-                    bound = _module_list(files[at], name) if at in files else None
+                bound, at, module = _module_list(tree, name), rel, _imported_from(tree, name)
+                if bound is None and module:
+                    at = module.replace(".", "/") + ".py"
+                    bound = _module_list(ast.parse(files[at]), name) if at in files else None
                 cats = [n.lineno for sub in node.orelse for n in ast.walk(sub)
                         if isinstance(n, ast.Call) and _seg(n.func, source) == "torch.cat"]
                 return {"where": f"{rel}:{node.lineno}", "function": fn.name, "name": name,
