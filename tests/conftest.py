@@ -135,7 +135,7 @@ def host_named_sglang(tmp_path, monkeypatch):
 def ref_before_unit_3(tmp_path) -> Path:
     """data/runs/h200x1-ref as it stood with units 1 and 2: a copy (traces, logs, rendered notebooks and the tables its
     rendering wrote left out) whose every table drops the rows of unit 3 (run id h200x1-ref-vllm2) and of the units
-    after it (h200x1-ref-backends, h200x1-ref-backends2), the state where vLLM's ladder ended at 4 MoE layers on another machine than SGLang's."""
+    after it (h200x1-ref-backends, h200x1-ref-backends2, h200x1-ref-backends3), the state where vLLM's ladder ended at 4 MoE layers on another machine than SGLang's."""
     from servebook.paths import data_dir
 
     dest = tmp_path / "h200x1-ref-before-unit-3"
@@ -144,7 +144,7 @@ def ref_before_unit_3(tmp_path) -> Path:
     for t in dest.glob("*.jsonl"):
         lines = [ln for ln in t.read_text().splitlines() if ln.strip()]
         kept = [ln for ln in lines if json.loads(ln).get("run_id") not in ("h200x1-ref-vllm2", "h200x1-ref-backends",
-                                                                 "h200x1-ref-backends2")]
+                                                                 "h200x1-ref-backends2", "h200x1-ref-backends3")]
         if t.name == "profile_runs.jsonl":
             assert len(kept) < len(lines)          # the real unit 3 is in the reference run
         t.write_text("".join(ln + "\n" for ln in kept))

@@ -1,5 +1,6 @@
 """The backends on the deepest slice (issue #39 item 6), each against its engine's seed backend within one recording
-unit: the real backends units of h200x1-ref (unit 4, ``h200x1-ref-backends``; unit 5, ``h200x1-ref-backends2``), and
+unit: the real backends units of h200x1-ref (unit 4, ``h200x1-ref-backends``; unit 5, ``h200x1-ref-backends2``; unit 6,
+``h200x1-ref-backends3``), and
 h200x1-ref's rows before them (unit 3,
 ``h200x1-ref-vllm2``, its 12-MoE-layer slices) altered into a SYNTHETIC backends unit for the cases unit 4 does not hold
 (two measures that disagree, a backend of another unit)."""
@@ -22,7 +23,7 @@ from servebook.stated.text import MISSING
 
 REF = data_dir() / "runs" / "h200x1-ref"
 UNIT3, OTHER, UNIT4 = "h200x1-ref-vllm2", "h200x1-ref", "h200x1-ref-backends"   # OTHER: unit 1, another machine
-UNIT5 = "h200x1-ref-backends2"
+UNIT5, UNIT6 = "h200x1-ref-backends2", "h200x1-ref-backends3"
 
 
 def _real():
@@ -30,8 +31,8 @@ def _real():
 
 
 def _before_unit_4():
-    """The reference's rows before its backends units (4 and 5)."""
-    return [r for r in _real() if r.get("run_id") not in (UNIT4, UNIT5)]
+    """The reference's rows before its backends units (4, 5 and 6)."""
+    return [r for r in _real() if r.get("run_id") not in (UNIT4, UNIT5, UNIT6)]
 
 
 def _like(r: dict, backend, start: int, busy: float, tpot: float, *, reported="same", at: float = 0.0) -> dict:
@@ -72,7 +73,16 @@ def test_the_real_backends_unit_decides_flashinfer_and_not_the_one_start_backend
     assert common_depth(latest_ok(rows), SEED_BACKENDS) == 12
     got = _by(backend_comparisons(rows))
     assert set(got) == {(UNIT4, "sglang", "flashinfer"), (UNIT4, "vllm", "FLASHMLA"), (UNIT4, "vllm", "default"),
-                        (UNIT5, "sglang", "flashmla"), (UNIT5, "sglang", "fa3")}
+                        (UNIT5, "sglang", "flashmla"), (UNIT5, "sglang", "fa3"), (UNIT6, "vllm", "FLASHMLA"),
+                        (UNIT6, "vllm", "default")}
+    # unit 6 (2026-12-07, session 32): vLLM's FLASHMLA and its default against TRITON_MLA, two starts each on a machine
+    # of its own: FLASHMLA higher than TRITON_MLA on both measures beyond the 2% margin; the default within it
+    fm6, de6 = got[(UNIT6, "vllm", "FLASHMLA")], got[(UNIT6, "vllm", "default")]
+    assert fm6["starts"] == de6["starts"] == {"backend": 2, "seed": 2} and fm6["machine"] == de6["machine"]
+    assert fm6["verdict"] == {"busy_ms": "b lower", "tpot_ms": "b lower"} and fm6["agree"] is True
+    assert all(fm6["diff_pct"][m] > fm6["margin_pct"][m] for m in fm6["diff_pct"])
+    assert de6["verdict"] == {"busy_ms": "no difference", "tpot_ms": "no difference"} and de6["agree"] is True
+    assert de6["reported"]["backend"] == ["FLASH_ATTN_MLA"] and all(abs(x) < 2 for x in de6["diff_pct"].values())
     fi, fm, de = got[(UNIT4, "sglang", "flashinfer")], got[(UNIT4, "vllm", "FLASHMLA")], got[(UNIT4, "vllm", "default")]
     # unit 5 (2026-12-06, session 29): fa3 lower than triton on both measures beyond the 2% margin; flashmla within it
     fa3, mla = got[(UNIT5, "sglang", "fa3")], got[(UNIT5, "sglang", "flashmla")]
@@ -87,6 +97,11 @@ def test_the_real_backends_unit_decides_flashinfer_and_not_the_one_start_backend
     words = re.sub(r"<span[^>]*>|</span>", "", backends_markdown(list(got.values())))
     assert "| SGLang | `flashinfer` against `triton` | 2 / 2 |" in words and "`default` (the log: `FLASH_ATTN_MLA`)" in words
     assert "| SGLang | `fa3` against `triton` | 2 / 2 |" in words and f"(unit `{UNIT5}`" in words
+    # unit 4's one-start rows point at the unit that decided them, without pooling its starts
+    assert words.count(f"Unit `{UNIT6}` decided it with two starts or more on each side") == 2
+    assert "| vLLM | `FLASHMLA` against `TRITON_MLA` | 2 / 2 |" in words and "| vLLM | `FLASHMLA` against `TRITON_MLA` | 1 / 2 |" in words
+    wo6 = [r for r in rows if r.get("run_id") != UNIT6]   # the pointer comes from unit 6's rows, not typed in
+    assert "decided it with" not in backends_markdown(backend_comparisons(wo6))
     assert backend_comparisons(_before_unit_4()) == [] and backends_markdown([]) == ""   # units 1-3: no other backend
 
 

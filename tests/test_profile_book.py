@@ -49,14 +49,16 @@ def test_the_depths_are_the_recorded_starts_of_each_slice(tmp_path):
     every = depths.depth_rows(rows)
     # unit 1: SGLang's ladder; unit 2 (another machine): vLLM's to 4 MoE layers and SGLang's reference again; unit 3 (a
     # third machine): vLLM's at 1, 2 and 12 MoE layers beside SGLang's 1 and 12; unit 4 (a fourth): the backends, each
-    # backend a depth row of its own; unit 5 (a fifth): SGLang's triton, flashmla and fa3 at 12
+    # backend a depth row of its own; unit 5 (a fifth): SGLang's triton, flashmla and fa3 at 12; unit 6 (a sixth):
+    # SGLang's triton and vLLM's TRITON_MLA, FLASHMLA and default at 12
     assert sorted((r["engine"], r["backend"], r["machine"][:8], r["moe_layers"]) for r in every) == sorted(
         [("sglang", "triton", "gpu-4538", m) for m in (1, 2, 4, 12)] + [("vllm", "TRITON_MLA", "gpu-da94", m) for m in (1, 2, 4)]
         + [("sglang", "triton", "gpu-da94", 12)]
         + [("vllm", "TRITON_MLA", "gpu-8ecf", m) for m in (1, 2, 12)] + [("sglang", "triton", "gpu-8ecf", m) for m in (1, 12)]
         + [(e, b, "gpu-d45a", m) for e, b in (("sglang", "triton"), ("sglang", "flashinfer"), ("vllm", "TRITON_MLA"))
            for m in (1, 12)] + [("vllm", "FLASHMLA", "gpu-d45a", 12), ("vllm", "auto", "gpu-d45a", 12)]
-        + [("sglang", b, "gpu-a792", 12) for b in ("triton", "flashmla", "fa3")])
+        + [("sglang", b, "gpu-a792", 12) for b in ("triton", "flashmla", "fa3")]
+        + [("sglang", "triton", "gpu-171d", 12)] + [("vllm", b, "gpu-171d", 12) for b in ("TRITON_MLA", "FLASHMLA", "auto")])
     for r in every:
         mine = [p for p in rows if p.get("ok") and p["layers"] - p["dense_layers"] == r["moe_layers"]
                 and (p["engine"], p["machine"], p.get("backend")) == (r["engine"], r["machine"], r["backend"])]
@@ -132,7 +134,7 @@ def test_a_profiles_only_run_says_its_host_and_engines_from_its_rows(tmp_path):
     h = host_summary(ref)
     rows = [r for r in ref.rows("profile_runs") if r.get("ok")]
     assert h["gpu"] == "NVIDIA H200" and h["gpu_count"] == 1
-    assert h["machines"] == sorted({r["machine"] for r in rows}) and len(h["machines"]) == 5
+    assert h["machines"] == sorted({r["machine"] for r in rows}) and len(h["machines"]) == 6
     assert {(e["engine"], e["version"]) for e in h["engines"]} == {(r["engine"], r["version"]) for r in rows}
     assert "INT4 experts" in h["model"] and h["capability"] is None
     assert host_summary(RunStore(BOOK))["machines"] == [] and book.profiled_host(RunStore(BOOK)) == {}
@@ -202,12 +204,14 @@ def test_each_served_time_line_names_its_machine_and_the_anchor_only_line_says_s
     rows with neither machine nor unit say that, not ``run `None```."""
     lines = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(REF))]
     machines = sorted({p["machine"] for p in RunStore(REF).rows("profile_runs") if p.get("ok")})
-    assert len(lines) == 13 and all(sum(f"machine `{m}`" in x for m in machines) == 1 for x in lines)   # one per unit and backend
-    # unit 2's and unit 5's (its triton beside flashmla and fa3); unit 3 has SGLang's 1-layer slice too
+    assert len(lines) == 17 and all(sum(f"machine `{m}`" in x for m in machines) == 1 for x in lines)   # one per unit and backend
+    # unit 2's, unit 5's (its triton beside flashmla and fa3) and unit 6's (beside vLLM's backends); unit 3 has SGLang's
+    # 1-layer slice too
     again = sorted(x for x in lines if "(the anchor configuration only" in x)
-    assert len(again) == 2 and all(x.startswith("- SGLang (triton,") for x in again)
-    assert "machine `gpu-a792dd699a33153d`" in again[0] and "machine `gpu-da945170f2a21b70`" in again[1]
-    assert "12 MoE layers 3.410" in again[1] and "12 MoE layers 3.378" in again[0]
+    assert len(again) == 3 and all(x.startswith("- SGLang (triton,") for x in again)
+    assert [m for x in again for m in machines if f"machine `{m}`" in x] == [
+        "gpu-171d973bce7b2ef7", "gpu-a792dd699a33153d", "gpu-da945170f2a21b70"]
+    assert "12 MoE layers 3.411" in again[0] and "12 MoE layers 3.378" in again[1] and "12 MoE layers 3.410" in again[2]
     old = [re.sub(r"<span[^>]*>|</span>", "", x) for x in depths.found_lines(RunStore(data_dir() / "runs" / "h200x1-prof"))]
     assert old and all("run `None`" not in x and "machine not recorded" in x for x in old)
 

@@ -282,11 +282,12 @@ def test_recorded_rows_carry_one_machine_and_refuse_another_runs_rows():
     store = RunStore.at(REF)
     ok = [r for r in store.rows("profile_runs") if r.get("ok")]
     # one machine per unit (unit 1: SGLang's ladder; units 2 and 3: vLLM's, beside SGLang's reference measured again
-    # there; unit 4: the backends at 12 MoE layers, both engines; unit 5: SGLang's flashmla and fa3 at 12 beside triton)
+    # there; unit 4: the backends at 12 MoE layers, both engines; unit 5: SGLang's flashmla and fa3 at 12 beside triton;
+    # unit 6: vLLM's FLASHMLA and default against TRITON_MLA at 12, two starts each, beside SGLang's triton)
     assert {r["machine"] for r in ok} == {r["machine"] for r in store.rows("decode_breakdown")} \
         == {r["machine"] for r in store.rows("memory_bandwidth")}
-    assert len({r["machine"] for r in ok}) == 5 and all(r["machine"].startswith("gpu-") for r in ok)
-    assert len({r["machine"] for r in ok if r["engine"] == "vllm"}) == 3
+    assert len({r["machine"] for r in ok}) == 6 and all(r["machine"].startswith("gpu-") for r in ok)
+    assert len({r["machine"] for r in ok if r["engine"] == "vllm"}) == 4
     assert all(len({r["machine"] for r in ok if r.get("run_id") == u}) == 1 for u in {r.get("run_id") for r in ok})
     deep = next(r for r in ok if r["layers"] == 13 and not r["label"].endswith(")"))
     older = next(r for r in RunStore.at(ROOT / "data" / "runs" / "h200x1-prof").rows("profile_runs") if r["label"] == "sglang kimi-2L triton")
@@ -301,7 +302,9 @@ def test_recorded_starts_follow_the_rule():
     by: dict = {}
     for r in sorted(ok, key=lambda r: r.get("start", 1)):           # per unit (machine) and configuration
         by.setdefault((r["machine"], r["engine"], r.get("backend"), r["layers"] - r["dense_layers"]), []).append(r["tpot_ms"])
-    assert len(by) == 24   # unit 5 (h200x1-ref-backends2): SGLang triton, flashmla and fa3 at 12 MoE layers, 2 starts each
+    # unit 5 (h200x1-ref-backends2): SGLang triton, flashmla and fa3 at 12 MoE layers, 2 starts each; unit 6
+    # (h200x1-ref-backends3): SGLang triton, vLLM TRITON_MLA, FLASHMLA and its default at 12, 2 starts each
+    assert len(by) == 28
     # unit 3's loan ran out while its second batch of starts was starting (RECORDED.md, "Unit 3"): its shallow slices and
     # SGLang's two slices there have one start each, short of the rule; unit 4's loan ran out after FLASHMLA's and vLLM's
     # default's first starts, and its 1-MoE-layer slices were one warm-up batch (RECORDED.md, "Unit 4"). Nothing is

@@ -109,16 +109,27 @@ def _cells(c: dict, q) -> str:
     return "| " + " | ".join(out) + " |"
 
 
-def _why(c: dict, q) -> str:
-    """A comparison the two measures do not decide alike: what is known from the rows, and what would settle it."""
+def _decided_elsewhere(c: dict, rows: list[dict]) -> list[str]:
+    """The other units that decided ``c``'s comparison (same engine, backend and seed backend, both measures decided)."""
+    return [o["run_id"] for o in rows if o["key"] != c["key"] and (o["engine"], o["word"], o["seed"])
+            == (c["engine"], c["word"], c["seed"]) and "undecided" not in o["verdict"].values()]
+
+
+def _why(c: dict, q, rows: list[dict]) -> str:
+    """A comparison the two measures do not decide alike: what is known from the rows, and what would settle it (for
+    one left undecided, the units that decided it on their own machine: their table, not a pooling of starts)."""
     from ..engines import prose_name
 
     head = f"- {prose_name(c['engine'])}, `{c['word']}` against `{c['seed']}` (unit `{c['run_id']}`): "
     if c["agree"] is None:
         one = [f"`{_side(c, s)}`" for s, n in c["starts"].items() if n < 2]
+        other = _decided_elsewhere(c, rows)
+        then = (f" Unit{'s' if len(other) > 1 else ''} {', '.join(f'`{u}`' for u in other)} decided it with two starts "
+                "or more on each side on a machine of its own: its table stands for this comparison (starts of "
+                "different machines are not pooled).") if other else ""
         return (head + f"not decided: {' and '.join(one)} {'has' if len(one) == 1 else 'have'} one start, and the rule "
                 "decides only with two starts or more on each side; a second start of " + " and ".join(one)
-                + " in this unit would decide it.")
+                + " in this unit would decide it." + then)
     gap = " against ".join(f"`{_side(c, s)}` {q('slice_backend_gap_ms', g, '.3f', of=_of(c, s))}"
                            for s, g in c["gap_ms"].items())
     return (head + f"the served time says {_said(c, 'tpot_ms')}, the GPU busy time says {_said(c, 'busy_ms')}. Hypothesis: "
@@ -147,7 +158,7 @@ def backends_markdown(rows: list[dict]) -> str:
                    "| engine | backend against the seed's | starts (this / seed's) | served ms per token (this / seed's) | "
                    "GPU busy ms per step (this / seed's) | served: difference (margin) | GPU busy: difference (margin) | served and busy |\n"
                    "|---|---|---|---|---|---|---|---|\n" + "\n".join(_cells(c, q) for c in mine))
-        why = [_why(c, q) for c in mine if not c["agree"]]
+        why = [_why(c, q, rows) for c in mine if not c["agree"]]
         if why:
             out.append("\n".join(why))
     return "\n\n".join(out)
