@@ -303,3 +303,25 @@ def test_a_profiles_only_run_says_what_it_is_where_a_book_would_say_nothing_was_
     assert "servebook book" not in cell.source
     assert render._software_row(host_summary(ref), {}) == "<tr><th>software</th><td>not recorded in this run</td></tr>"
     assert "driver" in render._software_row(host_summary(RunStore(BOOK)), RunStore(BOOK).manifest.get("versions") or {})
+
+
+def test_each_engine_pair_line_of_chapter_06_is_one_pair_of_servers_on_one_machine():
+    """Three units hold both engines at 12 MoE layers (units 3, 4 and 6, three machines): one line each, naming its
+    machine, and each line's "largest difference" is that pair's own (it once took the largest of every unit's rows
+    of the same depth under the first pair's labels). Recomputed here from engine_difference, pair by pair."""
+    from servebook.profile.chapter import where_time_goes
+    from servebook.profile.tables import engine_difference
+
+    store = RunStore(REF)
+    page = where_time_goes(store)
+    lines = [re.sub(r"<[^>]+>", "", x) for x in page.splitlines() if x.startswith("- kimi-k2.5, ")]
+    rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    pairs = list(dict.fromkeys((r["a"], r["b"]) for r in rows))
+    assert len(lines) == len(pairs) == 5 and sum(": 13 layers " in x or " 13 layers " in x for x in lines) == 3
+    machine = {p["label"]: p["machine"] for p in store.rows("profile_runs") if p.get("ok")}
+    for a, b in pairs:
+        gpu = [r for r in rows if (r["a"], r["b"]) == (a, b)
+               and r["category"] not in ("gpu idle", "total (profiled step)", "time per token (unprofiled)")]
+        top = max(gpu, key=lambda r: abs(r["diff_ms"]))
+        mine = [x for x in lines if f"machine `{machine[a]}`" in x and f" {top['category']} {top['diff_ms']:+.3f} ms)" in x]
+        assert len(mine) == 1, (a, b, top["category"], top["diff_ms"])

@@ -340,15 +340,18 @@ def where_time_goes(store) -> str:
     units += ("\n\n" + backs) if backs else ""   # a blank line first: a paragraph and table, not a list item's
     if not rows:
         return units
-    recorded = {p["label"]: p.get("busy_ms") for p in latest_ok(prof)}  # the GPU time each profile recorded
+    last = {p["label"]: p for p in latest_ok(prof)}
+    recorded = {lab: p.get("busy_ms") for lab, p in last.items()}  # the GPU time each profile recorded
+    several = len({p.get("machine") for p in last.values()}) > 1
     lines, single = [], []
     seen = set()
     for r in sorted(rows, key=lambda x: (x["card"], int(x["layers"] or 0), x["quant"])):
-        key = (r["card"], r["layers"], r["mode"], r["quant"])
+        key = (r["a"], r["b"])   # one pair of servers, on one machine (engine_difference pairs within a machine)
         if key in seen:
             continue
         seen.add(key)
-        mine = [x for x in rows if (x["card"], x["layers"], x["mode"], x["quant"]) == key]
+        mine = [x for x in rows if (x["a"], x["b"]) == key]
+        where = f" on machine `{last[r['a']].get('machine')}` (unit `{last[r['a']].get('run_id')}`)" if several else ""
         step = next(x for x in mine if x["category"] == "total (profiled step)")
         tpot = next(x for x in mine if x["category"] == "time per token (unprofiled)")
         gpu = [x for x in mine if x["category"] not in ("gpu idle", "total (profiled step)", "time per token (unprofiled)")]
@@ -356,7 +359,7 @@ def where_time_goes(store) -> str:
         busy_b = recorded.get(r["b"]) if recorded.get(r["b"]) is not None else sum(x["b_ms"] for x in gpu)
         top = max(gpu, key=lambda x: abs(x["diff_ms"]))
         lines.append(
-            f"- {r['card']}, {q('profile_layers', r['layers'], 'd', of=r['a'])} layer{'' if int(r['layers']) == 1 else 's'} ({r['quant']}, {r['mode']}): SGLang ({r['a_backend']}) "
+            f"- {r['card']}, {q('profile_layers', r['layers'], 'd', of=r['a'])} layer{'' if int(r['layers']) == 1 else 's'} ({r['quant']}, {r['mode']}){where}: SGLang ({r['a_backend']}) "
             f"{q('profile_tpot_ms', tpot['a_ms'], '.3f', of=r['a'])} ms per token, vLLM ({r['b_backend']}) "
             f"{q('profile_tpot_ms', tpot['b_ms'], '.3f', of=r['b'])} ms; kernels {q('profile_busy_ms', busy_a, '.3f', of=r['a'])} "
             f"against {q('profile_busy_ms', busy_b, '.3f', of=r['b'])} ms per step (largest difference: {top['category']} "
