@@ -21,11 +21,12 @@ def same_machine(rows, backends):
 def test_unit_3_compares_the_engines_on_one_machine():
     rows = RunStore.at(REF).rows("profile_runs")
     units = {u["run_id"]: u for u in same_machine(rows, SEED_BACKENDS)}   # units 1 and 2 hold one engine's 12-layer slice only
-    assert set(units) == {"h200x1-ref-vllm2", "h200x1-ref-backends"}
-    u4 = units["h200x1-ref-backends"]   # unit 4: two starts a side, both measures under the margin
-    assert u4["starts"] == {"sglang": 2, "vllm": 2} and {c["verdict"] for c in u4["compare"].values()} == {"no difference"}
-    assert all(abs(u4["diff_pct"][m]) < u4["margin_pct"][m] for m in u4["diff_pct"])
-    rows = [r for r in rows if r.get("run_id") != "h200x1-ref-backends"]
+    assert set(units) == {"h200x1-ref-vllm2", "h200x1-ref-backends", "h200x1-ref-backends3"}
+    for u4 in (units["h200x1-ref-backends"], units["h200x1-ref-backends3"]):   # units 4 and 6: two starts a side,
+        assert u4["starts"] == {"sglang": 2, "vllm": 2}                           # both measures under the margin
+        assert {c["verdict"] for c in u4["compare"].values()} == {"no difference"}
+        assert all(abs(u4["diff_pct"][m]) < u4["margin_pct"][m] for m in u4["diff_pct"])
+    rows = [r for r in rows if r.get("run_id") not in ("h200x1-ref-backends", "h200x1-ref-backends3")]
     (u,) = same_machine(rows, SEED_BACKENDS)
     assert (u["run_id"], u["depth"], u["starts"]) == ("h200x1-ref-vllm2", 12, {"sglang": 1, "vllm": 2})
     mine = [r for r in rows if r.get("run_id") == "h200x1-ref-vllm2" and r.get("layers") == 13 and r.get("ok")]
@@ -63,10 +64,11 @@ def test_chapter_06_leads_with_the_one_machine_comparison_and_keeps_the_anchors_
         return [ln for ln in md.splitlines() if "between the engines" in ln.lower()]
 
     lines = engines_lines(RunStore.at(REF))
-    assert len(lines) == 3 and lines[0].startswith("- Between the engines, on one machine (unit `h200x1-ref-vllm2`")
+    assert len(lines) == 4 and lines[0].startswith("- Between the engines, on one machine (unit `h200x1-ref-vllm2`")
     assert lines[1].startswith("- Between the engines, on one machine (unit `h200x1-ref-backends`")
-    assert lines[2].startswith("- Through the anchors as well, evidence beside the comparison on one machine above")
-    assert lines[2].endswith("the comparison on one machine above needs no such assumption.")
+    assert lines[2].startswith("- Between the engines, on one machine (unit `h200x1-ref-backends3`")
+    assert lines[3].startswith("- Through the anchors as well, evidence beside the comparison on one machine above")
+    assert lines[3].endswith("the comparison on one machine above needs no such assumption.")
     monkeypatch.setattr(same_machine_mod, "same_machine", lambda *a: [])   # as before unit 3: no unit holds both
     (only,) = engines_lines(RunStore.at(REF))
     assert only.startswith("- Between the engines, measured on two machines, only through each machine's anchor")
