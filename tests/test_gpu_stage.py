@@ -72,3 +72,32 @@ def test_trust_narrows_to_what_a_resumed_run_lacks(tmp_path):
     main = _jobs("trust", tmp_path, TRUST_CHAPTERS="03", TRUST_BACKENDS="sglang: ; vllm: FLASHMLA,TRITON_MLA")["main"]
     assert [b["only"] for b in main] == ["03"]
     assert main[0]["params"]["backends"] == "sglang: ; vllm: FLASHMLA,TRITON_MLA"
+
+
+def _ref(tmp_path: Path, **env) -> str:
+    """What `device.sh ref` prints (DRY=1) with a stage folder of its own and the kept copy of the JIT cache in tmp_path."""
+    outside = {k: v for k, v in os.environ.items() if k != "TVMFFI_CACHE"}   # only what the test names
+    run_env = outside | {"DRY": "1", "OUT": str(tmp_path / "out"), "STAGE_DIR": str(tmp_path / "stage"),
+                         "TVMFFI_KEPT": str(tmp_path / "kept.tgz"), "RUN_ID": "unit-t", "REF_LAYERS": "13"} | env
+    out = subprocess.run(["bash", str(DEVICE_SH), "ref"], cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_ref_keeps_a_carried_jit_cache_and_says_when_there_is_none(tmp_path):
+    """Session 32 named the cache by a path of the typing machine (TVMFFI_CACHE), the device had none, and SGLang's
+    first start compiled for 441 s without a word. The carried .stage/cache/tvmffi.tgz is now copied where a later
+    call's carry cannot remove it, picked when the job starts, and a missing cache is said, naming what was looked for."""
+    none = _ref(tmp_path)
+    assert "no JIT cache on this machine" in none and "would be carried in" not in none and "[job ref]" in none
+    gone = _ref(tmp_path, TVMFFI_CACHE="/nowhere/tvmffi-in.tgz")
+    assert "TVMFFI_CACHE=/nowhere/tvmffi-in.tgz not found" in gone
+    cache = tmp_path / "stage" / "cache" / "tvmffi.tgz"
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(b"the cache")
+    carried = _ref(tmp_path, TVMFFI_CACHE="/nowhere/tvmffi-in.tgz")   # a wrong name, a carried cache: the kept copy
+    assert f"JIT cache kept: {tmp_path / 'kept.tgz'}" in carried and (tmp_path / "kept.tgz").read_bytes() == b"the cache"
+    assert f"would be carried in ({tmp_path / 'kept.tgz'})" in carried and "no JIT cache" not in carried
+    cache.unlink()                                                      # the next call's carry removed .stage/cache
+    later = _ref(tmp_path)
+    assert f"would be carried in ({tmp_path / 'kept.tgz'})" in later and "JIT cache kept" not in later

@@ -233,8 +233,9 @@ do_ref() {  # slices as soon as the notebook tools are in; the plan's SGLang ser
     local plan="/tmp/ref-plan.json${REF_REQUIRED_ONLY:+ --required-only}"
     # the carried JIT cache kept in /tmp at once: a later call's carry replaces .stage/ (the part that starts the job
     # carries no cache), and TVMFFI_CACHE names a path on this machine, not the one the command was typed on
-    local kept=/tmp/tvmffi-in.tgz stage_cache="${STAGE_DIR:-.stage}/cache/tvmffi.tgz"
-    [ -n "$DRY" ] || [ ! -f "$stage_cache" ] || [ -f "$kept" ] || { cp "$stage_cache" "$kept" && echo "[device.sh] JIT cache kept: $kept"; }
+    # (TVMFFI_KEPT: another place for that copy, tests/test_gpu_stage.py; DRY makes the copy too, and unpacks nothing)
+    local kept=${TVMFFI_KEPT:-/tmp/tvmffi-in.tgz} stage_cache="${STAGE_DIR:-.stage}/cache/tvmffi.tgz"
+    [ ! -f "$stage_cache" ] || [ -f "$kept" ] || { cp "$stage_cache" "$kept" && echo "[device.sh] JIT cache kept: $kept"; }
     if [ ! -f /tmp/jobs/rmodels.pid ]; then
       have book.tar.xz && have common.tar.xz || { echo "[device.sh] notebook tools not unpacked yet"; return 0; }
       # a copy (lib and data: the cards live in data/models): the device tool re-copies the tree under a running job
@@ -247,10 +248,10 @@ for n in ${REF_LAYERS:-2 3 5 13}; do python3 -m servebook.cli model build kimi-k
     engines_in ${REF_TOGETHER:+both} sglang || { echo "[device.sh] engines not unpacked yet"; return 0; }
     [ -n "$DRY" ] || [ -d /tmp/runs/local-vm ] || { [ -d .devout/runs ] && cp -r .devout/runs/. /tmp/runs/ && echo "[device.sh] resumed the carried run"; }
     local cache="${TVMFFI_CACHE:-$kept}"   # carry .stage/cache in any call before the one that starts the job
-    [ -f "$cache" ] || [ ! -f "$stage_cache" ] || cache=$stage_cache
-    if [ -n "$DRY" ]; then :
-    elif [ -f "$cache" ]; then mkdir -p ~/.cache && tar xzf "$cache" -C ~/.cache && echo "[device.sh] SGLang's JIT cache carried in ($cache)"
-    else echo "[device.sh] no JIT cache on this machine (${TVMFFI_CACHE:+TVMFFI_CACHE=$TVMFFI_CACHE not found; }none at $kept or $stage_cache): SGLang's first start compiles its kernels (400-540 s seen); carry .stage/cache in an earlier call to skip that"
+    [ -f "$cache" ] || cache=$kept; [ -f "$cache" ] || cache=$stage_cache   # a TVMFFI_CACHE not found: the carried one
+    if [ ! -f "$cache" ]; then echo "[device.sh] no JIT cache on this machine (${TVMFFI_CACHE:+TVMFFI_CACHE=$TVMFFI_CACHE not found; }none at $kept or $stage_cache): SGLang's first start compiles its kernels (400-540 s seen); carry .stage/cache in an earlier call to skip that"
+    elif [ -n "$DRY" ]; then echo "[device.sh] SGLang's JIT cache would be carried in ($cache)"
+    else mkdir -p ~/.cache && tar xzf "$cache" -C ~/.cache && echo "[device.sh] SGLang's JIT cache carried in ($cache)"
     fi
     # REF_TOGETHER=1: the whole plan in one pass once both engines are in, batches in the plan's order with the engines
     # mixed (ref-plan-vllm2.json: SGLang's JIT warm-up on a small slice beside vLLM's first starts, which compile too)
