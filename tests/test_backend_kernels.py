@@ -133,22 +133,32 @@ def test_the_section_states_every_figure_tagged_and_recomputed(tmp_path):
     assert backend_comparisons(bare.rows("profile_runs")) and kernel_shift_markdown(bare, comps) == ""
 
 
-def test_the_registry_computes_the_kernel_figures_once_and_again_when_a_table_changes(tmp_path):
+def test_the_registry_computes_the_kernel_figures_once_and_again_when_a_table_changes(tmp_path, monkeypatch):
+    """``stated.registry.per_run`` with the kept kernel tables as files of the state: the nine kernel quantities of a
+    check share one computation, made again when a kernel table (not a .jsonl) changes or goes."""
+    from servebook.profile import backend_kernels
     from servebook.profile import quantities as pq
+    from servebook.stated.registry import expected
 
+    computed = []
+    real = backend_kernels.kernel_shift_figures
+    monkeypatch.setattr(backend_kernels, "kernel_shift_figures", lambda *a: computed.append(1) or real(*a))
     shutil.copytree(REF, tmp_path / "ref")
     store = RunStore.at(tmp_path / "ref")
-    before = dict(pq._backend_kernels(store, "backend_kernel_tables"))
-    assert before and str(store.path) in pq._KERNEL_FIGURES
-    pq._KERNEL_FIGURES[str(store.path)][1]["backend_kernel_tables"]["marker"] = 1   # a second call reuses the first's
-    assert pq._backend_kernels(store, "backend_kernel_tables")["marker"] == 1
+    names = [q.name for q in pq._UNITS if q.name.startswith(("backend_kernel_", "engine_kernel_"))]
+    assert len(names) == 9
+    for name in names:
+        expected(store, name, "no such subject")
+    assert len(computed) == 1                                 # one computation for the nine
+    before = dict(pq._kernel_figures(store)["backend_kernel_tables"])
+    assert before and len(computed) == 1
     c = next(c for c in backend_comparisons(store.rows("profile_runs")) if len(c["labels"]["backend"]) >= 2)
     subject, n = " / ".join([c["engine"], c["word"], c["key"], c["word"]]), len(c["labels"]["backend"])
     assert before[subject] == n
     run = next(r for r in store.rows("profile_runs") if r["label"] == c["labels"]["backend"][0])
     (store.path / run["kernel_table"]).unlink()   # a table gone: computed again, one start fewer where it counted
-    after = pq._backend_kernels(store, "backend_kernel_tables")
-    assert "marker" not in after and after[subject] == n - 1 and all(after[s] <= m for s, m in before.items())
+    after = pq._kernel_figures(store)["backend_kernel_tables"]
+    assert len(computed) == 2 and after[subject] == n - 1 and all(after[s] <= m for s, m in before.items())
 
 
 def test_chapter_06_puts_the_kernels_after_the_backends_comparisons():

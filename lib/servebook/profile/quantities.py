@@ -9,7 +9,7 @@ import re
 from typing import Any, Callable
 
 from .. import roofline
-from ..stated.registry import Quantity, per, register
+from ..stated.registry import Quantity, per, per_run, register
 from ..stated.text import MISSING, plain
 from .comm import collectives_per_token, engine_latencies
 from .seed import SEED_TABLES, gap_by_category
@@ -432,22 +432,22 @@ _UNITS += [Quantity(f"slice_backend_{f}", "a backend against its engine's seed b
                            ("moe_layers", "the MoE layers compared (machine / run id)"))]
 
 
-_KERNEL_FIGURES: dict = {}   # {run dir: (what they were computed from, figures)}: one computation per check, not nine
+def _kernel_tables(store) -> list:
+    """The kept kernel tables the kernel figures read (their state joins the run's tables' in ``per_run``)."""
+    return [store.path / r["kernel_table"] for r in store.rows("profile_runs") if r.get("ok") and r.get("kernel_table")]
 
 
-def _backend_kernels(store, name: str) -> dict:
+def _kernel_figures(store) -> dict:
+    """Every figure of chapter 06's kernel sections: one computation per run and state of its tables, not one per quantity."""
     from .backend_kernels import engine_kernel_figures, kernel_shift_figures
     from .backends_at_depth import backend_comparisons
     from .same_machine import seed_units
 
     rows = store.rows("profile_runs")
-    paths = [store.path / r["kernel_table"] for r in rows if r.get("ok") and r.get("kernel_table")]
-    key = (repr(rows), tuple((str(p), p.stat().st_mtime_ns if p.is_file() else None) for p in paths))
-    seen = _KERNEL_FIGURES.get(str(store.path))
-    if not seen or seen[0] != key:
-        seen = _KERNEL_FIGURES[str(store.path)] = (key, {**engine_kernel_figures(store, seed_units(rows)),
-                                                         **kernel_shift_figures(store, backend_comparisons(rows))})
-    return seen[1][name]
+    return {**engine_kernel_figures(store, seed_units(rows)), **kernel_shift_figures(store, backend_comparisons(rows))}
+
+
+_kernel_figures = per_run(_kernel_figures, files=_kernel_tables)
 
 
 _KERNELS = {
@@ -465,7 +465,7 @@ _KERNELS = {
         ("diff_us", "the first engine's category minus the second's, µs per step (... / category)"),
         ("tables", "the starts' kernel tables averaged for an engine (... / engine)"))),
 }
-_UNITS += [Quantity(f"{head}_{f}", f"{about}: {what}", lambda store, n=f"{head}_{f}": _backend_kernels(store, n),
+_UNITS += [Quantity(f"{head}_{f}", f"{about}: {what}", lambda store, n=f"{head}_{f}": _kernel_figures(store)[n],
                     tables=("profile_runs",))
            for head, (about, fields) in _KERNELS.items() for f, what in fields]
 

@@ -7,6 +7,7 @@ registers them here; ``servebook.quantities`` imports every chapter's and gather
     expected(store, "single_tok_s", "transformers/default")
     pick(quantity, values, of)                            # one subject's value among values computed once, or MISSING
     per_run(fn)                                           # fn(store) computed once per run and state of its tables
+    per_run(fn, files=lambda store: [...])                # ... and of other files it reads
 """
 
 from __future__ import annotations
@@ -96,14 +97,17 @@ def _tables_now(store) -> tuple:
                                           for st in [p.stat()])
 
 
-def per_run(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def per_run(fn: Callable[[Any], Any], files: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
     """``fn(store)`` computed once per run and state of its tables (several quantities read one finding; the chapter 04
     one takes seconds). One entry per run (its resolved path): a run's tables changed replace its own entry only, so
-    the checked run and a reference run read beside it keep theirs."""
+    the checked run and a reference run read beside it keep theirs. ``files(store)``: other files ``fn`` reads (kept
+    kernel tables, say), each one's modification time part of the state (a missing one too)."""
     memo: dict = {}
 
     def wrapper(store):
         key = _tables_now(store)
+        if files is not None:
+            key += tuple((str(p), p.stat().st_mtime_ns if p.is_file() else None) for p in map(Path, files(store)))
         held = memo.get(key[0])
         if held is None or held[0] != key:
             memo[key[0]] = held = (key, fn(store))
