@@ -325,3 +325,22 @@ def test_each_engine_pair_line_of_chapter_06_is_one_pair_of_servers_on_one_machi
         top = max(gpu, key=lambda r: abs(r["diff_ms"]))
         mine = [x for x in lines if f"machine `{machine[a]}`" in x and f" {top['category']} {top['diff_ms']:+.3f} ms)" in x]
         assert len(mine) == 1, (a, b, top["category"], top["diff_ms"])
+
+
+def test_the_engines_are_set_side_by_side_like_for_like():
+    """Units 4 and 6 ran vLLM's default beside its seed backend TRITON_MLA while SGLang ran only its seed's triton: the
+    engines' lines pair triton with TRITON_MLA (the default against a forced backend put a backend's difference under
+    the engines' name); where both ran their own default (h200x1-live), the defaults stay paired."""
+    from servebook.profile.tables import _like_for_like, engine_difference
+
+    store = RunStore(REF)
+    pairs = {(r["a_backend"], r["b_backend"]) for r in engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))}
+    assert pairs == {("triton", "TRITON_MLA")}
+    live = RunStore(data_dir() / "runs" / "h200x1-live")
+    assert {r["b_backend"] for r in engine_difference(live.rows("decode_breakdown"), live.rows("profile_runs"))} \
+        <= {"FLASH_ATTN_MLA", "FLASH_ATTN"}          # vLLM's own choice, as its log named it, beside SGLang's own
+    s = [{"backend": "triton"}, {"backend": "auto"}]
+    v = [{"backend": "auto"}, {"backend": "TRITON_MLA"}]
+    assert _like_for_like(s, v, "sglang", "vllm") == (s[1], v[0])                     # both defaults
+    assert _like_for_like(s[:1], v, "sglang", "vllm") == (s[0], v[1])                 # both seed backends
+    assert _like_for_like([{"backend": "fa3"}], v, "sglang", "vllm") == ({"backend": "fa3"}, v[0])   # neither: as before
