@@ -310,12 +310,13 @@ def test_each_engine_pair_line_of_chapter_06_is_one_pair_of_servers_on_one_machi
     machine, and each line's "largest difference" is that pair's own (it once took the largest of every unit's rows
     of the same depth under the first pair's labels). Recomputed here from engine_difference, pair by pair."""
     from servebook.profile.chapter import where_time_goes
+    from servebook.profile.ranges import SEED_BACKENDS
     from servebook.profile.tables import engine_difference
 
     store = RunStore(REF)
     page = where_time_goes(store)
     lines = [re.sub(r"<[^>]+>", "", x) for x in page.splitlines() if x.startswith("- kimi-k2.5, ")]
-    rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))
+    rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"), seeds=SEED_BACKENDS)
     pairs = list(dict.fromkeys((r["a"], r["b"]) for r in rows))
     assert len(lines) == len(pairs) == 5 and sum(": 13 layers " in x or " 13 layers " in x for x in lines) == 3
     machine = {p["label"]: p["machine"] for p in store.rows("profile_runs") if p.get("ok")}
@@ -331,16 +332,21 @@ def test_the_engines_are_set_side_by_side_like_for_like():
     """Units 4 and 6 ran vLLM's default beside its seed backend TRITON_MLA while SGLang ran only its seed's triton: the
     engines' lines pair triton with TRITON_MLA (the default against a forced backend put a backend's difference under
     the engines' name); where both ran their own default (h200x1-live), the defaults stay paired."""
+    from servebook.profile.chapter import where_time_goes
+    from servebook.profile.ranges import SEED_BACKENDS as SEEDS
     from servebook.profile.tables import _like_for_like, engine_difference
 
     store = RunStore(REF)
-    pairs = {(r["a_backend"], r["b_backend"]) for r in engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))}
-    assert pairs == {("triton", "TRITON_MLA")}
+    ref = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"), seeds=SEEDS)
+    assert {(r["a_backend"], r["b_backend"]) for r in ref} == {("triton", "TRITON_MLA")}
+    lines = [x for x in re.sub(r"<[^>]+>", "", where_time_goes(store)).splitlines() if x.startswith("- kimi-k2.5, ")]
+    assert len(lines) == 5 and all("SGLang (triton)" in x and "vLLM (TRITON_MLA)" in x for x in lines)   # the page's
     live = RunStore(data_dir() / "runs" / "h200x1-live")
-    assert {r["b_backend"] for r in engine_difference(live.rows("decode_breakdown"), live.rows("profile_runs"))} \
+    assert {r["b_backend"] for r in engine_difference(live.rows("decode_breakdown"), live.rows("profile_runs"), seeds=SEEDS)} \
         <= {"FLASH_ATTN_MLA", "FLASH_ATTN"}          # vLLM's own choice, as its log named it, beside SGLang's own
     s = [{"backend": "triton"}, {"backend": "auto"}]
     v = [{"backend": "auto"}, {"backend": "TRITON_MLA"}]
-    assert _like_for_like(s, v, "sglang", "vllm") == (s[1], v[0])                     # both defaults
-    assert _like_for_like(s[:1], v, "sglang", "vllm") == (s[0], v[1])                 # both seed backends
-    assert _like_for_like([{"backend": "fa3"}], v, "sglang", "vllm") == ({"backend": "fa3"}, v[0])   # neither: as before
+    assert _like_for_like(s, v, "sglang", "vllm", SEEDS) == (s[1], v[0])                  # both defaults
+    assert _like_for_like(s[:1], v, "sglang", "vllm", SEEDS) == (s[0], v[1])              # both seed backends
+    assert _like_for_like(s[:1], v, "sglang", "vllm", None) == (s[0], v[0])               # no seeds named: as before
+    assert _like_for_like([{"backend": "fa3"}], v, "sglang", "vllm", SEEDS) == ({"backend": "fa3"}, v[0])   # neither

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..stated.intervals import _overlap
 from ..stated.text import number_word
 from .kernels import CATEGORIES, rules_table
+from .ranges import SEED_BACKENDS
 from .tables import latest_breakdown, latest_ok, prediction_rows, prediction_subject, starts_of
 
 __all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "show_breakdown", "prediction_table", "findings", "record_inprocess",
@@ -330,7 +331,7 @@ def where_time_goes(store) -> str:
     from .units_page import units_markdown
 
     prof = store.rows("profile_runs")   # read once: every part below reads the same rows
-    rows = engine_difference(store.rows("decode_breakdown"), prof)
+    rows = engine_difference(store.rows("decode_breakdown"), prof, seeds=SEED_BACKENDS)   # like for like
     units = units_markdown(store)   # a reference recording of units: each engine's ladder, compared through the reference
     comparisons = backend_comparisons(prof)
     # the engines' kernels side by side within one unit, the backends within one unit (if measured), then the kernels

@@ -36,8 +36,9 @@ def _busy(store) -> dict:
 
 
 def _engine_difference(store) -> dict:
-    return {f"{r['a']} | {r['b']} | {r['category']}": r["diff_ms"]
-            for r in engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"))}
+    from .ranges import SEED_BACKENDS    # chapter 06's engine lines pair like for like (tables._like_for_like)
+    rows = engine_difference(store.rows("decode_breakdown"), store.rows("profile_runs"), seeds=SEED_BACKENDS)
+    return {f"{r['a']} | {r['b']} | {r['category']}": r["diff_ms"] for r in rows}
 
 
 def _start_spreads(field: str) -> Callable[[Any], dict]:
@@ -432,11 +433,6 @@ _UNITS += [Quantity(f"slice_backend_{f}", "a backend against its engine's seed b
                            ("moe_layers", "the MoE layers compared (machine / run id)"))]
 
 
-def _kernel_tables(store) -> list:
-    """The kept kernel tables the kernel figures read (their state joins the run's tables' in ``per_run``)."""
-    return [store.path / r["kernel_table"] for r in store.rows("profile_runs") if r.get("ok") and r.get("kernel_table")]
-
-
 def _kernel_figures(store) -> dict:
     """Every figure of chapter 06's kernel sections: one computation per run and state of its tables, not one per quantity."""
     from .backend_kernels import engine_kernel_figures, kernel_shift_figures
@@ -447,7 +443,8 @@ def _kernel_figures(store) -> dict:
     return {**engine_kernel_figures(store, seed_units(rows)), **kernel_shift_figures(store, backend_comparisons(rows))}
 
 
-_kernel_figures = per_run(_kernel_figures, files=_kernel_tables)
+_kernel_figures = per_run(_kernel_figures, files=lambda store: [   # the kept kernel tables it reads: part of the state
+    store.path / r["kernel_table"] for r in store.rows("profile_runs") if r.get("ok") and r.get("kernel_table")])
 
 
 _KERNELS = {

@@ -194,13 +194,11 @@ def breakdown_check(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict]
     return out
 
 
-def _like_for_like(rows_a: list[dict], rows_b: list[dict], a: str, b: str) -> tuple[dict, dict]:
+def _like_for_like(rows_a: list[dict], rows_b: list[dict], a: str, b: str, seeds: dict | None) -> tuple[dict, dict]:
     """One server of each engine to set side by side: both engines' defaults where each ran its own choice, else both
-    seed backends (``ranges.SEED_BACKENDS``) where each ran its seed's, else each engine's default or first server (an
-    engine's default against the other's forced backend would put a backend's difference under the engines' name)."""
-    from .ranges import SEED_BACKENDS
-
-    for want in ({a: "auto", b: "auto"}, SEED_BACKENDS):
+    ``seeds`` backends (``ranges.SEED_BACKENDS``) where each ran its seed's, else each engine's default or first server
+    (an engine's default against the other's forced backend would put a backend's difference under the engines' name)."""
+    for want in ({a: "auto", b: "auto"}, seeds or {}):
         pa = next((p for p in rows_a if p["backend"] == want.get(a)), None)
         pb = next((p for p in rows_b if p["backend"] == want.get(b)), None)
         if pa is not None and pb is not None:
@@ -209,10 +207,11 @@ def _like_for_like(rows_a: list[dict], rows_b: list[dict], a: str, b: str) -> tu
             next((p for p in rows_b if p["backend"] == "auto"), rows_b[0]))
 
 
-def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict], a: str = "sglang", b: str = "vllm") -> list[dict]:
+def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict], a: str = "sglang", b: str = "vllm",
+                      seeds: dict | None = None) -> list[dict]:
     """Per category, engine ``a``'s ms per step minus engine ``b``'s, for every model both engines were profiled on
-    with the same layers, mode and quantization (each engine's backend named; like for like, ``_like_for_like``): what
-    the measured gap between the engines consists of. The "total" row is the difference of the unprofiled times per token. A profile of role
+    with the same layers, mode and quantization (each engine's backend named; like for like, ``_like_for_like``, with
+    ``seeds`` the engines' seed backends): what the measured gap between the engines consists of. The "total" row is the difference of the unprofiled times per token. A profile of role
     "repeat" (another start of a server already profiled) is left out: :func:`start_spread` reads those."""
     latest = [p for p in latest_ok(profile_rows) if p.get("role", "slice") != "repeat"]  # a second start is no other server
     rows = latest_breakdown(breakdown_rows, profile_rows)
@@ -224,7 +223,7 @@ def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dic
     for (card, layers, mode, quant, _machine), engines in sorted(by.items(), key=lambda kv: str(kv[0])):
         if a not in engines or b not in engines:
             continue
-        pa, pb = _like_for_like(engines[a], engines[b], a, b)
+        pa, pb = _like_for_like(engines[a], engines[b], a, b, seeds)
         require_one_machine([pa, pb], "engine_difference")
         ca = {r["category"]: r["ms_per_step"] for r in rows if r["label"] == pa["label"]}
         cb = {r["category"]: r["ms_per_step"] for r in rows if r["label"] == pb["label"]}
