@@ -15,7 +15,7 @@ from ..stated.intervals import _overlap
 from ..stated.text import number_word
 from .kernels import CATEGORIES, rules_table
 from .ranges import SEED_BACKENDS
-from .tables import latest_breakdown, latest_ok, prediction_rows, prediction_subject, starts_of
+from .tables import latest_breakdown, latest_ok, prediction_subject, starts_of
 
 __all__ = ["measure_chapter", "chapter_tables", "plot_breakdown", "show_breakdown", "prediction_table", "findings", "record_inprocess",
            "where_time_goes", "weights_need", "not_on_one_gpu"]
@@ -353,7 +353,6 @@ def where_time_goes(store) -> str:
         seen.add(key)
         mine = [x for x in rows if (x["a"], x["b"]) == key]
         where = f" on machine `{last[r['a']].get('machine')}` (unit `{last[r['a']].get('run_id')}`)" if several else ""
-        step = next(x for x in mine if x["category"] == "total (profiled step)")
         tpot = next(x for x in mine if x["category"] == "time per token (unprofiled)")
         gpu = [x for x in mine if x["category"] not in ("gpu idle", "total (profiled step)", "time per token (unprofiled)")]
         busy_a = recorded.get(r["a"]) if recorded.get(r["a"]) is not None else sum(x["a_ms"] for x in gpu)

@@ -8,12 +8,11 @@ Derived rows carry the labels of the measurements they come from (``from_labels`
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
-from .machines import recording_unit, require_one_machine, unit_of
+from .machines import require_one_machine, unit_of
 from .predict import predict_full
 
 __all__ = ["latest_ok", "latest_breakdown", "prediction_rows", "prediction_subject", "breakdown_check", "engine_difference", "write_predictions",
@@ -198,21 +197,23 @@ def _like_for_like(rows_a: list[dict], rows_b: list[dict], a: str, b: str, seeds
     """One server of each engine to set side by side: both engines' defaults where each ran its own choice, else both
     ``seeds`` backends (``ranges.SEED_BACKENDS``) where each ran its seed's, else each engine's default or first server
     (an engine's default against the other's forced backend would put a backend's difference under the engines' name)."""
-    for want in ({a: "auto", b: "auto"}, seeds or {}):
-        pa = next((p for p in rows_a if p["backend"] == want.get(a)), None)
-        pb = next((p for p in rows_b if p["backend"] == want.get(b)), None)
+    def first(rows: list[dict], backend) -> dict | None:
+        return next((p for p in rows if p["backend"] == backend), None)
+
+    for want_a, want_b in [("auto", "auto")] + ([(seeds.get(a), seeds.get(b))] if seeds else []):
+        pa, pb = first(rows_a, want_a), first(rows_b, want_b)
         if pa is not None and pb is not None:
             return pa, pb
-    return (next((p for p in rows_a if p["backend"] == "auto"), rows_a[0]),
-            next((p for p in rows_b if p["backend"] == "auto"), rows_b[0]))
+    return first(rows_a, "auto") or rows_a[0], first(rows_b, "auto") or rows_b[0]
 
 
 def engine_difference(breakdown_rows: Iterable[dict], profile_rows: Iterable[dict], a: str = "sglang", b: str = "vllm",
                       seeds: dict | None = None) -> list[dict]:
     """Per category, engine ``a``'s ms per step minus engine ``b``'s, for every model both engines were profiled on
     with the same layers, mode and quantization (each engine's backend named; like for like, ``_like_for_like``, with
-    ``seeds`` the engines' seed backends): what the measured gap between the engines consists of. The "total" row is the difference of the unprofiled times per token. A profile of role
-    "repeat" (another start of a server already profiled) is left out: :func:`start_spread` reads those."""
+    ``seeds`` the engines' seed backends): what the measured gap between the engines consists of. The "total" row is
+    the difference of the unprofiled times per token. A profile of role "repeat" (another start of a server already
+    profiled) is left out: :func:`start_spread` reads those."""
     latest = [p for p in latest_ok(profile_rows) if p.get("role", "slice") != "repeat"]  # a second start is no other server
     rows = latest_breakdown(breakdown_rows, profile_rows)
     by: dict[tuple, dict] = {}
